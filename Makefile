@@ -1,0 +1,44 @@
+# BoltMQ build. Every target that runs code depends on `install` (a venv in
+# .venv/, editable install with dev extras) and `proto` (generated stubs).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROTOS := $(wildcard protos/boltmq/v1/*.proto)
+GEN_STAMP := boltmq/v1/.generated
+DATA ?= ./data
+PYTEST_ARGS ?=
+
+.PHONY: install proto run test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+proto: $(GEN_STAMP)
+
+$(GEN_STAMP): $(PROTOS) $(STAMP)
+	mkdir -p boltmq/v1
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. \
+		--mypy_out=. --plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy $(PROTOS)
+	touch boltmq/v1/__init__.py $(GEN_STAMP)
+
+run: install proto
+	$(VENV)/bin/boltmq dev --data-dir $(DATA)
+
+test: install proto
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+lint: install proto
+	$(VENV)/bin/ruff check boltmq services tests bench
+	$(VENV)/bin/mypy boltmq services
+
+bench: install proto
+	$(VENV)/bin/boltmq bench store
+
+clean:
+	rm -rf boltmq/v1 .pytest_cache build *.egg-info

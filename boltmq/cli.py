@@ -1,0 +1,149 @@
+"""The ``boltmq`` command.
+
+A user's mistake is one clear line on stderr and a non-zero exit, never a
+traceback: every command turns the library's named errors into
+``click.ClickException``.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from boltmq.config import ConfigError
+
+_USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, PermissionError, ValueError,
+                RuntimeError)
+
+
+def _fail(exc: BaseException) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+@click.group()
+@click.version_option(package_name="boltmq")
+def main() -> None:
+    """BoltMQ: a RocketMQ-style message queue."""
+
+
+# ------------------------------------------------------------------------- dev
+@main.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("data"),
+              show_default=True, help="Directory for the store's files.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="TOML file with StoreConfig settings.")
+@click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default=None,
+              help="Flush mode (default ASYNC_FLUSH).")
+def dev(data_dir: Path, config_file: Path | None, flush: str | None) -> None:
+    """Run an embedded store under DATA_DIR/store until Ctrl-C (the local cluster's core)."""
+    from boltmq.config import load_config
+    from services.store import MessageStore, StoreConfig, StoreLocked
+
+    try:
+        config = load_config(StoreConfig, config_file, overrides={
+            "root_dir": data_dir / "store", "flush_disk_type": flush})
+        store = MessageStore(config)
+        report = store.start()
+    except (StoreLocked, *_USER_ERRORS) as exc:
+        raise _fail(exc) from None
+    kind = "clean" if report.clean else "crash"
+    click.echo(f"store ready at {config.root_dir} ({kind} recovery, CommitLog "
+               f"{report.commitlog_max_offset} bytes, {len(report.notes)} notes)")
+    for note in report.notes:
+        click.echo(f"  recovery: {note}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    click.echo("press Ctrl-C to stop")
+    stop.wait()
+    store.shutdown()
+    click.echo("store stopped cleanly")
+
+
+# ------------------------------------------------------------------------- store
+@main.group()
+def store() -> None:
+    """Look at a store directory offline."""
+
+
+@store.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def verify(directory: Path) -> None:
+    """Check CommitLog, consume queues and index; exit 1 with one line per problem."""
+    from services.store.verify import verify_directory
+
+    try:
+        problems = verify_directory(directory)
+    except _USER_ERRORS as exc:
+        raise _fail(exc) from None
+    for problem in problems:
+        click.echo(problem)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{directory}: no inconsistencies")
+
+
+@store.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--records", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Decode and print this many CommitLog records.")
+@click.option("--from-offset", default=None, type=click.IntRange(min=0),
+              help="CommitLog offset to start decoding at (default: the first).")
+def inspect(directory: Path, records: int, from_offset: int | None) -> None:
+    """Summarise segments, queues and index files (and decode records on request)."""
+    from boltmq.inspect_store import inspect_directory
+
+    try:
+        for line in inspect_directory(directory, records, from_offset):
+            click.echo(line)
+    except _USER_ERRORS as exc:
+        raise _fail(exc) from None
+
+
+# ------------------------------------------------------------------------- bench
+@main.group()
+def bench() -> None:
+    """Benchmarks that print msg/s, MB/s and latency percentiles."""
+
+
+@bench.command("store")
+@click.option("--scenario", "scenarios", multiple=True,
+              type=click.Choice(["batch", "single", "get", "sync", "recovery"]),
+              help="Scenarios to run (default: all).")
+@click.option("--messages", default=200_000, show_default=True, type=click.IntRange(min=1))
+@click.option("--body-bytes", default=1024, show_default=True, type=click.IntRange(min=0))
+@click.option("--batch", "batch_size", default=256, show_default=True, type=click.IntRange(1, 4096))
+@click.option("--writers", default=64, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--recovery-mib", default=1024, show_default=True, type=click.IntRange(min=1))
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to put the temporary store (default: the system temp dir).")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 20),
+              help="Run each scenario this many times (each run is printed).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def bench_store(scenarios: tuple[str, ...], messages: int, body_bytes: int, batch_size: int,
+                writers: int, recovery_mib: int, directory: Path | None, repeat: int,
+                as_json: bool) -> None:
+    """In-process store benchmarks (1 KiB bodies, 16 queues)."""
+    from boltmq import bench_store as b
+
+    runs = {
+        "batch": lambda: b.bench_batch(messages, body_bytes, batch_size, directory),
+        "single": lambda: b.bench_single(messages, body_bytes, directory),
+        "get": lambda: b.bench_get(messages, body_bytes, directory),
+        "sync": lambda: b.bench_sync(min(messages, 64_000), body_bytes, writers, directory),
+        "recovery": lambda: b.bench_recovery(recovery_mib * 2**20, body_bytes, directory),
+    }
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+    for name in scenarios or tuple(runs):
+        for _ in range(repeat):
+            result = runs[name]()
+            click.echo(b.to_json(result) if as_json else b.format_result(result))
+
+
+if __name__ == "__main__":
+    main()

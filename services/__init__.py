@@ -1,0 +1,1 @@
+"""BoltMQ services: store, broker, registry and HA, each a gRPC server."""

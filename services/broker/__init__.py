@@ -1,0 +1,1 @@
+"""BoltMQ broker service (built in a later issue)."""

@@ -1,0 +1,1 @@
+"""BoltMQ ha service (built in a later issue)."""

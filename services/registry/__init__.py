@@ -1,0 +1,1 @@
+"""BoltMQ registry service (built in a later issue)."""

@@ -1,0 +1,400 @@
+"""CommitLog: every message of every topic, appended to memory-mapped segments.
+
+Record layout: see :mod:`services.store.record`. Segments are named by their
+20-digit start offset (:mod:`services.store.mapped_file_queue`). The CommitLog
+assigns queue offsets (one counter per topic/queue), physical offsets and the
+store timestamp while it holds the append lock, so a record is encoded once,
+already final, and copied into the mapping with one slice assignment per
+segment touched by a batch.
+
+Each append returns the dispatch requests of its records (what the dispatcher
+needs to build consume-queue and index entries) so the hot path never decodes
+what it has just encoded; recovery and raw (HA) appends decode from disk.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from services.store.config import StoreConfig
+from services.store.mapped_file import MappedFile
+from services.store.mapped_file_queue import MappedFileQueue
+from services.store.message import Message
+from services.store.record import (
+    BLANK_MARKER_SIZE,
+    HEADS,
+    MAGIC_BLANK,
+    MESSAGE_MAGICS,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYS_FLAG_BORN_HOST_V6,
+    SYS_FLAG_STORE_HOST_V6,
+    SYS_FLAG_TRANSACTION_COMMIT,
+    SYS_FLAG_TRANSACTION_MASK,
+    TOTAL_AND_MAGIC,
+    CorruptRecord,
+    InvalidMessage,
+    RecordView,
+    blank_marker,
+    body_crc,
+    decode_record,
+    encode_host,
+    encode_properties,
+    encode_tail,
+    encode_topic,
+    message_properties,
+    store_timestamp_of,
+    tags_code,
+)
+from services.store.status import PutResult, PutStatus
+from services.store.topic import validate_topic
+
+
+class DispatchRequest(NamedTuple):
+    """What the dispatcher needs of one record."""
+
+    topic: str
+    queue_id: int
+    commitlog_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    index_keys: tuple[str, ...]
+    sys_flag: int
+
+
+@dataclass(slots=True)
+class AppendBatch:
+    """Records appended under one lock: ``[start_offset, end_offset)`` of the CommitLog."""
+
+    start_offset: int
+    end_offset: int
+    requests: list[DispatchRequest]
+
+
+class _Encoded(NamedTuple):
+    """A validated message with every part that does not depend on its position."""
+
+    topic: str
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    crc: int
+    magic: int
+    tail: bytes
+    total_size: int
+    tags_code: int
+    index_keys: tuple[str, ...]
+    consumable: bool
+
+
+def dispatch_request_of(view: RecordView) -> DispatchRequest:
+    """The dispatch request of a record decoded from disk."""
+    props = view.properties
+    return DispatchRequest(
+        view.topic, view.queue_id, view.commitlog_offset, view.total_size,
+        tags_code(props.get(PROPERTY_TAGS)), view.store_timestamp, view.queue_offset,
+        _index_keys(props), view.sys_flag,
+    )
+
+
+def _index_keys(props: dict[str, str]) -> tuple[str, ...]:
+    keys = props.get(PROPERTY_KEYS)
+    uniq = props.get(PROPERTY_UNIQ_KEY)
+    result = tuple(keys.split(" ")) if keys else ()
+    return (*result, uniq) if uniq else result
+
+
+def is_consumable(sys_flag: int) -> bool:
+    """Prepared and rolled-back transaction records never reach a consume queue."""
+    kind = sys_flag & SYS_FLAG_TRANSACTION_MASK
+    return kind == 0 or kind == SYS_FLAG_TRANSACTION_COMMIT
+
+
+class CommitLog:
+    """The segments plus the queue-offset counters."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.files = MappedFileQueue(config.root_dir / "commitlog", config.mapped_file_size_commitlog)
+        self.lock = threading.Lock()
+        # (topic, queue_id) -> the queue offset the next record gets.
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        self.store_host = encode_host(config.store_host, config.store_port)
+        self._store_v6 = len(self.store_host) == 20
+        self._topic_cache: dict[str, tuple[bytes, int]] = {}
+        self._host_cache: dict[tuple[str, int], bytes] = {}
+        self._tail_cache: dict[tuple[str, str | None], tuple[bytes, int]] = {}
+        self._msg_id_prefix = self.store_host.hex().upper()
+        self.max_record_size = config.mapped_file_size_commitlog - BLANK_MARKER_SIZE
+        # Called under the append lock with each batch, so batches reach the
+        # dispatcher in CommitLog order.
+        self.on_append: Callable[[AppendBatch], None] | None = None
+
+    # ---------------------------------------------------------------- offsets
+    @property
+    def min_offset(self) -> int:
+        return self.files.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.files.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.files.flushed_offset
+
+    # ---------------------------------------------------------------- encode
+    def encode(self, msg: Message, now_ms: int) -> _Encoded:  # type: ignore[return-value]
+        """Validate ``msg`` and encode its position-independent parts.
+
+        Raises InvalidMessage (MESSAGE_ILLEGAL) or a PropertiesTooLarge
+        (PROPERTIES_SIZE_EXCEEDED) without touching the CommitLog.
+        """
+        topic = msg.topic
+        cached = self._topic_cache.get(topic)
+        if cached is None:
+            validate_topic(topic)
+            cached = encode_topic(topic)
+            if len(self._topic_cache) < 100_000:
+                self._topic_cache[topic] = cached
+        topic_field, magic = cached
+        body = msg.body
+        if not isinstance(body, bytes | bytearray | memoryview):
+            raise InvalidMessage("body must be bytes")
+        if len(body) > self.config.max_message_size_bytes:
+            raise InvalidMessage(
+                f"body is {len(body)} bytes, at most {self.config.max_message_size_bytes}"
+            )
+        queue_id = msg.queue_id
+        if not (type(queue_id) is int and 0 <= queue_id <= self.config.max_queue_id):
+            raise InvalidMessage(f"queue id {queue_id!r} must be 0..{self.config.max_queue_id}")
+        tags = msg.tags
+        if msg.keys or msg.properties:
+            props = message_properties(tags, msg.keys, msg.properties)
+            tail = encode_tail_checked(topic_field, encode_properties(props))
+            tag = props.get(PROPERTY_TAGS)
+            code = tags_code(tag) if tag else 0
+            index_keys = _index_keys(props)
+        else:
+            # Fast path: only tags (or nothing). The tail depends on (topic, tags) alone.
+            cached_tail = self._tail_cache.get((topic, tags))
+            if cached_tail is None:
+                props = message_properties(tags, None, None)
+                cached_tail = (encode_tail_checked(topic_field, encode_properties(props)),
+                               tags_code(tags))
+                if len(self._tail_cache) < 100_000:
+                    self._tail_cache[(topic, tags)] = cached_tail
+            tail, code = cached_tail
+            index_keys = ()
+        host_key = (msg.born_host, msg.born_port)
+        born_host = self._host_cache.get(host_key)
+        if born_host is None:
+            born_host = encode_host(msg.born_host, msg.born_port)
+            if len(self._host_cache) < 10_000:
+                self._host_cache[host_key] = born_host
+        sys_flag = msg.sys_flag & ~(SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6)
+        if len(born_host) == 20:
+            sys_flag |= SYS_FLAG_BORN_HOST_V6
+        if self._store_v6:
+            sys_flag |= SYS_FLAG_STORE_HOST_V6
+        head = HEADS[(len(born_host) == 20, self._store_v6)]
+        total = head.size + len(body) + len(tail)
+        if total > self.max_record_size:
+            raise InvalidMessage(f"record of {total} bytes does not fit in a segment")
+        return (  # an _Encoded, built as a plain tuple: NamedTuple.__new__ is 5x slower
+            topic, queue_id, msg.flag, sys_flag, msg.born_timestamp or now_ms, born_host,
+            msg.reconsume_times, msg.prepared_transaction_offset,
+            body if type(body) is bytes else bytes(body), body_crc(body),
+            magic, tail, total, code, index_keys,
+            sys_flag & SYS_FLAG_TRANSACTION_MASK in (0, SYS_FLAG_TRANSACTION_COMMIT),
+        )
+
+    # ---------------------------------------------------------------- append
+    def append(self, encoded: Sequence[_Encoded], now_ms: int) -> tuple[list[PutResult], AppendBatch]:
+        """Append records in order under one lock; one slice copy per segment touched."""
+        results: list[PutResult] = []
+        requests: list[DispatchRequest] = []
+        store_host = self.store_host
+        id_prefix = self._msg_id_prefix
+        head_struct = HEADS[(False, len(store_host) == 20)]
+        head_struct_v6 = HEADS[(True, len(store_host) == 20)]
+        with self.lock:
+            start_offset = self.files.max_offset
+            mf = self.files.last_file_or_create(start_offset)
+            chunk: list[bytes] = []
+            chunk_start = mf.wrote_position
+            position = chunk_start
+            queue_offsets = self.queue_offsets
+            for (topic, queue_id, flag, sys_flag, born_ts, born_host, reconsume, prepared,
+                 body, crc, magic, tail, total, code, index_keys, consumable) in encoded:
+                if total + BLANK_MARKER_SIZE > mf.file_size - position:
+                    remaining = mf.file_size - position
+                    chunk.append(blank_marker(remaining))
+                    self._write_chunk(mf, chunk, chunk_start, now_ms)
+                    mf.wrote_position = mf.committed_position = mf.file_size  # segment full
+                    mf = self.files.last_file_or_create()
+                    chunk = []
+                    chunk_start = position = mf.wrote_position
+                physical = mf.file_from_offset + position
+                if consumable:
+                    key = (topic, queue_id)
+                    queue_offset = queue_offsets.get(key, 0)
+                    queue_offsets[key] = queue_offset + 1
+                else:
+                    queue_offset = 0
+                chunk += (
+                    (head_struct_v6 if len(born_host) == 20 else head_struct).pack(
+                        total, magic, crc, queue_id, flag, queue_offset, physical, sys_flag,
+                        born_ts, born_host, now_ms, store_host, reconsume, prepared, len(body)),
+                    body, tail,
+                )
+                position += total
+                results.append(PutResult(PutStatus.PUT_OK, f"{id_prefix}{physical:016X}",
+                                         physical, queue_offset, total, now_ms))
+                # A DispatchRequest as a plain tuple (same fields, same order).
+                requests.append((topic, queue_id, physical, total, code, now_ms, queue_offset,
+                                 index_keys, sys_flag))
+            self._write_chunk(mf, chunk, chunk_start, now_ms)
+            batch = AppendBatch(start_offset, mf.file_from_offset + mf.wrote_position, requests)
+            if self.on_append is not None:
+                self.on_append(batch)
+        return results, batch
+
+    @staticmethod
+    def _write_chunk(mf: MappedFile, chunk: list[bytes], chunk_start: int, now_ms: int) -> None:
+        if chunk:
+            data = b"".join(chunk)
+            mf.mm[chunk_start : chunk_start + len(data)] = data
+            mf.wrote_position = mf.committed_position = chunk_start + len(data)
+            mf.store_timestamp = now_ms
+
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
+        """Append already-encoded CommitLog bytes at ``offset`` (HA replica side).
+
+        ``offset`` must equal the current max offset and ``data`` must not cross
+        a segment boundary; returns the new max offset. Records are validated
+        when the dispatcher decodes them.
+        """
+        with self.lock:
+            if offset != self.files.max_offset:
+                raise ValueError(f"raw append at {offset}, but the CommitLog ends at "
+                                 f"{self.files.max_offset}")
+            mf = self.files.last_file_or_create(offset)
+            position = offset - mf.file_from_offset
+            if position + len(data) > mf.file_size:
+                raise ValueError("raw append crosses a segment boundary")
+            mf.mm[position : position + len(data)] = data
+            mf.wrote_position = mf.committed_position = position + len(data)
+            mf.store_timestamp = int(time.time() * 1000)
+            return mf.file_from_offset + mf.wrote_position
+
+    # ---------------------------------------------------------------- read
+    def read_record(self, offset: int, *, check_crc: bool = True) -> RecordView | None:
+        """The record at ``offset``; None when outside the CommitLog; CorruptRecord if bad."""
+        mf = self.files.find(offset)
+        if mf is None or offset - mf.file_from_offset >= mf.wrote_position or not mf.hold():
+            return None
+        try:
+            return decode_record(mf.view, offset - mf.file_from_offset, check_crc=check_crc)
+        finally:
+            mf.release()
+
+    def store_time_of(self, offset: int, size: int) -> int | None:
+        """Store timestamp of the record at ``offset``; None when it is gone."""
+        mf = self.files.find(offset)
+        if mf is None or not mf.hold():
+            return None
+        try:
+            return store_timestamp_of(mf.view, offset - mf.file_from_offset)
+        finally:
+            mf.release()
+
+    def read_bytes(self, offset: int, max_bytes: int) -> bytes:
+        """Raw CommitLog bytes from ``offset`` up to the end of its segment's data."""
+        mf = self.files.find(offset)
+        if mf is None or not mf.hold():
+            return b""
+        try:
+            position = offset - mf.file_from_offset
+            end = min(mf.committed_position, position + max_bytes)
+            return bytes(mf.view[position:end]) if end > position else b""
+        finally:
+            mf.release()
+
+    # ---------------------------------------------------------------- walking
+    def walk(self, start_offset: int, *, check_crc: bool) -> Iterator[tuple[int, RecordView | None]]:
+        """Yield ``(offset, record)`` from ``start_offset`` to the end of valid data.
+
+        A blank marker yields ``(offset, None)`` and moves to the next segment.
+        Stops silently at zeros (unwritten space) and raises CorruptRecord at the
+        first invalid record, with the offset in ``exc.offset``.
+        """
+        files = self.files.files
+        index = 0
+        while index < len(files) and files[index].file_end_offset <= start_offset:
+            index += 1
+        offset = start_offset
+        while index < len(files):
+            mf = files[index]
+            position = offset - mf.file_from_offset
+            view = mf.view
+            limit = mf.wrote_position
+            while True:
+                if position + BLANK_MARKER_SIZE > limit:
+                    if position >= limit:
+                        return
+                    raise _corrupt(offset, "truncated record header")
+                total, magic = TOTAL_AND_MAGIC.unpack_from(view, position)
+                if magic == MAGIC_BLANK:
+                    if total != mf.file_size - position:
+                        raise _corrupt(offset, f"blank marker of {total} bytes at {position}")
+                    yield offset, None
+                    break
+                if total == 0 and magic == 0:
+                    return
+                if magic not in MESSAGE_MAGICS:
+                    raise _corrupt(offset, f"bad magic 0x{magic:08X}")
+                try:
+                    view_record = decode_record(view, position, check_crc=check_crc)
+                except CorruptRecord as exc:
+                    raise _corrupt(offset, str(exc)) from None
+                if view_record.commitlog_offset != offset:
+                    raise _corrupt(offset, f"record claims offset {view_record.commitlog_offset}")
+                yield offset, view_record
+                position += total
+                offset += total
+            index += 1
+            offset = mf.file_end_offset
+
+    def close(self) -> None:
+        self.files.close()
+
+
+class PropertiesTooLarge(InvalidMessage):
+    """Encoded properties exceed 32767 bytes (PROPERTIES_SIZE_EXCEEDED)."""
+
+
+def encode_tail_checked(topic_field: bytes, properties_raw: bytes) -> bytes:
+    try:
+        return encode_tail(topic_field, properties_raw)
+    except InvalidMessage as exc:
+        raise PropertiesTooLarge(str(exc)) from None
+
+
+def _corrupt(offset: int, reason: str) -> CorruptRecord:
+    exc = CorruptRecord(f"CommitLog offset {offset}: {reason}")
+    exc.offset = offset  # type: ignore[attr-defined]
+    return exc
+

@@ -1,0 +1,122 @@
+"""StoreConfig: every setting of the message store, RocketMQ's names in snake_case.
+
+Loaded through :func:`boltmq.config.load_config` (defaults, TOML file,
+``BOLTMQ_*`` environment, flags). Validation happens in ``__post_init__`` so a
+bad value is one clear error at start-up, never a surprise at run time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from boltmq.config import ConfigError
+
+FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+_DELETE_WHEN = re.compile(r"^\d{2}(;\d{2})*$")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Settings of one message store (DESIGN 4.9)."""
+
+    root_dir: Path = field(default_factory=lambda: Path("~/store").expanduser())
+    """Directory holding commitlog/, consumequeue/, index/, checkpoint, abort, lock, config/."""
+    mapped_file_size_commitlog: int = 1024 * 1024 * 1024
+    """Bytes per CommitLog segment file."""
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    """Bytes per consume-queue file (rounded up to a multiple of 20)."""
+    max_hash_slot_num: int = 5_000_000
+    """Hash slots per index file."""
+    max_index_num: int = 20_000_000
+    """Entries per index file; a full file starts a new one."""
+    flush_disk_type: str = "ASYNC_FLUSH"
+    """ASYNC_FLUSH (background flusher) or SYNC_FLUSH (group commit before the ack)."""
+    flush_interval_commitlog_ms: int = 500
+    """How often the async flusher looks for dirty pages."""
+    flush_commitlog_least_pages: int = 4
+    """Dirty 4 KiB pages needed before an async flush."""
+    flush_commitlog_thorough_interval_ms: int = 10_000
+    """An async flush of whatever is dirty at least this often."""
+    flush_interval_consume_queue_ms: int = 1_000
+    """How often consume queues and the index are flushed."""
+    flush_consume_queue_least_pages: int = 2
+    """Dirty pages needed before a consume-queue flush."""
+    flush_consume_queue_thorough_interval_ms: int = 60_000
+    """A consume-queue flush of whatever is dirty at least this often."""
+    sync_flush_timeout_ms: int = 5_000
+    """How long a SYNC_FLUSH append waits for its fsync before FLUSH_DISK_TIMEOUT."""
+    file_reserved_time_h: float = 72
+    """Age after which a CommitLog segment may be deleted."""
+    delete_when: str = "04"
+    """Hours (``HH`` or ``HH;HH``) in which expired segments are deleted."""
+    clean_resource_interval_ms: int = 10_000
+    """How often the cleaner runs."""
+    delete_commitlog_files_interval_ms: int = 100
+    """Pause between two segment deletions in one cleaner run."""
+    delete_files_batch_max: int = 10
+    """Segments deleted per cleaner run at most."""
+    destroy_mapped_file_forcibly_interval_ms: int = 120_000
+    """A deleted file still referenced by readers is unmapped after this long anyway."""
+    disk_max_used_space_ratio: int = 75
+    """Disk usage (%) above which expired segments are deleted at any hour."""
+    disk_space_clean_forcibly_ratio: int = 85
+    """Disk usage (%) above which the oldest segments are deleted regardless of age."""
+    disk_space_warning_level_ratio: int = 90
+    """Disk usage (%) above which writes are refused with SERVICE_NOT_AVAILABLE."""
+    max_message_size_bytes: int = 4 * 1024 * 1024
+    """Largest body accepted."""
+    check_crc_on_recover: bool = True
+    """Verify body CRCs while recovering."""
+    check_crc_on_read: bool = True
+    """Verify body CRCs on every read."""
+    broker_role: str = "ASYNC_MASTER"
+    """ASYNC_MASTER, SYNC_MASTER or SLAVE (a SLAVE store refuses client writes)."""
+    ha_max_gap_not_in_sync_bytes: int = 256 * 1024 * 1024
+    """A replica further behind than this does not count as in sync."""
+    slave_timeout_ms: int = 3_000
+    """SYNC_MASTER: how long an append waits for a replica ack."""
+    store_host: str = "127.0.0.1"
+    """Address written as store host and into message ids."""
+    store_port: int = 10911
+    """Port written as store host and into message ids."""
+    max_queue_id: int = 1023
+    """Largest queue id accepted for a topic."""
+    max_transfer_count_on_message_in_memory: int = 32
+    """Default and upper bound of messages returned by one get (RocketMQ's pull batch is 32)."""
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    """Bytes returned by one get at most (one message always fits)."""
+    max_get_scan_entries: int = 16_000
+    """Consume-queue entries scanned by one filtered get at most."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root_dir", Path(self.root_dir).expanduser())
+        if self.flush_disk_type not in FLUSH_DISK_TYPES:
+            raise ConfigError(f"flush_disk_type must be one of {FLUSH_DISK_TYPES}")
+        if self.broker_role not in BROKER_ROLES:
+            raise ConfigError(f"broker_role must be one of {BROKER_ROLES}")
+        if self.mapped_file_size_commitlog < 4096:
+            raise ConfigError("mapped_file_size_commitlog must be at least 4096 bytes")
+        if self.mapped_file_size_consume_queue < 20:
+            raise ConfigError("mapped_file_size_consume_queue must hold one 20-byte entry")
+        if self.max_hash_slot_num < 1 or self.max_index_num < 2:
+            raise ConfigError("max_hash_slot_num must be >= 1 and max_index_num >= 2")
+        if not _DELETE_WHEN.match(self.delete_when):
+            raise ConfigError(f"delete_when must look like '04' or '04;16', got {self.delete_when!r}")
+        ratios = (self.disk_max_used_space_ratio, self.disk_space_clean_forcibly_ratio,
+                  self.disk_space_warning_level_ratio)
+        if not all(1 <= r <= 100 for r in ratios):
+            raise ConfigError("disk ratios must be between 1 and 100")
+        if self.max_message_size_bytes < 0:
+            raise ConfigError("max_message_size_bytes must not be negative")
+
+    @property
+    def consume_queue_file_size(self) -> int:
+        """The consume-queue file size rounded up to whole 20-byte entries."""
+        return -(-self.mapped_file_size_consume_queue // 20) * 20
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type == "SYNC_FLUSH"

@@ -1,0 +1,313 @@
+"""ConsumeQueue: the per (topic, queue) index of CommitLog positions.
+
+Entries are 20 bytes, big-endian, entry ``k`` at byte ``k * 20``:
+
+Offset | Size | Field
+-------+------+-----------------------------------------------------------------
+0      | 8    | commitlog_offset (physical offset of the record)
+8      | 4    | size (total_size of the record)
+12     | 8    | tags_code: Java String.hashCode() of TAGS as int64 (0 without tags;
+       |      | the delivery timestamp for delayed messages)
+
+Files live in ``consumequeue/<topic>/<queueId>/`` and are named by their start
+byte offset (20 digits); a file holds ``ceil(size / 20) * 20`` bytes. An entry
+whose commitlog_offset is negative or whose size is 0 is unwritten space.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+from services.store.mapped_file_queue import MappedFileQueue
+from services.store.topic import InvalidTopic, validate_topic
+
+ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE: Final = 20
+assert ENTRY.size == ENTRY_SIZE
+ENTRY_COMMITLOG_OFFSET_OFFSET: Final = 0
+ENTRY_SIZE_OFFSET: Final = 8
+ENTRY_TAGS_CODE_OFFSET: Final = 12
+
+
+def _is_written(view: memoryview, index: int) -> bool:
+    physical, size, _ = ENTRY.unpack_from(view, index * ENTRY_SIZE)
+    return physical >= 0 and size > 0
+
+
+def _written_entries(view: memoryview, capacity: int) -> int:
+    """How many entries a file holds: entries are written as a prefix, so bisect."""
+    low, high = 0, capacity
+    while low < high:
+        mid = (low + high) // 2
+        if _is_written(view, mid):
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
+class ConsumeQueue:
+    """The consume queue of one (topic, queue_id)."""
+
+    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+        assert file_size % ENTRY_SIZE == 0
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.files = MappedFileQueue(root / topic / str(queue_id), file_size)
+        # Smallest valid queue offset (entries below were cleaned with their segments).
+        self.min_logic_offset = 0
+        # Physical end (offset + size) of the last entry written: how far this
+        # queue has been dispatched.
+        self.max_physical_offset = -1
+        self.last_store_timestamp = 0
+
+    # ---------------------------------------------------------------- load / recover
+    def load(self) -> list[str]:
+        return self.files.load()
+
+    def recover(self) -> None:
+        """Find the last written entry (in the last 3 files) and cut what follows."""
+        end_offset = self.scan_positions()
+        if end_offset is not None:
+            self.files.truncate_to(end_offset)
+        self.min_logic_offset = self.files.min_offset // ENTRY_SIZE
+
+    def scan_positions(self) -> int | None:
+        """Set write positions from the data (no change on disk); the end byte offset."""
+        files = self.files.files
+        if not files:
+            return None
+        start = max(0, len(files) - 3)
+        end_offset = files[start].file_from_offset
+        for mf in files[start:]:
+            count = _written_entries(mf.view, mf.file_size // ENTRY_SIZE)
+            if count:
+                physical, size, _ = ENTRY.unpack_from(mf.view, (count - 1) * ENTRY_SIZE)
+                self.max_physical_offset = physical + size
+            mf.set_positions(count * ENTRY_SIZE)
+            end_offset = mf.file_from_offset + count * ENTRY_SIZE
+            if count * ENTRY_SIZE < mf.file_size:
+                break
+        return end_offset
+
+    def truncate_past(self, commitlog_max_offset: int) -> int:
+        """Drop entries pointing at or past ``commitlog_max_offset``; returns entries cut."""
+        # Entries are ordered by commitlog offset: bisect for the first one to drop.
+        low, high = self.min_offset(), self.max_offset()
+        while low < high:
+            mid = (low + high) // 2
+            entry = self.entry(mid)
+            if entry is not None and entry[0] + entry[1] <= commitlog_max_offset:
+                low = mid + 1
+            else:
+                high = mid
+        cut_at = low
+        cut = self.max_offset() - cut_at
+        if cut:
+            self.files.truncate_to(cut_at * ENTRY_SIZE)
+            last = self.entry(cut_at - 1) if cut_at > self.min_offset() else None
+            self.max_physical_offset = last[0] + last[1] if last else -1
+        return cut
+
+    def truncate_to_queue_offset(self, queue_offset: int) -> None:
+        """Keep entries below ``queue_offset`` only (used before re-dispatching)."""
+        if queue_offset < self.max_offset():
+            self.files.truncate_to(queue_offset * ENTRY_SIZE)
+            last = self.entry(queue_offset - 1) if queue_offset > self.min_offset() else None
+            self.max_physical_offset = last[0] + last[1] if last else -1
+
+    # ---------------------------------------------------------------- write
+    def put(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int,
+            store_timestamp: int) -> None:
+        """Write the entry for ``queue_offset`` (the dispatcher's only write)."""
+        position = queue_offset * ENTRY_SIZE
+        files = self.files
+        mf = files.last_file()
+        if mf is None or position >= mf.file_end_offset:
+            if mf is None and position > 0:
+                # A queue whose early files were cleaned, or a replica starting
+                # mid-stream: the first file starts at the entry's own file.
+                self.min_logic_offset = (position - position % self.file_size) // ENTRY_SIZE
+            mf = files.last_file_or_create(position)
+        relative = position - mf.file_from_offset
+        if relative < 0:
+            raise ValueError(f"{self.topic}/{self.queue_id}: entry {queue_offset} is below the "
+                             f"last file (already dispatched)")
+        if relative > mf.wrote_position:
+            # A gap (entries lost with a truncated file): leave it as unwritten
+            # space; readers see OFFSET_FOUND_NULL for it.
+            pass
+        ENTRY.pack_into(mf.mm, relative, commitlog_offset, size, tags_code)
+        end = relative + ENTRY_SIZE
+        if end > mf.wrote_position:
+            mf.wrote_position = mf.committed_position = end
+        self.max_physical_offset = commitlog_offset + size
+        self.last_store_timestamp = store_timestamp
+
+    def flush(self, least_pages: int = 0) -> int:
+        return self.files.flush(least_pages)
+
+    # ---------------------------------------------------------------- read
+    def min_offset(self) -> int:
+        return max(self.min_logic_offset, self.files.min_offset // ENTRY_SIZE)
+
+    def max_offset(self) -> int:
+        """One past the last entry: the queue offset the next message gets."""
+        return self.files.max_offset // ENTRY_SIZE
+
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """``(commitlog_offset, size, tags_code)`` or None outside the queue."""
+        position = queue_offset * ENTRY_SIZE
+        mf = self.files.find(position)
+        if mf is None or position - mf.file_from_offset + ENTRY_SIZE > mf.wrote_position:
+            return None
+        return ENTRY.unpack_from(mf.view, position - mf.file_from_offset)
+
+    def entries(self, queue_offset: int, max_entries: int) -> Iterator[tuple[int, int, int]]:
+        """Consecutive entries from ``queue_offset``, within one file per call site loop."""
+        position = queue_offset * ENTRY_SIZE
+        remaining = max_entries
+        while remaining > 0:
+            mf = self.files.find(position)
+            if mf is None or not mf.hold():
+                return
+            try:
+                relative = position - mf.file_from_offset
+                stop = min(mf.wrote_position, relative + remaining * ENTRY_SIZE)
+                if stop <= relative:
+                    return
+                for entry in ENTRY.iter_unpack(mf.view[relative:stop]):
+                    yield entry
+                count = (stop - relative) // ENTRY_SIZE
+            finally:
+                mf.release()
+            remaining -= count
+            position += count * ENTRY_SIZE
+            if stop < mf.file_size:
+                return
+
+    def offset_by_time(self, timestamp_ms: int, store_time_of: Callable[[int, int], int | None]
+                       ) -> int:
+        """The first queue offset whose record was stored at or after ``timestamp_ms``.
+
+        Binary search over entries by the store timestamp of the record each
+        points to (``store_time_of(commitlog_offset, size)``; None when that
+        record is gone). Before the first entry -> min offset; after the last ->
+        max offset.
+        """
+        low, high = self.min_offset(), self.max_offset() - 1
+        # Skip entries whose records were cleaned away.
+        while low <= high:
+            entry = self.entry(low)
+            if entry is not None and store_time_of(entry[0], entry[1]) is not None:
+                break
+            low += 1
+        result = high + 1
+        while low <= high:
+            mid = (low + high) // 2
+            entry = self.entry(mid)
+            ts = store_time_of(entry[0], entry[1]) if entry else None
+            if ts is None:
+                low = mid + 1
+                continue
+            if ts >= timestamp_ms:
+                result = mid
+                high = mid - 1
+            else:
+                low = mid + 1
+        return result
+
+    def correct_min_offset(self, commitlog_min_offset: int) -> None:
+        """Raise min_logic_offset past entries whose records were deleted."""
+        offset = self.min_offset()
+        end = self.max_offset()
+        while offset < end:
+            entry = self.entry(offset)
+            if entry is not None and entry[0] >= commitlog_min_offset:
+                break
+            offset += 1
+        self.min_logic_offset = offset
+
+    def delete_files_below(self, commitlog_min_offset: int, force_after_s: float) -> int:
+        """Destroy files whose every entry points below the CommitLog minimum."""
+        def expired(mf) -> bool:  # type: ignore[no-untyped-def]
+            last = ENTRY.unpack_from(mf.view, mf.file_size - ENTRY_SIZE)
+            return mf.wrote_position >= mf.file_size and 0 <= last[0] < commitlog_min_offset
+
+        removed = self.files.delete_files(expired, limit=1 << 30, force_after_s=force_after_s)
+        if removed:
+            self.correct_min_offset(commitlog_min_offset)
+        return len(removed)
+
+    def destroy(self) -> None:
+        """Delete every file (rebuild from the CommitLog)."""
+        self.files.truncate_to(0)
+        self.min_logic_offset = 0
+        self.max_physical_offset = -1
+
+    def close(self) -> None:
+        self.files.close()
+
+
+class ConsumeQueueTable:
+    """Every consume queue of a store, created on first use."""
+
+    def __init__(self, root: Path, file_size: int) -> None:
+        self.root = root
+        self.file_size = file_size
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            with self._lock:
+                cq = self.queues.get((topic, queue_id))
+                if cq is None:
+                    cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+                    self.queues = {**self.queues, (topic, queue_id): cq}
+        return cq
+
+    def load(self) -> list[str]:
+        """Map every queue directory; names that are not valid topics are set aside."""
+        notes: list[str] = []
+        if not self.root.exists():
+            return notes
+        for topic_dir in sorted(self.root.iterdir()):
+            try:
+                validate_topic(topic_dir.name)
+            except InvalidTopic:
+                notes.append(f"ignored {topic_dir}: not a valid topic name")
+                continue
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if not queue_dir.name.isdigit():
+                    notes.append(f"ignored {queue_dir}: not a queue id")
+                    continue
+                cq = self.get_or_create(topic_dir.name, int(queue_dir.name))
+                notes.extend(cq.load())
+        return notes
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        return iter(list(self.queues.values()))
+
+    def topics(self) -> dict[str, list[int]]:
+        result: dict[str, list[int]] = {}
+        for topic, queue_id in self.queues:
+            result.setdefault(topic, []).append(queue_id)
+        return {t: sorted(q) for t, q in sorted(result.items())}
+
+    def flush(self, least_pages: int) -> None:
+        for cq in self:
+            cq.flush(least_pages)
+
+    def close(self) -> None:
+        for cq in self:
+            cq.close()

@@ -1,0 +1,175 @@
+"""Flushers: the threads that force dirty pages to disk.
+
+- :class:`CommitLogFlusher` in ASYNC_FLUSH mode forces the CommitLog every
+  ``flush_interval_commitlog_ms`` when ``flush_commitlog_least_pages`` pages are
+  dirty, and fully every ``flush_commitlog_thorough_interval_ms``.
+- In SYNC_FLUSH mode it is a group commit: appenders call :meth:`wait_flushed`
+  with their end offset; the thread fsyncs everything written so far and wakes
+  every appender whose end is now durable, so one fsync serves many appends.
+- :class:`ConsumeQueueFlusher` forces consume queues and the index every
+  ``flush_interval_consume_queue_ms`` and then writes the checkpoint.
+
+All fsyncs run on these threads (``os.fdatasync`` releases the GIL), never on
+an event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from services.store.checkpoint import Checkpoint
+from services.store.commitlog import CommitLog
+from services.store.config import StoreConfig
+from services.store.consume_queue import ConsumeQueueTable
+from services.store.index_service import IndexService
+
+log = logging.getLogger(__name__)
+
+
+class CommitLogFlusher:
+    """Async flush or group commit for the CommitLog."""
+
+    def __init__(self, config: StoreConfig, commitlog: CommitLog, checkpoint: Checkpoint,
+                 on_flushed: Callable[[], None] | None = None) -> None:
+        self.config = config
+        self.commitlog = commitlog
+        self.checkpoint = checkpoint
+        self.on_flushed = on_flushed
+        self.flushed_offset = commitlog.max_offset
+        self.fsync_count = 0
+        self._request = threading.Event()
+        self._done = threading.Condition()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._last_thorough = time.monotonic()
+
+    # ---------------------------------------------------------------- group commit
+    def wait_flushed(self, end_offset: int, timeout_s: float) -> bool:
+        """Block until ``end_offset`` is durable; False on timeout (FLUSH_DISK_TIMEOUT)."""
+        if self.flushed_offset >= end_offset:
+            return True
+        self._request.set()
+        deadline = time.monotonic() + timeout_s
+        with self._done:
+            while self.flushed_offset < end_offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopped:
+                    return self.flushed_offset >= end_offset
+                self._done.wait(remaining)
+        return True
+
+    def flush_now(self, least_pages: int = 0) -> int:
+        """One flush of whatever is written; returns the flushed offset."""
+        commitlog = self.commitlog
+        last = commitlog.files.last_file()
+        store_ts = last.store_timestamp if last else 0
+        target = commitlog.max_offset
+        commitlog.files.flush(least_pages)
+        flushed = commitlog.flushed_offset
+        self.fsync_count += 1
+        if flushed >= target and store_ts:
+            self.checkpoint.state.physic_msg_timestamp = store_ts
+        if flushed > self.flushed_offset:
+            with self._done:
+                self.flushed_offset = flushed
+                self._done.notify_all()
+            if self.on_flushed is not None:
+                self.on_flushed()
+        return flushed
+
+    # ---------------------------------------------------------------- thread
+    def start(self) -> None:
+        self.flushed_offset = self.commitlog.flushed_offset
+        self._thread = threading.Thread(target=self._run, name="boltmq-flush-commitlog",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sync = self.config.sync_flush
+        interval_s = self.config.flush_interval_commitlog_ms / 1000
+        thorough_s = self.config.flush_commitlog_thorough_interval_ms / 1000
+        while not self._stopped:
+            try:
+                if sync:
+                    self._request.wait(0.01)
+                    self._request.clear()
+                    if self.commitlog.max_offset > self.flushed_offset:
+                        self.flush_now()
+                else:
+                    self._request.wait(interval_s)
+                    self._request.clear()
+                    now = time.monotonic()
+                    thorough = now - self._last_thorough >= thorough_s
+                    if thorough:
+                        self._last_thorough = now
+                    self.flush_now(0 if thorough else self.config.flush_commitlog_least_pages)
+            except Exception:
+                log.exception("CommitLog flush failed")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop the thread after a final full flush."""
+        self._stopped = True
+        self._request.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.flush_now()
+        with self._done:
+            self._done.notify_all()
+
+
+class ConsumeQueueFlusher:
+    """Flushes consume queues and index files, then the checkpoint."""
+
+    def __init__(self, config: StoreConfig, queues: ConsumeQueueTable, index: IndexService,
+                 checkpoint: Checkpoint, dispatched_timestamp: Callable[[], int]) -> None:
+        self.config = config
+        self.queues = queues
+        self.index = index
+        self.checkpoint = checkpoint
+        self.dispatched_timestamp = dispatched_timestamp
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_thorough = time.monotonic()
+
+    def flush_now(self, least_pages: int = 0) -> None:
+        """Flush queues and index, then record their timestamps in the checkpoint."""
+        logics_ts = self.dispatched_timestamp()  # taken before the flush: a lower bound
+        self.queues.flush(least_pages)
+        index_ts = self.index.flush()
+        state = self.checkpoint.state
+        if logics_ts and least_pages == 0:
+            state.logics_msg_timestamp = logics_ts
+        if index_ts:
+            state.index_msg_timestamp = index_ts
+        self.checkpoint.flush()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="boltmq-flush-cq", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval_s = self.config.flush_interval_consume_queue_ms / 1000
+        thorough_s = self.config.flush_consume_queue_thorough_interval_ms / 1000
+        while not self._stop.wait(interval_s):
+            try:
+                now = time.monotonic()
+                thorough = now - self._last_thorough >= thorough_s
+                if thorough:
+                    self._last_thorough = now
+                # The logics timestamp is only advanced by full flushes: a flush
+                # that skipped a queue with few dirty pages proves nothing.
+                self.flush_now(0 if thorough else self.config.flush_consume_queue_least_pages)
+            except Exception:
+                log.exception("consume-queue flush failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.flush_now()

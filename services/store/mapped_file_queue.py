@@ -1,0 +1,196 @@
+"""MappedFileQueue: an ordered list of same-size MappedFiles named by start offset.
+
+File ``n`` of the list covers ``[start_n, start_n + file_size)`` where the
+names are 20-digit start offsets and consecutive files are contiguous. The
+file holding offset ``p`` is ``(p - first_start) // file_size`` in the list.
+Shared by the CommitLog (segments) and each ConsumeQueue.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from services.store.mapped_file import FILE_NAME_DIGITS, MappedFile, file_name, fsync_dir
+
+_NAME = re.compile(rf"^\d{{{FILE_NAME_DIGITS}}}$")
+
+
+class CorruptFileLayout(ValueError):
+    """Files of a queue are misnamed, missized or not contiguous."""
+
+
+class MappedFileQueue:
+    """The files of one CommitLog or consume queue, oldest first."""
+
+    def __init__(self, directory: Path, file_size: int) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+        # Guards the list itself (creation, deletion); readers copy the list.
+        self.lock = threading.RLock()
+
+    # ---------------------------------------------------------------- loading
+    def load(self) -> list[str]:
+        """Map every file in the directory; returns warnings about files set aside.
+
+        Stray ``.tmp`` files from an interrupted creation are removed. A file of
+        the wrong size or a gap between files is a CorruptFileLayout: BoltMQ
+        refuses to guess rather than serve the wrong bytes.
+        """
+        warnings: list[str] = []
+        if not self.directory.exists():
+            return warnings
+        names = []
+        for path in sorted(self.directory.iterdir()):
+            if path.name.endswith(".tmp"):
+                path.unlink()
+                warnings.append(f"removed unfinished file {path}")
+                continue
+            if not _NAME.match(path.name):
+                warnings.append(f"ignored unexpected file {path}")
+                continue
+            names.append(path)
+        expected = None
+        for path in names:
+            start = int(path.name)
+            size = path.stat().st_size
+            if size != self.file_size:
+                raise CorruptFileLayout(
+                    f"{path} is {size} bytes but the configured file size is {self.file_size}"
+                )
+            if start % self.file_size:
+                raise CorruptFileLayout(f"{path}: start offset is not a multiple of {self.file_size}")
+            if expected is not None and start != expected:
+                raise CorruptFileLayout(f"{path}: expected a file starting at {expected}")
+            expected = start + self.file_size
+            mf = MappedFile(path, self.file_size)
+            mf.set_positions(self.file_size)
+            self.files.append(mf)
+        return warnings
+
+    # ---------------------------------------------------------------- lookup
+    @property
+    def min_offset(self) -> int:
+        files = self.files
+        return files[0].file_from_offset if files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just past the last written byte (wrote position)."""
+        files = self.files
+        if not files:
+            return 0
+        last = files[-1]
+        return last.file_from_offset + last.wrote_position
+
+    @property
+    def flushed_offset(self) -> int:
+        files = self.files
+        for mf in reversed(files):
+            if mf.flushed_position > 0 or mf is files[0]:
+                return mf.file_from_offset + mf.flushed_position
+        return 0
+
+    def last_file(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file that holds ``offset``, or None when outside the queue."""
+        files = self.files
+        if not files:
+            return None
+        first = files[0].file_from_offset
+        index = (offset - first) // self.file_size
+        if offset < first or index >= len(files):
+            return None
+        mf = files[index]
+        if mf.file_from_offset <= offset < mf.file_end_offset:
+            return mf
+        for mf in files:  # list changed under us; fall back to a scan
+            if mf.file_from_offset <= offset < mf.file_end_offset:
+                return mf
+        return None
+
+    def create_file(self, start_offset: int) -> MappedFile:
+        """Create and append the file starting at ``start_offset``."""
+        with self.lock:
+            last = self.last_file()
+            if last is not None and start_offset != last.file_end_offset:
+                raise CorruptFileLayout(
+                    f"new file at {start_offset} does not follow {last.file_end_offset}"
+                )
+            self.directory.mkdir(parents=True, exist_ok=True)
+            mf = MappedFile(self.directory / file_name(start_offset), self.file_size, create=True)
+            self.files = [*self.files, mf]
+            return mf
+
+    def last_file_or_create(self, start_offset: int = 0) -> MappedFile:
+        """The writable last file, creating the next one when it is full."""
+        last = self.last_file()
+        if last is None:
+            return self.create_file(start_offset - start_offset % self.file_size)
+        if last.is_full():
+            return self.create_file(last.file_end_offset)
+        return last
+
+    # ---------------------------------------------------------------- flush
+    def flush(self, least_pages: int = 0) -> int:
+        """Flush dirty files oldest first; returns the flushed offset."""
+        for mf in self.files:
+            if mf.committed_position > mf.flushed_position:
+                mf.flush(least_pages if mf is self.files[-1] else 0)
+        return self.flushed_offset
+
+    def dirty_pages(self) -> int:
+        return sum(mf.dirty_pages() for mf in self.files)
+
+    # ---------------------------------------------------------------- truncation
+    def truncate_to(self, offset: int) -> int:
+        """Cut everything at and after ``offset``: zero the tail, delete later files.
+
+        Returns how many bytes of written data were cut.
+        """
+        cut = 0
+        with self.lock:
+            keep: list[MappedFile] = []
+            for mf in self.files:
+                if mf.file_end_offset <= offset:
+                    keep.append(mf)
+                elif mf.file_from_offset <= offset:
+                    position = offset - mf.file_from_offset
+                    cut += max(0, mf.wrote_position - position)
+                    mf.zero_from(position)
+                    mf.set_positions(position)
+                    mf.flush()
+                    keep.append(mf)
+                else:
+                    cut += mf.wrote_position
+                    mf.destroy(force_after_s=0)
+            self.files = keep
+            if self.directory.exists():
+                fsync_dir(self.directory)
+        return cut
+
+    def delete_files(self, predicate: Callable[[MappedFile], bool], limit: int,
+                     force_after_s: float, keep_last: bool = True) -> list[MappedFile]:
+        """Destroy up to ``limit`` files from the front while ``predicate`` holds."""
+        removed: list[MappedFile] = []
+        with self.lock:
+            candidates = self.files[:-1] if keep_last else list(self.files)
+            for mf in candidates:
+                if len(removed) >= limit or not predicate(mf):
+                    break
+                mf.destroy(force_after_s)
+                removed.append(mf)
+            if removed:
+                self.files = self.files[len(removed):]
+        return removed
+
+    def close(self) -> None:
+        with self.lock:
+            for mf in self.files:
+                mf.close()

@@ -1,0 +1,77 @@
+"""Outcomes of store operations as small enums returned as values (DESIGN 4.8).
+
+The numeric values equal the proto enums in ``protos/boltmq/v1/message.proto``
+so the servicer edge maps them with ``int()`` alone.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from services.store.record import RecordView
+
+
+class PutStatus(enum.IntEnum):
+    """How an append ended."""
+
+    PUT_OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    FLUSH_SLAVE_TIMEOUT = 2
+    SLAVE_NOT_AVAILABLE = 3
+    SERVICE_NOT_AVAILABLE = 4
+    CREATE_MAPPED_FILE_FAILED = 5
+    MESSAGE_ILLEGAL = 6
+    PROPERTIES_SIZE_EXCEEDED = 7
+    OS_PAGE_CACHE_BUSY = 8
+    UNKNOWN_ERROR = 9
+
+    @property
+    def stored(self) -> bool:
+        """True when the message is in the CommitLog (even if not yet flushed/replicated)."""
+        return self in _STORED
+
+
+_STORED = frozenset(
+    (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+     PutStatus.SLAVE_NOT_AVAILABLE)
+)
+
+
+class GetStatus(enum.IntEnum):
+    """How a read from a consume queue ended."""
+
+    FOUND = 0
+    NO_MATCHED_MESSAGE = 1
+    MESSAGE_WAS_REMOVING = 2
+    OFFSET_FOUND_NULL = 3
+    OFFSET_OVERFLOW_BADLY = 4
+    OFFSET_OVERFLOW_ONE = 5
+    OFFSET_TOO_SMALL = 6
+    NO_MATCHED_LOGIC_QUEUE = 7
+    NO_MESSAGE_IN_QUEUE = 8
+
+
+@dataclass(slots=True)
+class PutResult:
+    """The outcome of one message's append."""
+
+    status: PutStatus
+    msg_id: str = ""
+    commitlog_offset: int = -1
+    queue_offset: int = -1
+    wrote_bytes: int = 0
+    store_timestamp: int = 0
+    error: str = ""
+    """Why a message was refused (empty when stored)."""
+
+
+@dataclass(slots=True)
+class GetResult:
+    """The outcome of one get: messages plus where the next get should start."""
+
+    status: GetStatus
+    messages: list[RecordView] = field(default_factory=list)
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0

@@ -1,0 +1,392 @@
+"""MessageStore: the facade that composes the store's parts.
+
+It owns no format and no algorithm of its own: CommitLog appends, the
+Dispatcher builds consume queues and the index, flushers force pages, the
+Cleaner deletes, recovery repairs. None of the parts holds a reference back to
+this facade; they are wired here with callables.
+
+Files under the root: ``lock`` (flock'd while running, so two stores never
+share a root), ``abort`` (exists while running; its presence at start means
+the last run crashed), ``checkpoint``, and the data directories.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+
+from services.store.checkpoint import Checkpoint
+from services.store.cleaner import Cleaner, DiskUsageProbe, disk_usage_percent
+from services.store.commitlog import CommitLog, PropertiesTooLarge
+from services.store.config import StoreConfig
+from services.store.consume_queue import ConsumeQueueTable
+from services.store.dispatcher import ArrivalListener, Dispatcher
+from services.store.flusher import CommitLogFlusher, ConsumeQueueFlusher
+from services.store.index_service import IndexService
+from services.store.message import Message
+from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
+from services.store.record import (
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    CorruptRecord,
+    InvalidMessage,
+    RecordView,
+    decode_record,
+    parse_msg_id,
+)
+from services.store.status import GetResult, GetStatus, PutResult, PutStatus
+from services.store.topic import InvalidSubscription, parse_subscription
+from services.store.verify import verify_store
+
+log = logging.getLogger(__name__)
+
+RECOVERY_DISPATCH_TIMEOUT_S = 3600.0
+
+
+class StoreLocked(RuntimeError):
+    """Another process holds the store's lock file."""
+
+
+class StoreNotRunning(RuntimeError):
+    """An operation that needs a started store."""
+
+
+class MessageStore:
+    """An embedded message store (see the module docstring)."""
+
+    def __init__(self, config: StoreConfig, *, disk_usage: DiskUsageProbe = disk_usage_percent
+                 ) -> None:
+        self.config = config
+        self.root = config.root_dir
+        self.commitlog = CommitLog(config)
+        self.queues = ConsumeQueueTable(self.root / "consumequeue", config.consume_queue_file_size)
+        self.index = IndexService(self.root / "index", config.max_hash_slot_num,
+                                  config.max_index_num)
+        self.checkpoint: Checkpoint | None = None
+        self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index,
+                                     self._dispatch_limit, config.check_crc_on_recover)
+        self.flusher: CommitLogFlusher | None = None
+        self.queue_flusher: ConsumeQueueFlusher | None = None
+        self.cleaner = Cleaner(config, self.commitlog, self.queues, self.index,
+                               disk_usage=disk_usage)
+        self.recovery: RecoveryReport | None = None
+        self.load_notes: list[str] = []
+        self.running = False
+        self._lock_fd = -1
+        self._state_lock = threading.Lock()
+
+    # ================================================================ lifecycle
+    def start(self) -> RecoveryReport:
+        """Lock the root, load every file, recover, then start background work."""
+        with self._state_lock:
+            if self.running:
+                raise RuntimeError("store already started")
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._take_lock()
+            try:
+                return self._start_locked()
+            except BaseException:
+                self._close_files()
+                self._release_lock()
+                raise
+
+    def _start_locked(self) -> RecoveryReport:
+        abort_path = self.root / "abort"
+        clean = not abort_path.exists()
+        self.checkpoint = Checkpoint(self.root / "checkpoint")
+        if self.checkpoint.problem:
+            self.load_notes.append(f"checkpoint unusable ({self.checkpoint.problem}); "
+                                   f"recovering from the first segment")
+        self.load_notes.extend(self.commitlog.files.load())
+        self.load_notes.extend(self.queues.load())
+        self.load_notes.extend(self.index.load(clean, self.checkpoint.state.index_msg_timestamp))
+        report = recover(self.commitlog, self.queues, clean, self.checkpoint.state,
+                         self.config.check_crc_on_recover)
+        report.notes[:0] = self.load_notes
+        self.recovery = report
+        for note in report.notes:
+            log.warning("recovery: %s", note)
+        abort_path.touch()
+        # Re-dispatch what recovery left behind before accepting any write.
+        self.dispatcher.reput_offset = report.reput_offset
+        while self.dispatcher.dispatch_once():
+            pass
+        if self.dispatcher.error:
+            report.notes.append(f"dispatch stopped at a bad record: {self.dispatcher.error}")
+        finish_queue_offsets(self.commitlog, self.queues)
+        for cq in self.queues:
+            cq.correct_min_offset(self.commitlog.min_offset)
+        self.commitlog.on_append = self.dispatcher.submit
+        self.dispatcher.inline = not self.config.sync_flush
+        self.flusher = CommitLogFlusher(self.config, self.commitlog, self.checkpoint,
+                                        on_flushed=self.dispatcher.wake)
+        self.queue_flusher = ConsumeQueueFlusher(
+            self.config, self.queues, self.index, self.checkpoint,
+            lambda: self.dispatcher.last_store_timestamp)
+        self.flusher.start()
+        self.queue_flusher.start()
+        self.dispatcher.start()
+        self.cleaner.start()
+        self.running = True
+        return report
+
+    def shutdown(self) -> None:
+        """Flush, dispatch everything, write the checkpoint, remove abort, unlock."""
+        with self._state_lock:
+            if not self.running:
+                return
+            self.running = False
+            self.cleaner.stop()
+            assert self.flusher is not None and self.queue_flusher is not None
+            self.flusher.stop()
+            self.dispatcher.stop()
+            self.queue_flusher.stop()
+            self._close_files()
+            (self.root / "abort").unlink(missing_ok=True)
+            self._release_lock()
+
+    def _close_files(self) -> None:
+        self.commitlog.close()
+        self.queues.close()
+        self.index.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLocked(f"{self.root} is in use by another store process") from None
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> MessageStore:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ================================================================ writes
+    def _dispatch_limit(self) -> int:
+        if self.config.sync_flush and self.flusher is not None:
+            return self.flusher.flushed_offset
+        return self.commitlog.max_offset
+
+    def _refusal(self) -> PutResult | None:
+        if not self.running:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
+        if self.config.broker_role == "SLAVE":
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="replica store refuses writes")
+        if self.cleaner.disk_full:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                             error=f"disk above {self.config.disk_space_warning_level_ratio}%")
+        return None
+
+    def put_message(self, msg: Message) -> PutResult:
+        """Append one message."""
+        return self.put_messages((msg,))[0]
+
+    def put_messages(self, msgs: Sequence[Message]) -> list[PutResult]:
+        """Append a batch under one lock with one flush wait; one result per message.
+
+        Messages that fail validation get MESSAGE_ILLEGAL or
+        PROPERTIES_SIZE_EXCEEDED and are not written; the others are.
+        """
+        refusal = self._refusal()
+        if refusal is not None:
+            return [PutResult(refusal.status, error=refusal.error) for _ in msgs]
+        now_ms = time.time_ns() // 1_000_000
+        encode = self.commitlog.encode
+        encoded = []
+        rejected: dict[int, PutResult] = {}
+        for i, msg in enumerate(msgs):
+            try:
+                encoded.append(encode(msg, now_ms))
+            except PropertiesTooLarge as exc:
+                rejected[i] = PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
+            except (InvalidMessage, TypeError, AttributeError) as exc:
+                rejected[i] = PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
+        if not encoded:
+            return [rejected[i] for i in range(len(msgs))]
+        results, batch = self.commitlog.append(encoded, now_ms)
+        if self.config.sync_flush:
+            assert self.flusher is not None
+            if not self.flusher.wait_flushed(batch.end_offset,
+                                             self.config.sync_flush_timeout_ms / 1000):
+                for r in results:
+                    r.status = PutStatus.FLUSH_DISK_TIMEOUT
+        if not rejected:
+            return results
+        stored = iter(results)
+        return [rejected[i] if i in rejected else next(stored) for i in range(len(msgs))]
+
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
+        """Append raw CommitLog bytes at ``offset`` (HA replica side); the new max offset."""
+        if not self.running:
+            raise StoreNotRunning("store is not running")
+        end = self.commitlog.append_raw(offset, data)
+        self.dispatcher.wake()
+        return end
+
+    # ================================================================ reads
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int,
+                     max_count: int | None = None, subscription: str | None = None,
+                     max_bytes: int | None = None) -> GetResult:
+        """Read up to ``max_count`` messages from ``queue_offset`` that match ``subscription``."""
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
+        try:
+            sub = parse_subscription(subscription)
+        except InvalidSubscription:
+            return GetResult(GetStatus.NO_MATCHED_MESSAGE, next_begin_offset=queue_offset,
+                             min_offset=cq.min_offset(), max_offset=cq.max_offset())
+        min_offset, max_offset = cq.min_offset(), cq.max_offset()
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, min_offset=min_offset,
+                           max_offset=max_offset)
+        if max_offset == 0:
+            result.status, result.next_begin_offset = GetStatus.NO_MESSAGE_IN_QUEUE, 0
+        elif queue_offset < min_offset:
+            result.status, result.next_begin_offset = GetStatus.OFFSET_TOO_SMALL, min_offset
+        elif queue_offset == max_offset:
+            result.status, result.next_begin_offset = GetStatus.OFFSET_OVERFLOW_ONE, queue_offset
+        elif queue_offset > max_offset:
+            result.status = GetStatus.OFFSET_OVERFLOW_BADLY
+            result.next_begin_offset = min_offset if min_offset == 0 else max_offset
+        else:
+            self._collect(cq, queue_offset, max_count, max_bytes, sub, result)
+        return result
+
+    def _collect(self, cq, queue_offset, max_count, max_bytes, sub, result) -> None:  # type: ignore[no-untyped-def]
+        """Read matching messages into ``result``; one segment reference per segment."""
+        config = self.config
+        count = config.max_transfer_count_on_message_in_memory if max_count is None \
+            else max(0, min(max_count, 1 << 20))
+        byte_limit = config.max_transfer_bytes_on_message_in_memory if max_bytes is None \
+            else max_bytes
+        files = self.commitlog.files
+        check_crc = config.check_crc_on_read
+        commitlog_min = self.commitlog.min_offset
+        messages = result.messages
+        total_bytes = scanned = missing = 0
+        matches_all = sub.matches_all
+        codes = sub.codes
+        mf = None
+        mf_from = mf_end = 0
+        try:
+            for physical, size, code in cq.entries(
+                    queue_offset, max(count, 1) if matches_all else config.max_get_scan_entries):
+                if len(messages) >= count or (messages and total_bytes + size > byte_limit):
+                    break
+                scanned += 1
+                if not matches_all and code not in codes:
+                    continue
+                if not mf_from <= physical < mf_end:
+                    if mf is not None:
+                        mf.release()
+                    mf = files.find(physical) if physical >= commitlog_min else None
+                    if mf is None or not mf.hold():
+                        mf = None
+                        mf_from = mf_end = 0
+                        missing += 1
+                        continue
+                    mf_from, mf_end = mf.file_from_offset, mf.file_end_offset
+                try:
+                    record = decode_record(mf.view, physical - mf_from, check_crc=check_crc)
+                except CorruptRecord as exc:
+                    log.error("refusing to serve a corrupt record: %s", exc)
+                    missing += 1
+                    continue
+                if not matches_all and not sub.matches_tag(record.tags):
+                    continue
+                messages.append(record)
+                total_bytes += size
+        finally:
+            if mf is not None:
+                mf.release()
+        result.next_begin_offset = queue_offset + scanned
+        if messages:
+            result.status = GetStatus.FOUND
+        elif missing:
+            result.status = GetStatus.OFFSET_FOUND_NULL
+
+    def look_message(self, commitlog_offset: int) -> RecordView | None:
+        """The message whose record starts at ``commitlog_offset``; None if none is there."""
+        try:
+            return self.commitlog.read_record(commitlog_offset,
+                                              check_crc=self.config.check_crc_on_read)
+        except CorruptRecord:
+            return None
+
+    def view_message(self, msg_id: str) -> RecordView | None:
+        """The message with this offset MessageId (no index needed); ValueError if malformed."""
+        _host, _port, offset = parse_msg_id(msg_id)
+        return self.look_message(offset)
+
+    def query_messages(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,
+                       end_ms: int | None = None) -> list[RecordView]:
+        """Messages of ``topic`` whose KEYS or UNIQ_KEY equals ``key`` in the time range."""
+        end = end_ms if end_ms is not None else time.time_ns() // 1_000_000 + 1000
+        found = []
+        for offset in self.index.query(topic, key, max(max_count, 0) * 4 + 16, begin_ms, end):
+            record = self.look_message(offset)
+            if record is None or record.topic != topic:
+                continue
+            props = record.properties
+            keys = props.get(PROPERTY_KEYS, "").split(" ")
+            if key not in keys and props.get(PROPERTY_UNIQ_KEY) != key:
+                continue  # a hash collision
+            found.append(record)
+            if len(found) >= max_count:
+                break
+        return found
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset stored at or after ``timestamp_ms`` (0 for an unknown queue)."""
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp_ms, self.commitlog.store_time_of)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return cq.min_offset() if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return cq.max_offset() if cq else 0
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Call ``listener(topic, queue_id, max_offset)`` after each dispatch round."""
+        self.dispatcher.listeners.append(listener)
+
+    def wait_dispatched(self, timeout_s: float = 30.0) -> bool:
+        """Block until everything appended so far is in the consume queues."""
+        target = self._dispatch_limit() if self.config.sync_flush else self.commitlog.max_offset
+        self.dispatcher.wake()
+        return self.dispatcher.wait_dispatched(target, timeout_s)
+
+    def flush(self) -> None:
+        """Force the CommitLog, consume queues, index and checkpoint to disk now."""
+        if self.flusher is not None:
+            self.flusher.flush_now()
+        self.wait_dispatched()
+        if self.queue_flusher is not None:
+            self.queue_flusher.flush_now()
+
+    def verify(self) -> list[str]:
+        """Every inconsistency between CommitLog, consume queues and index (empty: sound)."""
+        return verify_store(self.commitlog, self.queues, self.index,
+                            self.dispatcher.reput_offset)

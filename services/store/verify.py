@@ -1,0 +1,223 @@
+"""verify(): walk CommitLog -> ConsumeQueue -> IndexFile and report every inconsistency.
+
+Checks, each reported as one line:
+- every CommitLog record up to the end of data is whole and its CRC matches;
+- every dispatched, consumable record has the consume-queue entry its
+  queue_offset names, pointing back at it with its size and tag code;
+- every consume-queue entry points at the start of a record of its own topic,
+  queue and queue offset, and queues hold no entry past the dispatched data;
+- every indexed key of a dispatched record is found through the index, and the
+  index files are structurally sound.
+
+:func:`verify_directory` runs the same checks on a stopped store's directory
+without changing a byte (``boltmq store verify``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from services.store.commitlog import CommitLog, dispatch_request_of, is_consumable
+from services.store.config import StoreConfig
+from services.store.consume_queue import ConsumeQueueTable
+from services.store.index_service import IndexService
+from services.store.record import CorruptRecord, decode_record
+
+# Delayed messages keep their delivery time as tag code (DESIGN 4.3).
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+MAX_PROBLEMS = 1000
+
+
+def verify_store(commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService | None,
+                 dispatched_offset: int) -> list[str]:
+    """All inconsistencies (at most MAX_PROBLEMS lines); empty when the store is sound."""
+    problems: list[str] = []
+    end = _check_commitlog_and_queues(commitlog, queues, index, dispatched_offset, problems)
+    for cq in queues:
+        _check_queue(commitlog, cq, min(end, dispatched_offset), problems)
+    if index is not None:
+        problems.extend(index.verify_entries())
+    return problems[:MAX_PROBLEMS]
+
+
+def _check_commitlog_and_queues(commitlog: CommitLog, queues: ConsumeQueueTable,
+                                index: IndexService | None, dispatched_offset: int,
+                                problems: list[str]) -> int:
+    end = commitlog.min_offset
+    index_floor = index.files[0].begin_phy_offset if index is not None and index.files else None
+    try:
+        for offset, record in commitlog.walk(commitlog.min_offset, check_crc=True):
+            if record is None:
+                mf = commitlog.files.find(offset)
+                end = mf.file_end_offset if mf else offset
+                continue
+            end = offset + record.total_size
+            if offset >= dispatched_offset or len(problems) >= MAX_PROBLEMS:
+                continue
+            request = dispatch_request_of(record)
+            if is_consumable(record.sys_flag):
+                _check_entry_of(queues, request, problems)
+            if index is not None and request.index_keys and index_floor is not None \
+                    and offset >= index_floor:
+                for key in request.index_keys:
+                    if offset not in index.query(request.topic, key, 1 << 16, 0, 1 << 62):
+                        problems.append(f"index: key {request.topic}#{key} of offset {offset} "
+                                        f"not found")
+    except CorruptRecord as exc:
+        problems.append(f"commitlog: {exc}")
+    return end
+
+
+def _check_entry_of(queues: ConsumeQueueTable, request, problems: list[str]) -> None:  # type: ignore[no-untyped-def]
+    where = f"{request.topic}/{request.queue_id}@{request.queue_offset}"
+    cq = queues.get(request.topic, request.queue_id)
+    if cq is None:
+        problems.append(f"consume queue {request.topic}/{request.queue_id} missing for "
+                        f"CommitLog offset {request.commitlog_offset}")
+        return
+    if request.queue_offset < cq.min_offset():
+        return  # cleaned with its segment
+    entry = cq.entry(request.queue_offset)
+    if entry is None:
+        problems.append(f"consume queue {where}: no entry for CommitLog offset "
+                        f"{request.commitlog_offset}")
+        return
+    physical, size, code = entry
+    if physical != request.commitlog_offset or size != request.size:
+        problems.append(f"consume queue {where}: entry ({physical}, {size}) but the record is "
+                        f"({request.commitlog_offset}, {request.size})")
+    elif code != request.tags_code and request.topic != SCHEDULE_TOPIC:
+        problems.append(f"consume queue {where}: tag code {code}, record says {request.tags_code}")
+
+
+def _check_queue(commitlog: CommitLog, cq, dispatched_end: int, problems: list[str]) -> None:  # type: ignore[no-untyped-def]
+    commitlog_min = commitlog.min_offset
+    for queue_offset in range(cq.min_offset(), cq.max_offset()):
+        if len(problems) >= MAX_PROBLEMS:
+            return
+        entry = cq.entry(queue_offset)
+        where = f"consume queue {cq.topic}/{cq.queue_id}@{queue_offset}"
+        if entry is None:
+            problems.append(f"{where}: unreadable entry")
+            continue
+        physical, size, _ = entry
+        if physical < commitlog_min:
+            continue
+        if physical < 0 or size <= 0:
+            problems.append(f"{where}: empty entry inside the queue")
+            continue
+        if physical + size > dispatched_end:
+            problems.append(f"{where}: points at {physical}+{size}, past the CommitLog data "
+                            f"({dispatched_end})")
+            continue
+        mf = commitlog.files.find(physical)
+        if mf is None:
+            problems.append(f"{where}: CommitLog offset {physical} is in no segment")
+            continue
+        try:
+            record = decode_record(mf.view, physical - mf.file_from_offset, check_crc=False)
+        except CorruptRecord as exc:
+            problems.append(f"{where}: no record at {physical} ({exc})")
+            continue
+        if (record.topic, record.queue_id, record.queue_offset, record.total_size) != (
+                cq.topic, cq.queue_id, queue_offset, size):
+            problems.append(f"{where}: points at a record of {record.topic}/{record.queue_id}"
+                            f"@{record.queue_offset} ({record.total_size} bytes)")
+
+
+def verify_directory(root: Path, config: StoreConfig | None = None) -> list[str]:
+    """Verify a stopped store's directory without changing it.
+
+    Raises RuntimeError when a running store holds the directory.
+    """
+    root = Path(root)
+    if not (root / "commitlog").is_dir():
+        raise FileNotFoundError(f"{root} has no commitlog/ directory: not a BoltMQ store")
+    cfg = config or StoreConfig(root_dir=root)
+    lock_path = root / "lock"
+    fd = os.open(lock_path, os.O_RDONLY) if lock_path.exists() else -1
+    try:
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RuntimeError(f"{root} is in use by a running store") from None
+        commitlog, queues, index = open_offline(root, cfg)
+        try:
+            return verify_store(commitlog, queues, index, commitlog.max_offset)
+        finally:
+            commitlog.close()
+            queues.close()
+            index.close()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def open_offline(root: Path, config: StoreConfig) -> tuple[CommitLog, ConsumeQueueTable,
+                                                           IndexService]:
+    """Map a store's files read-only in spirit: positions from the data, nothing cut.
+
+    Segment and queue file sizes are taken from the files themselves, so the
+    caller needs no configuration.
+    """
+    segment_size = _file_size(root / "commitlog") or config.mapped_file_size_commitlog
+    queue_size = _first_queue_file_size(root / "consumequeue") or config.consume_queue_file_size
+    cfg = StoreConfig(root_dir=root, mapped_file_size_commitlog=segment_size,
+                      mapped_file_size_consume_queue=queue_size,
+                      max_hash_slot_num=config.max_hash_slot_num,
+                      max_index_num=config.max_index_num)
+    commitlog = CommitLog(cfg)
+    commitlog.files.load()
+    _set_commitlog_end(commitlog)
+    queues = ConsumeQueueTable(root / "consumequeue", queue_size)
+    queues.load()
+    for cq in queues:
+        cq.scan_positions()
+        cq.min_logic_offset = cq.files.min_offset // 20
+    index = _open_index(root, cfg)
+    return commitlog, queues, index
+
+
+def _open_index(root: Path, cfg: StoreConfig) -> IndexService:
+    index = IndexService(root / "index", cfg.max_hash_slot_num, cfg.max_index_num)
+    index.load(True, 0)
+    return index
+
+
+def _set_commitlog_end(commitlog: CommitLog) -> None:
+    end = commitlog.min_offset
+    try:
+        for offset, record in commitlog.walk(commitlog.min_offset, check_crc=False):
+            if record is None:
+                mf = commitlog.files.find(offset)
+                end = mf.file_end_offset if mf else offset
+            else:
+                end = offset + record.total_size
+    except CorruptRecord:
+        pass
+    last = commitlog.files.last_file()
+    if last is not None and last.file_from_offset <= end < last.file_end_offset:
+        last.set_positions(end - last.file_from_offset)
+
+
+def _file_size(directory: Path) -> int:
+    if not directory.is_dir():
+        return 0
+    for path in sorted(directory.iterdir()):
+        if path.name.isdigit():
+            return path.stat().st_size
+    return 0
+
+
+def _first_queue_file_size(root: Path) -> int:
+    if not root.is_dir():
+        return 0
+    for topic_dir in sorted(root.iterdir()):
+        for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
+            size = _file_size(queue_dir)
+            if size:
+                return size
+    return 0

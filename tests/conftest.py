@@ -1,0 +1,41 @@
+"""Shared fixtures: small real stores in tmp_path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from services.store import MessageStore, StoreConfig
+
+
+def small_config(root: Path, **overrides: object) -> StoreConfig:
+    """The issue's small test geometry: 64 KiB segments, 1000-entry queues, tiny index."""
+    values: dict[str, object] = dict(
+        root_dir=root,
+        mapped_file_size_commitlog=64 * 1024,
+        mapped_file_size_consume_queue=1000 * 20,
+        max_hash_slot_num=1000,
+        max_index_num=4000,
+        flush_disk_type="ASYNC_FLUSH",
+        max_message_size_bytes=48 * 1024,
+    )
+    values.update(overrides)
+    return StoreConfig(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def make_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
+    """Factory of started stores on ``tmp_path/store``; all are shut down at the end."""
+    stores: list[MessageStore] = []
+
+    def factory(root: Path | None = None, **overrides: object) -> MessageStore:
+        store = MessageStore(small_config(root or tmp_path / "store", **overrides))
+        store.start()
+        stores.append(store)
+        return store
+
+    yield factory
+    for store in stores:
+        store.shutdown()
