@@ -75,28 +75,18 @@ class AppendBatch:
 
     start_offset: int
     end_offset: int
-    requests: list[DispatchRequest]
+    requests: list[DispatchTuple]
 
 
-class _Encoded(NamedTuple):
-    """A validated message with every part that does not depend on its position."""
-
-    topic: str
-    queue_id: int
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: bytes
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body: bytes
-    crc: int
-    magic: int
-    tail: bytes
-    total_size: int
-    tags_code: int
-    index_keys: tuple[str, ...]
-    consumable: bool
+# A validated message with every part that does not depend on its position:
+# (topic, queue_id, flag, sys_flag, born_timestamp, born_host, reconsume_times,
+#  prepared_transaction_offset, body, crc, magic, tail, total_size, tags_code,
+#  index_keys, consumable). A plain tuple: NamedTuple construction is 5x slower
+# and this is built once per message on the hot path.
+_Encoded = tuple[str, int, int, int, int, bytes, int, int, bytes, int, int, bytes, int, int,
+                 tuple[str, ...], bool]
+# The fields of DispatchRequest as a plain tuple, built by append().
+DispatchTuple = tuple[str, int, int, int, int, int, int, tuple[str, ...], int]
 
 
 def dispatch_request_of(view: RecordView) -> DispatchRequest:
@@ -127,7 +117,9 @@ class CommitLog:
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
-        self.files = MappedFileQueue(config.root_dir / "commitlog", config.mapped_file_size_commitlog)
+        self.files = MappedFileQueue(config.root_dir / "commitlog",
+                                     config.mapped_file_size_commitlog)
+        self.files.preallocate = True
         self.lock = threading.Lock()
         # (topic, queue_id) -> the queue offset the next record gets.
         self.queue_offsets: dict[tuple[str, int], int] = {}
@@ -156,7 +148,7 @@ class CommitLog:
         return self.files.flushed_offset
 
     # ---------------------------------------------------------------- encode
-    def encode(self, msg: Message, now_ms: int) -> _Encoded:  # type: ignore[return-value]
+    def encode(self, msg: Message, now_ms: int) -> _Encoded:
         """Validate ``msg`` and encode its position-independent parts.
 
         Raises InvalidMessage (MESSAGE_ILLEGAL) or a PropertiesTooLarge
@@ -213,7 +205,7 @@ class CommitLog:
         total = head.size + len(body) + len(tail)
         if total > self.max_record_size:
             raise InvalidMessage(f"record of {total} bytes does not fit in a segment")
-        return (  # an _Encoded, built as a plain tuple: NamedTuple.__new__ is 5x slower
+        return (
             topic, queue_id, msg.flag, sys_flag, msg.born_timestamp or now_ms, born_host,
             msg.reconsume_times, msg.prepared_transaction_offset,
             body if type(body) is bytes else bytes(body), body_crc(body),
@@ -222,17 +214,22 @@ class CommitLog:
         )
 
     # ---------------------------------------------------------------- append
-    def append(self, encoded: Sequence[_Encoded], now_ms: int) -> tuple[list[PutResult], AppendBatch]:
+    def append(self, encoded: Sequence[_Encoded], now_ms: int
+               ) -> tuple[list[PutResult], AppendBatch]:
         """Append records in order under one lock; one slice copy per segment touched."""
         results: list[PutResult] = []
-        requests: list[DispatchRequest] = []
+        requests: list[DispatchTuple] = []
         store_host = self.store_host
         id_prefix = self._msg_id_prefix
         head_struct = HEADS[(False, len(store_host) == 20)]
         head_struct_v6 = HEADS[(True, len(store_host) == 20)]
         with self.lock:
             start_offset = self.files.max_offset
-            mf = self.files.last_file_or_create(start_offset)
+            try:
+                mf = self.files.last_file_or_create(start_offset)
+            except OSError as exc:
+                return _create_failed(len(encoded), exc), AppendBatch(start_offset,
+                                                                       start_offset, [])
             chunk: list[bytes] = []
             chunk_start = mf.wrote_position
             position = chunk_start
@@ -244,7 +241,13 @@ class CommitLog:
                     chunk.append(blank_marker(remaining))
                     self._write_chunk(mf, chunk, chunk_start, now_ms)
                     mf.wrote_position = mf.committed_position = mf.file_size  # segment full
-                    mf = self.files.last_file_or_create()
+                    try:
+                        mf = self.files.last_file_or_create()
+                    except OSError as exc:
+                        # Disk full or unwritable: what is written stays; the rest fails.
+                        results += _create_failed(len(encoded) - len(results), exc)
+                        chunk = []
+                        break
                     chunk = []
                     chunk_start = position = mf.wrote_position
                 physical = mf.file_from_offset + position
@@ -267,7 +270,7 @@ class CommitLog:
                 requests.append((topic, queue_id, physical, total, code, now_ms, queue_offset,
                                  index_keys, sys_flag))
             self._write_chunk(mf, chunk, chunk_start, now_ms)
-            batch = AppendBatch(start_offset, mf.file_from_offset + mf.wrote_position, requests)
+            batch = AppendBatch(start_offset, self.files.max_offset, requests)
             if self.on_append is not None:
                 self.on_append(batch)
         return results, batch
@@ -334,7 +337,8 @@ class CommitLog:
             mf.release()
 
     # ---------------------------------------------------------------- walking
-    def walk(self, start_offset: int, *, check_crc: bool) -> Iterator[tuple[int, RecordView | None]]:
+    def walk(self, start_offset: int, *, check_crc: bool
+             ) -> Iterator[tuple[int, RecordView | None]]:
         """Yield ``(offset, record)`` from ``start_offset`` to the end of valid data.
 
         A blank marker yields ``(offset, None)`` and moves to the next segment.
@@ -380,6 +384,11 @@ class CommitLog:
 
     def close(self) -> None:
         self.files.close()
+
+
+def _create_failed(count: int, exc: OSError) -> list[PutResult]:
+    error = f"cannot create the next CommitLog segment: {exc.strerror or exc}"
+    return [PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=error) for _ in range(count)]
 
 
 class PropertiesTooLarge(InvalidMessage):

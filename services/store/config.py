@@ -104,7 +104,8 @@ class StoreConfig:
         if self.max_hash_slot_num < 1 or self.max_index_num < 2:
             raise ConfigError("max_hash_slot_num must be >= 1 and max_index_num >= 2")
         if not _DELETE_WHEN.match(self.delete_when):
-            raise ConfigError(f"delete_when must look like '04' or '04;16', got {self.delete_when!r}")
+            raise ConfigError(
+                f"delete_when must look like '04' or '04;16', got {self.delete_when!r}")
         ratios = (self.disk_max_used_space_ratio, self.disk_space_clean_forcibly_ratio,
                   self.disk_space_warning_level_ratio)
         if not all(1 <= r <= 100 for r in ratios):

@@ -181,8 +181,7 @@ class ConsumeQueue:
                 stop = min(mf.wrote_position, relative + remaining * ENTRY_SIZE)
                 if stop <= relative:
                     return
-                for entry in ENTRY.iter_unpack(mf.view[relative:stop]):
-                    yield entry
+                yield from ENTRY.iter_unpack(mf.view[relative:stop])
                 count = (stop - relative) // ENTRY_SIZE
             finally:
                 mf.release()

@@ -18,7 +18,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from services.store.commitlog import AppendBatch, CommitLog, DispatchRequest, dispatch_request_of
+from services.store.commitlog import (
+    AppendBatch,
+    CommitLog,
+    DispatchRequest,
+    DispatchTuple,
+    dispatch_request_of,
+)
 from services.store.consume_queue import ConsumeQueueTable
 from services.store.index_service import IndexService
 from services.store.record import (
@@ -147,7 +153,7 @@ class Dispatcher:
         self.reput_offset = max(self.reput_offset, end)
         return len(requests)
 
-    def _apply(self, requests: Iterable[DispatchRequest], touched: dict[tuple[str, int], None]
+    def _apply(self, requests: Iterable[DispatchTuple], touched: dict[tuple[str, int], None]
                ) -> None:
         queues = self.queues
         index = self.index

@@ -44,8 +44,20 @@ def fsync_dir(path: Path) -> None:
 
 
 def create_sized_file(path: Path, size: int) -> None:
-    """Create ``path`` of ``size`` zero bytes via tmp -> fsync -> rename -> fsync(dir)."""
+    """Create ``path`` of ``size`` zero bytes via tmp -> fsync -> rename -> fsync(dir).
+
+    A ``.tmp`` of the right size left by :func:`prepare_sized_file` (the
+    background pre-allocation) is used as it is.
+    """
     tmp = path.with_name(path.name + ".tmp")
+    if not (tmp.exists() and tmp.stat().st_size == size):
+        prepare_sized_file(tmp, size)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def prepare_sized_file(tmp: Path, size: int) -> None:
+    """Write a sized, allocated, fsynced ``.tmp`` file (step one of creation)."""
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fd, size)
@@ -54,10 +66,11 @@ def create_sized_file(path: Path, size: int) -> None:
         # disk fails here with ENOSPC instead of SIGBUS on a later page write.
         os.posix_fallocate(fd, 0, size)
         os.fsync(fd)
-    finally:
+    except OSError:
         os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
 
 
 class MappedFile:
@@ -119,7 +132,8 @@ class MappedFile:
         target = self.committed_position
         if target <= self.flushed_position:
             return self.flushed_position
-        if least_pages > 0 and (target // PAGE_SIZE) - (self.flushed_position // PAGE_SIZE) < least_pages:
+        dirty = (target // PAGE_SIZE) - (self.flushed_position // PAGE_SIZE)
+        if least_pages > 0 and dirty < least_pages:
             return self.flushed_position
         if not self.hold():
             return self.flushed_position

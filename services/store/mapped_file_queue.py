@@ -13,7 +13,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from services.store.mapped_file import FILE_NAME_DIGITS, MappedFile, file_name, fsync_dir
+from services.store.mapped_file import (
+    FILE_NAME_DIGITS,
+    MappedFile,
+    file_name,
+    fsync_dir,
+    prepare_sized_file,
+)
 
 _NAME = re.compile(rf"^\d{{{FILE_NAME_DIGITS}}}$")
 
@@ -31,6 +37,9 @@ class MappedFileQueue:
         self.files: list[MappedFile] = []
         # Guards the list itself (creation, deletion); readers copy the list.
         self.lock = threading.RLock()
+        self.preallocate = False
+        """Prepare the next file in the background after each creation (CommitLog)."""
+        self._preallocator: threading.Thread | None = None
 
     # ---------------------------------------------------------------- loading
     def load(self) -> list[str]:
@@ -46,8 +55,7 @@ class MappedFileQueue:
         names = []
         for path in sorted(self.directory.iterdir()):
             if path.name.endswith(".tmp"):
-                path.unlink()
-                warnings.append(f"removed unfinished file {path}")
+                path.unlink()  # a pre-allocated or half-created file: never data
                 continue
             if not _NAME.match(path.name):
                 warnings.append(f"ignored unexpected file {path}")
@@ -62,7 +70,8 @@ class MappedFileQueue:
                     f"{path} is {size} bytes but the configured file size is {self.file_size}"
                 )
             if start % self.file_size:
-                raise CorruptFileLayout(f"{path}: start offset is not a multiple of {self.file_size}")
+                raise CorruptFileLayout(
+                    f"{path}: start offset is not a multiple of {self.file_size}")
             if expected is not None and start != expected:
                 raise CorruptFileLayout(f"{path}: expected a file starting at {expected}")
             expected = start + self.file_size
@@ -124,9 +133,27 @@ class MappedFileQueue:
                     f"new file at {start_offset} does not follow {last.file_end_offset}"
                 )
             self.directory.mkdir(parents=True, exist_ok=True)
+            if self._preallocator is not None:
+                self._preallocator.join()
+                self._preallocator = None
             mf = MappedFile(self.directory / file_name(start_offset), self.file_size, create=True)
             self.files = [*self.files, mf]
+            if self.preallocate:
+                self._start_preallocation(mf.file_end_offset)
             return mf
+
+    def _start_preallocation(self, start_offset: int) -> None:
+        tmp = self.directory / (file_name(start_offset) + ".tmp")
+
+        def prepare() -> None:
+            try:
+                prepare_sized_file(tmp, self.file_size)
+            except OSError:
+                pass  # the foreground creation retries and reports the error
+
+        self._preallocator = threading.Thread(target=prepare, name="boltmq-preallocate",
+                                              daemon=True)
+        self._preallocator.start()
 
     def last_file_or_create(self, start_offset: int = 0) -> MappedFile:
         """The writable last file, creating the next one when it is full."""
@@ -192,5 +219,8 @@ class MappedFileQueue:
 
     def close(self) -> None:
         with self.lock:
+            if self._preallocator is not None:
+                self._preallocator.join()
+                self._preallocator = None
             for mf in self.files:
                 mf.close()

@@ -28,7 +28,6 @@ from services.store.dispatcher import ArrivalListener, Dispatcher
 from services.store.flusher import CommitLogFlusher, ConsumeQueueFlusher
 from services.store.index_service import IndexService
 from services.store.message import Message
-from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
 from services.store.record import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -38,6 +37,7 @@ from services.store.record import (
     decode_record,
     parse_msg_id,
 )
+from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
 from services.store.status import GetResult, GetStatus, PutResult, PutStatus
 from services.store.topic import InvalidSubscription, parse_subscription
 from services.store.verify import verify_store
@@ -303,6 +303,7 @@ class MessageStore:
                         missing += 1
                         continue
                     mf_from, mf_end = mf.file_from_offset, mf.file_end_offset
+                assert mf is not None
                 try:
                     record = decode_record(mf.view, physical - mf_from, check_crc=check_crc)
                 except CorruptRecord as exc:
