@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -338,49 +338,63 @@ class CommitLog:
 
     # ---------------------------------------------------------------- walking
     def walk(self, start_offset: int, *, check_crc: bool
-             ) -> Iterator[tuple[int, RecordView | None]]:
+             ) -> Generator[tuple[int, RecordView | None], None, None]:
         """Yield ``(offset, record)`` from ``start_offset`` to the end of valid data.
 
         A blank marker yields ``(offset, None)`` and moves to the next segment.
         Stops silently at zeros (unwritten space) and raises CorruptRecord at the
-        first invalid record, with the offset in ``exc.offset``.
+        first invalid record, with the offset in ``exc.offset``. Each segment is
+        held while its records are yielded, so the cleaner cannot unmap it under
+        the walker; a segment already being deleted ends the walk.
         """
-        files = self.files.files
+        files = list(self.files.files)
         index = 0
         while index < len(files) and files[index].file_end_offset <= start_offset:
             index += 1
         offset = start_offset
         while index < len(files):
             mf = files[index]
-            position = offset - mf.file_from_offset
-            view = mf.view
-            limit = mf.wrote_position
-            while True:
-                if position + BLANK_MARKER_SIZE > limit:
-                    if position >= limit:
-                        return
-                    raise _corrupt(offset, "truncated record header")
-                total, magic = TOTAL_AND_MAGIC.unpack_from(view, position)
-                if magic == MAGIC_BLANK:
-                    if total != mf.file_size - position:
-                        raise _corrupt(offset, f"blank marker of {total} bytes at {position}")
-                    yield offset, None
-                    break
-                if total == 0 and magic == 0:
+            if not mf.hold():
+                return
+            try:
+                if not (yield from self._walk_segment(mf, offset, check_crc)):
                     return
-                if magic not in MESSAGE_MAGICS:
-                    raise _corrupt(offset, f"bad magic 0x{magic:08X}")
-                try:
-                    view_record = decode_record(view, position, check_crc=check_crc)
-                except CorruptRecord as exc:
-                    raise _corrupt(offset, str(exc)) from None
-                if view_record.commitlog_offset != offset:
-                    raise _corrupt(offset, f"record claims offset {view_record.commitlog_offset}")
-                yield offset, view_record
-                position += total
-                offset += total
+            finally:
+                mf.release()
             index += 1
             offset = mf.file_end_offset
+
+    @staticmethod
+    def _walk_segment(mf: MappedFile, offset: int, check_crc: bool
+                      ) -> Generator[tuple[int, RecordView | None], None, bool]:
+        """Records of one segment from ``offset``; True when it ended in a blank marker."""
+        position = offset - mf.file_from_offset
+        view = mf.view
+        limit = mf.wrote_position
+        while True:
+            if position + BLANK_MARKER_SIZE > limit:
+                if position >= limit:
+                    return False
+                raise _corrupt(offset, "truncated record header")
+            total, magic = TOTAL_AND_MAGIC.unpack_from(view, position)
+            if magic == MAGIC_BLANK:
+                if total != mf.file_size - position:
+                    raise _corrupt(offset, f"blank marker of {total} bytes at {position}")
+                yield offset, None
+                return True
+            if total == 0 and magic == 0:
+                return False
+            if magic not in MESSAGE_MAGICS:
+                raise _corrupt(offset, f"bad magic 0x{magic:08X}")
+            try:
+                view_record = decode_record(view, position, check_crc=check_crc)
+            except CorruptRecord as exc:
+                raise _corrupt(offset, str(exc)) from None
+            if view_record.commitlog_offset != offset:
+                raise _corrupt(offset, f"record claims offset {view_record.commitlog_offset}")
+            yield offset, view_record
+            position += total
+            offset += total
 
     def close(self) -> None:
         self.files.close()

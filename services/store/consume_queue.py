@@ -166,7 +166,12 @@ class ConsumeQueue:
         mf = self.files.find(position)
         if mf is None or position - mf.file_from_offset + ENTRY_SIZE > mf.wrote_position:
             return None
-        return ENTRY.unpack_from(mf.view, position - mf.file_from_offset)
+        if not mf.hold():
+            return None  # the file is being deleted by the cleaner
+        try:
+            return ENTRY.unpack_from(mf.view, position - mf.file_from_offset)
+        finally:
+            mf.release()
 
     def entries(self, queue_offset: int, max_entries: int) -> Iterator[tuple[int, int, int]]:
         """Consecutive entries from ``queue_offset``, within one file per call site loop."""

@@ -140,12 +140,16 @@ class ConsumeQueueFlusher:
         """Flush queues and index, then record their timestamps in the checkpoint."""
         logics_ts = self.dispatched_timestamp()  # taken before the flush: a lower bound
         self.queues.flush(least_pages)
-        index_ts = self.index.flush()
+        # The index is always flushed whole, so everything dispatched before the
+        # flush began is durably indexed: the dispatch timestamp is its bound too
+        # (the newest entry's time would leave it at 0 for a store without keys,
+        # and crash recovery would then restart from the first segment).
+        self.index.flush()
         state = self.checkpoint.state
-        if logics_ts and least_pages == 0:
-            state.logics_msg_timestamp = logics_ts
-        if index_ts:
-            state.index_msg_timestamp = index_ts
+        if logics_ts:
+            state.index_msg_timestamp = logics_ts
+            if least_pages == 0:
+                state.logics_msg_timestamp = logics_ts
         self.checkpoint.flush()
 
     def start(self) -> None:

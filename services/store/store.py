@@ -106,6 +106,7 @@ class MessageStore:
         self.load_notes.extend(self.index.load(clean, self.checkpoint.state.index_msg_timestamp))
         report = recover(self.commitlog, self.queues, clean, self.checkpoint.state,
                          self.config.check_crc_on_recover)
+        report.notes.extend(self.index.truncate_past(self.commitlog.max_offset))
         report.notes[:0] = self.load_notes
         self.recovery = report
         for note in report.notes:

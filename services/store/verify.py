@@ -183,7 +183,7 @@ def open_offline(root: Path, config: StoreConfig) -> tuple[CommitLog, ConsumeQue
 
 def _open_index(root: Path, cfg: StoreConfig) -> IndexService:
     index = IndexService(root / "index", cfg.max_hash_slot_num, cfg.max_index_num)
-    index.load(True, 0)
+    index.load(True, 0, repair=False)
     return index
 
 

@@ -1,0 +1,306 @@
+"""IndexFile: a hash index from ``topic#key`` to CommitLog offsets.
+
+One file, big-endian, ``40 + slots * 4 + entries * 20`` bytes:
+
+Offset              | Size | Field
+--------------------+------+------------------------------------------------------
+0                   | 8    | begin_timestamp (store time of the first entry, ms)
+8                   | 8    | end_timestamp (store time of the last entry, ms)
+16                  | 8    | begin_phy_offset (CommitLog offset of the first entry)
+24                  | 8    | end_phy_offset (CommitLog offset of the last entry)
+32                  | 4    | hash_slot_count (number of entries in use, as RocketMQ)
+36                  | 4    | index_count (next entry number; starts at 1, entry 0 unused)
+40                  | 4 x slots   | slot table: number of the newest entry of the slot
+40 + slots * 4      | 20 x entries| entries, entry ``n`` at ``40 + slots*4 + n*20``
+
+Entry:
+
+Offset | Size | Field
+-------+------+---------------------------------------------------------------
+0      | 4    | key_hash: ``abs(java_string_hash(topic + "#" + key))`` (MIN -> 0)
+4      | 8    | phy_offset: CommitLog offset of the record
+12     | 4    | time_diff_s: seconds between the record's store time and begin_timestamp
+16     | 4    | prev_index: the previous entry of the same slot (0 ends the chain)
+
+A key lands in slot ``key_hash % slots``. Queries compare hashes only; the caller
+drops collisions by comparing the real key. Files are named by their creation
+time, ``yyyyMMddHHmmssSSS``; the number of slots and entries of an existing file
+comes from its header and size, so a store can change its configuration.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+from typing import Final
+
+from services.store.mapped_file import MappedFile
+from services.store.record import java_string_hash
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE: Final = 40
+assert HEADER.size == HEADER_SIZE
+HEADER_BEGIN_TIMESTAMP_OFFSET: Final = 0
+HEADER_END_TIMESTAMP_OFFSET: Final = 8
+HEADER_BEGIN_PHY_OFFSET_OFFSET: Final = 16
+HEADER_END_PHY_OFFSET_OFFSET: Final = 24
+HEADER_HASH_SLOT_COUNT_OFFSET: Final = 32
+HEADER_INDEX_COUNT_OFFSET: Final = 36
+
+SLOT = struct.Struct(">i")
+SLOT_SIZE: Final = 4
+assert SLOT.size == SLOT_SIZE
+
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE: Final = 20
+assert ENTRY.size == ENTRY_SIZE
+
+INT32_MAX: Final = 0x7FFFFFFF
+
+
+class CorruptIndexFile(ValueError):
+    """An index file whose header or size does not describe a valid file."""
+
+
+def key_hash(topic: str, key: str) -> int:
+    """The entry hash of ``topic#key``: abs of the Java hash, Integer.MIN_VALUE -> 0."""
+    h = java_string_hash(f"{topic}#{key}")
+    return 0 if h == -0x80000000 else abs(h)
+
+
+def index_file_size(slots: int, entries: int) -> int:
+    return HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE
+
+
+def index_file_name(now_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` of ``now_ms`` in local time (as RocketMQ names them)."""
+    seconds, millis = divmod(now_ms, 1000)
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(seconds)) + f"{millis:03d}"
+
+
+class IndexFile:
+    """One index file, mapped read-write."""
+
+    def __init__(self, path: Path, slots: int, entries: int, *, create: bool = False) -> None:
+        self.path = path
+        self.slots = slots
+        self.max_entries = entries
+        self.mapped = MappedFile(path, index_file_size(slots, entries), create=create)
+        self._entries_at = HEADER_SIZE + slots * SLOT_SIZE
+        self.dirty = False
+        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+         self.hash_slot_count, self.index_count) = HEADER.unpack_from(self.mapped.mm, 0)
+        if create or self.index_count <= 0:
+            self.index_count = 1
+            self.hash_slot_count = 0
+            self._write_header()
+        if self.index_count > entries:
+            self.mapped.close()
+            raise CorruptIndexFile(f"{path.name}: index_count {self.index_count} exceeds "
+                                   f"capacity {entries}")
+
+    @classmethod
+    def open_existing(cls, path: Path, default_slots: int) -> IndexFile:
+        """Open a file, taking its geometry from the header and the file size."""
+        size = path.stat().st_size
+        if size < HEADER_SIZE:
+            raise CorruptIndexFile(f"{path.name}: {size} bytes is shorter than the header")
+        with path.open("rb") as fh:
+            header = fh.read(HEADER_SIZE)
+        *_, index_count = HEADER.unpack(header)
+        for slots in (default_slots, *_slot_counts_fitting(size)):
+            room = size - HEADER_SIZE - slots * SLOT_SIZE
+            if slots > 0 and room >= 0 and room % ENTRY_SIZE == 0 \
+                    and room // ENTRY_SIZE >= max(index_count, 1):
+                return cls(path, slots, room // ENTRY_SIZE)
+        raise CorruptIndexFile(f"{path.name}: {size} bytes fits no slot/entry geometry")
+
+    # ---------------------------------------------------------------- state
+    @property
+    def entry_count(self) -> int:
+        """Entries in use (index_count counts from 1)."""
+        return self.index_count - 1
+
+    def is_full(self) -> bool:
+        return self.index_count >= self.max_entries
+
+    def _write_header(self) -> None:
+        HEADER.pack_into(self.mapped.mm, 0, self.begin_timestamp, self.end_timestamp,
+                         self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count,
+                         self.index_count)
+
+    def _slot_pos(self, h: int) -> int:
+        return HEADER_SIZE + (h % self.slots) * SLOT_SIZE
+
+    def _entry_pos(self, number: int) -> int:
+        return self._entries_at + number * ENTRY_SIZE
+
+    # ---------------------------------------------------------------- writes
+    def put(self, h: int, phy_offset: int, store_ts: int) -> bool:
+        """Add one entry; False when the file is full."""
+        number = self.index_count
+        if number >= self.max_entries:
+            return False
+        mm = self.mapped.mm
+        slot_pos = self._slot_pos(h)
+        prev = SLOT.unpack_from(mm, slot_pos)[0]
+        if prev < 0 or prev >= number:
+            prev = 0  # a slot pointing at garbage starts a fresh chain
+        if number == 1:
+            self.begin_timestamp = store_ts
+            self.begin_phy_offset = phy_offset
+        diff = (store_ts - self.begin_timestamp) // 1000
+        diff = 0 if diff < 0 else min(diff, INT32_MAX)
+        # Entry first, then the slot, then the header: a concurrent reader that
+        # sees the new slot value always finds a complete entry behind it.
+        ENTRY.pack_into(mm, self._entry_pos(number), h, phy_offset, diff, prev)
+        SLOT.pack_into(mm, slot_pos, number)
+        self.index_count = number + 1
+        self.hash_slot_count += 1
+        if store_ts > self.end_timestamp:
+            self.end_timestamp = store_ts
+        self.end_phy_offset = phy_offset
+        self._write_header()
+        self.dirty = True
+        return True
+
+    def truncate_to(self, keep_entries: int) -> int:
+        """Drop entries numbered above ``keep_entries``; returns how many were dropped.
+
+        Entries are appended in CommitLog order, so the survivors are a prefix.
+        Each slot that points at a dropped entry is walked back along its chain
+        to the newest surviving entry.
+        """
+        last = self.index_count - 1
+        if keep_entries >= last:
+            return 0
+        mm = self.mapped.mm
+        for number in range(last, keep_entries, -1):
+            h = ENTRY.unpack_from(mm, self._entry_pos(number))[0]
+            slot_pos = self._slot_pos(h if h >= 0 else 0)
+            value = SLOT.unpack_from(mm, slot_pos)[0]
+            steps = 0
+            while value > keep_entries and steps <= last:
+                nxt = ENTRY.unpack_from(mm, self._entry_pos(value))[3] if value <= last else 0
+                value = nxt if 0 <= nxt < value else 0
+                steps += 1
+            SLOT.pack_into(mm, slot_pos, value)
+        start = self._entry_pos(keep_entries + 1)
+        mm[start:self._entry_pos(last + 1)] = bytes(self._entry_pos(last + 1) - start)
+        dropped = last - keep_entries
+        self.index_count = keep_entries + 1
+        self.hash_slot_count = max(0, self.hash_slot_count - dropped)
+        if keep_entries == 0:
+            self.begin_timestamp = self.end_timestamp = 0
+            self.begin_phy_offset = self.end_phy_offset = 0
+        else:
+            _, phy, diff, _ = ENTRY.unpack_from(mm, self._entry_pos(keep_entries))
+            self.end_phy_offset = phy
+            self.end_timestamp = self.begin_timestamp + diff * 1000
+        self._write_header()
+        self.dirty = True
+        return dropped
+
+    def entries_until(self, timestamp_ms: int) -> int:
+        """How many leading entries were stored at or before ``timestamp_ms`` (by seconds)."""
+        mm = self.mapped.mm
+        low, high = 0, self.index_count - 1
+        while low < high:  # entries are in append order, store times non-decreasing
+            mid = (low + high + 1) // 2
+            diff = ENTRY.unpack_from(mm, self._entry_pos(mid))[2]
+            if self.begin_timestamp + diff * 1000 <= timestamp_ms:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def entries_below(self, commitlog_offset: int) -> int:
+        """How many leading entries point below ``commitlog_offset``."""
+        mm = self.mapped.mm
+        low, high = 0, self.index_count - 1
+        while low < high:  # entries are in CommitLog order
+            mid = (low + high + 1) // 2
+            if ENTRY.unpack_from(mm, self._entry_pos(mid))[1] < commitlog_offset:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    # ---------------------------------------------------------------- reads
+    def overlaps(self, begin_ms: int, end_ms: int) -> bool:
+        return self.begin_timestamp <= end_ms and self.end_timestamp >= begin_ms - 999
+
+    def lookup(self, h: int, max_count: int, begin_ms: int, end_ms: int, out: list[int]) -> None:
+        """Append to ``out`` the offsets of entries with hash ``h`` in [begin_ms, end_ms].
+
+        An entry's time is stored in whole seconds, so an entry matches when its
+        second overlaps the range; the caller compares exact store times.
+        """
+        mm = self.mapped.mm
+        number = SLOT.unpack_from(mm, self._slot_pos(h))[0]
+        limit = self.index_count
+        steps = 0
+        while 0 < number < limit and len(out) < max_count and steps < limit:
+            entry_hash, phy, diff, prev = ENTRY.unpack_from(mm, self._entry_pos(number))
+            at = self.begin_timestamp + diff * 1000
+            if at + 999 < begin_ms:
+                break  # the chain runs newest to oldest: nothing older can match
+            if entry_hash == h and at <= end_ms:
+                out.append(phy)
+            if prev >= number:
+                break  # a chain must run backwards; anything else is damage
+            number = prev
+            steps += 1
+
+    def check(self) -> list[str]:
+        """Structural problems of this file (empty when sound)."""
+        problems = []
+        mm = self.mapped.mm
+        limit = self.index_count
+        for slot in range(self.slots) if self.slots * 4 <= 1 << 24 else ():
+            value = SLOT.unpack_from(mm, HEADER_SIZE + slot * SLOT_SIZE)[0]
+            if value < 0 or value >= limit:
+                problems.append(f"index {self.path.name}: slot {slot} points at entry {value} "
+                                f"of {limit - 1}")
+        previous_phy = -1
+        for number in range(1, limit):
+            h, phy, diff, prev = ENTRY.unpack_from(mm, self._entry_pos(number))
+            if h < 0 or diff < 0 or prev < 0 or prev >= number or phy < previous_phy:
+                problems.append(f"index {self.path.name}: entry {number} is malformed "
+                                f"(hash {h}, offset {phy}, diff {diff}, prev {prev})")
+            previous_phy = max(previous_phy, phy)
+        return problems
+
+    def entries(self) -> list[tuple[int, int, int, int]]:
+        """Every entry (hash, phy_offset, time_diff_s, prev_index), oldest first."""
+        mm = self.mapped.mm
+        return [ENTRY.unpack_from(mm, self._entry_pos(n)) for n in range(1, self.index_count)]
+
+    # ---------------------------------------------------------------- lifecycle
+    def flush(self) -> None:
+        """fdatasync the file when anything changed since the last flush."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        mapped = self.mapped
+        mapped.committed_position = mapped.file_size
+        mapped.flushed_position = 0
+        mapped.flush()
+
+    def hold(self) -> bool:
+        return self.mapped.hold()
+
+    def release(self) -> None:
+        self.mapped.release()
+
+    def destroy(self, force_after_s: float = 120.0) -> bool:
+        return self.mapped.destroy(force_after_s)
+
+    def close(self) -> None:
+        self.mapped.close()
+
+
+def _slot_counts_fitting(size: int) -> list[int]:
+    """Slot counts RocketMQ deployments commonly use, tried after the configured one."""
+    return [n for n in (5_000_000, 500_000, 50_000, 1000) if HEADER_SIZE + n * SLOT_SIZE <= size]

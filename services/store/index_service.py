@@ -1,0 +1,210 @@
+"""IndexService: the ordered set of index files under ``<root>/index/``.
+
+The newest file takes new entries until it is full, then a new file named by
+the current time starts (format in :mod:`services.store.index_file`). Entries
+are added in CommitLog order, so a record at or below the newest file's
+``end_phy_offset`` is already indexed; re-dispatch after recovery relies on
+that to add nothing twice.
+
+After a crash the checkpoint's ``index_msg_timestamp`` says up to when the
+index was flushed: files begun after it are dropped, and the entries of the
+newest remaining file stored after it are cut (recovery re-dispatches from
+before that time, so they come back). Loading never deletes anything when
+``repair`` is off (offline inspection and verify).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from services.store.index_file import CorruptIndexFile, IndexFile, index_file_name, key_hash
+from services.store.mapped_file import fsync_dir
+
+log = logging.getLogger(__name__)
+
+INDEX_NAME_DIGITS = 17  # yyyyMMddHHmmssSSS
+
+
+class IndexService:
+    """Builds and queries the hash index over CommitLog records."""
+
+    def __init__(self, index_dir: Path, max_hash_slot_num: int, max_index_num: int) -> None:
+        self.index_dir = index_dir
+        self.max_hash_slot_num = max_hash_slot_num
+        self.max_index_num = max_index_num
+        self.files: list[IndexFile] = []
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- loading
+    def load(self, last_exit_ok: bool, checkpoint_index_ts_ms: int, *,
+             repair: bool = True) -> list[str]:
+        """Open every index file; after a crash cut what the checkpoint does not cover."""
+        notes: list[str] = []
+        if not self.index_dir.is_dir():
+            return notes
+        for path in sorted(self.index_dir.iterdir()):
+            if path.name.endswith(".tmp") and repair:
+                path.unlink()
+                notes.append(f"index: unfinished file {path.name} removed")
+                continue
+            if len(path.name) != INDEX_NAME_DIGITS or not path.name.isdigit():
+                continue
+            try:
+                self.files.append(IndexFile.open_existing(path, self.max_hash_slot_num))
+            except (CorruptIndexFile, ValueError, OSError) as exc:
+                notes.append(f"index: file {path.name} unusable ({exc})")
+                if repair:
+                    path.rename(path.with_name(path.name + ".corrupt"))
+                    notes[-1] += "; set aside as .corrupt"
+        if not last_exit_ok and repair:
+            notes.extend(self._cut_after(checkpoint_index_ts_ms))
+        return notes
+
+    def _cut_after(self, timestamp_ms: int) -> list[str]:
+        notes = []
+        for f in list(self.files):
+            if f.end_timestamp <= timestamp_ms or f.entry_count == 0:
+                continue
+            if f.begin_timestamp > timestamp_ms:
+                self.files.remove(f)
+                f.destroy(0)
+                notes.append(f"index: file {f.path.name} begun after the checkpoint removed")
+                continue
+            dropped = f.truncate_to(f.entries_until(timestamp_ms))
+            if dropped:
+                notes.append(f"index: {dropped} entries of {f.path.name} newer than the "
+                             f"checkpoint cut")
+        return notes
+
+    def truncate_past(self, commitlog_end: int) -> list[str]:
+        """Cut entries pointing at or past ``commitlog_end`` (the recovered CommitLog end)."""
+        notes = []
+        for f in reversed(list(self.files)):
+            if not f.entry_count or f.end_phy_offset < commitlog_end:
+                break
+            if f.begin_phy_offset >= commitlog_end:
+                self.files.remove(f)
+                f.destroy(0)
+                notes.append(f"index: file {f.path.name} past CommitLog offset {commitlog_end} "
+                             f"removed")
+                continue
+            dropped = f.truncate_to(f.entries_below(commitlog_end))
+            notes.append(f"index: {dropped} entries of {f.path.name} past CommitLog offset "
+                         f"{commitlog_end} cut")
+        return notes
+
+    # ---------------------------------------------------------------- writes
+    def build_index(self, topic: str, keys: Iterable[str], commitlog_offset: int,
+                    store_ts: int) -> None:
+        """Index every key of one record (called by the dispatcher, in CommitLog order)."""
+        files = self.files
+        current = files[-1] if files else None
+        if current is not None and current.entry_count and \
+                commitlog_offset <= current.end_phy_offset:
+            return  # already indexed before a restart
+        for key in keys:
+            if not key:
+                continue
+            h = key_hash(topic, key)
+            if current is None or not current.put(h, commitlog_offset, store_ts):
+                current = self._roll()
+                current.put(h, commitlog_offset, store_ts)
+
+    def _roll(self) -> IndexFile:
+        """Start a new file (the previous one, if any, is full)."""
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        now_ms = time.time_ns() // 1_000_000
+        path = self.index_dir / index_file_name(now_ms)
+        while path.exists():  # two files in one millisecond
+            now_ms += 1
+            path = self.index_dir / index_file_name(now_ms)
+        previous = self.files[-1] if self.files else None
+        if previous is not None:
+            previous.flush()
+        created = IndexFile(path, self.max_hash_slot_num, self.max_index_num, create=True)
+        fsync_dir(self.index_dir)
+        with self._lock:
+            self.files.append(created)
+        return created
+
+    def flush(self) -> int:
+        """Force every changed file to disk; returns the newest end timestamp flushed."""
+        newest = 0
+        for f in self._held():
+            try:
+                end = f.end_timestamp  # read before the flush: a lower bound
+                f.flush()
+                newest = max(newest, end)
+            finally:
+                f.release()
+        return newest
+
+    # ---------------------------------------------------------------- reads
+    def query(self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
+        """CommitLog offsets of records whose key hash matches, newest first.
+
+        Collisions are possible: the caller compares the real key.
+        """
+        out: list[int] = []
+        if max_count <= 0:
+            return out
+        h = key_hash(topic, key)
+        for f in reversed(self._held()):
+            try:
+                if len(out) < max_count and f.entry_count and f.overlaps(begin_ms, end_ms):
+                    f.lookup(h, max_count, begin_ms, end_ms, out)
+            finally:
+                f.release()
+        return out
+
+    def _held(self) -> list[IndexFile]:
+        """A snapshot of the files, each with a reader reference taken."""
+        with self._lock:
+            return [f for f in self.files if f.hold()]
+
+    def verify_entries(self) -> list[str]:
+        """Structural problems of every file (empty when sound)."""
+        problems: list[str] = []
+        files = self._held()
+        try:
+            for earlier, later in zip(files, files[1:], strict=False):
+                if earlier.entry_count and later.entry_count and \
+                        later.begin_phy_offset <= earlier.end_phy_offset:
+                    problems.append(f"index {later.path.name} begins at offset "
+                                    f"{later.begin_phy_offset}, not after {earlier.path.name}")
+            for f in files:
+                problems.extend(f.check())
+        finally:
+            for f in files:
+                f.release()
+        return problems
+
+    # ---------------------------------------------------------------- deletion
+    def delete_files_below(self, min_offset: int, force_after_s: float = 120.0) -> int:
+        """Delete files (never the newest) whose entries all lie below ``min_offset``."""
+        with self._lock:
+            doomed = [f for f in self.files[:-1]
+                      if f.entry_count == 0 or f.end_phy_offset < min_offset]
+            for f in doomed:
+                self.files.remove(f)
+        for f in doomed:
+            f.destroy(force_after_s)
+            log.info("index: deleted %s (entries below offset %d)", f.path.name, min_offset)
+        return len(doomed)
+
+    def destroy_all(self) -> None:
+        with self._lock:
+            doomed, self.files = self.files, []
+        for f in doomed:
+            f.destroy(0)
+
+    def close(self) -> None:
+        with self._lock:
+            files, self.files = self.files, []
+        for f in files:
+            f.flush()
+            f.close()
