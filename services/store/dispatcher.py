@@ -75,9 +75,11 @@ class Dispatcher:
         (measured: ~30 % of batch throughput). Otherwise it is queued for the
         thread, which applies it once the limit (the flushed offset) allows.
         """
-        if self.inline and not self._pending and batch.start_offset == self.reput_offset:
+        if self.inline:
             with self._apply_lock:
-                if batch.start_offset == self.reput_offset:
+                if batch.end_offset <= self.reput_offset:
+                    return  # the thread already read these records from disk
+                if not self._pending and batch.start_offset == self.reput_offset:
                     touched: dict[tuple[str, int], None] = {}
                     self._apply(batch.requests, touched)
                     self.reput_offset = batch.end_offset
@@ -86,6 +88,11 @@ class Dispatcher:
                             self._progress.notify_all()
                     self._notify(touched)
                     return
+                # The thread is part-way through: catch up here, so a put still
+                # returns only once its records are dispatched (read-your-writes).
+                self._pending.append(batch)
+                self._dispatch_locked()
+                return
         self._pending.append(batch)
         self._wake.set()
 
