@@ -15,6 +15,7 @@ one JSON object per line instead. These are measurements, never tests.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import shutil
@@ -150,6 +151,42 @@ def bench_get(count: int, body_bytes: int, directory: Path | None) -> BenchResul
 
 
 def bench_sync(count: int, body_bytes: int, writers: int, directory: Path | None) -> BenchResult:
+    """SYNC_FLUSH group commit with ``writers`` concurrent asyncio writers.
+
+    This is how the store service appends: requests are tasks on one event loop
+    and the flusher wakes every task of a round with one callback.
+    """
+    body = b"x" * body_bytes
+    per_writer = count // writers
+    samples: list[list[int]] = [[] for _ in range(writers)]
+    with _store(directory, flush_disk_type="SYNC_FLUSH") as store:
+        assert store.flusher is not None
+        fsyncs_before = store.flusher.fsync_count
+
+        async def writer(n: int) -> None:
+            out = samples[n]
+            batch = [Message(topic="BenchTopic", body=body, queue_id=n % QUEUES, tags="TagA")]
+            for _ in range(per_writer):
+                t0 = time.perf_counter_ns()
+                result = (await store.put_messages_async(batch))[0]
+                out.append(time.perf_counter_ns() - t0)
+                if result.status is not PutStatus.PUT_OK:
+                    raise RuntimeError(f"put failed: {result}")
+
+        async def run_all() -> float:
+            start = time.perf_counter()
+            await asyncio.gather(*(writer(n) for n in range(writers)))
+            return time.perf_counter() - start
+
+        seconds = asyncio.run(run_all())
+        fsyncs = store.flusher.fsync_count - fsyncs_before
+    return _sync_result("sync", per_writer * writers, seconds, body_bytes, samples, writers,
+                        fsyncs, "tasks")
+
+
+def bench_sync_threads(count: int, body_bytes: int, writers: int, directory: Path | None
+                       ) -> BenchResult:
+    """SYNC_FLUSH group commit with ``writers`` threads calling the blocking put_message."""
     body = b"x" * body_bytes
     per_writer = count // writers
     samples: list[list[int]] = [[] for _ in range(writers)]
@@ -178,10 +215,15 @@ def bench_sync(count: int, body_bytes: int, writers: int, directory: Path | None
             t.join()
         seconds = time.perf_counter() - start
         fsyncs = store.flusher.fsync_count - fsyncs_before
-    total = per_writer * writers
+    return _sync_result("sync-thr", per_writer * writers, seconds, body_bytes, samples, writers,
+                        fsyncs, "threads")
+
+
+def _sync_result(name: str, total: int, seconds: float, body_bytes: int,
+                 samples: list[list[int]], writers: int, fsyncs: int, kind: str) -> BenchResult:
     flat = [s for per in samples for s in per]
-    return _result("sync", total, seconds, body_bytes, flat,
-                   f"{writers} writers, {fsyncs} fsync rounds, "
+    return _result(name, total, seconds, body_bytes, flat,
+                   f"{writers} writer {kind}, {fsyncs} fsync rounds, "
                    f"{total / max(fsyncs, 1):.1f} messages per fsync")
 
 
@@ -217,6 +259,7 @@ def bench_recovery(commitlog_bytes: int, body_bytes: int, directory: Path | None
 
 SCENARIOS: dict[str, Callable[..., BenchResult]] = {
     "batch": bench_batch, "single": bench_single, "get": bench_get, "sync": bench_sync,
+    "sync-threads": bench_sync_threads,
     "recovery": bench_recovery,
 }
 

@@ -64,6 +64,56 @@ def dev(data_dir: Path, config_file: Path | None, flush: str | None) -> None:
     click.echo("store stopped cleanly")
 
 
+# ------------------------------------------------------------------------- serve
+SERVICE_MODULES = {
+    "store": "services.store.server",
+    "registry": "services.registry.server",
+    "broker": "services.broker.server",
+}
+"""Each module exposes ``CONFIG_CLASS`` (a frozen dataclass with ``listen_host`` and
+``listen_port``) and ``async def serve(config)``."""
+
+
+def _parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
+    values = {}
+    for item in settings:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.UsageError(f"--set expects NAME=VALUE, got {item!r}")
+        values[name.strip()] = value
+    return values
+
+
+@main.command()
+@click.argument("service", type=click.Choice(sorted(SERVICE_MODULES)))
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="TOML file with the service's settings.")
+@click.option("--host", default=None, help="Address to bind (listen_host).")
+@click.option("--port", default=None, type=click.IntRange(0, 65535),
+              help="Port to bind (listen_port; 0 picks a free one).")
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="Any setting of the service's config (repeatable).")
+@click.option("--log-level", default="INFO", show_default=True)
+def serve(service: str, config_file: Path | None, host: str | None, port: int | None,
+          settings: tuple[str, ...], log_level: str) -> None:
+    """Run one service in the foreground (what a Kubernetes pod runs)."""
+    import asyncio
+    import importlib
+
+    from boltmq.config import load_config
+    from boltmq.runtime import PortInUse, configure_logging
+
+    configure_logging(log_level)
+    module = importlib.import_module(SERVICE_MODULES[service])
+    overrides: dict[str, object] = dict(_parse_settings(settings))
+    overrides.update({"listen_host": host, "listen_port": port})
+    try:
+        config = load_config(module.CONFIG_CLASS, config_file, overrides=overrides)
+        asyncio.run(module.serve(config))
+    except (PortInUse, *_USER_ERRORS) as exc:
+        raise _fail(exc) from None
+
+
 # ------------------------------------------------------------------------- store
 @main.group()
 def store() -> None:
@@ -112,7 +162,7 @@ def bench() -> None:
 
 @bench.command("store")
 @click.option("--scenario", "scenarios", multiple=True,
-              type=click.Choice(["batch", "single", "get", "sync", "recovery"]),
+              type=click.Choice(["batch", "single", "get", "sync", "sync-threads", "recovery"]),
               help="Scenarios to run (default: all).")
 @click.option("--messages", default=200_000, show_default=True, type=click.IntRange(min=1))
 @click.option("--body-bytes", default=1024, show_default=True, type=click.IntRange(min=0))
@@ -135,6 +185,8 @@ def bench_store(scenarios: tuple[str, ...], messages: int, body_bytes: int, batc
         "single": lambda: b.bench_single(messages, body_bytes, directory),
         "get": lambda: b.bench_get(messages, body_bytes, directory),
         "sync": lambda: b.bench_sync(min(messages, 64_000), body_bytes, writers, directory),
+        "sync-threads": lambda: b.bench_sync_threads(min(messages, 64_000), body_bytes, writers,
+                                                     directory),
         "recovery": lambda: b.bench_recovery(recovery_mib * 2**20, body_bytes, directory),
     }
     if directory is not None:

@@ -6,7 +6,7 @@ Offset | Size | Field
 -------+------+-----------------------------------------------------------------
 0      | 8    | physic_msg_timestamp: store time (ms) of the last flushed CommitLog record
 8      | 8    | logics_msg_timestamp: store time of the last flushed consume-queue entry
-16     | 8    | index_msg_timestamp: end time of the last flushed index file
+16     | 8    | index_msg_timestamp: every record stored at or before it is flushed in the index
 24     | 4    | version (CHECKPOINT_VERSION)
 28     | 4    | crc32 of bytes [0, 28)
 32     | ...  | zero

@@ -82,6 +82,12 @@ class StoreConfig:
     """Address written as store host and into message ids."""
     store_port: int = 10911
     """Port written as store host and into message ids."""
+    listen_host: str = "127.0.0.1"
+    """Address the store service binds (``0.0.0.0`` in a container)."""
+    listen_port: int = 10913
+    """gRPC port of the store service (0: any free port, printed in the READY line)."""
+    arrival_watch_queue_max: int = 65536
+    """Queues with a pending arrival kept per WatchArrivals stream (older ones coalesce)."""
     max_queue_id: int = 1023
     """Largest queue id accepted for a topic."""
     max_transfer_count_on_message_in_memory: int = 32

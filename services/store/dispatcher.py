@@ -62,6 +62,9 @@ class Dispatcher:
         self._waiters = 0
         # One round of applying at a time: the thread and inline appends never interleave.
         self._apply_lock = threading.Lock()
+        self.wake_on_submit = True
+        """Wake the thread per append; off under SYNC_FLUSH, where the flusher wakes it
+        (nothing can be dispatched before it is flushed)."""
         self.inline = False
         """Apply appended batches on the appending thread (set by the store for ASYNC_FLUSH)."""
 
@@ -94,7 +97,8 @@ class Dispatcher:
                 self._dispatch_locked()
                 return
         self._pending.append(batch)
-        self._wake.set()
+        if self.wake_on_submit:
+            self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()

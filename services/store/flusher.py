@@ -15,6 +15,7 @@ an event loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -29,6 +30,12 @@ from services.store.index_service import IndexService
 log = logging.getLogger(__name__)
 
 
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
+
+
 class CommitLogFlusher:
     """Async flush or group commit for the CommitLog."""
 
@@ -41,7 +48,14 @@ class CommitLogFlusher:
         self.flushed_offset = commitlog.max_offset
         self.fsync_count = 0
         self._request = threading.Event()
-        self._done = threading.Condition()
+        # Group commit waiters: (end_offset, lock held until that offset is durable).
+        # One lock per waiter, released by the flusher: a woken writer needs only
+        # the GIL, where a shared Condition would make all of them queue again on
+        # the condition's lock (measured: a lock convoy that halved throughput).
+        self._waiters: list[tuple[int, threading.Lock]] = []
+        self._async_waiters: list[
+            tuple[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = []
+        self._waiters_lock = threading.Lock()
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._last_thorough = time.monotonic()
@@ -51,15 +65,67 @@ class CommitLogFlusher:
         """Block until ``end_offset`` is durable; False on timeout (FLUSH_DISK_TIMEOUT)."""
         if self.flushed_offset >= end_offset:
             return True
+        gate = threading.Lock()
+        gate.acquire()
+        with self._waiters_lock:
+            if self.flushed_offset >= end_offset or self._stopped:
+                return self.flushed_offset >= end_offset
+            self._waiters.append((end_offset, gate))
         self._request.set()
-        deadline = time.monotonic() + timeout_s
-        with self._done:
-            while self.flushed_offset < end_offset:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopped:
-                    return self.flushed_offset >= end_offset
-                self._done.wait(remaining)
-        return True
+        if gate.acquire(timeout=max(timeout_s, 0.0)):
+            return True
+        with self._waiters_lock:
+            try:
+                self._waiters.remove((end_offset, gate))
+            except ValueError:
+                pass  # released at the same moment: the flush made it
+        return self.flushed_offset >= end_offset
+
+    async def wait_flushed_async(self, end_offset: int, timeout_s: float) -> bool:
+        """The asyncio flavour: one loop wake-up per flush round, not one per writer."""
+        if self.flushed_offset >= end_offset:
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        entry = (end_offset, (loop, future))
+        with self._waiters_lock:
+            if self.flushed_offset >= end_offset or self._stopped:
+                return self.flushed_offset >= end_offset
+            self._async_waiters.append(entry)
+        self._request.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(future), max(timeout_s, 0.0))
+        except TimeoutError:
+            with self._waiters_lock:
+                if entry in self._async_waiters:
+                    self._async_waiters.remove(entry)
+        return self.flushed_offset >= end_offset
+
+    def _release_waiters(self, flushed: int, release_all: bool = False) -> None:
+        with self._waiters_lock:
+            self.flushed_offset = max(self.flushed_offset, flushed)
+            keep = []
+            for end_offset, gate in self._waiters:
+                if end_offset <= flushed or release_all:
+                    gate.release()
+                else:
+                    keep.append((end_offset, gate))
+            self._waiters = keep
+            if not self._async_waiters:
+                return
+            ready: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+            keep_async = []
+            for end_offset, (loop, future) in self._async_waiters:
+                if end_offset <= flushed or release_all:
+                    ready.setdefault(loop, []).append(future)
+                else:
+                    keep_async.append((end_offset, (loop, future)))
+            self._async_waiters = keep_async
+        for loop, futures in ready.items():
+            try:
+                loop.call_soon_threadsafe(_resolve, futures)
+            except RuntimeError:
+                pass  # the loop is closed: nobody is waiting any more
 
     def flush_now(self, least_pages: int = 0) -> int:
         """One flush of whatever is written; returns the flushed offset."""
@@ -73,9 +139,7 @@ class CommitLogFlusher:
         if flushed >= target and store_ts:
             self.checkpoint.state.physic_msg_timestamp = store_ts
         if flushed > self.flushed_offset:
-            with self._done:
-                self.flushed_offset = flushed
-                self._done.notify_all()
+            self._release_waiters(flushed)
             if self.on_flushed is not None:
                 self.on_flushed()
         return flushed
@@ -118,8 +182,7 @@ class CommitLogFlusher:
             self._thread.join()
             self._thread = None
         self.flush_now()
-        with self._done:
-            self._done.notify_all()
+        self._release_waiters(self.flushed_offset, release_all=True)
 
 
 class ConsumeQueueFlusher:

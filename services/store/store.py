@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from services.store.checkpoint import Checkpoint
 from services.store.cleaner import Cleaner, DiskUsageProbe, disk_usage_percent
@@ -123,6 +123,7 @@ class MessageStore:
             cq.correct_min_offset(self.commitlog.min_offset)
         self.commitlog.on_append = self.dispatcher.submit
         self.dispatcher.inline = not self.config.sync_flush
+        self.dispatcher.wake_on_submit = not self.config.sync_flush
         self.flusher = CommitLogFlusher(self.config, self.commitlog, self.checkpoint,
                                         on_flushed=self.dispatcher.wake)
         self.queue_flusher = ConsumeQueueFlusher(
@@ -205,9 +206,35 @@ class MessageStore:
         Messages that fail validation get MESSAGE_ILLEGAL or
         PROPERTIES_SIZE_EXCEEDED and are not written; the others are.
         """
+        results, end_offset, merge = self._append(msgs)
+        if end_offset and self.config.sync_flush:
+            assert self.flusher is not None
+            if not self.flusher.wait_flushed(end_offset, self.config.sync_flush_timeout_ms / 1000):
+                _mark_flush_timeout(results)
+        return merge(results)
+
+    async def put_messages_async(self, msgs: Sequence[Message]) -> list[PutResult]:
+        """:meth:`put_messages` for asyncio callers: the flush wait does not block the loop.
+
+        Under SYNC_FLUSH every waiting task of a loop is woken by one callback per
+        flush round, so many concurrent writers cost one wake-up, not one each.
+        """
+        results, end_offset, merge = self._append(msgs)
+        if end_offset and self.config.sync_flush:
+            assert self.flusher is not None
+            if not await self.flusher.wait_flushed_async(
+                    end_offset, self.config.sync_flush_timeout_ms / 1000):
+                _mark_flush_timeout(results)
+        return merge(results)
+
+    def _append(self, msgs: Sequence[Message]) -> tuple[
+            list[PutResult], int, Callable[[list[PutResult]], list[PutResult]]]:
+        """Encode and append; returns results, the batch end offset (0: nothing written)
+        and a function that merges in the results of rejected messages."""
         refusal = self._refusal()
         if refusal is not None:
-            return [PutResult(refusal.status, error=refusal.error) for _ in msgs]
+            refused = [PutResult(refusal.status, error=refusal.error) for _ in msgs]
+            return refused, 0, _same
         now_ms = time.time_ns() // 1_000_000
         encode = self.commitlog.encode
         encoded = []
@@ -220,18 +247,16 @@ class MessageStore:
             except (InvalidMessage, TypeError, AttributeError) as exc:
                 rejected[i] = PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         if not encoded:
-            return [rejected[i] for i in range(len(msgs))]
+            return [rejected[i] for i in range(len(msgs))], 0, _same
         results, batch = self.commitlog.append(encoded, now_ms)
-        if self.config.sync_flush:
-            assert self.flusher is not None
-            if not self.flusher.wait_flushed(batch.end_offset,
-                                             self.config.sync_flush_timeout_ms / 1000):
-                for r in results:
-                    r.status = PutStatus.FLUSH_DISK_TIMEOUT
         if not rejected:
-            return results
-        stored = iter(results)
-        return [rejected[i] if i in rejected else next(stored) for i in range(len(msgs))]
+            return results, batch.end_offset, _same
+
+        def merge(stored_results: list[PutResult]) -> list[PutResult]:
+            stored = iter(stored_results)
+            return [rejected[i] if i in rejected else next(stored) for i in range(len(msgs))]
+
+        return results, batch.end_offset, merge
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """Append raw CommitLog bytes at ``offset`` (HA replica side); the new max offset."""
@@ -392,3 +417,13 @@ class MessageStore:
         """Every inconsistency between CommitLog, consume queues and index (empty: sound)."""
         return verify_store(self.commitlog, self.queues, self.index,
                             self.dispatcher.reput_offset)
+
+
+def _same(results: list[PutResult]) -> list[PutResult]:
+    return results
+
+
+def _mark_flush_timeout(results: list[PutResult]) -> None:
+    for r in results:
+        if r.status is PutStatus.PUT_OK:
+            r.status = PutStatus.FLUSH_DISK_TIMEOUT

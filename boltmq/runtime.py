@@ -1,0 +1,131 @@
+"""Server start-up shared by every BoltMQ service (store, broker, registry, HA).
+
+One place decides how a gRPC server is built: the aio server with explicit
+message-size limits, the standard health service (NOT_SERVING until the
+service says it has recovered), reflection, the port binding (port 0 picks a
+free port and the real one is returned) and graceful shutdown on SIGTERM or
+SIGINT. Services provide a ``Service`` with ``add_to(server)``, ``start()`` and
+``stop()``; :func:`serve` runs it until a signal arrives.
+
+A process started by a test or by ``boltmq dev`` prints one line on stdout,
+``READY <service> <host:port>``, once it is SERVING, so the parent can read the
+port back without polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Iterable
+from typing import Protocol
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest gRPC message a server or client accepts (a 256 x 256 KiB batch fits)."""
+
+CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
+SERVER_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
+READY_PREFIX = "READY"
+
+
+class PortInUse(OSError):
+    """The requested port could not be bound."""
+
+
+class Service(Protocol):
+    """What a service hands to :func:`serve`."""
+
+    name: str
+    """Short name ("store", "broker", ...), used in logs and the READY line."""
+    service_names: tuple[str, ...]
+    """Full gRPC service names, for health and reflection."""
+
+    def add_to(self, server: grpc.aio.Server) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def channel(address: str) -> grpc.aio.Channel:
+    """An insecure aio channel to ``host:port`` with BoltMQ's size limits."""
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+def sync_channel(address: str) -> grpc.Channel:
+    """A blocking channel (SDK threads, CLI) with BoltMQ's size limits."""
+    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+
+async def create_server(services: Iterable[Service], host: str, port: int
+                        ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """Build the server with every service, health and reflection; bind; return the port."""
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names: list[str] = [health.SERVICE_NAME, reflection.SERVICE_NAME]
+    for service in services:
+        service.add_to(server)
+        names.extend(service.service_names)
+        for service_name in service.service_names:
+            await health_servicer.set(service_name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    reflection.enable_server_reflection(names, server)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise PortInUse(f"cannot listen on {host}:{port}: {exc}") from None
+    if bound == 0:
+        raise PortInUse(f"cannot listen on {host}:{port} (in use or not permitted)")
+    return server, bound, health_servicer
+
+
+async def serve(service: Service, host: str, port: int, grace_s: float = 10.0) -> None:
+    """Start ``service`` on ``host:port``, announce READY, run until SIGTERM/SIGINT."""
+    server, bound, health_servicer = await create_server([service], host, port)
+    await server.start()
+    try:
+        await service.start()
+    except BaseException:
+        await server.stop(0)
+        raise
+    for service_name in (*service.service_names, ""):
+        await health_servicer.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+    print(f"{READY_PREFIX} {service.name} {host}:{bound}", flush=True)
+    log.info("%s serving on %s:%d", service.name, host, bound)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("%s stopping", service.name)
+    await health_servicer.enter_graceful_shutdown()
+    try:
+        await server.stop(grace_s)
+    finally:
+        await service.stop()
+    log.info("%s stopped", service.name)
