@@ -91,10 +91,12 @@ class IndexFile:
         self.dirty = False
         (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
          self.hash_slot_count, self.index_count) = HEADER.unpack_from(self.mapped.mm, 0)
-        if create or self.index_count <= 0:
+        if create:
             self.index_count = 1
             self.hash_slot_count = 0
             self._write_header()
+        elif self.index_count <= 0:
+            self.index_count = 1  # in memory only: opening a file never writes it
         if self.index_count > entries:
             self.mapped.close()
             raise CorruptIndexFile(f"{path.name}: index_count {self.index_count} exceeds "
@@ -203,13 +205,18 @@ class IndexFile:
         return dropped
 
     def entries_until(self, timestamp_ms: int) -> int:
-        """How many leading entries were stored at or before ``timestamp_ms`` (by seconds)."""
+        """How many leading entries surely were stored at or before ``timestamp_ms``.
+
+        Entry times are whole seconds, so an entry of the checkpoint's own second
+        counts as after it: cutting a little too much is safe (re-dispatch adds it
+        back), keeping an entry whose record may be gone is not.
+        """
         mm = self.mapped.mm
         low, high = 0, self.index_count - 1
         while low < high:  # entries are in append order, store times non-decreasing
             mid = (low + high + 1) // 2
             diff = ENTRY.unpack_from(mm, self._entry_pos(mid))[2]
-            if self.begin_timestamp + diff * 1000 <= timestamp_ms:
+            if self.begin_timestamp + diff * 1000 + 999 <= timestamp_ms:
                 low = mid
             else:
                 high = mid - 1

@@ -173,9 +173,9 @@ class IndexService:
         try:
             for earlier, later in zip(files, files[1:], strict=False):
                 if earlier.entry_count and later.entry_count and \
-                        later.begin_phy_offset <= earlier.end_phy_offset:
+                        later.begin_phy_offset < earlier.end_phy_offset:
                     problems.append(f"index {later.path.name} begins at offset "
-                                    f"{later.begin_phy_offset}, not after {earlier.path.name}")
+                                    f"{later.begin_phy_offset}, before the end of {earlier.path.name}")
             for f in files:
                 problems.extend(f.check())
         finally:

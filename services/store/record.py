@@ -200,10 +200,15 @@ def make_msg_id(store_host: bytes, commitlog_offset: int) -> str:
     return (store_host + LONG.pack(commitlog_offset)).hex().upper()
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
 def parse_msg_id(msg_id: str) -> tuple[str, int, int]:
     """``(host, port, commitlog_offset)`` from a MessageId; ValueError when malformed."""
     if len(msg_id) not in (32, 56):
         raise ValueError(f"message id must be 32 or 56 hex characters, got {len(msg_id)}")
+    if not _HEX_DIGITS.issuperset(msg_id):
+        raise ValueError(f"message id {msg_id!r} is not hexadecimal")
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError as exc:

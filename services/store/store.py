@@ -366,11 +366,15 @@ class MessageStore:
                        end_ms: int | None = None) -> list[RecordView]:
         """Messages of ``topic`` whose KEYS or UNIQ_KEY equals ``key`` in the time range."""
         end = end_ms if end_ms is not None else time.time_ns() // 1_000_000 + 1000
-        found = []
-        for offset in self.index.query(topic, key, max(max_count, 0) * 4 + 16, begin_ms, end):
+        found: list[RecordView] = []
+        if max_count <= 0:
+            return found
+        for offset in self.index.query(topic, key, max_count * 4 + 16, begin_ms, end):
             record = self.look_message(offset)
             if record is None or record.topic != topic:
                 continue
+            if not begin_ms <= record.store_timestamp <= end:
+                continue  # the index keeps whole seconds; the record has the exact time
             props = record.properties
             keys = props.get(PROPERTY_KEYS, "").split(" ")
             if key not in keys and props.get(PROPERTY_UNIQ_KEY) != key:

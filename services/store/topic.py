@@ -29,7 +29,7 @@ def validate_topic(topic: object) -> str:
         raise InvalidTopic("topic must be a non-empty string")
     if len(topic) > TOPIC_MAX_LENGTH:
         raise InvalidTopic(f"topic is {len(topic)} characters, at most {TOPIC_MAX_LENGTH}")
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):
         raise InvalidTopic(f"topic {topic[:60]!r} may only use letters, digits, '%', '|', '_' "
                            f"and '-'")
     return topic

@@ -1,0 +1,173 @@
+"""What producers and consumers share: identity, routes and broker connections.
+
+Routes come from the registries (:mod:`boltmq.registry_client`) and are cached
+for ``route_refresh_ms``; a failure that suggests a stale route (a broker gone)
+drops the cached entry so the next call asks again. One gRPC channel per broker
+address is shared by every producer and consumer of the instance.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+
+import grpc
+
+from boltmq import runtime
+from boltmq.message import MessageQueue
+from boltmq.registry_client import RegistryClient, RegistryUnavailable, TopicNotFound
+from boltmq.v1 import broker_pb2_grpc, registry_pb2
+
+PERM_READ = 4
+PERM_WRITE = 2
+MASTER_ID = 0
+DEFAULT_TOPIC = "TBW102"
+"""The auto-create template: a send to an unknown topic goes to the brokers that serve it."""
+
+__all__ = ["BoltMQError", "ClientInstance", "RegistryUnavailable", "TopicNotFound",
+           "BrokerUnavailable"]
+
+
+class BoltMQError(Exception):
+    """Base of the SDK's own errors."""
+
+
+class BrokerUnavailable(BoltMQError):
+    """No broker serving the topic could be reached."""
+
+
+def parse_addresses(registry: str | Sequence[str]) -> list[str]:
+    """``"h1:9876,h2:9876"`` or a list -> a list of addresses (validated)."""
+    items = registry.split(",") if isinstance(registry, str) else list(registry)
+    addresses = [a.strip() for a in items if a and a.strip()]
+    if not addresses:
+        raise ValueError("registry: give at least one host:port")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"registry address {address!r} is not host:port")
+    return addresses
+
+
+def new_client_id() -> str:
+    return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+
+
+class ClientInstance:
+    """Routes and broker stubs for one producer or consumer."""
+
+    def __init__(self, registry: str | Sequence[str], *, route_refresh_ms: int = 30_000,
+                 rpc_timeout_s: float = 5.0) -> None:
+        self.client_id = new_client_id()
+        self.registry = RegistryClient(parse_addresses(registry))
+        self.route_refresh_s = route_refresh_ms / 1000
+        self.rpc_timeout_s = rpc_timeout_s
+        self._routes: dict[str, tuple[registry_pb2.TopicRoute, float]] = {}
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- routes
+    def route(self, topic: str, *, refresh: bool = False) -> registry_pb2.TopicRoute:
+        """The topic's route (cached); TopicNotFound / RegistryUnavailable otherwise."""
+        cached = self._routes.get(topic)
+        if cached is not None and not refresh and time.monotonic() - cached[1] < \
+                self.route_refresh_s:
+            return cached[0]
+        route = self.registry.get_route(topic)
+        self._routes[topic] = (route, time.monotonic())
+        return route
+
+    def forget_route(self, topic: str) -> None:
+        self._routes.pop(topic, None)
+
+    @staticmethod
+    def broker_address(route: registry_pb2.TopicRoute, broker_name: str,
+                       *, master_only: bool = True) -> str | None:
+        for broker in route.brokers:
+            if broker.broker_name == broker_name:
+                if MASTER_ID in broker.addresses:
+                    return broker.addresses[MASTER_ID]
+                if not master_only and broker.addresses:
+                    return broker.addresses[min(broker.addresses)]
+        return None
+
+    def write_queues(self, topic: str, route: registry_pb2.TopicRoute | None = None
+                     ) -> list[MessageQueue]:
+        """Writable queues of the topic on brokers with a live master."""
+        route = route or self.route(topic)
+        queues = []
+        for data in sorted(route.queues, key=lambda q: q.broker_name):
+            if data.perm & PERM_WRITE and self.broker_address(route, data.broker_name):
+                queues += [MessageQueue(topic, data.broker_name, q)
+                           for q in range(data.write_queue_nums)]
+        return queues
+
+    def read_queues(self, topic: str) -> list[MessageQueue]:
+        """Readable queues of the topic, sorted (the order rebalancing relies on)."""
+        route = self.route(topic)
+        queues = []
+        for data in route.queues:
+            if data.perm & PERM_READ:
+                queues += [MessageQueue(topic, data.broker_name, q)
+                           for q in range(data.read_queue_nums)]
+        return sorted(queues)
+
+    def address_of(self, queue: MessageQueue, *, master_only: bool = True) -> str:
+        address = self.broker_address(self.route(queue.topic), queue.broker_name,
+                                      master_only=master_only)
+        if address is None:
+            self.forget_route(queue.topic)
+            raise BrokerUnavailable(f"no live broker {queue.broker_name!r} serves "
+                                    f"{queue.topic!r}")
+        return address
+
+    def brokers_of(self, topics: Sequence[str]) -> set[str]:
+        """Addresses of every broker serving any of ``topics`` (unknown topics skipped)."""
+        addresses = set()
+        for topic in topics:
+            try:
+                route = self.route(topic)
+            except TopicNotFound:
+                continue
+            for broker in route.brokers:
+                addresses.update(broker.addresses.values())
+        return addresses
+
+    # ---------------------------------------------------------------- brokers
+    def broker(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            with self._lock:
+                stub = self._stubs.get(address)
+                if stub is None:
+                    channel = runtime.sync_channel(address)
+                    self._channels[address] = channel
+                    stub = broker_pb2_grpc.BrokerServiceStub(channel)
+                    self._stubs[address] = stub
+        return stub
+
+    def close(self) -> None:
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
+            self._channels.clear()
+            self._stubs.clear()
+        self.registry.close()
+
+
+def is_retryable(exc: grpc.RpcError) -> bool:
+    """Transport failures worth another broker: unavailable, timed out, overloaded."""
+    code = exc.code() if hasattr(exc, "code") else None
+    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def rpc_error_text(exc: grpc.RpcError) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return f"{code.name if code else 'ERROR'}: {details}"

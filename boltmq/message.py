@@ -1,0 +1,95 @@
+"""The SDK's message model: what a producer sends and what it gets back.
+
+A received message is a :class:`services.store.record.RecordView` decoded from
+the raw CommitLog records the broker returns (``raw_records``): every record
+field is an attribute (topic, queue_id, queue_offset, commitlog_offset,
+msg_id, body, tags, keys, properties, born/store timestamps and hosts,
+reconsume_times), and the body is a view, not a copy.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from boltmq.v1 import broker_pb2, message_pb2
+from services.store.record import RecordView
+
+ReceivedMessage = RecordView
+"""A message as consumers receive it (see the module docstring)."""
+
+
+class MessageError(ValueError):
+    """A message the SDK refuses before sending (empty topic, body of the wrong type)."""
+
+
+@dataclass
+class Message:
+    """A message to send. ``keys`` are indexed (query by key); ``tags`` filter."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    flag: int = 0
+
+    def to_proto(self, queue_id: int = -1) -> message_pb2.Message:
+        if not isinstance(self.topic, str) or not self.topic:
+            raise MessageError("message topic must be a non-empty string")
+        if not isinstance(self.body, bytes | bytearray | memoryview):
+            raise MessageError(f"message body must be bytes, not {type(self.body).__name__}")
+        if isinstance(self.keys, str):
+            raise MessageError("message keys must be a list of strings, not one string")
+        return message_pb2.Message(topic=self.topic, queue_id=queue_id, body=bytes(self.body),
+                                   flag=self.flag, tags=self.tags or "", keys=list(self.keys),
+                                   properties=dict(self.properties))
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker group."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}/{self.queue_id}"
+
+
+class SendStatus(enum.Enum):
+    """How a send ended (RocketMQ's SendStatus); anything but SEND_OK is still stored
+    except SEND_FAILED."""
+
+    SEND_OK = broker_pb2.SEND_OK
+    FLUSH_DISK_TIMEOUT = broker_pb2.SEND_FLUSH_DISK_TIMEOUT
+    FLUSH_SLAVE_TIMEOUT = broker_pb2.SEND_FLUSH_SLAVE_TIMEOUT
+    SLAVE_NOT_AVAILABLE = broker_pb2.SEND_SLAVE_NOT_AVAILABLE
+    SEND_FAILED = broker_pb2.SEND_FAILED
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """The outcome of one message's send."""
+
+    status: SendStatus
+    msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    commitlog_offset: int = -1
+    error: str = ""
+
+    @classmethod
+    def from_proto(cls, result: broker_pb2.SendResult) -> SendResult:
+        return cls(SendStatus(result.status), result.msg_id,
+                   MessageQueue(result.topic, result.broker_name, result.queue_id),
+                   result.queue_offset, result.commitlog_offset, result.error)
+
+
+class ConsumeResult(enum.Enum):
+    """What a listener returns: SUCCESS (or None) or RECONSUME_LATER (or raise)."""
+
+    SUCCESS = "SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
