@@ -199,7 +199,7 @@ class _ClientBase:
     def _retry_policy(self, retry_on: type[Exception]) -> dict[str, Any]:
         return dict(retry=retry_if_exception_type(retry_on),
                     stop=stop_after_attempt(self._attempts_max),
-                    wait=wait_exponential_jitter(initial=self._backoff_initial_s,
+                    wait=wait_exponential_jitter(multiplier=self._backoff_initial_s,
                                                  max=self._backoff_max_s,
                                                  jitter=self._backoff_initial_s),
                     reraise=True)

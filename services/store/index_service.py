@@ -175,7 +175,8 @@ class IndexService:
                 if earlier.entry_count and later.entry_count and \
                         later.begin_phy_offset < earlier.end_phy_offset:
                     problems.append(f"index {later.path.name} begins at offset "
-                                    f"{later.begin_phy_offset}, before the end of {earlier.path.name}")
+                                    f"{later.begin_phy_offset}, before the end of "
+                                    f"{earlier.path.name}")
             for f in files:
                 problems.extend(f.check())
         finally:
