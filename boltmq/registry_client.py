@@ -27,6 +27,7 @@ registries concurrently (the broker's 30 s heartbeat).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -206,12 +207,14 @@ class _ClientBase:
 
 
 class RegistryClient(_ClientBase):
-    """Blocking client of a list of registries; thread-safe like the gRPC channels it holds."""
+    """Blocking client of a list of registries; one instance may be shared by threads."""
 
     def __init__(self, addresses: Sequence[str], **options: Any) -> None:
         super().__init__(addresses, **options)
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        """Guards channel creation, so two threads never open two channels to one address."""
 
     def __enter__(self) -> RegistryClient:
         return self
@@ -222,10 +225,12 @@ class RegistryClient(_ClientBase):
 
     def close(self) -> None:
         """Close every channel."""
-        for channel in self._channels.values():
+        with self._lock:
+            channels = list(self._channels.values())
+            self._channels.clear()
+            self._stubs.clear()
+        for channel in channels:
             channel.close()
-        self._channels.clear()
-        self._stubs.clear()
 
     def get_route(self, topic: str) -> registry_pb2.TopicRoute:
         """The topic's route from the first registry that knows it."""
@@ -260,12 +265,13 @@ class RegistryClient(_ClientBase):
             request, timeout=self._rpc_timeout_s))
 
     def _stub(self, address: str) -> Any:
-        stub = self._stubs.get(address)
-        if stub is None:
-            self._channels[address] = runtime.sync_channel(address)
-            stub = self._stubs[address] = registry_pb2_grpc.RegistryServiceStub(
-                self._channels[address])
-        return stub
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                self._channels[address] = runtime.sync_channel(address)
+                stub = self._stubs[address] = registry_pb2_grpc.RegistryServiceStub(
+                    self._channels[address])
+            return stub
 
     def _ask_any(self, call: Callable[[Any], T], topic: str = "") -> T:
         def walk() -> T:

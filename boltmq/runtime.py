@@ -113,14 +113,14 @@ async def serve(service: Service, host: str, port: int, grace_s: float = 10.0) -
     except BaseException:
         await server.stop(0)
         raise
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)  # before READY: a stop right after is clean
     for service_name in (*service.service_names, ""):
         await health_servicer.set(service_name, health_pb2.HealthCheckResponse.SERVING)
     print(f"{READY_PREFIX} {service.name} {host}:{bound}", flush=True)
     log.info("%s serving on %s:%d", service.name, host, bound)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("%s stopping", service.name)
     await health_servicer.enter_graceful_shutdown()
