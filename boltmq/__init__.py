@@ -1,3 +1,74 @@
-"""BoltMQ: a RocketMQ-style message queue. SDK and shared kernel."""
+"""BoltMQ: a RocketMQ-style message queue. SDK and shared kernel.
+
+    from boltmq import Producer, PushConsumer, PullConsumer, Message
+
+Names are imported on first use, so ``import boltmq`` (and the CLI) stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Message": "boltmq.message",
+    "MessageQueue": "boltmq.message",
+    "SendResult": "boltmq.message",
+    "SendStatus": "boltmq.message",
+    "ConsumeResult": "boltmq.message",
+    "ReceivedMessage": "boltmq.message",
+    "Producer": "boltmq.producer",
+    "SendError": "boltmq.producer",
+    "PullConsumer": "boltmq.pull_consumer",
+    "PullResult": "boltmq.pull_consumer",
+    "PullStatus": "boltmq.pull_consumer",
+    "PullError": "boltmq.pull_consumer",
+    "PushConsumer": "boltmq.push_consumer",
+    "BoltMQError": "boltmq.client",
+    "BrokerUnavailable": "boltmq.client",
+    "TopicNotFound": "boltmq.registry_client",
+    "RegistryUnavailable": "boltmq.registry_client",
+}
+__all__ = [
+    "BoltMQError",
+    "BrokerUnavailable",
+    "ConsumeResult",
+    "Message",
+    "MessageQueue",
+    "Producer",
+    "PullConsumer",
+    "PullError",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+    "ReceivedMessage",
+    "RegistryUnavailable",
+    "SendError",
+    "SendResult",
+    "SendStatus",
+    "TopicNotFound",
+]
+
+if TYPE_CHECKING:
+    from boltmq.client import BoltMQError, BrokerUnavailable
+    from boltmq.message import (
+        ConsumeResult,
+        Message,
+        MessageQueue,
+        ReceivedMessage,
+        SendResult,
+        SendStatus,
+    )
+    from boltmq.producer import Producer, SendError
+    from boltmq.pull_consumer import PullConsumer, PullError, PullResult, PullStatus
+    from boltmq.push_consumer import PushConsumer
+    from boltmq.registry_client import RegistryUnavailable, TopicNotFound
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'boltmq' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -128,7 +128,7 @@ class ClientInstance:
 
     def brokers_of(self, topics: Sequence[str]) -> set[str]:
         """Addresses of every broker serving any of ``topics`` (unknown topics skipped)."""
-        addresses = set()
+        addresses: set[str] = set()
         for topic in topics:
             try:
                 route = self.route(topic)

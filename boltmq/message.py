@@ -80,12 +80,15 @@ class SendResult:
     queue_offset: int
     commitlog_offset: int = -1
     error: str = ""
+    put_status: str = "PUT_OK"
+    """The store's PutMessageStatus name (why a SEND_FAILED failed)."""
 
     @classmethod
     def from_proto(cls, result: broker_pb2.SendResult) -> SendResult:
         return cls(SendStatus(result.status), result.msg_id,
                    MessageQueue(result.topic, result.broker_name, result.queue_id),
-                   result.queue_offset, result.commitlog_offset, result.error)
+                   result.queue_offset, result.commitlog_offset, result.error,
+                   message_pb2.PutMessageStatus.Name(result.put_status))
 
 
 class ConsumeResult(enum.Enum):

@@ -1,0 +1,280 @@
+"""Producer: sends messages to the brokers that serve a topic.
+
+- ``send`` picks a writable queue round-robin (or by ``sharding_key``, so one
+  key always lands in one queue and stays ordered) and retries a retriable
+  failure on the next queue of another broker (tenacity; a sharded send
+  retries the same queue, never another, to keep the order).
+- ``send_batch`` sends one list as one request to one queue.
+- ``send_async`` and ``send_oneway`` go through an accumulator: messages wait
+  up to ``linger_ms`` or until ``batch_size`` of them are queued for a topic, and
+  leave as one batch (Kafka's linger/batch.size), which is what makes an async
+  producer fast. Callbacks run on the sender thread.
+- A topic no registry knows is sent through the brokers that serve the
+  auto-create template ``TBW102``; the broker creates it (when enabled).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+
+import grpc
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from boltmq.client import (
+    DEFAULT_TOPIC,
+    BoltMQError,
+    BrokerUnavailable,
+    ClientInstance,
+    is_retryable,
+    rpc_error_text,
+)
+from boltmq.message import Message, MessageQueue, SendResult, SendStatus
+from boltmq.registry_client import TopicNotFound
+from boltmq.v1 import broker_pb2, message_pb2
+from services.store.record import java_string_hash
+
+log = logging.getLogger(__name__)
+
+SendCallback = Callable[[SendResult | None, BaseException | None], None]
+
+
+class SendError(BoltMQError):
+    """A send the broker refused or that could not reach any broker."""
+
+    def __init__(self, message: str, result: SendResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class _Retry(Exception):
+    """A failure worth another attempt on another queue."""
+
+
+class Producer:
+    """A producer of one producer group (see the module docstring)."""
+
+    def __init__(self, registry: str | Sequence[str], group: str = "DEFAULT_PRODUCER", *,
+                 send_timeout_ms: int = 3_000, retry_times: int = 2, batch_size: int = 256,
+                 linger_ms: int = 5, max_pending: int = 100_000,
+                 default_topic_queue_nums: int = 4, route_refresh_ms: int = 30_000) -> None:
+        if not group:
+            raise ValueError("producer group must not be empty")
+        if batch_size < 1 or linger_ms < 0 or retry_times < 0 or send_timeout_ms <= 0:
+            raise ValueError("batch_size >= 1, linger_ms >= 0, retry_times >= 0 and "
+                             "send_timeout_ms > 0 are required")
+        self.group = group
+        self.client = ClientInstance(registry, route_refresh_ms=route_refresh_ms,
+                                     rpc_timeout_s=send_timeout_ms / 1000)
+        self.send_timeout_s = send_timeout_ms / 1000
+        self.retry_times = retry_times
+        self.batch_size = batch_size
+        self.linger_s = linger_ms / 1000
+        self.max_pending = max_pending
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self._counter = itertools.count()
+        self._pending: dict[str, list[tuple[Message, Future[SendResult],
+                                            SendCallback | None]]] = {}
+        self._pending_count = 0
+        self._cond = threading.Condition()
+        self._sender: threading.Thread | None = None
+        self._running = False
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> Producer:
+        self._running = True
+        self._sender = threading.Thread(target=self._send_loop, name="boltmq-producer",
+                                        daemon=True)
+        self._sender.start()
+        return self
+
+    def shutdown(self) -> None:
+        """Send what is pending, then close connections."""
+        with self._cond:
+            if not self._running:
+                return
+            self._running = False
+            self._cond.notify_all()
+        if self._sender is not None:
+            self._sender.join()
+        self.client.close()
+
+    def __enter__(self) -> Producer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _check_running(self) -> None:
+        if not self._running:
+            raise BoltMQError("producer is not started (call start())")
+
+    # ---------------------------------------------------------------- sync sends
+    def send(self, msg: Message, sharding_key: str | None = None) -> SendResult:
+        """Send one message and wait for the broker's answer; SendError if refused."""
+        result = self.send_batch([msg], sharding_key=sharding_key)[0]
+        if result.status is SendStatus.SEND_FAILED:
+            raise SendError(f"send to {msg.topic!r} refused: {result.put_status}: "
+                            f"{result.error}", result)
+        return result
+
+    def send_batch(self, msgs: Sequence[Message], sharding_key: str | None = None
+                   ) -> list[SendResult]:
+        """Send messages of one topic as one request to one queue; one result each."""
+        self._check_running()
+        if not msgs:
+            return []
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            raise ValueError("every message of a batch must have the same topic")
+        protos = [m.to_proto() for m in msgs]
+        return self._send_protos(topic, protos, sharding_key)
+
+    def _send_protos(self, topic: str, protos: list[message_pb2.Message],
+                     sharding_key: str | None) -> list[SendResult]:
+        tried: set[str] = set()
+        retrying = Retrying(stop=stop_after_attempt(self.retry_times + 1),
+                            wait=wait_exponential(multiplier=0.05, max=1.0),
+                            retry=retry_if_exception(lambda e: isinstance(e, _Retry)),
+                            reraise=True)
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._send_once(topic, protos, sharding_key, tried)
+        except _Retry as exc:
+            raise SendError(f"send to {topic!r} failed after {self.retry_times + 1} "
+                            f"attempts: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def _send_once(self, topic: str, protos: list[message_pb2.Message],
+                   sharding_key: str | None, tried: set[str]) -> list[SendResult]:
+        queue, address = self._pick(topic, sharding_key, tried)
+        for proto in protos:
+            proto.queue_id = queue.queue_id
+        request = broker_pb2.SendRequest(producer_group=self.group, messages=protos,
+                                         default_topic_queue_nums=self.default_topic_queue_nums)
+        try:
+            response = self.client.broker(address).SendMessage(request,
+                                                               timeout=self.send_timeout_s)
+        except grpc.RpcError as exc:
+            tried.add(queue.broker_name)
+            if is_retryable(exc):
+                self.client.forget_route(topic)
+                raise _Retry(f"{address}: {rpc_error_text(exc)}") from None
+            raise SendError(f"send to {topic!r} refused: {rpc_error_text(exc)}") from None
+        results = [SendResult.from_proto(r) for r in response.results]
+        failed = [r for r in results if r.status is SendStatus.SEND_FAILED]
+        if failed and failed[0].put_status == "SERVICE_NOT_AVAILABLE":
+            tried.add(queue.broker_name)
+            raise _Retry(f"{address}: {failed[0].error}")
+        return results
+
+    def _pick(self, topic: str, sharding_key: str | None, tried: set[str]
+              ) -> tuple[MessageQueue, str]:
+        try:
+            queues = self.client.write_queues(topic)
+        except TopicNotFound:
+            queues = self._template_queues(topic)
+        if not queues:
+            raise SendError(f"no writable queue for topic {topic!r}")
+        if sharding_key is not None:
+            queue = queues[abs(java_string_hash(sharding_key)) % len(queues)]
+        else:
+            start = next(self._counter)
+            candidates = [queues[(start + i) % len(queues)] for i in range(len(queues))]
+            fresh = [q for q in candidates if q.broker_name not in tried]
+            queue = (fresh or candidates)[0]
+        try:
+            return queue, self.client.address_of(queue)
+        except BrokerUnavailable as exc:
+            raise _Retry(str(exc)) from None
+
+    def _template_queues(self, topic: str) -> list[MessageQueue]:
+        """Queues an auto-created ``topic`` will have on the template's brokers."""
+        try:
+            route = self.client.route(DEFAULT_TOPIC)
+        except TopicNotFound:
+            raise SendError(f"topic {topic!r} does not exist and no broker auto-creates "
+                            f"topics") from None
+        template = self.client.write_queues(DEFAULT_TOPIC, route)
+        brokers = sorted({q.broker_name for q in template})
+        count = self.default_topic_queue_nums
+        return [MessageQueue(topic, b, q) for b in brokers for q in range(count)]
+
+    # ---------------------------------------------------------------- async sends
+    def send_async(self, msg: Message, callback: SendCallback | None = None
+                   ) -> Future[SendResult]:
+        """Queue ``msg`` for the sender thread; ``callback(result, error)`` when done."""
+        self._check_running()
+        msg.to_proto()  # validate now, on the caller's thread
+        future: Future[SendResult] = Future()
+        with self._cond:
+            while self._pending_count >= self.max_pending and self._running:
+                self._cond.wait(0.1)  # back-pressure: never buffer without bound
+            self._pending.setdefault(msg.topic, []).append((msg, future, callback))
+            self._pending_count += 1
+            if self._pending_count >= self.batch_size:
+                self._cond.notify_all()
+        return future
+
+    def send_oneway(self, msg: Message) -> None:
+        """Fire and forget: no result, failures only logged."""
+        self.send_async(msg)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every queued async message has been sent (or failed)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._cond.notify_all()
+            while self._pending_count and time.monotonic() < deadline:
+                self._cond.wait(0.01)
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._cond:
+                if self._running and self._pending_count < self.batch_size:
+                    self._cond.wait(self.linger_s)
+                if not self._pending:
+                    if not self._running:
+                        return
+                    continue
+                topic, items = next(iter(self._pending.items()))
+                batch, rest = items[:self.batch_size], items[self.batch_size:]
+                if rest:
+                    self._pending[topic] = rest
+                else:
+                    del self._pending[topic]
+            self._send_accumulated(topic, batch)
+            with self._cond:
+                self._pending_count -= len(batch)
+                self._cond.notify_all()
+
+    def _send_accumulated(self, topic: str,
+                          batch: list[tuple[Message, Future[SendResult], SendCallback | None]]
+                          ) -> None:
+        try:
+            results = self._send_protos(topic, [m.to_proto() for m, _, _ in batch], None)
+        except BaseException as exc:  # every waiter must hear how its message ended
+            for _, future, callback in batch:
+                future.set_exception(exc)
+                _call(callback, None, exc)
+            if not any(cb for _, _, cb in batch):
+                log.warning("async send to %s failed: %s", topic, exc)
+            return
+        for (_, future, callback), result in zip(batch, results, strict=False):
+            future.set_result(result)
+            _call(callback, result, None)
+
+
+def _call(callback: SendCallback | None, result: SendResult | None,
+          error: BaseException | None) -> None:
+    if callback is None:
+        return
+    try:
+        callback(result, error)
+    except Exception:
+        log.exception("send callback failed")

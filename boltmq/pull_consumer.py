@@ -1,0 +1,166 @@
+"""PullConsumer: explicit queues, offsets and commits.
+
+The caller chooses queues (:meth:`PullConsumer.queues`), pulls from an offset
+(optionally long-polling up to ``wait_ms``) and commits what it has processed.
+Messages arrive as raw CommitLog records and are decoded here, so a pull of
+many messages costs one gRPC call and one decode per record.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from boltmq.client import BoltMQError, ClientInstance, rpc_error_text
+from boltmq.message import MessageQueue, ReceivedMessage
+from boltmq.v1 import broker_pb2, message_pb2
+from services.store.record import CorruptRecord, decode_record, read_total_and_magic
+
+PULL_MAX_MESSAGES = 32
+"""Default messages per pull (RocketMQ's pullBatchSize)."""
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_STATUS = {
+    message_pb2.FOUND: PullStatus.FOUND,
+    message_pb2.NO_MATCHED_MESSAGE: PullStatus.NO_MATCHED_MSG,
+    message_pb2.OFFSET_FOUND_NULL: PullStatus.NO_MATCHED_MSG,
+    message_pb2.MESSAGE_WAS_REMOVING: PullStatus.NO_MATCHED_MSG,
+    message_pb2.OFFSET_OVERFLOW_ONE: PullStatus.NO_NEW_MSG,
+    message_pb2.NO_MESSAGE_IN_QUEUE: PullStatus.NO_NEW_MSG,
+    message_pb2.NO_MATCHED_LOGIC_QUEUE: PullStatus.NO_NEW_MSG,
+    message_pb2.OFFSET_OVERFLOW_BADLY: PullStatus.OFFSET_ILLEGAL,
+    message_pb2.OFFSET_TOO_SMALL: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+class PullError(BoltMQError):
+    """A pull the broker refused (unknown topic, no permission) or could not answer."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class PullResult:
+    """Messages from one pull and where the next pull starts."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[ReceivedMessage] = field(default_factory=list)
+
+
+def decode_records(data: bytes) -> list[ReceivedMessage]:
+    """Decode records laid back to back (a pull's ``records``); CorruptRecord if damaged."""
+    view = memoryview(data)
+    out = []
+    position = 0
+    while position < len(view):
+        total, _ = read_total_and_magic(view, position)
+        if total <= 0 or position + total > len(view):
+            raise CorruptRecord(f"record of {total} bytes at {position} overruns the response")
+        out.append(decode_record(view, position, check_crc=True))
+        position += total
+    return out
+
+
+def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: int, *,
+               max_messages: int, subscription: str, wait_ms: int, commit_offset: int = -1,
+               timeout_s: float | None = None,
+               track: Callable[[grpc.Future | None], None] | None = None) -> PullResult:
+    """One PullMessage call to the queue's broker (shared by both consumers).
+
+    ``track`` receives the in-flight call (and None when it is over) so a
+    consumer shutting down can cancel a parked long poll at once.
+    """
+    request = broker_pb2.BrokerPullRequest(
+        consumer_group=group, topic=queue.topic, queue_id=queue.queue_id, queue_offset=offset,
+        max_messages=max_messages, subscription=subscription, suspend_timeout_ms=wait_ms,
+        commit_offset=commit_offset, raw_records=True)
+    deadline = timeout_s if timeout_s is not None else client.rpc_timeout_s + wait_ms / 1000
+    try:
+        call = client.broker(client.address_of(queue)).PullMessage.future(request,
+                                                                           timeout=deadline)
+        if track is not None:
+            track(call)
+        try:
+            response = call.result()
+        finally:
+            if track is not None:
+                track(None)
+    except grpc.FutureCancelledError:
+        raise PullError(f"pull {queue} cancelled", grpc.StatusCode.CANCELLED) from None
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            client.forget_route(queue.topic)
+        raise PullError(f"pull {queue} failed: {rpc_error_text(exc)}", exc.code()) from None
+    messages = decode_records(response.records) if response.records else []
+    return PullResult(_STATUS.get(response.status, PullStatus.NO_MATCHED_MSG),
+                      response.next_begin_offset, response.min_offset, response.max_offset,
+                      messages)
+
+
+class PullConsumer:
+    """A consumer that pulls explicitly (see the module docstring)."""
+
+    def __init__(self, registry: str | Sequence[str], group: str, *,
+                 rpc_timeout_ms: int = 5_000) -> None:
+        if not group:
+            raise ValueError("consumer group must not be empty")
+        self.group = group
+        self.client = ClientInstance(registry, rpc_timeout_s=rpc_timeout_ms / 1000)
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """Every readable queue of ``topic``."""
+        return self.client.read_queues(topic)
+
+    def pull(self, queue: MessageQueue, offset: int, max_messages: int = PULL_MAX_MESSAGES,
+             subscription: str = "*", wait_ms: int = 0) -> PullResult:
+        """Messages of ``queue`` from ``offset``; with ``wait_ms`` long-poll for new ones."""
+        if offset < 0 or max_messages <= 0 or wait_ms < 0:
+            raise ValueError("offset >= 0, max_messages > 0 and wait_ms >= 0 are required")
+        return pull_queue(self.client, self.group, queue, offset, max_messages=max_messages,
+                          subscription=subscription, wait_ms=wait_ms)
+
+    def commit(self, queue: MessageQueue, offset: int) -> None:
+        """Record ``offset`` (the next message to consume) for the group."""
+        request = broker_pb2.UpdateConsumerOffsetRequest(group=self.group, topic=queue.topic,
+                                                         queue_id=queue.queue_id, offset=offset)
+        self._call(queue, "UpdateConsumerOffset", request)
+
+    def committed(self, queue: MessageQueue) -> int:
+        """The group's committed offset of ``queue``; -1 when it has none."""
+        request = broker_pb2.QueryConsumerOffsetRequest(group=self.group, topic=queue.topic,
+                                                        queue_id=queue.queue_id)
+        response = self._call(queue, "QueryConsumerOffset", request)
+        return response.offset if response.found else -1
+
+    def _call(self, queue: MessageQueue, method: str, request: object) -> Any:
+        stub = self.client.broker(self.client.address_of(queue))
+        try:
+            return getattr(stub, method)(request, timeout=self.client.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise PullError(f"{method} for {queue} failed: {rpc_error_text(exc)}",
+                            exc.code()) from None
+
+    def shutdown(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> PullConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
