@@ -33,35 +33,60 @@ def main() -> None:
 # ------------------------------------------------------------------------- dev
 @main.command()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("data"),
-              show_default=True, help="Directory for the store's files.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="TOML file with StoreConfig settings.")
-@click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default=None,
-              help="Flush mode (default ASYNC_FLUSH).")
-def dev(data_dir: Path, config_file: Path | None, flush: str | None) -> None:
-    """Run an embedded store under DATA_DIR/store until Ctrl-C (the local cluster's core)."""
-    from boltmq.config import load_config
-    from services.store import MessageStore, StoreConfig, StoreLocked
+              show_default=True, help="Directory for the store's files (DATA_DIR/store).")
+@click.option("--registry-port", default=9876, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--store-port", default=10913, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--broker-port", default=10911, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address every service binds.")
+@click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default="ASYNC_FLUSH",
+              show_default=True, help="The store's flush mode.")
+@click.option("--store-set", multiple=True, metavar="NAME=VALUE", help="Extra store setting.")
+@click.option("--broker-set", multiple=True, metavar="NAME=VALUE", help="Extra broker setting.")
+def dev(data_dir: Path, registry_port: int, store_port: int, broker_port: int, host: str,
+        flush: str, store_set: tuple[str, ...], broker_set: tuple[str, ...]) -> None:
+    """Run a local cluster (registry, store, broker) as child processes until Ctrl-C."""
+    from boltmq.launcher import LaunchError, ServiceProcess
 
-    try:
-        config = load_config(StoreConfig, config_file, overrides={
-            "root_dir": data_dir / "store", "flush_disk_type": flush})
-        store = MessageStore(config)
-        report = store.start()
-    except (StoreLocked, *_USER_ERRORS) as exc:
-        raise _fail(exc) from None
-    kind = "clean" if report.clean else "crash"
-    click.echo(f"store ready at {config.root_dir} ({kind} recovery, CommitLog "
-               f"{report.commitlog_max_offset} bytes, {len(report.notes)} notes)")
-    for note in report.notes:
-        click.echo(f"  recovery: {note}")
+    data_dir = data_dir.resolve()
+    logs = data_dir / "logs"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    started: list[ServiceProcess] = []
+    try:
+        registry = ServiceProcess("registry", logs, port=registry_port, host=host).start()
+        started.append(registry)
+        store = ServiceProcess("store", logs, f"root_dir={data_dir / 'store'}",
+                               f"flush_disk_type={flush}", *store_set, port=store_port,
+                               host=host).start()
+        started.append(store)
+        broker = ServiceProcess("broker", logs, f"store_address={store.address}",
+                                f"registry_addresses={registry.address}", *broker_set,
+                                port=broker_port, host=host).start()
+        started.append(broker)
+    except LaunchError as exc:
+        _stop_all(started)
+        raise _fail(exc) from None
+    click.echo(f"registry  {registry.address}")
+    click.echo(f"store     {store.address}   data {data_dir / 'store'}")
+    click.echo(f"broker    {broker.address}")
+    click.echo(f"logs      {logs}")
+    click.echo(f"try: boltmq produce --registry {registry.address} --topic T --body hello")
     click.echo("press Ctrl-C to stop")
-    stop.wait()
-    store.shutdown()
-    click.echo("store stopped cleanly")
+    while not stop.wait(0.5):
+        dead = [p for p in started if not p.alive()]
+        if dead:
+            _stop_all(started)
+            raise _fail(RuntimeError(f"{dead[0].service} exited: {dead[0].last_error()}"))
+    codes = _stop_all(started)
+    if any(code not in (0, None) for code in codes):
+        raise _fail(RuntimeError(f"a service did not stop cleanly (exit codes {codes})"))
+    click.echo("cluster stopped cleanly")
+
+
+def _stop_all(started: list) -> list[int | None]:  # type: ignore[type-arg]
+    """Stop services in reverse start order (broker first: it persists offsets)."""
+    return [p.stop() for p in reversed(started)]
 
 
 # ------------------------------------------------------------------------- serve
@@ -195,6 +220,18 @@ def bench_store(scenarios: tuple[str, ...], messages: int, body_bytes: int, batc
         for _ in range(repeat):
             result = runs[name]()
             click.echo(b.to_json(result) if as_json else b.format_result(result))
+
+
+def _register_client_commands() -> None:
+    from boltmq.cli_admin import admin
+    from boltmq.cli_messages import consume, produce
+
+    main.add_command(produce)
+    main.add_command(consume)
+    main.add_command(admin)
+
+
+_register_client_commands()
 
 
 if __name__ == "__main__":

@@ -8,13 +8,9 @@ CliRunner, and as real ``python -m boltmq.cli`` subprocesses.
 from __future__ import annotations
 
 import os
-import queue
-import signal
 import struct
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,43 +334,3 @@ def test_store_held_by_a_running_store_is_one_clear_line(
     _assert_one_line_error(proc.returncode, proc.stdout, proc.stderr,
                            f"{root} is in use by a running store")
     assert (root / "abort").exists()  # the running store was left alone
-
-
-# ------------------------------------------------------------------ dev
-def _read_lines(stream, lines: queue.Queue[str | None]) -> None:  # type: ignore[no-untyped-def]
-    for line in stream:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
-def test_dev_starts_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BOLTMQ_")}
-    proc = subprocess.Popen([sys.executable, "-m", "boltmq.cli", "dev", "--data-dir",
-                             str(data_dir)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
-    seen: list[str] = []
-    try:
-        deadline = time.monotonic() + DEV_READY_TIMEOUT_S
-        # Signal only after "press Ctrl-C to stop": the handlers are installed by then.
-        while not seen or seen[-1] != "press Ctrl-C to stop":
-            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            assert line is not None, f"dev exited early: {seen} {proc.stderr.read()}"
-            seen.append(line)
-        assert (data_dir / "store" / "abort").exists()
-        proc.send_signal(signal.SIGTERM)
-        returncode = proc.wait(timeout=SUBPROCESS_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-    assert seen[0].startswith(f"store ready at {data_dir / 'store'} (clean recovery")
-    assert returncode == 0, proc.stderr.read()
-    while (line := lines.get(timeout=SUBPROCESS_TIMEOUT_S)) is not None:
-        seen.append(line)
-    assert seen[-1] == "store stopped cleanly"
-    assert not (data_dir / "store" / "abort").exists()
-    assert "Traceback" not in proc.stderr.read()
