@@ -403,6 +403,15 @@ class MessageStore:
         """Call ``listener(topic, queue_id, max_offset)`` after each dispatch round."""
         self.dispatcher.listeners.append(listener)
 
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Stop calling ``listener`` (the same object that was added).
+
+        Copy-on-write: the dispatcher may be iterating the old list on its
+        thread; it finishes that round with it (one more call at most).
+        """
+        self.dispatcher.listeners = [known for known in self.dispatcher.listeners
+                                     if known is not listener]
+
     def wait_dispatched(self, timeout_s: float = 30.0) -> bool:
         """Block until everything appended so far is in the consume queues."""
         target = self._dispatch_limit() if self.config.sync_flush else self.commitlog.max_offset
