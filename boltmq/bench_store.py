@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import shutil
-import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from boltmq.bench_report import BenchResult, result
 from services.store import Message, MessageStore, PutStatus, StoreConfig
 
 QUEUES = 16
@@ -35,35 +33,7 @@ GET_BATCH = 32
 SEGMENT_BYTES = 1024 * 1024 * 1024
 
 
-@dataclass
-class BenchResult:
-    """One scenario's numbers."""
-
-    scenario: str
-    messages: int
-    seconds: float
-    msg_per_s: float
-    mb_per_s: float
-    latency_us: dict[str, float] = field(default_factory=dict)
-    notes: str = ""
-
-
-def _percentiles(samples_ns: list[int]) -> dict[str, float]:
-    if not samples_ns:
-        return {}
-    ordered = sorted(samples_ns)
-
-    def pick(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000, 1)
-
-    return {"p50": pick(0.50), "p99": pick(0.99), "p999": pick(0.999),
-            "max": round(ordered[-1] / 1000, 1), "mean": round(statistics.fmean(ordered) / 1000, 1)}
-
-
-def _result(name: str, count: int, seconds: float, body_bytes: int, samples: list[int],
-            notes: str = "") -> BenchResult:
-    return BenchResult(name, count, round(seconds, 3), round(count / seconds),
-                       round(count * body_bytes / seconds / 1e6, 1), _percentiles(samples), notes)
+_result = result
 
 
 @contextmanager
@@ -251,11 +221,11 @@ def bench_recovery(commitlog_bytes: int, body_bytes: int, directory: Path | None
         seconds = time.perf_counter() - start
         count = sum(recovered.max_offset("BenchTopic", q) for q in range(QUEUES))
         recovered.shutdown()
-        result = _result("recovery", count, seconds, body_bytes, [],
+        outcome = _result("recovery", count, seconds, body_bytes, [],
                          f"{size / 2**20:.0f} MiB CommitLog re-validated and re-dispatched "
                          f"from offset {report.start_offset}")
-        result.mb_per_s = round(size / seconds / 1e6, 1)
-        return result
+        outcome.mb_per_s = round(size / seconds / 1e6, 1)
+        return outcome
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -265,13 +235,3 @@ SCENARIOS: dict[str, Callable[..., BenchResult]] = {
     "sync-threads": bench_sync_threads,
     "recovery": bench_recovery,
 }
-
-
-def format_result(r: BenchResult) -> str:
-    lat = " ".join(f"{k}={v}us" for k, v in r.latency_us.items())
-    return (f"{r.scenario:<9} {r.messages:>9} msgs {r.seconds:>8.2f}s {r.msg_per_s:>10,.0f} msg/s "
-            f"{r.mb_per_s:>8.1f} MB/s  {lat}  {r.notes}")
-
-
-def to_json(r: BenchResult) -> str:
-    return json.dumps(asdict(r), sort_keys=True)

@@ -204,6 +204,7 @@ def bench_store(scenarios: tuple[str, ...], messages: int, body_bytes: int, batc
                 as_json: bool) -> None:
     """In-process store benchmarks (1 KiB bodies, 16 queues)."""
     from boltmq import bench_store as b
+    from boltmq.bench_report import format_result, to_json
 
     runs = {
         "batch": lambda: b.bench_batch(messages, body_bytes, batch_size, directory),
@@ -219,7 +220,7 @@ def bench_store(scenarios: tuple[str, ...], messages: int, body_bytes: int, batc
     for name in scenarios or tuple(runs):
         for _ in range(repeat):
             result = runs[name]()
-            click.echo(b.to_json(result) if as_json else b.format_result(result))
+            click.echo(to_json(result) if as_json else format_result(result))
 
 
 def _register_client_commands() -> None:
