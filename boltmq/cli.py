@@ -223,6 +223,90 @@ def bench_store(scenarios: tuple[str, ...], messages: int, body_bytes: int, batc
             click.echo(to_json(result) if as_json else format_result(result))
 
 
+_COUNT = click.option("--count", default=100_000, show_default=True, type=click.IntRange(min=1))
+_SIZE = click.option("--size", default=1024, show_default=True, type=click.IntRange(min=0),
+                     help="Body bytes.")
+_JSON = click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+_REGISTRY = click.option("--registry", default="127.0.0.1:9876", show_default=True,
+                         envvar="BOLTMQ_REGISTRY")
+_TOPIC = click.option("--topic", default="BenchTopic", show_default=True)
+
+
+def _echo_result(outcome, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from boltmq.bench_report import format_result, to_json
+
+    click.echo(to_json(outcome) if as_json else format_result(outcome))
+
+
+def _bench_call(fn, *args):  # type: ignore[no-untyped-def]
+    from boltmq.client import BoltMQError
+    from boltmq.registry_client import RegistryError
+
+    try:
+        return fn(*args)
+    except (BoltMQError, RegistryError, TimeoutError, ValueError, ImportError) as exc:
+        raise _fail(exc) from None
+
+
+@bench.command("produce")
+@_REGISTRY
+@_TOPIC
+@_COUNT
+@_SIZE
+@click.option("--batch", default=256, show_default=True, type=click.IntRange(1, 4096))
+@click.option("--concurrency", default=2, show_default=True, type=click.IntRange(1, 256))
+@_JSON
+def bench_produce(registry: str, topic: str, count: int, size: int, batch: int,
+                  concurrency: int, as_json: bool) -> None:
+    """Produce to a running cluster (batch 1: one synchronous send per call)."""
+    from boltmq import bench_cluster as c
+
+    _echo_result(_bench_call(c.bench_produce, registry, topic, count, size, batch, concurrency),
+                 as_json)
+
+
+@bench.command("consume")
+@_REGISTRY
+@_TOPIC
+@_COUNT
+@_SIZE
+@_JSON
+def bench_consume(registry: str, topic: str, count: int, size: int, as_json: bool) -> None:
+    """Consume COUNT messages already in TOPIC with a fresh group."""
+    from boltmq import bench_cluster as c
+
+    _echo_result(_bench_call(c.bench_consume, registry, topic, count, size), as_json)
+
+
+@bench.command("e2e")
+@_REGISTRY
+@_TOPIC
+@_COUNT
+@_SIZE
+@click.option("--rate", default=500, show_default=True, type=click.IntRange(1, 100_000),
+              help="Messages per second sent.")
+@_JSON
+def bench_e2e(registry: str, topic: str, count: int, size: int, rate: int,
+              as_json: bool) -> None:
+    """Send-to-receive latency through a parked long poll."""
+    from boltmq import bench_cluster as c
+
+    _echo_result(_bench_call(c.bench_e2e, registry, topic, count, size, rate), as_json)
+
+
+@bench.command("redis")
+@click.option("--redis", "url", default="redis://127.0.0.1:6379/0", show_default=True)
+@_COUNT
+@_SIZE
+@click.option("--batch", default=256, show_default=True, type=click.IntRange(1, 4096))
+@_JSON
+def bench_redis(url: str, count: int, size: int, batch: int, as_json: bool) -> None:
+    """The reference: Redis Streams XADD, pipelined (needs redis-py and a server)."""
+    from boltmq import bench_cluster as c
+
+    _echo_result(_bench_call(c.bench_redis, url, count, size, batch), as_json)
+
+
 def _register_client_commands() -> None:
     from boltmq.cli_admin import admin
     from boltmq.cli_messages import consume, produce

@@ -62,6 +62,16 @@ class MessageStore:
                  ) -> None:
         self.config = config
         self.root = config.root_dir
+        self._disk_usage = disk_usage
+        self.running = False
+        self._opened = False
+        self._lock_fd = -1
+        self._state_lock = threading.Lock()
+        self._build()
+
+    def _build(self) -> None:
+        """Fresh, unopened parts (a stopped store is started again with new ones)."""
+        config = self.config
         self.commitlog = CommitLog(config)
         self.queues = ConsumeQueueTable(self.root / "consumequeue", config.consume_queue_file_size)
         self.index = IndexService(self.root / "index", config.max_hash_slot_num,
@@ -72,12 +82,13 @@ class MessageStore:
         self.flusher: CommitLogFlusher | None = None
         self.queue_flusher: ConsumeQueueFlusher | None = None
         self.cleaner = Cleaner(config, self.commitlog, self.queues, self.index,
-                               disk_usage=disk_usage)
+                               disk_usage=self._disk_usage)
         self.recovery: RecoveryReport | None = None
         self.load_notes: list[str] = []
-        self.running = False
-        self._lock_fd = -1
-        self._state_lock = threading.Lock()
+
+    def _require_running(self) -> None:
+        if not self.running:
+            raise StoreNotRunning("store is not running (call start())")
 
     # ================================================================ lifecycle
     def start(self) -> RecoveryReport:
@@ -85,6 +96,9 @@ class MessageStore:
         with self._state_lock:
             if self.running:
                 raise RuntimeError("store already started")
+            if self._opened:
+                self._build()
+            self._opened = True
             self.root.mkdir(parents=True, exist_ok=True)
             self._take_lock()
             try:
@@ -271,6 +285,7 @@ class MessageStore:
                      max_count: int | None = None, subscription: str | None = None,
                      max_bytes: int | None = None) -> GetResult:
         """Read up to ``max_count`` messages from ``queue_offset`` that match ``subscription``."""
+        self._require_running()
         cq = self.queues.get(topic, queue_id)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
@@ -351,6 +366,7 @@ class MessageStore:
 
     def look_message(self, commitlog_offset: int) -> RecordView | None:
         """The message whose record starts at ``commitlog_offset``; None if none is there."""
+        self._require_running()
         try:
             return self.commitlog.read_record(commitlog_offset,
                                               check_crc=self.config.check_crc_on_read)
@@ -359,12 +375,14 @@ class MessageStore:
 
     def view_message(self, msg_id: str) -> RecordView | None:
         """The message with this offset MessageId (no index needed); ValueError if malformed."""
+        self._require_running()
         _host, _port, offset = parse_msg_id(msg_id)
         return self.look_message(offset)
 
     def query_messages(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,
                        end_ms: int | None = None) -> list[RecordView]:
         """Messages of ``topic`` whose KEYS or UNIQ_KEY equals ``key`` in the time range."""
+        self._require_running()
         end = end_ms if end_ms is not None else time.time_ns() // 1_000_000 + 1000
         found: list[RecordView] = []
         if max_count <= 0:
@@ -386,16 +404,21 @@ class MessageStore:
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First queue offset stored at or after ``timestamp_ms`` (0 for an unknown queue)."""
+        self._require_running()
         cq = self.queues.get(topic, queue_id)
         if cq is None:
             return 0
         return cq.offset_by_time(timestamp_ms, self.commitlog.store_time_of)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        """Smallest queue offset still readable (0 for an unknown queue)."""
+        self._require_running()
         cq = self.queues.get(topic, queue_id)
         return cq.min_offset() if cq else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
+        """Queue offset the next message will get (0 for an unknown queue)."""
+        self._require_running()
         cq = self.queues.get(topic, queue_id)
         return cq.max_offset() if cq else 0
 
@@ -420,6 +443,7 @@ class MessageStore:
 
     def flush(self) -> None:
         """Force the CommitLog, consume queues, index and checkpoint to disk now."""
+        self._require_running()
         if self.flusher is not None:
             self.flusher.flush_now()
         self.wait_dispatched()
@@ -428,6 +452,7 @@ class MessageStore:
 
     def verify(self) -> list[str]:
         """Every inconsistency between CommitLog, consume queues and index (empty: sound)."""
+        self._require_running()
         return verify_store(self.commitlog, self.queues, self.index,
                             self.dispatcher.reput_offset)
 
