@@ -350,6 +350,11 @@ class RecordView:
     store_size = total_size
 
     @property
+    def properties_raw(self) -> memoryview | bytes:
+        """The encoded properties section (``key\\x01value\\x02`` pairs)."""
+        return self._properties_raw
+
+    @property
     def properties(self) -> dict[str, str]:
         """All properties, TAGS and KEYS included (parsed on first use)."""
         if self._properties is None:

@@ -128,8 +128,13 @@ class MessageStore:
         abort_path.touch()
         # Re-dispatch what recovery left behind before accepting any write.
         self.dispatcher.reput_offset = report.reput_offset
+        # Recovery has just checked every record from its start (CRC included):
+        # re-dispatching that range need not compute each CRC a second time.
+        self.dispatcher.check_crc = self.config.check_crc_on_recover and \
+            report.reput_offset < report.start_offset
         while self.dispatcher.dispatch_once():
             pass
+        self.dispatcher.check_crc = self.config.check_crc_on_recover
         if self.dispatcher.error:
             report.notes.append(f"dispatch stopped at a bad record: {self.dispatcher.error}")
         finish_queue_offsets(self.commitlog, self.queues)

@@ -1,0 +1,752 @@
+"""StoreServicer: the gRPC edge of the message store (``boltmq.v1.StoreService``).
+
+The edge turns requests into store calls and results back into protos, and
+nothing else: every decision about messages is the engine's. Two rules from
+DESIGN 4.8 shape it:
+
+- A malformed request (a negative offset, a topic that can never exist, a
+  bad field) is refused with INVALID_ARGUMENT and a message that starts with
+  the field's name (``BadRequest``). A read of data that is gone or not yet
+  there is OUT_OF_RANGE; a store that is not running is UNAVAILABLE.
+- A store-level outcome is a value: ``PutStatus`` and ``GetStatus`` are
+  mapped to the proto enums once, in ``PUT_STATUS_TO_PROTO`` and
+  ``GET_STATUS_TO_PROTO``. A bad message in an Append batch is a
+  MESSAGE_ILLEGAL result for that message, never an error for the call.
+
+Arrivals (WatchArrivals, and ReadCommitLog with ``follow``) come from the
+store's dispatcher as ``(topic, queue_id, max_offset)`` on a store thread. Each
+stream registers its own listener and removes it when the stream ends; the
+listener only records the arrival under a lock and wakes the stream's loop
+with ``call_soon_threadsafe`` once per batch, so a fast producer costs a
+stream one dictionary entry per queue, never a growing queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, TypeVar
+
+import grpc
+
+from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from services.store.commitlog import CommitLog
+from services.store.config import StoreConfig
+from services.store.config_files import (
+    ConfigCorrupt,
+    ConfigFiles,
+    InvalidConfigContent,
+    InvalidConfigName,
+    TooManyConfigFiles,
+    validate_config_name,
+)
+from services.store.message import Message
+from services.store.record import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    CorruptRecord,
+    RecordView,
+)
+from services.store.status import GetStatus, PutResult, PutStatus
+from services.store.store import MessageStore, StoreNotRunning
+from services.store.topic import (
+    InvalidSubscription,
+    InvalidTopic,
+    parse_subscription,
+    validate_topic,
+)
+
+log = logging.getLogger(__name__)
+
+APPEND_MESSAGES_MAX: Final = 16_384
+"""Messages in one Append at most (a batch of 256 is the SDK's default)."""
+SYNC_APPEND_THREADS_MAX: Final = 64
+"""Appends waiting for their group-commit fsync at once (SYNC_FLUSH)."""
+PULL_MESSAGES_MAX: Final = 8_192
+"""Messages one Pull returns at most (larger max_messages is lowered to this)."""
+PULL_BYTES_MAX: Final = 32 * 1024 * 1024
+"""Bytes one Pull returns at most (half the gRPC message limit)."""
+QUERY_DEFAULT_MAX_COUNT: Final = 32
+"""Messages QueryByKey returns when max_count is 0."""
+QUERY_MAX_COUNT: Final = 1_024
+"""Messages QueryByKey returns at most."""
+READ_CHUNK_DEFAULT_BYTES: Final = 1024 * 1024
+"""CommitLog bytes per ReadCommitLog chunk when max_chunk_bytes is 0."""
+READ_CHUNK_MAX_BYTES: Final = 32 * 1024 * 1024
+"""CommitLog bytes per chunk at most (larger max_chunk_bytes is lowered to this)."""
+HEARTBEAT_MIN_MS: Final = 50
+"""Shortest heartbeat interval honoured (a smaller heartbeat_ms is raised to this)."""
+FOLLOW_RECHECK_MS: Final = 1_000
+"""A following ReadCommitLog re-reads at least this often even without an arrival.
+
+Arrivals wake it at once; the re-check covers bytes that produce none (a
+blank marker alone, prepared transaction records) without a busy loop.
+"""
+WATCHING_METADATA: Final = (("boltmq-watching", "1"),)
+"""Initial metadata of WatchArrivals, sent once the stream's listener is registered:
+a client that waits for it knows every later arrival reaches it."""
+
+PUT_STATUS_TO_PROTO: Final[dict[PutStatus, message_pb2.PutMessageStatus.ValueType]] = {
+    PutStatus.PUT_OK: message_pb2.PUT_OK,
+    PutStatus.FLUSH_DISK_TIMEOUT: message_pb2.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: message_pb2.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: message_pb2.SLAVE_NOT_AVAILABLE,
+    PutStatus.SERVICE_NOT_AVAILABLE: message_pb2.SERVICE_NOT_AVAILABLE,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: message_pb2.CREATE_MAPPED_FILE_FAILED,
+    PutStatus.MESSAGE_ILLEGAL: message_pb2.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: message_pb2.PROPERTIES_SIZE_EXCEEDED,
+    PutStatus.OS_PAGE_CACHE_BUSY: message_pb2.OS_PAGE_CACHE_BUSY,
+    PutStatus.UNKNOWN_ERROR: message_pb2.UNKNOWN_ERROR,
+}
+"""The one mapping from the engine's PutStatus to the wire enum."""
+assert set(PUT_STATUS_TO_PROTO) == set(PutStatus)
+
+GET_STATUS_TO_PROTO: Final[dict[GetStatus, message_pb2.GetMessageStatus.ValueType]] = {
+    GetStatus.FOUND: message_pb2.FOUND,
+    GetStatus.NO_MATCHED_MESSAGE: message_pb2.NO_MATCHED_MESSAGE,
+    GetStatus.MESSAGE_WAS_REMOVING: message_pb2.MESSAGE_WAS_REMOVING,
+    GetStatus.OFFSET_FOUND_NULL: message_pb2.OFFSET_FOUND_NULL,
+    GetStatus.OFFSET_OVERFLOW_BADLY: message_pb2.OFFSET_OVERFLOW_BADLY,
+    GetStatus.OFFSET_OVERFLOW_ONE: message_pb2.OFFSET_OVERFLOW_ONE,
+    GetStatus.OFFSET_TOO_SMALL: message_pb2.OFFSET_TOO_SMALL,
+    GetStatus.NO_MATCHED_LOGIC_QUEUE: message_pb2.NO_MATCHED_LOGIC_QUEUE,
+    GetStatus.NO_MESSAGE_IN_QUEUE: message_pb2.NO_MESSAGE_IN_QUEUE,
+}
+"""The one mapping from the engine's GetStatus to the wire enum."""
+assert set(GET_STATUS_TO_PROTO) == set(GetStatus)
+
+
+# =================================================================== errors
+class BadRequest(ValueError):
+    """A malformed request: INVALID_ARGUMENT, the message starting with the field's name."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+
+
+class Rejected(Exception):
+    """A request refused with a gRPC status other than INVALID_ARGUMENT."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+_Response = TypeVar("_Response")
+_Unary = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_Response]]
+_Stream = Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[_Response]]
+
+
+def _edge(method: _Unary[_Response]) -> _Unary[_Response]:
+    """Map BadRequest, Rejected and StoreNotRunning to gRPC statuses, once, for every unary RPC."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> _Response:
+        try:
+            return await method(self, request, context)
+        except BadRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Rejected as exc:
+            await context.abort(exc.code, exc.details)
+        except StoreNotRunning as exc:  # stopped between the check and the call
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        raise AssertionError("context.abort() always raises")
+
+    return wrapper
+
+
+def _edge_stream(method: _Stream[_Response]) -> _Stream[_Response]:
+    """:func:`_edge` for server-streaming RPCs (async generators)."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext
+                      ) -> AsyncIterator[_Response]:
+        try:
+            async for item in method(self, request, context):
+                yield item
+        except BadRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Rejected as exc:
+            await context.abort(exc.code, exc.details)
+        except StoreNotRunning as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+
+    return wrapper
+
+
+# =================================================================== validation
+def _topic(field: str, topic: str) -> str:
+    try:
+        return validate_topic(topic)
+    except InvalidTopic as exc:
+        raise BadRequest(field, str(exc)) from None
+
+
+def _queue_id(field: str, queue_id: int, max_queue_id: int) -> int:
+    if not 0 <= queue_id <= max_queue_id:
+        raise BadRequest(field, f"{queue_id} is not a queue id (0..{max_queue_id})")
+    return queue_id
+
+
+def _non_negative(field: str, value: int) -> int:
+    if value < 0:
+        raise BadRequest(field, f"{value} must not be negative")
+    return value
+
+
+def _limit(field: str, value: int, default: int, maximum: int) -> int:
+    """A request's size limit: 0 means ``default``; above ``maximum`` is lowered to it."""
+    if value < 0:
+        raise BadRequest(field, f"{value} must not be negative (0: the store's default)")
+    return min(value or default, maximum)
+
+
+def parse_host_port(field: str, text: str) -> tuple[str, int]:
+    """``(address, port)`` from ``addr:port`` or ``[v6addr]:port``; BadRequest if malformed."""
+    host, sep, port_text = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(host)
+        port = int(port_text)
+    except ValueError:
+        raise BadRequest(field, f"{text[:80]!r} is not 'address:port' with an IP address"
+                         ) from None
+    if not sep or not 0 <= port <= 65535:
+        raise BadRequest(field, f"{text[:80]!r} is not 'address:port' with a port 0..65535")
+    return host, port
+
+
+def peer_host(peer: str) -> tuple[str, int]:
+    """The caller's address from ``context.peer()`` (``ipv4:a:p`` / ``ipv6:[a]:p``).
+
+    Anything else (a Unix socket, an in-process call) is the loopback address
+    with port 0: born_host is informational, never a reason to refuse a message.
+    """
+    kind, _, address = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        try:
+            return parse_host_port("peer", address)
+        except BadRequest:
+            pass
+    return "127.0.0.1", 0
+
+
+# =================================================================== conversion
+def messages_from_proto(messages: Sequence[message_pb2.Message], born_host: str, born_port: int
+                        ) -> tuple[list[Message], dict[int, PutResult]]:
+    """The engine's Messages, plus results for those refused at the edge (by batch index).
+
+    The engine validates everything about a message (topic, sizes, properties)
+    and answers MESSAGE_ILLEGAL itself; the edge only refuses what means
+    something else on the wire: queue id -1 asks the broker to choose.
+    """
+    accepted: list[Message] = []
+    refused: dict[int, PutResult] = {}
+    for i, msg in enumerate(messages):
+        if msg.queue_id < 0:
+            refused[i] = PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                error=f"queue_id {msg.queue_id}: the store needs a real queue id; -1 ('let "
+                      f"the broker choose') is for the broker to resolve")
+            continue
+        accepted.append(Message(
+            topic=msg.topic, body=msg.body, queue_id=msg.queue_id, tags=msg.tags or None,
+            keys=list(msg.keys) or None, properties=dict(msg.properties) or None,
+            flag=msg.flag, born_host=born_host, born_port=born_port))
+    return accepted, refused
+
+
+def merge_results(count: int, stored: Iterable[PutResult], refused: dict[int, PutResult]
+                  ) -> list[PutResult]:
+    """Results in batch order: edge refusals at their index, the engine's in between."""
+    engine = iter(stored)
+    return [refused[i] if i in refused else next(engine) for i in range(count)]
+
+
+def put_result_to_proto(result: PutResult, queue_id: int) -> store_pb2.PutResult:
+    """The wire form of one append's outcome."""
+    return store_pb2.PutResult(
+        status=PUT_STATUS_TO_PROTO[result.status], msg_id=result.msg_id,
+        commitlog_offset=result.commitlog_offset, queue_offset=result.queue_offset,
+        queue_id=queue_id, store_timestamp_ms=result.store_timestamp, error=result.error)
+
+
+def message_ext_to_proto(record: RecordView) -> message_pb2.MessageExt:
+    """Every field of a stored record; CorruptRecord if its properties do not decode."""
+    properties = record.properties
+    keys = properties.get(PROPERTY_KEYS)
+    return message_pb2.MessageExt(
+        topic=record.topic, queue_id=record.queue_id, queue_offset=record.queue_offset,
+        commitlog_offset=record.commitlog_offset, msg_id=record.msg_id,
+        body=bytes(record.body), tags=properties.get(PROPERTY_TAGS, ""),
+        keys=keys.split(KEY_SEPARATOR) if keys else (), properties=properties,
+        flag=record.flag, sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp,
+        born_host=record.born_host, store_timestamp_ms=record.store_timestamp,
+        store_host=record.store_host, reconsume_times=record.reconsume_times,
+        prepared_transaction_offset=record.prepared_transaction_offset,
+        body_crc=record.body_crc)
+
+
+def messages_to_proto(records: Iterable[RecordView]) -> list[message_pb2.MessageExt]:
+    """Wire forms of ``records``, leaving out (and logging) any that do not decode.
+
+    The body CRC does not cover properties; a record whose properties are
+    damaged is skipped like the engine skips one with a bad CRC, rather than
+    failing the whole response and stalling the consumer at that offset.
+    """
+    result = []
+    for record in records:
+        try:
+            result.append(message_ext_to_proto(record))
+        except CorruptRecord as exc:
+            log.error("refusing to serve record at %d: %s", record.commitlog_offset, exc)
+    return result
+
+
+def raw_records(commitlog: CommitLog, records: Iterable[RecordView]) -> tuple[bytes, int]:
+    """The records' CommitLog bytes back to back, and how many made it (a segment can go)."""
+    parts = []
+    for record in records:
+        raw = commitlog.read_bytes(record.commitlog_offset, record.total_size)
+        if len(raw) == record.total_size:
+            parts.append(raw)
+    return b"".join(parts), len(parts)
+
+
+# =================================================================== arrivals
+class _ArrivalQueue:
+    """One WatchArrivals stream's pending arrivals, coalesced per (topic, queue).
+
+    ``offer`` runs on a store thread; ``take`` on the stream's loop. At most
+    ``limit`` queues are pending; one more sets ``overflowed`` and the stream
+    ends (the client re-subscribes and re-reads queue ranges) rather than
+    silently dropping a wake-up a long poll is waiting for.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self._loop = loop
+        self._limit = max(1, limit)
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, int], int] = {}
+        self._scheduled = False
+        self._event = asyncio.Event()
+        self.overflowed = False
+
+    def offer(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Record an arrival (store thread); wakes the loop once per batch taken."""
+        key = (topic, queue_id)
+        with self._lock:
+            pending = self._pending
+            if key in pending:
+                if max_offset > pending[key]:
+                    pending[key] = max_offset
+            elif len(pending) < self._limit:
+                pending[key] = max_offset
+            else:
+                self.overflowed = True
+            if self._scheduled:
+                return
+            self._scheduled = True
+        _call_soon(self._loop, self._event.set)
+
+    async def take(self) -> dict[tuple[str, int], int] | None:
+        """The arrivals since the last take (waits for one); None once overflowed."""
+        await self._event.wait()
+        with self._lock:
+            batch, self._pending = self._pending, {}
+            self._scheduled = False
+            self._event.clear()
+            return None if self.overflowed else batch
+
+
+class _Waker:
+    """Wakes a following ReadCommitLog on any arrival; offers between waits coalesce."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+        self._armed = True
+
+    def offer(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Any arrival (store thread)."""
+        # No lock: a lost race only schedules a second, harmless set(), and an
+        # offer that sees the flag down came before clear(), so its bytes are
+        # already visible to the read that follows clear().
+        if self._armed:
+            self._armed = False
+            _call_soon(self._loop, self._event.set)
+
+    def clear(self) -> None:
+        """Re-arm before reading: an arrival after this point ends the next wait."""
+        self._armed = True
+        self._event.clear()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until an arrival since :meth:`clear`, or ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:
+        pass  # the stream's loop is closed: nobody is waiting any more
+
+
+# =================================================================== servicer
+class StoreServicer(store_pb2_grpc.StoreServiceServicer):
+    """Every RPC of ``boltmq.v1.StoreService`` over one MessageStore."""
+
+    def __init__(self, store: MessageStore, config: StoreConfig) -> None:
+        self._store = store
+        self._config = config
+        self._configs = ConfigFiles(config.root_dir)
+        # SYNC_FLUSH appends block until their group commit's fsync. A pool of
+        # their own, because asyncio.to_thread's default pool has min(32,
+        # cpus + 4) threads (6 on 2 cores), which would cap how many appends
+        # can share one fsync, and config writes would compete with them.
+        self._sync_executor = ThreadPoolExecutor(
+            SYNC_APPEND_THREADS_MAX, thread_name_prefix="boltmq-sync-append"
+        ) if config.sync_flush else None
+
+    def close(self) -> None:
+        """Release the append threads (after the server has stopped)."""
+        if self._sync_executor is not None:
+            self._sync_executor.shutdown(wait=False, cancel_futures=True)
+
+    def _running_store(self) -> MessageStore:
+        if not self._store.running:
+            raise Rejected(grpc.StatusCode.UNAVAILABLE,
+                           "store is not running (recovering or shutting down); retry")
+        return self._store
+
+    # ------------------------------------------------------------- writes
+    @_edge
+    async def Append(self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
+                     ) -> store_pb2.AppendResponse:
+        """Append a batch in one engine call; one result per message, in order."""
+        count = len(request.messages)
+        if count > APPEND_MESSAGES_MAX:
+            raise BadRequest("messages", f"{count} messages, at most {APPEND_MESSAGES_MAX} "
+                                         f"per call")
+        if request.born_host:
+            born_host, born_port = parse_host_port("born_host", request.born_host)
+        else:
+            born_host, born_port = peer_host(context.peer())
+        accepted, refused = messages_from_proto(request.messages, born_host, born_port)
+        stored: list[PutResult] = []
+        if accepted:
+            if self._sync_executor is not None:
+                loop = asyncio.get_running_loop()
+                stored = await loop.run_in_executor(self._sync_executor,
+                                                    self._store.put_messages, accepted)
+            else:
+                # No fsync wait under ASYNC_FLUSH: a hop to a thread would only add
+                # two context switches to a copy into the mapping.
+                stored = self._store.put_messages(accepted)
+        results = merge_results(count, stored, refused)
+        return store_pb2.AppendResponse(results=[
+            put_result_to_proto(r, m.queue_id) for r, m in zip(results, request.messages,
+                                                               strict=True)])
+
+    @_edge
+    async def AppendRaw(self, request: store_pb2.AppendRawRequest,
+                        context: grpc.aio.ServicerContext) -> store_pb2.AppendRawResponse:
+        """Append replicated CommitLog bytes at exactly the store's end (replica stores only).
+
+        A master refuses: its own appends assign queue offsets that raw bytes
+        would silently duplicate.
+        """
+        offset = _non_negative("offset", request.offset)
+        if not request.data:
+            raise BadRequest("data", "must not be empty")
+        store = self._running_store()
+        if self._config.broker_role != "SLAVE":
+            return store_pb2.AppendRawResponse(
+                ok=False, max_offset=store.commitlog.max_offset,
+                error=f"AppendRaw is for replica stores (broker_role=SLAVE); this store is "
+                      f"{self._config.broker_role}")
+        try:
+            end = await asyncio.to_thread(store.append_raw, offset, request.data)
+        except (ValueError, StoreNotRunning, OSError) as exc:
+            return store_pb2.AppendRawResponse(ok=False, max_offset=store.commitlog.max_offset,
+                                               error=str(exc))
+        return store_pb2.AppendRawResponse(ok=True, max_offset=end)
+
+    # ------------------------------------------------------------- reads
+    @_edge
+    async def Get(self, request: store_pb2.GetRequest, context: grpc.aio.ServicerContext
+                  ) -> store_pb2.GetResponse:
+        """One message by CommitLog offset or offset message id."""
+        by = request.WhichOneof("by")
+        store = self._running_store()
+        if by == "commitlog_offset":
+            offset = _non_negative("commitlog_offset", request.commitlog_offset)
+            record = store.look_message(offset)
+        elif by == "msg_id":
+            try:
+                record = store.view_message(request.msg_id)
+            except ValueError as exc:
+                raise BadRequest("msg_id", str(exc)) from None
+        else:
+            raise BadRequest("by", "set commitlog_offset or msg_id")
+        if record is None:
+            return store_pb2.GetResponse(found=False)
+        messages = messages_to_proto((record,))
+        if not messages:
+            return store_pb2.GetResponse(found=False)
+        return store_pb2.GetResponse(found=True, message=messages[0])
+
+    @_edge
+    async def Pull(self, request: store_pb2.PullRequest, context: grpc.aio.ServicerContext
+                   ) -> store_pb2.PullResponse:
+        """Messages of one queue from a queue offset that match the subscription."""
+        topic = _topic("topic", request.topic)
+        queue_id = _queue_id("queue_id", request.queue_id, self._config.max_queue_id)
+        queue_offset = _non_negative("queue_offset", request.queue_offset)
+        max_messages = _limit("max_messages", request.max_messages,
+                              self._config.max_transfer_count_on_message_in_memory,
+                              PULL_MESSAGES_MAX)
+        max_bytes = _limit("max_bytes", request.max_bytes,
+                           self._config.max_transfer_bytes_on_message_in_memory, PULL_BYTES_MAX)
+        try:
+            parse_subscription(request.subscription)
+        except InvalidSubscription as exc:
+            raise BadRequest("subscription", str(exc)) from None
+        store = self._running_store()
+        result = store.get_messages(topic, queue_id, queue_offset, max_messages,
+                                    request.subscription, max_bytes)
+        response = store_pb2.PullResponse(
+            status=GET_STATUS_TO_PROTO[result.status], next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset, max_offset=result.max_offset)
+        if request.raw_records:
+            response.records, response.record_count = raw_records(store.commitlog,
+                                                                   result.messages)
+        else:
+            response.messages.extend(messages_to_proto(result.messages))
+        return response
+
+    @_edge
+    async def QueryByKey(self, request: store_pb2.QueryByKeyRequest,
+                         context: grpc.aio.ServicerContext) -> store_pb2.QueryByKeyResponse:
+        """Messages of a topic whose KEYS or UNIQ_KEY equal the key, newest index first."""
+        topic = _topic("topic", request.topic)
+        if not request.key:
+            raise BadRequest("key", "must not be empty")
+        max_count = _limit("max_count", request.max_count, QUERY_DEFAULT_MAX_COUNT,
+                           QUERY_MAX_COUNT)
+        begin_ms = _non_negative("begin_ms", request.begin_ms)
+        end_ms = _non_negative("end_ms", request.end_ms)
+        if end_ms and end_ms < begin_ms:
+            raise BadRequest("end_ms", f"{end_ms} is before begin_ms {begin_ms}")
+        records = self._running_store().query_messages(topic, request.key, max_count, begin_ms,
+                                                       end_ms or None)
+        return store_pb2.QueryByKeyResponse(messages=messages_to_proto(records))
+
+    @_edge
+    async def OffsetByTime(self, request: store_pb2.OffsetByTimeRequest,
+                           context: grpc.aio.ServicerContext) -> store_pb2.OffsetByTimeResponse:
+        """First queue offset stored at or after the time (0 for an unknown queue)."""
+        topic = _topic("topic", request.topic)
+        queue_id = _queue_id("queue_id", request.queue_id, self._config.max_queue_id)
+        timestamp_ms = _non_negative("timestamp_ms", request.timestamp_ms)
+        offset = self._running_store().offset_by_time(topic, queue_id, timestamp_ms)
+        return store_pb2.OffsetByTimeResponse(queue_offset=offset)
+
+    @_edge
+    async def QueueRange(self, request: store_pb2.QueueRangeRequest,
+                         context: grpc.aio.ServicerContext) -> store_pb2.QueueRangeResponse:
+        """Min and max offsets of one queue; ``exists`` false for a queue never written."""
+        topic = _topic("topic", request.topic)
+        queue_id = _queue_id("queue_id", request.queue_id, self._config.max_queue_id)
+        cq = self._running_store().queues.get(topic, queue_id)
+        if cq is None:
+            return store_pb2.QueueRangeResponse(exists=False)
+        return store_pb2.QueueRangeResponse(min_offset=cq.min_offset(),
+                                            max_offset=cq.max_offset(), exists=True)
+
+    @_edge
+    async def ListQueues(self, request: store_pb2.ListQueuesRequest,
+                         context: grpc.aio.ServicerContext) -> store_pb2.ListQueuesResponse:
+        """Every consume queue (of one topic, when given), by topic then queue id."""
+        topic = _topic("topic", request.topic) if request.topic else None
+        queues = sorted((cq for cq in self._running_store().queues
+                         if topic is None or cq.topic == topic),
+                        key=lambda cq: (cq.topic, cq.queue_id))
+        return store_pb2.ListQueuesResponse(queues=[
+            store_pb2.QueueInfo(topic=cq.topic, queue_id=cq.queue_id,
+                                min_offset=cq.min_offset(), max_offset=cq.max_offset())
+            for cq in queues])
+
+    @_edge
+    async def GetStoreInfo(self, request: store_pb2.GetStoreInfoRequest,
+                           context: grpc.aio.ServicerContext) -> store_pb2.StoreInfo:
+        """Offsets, role and disk usage."""
+        store = self._running_store()
+        commitlog = store.commitlog
+        flushed = store.flusher.flushed_offset if store.flusher else commitlog.flushed_offset
+        config = self._config
+        return store_pb2.StoreInfo(
+            commitlog_min_offset=commitlog.min_offset, commitlog_max_offset=commitlog.max_offset,
+            flushed_offset=flushed, dispatched_offset=store.dispatcher.reput_offset,
+            role="REPLICA" if config.broker_role == "SLAVE" else "MASTER",
+            disk_used_percent=store.cleaner.disk_used_percent, disk_full=store.cleaner.disk_full,
+            store_host=f"{config.store_host}:{config.store_port}")
+
+    # ------------------------------------------------------------- streams
+    @_edge_stream
+    async def WatchArrivals(self, request: store_pb2.WatchArrivalsRequest,
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[store_pb2.Arrival]:
+        """``(topic, queue, max offset)`` after each dispatch, coalesced per queue.
+
+        Initial metadata (``WATCHING_METADATA``) is sent once the listener is
+        registered; RESOURCE_EXHAUSTED ends a stream whose client fell more
+        than ``arrival_watch_queue_max`` queues behind.
+        """
+        store = self._running_store()
+        arrivals = _ArrivalQueue(asyncio.get_running_loop(), self._config.arrival_watch_queue_max)
+        listener = arrivals.offer  # one bound method: removal is by identity
+        store.add_arrival_listener(listener)
+        try:
+            await context.send_initial_metadata(WATCHING_METADATA)
+            while True:
+                batch = await arrivals.take()
+                if batch is None:
+                    raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                   f"more than {self._config.arrival_watch_queue_max} queues "
+                                   f"with unread arrivals; re-subscribe and re-read queue ranges")
+                for (topic, queue_id), max_offset in batch.items():
+                    yield store_pb2.Arrival(topic=topic, queue_id=queue_id, max_offset=max_offset)
+        finally:
+            store.remove_arrival_listener(listener)
+
+    @_edge_stream
+    async def ReadCommitLog(self, request: store_pb2.ReadCommitLogRequest,
+                            context: grpc.aio.ServicerContext
+                            ) -> AsyncIterator[store_pb2.CommitLogChunk]:
+        """Raw CommitLog bytes from an offset, never crossing a segment per chunk.
+
+        Without ``follow`` the stream ends at the CommitLog's end as of the
+        request. With it, the stream waits for new bytes (woken by arrivals)
+        and sends an empty chunk after ``heartbeat_ms`` of silence (0: never).
+        An offset outside the CommitLog is OUT_OF_RANGE.
+        """
+        offset = _non_negative("offset", request.offset)
+        chunk_bytes = _limit("max_chunk_bytes", request.max_chunk_bytes,
+                             READ_CHUNK_DEFAULT_BYTES, READ_CHUNK_MAX_BYTES)
+        heartbeat_ms = _non_negative("heartbeat_ms", request.heartbeat_ms)
+        store = self._running_store()
+        _check_readable(store.commitlog, offset)
+        if request.follow:
+            chunks = self._follow(store, offset, chunk_bytes, heartbeat_ms)
+        else:
+            chunks = _read_range(store.commitlog, offset, store.commitlog.max_offset, chunk_bytes)
+        async for chunk in chunks:
+            yield chunk
+
+    async def _follow(self, store: MessageStore, offset: int, chunk_bytes: int,
+                      heartbeat_ms: int) -> AsyncIterator[store_pb2.CommitLogChunk]:
+        commitlog = store.commitlog
+        loop = asyncio.get_running_loop()
+        waker = _Waker(loop)
+        listener = waker.offer
+        store.add_arrival_listener(listener)
+        heartbeat_s = max(heartbeat_ms, HEARTBEAT_MIN_MS) / 1000 if heartbeat_ms else 0.0
+        last_sent = loop.time()
+        try:
+            while True:
+                waker.clear()
+                data = await asyncio.to_thread(commitlog.read_bytes, offset, chunk_bytes)
+                if data:
+                    yield store_pb2.CommitLogChunk(offset=offset, data=data,
+                                                   master_max_offset=commitlog.max_offset)
+                    offset += len(data)
+                    last_sent = loop.time()
+                    continue
+                _check_readable(commitlog, offset)
+                wait_s = FOLLOW_RECHECK_MS / 1000
+                if heartbeat_s:
+                    due_s = last_sent + heartbeat_s - loop.time()
+                    if due_s <= 0:
+                        yield store_pb2.CommitLogChunk(offset=offset,
+                                                       master_max_offset=commitlog.max_offset)
+                        last_sent = loop.time()
+                        continue
+                    wait_s = min(wait_s, due_s)
+                await waker.wait(wait_s)
+        finally:
+            store.remove_arrival_listener(listener)
+
+    # ------------------------------------------------------------- config files
+    @_edge
+    async def PutConfig(self, request: store_pb2.PutConfigRequest,
+                        context: grpc.aio.ServicerContext) -> store_pb2.PutConfigResponse:
+        """Replace ``config/NAME`` atomically, keeping the previous version as NAME.bak."""
+        name = _config_name(request.name)
+        self._running_store()
+        try:
+            await asyncio.to_thread(self._configs.put, name, request.content)
+        except InvalidConfigContent as exc:
+            raise BadRequest("content", str(exc)) from None
+        except TooManyConfigFiles as exc:
+            raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
+        except OSError as exc:
+            raise Rejected(grpc.StatusCode.INTERNAL,
+                           f"cannot write config/{name}: {exc.strerror or exc}") from None
+        return store_pb2.PutConfigResponse()
+
+    @_edge
+    async def GetConfig(self, request: store_pb2.GetConfigRequest,
+                        context: grpc.aio.ServicerContext) -> store_pb2.GetConfigResponse:
+        """``config/NAME`` (or NAME.bak when NAME is unusable); found false if never put."""
+        name = _config_name(request.name)
+        self._running_store()
+        try:
+            content = await asyncio.to_thread(self._configs.get, name)
+        except ConfigCorrupt as exc:
+            raise Rejected(grpc.StatusCode.DATA_LOSS, str(exc)) from None
+        if content is None:
+            return store_pb2.GetConfigResponse(found=False)
+        return store_pb2.GetConfigResponse(found=True, content=content)
+
+
+def _config_name(name: str) -> str:
+    try:
+        return validate_config_name(name)
+    except InvalidConfigName as exc:
+        raise BadRequest("name", str(exc)) from None
+
+
+def _check_readable(commitlog: CommitLog, offset: int) -> None:
+    """OUT_OF_RANGE unless ``offset`` lies within ``[min_offset, max_offset]``."""
+    if offset < commitlog.min_offset:
+        raise Rejected(grpc.StatusCode.OUT_OF_RANGE,
+                       f"offset: {offset} was deleted; the CommitLog starts at "
+                       f"{commitlog.min_offset}")
+    if offset > commitlog.max_offset:
+        raise Rejected(grpc.StatusCode.OUT_OF_RANGE,
+                       f"offset: {offset} is past the CommitLog's end {commitlog.max_offset}")
+
+
+async def _read_range(commitlog: CommitLog, offset: int, end: int, chunk_bytes: int
+                      ) -> AsyncIterator[store_pb2.CommitLogChunk]:
+    """Chunks of ``[offset, end)``; a thread reads each (cold pages fault in from disk)."""
+    while offset < end:
+        data = await asyncio.to_thread(commitlog.read_bytes, offset, min(chunk_bytes, end - offset))
+        if not data:
+            _check_readable(commitlog, offset)  # a segment deleted under the reader
+            return
+        yield store_pb2.CommitLogChunk(offset=offset, data=data,
+                                       master_max_offset=commitlog.max_offset)
+        offset += len(data)
