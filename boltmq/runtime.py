@@ -64,6 +64,9 @@ class Service(Protocol):
 
     async def stop(self) -> None: ...
 
+    # Optional: ``async def before_stop(self)``, called once no new call is
+    # accepted and before in-flight calls are drained (end endless streams).
+
 
 def channel(address: str) -> grpc.aio.Channel:
     """An insecure aio channel to ``host:port`` with BoltMQ's size limits."""
@@ -124,6 +127,9 @@ async def serve(service: Service, host: str, port: int, grace_s: float = 10.0) -
     await stop.wait()
     log.info("%s stopping", service.name)
     await health_servicer.enter_graceful_shutdown()
+    before_stop = getattr(service, "before_stop", None)
+    if before_stop is not None:
+        await before_stop()  # end endless streams, or they hold the whole grace period
     try:
         await server.stop(grace_s)
     finally:

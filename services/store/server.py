@@ -66,6 +66,10 @@ class StoreService:
                  "clean" if report.clean else "unclean", self.store.commitlog.min_offset,
                  report.commitlog_max_offset, len(report.notes))
 
+    async def before_stop(self) -> None:
+        """End WatchArrivals and following reads: clients reconnect elsewhere or later."""
+        self.servicer.end_streams()
+
     async def stop(self) -> None:
         """Flush, checkpoint, remove the abort file and unlock (after the server stopped)."""
         self.servicer.close()

@@ -337,7 +337,7 @@ class _ArrivalQueue:
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, int], int] = {}
         self._scheduled = False
-        self._event = asyncio.Event()
+        self.event = asyncio.Event()
         self.overflowed = False
 
     def offer(self, topic: str, queue_id: int, max_offset: int) -> None:
@@ -355,15 +355,15 @@ class _ArrivalQueue:
             if self._scheduled:
                 return
             self._scheduled = True
-        _call_soon(self._loop, self._event.set)
+        _call_soon(self._loop, self.event.set)
 
     async def take(self) -> dict[tuple[str, int], int] | None:
         """The arrivals since the last take (waits for one); None once overflowed."""
-        await self._event.wait()
+        await self.event.wait()
         with self._lock:
             batch, self._pending = self._pending, {}
             self._scheduled = False
-            self._event.clear()
+            self.event.clear()
             return None if self.overflowed else batch
 
 
@@ -372,7 +372,7 @@ class _Waker:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._event = asyncio.Event()
+        self.event = asyncio.Event()
         self._armed = True
 
     def offer(self, topic: str, queue_id: int, max_offset: int) -> None:
@@ -382,17 +382,17 @@ class _Waker:
         # already visible to the read that follows clear().
         if self._armed:
             self._armed = False
-            _call_soon(self._loop, self._event.set)
+            _call_soon(self._loop, self.event.set)
 
     def clear(self) -> None:
         """Re-arm before reading: an arrival after this point ends the next wait."""
         self._armed = True
-        self._event.clear()
+        self.event.clear()
 
     async def wait(self, timeout_s: float) -> None:
         """Until an arrival since :meth:`clear`, or ``timeout_s``."""
         try:
-            await asyncio.wait_for(self._event.wait(), timeout_s)
+            await asyncio.wait_for(self.event.wait(), timeout_s)
         except TimeoutError:
             pass
 
@@ -412,6 +412,10 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         self._store = store
         self._config = config
         self._configs = ConfigFiles(config.root_dir)
+        # Endless streams' events, set at shutdown so each stream ends by itself
+        # (a stream left open would hold the server's whole grace period).
+        self._stream_events: set[asyncio.Event] = set()
+        self._closing = False
         # SYNC_FLUSH appends block until their group commit's fsync. A pool of
         # their own, because asyncio.to_thread's default pool has min(32,
         # cpus + 4) threads (6 on 2 cores), which would cap how many appends
@@ -618,10 +622,13 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         arrivals = _ArrivalQueue(asyncio.get_running_loop(), self._config.arrival_watch_queue_max)
         listener = arrivals.offer  # one bound method: removal is by identity
         store.add_arrival_listener(listener)
+        self._stream_events.add(arrivals.event)
         try:
             await context.send_initial_metadata(WATCHING_METADATA)
             while True:
                 batch = await arrivals.take()
+                if self._closing:
+                    return
                 if batch is None:
                     raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                    f"more than {self._config.arrival_watch_queue_max} queues "
@@ -629,7 +636,14 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 for (topic, queue_id), max_offset in batch.items():
                     yield store_pb2.Arrival(topic=topic, queue_id=queue_id, max_offset=max_offset)
         finally:
+            self._stream_events.discard(arrivals.event)
             store.remove_arrival_listener(listener)
+
+    def end_streams(self) -> None:
+        """End every endless stream normally (shutdown); clients reconnect."""
+        self._closing = True
+        for event in list(self._stream_events):
+            event.set()
 
     @_edge_stream
     async def ReadCommitLog(self, request: store_pb2.ReadCommitLogRequest,
@@ -664,6 +678,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         store.add_arrival_listener(listener)
         heartbeat_s = max(heartbeat_ms, HEARTBEAT_MIN_MS) / 1000 if heartbeat_ms else 0.0
         last_sent = loop.time()
+        self._stream_events.add(waker.event)
         try:
             while True:
                 waker.clear()
@@ -685,7 +700,10 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                         continue
                     wait_s = min(wait_s, due_s)
                 await waker.wait(wait_s)
+                if self._closing:
+                    return
         finally:
+            self._stream_events.discard(waker.event)
             store.remove_arrival_listener(listener)
 
     # ------------------------------------------------------------- config files
