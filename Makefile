@@ -9,7 +9,7 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install proto run test lint bench clean
+.PHONY: install proto node run test lint bench clean
 
 install: $(STAMP)
 
@@ -27,10 +27,18 @@ $(GEN_STAMP): $(PROTOS) $(STAMP)
 		--mypy_out=. --plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy $(PROTOS)
 	touch boltmq/v1/__init__.py $(GEN_STAMP)
 
+NODE_STAMP := clients/node/node_modules/.installed
+
+node: $(NODE_STAMP)
+
+$(NODE_STAMP): clients/node/package.json clients/node/package-lock.json
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
 run: install proto
 	$(VENV)/bin/boltmq dev --data-dir $(DATA)
 
-test: install proto
+test: install proto node
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 lint: install proto
