@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 import logging
 import threading
 import time
@@ -76,7 +77,8 @@ class Producer:
         self.linger_s = linger_ms / 1000
         self.max_pending = max_pending
         self.default_topic_queue_nums = default_topic_queue_nums
-        self._counter = itertools.count()
+        # A random start: short-lived producers (one CLI send each) still spread out.
+        self._counter = itertools.count(random.randrange(1 << 16))
         self._pending: dict[str, list[tuple[Message, Future[SendResult],
                                             SendCallback | None]]] = {}
         self._pending_count = 0
@@ -175,10 +177,12 @@ class Producer:
 
     def _pick(self, topic: str, sharding_key: str | None, tried: set[str]
               ) -> tuple[MessageQueue, str]:
+        route_topic = topic
         try:
             queues = self.client.write_queues(topic)
         except TopicNotFound:
             queues = self._template_queues(topic)
+            route_topic = DEFAULT_TOPIC  # the new topic's brokers are the template's
         if not queues:
             raise SendError(f"no writable queue for topic {topic!r}")
         if sharding_key is not None:
@@ -189,7 +193,8 @@ class Producer:
             fresh = [q for q in candidates if q.broker_name not in tried]
             queue = (fresh or candidates)[0]
         try:
-            return queue, self.client.address_of(queue)
+            return queue, self.client.address_of(MessageQueue(route_topic, queue.broker_name,
+                                                              queue.queue_id))
         except BrokerUnavailable as exc:
             raise _Retry(str(exc)) from None
 
