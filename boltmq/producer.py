@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 import itertools
-import random
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence

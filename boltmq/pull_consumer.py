@@ -89,7 +89,9 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
     request = broker_pb2.BrokerPullRequest(
         consumer_group=group, topic=queue.topic, queue_id=queue.queue_id, queue_offset=offset,
         max_messages=max_messages, subscription=subscription, suspend_timeout_ms=wait_ms,
-        commit_offset=commit_offset, raw_records=True)
+        raw_records=True)
+    if commit_offset >= 0:
+        request.commit_offset = commit_offset
     deadline = timeout_s if timeout_s is not None else client.rpc_timeout_s + wait_ms / 1000
     try:
         call = client.broker(client.address_of(queue)).PullMessage.future(request,

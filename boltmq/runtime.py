@@ -64,8 +64,10 @@ class Service(Protocol):
 
     async def stop(self) -> None: ...
 
-    # Optional: ``async def before_stop(self)``, called once no new call is
-    # accepted and before in-flight calls are drained (end endless streams).
+    # Optional hooks:
+    # ``def bound(self, port)``: the port the server really listens on (port 0).
+    # ``async def before_stop(self)``: called once no new call is accepted and
+    # before in-flight calls are drained (end endless streams, answer long polls).
 
 
 def channel(address: str) -> grpc.aio.Channel:
@@ -87,6 +89,7 @@ def configure_logging(level: str = "INFO") -> None:
 async def create_server(services: Iterable[Service], host: str, port: int
                         ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Build the server with every service, health and reflection; bind; return the port."""
+    services = list(services)
     server = grpc.aio.server(options=SERVER_OPTIONS)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -104,6 +107,10 @@ async def create_server(services: Iterable[Service], host: str, port: int
         raise PortInUse(f"cannot listen on {host}:{port}: {exc}") from None
     if bound == 0:
         raise PortInUse(f"cannot listen on {host}:{port} (in use or not permitted)")
+    for service in services:
+        on_bound = getattr(service, "bound", None)
+        if on_bound is not None:
+            on_bound(bound)  # e.g. a broker announces its real port (port 0) to registries
     return server, bound, health_servicer
 
 

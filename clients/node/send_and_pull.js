@@ -56,7 +56,7 @@ async function main() {
   const pulled = await call(broker, 'PullMessage', {
     consumer_group: 'NODE_CONSUMER', topic, queue_id: result.queue_id,
     queue_offset: result.queue_offset, max_messages: 1, subscription: '*',
-    suspend_timeout_ms: 0, commit_offset: -1, raw_records: false,
+    suspend_timeout_ms: 0, raw_records: false,
   });
   if (pulled.status !== 'FOUND' || pulled.messages.length === 0) {
     throw new Error(`pull found nothing: ${pulled.status}`);

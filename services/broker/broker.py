@@ -1,0 +1,113 @@
+"""The broker: composes its parts and runs their lifecycle, nothing more.
+
+Parts (each its own module, none holding a reference back here): the store
+client, the topic / group / offset tables and their persister, the client
+and queue-lock tables, the long-poll hub with its arrival watcher, the
+registrar, and the processors the servicer calls. The broker keeps no state
+of its own on disk (DESIGN 2); :meth:`Broker.start` reads its metadata from
+the store and :meth:`Broker.stop` writes back what changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from services.broker.admin_processor import AdminProcessor
+from services.broker.arrival_watcher import ArrivalWatcher
+from services.broker.client_manager import ClientManager
+from services.broker.client_processor import ClientProcessor
+from services.broker.config import BrokerConfig
+from services.broker.consumer_offset import ConsumerOffsetManager
+from services.broker.errors import BrokerError
+from services.broker.group_access import GroupAccess
+from services.broker.long_poll import LongPollHub
+from services.broker.metadata import MetadataPersister
+from services.broker.pull_processor import PullProcessor
+from services.broker.queue_lock import QueueLockManager
+from services.broker.registration import BrokerIdentity, Registrar
+from services.broker.send_processor import SendProcessor
+from services.broker.servicer import BrokerServicer
+from services.broker.store_client import StoreClient
+from services.broker.subscription_group import SubscriptionGroupManager
+from services.broker.topic_config import TopicConfigManager
+from services.broker.topic_publisher import TopicPublisher
+
+log = logging.getLogger(__name__)
+
+
+class BrokerStartError(RuntimeError):
+    """The broker cannot start (store unreachable, metadata unreadable)."""
+
+
+class Broker:
+    """One broker's parts, wired together."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store = StoreClient(config.store_address, config.store_timeout_ms)
+        self.topics = TopicConfigManager(config.cluster_name, config.broker_name,
+                                         config.auto_create_topic_enable)
+        self.groups = SubscriptionGroupManager(config.auto_create_subscription_group)
+        self.offsets = ConsumerOffsetManager()
+        self.clients = ClientManager(config.client_expiry_ms)
+        self.locks = QueueLockManager(config.queue_lock_expiry_ms)
+        self.hub = LongPollHub(config.long_poll_max_parked)
+        self.watcher = ArrivalWatcher(self.store, self.hub, config.watch_reconnect_max_ms)
+        self.persister = MetadataPersister(self.store, self.topics, self.groups, self.offsets,
+                                           config.offset_persist_interval_ms)
+        identity = BrokerIdentity(config.cluster_name, config.broker_name, config.broker_id,
+                                  config.ha_address)
+        self.registrar = Registrar(identity, config.registry_address_list, self.topics,
+                                   config.register_interval_ms, config.registry_timeout_ms)
+        publisher = TopicPublisher(self.persister, self.registrar)
+        group_access = GroupAccess(self.groups, self.persister)
+        self.admin = AdminProcessor(config, self.topics, self.groups, self.offsets,
+                                    self.clients, self.store, publisher)
+        self.servicer = BrokerServicer(
+            SendProcessor(config, self.topics, self.store, publisher),
+            PullProcessor(config, self.topics, group_access, self.offsets, self.store,
+                          self.hub),
+            ClientProcessor(self.topics, group_access, self.clients, self.offsets, self.locks),
+            self.admin)
+        self._scanner: asyncio.Task[None] | None = None
+
+    async def start(self, advertised_address: str) -> None:
+        """Load metadata from the store, then open the arrival stream and register."""
+        try:
+            await self.persister.load(wait_s=self.config.store_connect_timeout_ms / 1000)
+        except BrokerError as exc:
+            raise BrokerStartError(f"broker cannot load its metadata: {exc}") from None
+        self.admin.advertised_address = advertised_address
+        self.watcher.start()
+        self.persister.start()
+        await self.registrar.start(advertised_address)
+        self._scanner = asyncio.create_task(self._scan_clients(), name="client-scanner")
+        log.info("broker %s/%s serving %d topics at %s (store %s)", self.config.cluster_name,
+                 self.config.broker_name, len(self.topics.all()), advertised_address,
+                 self.config.store_address)
+
+    async def stop(self) -> None:
+        """Answer parked pulls, unregister, save offsets, close connections."""
+        self.hub.close()
+        if self._scanner is not None:
+            self._scanner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scanner
+        await self.registrar.stop()
+        await self.watcher.stop()
+        try:
+            await self.persister.stop()
+        except BrokerError as exc:
+            log.error("consumer offsets not saved at shutdown: %s", exc)
+        await self.store.close()
+
+    async def _scan_clients(self) -> None:
+        interval_s = self.config.client_scan_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            for group, client_id in self.clients.expire():
+                log.info("consumer %s of group %s expired", client_id, group)
+                self.locks.unlock_client(group, client_id)
+            self.locks.expire()

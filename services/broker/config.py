@@ -1,0 +1,117 @@
+"""BrokerConfig: every setting of the broker, RocketMQ's names in snake_case with units.
+
+Loaded through :func:`boltmq.config.load_config` (defaults, TOML file,
+``BOLTMQ_*`` environment, flags). Validation happens in ``__post_init__`` so a
+bad value is one clear error at start-up, never a surprise at run time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from boltmq.config import ConfigError
+
+PORT_MAX = 65535
+NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+"""Cluster and broker names double as topic names (DESIGN 5), so they obey the topic rule."""
+_ADDRESS_PATTERN = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Settings of one broker (DESIGN 5)."""
+
+    listen_host: str = "127.0.0.1"
+    """Address the broker service binds (``0.0.0.0`` in a container)."""
+    listen_port: int = 10911
+    """gRPC port of the broker (0: any free port, printed in the READY line)."""
+    store_address: str = "127.0.0.1:10913"
+    """``host:port`` of the master store of this broker group."""
+    registry_addresses: str = "127.0.0.1:9876"
+    """Comma-separated ``host:port`` list; the broker registers with every one ("" for none)."""
+    cluster_name: str = "DefaultCluster"
+    """Cluster this broker belongs to (also a system topic)."""
+    broker_name: str = "broker-a"
+    """Name of the broker group (also a system topic)."""
+    broker_id: int = 0
+    """0 for the master of the group, > 0 for a replica."""
+    advertised_address: str = ""
+    """``host:port`` announced to registries and clients ("": listen host and bound port)."""
+    ha_address: str = ""
+    """``host:port`` of the HA service beside the store, announced to registries."""
+    register_interval_ms: int = 30_000
+    """How often the broker registers with every registry (also at once on topic changes)."""
+    registry_timeout_ms: int = 3_000
+    """Deadline of one RegisterBroker / UnregisterBroker call."""
+    store_timeout_ms: int = 10_000
+    """Deadline of one unary call to the store."""
+    store_connect_timeout_ms: int = 30_000
+    """How long start-up waits for the store to answer before giving up."""
+    watch_reconnect_max_ms: int = 5_000
+    """Longest pause between two attempts to reopen the store's arrival stream."""
+    auto_create_topic_enable: bool = True
+    """Create an unknown topic from TBW102 on its first send."""
+    auto_create_subscription_group: bool = True
+    """Create an unknown consumer group on its first heartbeat, pull or commit."""
+    default_topic_queue_nums: int = 4
+    """Queues of an auto-created topic when the producer does not ask for a number."""
+    max_topic_queue_nums: int = 1024
+    """Most read or write queues one topic may have (the store accepts queue ids 0..1023)."""
+    offset_persist_interval_ms: int = 5_000
+    """How often changed consumer offsets are written to the store (and at shutdown)."""
+    client_expiry_ms: int = 120_000
+    """A producer or consumer silent for this long is dropped from its groups."""
+    client_scan_interval_ms: int = 10_000
+    """How often silent clients are looked for."""
+    long_poll_max_ms: int = 30_000
+    """Longest time a pull is parked, whatever suspend timeout the client asks for."""
+    long_poll_max_parked: int = 100_000
+    """Pulls parked at once at most; beyond it a pull is answered at once."""
+    queue_lock_expiry_ms: int = 60_000
+    """An orderly consumer's queue lock not renewed for this long is free again."""
+    max_message_size_bytes: int = 4 * 1024 * 1024
+    """Largest body accepted (DESIGN 4.9)."""
+    max_batch_messages: int = 4096
+    """Messages in one SendMessage at most."""
+    max_query_messages: int = 64
+    """Messages one QueryMessageByKey returns at most."""
+
+    def __post_init__(self) -> None:
+        for name in ("cluster_name", "broker_name"):
+            value = getattr(self, name)
+            if not NAME_PATTERN.match(value):
+                raise ConfigError(f"{name} {value!r} may only use 1-127 letters, digits, "
+                                  f"'%', '|', '_' and '-'")
+        for address in (self.store_address, *self.registry_address_list):
+            _check_address("store_address / registry_addresses", address)
+        if self.advertised_address:
+            _check_address("advertised_address", self.advertised_address)
+        if not 0 <= self.listen_port <= PORT_MAX:
+            raise ConfigError(f"listen_port must be between 0 and {PORT_MAX}")
+        if self.broker_id < 0:
+            raise ConfigError("broker_id must not be negative")
+        self._check_positive()
+        if not 1 <= self.default_topic_queue_nums <= self.max_topic_queue_nums:
+            raise ConfigError("default_topic_queue_nums must be between 1 and "
+                              f"max_topic_queue_nums ({self.max_topic_queue_nums})")
+
+    def _check_positive(self) -> None:
+        for name in ("register_interval_ms", "registry_timeout_ms", "store_timeout_ms",
+                     "store_connect_timeout_ms", "watch_reconnect_max_ms",
+                     "offset_persist_interval_ms", "client_expiry_ms", "client_scan_interval_ms",
+                     "long_poll_max_ms", "long_poll_max_parked", "queue_lock_expiry_ms",
+                     "max_message_size_bytes", "max_batch_messages", "max_query_messages",
+                     "max_topic_queue_nums"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+
+    @property
+    def registry_address_list(self) -> tuple[str, ...]:
+        """The registries, parsed from ``registry_addresses``."""
+        return tuple(a.strip() for a in self.registry_addresses.split(",") if a.strip())
+
+
+def _check_address(name: str, address: str) -> None:
+    if not _ADDRESS_PATTERN.match(address):
+        raise ConfigError(f"{name}: expected host:port, got {address!r}")

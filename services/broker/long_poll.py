@@ -1,0 +1,135 @@
+"""Parked pulls, woken the moment the store reports an arrival on their queue.
+
+A pull that finds nothing new is parked under ``(topic, queue_id)`` with the
+queue offset it asked for. The store's WatchArrivals stream (see
+``arrival_watcher``) calls :meth:`LongPollHub.notify` with each queue's new
+max offset; every pull parked below it wakes at once and pulls again. A pull
+nobody wakes times out and is answered with the store's empty status. There
+is no sleep-and-retry loop: RocketMQ's PullRequestHoldService re-checks every
+parked pull every 5 s as a safety net, which this design replaces with the
+token below.
+
+The race between "the store answered: nothing" and "the pull is parked" is
+closed by a token: the caller takes :meth:`LongPollHub.token` *before* asking
+the store, and :meth:`LongPollHub.wait` returns at once when any arrival for
+the queue (or a reconnect of the stream) happened since. Such a wake-up may be
+for a message the caller already saw; it then pulls once more and parks again,
+so a stale arrival costs one extra pull, never a lost wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+QueueKey = tuple[str, int]
+"""``(topic, queue_id)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalToken:
+    """What the hub had seen of a queue when a pull asked the store."""
+
+    epoch: int
+    arrivals: int
+
+
+@dataclass(slots=True, eq=False)
+class _Parked:
+    queue_offset: int
+    future: asyncio.Future[bool] = field(repr=False)
+
+
+class LongPollHub:
+    """Parked pulls by queue, and the arrival counters that wake them."""
+
+    def __init__(self, max_parked: int) -> None:
+        self._max_parked = max_parked
+        self._epoch = 0
+        self._arrivals: dict[QueueKey, int] = {}
+        self._parked: dict[QueueKey, list[_Parked]] = {}
+        self._parked_count = 0
+        self._closed = False
+
+    @property
+    def parked_count(self) -> int:
+        """Pulls parked right now."""
+        return self._parked_count
+
+    def token(self, topic: str, queue_id: int) -> ArrivalToken:
+        """Take before asking the store; pass to :meth:`wait`."""
+        return ArrivalToken(self._epoch, self._arrivals.get((topic, queue_id), 0))
+
+    def notify(self, topic: str, queue_id: int, max_offset: int) -> int:
+        """The queue now ends at ``max_offset``: wake the pulls parked below it."""
+        key = (topic, queue_id)
+        self._arrivals[key] = self._arrivals.get(key, 0) + 1
+        parked = self._parked.get(key)
+        if not parked:
+            return 0
+        waiting = [p for p in parked if p.queue_offset >= max_offset]
+        woken = _resolve([p for p in parked if p.queue_offset < max_offset], True)
+        if waiting:
+            self._parked[key] = waiting
+        else:
+            del self._parked[key]
+        return woken
+
+    def wake_all(self) -> int:
+        """Wake every parked pull to pull again (arrivals may have been missed)."""
+        self._epoch += 1
+        parked, self._parked = self._parked, {}
+        return sum(_resolve(entries, True) for entries in parked.values())
+
+    def close(self) -> None:
+        """Answer every parked pull now and park no more (shutdown)."""
+        self._closed = True
+        self._epoch += 1
+        parked, self._parked = self._parked, {}
+        for entries in parked.values():
+            _resolve(entries, False)
+
+    async def wait(self, topic: str, queue_id: int, queue_offset: int, token: ArrivalToken,
+                   timeout_s: float) -> bool:
+        """Park until the queue passes ``queue_offset``; True to pull again, False on timeout.
+
+        Returns True at once when an arrival or reconnect happened since ``token``
+        was taken, and False at once when the hub is closed or full.
+        """
+        if self._closed or timeout_s <= 0:
+            return False
+        if token != self.token(topic, queue_id):
+            return True
+        if self._parked_count >= self._max_parked:
+            log.warning("long poll: %d pulls parked already; answering at once",
+                        self._parked_count)
+            return False
+        entry = _Parked(queue_offset, asyncio.get_running_loop().create_future())
+        self._parked.setdefault((topic, queue_id), []).append(entry)
+        self._parked_count += 1
+        try:
+            return await asyncio.wait_for(entry.future, timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            self._parked_count -= 1
+            self._forget((topic, queue_id), entry)
+
+    def _forget(self, key: QueueKey, entry: _Parked) -> None:
+        entries = self._parked.get(key)
+        if entries is not None and entry in entries:
+            entries.remove(entry)
+            if not entries:
+                del self._parked[key]
+
+
+def _resolve(entries: list[_Parked], value: bool) -> int:
+    count = 0
+    for entry in entries:
+        if not entry.future.done():
+            entry.future.set_result(value)
+            count += 1
+    return count

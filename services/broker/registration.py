@@ -1,0 +1,123 @@
+"""Registration of the broker and its topics with every registry (DESIGN 6).
+
+Registries are independent and share nothing, so the broker registers with
+each of them: every ``register_interval_ms`` (a registry drops a broker it has
+not heard from for 120 s) and at once whenever its topic table changes, so a
+route exists by the time the change is acknowledged. At shutdown it
+unregisters, so clients stop routing to it before the expiry would tell them.
+A registry that is down only costs a warning; the next round tries again,
+which is why each round makes one attempt per registry (a retrying client
+would hold up the send that auto-created a topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from boltmq.registry_client import AsyncRegistryClient, RegistryError
+from services.broker.topic_config import TopicConfigManager
+from services.broker.wire import topic_to_proto
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerIdentity:
+    """What a registry needs to know about this broker besides its topics."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    ha_address: str
+
+
+class Registrar:
+    """Registers with every registry periodically and on demand."""
+
+    def __init__(self, identity: BrokerIdentity, registry_addresses: tuple[str, ...],
+                 topics: TopicConfigManager, interval_ms: int, timeout_ms: int) -> None:
+        self._identity = identity
+        self._topics = topics
+        self._interval_s = interval_ms / 1000
+        self._client = (AsyncRegistryClient(registry_addresses, rpc_timeout_s=timeout_ms / 1000,
+                                            attempts_max=1)
+                        if registry_addresses else None)
+        self._failing: dict[str, str] = {}
+        """Registries whose last registration failed, with why (to warn once per outage)."""
+        self._address = ""
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, address: str) -> None:
+        """Announce ``address`` to every registry now, then every interval in the background.
+
+        The address is known only once the server is bound (port 0 in tests).
+        The first round is awaited, so the broker is routable once it says it
+        is serving.
+        """
+        self._address = address
+        if self._client is None:
+            log.warning("no registry_addresses configured: clients cannot discover this broker")
+            return
+        await self.register_all()
+        self._task = asyncio.create_task(self._run(), name="registrar")
+
+    async def stop(self) -> None:
+        """Stop the periodic rounds, unregister from every registry, close channels."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.unregister_all()
+        if self._client is not None:
+            await self._client.close()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            await self.register_all()
+
+    async def register_all(self) -> int:
+        """One registration round with every registry at once; return how many took it."""
+        if self._client is None or not self._address:
+            return 0
+        identity = self._identity
+        try:
+            # The counter is the table's version: it only grows, and it survives
+            # restarts because it is saved in topics.json with the table.
+            result = await self._client.register(
+                cluster_name=identity.cluster_name, broker_name=identity.broker_name,
+                broker_id=identity.broker_id, address=self._address,
+                ha_address=identity.ha_address, data_version=self._topics.data_version.counter,
+                topics=[topic_to_proto(t) for t in self._topics.all()])
+        except RegistryError as exc:
+            self._note_failures({address: str(exc) for address in self._client.addresses})
+            return 0
+        self._note_failures(dict(result.failed))
+        return len(result.accepted)
+
+    def _note_failures(self, failed: dict[str, str]) -> None:
+        for address, reason in failed.items():
+            if address not in self._failing:
+                log.warning("cannot register with registry %s: %s", address, reason)
+        for address in set(self._failing) - set(failed):
+            log.info("registered with registry %s again", address)
+        self._failing = failed
+
+    async def unregister_all(self) -> None:
+        """Tell every registry this broker is gone (best effort)."""
+        if self._client is None or not self._address:
+            return
+        identity = self._identity
+        try:
+            result = await self._client.unregister(
+                cluster_name=identity.cluster_name, broker_name=identity.broker_name,
+                broker_id=identity.broker_id, address=self._address)
+        except RegistryError as exc:
+            log.warning("cannot unregister from any registry: %s", exc)
+            return
+        for address, reason in result.failed.items():
+            log.warning("cannot unregister from registry %s: %s", address, reason)

@@ -1,0 +1,147 @@
+"""SendMessage: validate a batch, find or auto-create its topic, append it in one store call.
+
+A batch is one topic and one queue (queue_id -1: the broker picks the next
+queue round-robin), so the store appends it under one lock (DESIGN 11). Every
+check happens before anything is stored: a batch is refused whole with a
+status naming the field, never half-stored. What the store then says about
+each message is mapped to a :data:`SendStatus` per message.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import grpc
+
+from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from services.broker.config import BrokerConfig
+from services.broker.errors import InvalidArgument, NotFound, PermissionDenied, StoreFailed
+from services.broker.names import check_group, check_topic
+from services.broker.store_client import StoreClient
+from services.broker.topic_config import (
+    AUTO_CREATE_TEMPLATE_TOPIC,
+    SCHEDULE_TOPIC,
+    TopicConfig,
+    TopicConfigManager,
+)
+from services.broker.topic_publisher import TopicPublisher
+
+NOT_SENDABLE_TOPICS = frozenset((AUTO_CREATE_TEMPLATE_TOPIC, SCHEDULE_TOPIC))
+"""Only the broker writes these: TBW102 is a template, the schedule topic holds delay messages."""
+
+_SEND_STATUS = {
+    message_pb2.PUT_OK: broker_pb2.SEND_OK,
+    message_pb2.FLUSH_DISK_TIMEOUT: broker_pb2.SEND_FLUSH_DISK_TIMEOUT,
+    message_pb2.FLUSH_SLAVE_TIMEOUT: broker_pb2.SEND_FLUSH_SLAVE_TIMEOUT,
+    message_pb2.SLAVE_NOT_AVAILABLE: broker_pb2.SEND_SLAVE_NOT_AVAILABLE,
+}
+"""Stored outcomes; every other PutMessageStatus means nothing was stored (SEND_FAILED)."""
+
+
+class SendProcessor:
+    """Turns SendRequests into store appends."""
+
+    def __init__(self, config: BrokerConfig, topics: TopicConfigManager, store: StoreClient,
+                 publisher: TopicPublisher) -> None:
+        self._config = config
+        self._topics = topics
+        self._store = store
+        self._publisher = publisher
+        self._round_robin: dict[str, Iterator[int]] = {}
+
+    async def send(self, request: broker_pb2.SendRequest, peer_address: str
+                   ) -> broker_pb2.SendResponse:
+        """Validate, pick the queue, append the batch, and map the store's results."""
+        topic, queue_id = self._check_batch(request)
+        if topic in NOT_SENDABLE_TOPICS:
+            raise PermissionDenied(f"messages[0].topic: {topic} is a system topic; "
+                                   f"clients may not send to it")
+        config = self._topics.get(topic) or await self._auto_create(
+            topic, request.default_topic_queue_nums)
+        if not config.writable:
+            raise PermissionDenied(f"messages[0].topic: topic {topic!r} is not writable "
+                                   f"(perm {config.perm})")
+        queue_id = self._choose_queue(config, queue_id)
+        for message in request.messages:
+            message.queue_id = queue_id
+        response = await self._store.append(request.messages,
+                                            request.born_host or peer_address)
+        if len(response.results) != len(request.messages):
+            raise StoreFailed(grpc.StatusCode.INTERNAL, f"store answered {len(response.results)} "
+                              f"results for {len(request.messages)} messages")
+        broker_name = self._config.broker_name
+        return broker_pb2.SendResponse(results=[
+            to_send_result(result, topic, queue_id, broker_name) for result in response.results])
+
+    def _check_batch(self, request: broker_pb2.SendRequest) -> tuple[str, int]:
+        """Return (topic, queue_id) of a well-formed batch; raise naming the bad field."""
+        messages = request.messages
+        if not messages:
+            raise InvalidArgument("messages: at least one message is required")
+        if len(messages) > self._config.max_batch_messages:
+            raise InvalidArgument(f"messages: {len(messages)} messages in one batch, at most "
+                                  f"{self._config.max_batch_messages}")
+        if request.producer_group:
+            check_group("producer_group", request.producer_group)
+        if request.default_topic_queue_nums < 0:
+            raise InvalidArgument("default_topic_queue_nums: must not be negative")
+        topic = check_topic("messages[0].topic", messages[0].topic)
+        queue_id = messages[0].queue_id
+        if queue_id < -1:
+            raise InvalidArgument(f"messages[0].queue_id: {queue_id} is neither -1 nor a queue")
+        for index, message in enumerate(messages):
+            if message.topic != topic:
+                raise InvalidArgument(f"messages[{index}].topic: a batch goes to one topic "
+                                      f"({message.topic[:60]!r} is not {topic!r})")
+            if message.queue_id != queue_id:
+                raise InvalidArgument(f"messages[{index}].queue_id: a batch goes to one "
+                                      f"queue ({message.queue_id} is not {queue_id})")
+            self._check_body(index, message)
+        return topic, queue_id
+
+    def _check_body(self, index: int, message: message_pb2.Message) -> None:
+        size = len(message.body)
+        if size == 0:
+            raise InvalidArgument(f"messages[{index}].body: must not be empty")
+        if size > self._config.max_message_size_bytes:
+            raise InvalidArgument(f"messages[{index}].body: {size} bytes, at most "
+                                  f"{self._config.max_message_size_bytes}")
+
+    async def _auto_create(self, topic: str, requested_queue_nums: int) -> TopicConfig:
+        if not self._config.auto_create_topic_enable:
+            raise NotFound(f"messages[0].topic: topic {topic!r} does not exist "
+                           f"(auto_create_topic_enable is off)")
+        created = self._topics.create_from_template(
+            topic, requested_queue_nums or self._config.default_topic_queue_nums)
+        if created is None:
+            raise NotFound(f"messages[0].topic: topic {topic!r} does not exist and "
+                           f"{AUTO_CREATE_TEMPLATE_TOPIC} cannot be inherited")
+        await self._publisher.publish()
+        return created
+
+    def _choose_queue(self, config: TopicConfig, queue_id: int) -> int:
+        if config.write_queue_nums <= 0:
+            raise PermissionDenied(f"messages[0].topic: topic {config.name!r} has no write "
+                                   f"queues")
+        if queue_id == -1:
+            counter = self._round_robin.setdefault(config.name, itertools.count())
+            return next(counter) % config.write_queue_nums
+        if queue_id >= config.write_queue_nums:
+            raise InvalidArgument(f"messages[0].queue_id: {queue_id} is not below "
+                                  f"write_queue_nums {config.write_queue_nums} of topic "
+                                  f"{config.name!r}")
+        return queue_id
+
+
+def to_send_result(result: store_pb2.PutResult, topic: str, queue_id: int, broker_name: str
+                   ) -> broker_pb2.SendResult:
+    """The client's view of one store put: stored statuses keep their meaning, the rest fail."""
+    status = _SEND_STATUS.get(result.status, broker_pb2.SEND_FAILED)
+    error = result.error
+    if status == broker_pb2.SEND_FAILED and not error:
+        error = f"store refused the message: {message_pb2.PutMessageStatus.Name(result.status)}"
+    return broker_pb2.SendResult(
+        status=status, put_status=result.status, msg_id=result.msg_id, topic=topic,
+        broker_name=broker_name, queue_id=queue_id, queue_offset=result.queue_offset,
+        commitlog_offset=result.commitlog_offset, error=error)

@@ -1,0 +1,109 @@
+"""The broker process: ``boltmq serve broker`` runs :func:`serve` with a BrokerConfig.
+
+Start-up, health, reflection and graceful shutdown come from the shared
+:mod:`boltmq.runtime`; this module only adapts the :class:`Broker` to its
+``Service`` protocol.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from boltmq import runtime
+from boltmq.v1 import broker_pb2, broker_pb2_grpc
+from services.broker.broker import Broker
+from services.broker.config import BrokerConfig
+
+CONFIG_CLASS = BrokerConfig
+SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+
+class BrokerService:
+    """The broker as a :class:`boltmq.runtime.Service`."""
+
+    name = "broker"
+    service_names: tuple[str, ...] = (SERVICE_NAME,)
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker = Broker(config)
+        self.bound_port = config.listen_port
+        """The port the server really listens on (differs from the config for port 0)."""
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        """Register the servicer."""
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.broker.servicer, server)
+
+    def bound(self, port: int) -> None:
+        """The real port (registries must be told it when the config says 0)."""
+        self.bound_port = port
+
+    async def before_stop(self) -> None:
+        """Answer parked pulls now: each would otherwise hold the whole grace period."""
+        self.broker.hub.close()
+
+    def advertised_address(self) -> str:
+        """``host:port`` announced to registries: the configured one, else host and bound port."""
+        if self.config.advertised_address:
+            return self.config.advertised_address
+        host = self.config.listen_host
+        if host in _WILDCARD_HOSTS:
+            # A wildcard is not an address a client can dial; the host's name resolves
+            # to one that usually is (Kubernetes sets advertised_address explicitly).
+            try:
+                host = socket.gethostbyname(socket.gethostname())
+            except OSError:
+                host = "127.0.0.1"
+        return f"{host}:{self.bound_port}"
+
+    async def start(self) -> None:
+        """Load metadata from the store and register with the registries."""
+        await self.broker.start(self.advertised_address())
+
+    async def stop(self) -> None:
+        """Save offsets, unregister, close connections."""
+        await self.broker.stop()
+
+
+async def create_server(config: BrokerConfig) -> tuple[grpc.aio.Server, int]:
+    """A broker server bound to ``listen_host:listen_port``, its broker started, not yet started.
+
+    The broker has loaded its metadata and registered by the time this
+    returns; the caller starts the server, and ``server.stop()`` also stops
+    the broker (offsets saved, unregistered) before it returns. Rejected: the
+    a background task waiting for termination, which ``asyncio.run``
+    cancels half-way through the broker's network calls at its end.
+    """
+    service = BrokerService(config)
+    server, port, health_servicer = await runtime.create_server(
+        [service], config.listen_host, config.listen_port)
+    try:
+        await service.start()
+    except BaseException:
+        await server.stop(0)
+        raise
+    # In-process servers have no runtime.serve around them: the caller's
+    # server.stop() must also answer parked pulls first and stop the broker
+    # after (rejected: a background task waiting for termination, which
+    # asyncio.run cancels half-way through the broker's network calls).
+    stop = server.stop
+
+    async def stop_with_broker(grace: float | None) -> None:
+        await service.before_stop()
+        await stop(grace)
+        await service.stop()
+
+    setattr(server, "stop", stop_with_broker)  # noqa: B010
+    for name in (*service.service_names, ""):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port
+
+
+async def serve(config: BrokerConfig) -> None:
+    """Run the broker until SIGTERM/SIGINT (what ``boltmq serve broker`` calls)."""
+    await runtime.serve(BrokerService(config), config.listen_host, config.listen_port)

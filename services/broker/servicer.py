@@ -1,0 +1,187 @@
+"""The BrokerService gRPC edge: requests in, processors called, errors mapped once.
+
+Every method delegates to a processor; a :class:`BrokerError` raised anywhere
+below becomes the gRPC status it names (INVALID_ARGUMENT naming the field,
+NOT_FOUND, PERMISSION_DENIED, UNAVAILABLE when the store cannot be reached),
+here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
+from services.broker.admin_processor import AdminProcessor
+from services.broker.client_processor import ClientProcessor
+from services.broker.errors import BrokerError
+from services.broker.pull_processor import PullProcessor
+from services.broker.send_processor import SendProcessor
+from services.broker.wire import queues_to_proto, topic_to_proto
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
+
+
+def _rpc(method: Handler[R]) -> Handler[R]:
+    """Map BrokerErrors raised by ``method`` to their gRPC status."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await method(self, request, context)
+        except BrokerError as exc:
+            if exc.code not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+                                grpc.StatusCode.PERMISSION_DENIED):
+                log.warning("%s failed: %s", method.__name__, exc)
+            await context.abort(exc.code, str(exc))
+            raise AssertionError("context.abort returned") from None
+
+    return wrapper
+
+
+def peer_address(peer: str) -> str:
+    """``ipv4:1.2.3.4:5`` -> ``1.2.3.4:5``; ``ipv6:[::1]:5`` -> ``[::1]:5``; else ""."""
+    kind, _, address = peer.partition(":")
+    return address if kind in ("ipv4", "ipv6") else ""
+
+
+class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[misc]
+    """BrokerService over the broker's processors."""
+
+    def __init__(self, send: SendProcessor, pull: PullProcessor, clients: ClientProcessor,
+                 admin: AdminProcessor) -> None:
+        self._send = send
+        self._pull = pull
+        self._clients = clients
+        self._admin = admin
+
+    @_rpc
+    async def SendMessage(self, request: broker_pb2.SendRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.SendResponse:
+        """Validate a batch and append it to the store in one call."""
+        return await self._send.send(request, peer_address(context.peer()))
+
+    @_rpc
+    async def PullMessage(self, request: broker_pb2.BrokerPullRequest,
+                          context: grpc.aio.ServicerContext) -> store_pb2.PullResponse:
+        """Read a queue, long-polling while it has nothing new."""
+        return await self._pull.pull(request)
+
+    @_rpc
+    async def Heartbeat(self, request: broker_pb2.HeartbeatRequest,
+                        context: grpc.aio.ServicerContext) -> broker_pb2.HeartbeatResponse:
+        """Record a client in its producer and consumer groups."""
+        await self._clients.heartbeat(request)
+        return broker_pb2.HeartbeatResponse()
+
+    @_rpc
+    async def UnregisterClient(self, request: broker_pb2.UnregisterClientRequest,
+                               context: grpc.aio.ServicerContext
+                               ) -> broker_pb2.UnregisterClientResponse:
+        """Remove a client from the groups it names."""
+        self._clients.unregister(request)
+        return broker_pb2.UnregisterClientResponse()
+
+    @_rpc
+    async def GetConsumerList(self, request: broker_pb2.GetConsumerListRequest,
+                              context: grpc.aio.ServicerContext
+                              ) -> broker_pb2.GetConsumerListResponse:
+        """Live members of a consumer group, sorted."""
+        return broker_pb2.GetConsumerListResponse(client_ids=self._clients.consumer_list(request))
+
+    @_rpc
+    async def UpdateConsumerOffset(self, request: broker_pb2.UpdateConsumerOffsetRequest,
+                                   context: grpc.aio.ServicerContext
+                                   ) -> broker_pb2.UpdateConsumerOffsetResponse:
+        """Commit a group's offset on one queue."""
+        await self._clients.update_offset(request)
+        return broker_pb2.UpdateConsumerOffsetResponse()
+
+    @_rpc
+    async def QueryConsumerOffset(self, request: broker_pb2.QueryConsumerOffsetRequest,
+                                  context: grpc.aio.ServicerContext
+                                  ) -> broker_pb2.QueryConsumerOffsetResponse:
+        """A group's committed offset on one queue (found false: none)."""
+        offset = self._clients.query_offset(request)
+        if offset is None:
+            return broker_pb2.QueryConsumerOffsetResponse(found=False, offset=-1)
+        return broker_pb2.QueryConsumerOffsetResponse(found=True, offset=offset)
+
+    @_rpc
+    async def LockQueues(self, request: broker_pb2.LockQueuesRequest,
+                         context: grpc.aio.ServicerContext) -> broker_pb2.LockQueuesResponse:
+        """Lock or renew queues for an orderly consumer; ``locked`` lists those held."""
+        return broker_pb2.LockQueuesResponse(locked=queues_to_proto(self._clients.lock(request)))
+
+    @_rpc
+    async def UnlockQueues(self, request: broker_pb2.LockQueuesRequest,
+                           context: grpc.aio.ServicerContext) -> broker_pb2.LockQueuesResponse:
+        """Release queues; ``locked`` lists the queues this call released."""
+        released = self._clients.unlock(request)
+        return broker_pb2.LockQueuesResponse(locked=queues_to_proto(released))
+
+    @_rpc
+    async def UpsertTopic(self, request: broker_pb2.UpsertTopicRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.UpsertTopicResponse:
+        """Create or change a topic and register it at once."""
+        config = await self._admin.upsert_topic(request)
+        return broker_pb2.UpsertTopicResponse(topic=topic_to_proto(config))
+
+    @_rpc
+    async def DeleteTopic(self, request: broker_pb2.DeleteTopicRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.DeleteTopicResponse:
+        """Remove a topic and its offsets, and register the change at once."""
+        await self._admin.delete_topic(request)
+        return broker_pb2.DeleteTopicResponse()
+
+    @_rpc
+    async def ListTopics(self, request: broker_pb2.ListTopicsRequest,
+                         context: grpc.aio.ServicerContext) -> broker_pb2.ListTopicsResponse:
+        """Every topic this broker serves."""
+        return broker_pb2.ListTopicsResponse(
+            topics=[topic_to_proto(t) for t in self._admin.list_topics()])
+
+    @_rpc
+    async def TopicStatus(self, request: broker_pb2.TopicStatusRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.TopicStatusResponse:
+        """Min and max offsets of every queue of a topic."""
+        return broker_pb2.TopicStatusResponse(queues=await self._admin.topic_status(request))
+
+    @_rpc
+    async def ListGroups(self, request: broker_pb2.ListGroupsRequest,
+                         context: grpc.aio.ServicerContext) -> broker_pb2.ListGroupsResponse:
+        """Every known consumer group with its live members."""
+        return broker_pb2.ListGroupsResponse(groups=self._admin.list_groups())
+
+    @_rpc
+    async def GroupProgress(self, request: broker_pb2.GroupProgressRequest,
+                            context: grpc.aio.ServicerContext
+                            ) -> broker_pb2.GroupProgressResponse:
+        """Broker offset, committed offset and lag per queue of a group."""
+        return broker_pb2.GroupProgressResponse(queues=await self._admin.group_progress(request))
+
+    @_rpc
+    async def ViewMessage(self, request: store_pb2.GetRequest,
+                          context: grpc.aio.ServicerContext) -> store_pb2.GetResponse:
+        """One message by commitlog offset or message id."""
+        return await self._admin.view_message(request)
+
+    @_rpc
+    async def QueryMessageByKey(self, request: store_pb2.QueryByKeyRequest,
+                                context: grpc.aio.ServicerContext
+                                ) -> store_pb2.QueryByKeyResponse:
+        """Messages of a topic with a key, through the store's index."""
+        return await self._admin.query_by_key(request)
+
+    @_rpc
+    async def GetBrokerInfo(self, request: broker_pb2.GetBrokerInfoRequest,
+                            context: grpc.aio.ServicerContext) -> broker_pb2.BrokerInfo:
+        """Who this broker is, and its store's state."""
+        return await self._admin.broker_info()

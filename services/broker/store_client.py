@@ -1,0 +1,142 @@
+"""The broker's connection to its store: every call with a deadline and named errors.
+
+The store's gRPC failures become broker errors here, once: unreachable or
+too slow becomes :class:`StoreUnavailable` with the address in the message,
+a request the store calls malformed becomes :class:`InvalidArgument` with the
+store's own text (which names the field), anything else :class:`StoreFailed`
+with the store's code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from boltmq.runtime import channel
+from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from services.broker.errors import (
+    BrokerError,
+    InvalidArgument,
+    NotFound,
+    StoreFailed,
+    StoreUnavailable,
+)
+
+STORE_SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_name
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class StoreClient:
+    """Typed, deadline-bound calls to the StoreService at ``address``."""
+
+    def __init__(self, address: str, timeout_ms: int) -> None:
+        self.address = address
+        self._timeout_s = timeout_ms / 1000
+        self._channel = channel(address)
+        self._stub = store_pb2_grpc.StoreServiceStub(self._channel)
+
+    async def close(self) -> None:
+        """Close the channel (pending calls fail)."""
+        await self._channel.close()
+
+    async def _call(self, method: str, request: Any) -> Any:
+        try:
+            return await getattr(self._stub, method)(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise self.translate(method, exc) from None
+
+    def translate(self, method: str, exc: grpc.aio.AioRpcError) -> BrokerError:
+        """The broker error for a failed store call."""
+        code, details = exc.code(), exc.details() or ""
+        if code in _UNREACHABLE:
+            return StoreUnavailable(f"store at {self.address} is unavailable ({method}: "
+                                    f"{code.name.lower()}: {details})")
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return InvalidArgument(details)
+        if code == grpc.StatusCode.NOT_FOUND:
+            return NotFound(details)
+        return StoreFailed(code, f"store {method} failed: {code.name}: {details}")
+
+    async def append(self, messages: Iterable[message_pb2.Message], born_host: str
+                     ) -> store_pb2.AppendResponse:
+        """Append one batch under the store's lock; one result per message."""
+        request = store_pb2.AppendRequest(messages=messages, born_host=born_host)
+        response: store_pb2.AppendResponse = await self._call("Append", request)
+        return response
+
+    async def pull(self, request: store_pb2.PullRequest) -> store_pb2.PullResponse:
+        """Read a consume queue from an offset."""
+        response: store_pb2.PullResponse = await self._call("Pull", request)
+        return response
+
+    async def get(self, request: store_pb2.GetRequest) -> store_pb2.GetResponse:
+        """One message by commitlog offset or message id."""
+        response: store_pb2.GetResponse = await self._call("Get", request)
+        return response
+
+    async def query_by_key(self, request: store_pb2.QueryByKeyRequest
+                           ) -> store_pb2.QueryByKeyResponse:
+        """Messages of a topic whose key matches, through the index."""
+        response: store_pb2.QueryByKeyResponse = await self._call("QueryByKey", request)
+        return response
+
+    async def list_queues(self, topic: str) -> list[store_pb2.QueueInfo]:
+        """Every queue the store holds for ``topic`` ("" for all), with its offsets."""
+        response = await self._call("ListQueues", store_pb2.ListQueuesRequest(topic=topic))
+        return list(response.queues)
+
+    async def store_info(self) -> store_pb2.StoreInfo:
+        """Offsets, role and disk usage of the store."""
+        response: store_pb2.StoreInfo = await self._call(
+            "GetStoreInfo", store_pb2.GetStoreInfoRequest())
+        return response
+
+    async def get_config(self, name: str) -> bytes | None:
+        """A metadata file's content, or None when the store has none."""
+        response = await self._call("GetConfig", store_pb2.GetConfigRequest(name=name))
+        return bytes(response.content) if response.found else None
+
+    async def put_config(self, name: str, content: bytes) -> None:
+        """Write a metadata file atomically."""
+        await self._call("PutConfig", store_pb2.PutConfigRequest(name=name, content=content))
+
+    async def wait_until_serving(self, timeout_s: float) -> None:
+        """Wait (without polling) until the store's health says SERVING, at most ``timeout_s``.
+
+        The store binds its port before it recovers and refuses calls until
+        it has, so "reachable" is not enough at start-up.
+        """
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        call = stub.Watch(health_pb2.HealthCheckRequest(service=STORE_SERVICE_NAME),
+                          timeout=timeout_s, wait_for_ready=True)
+        try:
+            async for status in call:
+                if status.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise self.translate("Health.Watch", exc) from None
+        finally:
+            call.cancel()
+
+    async def watch_arrivals(self, on_open: Callable[[], None]
+                             ) -> AsyncIterator[store_pb2.Arrival]:
+        """The store's arrival stream; ``on_open`` runs once the store is watching.
+
+        The store sends its initial metadata only after it registered the
+        listener, so every arrival after ``on_open`` reaches the stream; the
+        caller uses ``on_open`` to re-check pulls parked before that moment.
+        """
+        call = self._stub.WatchArrivals(store_pb2.WatchArrivalsRequest())
+        try:
+            await call.initial_metadata()
+            on_open()
+            async for arrival in call:
+                yield arrival
+        except grpc.aio.AioRpcError as exc:
+            raise self.translate("WatchArrivals", exc) from None
+        finally:
+            call.cancel()

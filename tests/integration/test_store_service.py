@@ -1,0 +1,424 @@
+"""StoreService end to end: a real ``boltmq serve store`` process spoken to over gRPC.
+
+Every test starts its own store process on port 0 (the ``spawn`` fixture) with
+64 KiB CommitLog segments, so a few hundred KiB of messages cross segments and
+leave blank markers behind. One test runs the server in-process through
+``create_server``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from boltmq.runtime import channel, sync_channel
+from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from services.store import MessageStore, StoreConfig
+from services.store.record import MAGIC_BLANK, decode_record
+from services.store.server import create_server
+from services.store.servicer import WATCHING_METADATA
+from tests.integration.procs import ServiceProcess
+
+SEGMENT_BYTES = 65536
+SMALL = (f"mapped_file_size_commitlog={SEGMENT_BYTES}", "mapped_file_size_consume_queue=20000",
+         "max_hash_slot_num=1000", "max_index_num=4000", "max_message_size_bytes=8192")
+OK = message_pb2.PUT_OK
+ILLEGAL = message_pb2.MESSAGE_ILLEGAL
+
+Spawn = Callable[..., ServiceProcess]
+
+
+def start_store(spawn: Spawn, root: Path, *settings: str) -> ServiceProcess:
+    return spawn("store", f"root_dir={root}", *SMALL, *settings)
+
+
+@pytest.fixture
+def connect() -> Iterator[Callable[[ServiceProcess], store_pb2_grpc.StoreServiceStub]]:
+    """``connect(proc)``: a stub on a blocking channel, closed at the end of the test."""
+    channels: list[grpc.Channel] = []
+
+    def factory(proc: ServiceProcess) -> store_pb2_grpc.StoreServiceStub:
+        chan = sync_channel(proc.address)
+        channels.append(chan)
+        return store_pb2_grpc.StoreServiceStub(chan)
+
+    yield factory
+    for chan in channels:
+        chan.close()
+
+
+def msg(topic: str, queue_id: int = 0, body: bytes = b"", **fields: object) -> message_pb2.Message:
+    return message_pb2.Message(topic=topic, queue_id=queue_id, body=body, **fields)  # type: ignore[arg-type]
+
+
+def append(stub: store_pb2_grpc.StoreServiceStub, *messages: message_pb2.Message
+           ) -> list[store_pb2.PutResult]:
+    return list(stub.Append(store_pb2.AppendRequest(messages=messages)).results)
+
+
+def bodies(messages: object) -> list[bytes]:
+    return [m.body for m in messages]  # type: ignore[attr-defined]
+
+
+def invalid(call: Callable[[object], object], request: object) -> str:
+    """The details of the INVALID_ARGUMENT that ``call(request)`` must fail with."""
+    with pytest.raises(grpc.RpcError) as info:
+        result = call(request)
+        if isinstance(result, Iterator):  # a server stream fails on the first read
+            list(result)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    return str(info.value.details())
+
+
+def commitlog_bytes(root: Path, max_offset: int) -> bytes:
+    """The CommitLog's bytes [first segment start, max_offset) read from its files."""
+    data = b"".join(path.read_bytes() for path in sorted((root / "commitlog").iterdir()))
+    return data[:max_offset]
+
+
+# =========================================================================== append & reads
+def test_append_batch_then_every_read(spawn: Spawn, connect, tmp_path: Path) -> None:
+    stub = connect(start_store(spawn, tmp_path / "s"))
+    results = append(
+        stub,
+        msg("Orders", 0, b"one", tags="tagA", keys=["order-1"], properties={"color": "red"}),
+        msg("", 0, b"no topic"),
+        msg("Orders", 0, b"two", tags="tagB"),
+        msg("Orders", -1, b"broker must choose"),
+        msg("../etc", 0, b"traversal"),
+        msg("Orders", 1, b"three", tags="tagA", properties={"UNIQ_KEY": "uniq-3"}),
+        msg("Orders", 0, b"x" * 9000),
+        msg("Orders", 0, b"separator", properties={"bad\x01key": "v"}),
+        msg("Orders", 0, b"four", tags="tagA", keys=["order-4", "shared"]),
+    )
+    assert [r.status for r in results] == [OK, ILLEGAL, OK, ILLEGAL, ILLEGAL, OK, ILLEGAL,
+                                           ILLEGAL, OK]
+    good = [r for r in results if r.status == OK]
+    assert all(r.error for r in results if r.status != OK) and not any(r.error for r in good)
+    assert "topic" in results[1].error and "queue_id -1" in results[3].error
+    assert "9000" in results[6].error
+    assert [(r.queue_id, r.queue_offset) for r in good] == [(0, 0), (0, 1), (1, 0), (0, 2)]
+    offsets = [r.commitlog_offset for r in good]
+    assert offsets == sorted(offsets) and offsets[0] == 0 and len(set(offsets)) == 4
+    assert all(len(r.msg_id) == 32 and r.msg_id.endswith(f"{r.commitlog_offset:016X}")
+               for r in good)
+
+    # Get by offset: every field of the record.
+    found = stub.Get(store_pb2.GetRequest(commitlog_offset=good[0].commitlog_offset))
+    assert found.found
+    one = found.message
+    assert (one.topic, one.queue_id, one.queue_offset, one.body) == ("Orders", 0, 0, b"one")
+    assert (one.tags, list(one.keys), one.properties["color"]) == ("tagA", ["order-1"], "red")
+    assert one.msg_id == good[0].msg_id and one.commitlog_offset == good[0].commitlog_offset
+    assert one.store_timestamp_ms == good[0].store_timestamp_ms
+    assert one.body_crc == zlib.crc32(b"one") & 0x7FFFFFFF
+    assert one.born_host.startswith("127.0.0.1:") and one.store_host == "127.0.0.1:10911"
+    # Get by message id; nothing at an offset inside a record or past the end.
+    by_id = stub.Get(store_pb2.GetRequest(msg_id=good[1].msg_id))
+    assert by_id.found and by_id.message.body == b"two"
+    assert not stub.Get(store_pb2.GetRequest(commitlog_offset=1)).found
+    assert not stub.Get(store_pb2.GetRequest(commitlog_offset=10**9)).found
+
+    # Pull with a tag filter, past the end, from an unknown queue.
+    pulled = stub.Pull(store_pb2.PullRequest(topic="Orders", queue_id=0, subscription="tagA"))
+    assert pulled.status == message_pb2.FOUND and bodies(pulled.messages) == [b"one", b"four"]
+    assert (pulled.next_begin_offset, pulled.min_offset, pulled.max_offset) == (3, 0, 3)
+    either = stub.Pull(store_pb2.PullRequest(topic="Orders", queue_id=0,
+                                             subscription="tagB || tagC"))
+    assert bodies(either.messages) == [b"two"]
+    limited = stub.Pull(store_pb2.PullRequest(topic="Orders", queue_id=0, max_messages=2))
+    assert bodies(limited.messages) == [b"one", b"two"] and limited.next_begin_offset == 2
+    assert stub.Pull(store_pb2.PullRequest(topic="Orders", queue_id=0, queue_offset=3)
+                     ).status == message_pb2.OFFSET_OVERFLOW_ONE
+    assert stub.Pull(store_pb2.PullRequest(topic="Orders", queue_id=5)
+                     ).status == message_pb2.NO_MATCHED_LOGIC_QUEUE
+
+    # Pull raw records: the CommitLog format, back to back.
+    raw = stub.Pull(store_pb2.PullRequest(topic="Orders", queue_id=0, raw_records=True))
+    assert raw.record_count == 3 and not raw.messages
+    view, position, decoded = memoryview(raw.records), 0, []
+    while position < len(view):
+        record = decode_record(view, position)
+        decoded.append((record.commitlog_offset, bytes(record.body), record.tags))
+        position += record.total_size
+    assert decoded == [(good[0].commitlog_offset, b"one", "tagA"),
+                       (good[1].commitlog_offset, b"two", "tagB"),
+                       (good[3].commitlog_offset, b"four", "tagA")]
+
+    # Query by key (KEYS and UNIQ_KEY), never by another topic's key.
+    by_key = stub.QueryByKey(store_pb2.QueryByKeyRequest(topic="Orders", key="order-4"))
+    assert bodies(by_key.messages) == [b"four"]
+    by_uniq = stub.QueryByKey(store_pb2.QueryByKeyRequest(topic="Orders", key="uniq-3"))
+    assert bodies(by_uniq.messages) == [b"three"]
+    assert not stub.QueryByKey(store_pb2.QueryByKeyRequest(topic="Other", key="order-4")
+                               ).messages
+
+    # Offset by time, with a second batch stored at the same or a later millisecond.
+    later = append(stub, msg("Orders", 0, b"five"))[0]
+    stored = [(r.queue_offset, r.store_timestamp_ms) for r in good if r.queue_id == 0]
+    stored.append((later.queue_offset, later.store_timestamp_ms))
+    expected = min(q for q, ts in stored if ts >= later.store_timestamp_ms)
+
+    def offset_by_time(ts: int) -> int:
+        return stub.OffsetByTime(store_pb2.OffsetByTimeRequest(
+            topic="Orders", queue_id=0, timestamp_ms=ts)).queue_offset
+
+    assert offset_by_time(later.store_timestamp_ms) == expected
+    assert offset_by_time(0) == 0
+    assert offset_by_time(later.store_timestamp_ms + 10**9) == 4
+
+    # Queue ranges and the queue list.
+    range0 = stub.QueueRange(store_pb2.QueueRangeRequest(topic="Orders", queue_id=0))
+    assert (range0.exists, range0.min_offset, range0.max_offset) == (True, 0, 4)
+    assert not stub.QueueRange(store_pb2.QueueRangeRequest(topic="Orders", queue_id=7)).exists
+    listed = stub.ListQueues(store_pb2.ListQueuesRequest()).queues
+    assert [(q.topic, q.queue_id, q.min_offset, q.max_offset) for q in listed] == [
+        ("Orders", 0, 0, 4), ("Orders", 1, 0, 1)]
+    assert len(stub.ListQueues(store_pb2.ListQueuesRequest(topic="Orders")).queues) == 2
+    assert not stub.ListQueues(store_pb2.ListQueuesRequest(topic="Nobody")).queues
+
+    info = stub.GetStoreInfo(store_pb2.GetStoreInfoRequest())
+    assert info.role == "MASTER" and info.store_host == "127.0.0.1:10911"
+    assert info.commitlog_min_offset == 0 and info.commitlog_max_offset > later.commitlog_offset
+    assert info.dispatched_offset == info.commitlog_max_offset and not info.disk_full
+
+
+def test_watch_arrivals_sees_an_append(spawn: Spawn, connect, tmp_path: Path) -> None:
+    stub = connect(start_store(spawn, tmp_path / "s", "arrival_watch_queue_max=2"))
+    watch = stub.WatchArrivals(store_pb2.WatchArrivalsRequest())
+    # The metadata comes once the stream listens: every later arrival reaches it.
+    assert tuple(watch.initial_metadata()) == WATCHING_METADATA
+    append(stub, msg("Events", 2, b"a"), msg("Events", 2, b"b"))
+    arrival = next(watch)
+    assert (arrival.topic, arrival.queue_id, arrival.max_offset) == ("Events", 2, 2)
+    append(stub, msg("Events", 3, b"c"))
+    arrival = next(watch)
+    assert (arrival.topic, arrival.queue_id, arrival.max_offset) == ("Events", 3, 1)
+    # One batch touching more queues than a stream may have pending: the stream
+    # ends with a clear error instead of growing or silently dropping a wake-up.
+    append(stub, *(msg("Events", q, b"burst") for q in range(4, 7)))
+    with pytest.raises(grpc.RpcError) as info:
+        next(watch)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "more than 2 queues" in str(info.value.details())
+    # A new stream starts afresh.
+    again = stub.WatchArrivals(store_pb2.WatchArrivalsRequest())
+    again.initial_metadata()
+    append(stub, msg("Events", 2, b"c"))
+    assert next(again).max_offset == 3
+    again.cancel()
+
+
+# =========================================================================== CommitLog stream & HA
+def test_commitlog_stream_is_the_file_and_replicates(spawn: Spawn, connect, tmp_path: Path
+                                                     ) -> None:
+    root = tmp_path / "master"
+    master = connect(start_store(spawn, root))
+    for batch in range(4):
+        results = append(master, *(msg("Rep", i % 2, bytes([65 + batch]) * 1000, tags=f"t{i}")
+                                   for i in range(40)))
+        assert {r.status for r in results} == {OK}
+    end = master.GetStoreInfo(store_pb2.GetStoreInfoRequest()).commitlog_max_offset
+    assert end > 2 * SEGMENT_BYTES  # three segments, two blank markers
+
+    chunks = list(master.ReadCommitLog(store_pb2.ReadCommitLogRequest(max_chunk_bytes=10_000)))
+    position = 0
+    for chunk in chunks:
+        assert chunk.offset == position and 0 < len(chunk.data) <= 10_000
+        last_byte = chunk.offset + len(chunk.data) - 1
+        assert chunk.offset // SEGMENT_BYTES == last_byte // SEGMENT_BYTES
+        position += len(chunk.data)
+    streamed = b"".join(c.data for c in chunks)
+    assert streamed == commitlog_bytes(root, end)
+    assert MAGIC_BLANK.to_bytes(4, "big") in streamed
+    tail = list(master.ReadCommitLog(store_pb2.ReadCommitLogRequest(offset=100)))
+    assert b"".join(c.data for c in tail) == streamed[100:]
+
+    refused = master.AppendRaw(store_pb2.AppendRawRequest(offset=end, data=b"x"))
+    assert not refused.ok and "SLAVE" in refused.error and refused.max_offset == end
+
+    replica_proc = start_store(spawn, tmp_path / "replica", "broker_role=SLAVE")
+    replica = connect(replica_proc)
+    watch = replica.WatchArrivals(store_pb2.WatchArrivalsRequest())
+    watch.initial_metadata()
+    wrong = replica.AppendRaw(store_pb2.AppendRawRequest(offset=5, data=chunks[0].data))
+    assert not wrong.ok and wrong.max_offset == 0 and "5" in wrong.error
+    for chunk in chunks:
+        applied = replica.AppendRaw(store_pb2.AppendRawRequest(offset=chunk.offset,
+                                                               data=chunk.data))
+        assert applied.ok and applied.max_offset == chunk.offset + len(chunk.data)
+    pending = {0: 80, 1: 80}
+    while pending:
+        arrival = next(watch)
+        if arrival.max_offset >= pending.get(arrival.queue_id, 1 << 62):
+            del pending[arrival.queue_id]
+    watch.cancel()
+    # 10,000-byte chunks cut records in two; a half-arrived record is not corruption.
+    assert "ERROR" not in replica_proc.log()
+    for queue_id in (0, 1):
+        request = store_pb2.PullRequest(topic="Rep", queue_id=queue_id, max_messages=100,
+                                        max_bytes=1 << 20)
+        assert replica.Pull(request) == master.Pull(request)
+    refused_put = append(replica, msg("Rep", 0, b"client write"))[0]
+    assert refused_put.status == message_pb2.SERVICE_NOT_AVAILABLE
+
+    # Following: a heartbeat while idle, then the new bytes as soon as they are appended.
+    follow = master.ReadCommitLog(store_pb2.ReadCommitLogRequest(offset=end, follow=True,
+                                                                 heartbeat_ms=100))
+    heartbeat = next(follow)
+    assert (heartbeat.offset, heartbeat.data, heartbeat.master_max_offset) == (end, b"", end)
+    new = append(master, msg("Rep", 0, b"late"))[0]
+    chunk = next(c for c in follow if c.data)
+    follow.cancel()
+    assert chunk.offset == end == new.commitlog_offset
+    assert decode_record(memoryview(chunk.data), 0).body == b"late"
+    assert replica.AppendRaw(store_pb2.AppendRawRequest(offset=end, data=chunk.data)).ok
+
+
+# =========================================================================== config files
+def test_config_files_round_trip_backup_and_names(spawn: Spawn, connect, tmp_path: Path
+                                                  ) -> None:
+    root = tmp_path / "s"
+    stub = connect(start_store(spawn, root))
+    v1, v2 = b'{"topics": {"A": 8}}', b'{"topics": {"A": 8, "B": 4}}'
+
+    def get(name: str) -> store_pb2.GetConfigResponse:
+        return stub.GetConfig(store_pb2.GetConfigRequest(name=name))
+
+    stub.PutConfig(store_pb2.PutConfigRequest(name="topics.json", content=v1))
+    assert (get("topics.json").found, get("topics.json").content) == (True, v1)
+    stub.PutConfig(store_pb2.PutConfigRequest(name="topics.json", content=v2))
+    assert get("topics.json").content == v2
+    config_dir = root / "config"
+    assert (config_dir / "topics.json").read_bytes() == v2
+    assert (config_dir / "topics.json.bak").read_bytes() == v1
+    assert sorted(p.name for p in config_dir.iterdir()) == ["topics.json", "topics.json.bak"]
+    # A damaged current file falls back to the previous version ...
+    for damage in (b"", b'{"topics": {"A"'):
+        (config_dir / "topics.json").write_bytes(damage)
+        assert get("topics.json").content == v1
+    # ... and is never kept as the backup by the next write.
+    stub.PutConfig(store_pb2.PutConfigRequest(name="topics.json", content=v2))
+    assert (config_dir / "topics.json.bak").read_bytes() == v1
+    assert not get("nothing.json").found
+
+    for name in ("", ".", "..", "../escape.json", "a/b", "sp ace", "x.bak", "x.tmp", "é",
+                 "n" * 201):
+        assert invalid(stub.PutConfig, store_pb2.PutConfigRequest(
+            name=name, content=b"{}")).startswith("name:")
+        assert invalid(stub.GetConfig, store_pb2.GetConfigRequest(name=name)).startswith("name:")
+    for content in (b"not json", b"\xff\xfe", b"   ", b"1" * (16 * 1024 * 1024 + 1)):
+        assert invalid(stub.PutConfig, store_pb2.PutConfigRequest(
+            name="bad.json", content=content)).startswith("content:")
+    assert not (tmp_path / "escape.json").exists() and not (root / "escape.json").exists()
+    assert not get("bad.json").found
+
+
+# =========================================================================== bad input
+def test_every_bad_request_names_its_field(spawn: Spawn, connect, tmp_path: Path) -> None:
+    stub = connect(start_store(spawn, tmp_path / "s"))
+    append(stub, msg("T", 0, b"x"))
+    s = store_pb2
+    cases: list[tuple[Callable[[object], object], object, str]] = [
+        (stub.Append, s.AppendRequest(messages=[msg("T")], born_host="nonsense"), "born_host"),
+        (stub.Append, s.AppendRequest(messages=[msg("T")], born_host="10.0.0.1:70000"),
+         "born_host"),
+        (stub.Get, s.GetRequest(), "by"),
+        (stub.Get, s.GetRequest(commitlog_offset=-1), "commitlog_offset"),
+        (stub.Get, s.GetRequest(msg_id="zz"), "msg_id"),
+        (stub.Get, s.GetRequest(msg_id="G" * 32), "msg_id"),
+        (stub.Pull, s.PullRequest(topic=""), "topic"),
+        (stub.Pull, s.PullRequest(topic="a/b"), "topic"),
+        (stub.Pull, s.PullRequest(topic="..", queue_id=0), "topic"),
+        (stub.Pull, s.PullRequest(topic="T", queue_id=-1), "queue_id"),
+        (stub.Pull, s.PullRequest(topic="T", queue_id=5000), "queue_id"),
+        (stub.Pull, s.PullRequest(topic="T", queue_offset=-1), "queue_offset"),
+        (stub.Pull, s.PullRequest(topic="T", max_messages=-1), "max_messages"),
+        (stub.Pull, s.PullRequest(topic="T", max_bytes=-1), "max_bytes"),
+        (stub.Pull, s.PullRequest(topic="T", subscription="a || "), "subscription"),
+        (stub.QueryByKey, s.QueryByKeyRequest(topic="T", key=""), "key"),
+        (stub.QueryByKey, s.QueryByKeyRequest(topic="T" * 128, key="k"), "topic"),
+        (stub.QueryByKey, s.QueryByKeyRequest(topic="T", key="k", max_count=-1), "max_count"),
+        (stub.QueryByKey, s.QueryByKeyRequest(topic="T", key="k", begin_ms=-1), "begin_ms"),
+        (stub.QueryByKey, s.QueryByKeyRequest(topic="T", key="k", begin_ms=5, end_ms=4),
+         "end_ms"),
+        (stub.OffsetByTime, s.OffsetByTimeRequest(topic="T", timestamp_ms=-1), "timestamp_ms"),
+        (stub.OffsetByTime, s.OffsetByTimeRequest(topic="T/..", timestamp_ms=1), "topic"),
+        (stub.QueueRange, s.QueueRangeRequest(topic="T", queue_id=-2), "queue_id"),
+        (stub.ListQueues, s.ListQueuesRequest(topic="a b"), "topic"),
+        (stub.ReadCommitLog, s.ReadCommitLogRequest(offset=-1), "offset"),
+        (stub.ReadCommitLog, s.ReadCommitLogRequest(max_chunk_bytes=-1), "max_chunk_bytes"),
+        (stub.ReadCommitLog, s.ReadCommitLogRequest(follow=True, heartbeat_ms=-1),
+         "heartbeat_ms"),
+        (stub.AppendRaw, s.AppendRawRequest(offset=-1, data=b"x"), "offset"),
+        (stub.AppendRaw, s.AppendRawRequest(offset=0), "data"),
+    ]
+    for call, request, field in cases:
+        details = invalid(call, request)
+        assert details.startswith(f"{field}: "), (request, details)
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.ReadCommitLog(store_pb2.ReadCommitLogRequest(offset=10**9)))
+    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE
+    assert "past the CommitLog's end" in str(info.value.details())
+    # Nothing above reached the disk as a topic.
+    assert [q.topic for q in stub.ListQueues(store_pb2.ListQueuesRequest()).queues] == ["T"]
+
+
+# =========================================================================== restart & SIGTERM
+def test_sigterm_is_clean_and_a_restart_serves_the_same_data(spawn: Spawn, connect,
+                                                             tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    proc = start_store(spawn, root)
+    stub = connect(proc)
+    results = append(stub, *(msg("Keep", i % 3, f"m{i}".encode(), keys=[f"k{i}"])
+                             for i in range(30)))
+    stub.PutConfig(store_pb2.PutConfigRequest(name="consumerOffset.json", content=b'{"a": 1}'))
+    pulls = [stub.Pull(store_pb2.PullRequest(topic="Keep", queue_id=q)) for q in range(3)]
+    got = stub.Get(store_pb2.GetRequest(msg_id=results[7].msg_id))
+    assert (root / "abort").exists()
+
+    assert proc.stop() == 0
+    assert not (root / "abort").exists()
+
+    # Restarted with SYNC_FLUSH: appends go through the group-commit threads.
+    again = connect(start_store(spawn, root, "flush_disk_type=SYNC_FLUSH"))
+    assert [again.Pull(store_pb2.PullRequest(topic="Keep", queue_id=q)) for q in range(3)] == pulls
+    assert again.Get(store_pb2.GetRequest(msg_id=results[7].msg_id)) == got
+    assert bodies(again.QueryByKey(store_pb2.QueryByKeyRequest(topic="Keep", key="k9")).messages
+                  ) == [b"m9"]
+    assert again.GetConfig(store_pb2.GetConfigRequest(name="consumerOffset.json")
+                           ).content == b'{"a": 1}'
+    synced = append(again, msg("Keep", 0, b"durable"), msg("", 0, b"bad"))
+    assert [r.status for r in synced] == [OK, ILLEGAL] and synced[0].queue_offset == 10
+    assert again.Get(store_pb2.GetRequest(commitlog_offset=synced[0].commitlog_offset)
+                     ).message.body == b"durable"
+
+
+# =========================================================================== in-process
+def test_create_server_in_process(tmp_path: Path) -> None:
+    config = StoreConfig(root_dir=tmp_path / "s", listen_port=0,
+                         mapped_file_size_commitlog=SEGMENT_BYTES)
+
+    async def scenario() -> store_pb2.PutResult:
+        server, port = await create_server(config)
+        await server.start()
+        async with channel(f"127.0.0.1:{port}") as chan:
+            stub = store_pb2_grpc.StoreServiceStub(chan)
+            response = await stub.Append(store_pb2.AppendRequest(
+                messages=[msg("Local", 0, b"in-process")], born_host="10.1.2.3:4567"))
+        await server.stop(None)
+        return response.results[0]
+
+    result = asyncio.run(scenario())
+    assert result.status == OK
+    # The server's own store was shut down with it: clean, unlocked, data kept.
+    assert not (config.root_dir / "abort").exists()
+    with MessageStore(config) as store:
+        record = store.look_message(result.commitlog_offset)
+        assert record is not None and bytes(record.body) == b"in-process"
+        assert record.born_host == "10.1.2.3:4567"

@@ -1,0 +1,80 @@
+"""ClientManager: group membership from heartbeats, sorted ids, expiry of silent clients."""
+
+from __future__ import annotations
+
+from services.broker.client_manager import (
+    BROADCASTING,
+    ClientManager,
+    ConsumerGroupHeartbeat,
+)
+from tests.unit.broker.conftest import ManualClock
+
+EXPIRY_MS = 120_000
+
+
+def beat(group: str, *subscriptions: tuple[str, str]) -> ConsumerGroupHeartbeat:
+    return ConsumerGroupHeartbeat(group, subscriptions=tuple(subscriptions))
+
+
+def test_members_are_listed_sorted_whatever_the_heartbeat_order(clock: ManualClock) -> None:
+    clients = ClientManager(EXPIRY_MS, clock)
+    for client_id in ("c-3", "c-1", "c-2"):
+        clients.heartbeat(client_id, [], [beat("g1")])
+    assert clients.consumer_ids("g1") == ["c-1", "c-2", "c-3"]
+    assert clients.consumer_ids("unknown") == []
+
+
+def test_heartbeat_reports_groups_whose_membership_changed(clock: ManualClock) -> None:
+    clients = ClientManager(EXPIRY_MS, clock)
+    assert clients.heartbeat("c-1", [], [beat("g1"), beat("g2")]) == ["g1", "g2"]
+    assert clients.heartbeat("c-1", [], [beat("g1")]) == []
+    assert clients.heartbeat("c-2", [], [beat("g1")]) == ["g1"]
+
+
+def test_a_silent_client_disappears_from_reads_at_once_and_from_memory_on_expire(
+        clock: ManualClock) -> None:
+    clients = ClientManager(EXPIRY_MS, clock)
+    clients.heartbeat("c-1", ["pg"], [beat("g1")])
+    clock.advance(EXPIRY_MS // 2)
+    clients.heartbeat("c-2", [], [beat("g1")])
+    clock.advance(EXPIRY_MS // 2)
+    # c-1 has now been silent for exactly the expiry: it is gone; c-2 is not.
+    assert clients.consumer_ids("g1") == ["c-2"]
+    assert clients.producer_ids("pg") == []
+    assert clients.expire() == [("g1", "c-1")]
+    assert clients.expire() == []
+    clock.advance(EXPIRY_MS)
+    assert clients.expire() == [("g1", "c-2")]
+    assert clients.consumer_groups() == []
+
+
+def test_heartbeats_keep_a_client_alive(clock: ManualClock) -> None:
+    clients = ClientManager(EXPIRY_MS, clock)
+    for _ in range(5):
+        clients.heartbeat("c-1", [], [beat("g1")])
+        clock.advance(EXPIRY_MS - 1)
+    assert clients.consumer_ids("g1") == ["c-1"]
+    assert clients.expire() == []
+
+
+def test_unregister_removes_the_client_from_the_named_groups_only(clock: ManualClock) -> None:
+    clients = ClientManager(EXPIRY_MS, clock)
+    clients.heartbeat("c-1", ["pg"], [beat("g1"), beat("g2")])
+    clients.heartbeat("c-2", [], [beat("g1")])
+    assert clients.unregister("c-1", ["pg"], ["g1", "g3"]) == ["g1"]
+    assert clients.consumer_ids("g1") == ["c-2"]
+    assert clients.consumer_ids("g2") == ["c-1"]
+    assert clients.producer_ids("pg") == []
+
+
+def test_group_view_carries_model_orderly_and_subscriptions(clock: ManualClock) -> None:
+    clients = ClientManager(EXPIRY_MS, clock)
+    clients.heartbeat("c-1", [], [ConsumerGroupHeartbeat(
+        "g1", BROADCASTING, True, (("orders", "A || B"), ("payments", "*")))])
+    view = clients.consumer_group("g1")
+    assert view is not None
+    assert view.client_ids == ("c-1",)
+    assert (view.model, view.orderly) == (BROADCASTING, True)
+    assert view.subscriptions == (("orders", "A || B"), ("payments", "*"))
+    clock.advance(EXPIRY_MS)
+    assert clients.consumer_group("g1") is None

@@ -1,0 +1,102 @@
+"""LongPollHub: parked pulls wake on an arrival past their offset, never by a timer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from services.broker.long_poll import LongPollHub
+
+LONG_S = 60.0
+"""A suspend that no test waits out: a wake-up must come from an event."""
+
+
+def run(coroutine: Awaitable[object]) -> object:
+    async def main() -> object:
+        return await asyncio.wait_for(coroutine, LONG_S)
+    return asyncio.run(main())
+
+
+async def park(hub: LongPollHub, offset: int, timeout_s: float = LONG_S,
+               queue_id: int = 0) -> asyncio.Task[bool]:
+    token = hub.token("orders", queue_id)
+    task = asyncio.create_task(hub.wait("orders", queue_id, offset, token, timeout_s))
+    await asyncio.sleep(0)  # let it park
+    return task
+
+
+def test_an_arrival_past_the_offset_wakes_the_pull() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        task = await park(hub, offset=5)
+        assert hub.parked_count == 1
+        assert hub.notify("orders", 0, 6) == 1
+        assert await task is True
+        assert hub.parked_count == 0
+    run(scenario())
+
+
+def test_arrivals_not_past_the_offset_or_on_other_queues_do_not_wake() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        task = await park(hub, offset=5)
+        assert hub.notify("orders", 0, 5) == 0
+        assert hub.notify("orders", 1, 100) == 0
+        assert hub.notify("payments", 0, 100) == 0
+        await asyncio.sleep(0)
+        assert not task.done()
+        assert hub.notify("orders", 0, 7) == 1
+        assert await task is True
+    run(scenario())
+
+
+def test_an_arrival_between_the_store_answer_and_parking_is_not_lost() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        token = hub.token("orders", 0)      # taken before asking the store
+        hub.notify("orders", 0, 6)          # arrives while the store answers "nothing"
+        assert await hub.wait("orders", 0, 5, token, LONG_S) is True
+        assert hub.parked_count == 0
+    run(scenario())
+
+
+def test_an_unwoken_pull_times_out_with_false() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
+        assert hub.parked_count == 0
+    run(scenario())
+
+
+def test_wake_all_wakes_every_queue_and_close_answers_with_false() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        first, second = await park(hub, 5, queue_id=0), await park(hub, 9, queue_id=1)
+        assert hub.wake_all() == 2
+        assert (await first, await second) == (True, True)
+        third = await park(hub, 5)
+        hub.close()
+        assert await third is False
+        assert await hub.wait("orders", 0, 5, hub.token("orders", 0), LONG_S) is False
+    run(scenario())
+
+
+def test_a_full_hub_answers_at_once() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=1)
+        first = await park(hub, 5)
+        assert await hub.wait("orders", 0, 5, hub.token("orders", 0), LONG_S) is False
+        hub.notify("orders", 0, 6)
+        assert await first is True
+    run(scenario())
+
+
+def test_a_cancelled_pull_leaves_nothing_parked() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        task = await park(hub, 5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert hub.parked_count == 0
+        assert hub.notify("orders", 0, 6) == 0
+    run(scenario())
