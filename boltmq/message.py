@@ -42,9 +42,13 @@ class Message:
             raise MessageError(f"message body must be bytes, not {type(self.body).__name__}")
         if isinstance(self.keys, str):
             raise MessageError("message keys must be a list of strings, not one string")
-        return message_pb2.Message(topic=self.topic, queue_id=queue_id, body=bytes(self.body),
-                                   flag=self.flag, tags=self.tags or "", keys=list(self.keys),
-                                   properties=dict(self.properties))
+        proto = message_pb2.Message(topic=self.topic, queue_id=queue_id, body=bytes(self.body),
+                                    flag=self.flag, tags=self.tags or "")
+        if self.keys:  # empty containers are skipped: most messages have neither
+            proto.keys.extend(self.keys)
+        if self.properties:
+            proto.properties.update(self.properties)
+        return proto
 
 
 @dataclass(frozen=True, order=True)
@@ -83,12 +87,25 @@ class SendResult:
     put_status: str = "PUT_OK"
     """The store's PutMessageStatus name (why a SEND_FAILED failed)."""
 
-    @classmethod
-    def from_proto(cls, result: broker_pb2.SendResult) -> SendResult:
-        return cls(SendStatus(result.status), result.msg_id,
-                   MessageQueue(result.topic, result.broker_name, result.queue_id),
-                   result.queue_offset, result.commitlog_offset, result.error,
-                   message_pb2.PutMessageStatus.Name(result.put_status))
+
+
+def send_results(response: broker_pb2.SendResponse) -> list[SendResult]:
+    """One SendResult per message of a SendResponse (packed arrays, in order)."""
+    queue = MessageQueue(response.topic, response.broker_name, response.queue_id)
+    prefix = response.msg_id_prefix
+    errors = response.errors
+    status_of = _SEND_STATUSES
+    put_name = message_pb2.PutMessageStatus.Name
+    return [
+        SendResult(status_of[status], f"{prefix}{offset:016X}" if offset >= 0 else "", queue,
+                   queue_offset, offset, errors.get(index, ""), put_name(put_status))
+        for index, (status, put_status, queue_offset, offset) in enumerate(zip(
+            response.statuses, response.put_statuses, response.queue_offsets,
+            response.commitlog_offsets, strict=True))
+    ]
+
+
+_SEND_STATUSES = {status.value: status for status in SendStatus}
 
 
 class ConsumeResult(enum.Enum):

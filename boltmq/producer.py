@@ -34,7 +34,7 @@ from boltmq.client import (
     is_retryable,
     rpc_error_text,
 )
-from boltmq.message import Message, MessageQueue, SendResult, SendStatus
+from boltmq.message import Message, MessageQueue, SendResult, SendStatus, send_results
 from boltmq.registry_client import TopicNotFound
 from boltmq.v1 import broker_pb2, message_pb2
 from services.store.record import java_string_hash
@@ -168,7 +168,7 @@ class Producer:
                 self.client.forget_route(topic)
                 raise _Retry(f"{address}: {rpc_error_text(exc)}") from None
             raise SendError(f"send to {topic!r} refused: {rpc_error_text(exc)}") from None
-        results = [SendResult.from_proto(r) for r in response.results]
+        results = send_results(response)
         failed = [r for r in results if r.status is SendStatus.SEND_FAILED]
         if failed and failed[0].put_status == "SERVICE_NOT_AVAILABLE":
             tried.add(queue.broker_name)

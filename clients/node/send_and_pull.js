@@ -49,13 +49,16 @@ async function main() {
     producer_group: 'NODE_PRODUCER',
     messages: [{ topic, queue_id: 0, body: Buffer.from(body), tags: 'node', keys: ['node-1'] }],
   });
-  const result = sent.results[0];
-  if (result.status !== 'SEND_OK') {
-    throw new Error(`send failed: ${result.status} ${result.put_status} ${result.error}`);
+  // Results are packed arrays, one entry per message sent.
+  if (sent.statuses[0] !== 'SEND_OK') {
+    throw new Error(`send failed: ${sent.statuses[0]} ${sent.put_statuses[0]} `
+      + `${sent.errors[0] || ''}`);
   }
+  const offsetHex = BigInt(sent.commitlog_offsets[0]).toString(16).toUpperCase();
+  const sentMsgId = sent.msg_id_prefix + offsetHex.padStart(16, '0');
   const pulled = await call(broker, 'PullMessage', {
-    consumer_group: 'NODE_CONSUMER', topic, queue_id: result.queue_id,
-    queue_offset: result.queue_offset, max_messages: 1, subscription: '*',
+    consumer_group: 'NODE_CONSUMER', topic, queue_id: sent.queue_id,
+    queue_offset: sent.queue_offsets[0], max_messages: 1, subscription: '*',
     suspend_timeout_ms: 0, raw_records: false,
   });
   if (pulled.status !== 'FOUND' || pulled.messages.length === 0) {
@@ -64,7 +67,7 @@ async function main() {
   const message = pulled.messages[0];
   console.log(JSON.stringify({
     msgId: message.msg_id,
-    sentMsgId: result.msg_id,
+    sentMsgId,
     queueId: message.queue_id,
     queueOffset: message.queue_offset,
     body: message.body.toString(),

@@ -67,12 +67,10 @@ class SendProcessor:
             message.queue_id = queue_id
         response = await self._store.append(request.messages,
                                             request.born_host or peer_address)
-        if len(response.results) != len(request.messages):
-            raise StoreFailed(grpc.StatusCode.INTERNAL, f"store answered {len(response.results)} "
+        if len(response.statuses) != len(request.messages):
+            raise StoreFailed(grpc.StatusCode.INTERNAL, f"store answered {len(response.statuses)} "
                               f"results for {len(request.messages)} messages")
-        broker_name = self._config.broker_name
-        return broker_pb2.SendResponse(results=[
-            to_send_result(result, topic, queue_id, broker_name) for result in response.results])
+        return to_send_response(response, topic, queue_id, self._config.broker_name)
 
     def _check_batch(self, request: broker_pb2.SendRequest) -> tuple[str, int]:
         """Return (topic, queue_id) of a well-formed batch; raise naming the bad field."""
@@ -134,14 +132,18 @@ class SendProcessor:
         return queue_id
 
 
-def to_send_result(result: store_pb2.PutResult, topic: str, queue_id: int, broker_name: str
-                   ) -> broker_pb2.SendResult:
-    """The client's view of one store put: stored statuses keep their meaning, the rest fail."""
-    status = _SEND_STATUS.get(result.status, broker_pb2.SEND_FAILED)
-    error = result.error
-    if status == broker_pb2.SEND_FAILED and not error:
-        error = f"store refused the message: {message_pb2.PutMessageStatus.Name(result.status)}"
-    return broker_pb2.SendResult(
-        status=status, put_status=result.status, msg_id=result.msg_id, topic=topic,
-        broker_name=broker_name, queue_id=queue_id, queue_offset=result.queue_offset,
-        commitlog_offset=result.commitlog_offset, error=error)
+def to_send_response(response: store_pb2.AppendResponse, topic: str, queue_id: int,
+                     broker_name: str) -> broker_pb2.SendResponse:
+    """The client's view of a batch's appends: stored statuses keep their meaning, the
+    rest fail (with the store's reason, or its status name when it gave none)."""
+    send_status = _SEND_STATUS
+    statuses = [send_status.get(status, broker_pb2.SEND_FAILED) for status in response.statuses]
+    errors = dict(response.errors)
+    for index, status in enumerate(statuses):
+        if status == broker_pb2.SEND_FAILED and index not in errors:
+            errors[index] = (f"store refused the message: "
+                             f"{message_pb2.PutMessageStatus.Name(response.statuses[index])}")
+    return broker_pb2.SendResponse(
+        statuses=statuses, put_statuses=response.statuses, queue_offsets=response.queue_offsets,
+        commitlog_offsets=response.commitlog_offsets, topic=topic, broker_name=broker_name,
+        queue_id=queue_id, msg_id_prefix=response.msg_id_prefix, errors=errors)

@@ -23,7 +23,8 @@ from typing import NamedTuple
 from services.store.config import StoreConfig
 from services.store.mapped_file import MappedFile
 from services.store.mapped_file_queue import MappedFileQueue
-from services.store.message import Message
+from services.store.message import MessageLike
+from services.store.page_warmer import PageWarmer
 from services.store.record import (
     BLANK_MARKER_SIZE,
     HEADS,
@@ -148,6 +149,7 @@ class CommitLog:
         # Called under the append lock with each batch, so batches reach the
         # dispatcher in CommitLog order.
         self.on_append: Callable[[AppendBatch], None] | None = None
+        self.warmer = PageWarmer(config.warm_mapped_file_ahead_bytes)
 
     # ---------------------------------------------------------------- offsets
     @property
@@ -162,10 +164,28 @@ class CommitLog:
     def flushed_offset(self) -> int:
         return self.files.flushed_offset
 
+    @property
+    def msg_id_prefix(self) -> str:
+        """Store host and port in hex: a message id is this plus the offset (16 hex digits)."""
+        return self._msg_id_prefix
+
     # ---------------------------------------------------------------- encode
-    def encode(self, msg: Message, now_ms: int) -> _Encoded:
+    def encode_born_host(self, host: str, port: int) -> bytes:
+        """The born host field of ``host:port`` (cached: a few producers send everything)."""
+        host_key = (host, port)
+        born_host = self._host_cache.get(host_key)
+        if born_host is None:
+            born_host = encode_host(host, port)
+            if len(self._host_cache) < 10_000:
+                self._host_cache[host_key] = born_host
+        return born_host
+
+    def encode(self, msg: MessageLike, now_ms: int, born_host: bytes | None = None) -> _Encoded:
         """Validate ``msg`` and encode its position-independent parts.
 
+        ``msg`` is a :class:`Message` or anything with its attributes (the
+        store service passes protobuf messages as they arrived, with
+        ``born_host`` encoded once per batch instead of per message).
         Raises InvalidMessage (MESSAGE_ILLEGAL) or a PropertiesTooLarge
         (PROPERTIES_SIZE_EXCEEDED) without touching the CommitLog.
         """
@@ -186,7 +206,7 @@ class CommitLog:
             )
         queue_id = msg.queue_id
         if not (type(queue_id) is int and 0 <= queue_id <= self.config.max_queue_id):
-            raise InvalidMessage(f"queue id {queue_id!r} must be 0..{self.config.max_queue_id}")
+            raise InvalidMessage(f"queue_id {queue_id!r} must be 0..{self.config.max_queue_id}")
         tags = msg.tags
         if msg.keys or msg.properties:
             props = message_properties(tags, msg.keys, msg.properties)
@@ -205,12 +225,9 @@ class CommitLog:
                     self._tail_cache[(topic, tags)] = cached_tail
             tail, code = cached_tail
             index_keys = ()
-        host_key = (msg.born_host, msg.born_port)
-        born_host = self._host_cache.get(host_key)
-        if born_host is None:
-            born_host = encode_host(msg.born_host, msg.born_port)
-            if len(self._host_cache) < 10_000:
-                self._host_cache[host_key] = born_host
+        if born_host is None:  # a Message carries its own born host
+            born_host = self.encode_born_host(getattr(msg, "born_host", "127.0.0.1"),
+                                              getattr(msg, "born_port", 0))
         sys_flag = msg.sys_flag & ~(SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6)
         if len(born_host) == 20:
             sys_flag |= SYS_FLAG_BORN_HOST_V6
@@ -285,6 +302,10 @@ class CommitLog:
                 requests.append((topic, queue_id, physical, total, code, now_ms, queue_offset,
                                  index_keys, sys_flag))
             self._write_chunk(mf, chunk, chunk_start, now_ms)
+            warmer = self.warmer
+            if warmer.enabled:
+                warmer.follow(mf)
+                warmer.nudge(mf.wrote_position)
             batch = AppendBatch(start_offset, self.files.max_offset, requests)
             if self.on_append is not None:
                 self.on_append(batch)
@@ -416,6 +437,7 @@ class CommitLog:
             offset += total
 
     def close(self) -> None:
+        self.warmer.stop()
         self.files.close()
 
 

@@ -6,7 +6,9 @@ Returned messages are :class:`services.store.record.RecordView` objects (alias
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from services.store.record import RecordView
 
@@ -31,3 +33,31 @@ class Message:
     born_port: int = 0
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
+
+
+class MessageLike(Protocol):
+    """What the engine reads of a message to append: a :class:`Message`, or a
+    ``boltmq.v1.Message`` protobuf as it arrived (born host given per batch)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def tags(self) -> str | None: ...
+    @property
+    def keys(self) -> Iterable[str] | None: ...
+    @property
+    def properties(self) -> Mapping[str, str] | None: ...
+    @property
+    def flag(self) -> int: ...
+    @property
+    def sys_flag(self) -> int: ...
+    @property
+    def born_timestamp(self) -> int: ...
+    @property
+    def reconsume_times(self) -> int: ...
+    @property
+    def prepared_transaction_offset(self) -> int: ...

@@ -29,7 +29,6 @@ import ipaddress
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 import grpc
@@ -45,7 +44,6 @@ from services.store.config_files import (
     TooManyConfigFiles,
     validate_config_name,
 )
-from services.store.message import Message
 from services.store.record import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
@@ -66,7 +64,6 @@ log = logging.getLogger(__name__)
 
 APPEND_MESSAGES_MAX: Final = 16_384
 """Messages in one Append at most (a batch of 256 is the SDK's default)."""
-SYNC_APPEND_THREADS_MAX: Final = 64
 """Appends waiting for their group-commit fsync at once (SYNC_FLUSH)."""
 PULL_MESSAGES_MAX: Final = 8_192
 """Messages one Pull returns at most (larger max_messages is lowered to this)."""
@@ -240,43 +237,17 @@ def peer_host(peer: str) -> tuple[str, int]:
 
 
 # =================================================================== conversion
-def messages_from_proto(messages: Sequence[message_pb2.Message], born_host: str, born_port: int
-                        ) -> tuple[list[Message], dict[int, PutResult]]:
-    """The engine's Messages, plus results for those refused at the edge (by batch index).
-
-    The engine validates everything about a message (topic, sizes, properties)
-    and answers MESSAGE_ILLEGAL itself; the edge only refuses what means
-    something else on the wire: queue id -1 asks the broker to choose.
-    """
-    accepted: list[Message] = []
-    refused: dict[int, PutResult] = {}
-    for i, msg in enumerate(messages):
-        if msg.queue_id < 0:
-            refused[i] = PutResult(
-                PutStatus.MESSAGE_ILLEGAL,
-                error=f"queue_id {msg.queue_id}: the store needs a real queue id; -1 ('let "
-                      f"the broker choose') is for the broker to resolve")
-            continue
-        accepted.append(Message(
-            topic=msg.topic, body=msg.body, queue_id=msg.queue_id, tags=msg.tags or None,
-            keys=list(msg.keys) or None, properties=dict(msg.properties) or None,
-            flag=msg.flag, born_host=born_host, born_port=born_port))
-    return accepted, refused
-
-
-def merge_results(count: int, stored: Iterable[PutResult], refused: dict[int, PutResult]
-                  ) -> list[PutResult]:
-    """Results in batch order: edge refusals at their index, the engine's in between."""
-    engine = iter(stored)
-    return [refused[i] if i in refused else next(engine) for i in range(count)]
-
-
-def put_result_to_proto(result: PutResult, queue_id: int) -> store_pb2.PutResult:
-    """The wire form of one append's outcome."""
-    return store_pb2.PutResult(
-        status=PUT_STATUS_TO_PROTO[result.status], msg_id=result.msg_id,
-        commitlog_offset=result.commitlog_offset, queue_offset=result.queue_offset,
-        queue_id=queue_id, store_timestamp_ms=result.store_timestamp, error=result.error)
+def append_response(results: Sequence[PutResult], msg_id_prefix: str
+                    ) -> store_pb2.AppendResponse:
+    """The wire form of a batch's outcome (packed arrays, one entry per message)."""
+    to_proto = PUT_STATUS_TO_PROTO
+    stored_ts = max((r.store_timestamp for r in results), default=0)
+    return store_pb2.AppendResponse(
+        statuses=[to_proto[r.status] for r in results],
+        commitlog_offsets=[r.commitlog_offset for r in results],
+        queue_offsets=[r.queue_offset for r in results],
+        store_timestamp_ms=stored_ts, msg_id_prefix=msg_id_prefix,
+        errors={i: r.error for i, r in enumerate(results) if r.error})
 
 
 def message_ext_to_proto(record: RecordView) -> message_pb2.MessageExt:
@@ -416,18 +387,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         # (a stream left open would hold the server's whole grace period).
         self._stream_events: set[asyncio.Event] = set()
         self._closing = False
-        # SYNC_FLUSH appends block until their group commit's fsync. A pool of
-        # their own, because asyncio.to_thread's default pool has min(32,
-        # cpus + 4) threads (6 on 2 cores), which would cap how many appends
-        # can share one fsync, and config writes would compete with them.
-        self._sync_executor = ThreadPoolExecutor(
-            SYNC_APPEND_THREADS_MAX, thread_name_prefix="boltmq-sync-append"
-        ) if config.sync_flush else None
 
     def close(self) -> None:
-        """Release the append threads (after the server has stopped)."""
-        if self._sync_executor is not None:
-            self._sync_executor.shutdown(wait=False, cancel_futures=True)
+        """Nothing to release (kept for the service's stop sequence)."""
 
     def _running_store(self) -> MessageStore:
         if not self._store.running:
@@ -439,30 +401,26 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
     @_edge
     async def Append(self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
                      ) -> store_pb2.AppendResponse:
-        """Append a batch in one engine call; one result per message, in order."""
-        count = len(request.messages)
+        """Append a batch in one engine call; per-message results as packed arrays.
+
+        The protobuf messages go to the engine as they arrived (it reads the
+        same attribute names), so no per-message object is built on the way.
+        """
+        messages = request.messages
+        count = len(messages)
         if count > APPEND_MESSAGES_MAX:
             raise BadRequest("messages", f"{count} messages, at most {APPEND_MESSAGES_MAX} "
                                          f"per call")
         if request.born_host:
-            born_host, born_port = parse_host_port("born_host", request.born_host)
+            born = parse_host_port("born_host", request.born_host)
         else:
-            born_host, born_port = peer_host(context.peer())
-        accepted, refused = messages_from_proto(request.messages, born_host, born_port)
-        stored: list[PutResult] = []
-        if accepted:
-            if self._sync_executor is not None:
-                loop = asyncio.get_running_loop()
-                stored = await loop.run_in_executor(self._sync_executor,
-                                                    self._store.put_messages, accepted)
-            else:
-                # No fsync wait under ASYNC_FLUSH: a hop to a thread would only add
-                # two context switches to a copy into the mapping.
-                stored = self._store.put_messages(accepted)
-        results = merge_results(count, stored, refused)
-        return store_pb2.AppendResponse(results=[
-            put_result_to_proto(r, m.queue_id) for r, m in zip(results, request.messages,
-                                                               strict=True)])
+            born = peer_host(context.peer())
+        store = self._store
+        if self._config.sync_flush:
+            results = await store.put_messages_async(messages, born)
+        else:
+            results = store.put_messages(messages, born)
+        return append_response(results, store.commitlog.msg_id_prefix)
 
     @_edge
     async def AppendRaw(self, request: store_pb2.AppendRawRequest,

@@ -27,7 +27,7 @@ from services.store.consume_queue import ConsumeQueueTable
 from services.store.dispatcher import ArrivalListener, Dispatcher
 from services.store.flusher import CommitLogFlusher, ConsumeQueueFlusher
 from services.store.index_service import IndexService
-from services.store.message import Message
+from services.store.message import Message, MessageLike
 from services.store.record import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -148,6 +148,7 @@ class MessageStore:
         self.queue_flusher = ConsumeQueueFlusher(
             self.config, self.queues, self.index, self.checkpoint,
             lambda: self.dispatcher.last_store_timestamp)
+        self.commitlog.warmer.start()
         self.flusher.start()
         self.queue_flusher.start()
         self.dispatcher.start()
@@ -219,26 +220,29 @@ class MessageStore:
         """Append one message."""
         return self.put_messages((msg,))[0]
 
-    def put_messages(self, msgs: Sequence[Message]) -> list[PutResult]:
+    def put_messages(self, msgs: Sequence[MessageLike], born: tuple[str, int] | None = None
+                     ) -> list[PutResult]:
         """Append a batch under one lock with one flush wait; one result per message.
 
         Messages that fail validation get MESSAGE_ILLEGAL or
-        PROPERTIES_SIZE_EXCEEDED and are not written; the others are.
+        PROPERTIES_SIZE_EXCEEDED and are not written; the others are. ``born``
+        (host, port) overrides every message's born host.
         """
-        results, end_offset, merge = self._append(msgs)
+        results, end_offset, merge = self._append(msgs, born)
         if end_offset and self.config.sync_flush:
             assert self.flusher is not None
             if not self.flusher.wait_flushed(end_offset, self.config.sync_flush_timeout_ms / 1000):
                 _mark_flush_timeout(results)
         return merge(results)
 
-    async def put_messages_async(self, msgs: Sequence[Message]) -> list[PutResult]:
+    async def put_messages_async(self, msgs: Sequence[MessageLike],
+                                 born: tuple[str, int] | None = None) -> list[PutResult]:
         """:meth:`put_messages` for asyncio callers: the flush wait does not block the loop.
 
         Under SYNC_FLUSH every waiting task of a loop is woken by one callback per
         flush round, so many concurrent writers cost one wake-up, not one each.
         """
-        results, end_offset, merge = self._append(msgs)
+        results, end_offset, merge = self._append(msgs, born)
         if end_offset and self.config.sync_flush:
             assert self.flusher is not None
             if not await self.flusher.wait_flushed_async(
@@ -246,7 +250,7 @@ class MessageStore:
                 _mark_flush_timeout(results)
         return merge(results)
 
-    def _append(self, msgs: Sequence[Message]) -> tuple[
+    def _append(self, msgs: Sequence[MessageLike], born: tuple[str, int] | None = None) -> tuple[
             list[PutResult], int, Callable[[list[PutResult]], list[PutResult]]]:
         """Encode and append; returns results, the batch end offset (0: nothing written)
         and a function that merges in the results of rejected messages."""
@@ -258,9 +262,14 @@ class MessageStore:
         encode = self.commitlog.encode
         encoded = []
         rejected: dict[int, PutResult] = {}
+        try:
+            born_host = self.commitlog.encode_born_host(*born) if born is not None else None
+        except (InvalidMessage, ValueError) as exc:
+            refused = [PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc)) for _ in msgs]
+            return refused, 0, _same
         for i, msg in enumerate(msgs):
             try:
-                encoded.append(encode(msg, now_ms))
+                encoded.append(encode(msg, now_ms, born_host))
             except PropertiesTooLarge as exc:
                 rejected[i] = PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
             except (InvalidMessage, TypeError, AttributeError) as exc:

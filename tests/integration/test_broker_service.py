@@ -103,11 +103,32 @@ def msg(topic: str, body: bytes = b"x", queue_id: int = -1, **fields: object
                                **fields)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class SendOutcome:
+    """One message's entry of a SendResponse's packed arrays."""
+
+    status: int
+    put_status: int
+    msg_id: str
+    topic: str
+    broker_name: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    error: str
+
+
 def send(stub: broker_pb2_grpc.BrokerServiceStub, *messages: message_pb2.Message,
-         **fields: object) -> list[broker_pb2.SendResult]:
+         **fields: object) -> list[SendOutcome]:
     request = broker_pb2.SendRequest(producer_group="pg", messages=messages,
                                      **fields)  # type: ignore[arg-type]
-    return list(stub.SendMessage(request, timeout=RPC_TIMEOUT_S).results)
+    r = stub.SendMessage(request, timeout=RPC_TIMEOUT_S)
+    assert len(r.statuses) == len(r.put_statuses) == len(r.queue_offsets) == len(messages)
+    return [SendOutcome(status, put, f"{r.msg_id_prefix}{offset:016X}" if offset >= 0 else "",
+                        r.topic, r.broker_name, r.queue_id, queue_offset, offset,
+                        r.errors.get(i, ""))
+            for i, (status, put, queue_offset, offset) in enumerate(zip(
+                r.statuses, r.put_statuses, r.queue_offsets, r.commitlog_offsets, strict=True))]
 
 
 def pull(stub: broker_pb2_grpc.BrokerServiceStub, topic: str, queue_id: int = 0,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -56,9 +57,34 @@ def msg(topic: str, queue_id: int = 0, body: bytes = b"", **fields: object) -> m
     return message_pb2.Message(topic=topic, queue_id=queue_id, body=body, **fields)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class PutOutcome:
+    """One message's entry of an AppendResponse's packed arrays."""
+
+    status: int
+    error: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    msg_id: str
+    store_timestamp_ms: int
+
+
+def outcomes(response: store_pb2.AppendResponse, messages: Sequence[message_pb2.Message]
+             ) -> list[PutOutcome]:
+    assert len(response.statuses) == len(response.commitlog_offsets) == \
+        len(response.queue_offsets) == len(messages)
+    return [PutOutcome(status, response.errors.get(i, ""), messages[i].queue_id, queue_offset,
+                       offset, f"{response.msg_id_prefix}{offset:016X}" if offset >= 0 else "",
+                       response.store_timestamp_ms)
+            for i, (status, queue_offset, offset) in enumerate(zip(
+                response.statuses, response.queue_offsets, response.commitlog_offsets,
+                strict=True))]
+
+
 def append(stub: store_pb2_grpc.StoreServiceStub, *messages: message_pb2.Message
-           ) -> list[store_pb2.PutResult]:
-    return list(stub.Append(store_pb2.AppendRequest(messages=messages)).results)
+           ) -> list[PutOutcome]:
+    return outcomes(stub.Append(store_pb2.AppendRequest(messages=messages)), messages)
 
 
 def bodies(messages: object) -> list[bytes]:
@@ -404,15 +430,16 @@ def test_create_server_in_process(tmp_path: Path) -> None:
     config = StoreConfig(root_dir=tmp_path / "s", listen_port=0,
                          mapped_file_size_commitlog=SEGMENT_BYTES)
 
-    async def scenario() -> store_pb2.PutResult:
+    async def scenario() -> PutOutcome:
         server, port = await create_server(config)
         await server.start()
         async with channel(f"127.0.0.1:{port}") as chan:
             stub = store_pb2_grpc.StoreServiceStub(chan)
+            sent = [msg("Local", 0, b"in-process")]
             response = await stub.Append(store_pb2.AppendRequest(
-                messages=[msg("Local", 0, b"in-process")], born_host="10.1.2.3:4567"))
+                messages=sent, born_host="10.1.2.3:4567"))
         await server.stop(None)
-        return response.results[0]
+        return outcomes(response, sent)[0]
 
     result = asyncio.run(scenario())
     assert result.status == OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
-from services.broker.send_processor import to_send_result
+from services.broker.send_processor import to_send_response
 
 STORED: dict[int, int] = {
     message_pb2.PUT_OK: broker_pb2.SEND_OK,
@@ -17,20 +17,25 @@ STORED: dict[int, int] = {
 
 @pytest.mark.parametrize("put_status", list(message_pb2.PutMessageStatus.values()))
 def test_every_put_status_maps_to_a_send_status(put_status: int) -> None:
-    put = store_pb2.PutResult(msg_id="ID", commitlog_offset=10, queue_offset=3)
-    put.status = put_status  # type: ignore[assignment]
-    result = to_send_result(put, "orders", 2, "broker-a")
-    assert result.status == STORED.get(put_status, broker_pb2.SEND_FAILED)
-    assert result.put_status == put_status
+    appended = store_pb2.AppendResponse(statuses=[put_status], commitlog_offsets=[10],
+                                        queue_offsets=[3], msg_id_prefix="AB")
+    result = to_send_response(appended, "orders", 2, "broker-a")
+    assert list(result.statuses) == [STORED.get(put_status, broker_pb2.SEND_FAILED)]
+    assert list(result.put_statuses) == [put_status]
     assert (result.topic, result.queue_id, result.broker_name) == ("orders", 2, "broker-a")
-    assert (result.msg_id, result.commitlog_offset, result.queue_offset) == ("ID", 10, 3)
-    if result.status == broker_pb2.SEND_FAILED:
+    assert result.msg_id_prefix == "AB"
+    assert (list(result.commitlog_offsets), list(result.queue_offsets)) == ([10], [3])
+    if result.statuses[0] == broker_pb2.SEND_FAILED:
         name = message_pb2.PutMessageStatus.Name(put_status)  # type: ignore[arg-type]
-        assert name in result.error
+        assert name in result.errors[0]
     else:
-        assert result.error == ""
+        assert 0 not in result.errors
 
 
-def test_the_store_s_own_reason_is_kept() -> None:
-    put = store_pb2.PutResult(status=message_pb2.MESSAGE_ILLEGAL, error="body too large")
-    assert to_send_result(put, "t", 0, "b").error == "body too large"
+def test_the_store_s_own_reason_is_kept_per_message() -> None:
+    appended = store_pb2.AppendResponse(
+        statuses=[message_pb2.PUT_OK, message_pb2.MESSAGE_ILLEGAL],
+        commitlog_offsets=[0, -1], queue_offsets=[0, -1], errors={1: "body too large"})
+    result = to_send_response(appended, "t", 0, "b")
+    assert list(result.statuses) == [broker_pb2.SEND_OK, broker_pb2.SEND_FAILED]
+    assert dict(result.errors) == {1: "body too large"}
