@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Message": "boltmq.message",
+    "MessageError": "boltmq.message",
     "MessageQueue": "boltmq.message",
     "SendResult": "boltmq.message",
     "SendStatus": "boltmq.message",
@@ -36,6 +37,7 @@ __all__ = [
     "BrokerUnavailable",
     "ConsumeResult",
     "Message",
+    "MessageError",
     "MessageQueue",
     "Producer",
     "PullConsumer",
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from boltmq.message import (
         ConsumeResult,
         Message,
+        MessageError,
         MessageQueue,
         ReceivedMessage,
         SendResult,

@@ -57,7 +57,8 @@ def produce(registry: str, topic: str, body: str | None, tags: str | None, keys:
     for item in properties:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise click.UsageError(f"--property expects NAME=VALUE, got {item!r}")
+            # A ClickException, not a UsageError: one line, without the usage banner.
+            raise _fail(ValueError(f"--property expects NAME=VALUE, got {item!r}"))
         props[name] = value
     key_list = keys.split() if keys else []
 

@@ -75,9 +75,9 @@ class ServiceProcess:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
     def last_error(self) -> str:
-        """The last non-empty line the service wrote to stderr."""
+        """The last non-empty line the service wrote to stderr (without click's "Error: ")."""
         lines = [line for line in self.log().splitlines() if line.strip()]
-        return lines[-1] if lines else "(no output)"
+        return lines[-1].removeprefix("Error: ") if lines else "(no output)"
 
     @property
     def port(self) -> int:

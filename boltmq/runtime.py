@@ -15,8 +15,10 @@ port back without polling.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Iterable
 from typing import Protocol
@@ -35,6 +37,11 @@ CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
+    # Reconnect fast after a peer restarts: gRPC's default backoff grows to 120 s,
+    # and a broker would fail every store call for that long after the store is back.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
 )
 SERVER_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -86,6 +93,35 @@ def configure_logging(level: str = "INFO") -> None:
                         stream=sys.stderr)
 
 
+def check_port_free(host: str, port: int) -> None:
+    """PortInUse when ``host:port`` cannot be bound (port 0 always can).
+
+    gRPC's own failed bind also writes a C-core error line to stderr, so a taken
+    port would be two lines; binding once ourselves first keeps it to one
+    (setting GRPC_VERBOSITY was rejected: it would hide every later core error
+    too). The probe sets SO_REUSEADDR as gRPC does, so a port left in TIME_WAIT
+    by a restarted service still counts as free while one with a listener does
+    not. Only "in use" and "not permitted" are reported here; any other bind
+    failure (an address family the host lacks) is left to gRPC, which may still
+    bind the host's other addresses.
+    """
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                    raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
 async def create_server(services: Iterable[Service], host: str, port: int
                         ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Build the server with every service, health and reflection; bind; return the port."""
@@ -101,6 +137,7 @@ async def create_server(services: Iterable[Service], host: str, port: int
             await health_servicer.set(service_name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     reflection.enable_server_reflection(names, server)
+    check_port_free(host, port)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as exc:

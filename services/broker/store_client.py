@@ -42,9 +42,10 @@ class StoreClient:
         """Close the channel (pending calls fail)."""
         await self._channel.close()
 
-    async def _call(self, method: str, request: Any) -> Any:
+    async def _call(self, method: str, request: Any, *, wait_for_ready: bool = False) -> Any:
         try:
-            return await getattr(self._stub, method)(request, timeout=self._timeout_s)
+            return await getattr(self._stub, method)(request, timeout=self._timeout_s,
+                                                      wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as exc:
             raise self.translate(method, exc) from None
 
@@ -96,12 +97,19 @@ class StoreClient:
 
     async def get_config(self, name: str) -> bytes | None:
         """A metadata file's content, or None when the store has none."""
-        response = await self._call("GetConfig", store_pb2.GetConfigRequest(name=name))
+        response = await self._call("GetConfig", store_pb2.GetConfigRequest(name=name),
+                                    wait_for_ready=True)
         return bytes(response.content) if response.found else None
 
     async def put_config(self, name: str, content: bytes) -> None:
-        """Write a metadata file atomically."""
-        await self._call("PutConfig", store_pb2.PutConfigRequest(name=name, content=content))
+        """Write a metadata file atomically.
+
+        Waits (within the call's deadline) for a store that is reconnecting:
+        metadata, consumer offsets above all, must not be dropped because the
+        store restarted a moment ago; sends and pulls fail fast instead.
+        """
+        await self._call("PutConfig", store_pb2.PutConfigRequest(name=name, content=content),
+                         wait_for_ready=True)
 
     async def wait_until_serving(self, timeout_s: float) -> None:
         """Wait (without polling) until the store's health says SERVING, at most ``timeout_s``.

@@ -465,6 +465,36 @@ def decode_record(
     return RecordView(head, bytes(body) if copy_body else body, topic, buf[cursor:end])
 
 
+_TOTAL_MAGIC_CRC = struct.Struct(">iIi")
+
+
+def verified_record(buf: memoryview, pos: int, size: int, *, check_crc: bool = True
+                    ) -> memoryview:
+    """The bytes of the record at ``pos`` (a view), checked without decoding it.
+
+    Checks total size, magic, the body's bounds and (optionally) its CRC: what a
+    reader that passes records on as they are needs to never serve a damaged
+    one. CorruptRecord otherwise.
+    """
+    if pos < 0 or pos + FIXED_OVERHEAD_IPV4 > len(buf):
+        raise CorruptRecord(f"record at {pos} runs past the end of the segment")
+    total, magic, crc = _TOTAL_MAGIC_CRC.unpack_from(buf, pos)
+    if total != size or magic not in MESSAGE_MAGICS or pos + total > len(buf):
+        raise CorruptRecord(f"record at {pos}: size {total} / magic 0x{magic:08X} do not match "
+                            f"the consume queue's {size}")
+    sys_flag = INT.unpack_from(buf, pos + SYS_FLAG_OFFSET)[0]
+    born_len = 20 if sys_flag & SYS_FLAG_BORN_HOST_V6 else 8
+    store_len = 20 if sys_flag & SYS_FLAG_STORE_HOST_V6 else 8
+    body_len_at = pos + BORN_HOST_OFFSET + born_len + 8 + store_len + 12
+    body_len = INT.unpack_from(buf, body_len_at)[0]
+    start = body_len_at + 4
+    if body_len < 0 or start + body_len + 3 > pos + total:
+        raise CorruptRecord(f"bad body_length {body_len} at {pos}")
+    if check_crc and (crc32(buf[start:start + body_len]) & 0x7FFFFFFF) != crc:
+        raise CorruptRecord(f"body CRC mismatch at {pos}")
+    return buf[pos:pos + total]
+
+
 def store_timestamp_of(buf: memoryview | bytes, pos: int) -> int:
     """The store timestamp of the record at ``pos`` without decoding the rest."""
     sys_flag = INT.unpack_from(buf, pos + SYS_FLAG_OFFSET)[0]

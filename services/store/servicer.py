@@ -282,16 +282,6 @@ def messages_to_proto(records: Iterable[RecordView]) -> list[message_pb2.Message
     return result
 
 
-def raw_records(commitlog: CommitLog, records: Iterable[RecordView]) -> tuple[bytes, int]:
-    """The records' CommitLog bytes back to back, and how many made it (a segment can go)."""
-    parts = []
-    for record in records:
-        raw = commitlog.read_bytes(record.commitlog_offset, record.total_size)
-        if len(raw) == record.total_size:
-            parts.append(raw)
-    return b"".join(parts), len(parts)
-
-
 # =================================================================== arrivals
 class _ArrivalQueue:
     """One WatchArrivals stream's pending arrivals, coalesced per (topic, queue).
@@ -488,13 +478,13 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             raise BadRequest("subscription", str(exc)) from None
         store = self._running_store()
         result = store.get_messages(topic, queue_id, queue_offset, max_messages,
-                                    request.subscription, max_bytes)
+                                    request.subscription, max_bytes, raw=request.raw_records)
         response = store_pb2.PullResponse(
             status=GET_STATUS_TO_PROTO[result.status], next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset, max_offset=result.max_offset)
         if request.raw_records:
-            response.records, response.record_count = raw_records(store.commitlog,
-                                                                   result.messages)
+            response.records = b"".join(result.raw)
+            response.record_count = len(result.raw)
         else:
             response.messages.extend(messages_to_proto(result.messages))
         return response

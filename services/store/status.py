@@ -75,3 +75,5 @@ class GetResult:
     next_begin_offset: int = 0
     min_offset: int = 0
     max_offset: int = 0
+    raw: list[memoryview] = field(default_factory=list)
+    """With ``get_messages(..., raw=True)``: each matching record's bytes instead."""

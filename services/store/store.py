@@ -36,6 +36,7 @@ from services.store.record import (
     RecordView,
     decode_record,
     parse_msg_id,
+    verified_record,
 )
 from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
 from services.store.status import GetResult, GetStatus, PutResult, PutStatus
@@ -297,8 +298,13 @@ class MessageStore:
     # ================================================================ reads
     def get_messages(self, topic: str, queue_id: int, queue_offset: int,
                      max_count: int | None = None, subscription: str | None = None,
-                     max_bytes: int | None = None) -> GetResult:
-        """Read up to ``max_count`` messages from ``queue_offset`` that match ``subscription``."""
+                     max_bytes: int | None = None, *, raw: bool = False) -> GetResult:
+        """Read up to ``max_count`` messages from ``queue_offset`` that match ``subscription``.
+
+        With ``raw``, ``result.raw`` holds each record's bytes (views of the
+        mapping, checked but not decoded) and ``result.messages`` stays empty:
+        what a server passing records on needs.
+        """
         self._require_running()
         cq = self.queues.get(topic, queue_id)
         if cq is None:
@@ -321,10 +327,10 @@ class MessageStore:
             result.status = GetStatus.OFFSET_OVERFLOW_BADLY
             result.next_begin_offset = min_offset if min_offset == 0 else max_offset
         else:
-            self._collect(cq, queue_offset, max_count, max_bytes, sub, result)
+            self._collect(cq, queue_offset, max_count, max_bytes, sub, result, raw)
         return result
 
-    def _collect(self, cq, queue_offset, max_count, max_bytes, sub, result) -> None:  # type: ignore[no-untyped-def]
+    def _collect(self, cq, queue_offset, max_count, max_bytes, sub, result, raw) -> None:  # type: ignore[no-untyped-def]
         """Read matching messages into ``result``; one segment reference per segment."""
         config = self.config
         count = config.max_transfer_count_on_message_in_memory if max_count is None \
@@ -335,6 +341,7 @@ class MessageStore:
         check_crc = config.check_crc_on_read
         commitlog_min = self.commitlog.min_offset
         messages = result.messages
+        raw_parts = result.raw
         total_bytes = scanned = missing = 0
         matches_all = sub.matches_all
         codes = sub.codes
@@ -343,7 +350,8 @@ class MessageStore:
         try:
             for physical, size, code in cq.entries(
                     queue_offset, max(count, 1) if matches_all else config.max_get_scan_entries):
-                if len(messages) >= count or (messages and total_bytes + size > byte_limit):
+                taken = len(raw_parts) if raw else len(messages)
+                if taken >= count or (taken and total_bytes + size > byte_limit):
                     break
                 scanned += 1
                 if not matches_all and code not in codes:
@@ -360,6 +368,11 @@ class MessageStore:
                     mf_from, mf_end = mf.file_from_offset, mf.file_end_offset
                 assert mf is not None
                 try:
+                    if raw and matches_all:
+                        raw_parts.append(verified_record(mf.view, physical - mf_from, size,
+                                                         check_crc=check_crc))
+                        total_bytes += size
+                        continue
                     record = decode_record(mf.view, physical - mf_from, check_crc=check_crc)
                 except CorruptRecord as exc:
                     log.error("refusing to serve a corrupt record: %s", exc)
@@ -367,13 +380,17 @@ class MessageStore:
                     continue
                 if not matches_all and not sub.matches_tag(record.tags):
                     continue
-                messages.append(record)
+                if raw:
+                    position = physical - mf_from
+                    raw_parts.append(mf.view[position:position + size])
+                else:
+                    messages.append(record)
                 total_bytes += size
         finally:
             if mf is not None:
                 mf.release()
         result.next_begin_offset = queue_offset + scanned
-        if messages:
+        if messages or raw_parts:
             result.status = GetStatus.FOUND
         elif missing:
             result.status = GetStatus.OFFSET_FOUND_NULL
@@ -390,7 +407,9 @@ class MessageStore:
     def view_message(self, msg_id: str) -> RecordView | None:
         """The message with this offset MessageId (no index needed); ValueError if malformed."""
         self._require_running()
-        _host, _port, offset = parse_msg_id(msg_id)
+        host, port, offset = parse_msg_id(msg_id)
+        if (host, port) != (self.config.store_host, self.config.store_port):
+            return None  # another store's message: its offset means nothing here
         return self.look_message(offset)
 
     def query_messages(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,

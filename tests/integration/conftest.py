@@ -23,3 +23,79 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
     yield factory
     for proc in reversed(started):
         proc.stop()
+
+
+# ------------------------------------------------------------------ a whole cluster
+CLUSTER_STORE_SETTINGS = ("mapped_file_size_commitlog=4194304",
+                          "mapped_file_size_consume_queue=60000", "max_hash_slot_num=5000",
+                          "max_index_num=20000")
+"""Small segments: a test's store is created in milliseconds, not gigabytes."""
+CLUSTER_REGISTRY_SETTINGS = ("broker_expiry_ms=3000", "scan_interval_ms=100")
+CLUSTER_BROKER_SETTINGS = ("register_interval_ms=500", "client_expiry_ms=3000",
+                           "client_scan_interval_ms=200", "offset_persist_interval_ms=500")
+"""Short intervals so expiries and take-overs show within seconds; a consumer in a
+test heartbeats (rebalances) every few hundred ms, far inside the 3 s client expiry."""
+
+
+class Cluster:
+    """A registry, a store and a broker as real processes, wired together.
+
+    The store and the broker restart on the port they had, so clients holding
+    their addresses (the broker's store channel, the SDK's cached routes) reach
+    the new process; the store restarts on the same root directory.
+    """
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.log_dir = tmp_path / "logs"
+        self.root_dir = tmp_path / "store"
+        self.started: list[ServiceProcess] = []
+        self.registry = self._start("registry", *CLUSTER_REGISTRY_SETTINGS)
+        self.store = self._start_store()
+        self.broker = self._start_broker()
+
+    def _start(self, service: str, *settings: str, port: int = 0) -> ServiceProcess:
+        proc = ServiceProcess(service, self.log_dir, *settings, port=port).start()
+        self.started.append(proc)
+        return proc
+
+    def _start_store(self, port: int = 0) -> ServiceProcess:
+        return self._start("store", f"root_dir={self.root_dir}", *CLUSTER_STORE_SETTINGS,
+                           port=port)
+
+    def _start_broker(self, port: int = 0) -> ServiceProcess:
+        return self._start("broker", f"store_address={self.store.address}",
+                           f"registry_addresses={self.registry.address}",
+                           *CLUSTER_BROKER_SETTINGS, port=port)
+
+    def restart_broker(self, *, kill: bool = False) -> ServiceProcess:
+        """Stop (SIGTERM, or SIGKILL with ``kill``) and start the broker on its port."""
+        self._halt(self.broker, kill)
+        self.broker = self._start_broker(self.broker.port)
+        return self.broker
+
+    def restart_store(self, *, kill: bool = False) -> ServiceProcess:
+        """Stop and start the store on its port and root directory (the broker stays up)."""
+        self._halt(self.store, kill)
+        self.store = self._start_store(self.store.port)
+        return self.store
+
+    @staticmethod
+    def _halt(proc: ServiceProcess, kill: bool) -> None:
+        if kill:
+            proc.kill()
+            proc.stop()  # closes the pipe of the dead process
+        else:
+            code = proc.stop()
+            assert code == 0, f"{proc.service} exited {code}: {proc.last_error()}"
+
+    def stop(self) -> None:
+        for proc in reversed(self.started):
+            proc.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A fresh registry + store + broker with test-sized intervals, stopped at the end."""
+    started = Cluster(tmp_path)
+    yield started
+    started.stop()
