@@ -12,10 +12,7 @@ Times are printed in UTC ISO 8601 so that output from different hosts compares.
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
 from services.store.consume_queue import ConsumeQueueTable
 from services.store.record import CorruptRecord, RecordView
-from services.store.verify import open_offline
+from services.store.verify import offline_lock, open_offline
 
 BODY_PREVIEW_BYTES = 32
 """How much of a body a decoded-record line shows."""
@@ -44,7 +41,7 @@ def inspect_directory(directory: Path, records: int, from_offset: int | None) ->
         raise FileNotFoundError(f"{root} does not exist")
     if not (root / "commitlog").is_dir():
         raise FileNotFoundError(f"{root} has no commitlog/ directory: not a BoltMQ store")
-    with _shared_lock(root):
+    with offline_lock(root):
         commitlog, queues, index = open_offline(root, StoreConfig(root_dir=root))
         try:
             start = commitlog.min_offset if from_offset is None else from_offset
@@ -63,23 +60,6 @@ def inspect_directory(directory: Path, records: int, from_offset: int | None) ->
             commitlog.close()
             queues.close()
             index.close()
-
-
-@contextmanager
-def _shared_lock(root: Path) -> Iterator[None]:
-    """Hold a shared flock on ``<root>/lock`` (absent: the store never ran, nothing to take)."""
-    lock_path = root / "lock"
-    fd = os.open(lock_path, os.O_RDONLY) if lock_path.exists() else -1
-    try:
-        if fd >= 0:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise RuntimeError(f"{root} is in use by a running store") from None
-        yield
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 def _iso(timestamp_ms: int) -> str:

@@ -151,6 +151,38 @@ async def create_server(services: Iterable[Service], host: str, port: int
     return server, bound, health_servicer
 
 
+async def create_in_process(service: Service, host: str, port: int
+                            ) -> tuple[grpc.aio.Server, int]:
+    """A bound server with ``service`` started and SERVING, for in-process use (tests).
+
+    The caller starts the server; its ``server.stop(grace)`` also runs the
+    service's ``before_stop`` first and ``stop`` after, as :func:`serve` does.
+    Rejected: a background task waiting for termination, which ``asyncio.run``
+    cancels half-way through the service's own shutdown at its end.
+    """
+    server, bound, health_servicer = await create_server([service], host, port)
+    try:
+        await service.start()
+    except BaseException:
+        await server.stop(0)
+        raise
+    stop = server.stop
+
+    async def stop_with_service(grace: float | None) -> None:
+        before_stop = getattr(service, "before_stop", None)
+        if before_stop is not None:
+            await before_stop()
+        try:
+            await stop(grace)
+        finally:
+            await service.stop()
+
+    setattr(server, "stop", stop_with_service)  # noqa: B010
+    for name in (*service.service_names, ""):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, bound
+
+
 async def serve(service: Service, host: str, port: int, grace_s: float = 10.0) -> None:
     """Start ``service`` on ``host:port``, announce READY, run until SIGTERM/SIGINT."""
     server, bound, health_servicer = await create_server([service], host, port)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import socket
 
 import grpc
-from grpc_health.v1 import health_pb2
 
 from boltmq import runtime
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
@@ -74,34 +73,11 @@ async def create_server(config: BrokerConfig) -> tuple[grpc.aio.Server, int]:
     """A broker server bound to ``listen_host:listen_port``, its broker started, not yet started.
 
     The broker has loaded its metadata and registered by the time this
-    returns; the caller starts the server, and ``server.stop()`` also stops
-    the broker (offsets saved, unregistered) before it returns. Rejected: the
-    a background task waiting for termination, which ``asyncio.run``
-    cancels half-way through the broker's network calls at its end.
+    returns; ``server.stop()`` answers parked pulls first and stops the broker
+    (offsets saved, unregistered) after.
     """
-    service = BrokerService(config)
-    server, port, health_servicer = await runtime.create_server(
-        [service], config.listen_host, config.listen_port)
-    try:
-        await service.start()
-    except BaseException:
-        await server.stop(0)
-        raise
-    # In-process servers have no runtime.serve around them: the caller's
-    # server.stop() must also answer parked pulls first and stop the broker
-    # after (rejected: a background task waiting for termination, which
-    # asyncio.run cancels half-way through the broker's network calls).
-    stop = server.stop
-
-    async def stop_with_broker(grace: float | None) -> None:
-        await service.before_stop()
-        await stop(grace)
-        await service.stop()
-
-    setattr(server, "stop", stop_with_broker)  # noqa: B010
-    for name in (*service.service_names, ""):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, port
+    return await runtime.create_in_process(BrokerService(config), config.listen_host,
+                                           config.listen_port)
 
 
 async def serve(config: BrokerConfig) -> None:

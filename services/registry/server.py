@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health_pb2
 
 from boltmq import runtime
 from boltmq.v1 import registry_pb2, registry_pb2_grpc
@@ -198,18 +197,13 @@ class RegistryService:
 
 
 async def create_server(config: RegistryConfig) -> tuple[grpc.aio.Server, int]:
-    """A registry server bound to ``listen_host:listen_port``, not yet started.
+    """A registry server bound to ``listen_host:listen_port``, SERVING, not yet started.
 
-    For in-process use (tests, an embedded cluster). It has no expiry task,
-    which :func:`serve` adds; routes are still exact because reads skip
-    expired brokers. Health is SERVING at once: there is nothing to recover.
+    For in-process use (tests, an embedded cluster); ``server.stop()`` also
+    stops the expiry task.
     """
-    service = RegistryService(config)
-    server, port, health_servicer = await runtime.create_server(
-        [service], config.listen_host, config.listen_port)
-    for name in (*service.service_names, ""):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, port
+    return await runtime.create_in_process(RegistryService(config), config.listen_host,
+                                           config.listen_port)
 
 
 async def serve(config: RegistryConfig) -> None:

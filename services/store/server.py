@@ -16,7 +16,6 @@ import asyncio
 import logging
 
 import grpc
-from grpc_health.v1 import health_pb2
 
 from boltmq import runtime
 from boltmq.v1 import store_pb2, store_pb2_grpc
@@ -31,9 +30,6 @@ CONFIG_CLASS = StoreConfig
 SERVICE_NAME: str = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_name
 """``boltmq.v1.StoreService``, for health and reflection."""
 
-# Tasks that shut an in-process server's own store down; held here because the
-# event loop keeps only weak references to tasks.
-_background: set[asyncio.Task[None]] = set()
 
 
 class StoreService:
@@ -86,31 +82,11 @@ async def create_server(config: StoreConfig, store: MessageStore | None = None
     """A store server bound to ``listen_host:listen_port``, SERVING, not yet started.
 
     Without ``store``, one is opened on ``config.root_dir`` and started here,
-    and it is shut down once the server has stopped (or when the event loop
-    cancels the remaining tasks at its end). With ``store``, the caller starts
+    and ``server.stop()`` shuts it down too. With ``store``, the caller starts
     it before and shuts it down after the server.
     """
-    service = StoreService(config, store)
-    server, port, health_servicer = await runtime.create_server(
-        [service], config.listen_host, config.listen_port)
-    try:
-        await service.start()
-    except BaseException:
-        await server.stop(0)
-        raise
-    for name in (*service.service_names, ""):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    task = asyncio.create_task(_stop_after(server, service), name="store-shutdown")
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-    return server, port
-
-
-async def _stop_after(server: grpc.aio.Server, service: StoreService) -> None:
-    try:
-        await server.wait_for_termination()
-    finally:
-        await service.stop()
+    return await runtime.create_in_process(StoreService(config, store), config.listen_host,
+                                           config.listen_port)
 
 
 async def serve(config: StoreConfig) -> None:

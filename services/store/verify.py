@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from services.store.commitlog import CommitLog, dispatch_request_of, is_consumable
@@ -136,6 +138,23 @@ def verify_directory(root: Path, config: StoreConfig | None = None) -> list[str]
     if not (root / "commitlog").is_dir():
         raise FileNotFoundError(f"{root} has no commitlog/ directory: not a BoltMQ store")
     cfg = config or StoreConfig(root_dir=root)
+    with offline_lock(root):
+        commitlog, queues, index = open_offline(root, cfg)
+        try:
+            return verify_store(commitlog, queues, index, commitlog.max_offset)
+        finally:
+            commitlog.close()
+            queues.close()
+            index.close()
+
+
+@contextmanager
+def offline_lock(root: Path) -> Iterator[None]:
+    """Hold a shared flock on ``<root>/lock`` while reading a stopped store.
+
+    RuntimeError when a running store holds it; no lock file means the store
+    never ran, so there is nothing to take.
+    """
     lock_path = root / "lock"
     fd = os.open(lock_path, os.O_RDONLY) if lock_path.exists() else -1
     try:
@@ -144,13 +163,7 @@ def verify_directory(root: Path, config: StoreConfig | None = None) -> list[str]
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise RuntimeError(f"{root} is in use by a running store") from None
-        commitlog, queues, index = open_offline(root, cfg)
-        try:
-            return verify_store(commitlog, queues, index, commitlog.max_offset)
-        finally:
-            commitlog.close()
-            queues.close()
-            index.close()
+        yield
     finally:
         if fd >= 0:
             os.close(fd)
