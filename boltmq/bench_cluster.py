@@ -18,8 +18,9 @@ import struct
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
-from boltmq.bench_report import BenchResult, result
+from boltmq.bench_report import BenchResult, result, timed_threads
 from boltmq.message import Message
 from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
@@ -31,39 +32,17 @@ def bench_produce(registry: str, topic: str, count: int, size: int, batch: int,
                   concurrency: int) -> BenchResult:
     body = b"x" * size
     per_thread = max(1, count // concurrency // batch)
-    samples: list[list[int]] = [[] for _ in range(concurrency)]
-    errors: list[BaseException] = []
     with Producer(registry, "BENCH_PRODUCER") as producer:
         producer.send(Message(topic=topic, body=body))  # routes and channels warm
-        barrier = threading.Barrier(concurrency + 1)
 
-        def worker(n: int) -> None:
+        def setup(_n: int) -> Callable[[], object]:
             messages = [Message(topic=topic, body=body) for _ in range(batch)]
-            out = samples[n]
-            barrier.wait()
-            try:
-                for _ in range(per_thread):
-                    t0 = time.perf_counter_ns()
-                    if batch == 1:
-                        producer.send(messages[0])
-                    else:
-                        producer.send_batch(messages)
-                    out.append(time.perf_counter_ns() - t0)
-            except BaseException as exc:
-                errors.append(exc)
+            if batch == 1:
+                return lambda: producer.send(messages[0])
+            return lambda: producer.send_batch(messages)
 
-        threads = [threading.Thread(target=worker, args=(n,)) for n in range(concurrency)]
-        for t in threads:
-            t.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for t in threads:
-            t.join()
-        seconds = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    total = per_thread * batch * concurrency
-    return result("produce", total, seconds, size, [s for per in samples for s in per],
+        seconds, samples = timed_threads(concurrency, setup, per_thread)
+    return result("produce", per_thread * batch * concurrency, seconds, size, samples,
                   f"batch {batch}, {concurrency} threads, latency per call")
 
 

@@ -10,6 +10,9 @@ per line with the keys ``msgs_per_s``, ``mb_per_s``, ``p50_ms``, ``p99_ms``,
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 
@@ -43,6 +46,43 @@ def result(name: str, count: int, seconds: float, body_bytes: int, samples_ns: l
         r.p50_ms, r.p99_ms, r.p999_ms = pick(0.50), pick(0.99), pick(0.999)
         r.max_ms = round(ordered[-1] / 1e6, 3)
     return r
+
+
+def timed_threads(count: int, setup: Callable[[int], Callable[[], object]],
+                  calls: int) -> tuple[float, list[int]]:
+    """Run ``calls`` timed calls on each of ``count`` threads; (seconds, latency samples ns).
+
+    ``setup(n)`` runs on thread ``n`` before the clock starts and returns the call
+    to time. The clock starts once every thread is ready; the first error raised
+    by a call is re-raised here.
+    """
+    samples: list[list[int]] = [[] for _ in range(count)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(count + 1)
+
+    def worker(n: int) -> None:
+        call = setup(n)
+        out = samples[n]
+        barrier.wait()
+        try:
+            for _ in range(calls):
+                t0 = time.perf_counter_ns()
+                call()
+                out.append(time.perf_counter_ns() - t0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(count)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return seconds, [s for per in samples for s in per]
 
 
 def format_result(r: BenchResult) -> str:

@@ -19,13 +19,12 @@ import asyncio
 import gc
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from boltmq.bench_report import BenchResult, result
+from boltmq.bench_report import BenchResult, result, timed_threads
 from services.store import Message, MessageStore, PutStatus, StoreConfig
 
 QUEUES = 16
@@ -162,34 +161,24 @@ def bench_sync_threads(count: int, body_bytes: int, writers: int, directory: Pat
     """SYNC_FLUSH group commit with ``writers`` threads calling the blocking put_message."""
     body = b"x" * body_bytes
     per_writer = count // writers
-    samples: list[list[int]] = [[] for _ in range(writers)]
     with _store(directory, flush_disk_type="SYNC_FLUSH") as store:
         assert store.flusher is not None
         fsyncs_before = store.flusher.fsync_count
-        barrier = threading.Barrier(writers + 1)
 
-        def writer(n: int) -> None:
-            out = samples[n]
+        def setup(n: int) -> Callable[[], None]:
             msg = Message(topic="BenchTopic", body=body, queue_id=n % QUEUES, tags="TagA")
-            barrier.wait()
-            for _ in range(per_writer):
-                t0 = time.perf_counter_ns()
+
+            def put() -> None:
                 result = store.put_message(msg)
-                out.append(time.perf_counter_ns() - t0)
                 if result.status is not PutStatus.PUT_OK:
                     raise RuntimeError(f"put failed: {result}")
 
-        threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
-        for t in threads:
-            t.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for t in threads:
-            t.join()
-        seconds = time.perf_counter() - start
+            return put
+
+        seconds, samples = timed_threads(writers, setup, per_writer)
         fsyncs = store.flusher.fsync_count - fsyncs_before
-    return _sync_result("sync-thr", per_writer * writers, seconds, body_bytes, samples, writers,
-                        fsyncs, "threads")
+    return _sync_result("sync-thr", per_writer * writers, seconds, body_bytes, [samples],
+                        writers, fsyncs, "threads")
 
 
 def _sync_result(name: str, total: int, seconds: float, body_bytes: int,

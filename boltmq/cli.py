@@ -14,14 +14,11 @@ from pathlib import Path
 
 import click
 
+from boltmq.cli_messages import fail
 from boltmq.config import ConfigError
 
 _USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, PermissionError, ValueError,
                 RuntimeError)
-
-
-def _fail(exc: BaseException) -> click.ClickException:
-    return click.ClickException(str(exc))
 
 
 @click.group()
@@ -66,7 +63,7 @@ def dev(data_dir: Path, registry_port: int, store_port: int, broker_port: int, h
         started.append(broker)
     except LaunchError as exc:
         _stop_all(started)
-        raise _fail(exc) from None
+        raise fail(exc) from None
     click.echo(f"registry  {registry.address}")
     click.echo(f"store     {store.address}   data {data_dir / 'store'}")
     click.echo(f"broker    {broker.address}")
@@ -77,10 +74,10 @@ def dev(data_dir: Path, registry_port: int, store_port: int, broker_port: int, h
         dead = [p for p in started if not p.alive()]
         if dead:
             _stop_all(started)
-            raise _fail(RuntimeError(f"{dead[0].service} exited: {dead[0].last_error()}"))
+            raise fail(RuntimeError(f"{dead[0].service} exited: {dead[0].last_error()}"))
     codes = _stop_all(started)
     if any(code not in (0, None) for code in codes):
-        raise _fail(RuntimeError(f"a service did not stop cleanly (exit codes {codes})"))
+        raise fail(RuntimeError(f"a service did not stop cleanly (exit codes {codes})"))
     click.echo("cluster stopped cleanly")
 
 
@@ -136,7 +133,7 @@ def serve(service: str, config_file: Path | None, host: str | None, port: int | 
         config = load_config(module.CONFIG_CLASS, config_file, overrides=overrides)
         asyncio.run(module.serve(config))
     except (PortInUse, *_USER_ERRORS) as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
 
 
 # ------------------------------------------------------------------------- store
@@ -154,7 +151,7 @@ def verify(directory: Path) -> None:
     try:
         problems = verify_directory(directory)
     except _USER_ERRORS as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     for problem in problems:
         click.echo(problem)
     if problems:
@@ -176,7 +173,7 @@ def inspect(directory: Path, records: int, from_offset: int | None) -> None:
         for line in inspect_directory(directory, records, from_offset):
             click.echo(line)
     except _USER_ERRORS as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
 
 
 # ------------------------------------------------------------------------- bench
@@ -245,7 +242,7 @@ def _bench_call(fn, *args):  # type: ignore[no-untyped-def]
     try:
         return fn(*args)
     except (BoltMQError, RegistryError, TimeoutError, ValueError, ImportError) as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
 
 
 @bench.command("produce")

@@ -13,17 +13,13 @@ from typing import Any
 import click
 import grpc
 
-from boltmq.cli_messages import registry_option
+from boltmq.cli_messages import fail, registry_option
 from boltmq.client import PERM_READ, PERM_WRITE, parse_addresses
 from boltmq.registry_client import RegistryClient, RegistryError
 from boltmq.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2, store_pb2
 
 RPC_TIMEOUT_S = 5.0
-
-
-def _fail(message: str) -> click.ClickException:
-    return click.ClickException(message)
 
 
 def _rpc_text(exc: grpc.RpcError) -> str:
@@ -37,7 +33,7 @@ class Admin:
         try:
             self.registry = RegistryClient(parse_addresses(registry))
         except ValueError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         self.only_broker = broker
         self._channels: list[grpc.Channel] = []
 
@@ -45,14 +41,14 @@ class Admin:
         try:
             return self.registry.cluster_info()
         except RegistryError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
 
     def masters(self) -> list[registry_pb2.BrokerLiveInfo]:
         brokers = [b for b in self.cluster().brokers if b.broker_id == 0 and
                    (self.only_broker is None or b.broker_name == self.only_broker)]
         if not brokers:
             where = f"named {self.only_broker!r} " if self.only_broker else ""
-            raise _fail(f"no live master broker {where}is registered")
+            raise fail(f"no live master broker {where}is registered")
         return sorted(brokers, key=lambda b: b.broker_name)
 
     def call(self, address: str, method: str, request: Any) -> Any:
@@ -62,7 +58,7 @@ class Admin:
         try:
             return getattr(stub, method)(request, timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
-            raise _fail(f"{method} on {address}: {_rpc_text(exc)}") from None
+            raise fail(f"{method} on {address}: {_rpc_text(exc)}") from None
 
     def each_master(self, method: str, request: Any) -> list[tuple[str, Any]]:
         return [(b.broker_name, self.call(b.address, method, request)) for b in self.masters()]
@@ -172,7 +168,7 @@ def topic_route(admin_: Admin, name: str) -> None:
     try:
         route = admin_.registry.get_route(name)
     except RegistryError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     for q in route.queues:
         click.echo(f"queues  {q.broker_name}: write {q.write_queue_nums} read "
                    f"{q.read_queue_nums} perm {_perm_text(q.perm)}")
@@ -263,7 +259,7 @@ def message_id(admin_: Admin, msg_id: str) -> None:
             found = True
             _show(broker_name, response.message)
     if not found:
-        raise _fail(f"no message with id {msg_id}")
+        raise fail(f"no message with id {msg_id}")
 
 
 @message.command("offset")
@@ -278,7 +274,7 @@ def message_offset(admin_: Admin, commitlog_offset: int) -> None:
             found = True
             _show(broker_name, response.message)
     if not found:
-        raise _fail(f"no message at offset {commitlog_offset}")
+        raise fail(f"no message at offset {commitlog_offset}")
 
 
 @message.command("key")
@@ -295,4 +291,4 @@ def message_key(admin_: Admin, topic_name: str, key: str, max_count: int) -> Non
             count += 1
             _show(broker_name, m)
     if not count:
-        raise _fail(f"no message of {topic_name!r} with key {key!r}")
+        raise fail(f"no message of {topic_name!r} with key {key!r}")

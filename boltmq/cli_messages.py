@@ -24,8 +24,9 @@ PROGRESS_MIN_COUNT = 10_000
 _CLIENT_ERRORS = (BoltMQError, RegistryError, ValueError)
 
 
-def _fail(exc: BaseException) -> click.ClickException:
-    return click.ClickException(str(exc))
+def fail(error: BaseException | str) -> click.ClickException:
+    """A user's mistake as one clear line and exit 1 (every ``boltmq`` command uses it)."""
+    return click.ClickException(str(error))
 
 
 def registry_option(fn):  # type: ignore[no-untyped-def]
@@ -58,7 +59,7 @@ def produce(registry: str, topic: str, body: str | None, tags: str | None, keys:
         name, sep, value = item.partition("=")
         if not sep or not name:
             # A ClickException, not a UsageError: one line, without the usage banner.
-            raise _fail(ValueError(f"--property expects NAME=VALUE, got {item!r}"))
+            raise fail(ValueError(f"--property expects NAME=VALUE, got {item!r}"))
         props[name] = value
     key_list = keys.split() if keys else []
 
@@ -68,7 +69,7 @@ def produce(registry: str, topic: str, body: str | None, tags: str | None, keys:
     try:
         producer = Producer(registry, group).start()
     except _CLIENT_ERRORS as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     try:
         if count:
             _produce_many(producer, make, count, size)
@@ -80,7 +81,7 @@ def produce(registry: str, topic: str, body: str | None, tags: str | None, keys:
                 click.echo(f"{result.status.name} {result.msg_id} {result.queue} "
                            f"offset {result.queue_offset}")
     except _CLIENT_ERRORS as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     finally:
         producer.shutdown()
 
@@ -165,7 +166,7 @@ def consume(registry: str, topic: str, group: str, subscription: str, count: int
                                     consume_batch_max_size=1 if count else 32,
                                     rebalance_interval_ms=5_000).start()
         except _CLIENT_ERRORS as exc:
-            raise _fail(exc) from None
+            raise fail(exc) from None
         try:
             while not finished.wait(0.1):
                 if idle_ms and time.monotonic() - last >= idle_ms / 1000:

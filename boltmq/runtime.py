@@ -15,6 +15,7 @@ port back without polling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import signal
@@ -75,6 +76,15 @@ class Service(Protocol):
     # ``def bound(self, port)``: the port the server really listens on (port 0).
     # ``async def before_stop(self)``: called once no new call is accepted and
     # before in-flight calls are drained (end endless streams, answer long polls).
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task and wait until it has finished (None: nothing to do)."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def channel(address: str) -> grpc.aio.Channel:

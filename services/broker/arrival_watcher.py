@@ -9,9 +9,9 @@ is a reconnect backoff for one stream, not a poll of the queues.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from boltmq import runtime
 from services.broker.errors import BrokerError
 from services.broker.long_poll import LongPollHub
 from services.broker.store_client import StoreClient
@@ -39,11 +39,8 @@ class ArrivalWatcher:
 
     async def stop(self) -> None:
         """Close the stream."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await runtime.cancel_and_wait(task)
 
     def _opened(self) -> None:
         # Wake everything parked: arrivals before this moment were not seen.

@@ -11,9 +11,9 @@ the store and :meth:`Broker.stop` writes back what changed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from boltmq import runtime
 from services.broker.admin_processor import AdminProcessor
 from services.broker.arrival_watcher import ArrivalWatcher
 from services.broker.client_manager import ClientManager
@@ -91,10 +91,8 @@ class Broker:
     async def stop(self) -> None:
         """Answer parked pulls, unregister, save offsets, close connections."""
         self.hub.close()
-        if self._scanner is not None:
-            self._scanner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scanner
+        task, self._scanner = self._scanner, None
+        await runtime.cancel_and_wait(task)
         await self.registrar.stop()
         await self.watcher.stop()
         try:

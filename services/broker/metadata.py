@@ -14,9 +14,9 @@ one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from boltmq import runtime
 from services.broker.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from services.broker.errors import BrokerError
 from services.broker.store_client import StoreClient
@@ -68,11 +68,8 @@ class MetadataPersister:
 
     async def stop(self) -> None:
         """Stop the periodic saves and save whatever changed since the last one."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await runtime.cancel_and_wait(task)
         await self.save_offsets()
 
     async def _run(self) -> None:

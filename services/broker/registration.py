@@ -13,10 +13,10 @@ would hold up the send that auto-created a topic).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
+from boltmq import runtime
 from boltmq.registry_client import AsyncRegistryClient, RegistryError
 from services.broker.topic_config import TopicConfigManager
 from services.broker.wire import topic_to_proto
@@ -66,11 +66,8 @@ class Registrar:
 
     async def stop(self) -> None:
         """Stop the periodic rounds, unregister from every registry, close channels."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await runtime.cancel_and_wait(task)
         await self.unregister_all()
         if self._client is not None:
             await self._client.close()

@@ -14,7 +14,6 @@ register with every registry (DESIGN 6).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -179,10 +178,7 @@ class RegistryService:
     async def stop(self) -> None:
         """Stop the expiry task; the state is in memory only and simply goes away."""
         task, self._scan_task = self._scan_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await runtime.cancel_and_wait(task)
 
     async def _scan_forever(self) -> None:
         interval_s = self.config.scan_interval_ms / 1000
