@@ -52,6 +52,19 @@ from services.store.record import (
     store_timestamp_of,
     tags_code,
 )
+from services.store.record_batch import (
+    H_BORN_TS,
+    H_FLAG,
+    H_SYS_FLAG,
+    PATCH,
+    PATCH_OFFSET,
+    Checked,
+    MalformedBatch,
+    PropertiesTooLarge,
+    RecordBatch,
+    check_batch,
+)
+from services.store.record_scan import check_chunk, whole_records_end
 from services.store.status import PutResult, PutStatus
 from services.store.topic import validate_topic
 
@@ -311,6 +324,121 @@ class CommitLog:
                 self.on_append(batch)
         return results, batch
 
+    # ---------------------------------------------------------------- raw records
+    def check_records(self, batch: RecordBatch) -> tuple[list[Checked], dict[int, PutResult]]:
+        """Verify a client-encoded batch: the records to append, and a result for each
+        refused one (by index). Nothing is written here.
+
+        A batch whose topic or queue is invalid, or whose records cannot be told
+        apart, is refused whole (MESSAGE_ILLEGAL for every record).
+        """
+        try:
+            validate_topic(batch.topic)
+            queue_id = batch.queue_id
+            if not 0 <= queue_id <= self.config.max_queue_id:
+                raise InvalidMessage(f"queue_id {queue_id} must be 0..{self.config.max_queue_id}")
+            good, bad = check_batch(batch, self.config.max_message_size_bytes,
+                                    self.max_record_size)
+        except (InvalidMessage, MalformedBatch) as exc:
+            error = str(exc)
+            return [], {i: PutResult(PutStatus.MESSAGE_ILLEGAL, error=error)
+                        for i in range(batch.count)}
+        rejected = {index: PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED
+                                     if isinstance(exc, PropertiesTooLarge)
+                                     else PutStatus.MESSAGE_ILLEGAL,
+                                     error=f"records[{index}]: {exc}")
+                    for index, exc in bad.items()}
+        return good, rejected
+
+    def append_records(self, records: bytes, checked: Sequence[Checked], topic: str,
+                       queue_id: int, born_host: bytes, now_ms: int
+                       ) -> tuple[list[PutResult], AppendBatch]:
+        """Append checked raw records in order under one lock (see check_records).
+
+        The records are patched in a copy of the request's bytes with one
+        ``pack_into`` each (queue and physical offsets, hosts, store time) and
+        the copy goes into the mapping with one slice assignment per run of
+        adjacent records, so nothing is decoded or re-encoded. (Copying each
+        record on its own and patching it in the mapping was rejected: a slice
+        assignment per record cost more than the whole patch loop.)
+        """
+        results: list[PutResult] = []
+        requests: list[DispatchTuple] = []
+        store_host = self.store_host
+        id_prefix = self._msg_id_prefix
+        patch = PATCH.pack_into
+        patched = bytearray(records)
+        key = (topic, queue_id)
+        with self.lock:
+            start_offset = self.files.max_offset
+            try:
+                mf = self.files.last_file_or_create(start_offset)
+            except OSError as exc:
+                return _create_failed(len(checked), exc), AppendBatch(start_offset,
+                                                                       start_offset, [])
+            runs: list[tuple[MappedFile, int, int, int]] = []  # (segment, at, from, to)
+            run_at = position = mf.wrote_position
+            run_from = run_to = checked[0][0]
+            queue_offset = self.queue_offsets.get(key, 0)
+            for (source, total, head, code, index_keys, consumable) in checked:
+                if total + BLANK_MARKER_SIZE > mf.file_size - position:
+                    runs.append((mf, run_at, run_from, run_to))
+                    self._write_runs(runs, patched, now_ms)
+                    runs = []
+                    mf.mm[position:position + BLANK_MARKER_SIZE] = blank_marker(
+                        mf.file_size - position)
+                    mf.wrote_position = mf.committed_position = mf.file_size  # segment full
+                    try:
+                        mf = self.files.last_file_or_create()
+                    except OSError as exc:
+                        # Disk full or unwritable: what is written stays; the rest fails.
+                        results += _create_failed(len(checked) - len(results), exc)
+                        run_from = run_to = source
+                        break
+                    run_at = position = mf.wrote_position
+                    run_from = run_to = source
+                elif source != run_to:  # a refused record left a gap in the source
+                    runs.append((mf, run_at, run_from, run_to))
+                    run_at, run_from, run_to = position, source, source
+                physical = mf.file_from_offset + position
+                if consumable:
+                    this_offset = queue_offset
+                    queue_offset += 1
+                else:
+                    this_offset = 0
+                sys_flag = head[H_SYS_FLAG]
+                patch(patched, source + PATCH_OFFSET, queue_id, head[H_FLAG], this_offset,
+                      physical, sys_flag, head[H_BORN_TS] or now_ms, born_host, now_ms,
+                      store_host)
+                position += total
+                run_to += total
+                results.append(PutResult(PutStatus.PUT_OK, f"{id_prefix}{physical:016X}",
+                                         physical, this_offset, total, now_ms))
+                requests.append((topic, queue_id, physical, total, code, now_ms, this_offset,
+                                 index_keys, sys_flag))
+            runs.append((mf, run_at, run_from, run_to))
+            self._write_runs(runs, patched, now_ms)
+            self.queue_offsets[key] = queue_offset
+            warmer = self.warmer
+            if warmer.enabled:
+                warmer.follow(mf)
+                warmer.nudge(mf.wrote_position)
+            batch = AppendBatch(start_offset, self.files.max_offset, requests)
+            if self.on_append is not None:
+                self.on_append(batch)
+        return results, batch
+
+    @staticmethod
+    def _write_runs(runs: list[tuple[MappedFile, int, int, int]], patched: bytearray,
+                    now_ms: int) -> None:
+        """Copy each run of patched records to its place in its segment, in order."""
+        source = memoryview(patched)
+        for mf, at, start, end in runs:
+            if end > start:
+                mf.mm[at:at + end - start] = source[start:end]
+                mf.wrote_position = mf.committed_position = at + end - start
+                mf.store_timestamp = now_ms
+
     @staticmethod
     def _write_chunk(mf: MappedFile, chunk: list[bytes], chunk_start: int, now_ms: int) -> None:
         if chunk:
@@ -322,22 +450,40 @@ class CommitLog:
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """Append already-encoded CommitLog bytes at ``offset`` (HA replica side).
 
-        ``offset`` must equal the current max offset and ``data`` must not cross
-        a segment boundary; returns the new max offset. Records are validated
-        when the dispatcher decodes them.
+        ``offset`` must equal the current max offset (or, on an empty
+        CommitLog, be a segment start: a replica may begin at the master's
+        last segment) and ``data`` must be whole, valid records that do not
+        cross a segment (:func:`check_chunk`); nothing is written otherwise.
+        Returns the new max offset.
         """
+        segment_bytes = self.files.file_size
+        check_chunk(data, offset, segment_bytes)
         with self.lock:
-            if offset != self.files.max_offset:
-                raise ValueError(f"raw append at {offset}, but the CommitLog ends at "
-                                 f"{self.files.max_offset}")
+            if self.files.files:
+                if offset != self.files.max_offset:
+                    raise ValueError(f"raw append at {offset}, but the CommitLog ends at "
+                                     f"{self.files.max_offset}")
+            elif offset % segment_bytes:
+                raise ValueError(f"raw append at {offset} on an empty CommitLog must start a "
+                                 f"segment (a multiple of {segment_bytes})")
             mf = self.files.last_file_or_create(offset)
             position = offset - mf.file_from_offset
-            if position + len(data) > mf.file_size:
-                raise ValueError("raw append crosses a segment boundary")
             mf.mm[position : position + len(data)] = data
             mf.wrote_position = mf.committed_position = position + len(data)
             mf.store_timestamp = int(time.time() * 1000)
             return mf.file_from_offset + mf.wrote_position
+
+    def is_record_start(self, offset: int) -> bool:
+        """Whether a record (or the CommitLog's end, or a segment start) begins at ``offset``."""
+        if offset == self.max_offset or offset % self.files.file_size == 0:
+            return self.min_offset <= offset <= self.max_offset
+        if not self.min_offset <= offset < self.max_offset:
+            return False
+        try:
+            record = self.read_record(offset, check_crc=False)
+        except CorruptRecord:
+            return False
+        return record is not None and record.commitlog_offset == offset
 
     # ---------------------------------------------------------------- read
     def read_record(self, offset: int, *, check_crc: bool = True) -> RecordView | None:
@@ -361,13 +507,17 @@ class CommitLog:
             mf.release()
 
     def read_bytes(self, offset: int, max_bytes: int) -> bytes:
-        """Raw CommitLog bytes from ``offset`` up to the end of its segment's data."""
+        """Whole records from ``offset``, about ``max_bytes`` of them, within one segment.
+
+        At least one record when one is there, however large; ``b""`` at the
+        end of the written data (or of a record still being written).
+        """
         mf = self.files.find(offset)
         if mf is None or not mf.hold():
             return b""
         try:
             position = offset - mf.file_from_offset
-            end = min(mf.committed_position, position + max_bytes)
+            end = whole_records_end(mf.view, position, mf.committed_position, max_bytes)
             return bytes(mf.view[position:end]) if end > position else b""
         finally:
             mf.release()
@@ -444,10 +594,6 @@ class CommitLog:
 def _create_failed(count: int, exc: OSError) -> list[PutResult]:
     error = f"cannot create the next CommitLog segment: {exc.strerror or exc}"
     return [PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=error) for _ in range(count)]
-
-
-class PropertiesTooLarge(InvalidMessage):
-    """Encoded properties exceed 32767 bytes (PROPERTIES_SIZE_EXCEEDED)."""
 
 
 def encode_tail_checked(topic_field: bytes, properties_raw: bytes) -> bytes:

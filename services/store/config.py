@@ -78,6 +78,8 @@ class StoreConfig:
     """A replica further behind than this does not count as in sync."""
     slave_timeout_ms: int = 3_000
     """SYNC_MASTER: how long an append waits for a replica ack."""
+    promoted_broker_role: str = "ASYNC_MASTER"
+    """The role a replica store takes when promoted (ASYNC_MASTER or SYNC_MASTER)."""
     store_host: str = "127.0.0.1"
     """Address written as store host and into message ids."""
     store_port: int = 10911
@@ -105,6 +107,8 @@ class StoreConfig:
             raise ConfigError(f"flush_disk_type must be one of {FLUSH_DISK_TYPES}")
         if self.broker_role not in BROKER_ROLES:
             raise ConfigError(f"broker_role must be one of {BROKER_ROLES}")
+        if self.promoted_broker_role not in BROKER_ROLES[:2]:
+            raise ConfigError(f"promoted_broker_role must be one of {BROKER_ROLES[:2]}")
         if self.mapped_file_size_commitlog < 4096:
             raise ConfigError("mapped_file_size_commitlog must be at least 4096 bytes")
         if self.mapped_file_size_consume_queue < 20:

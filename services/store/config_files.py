@@ -111,8 +111,8 @@ def _json_problem(content: bytes) -> str:
 class ConfigFiles:
     """The JSON files of one store root's ``config/`` directory (see the module docstring)."""
 
-    def __init__(self, root_dir: Path) -> None:
-        self.directory = root_dir / CONFIG_DIR_NAME
+    def __init__(self, root_dir: Path, directory_name: str = CONFIG_DIR_NAME) -> None:
+        self.directory = root_dir / directory_name
         # One writer at a time: two puts of a name would share NAME.tmp.
         self._write_lock = threading.Lock()
 

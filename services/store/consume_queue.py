@@ -131,8 +131,9 @@ class ConsumeQueue:
         if mf is None or position >= mf.file_end_offset:
             if mf is None and position > 0:
                 # A queue whose early files were cleaned, or a replica starting
-                # mid-stream: the first file starts at the entry's own file.
-                self.min_logic_offset = (position - position % self.file_size) // ENTRY_SIZE
+                # mid-stream: the first file starts at the entry's own file, and
+                # the entries before this one in it never existed here.
+                self.min_logic_offset = queue_offset
             mf = files.last_file_or_create(position)
         relative = position - mf.file_from_offset
         if relative < 0:

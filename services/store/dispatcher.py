@@ -14,9 +14,10 @@ max_offset)`` to listeners (the broker's long polls).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from services.store.commitlog import (
     AppendBatch,
@@ -102,6 +103,17 @@ class Dispatcher:
 
     def wake(self) -> None:
         self._wake.set()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No dispatch round runs inside (a truncation rewinds the dispatcher here)."""
+        with self._apply_lock:
+            yield
+
+    def rewind(self, offset: int) -> None:
+        """Dispatch again from ``offset`` at the latest (inside :meth:`paused`)."""
+        self.reput_offset = min(self.reput_offset, offset)
+        self._pending.clear()
 
     # ---------------------------------------------------------------- work
     def dispatch_once(self) -> int:

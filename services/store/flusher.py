@@ -15,7 +15,6 @@ an event loop.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -26,14 +25,9 @@ from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
 from services.store.consume_queue import ConsumeQueueTable
 from services.store.index_service import IndexService
+from services.store.offset_gate import OffsetGate
 
 log = logging.getLogger(__name__)
-
-
-def _resolve(futures: list[asyncio.Future[None]]) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_result(None)
 
 
 class CommitLogFlusher:
@@ -45,87 +39,27 @@ class CommitLogFlusher:
         self.commitlog = commitlog
         self.checkpoint = checkpoint
         self.on_flushed = on_flushed
-        self.flushed_offset = commitlog.max_offset
         self.fsync_count = 0
         self._request = threading.Event()
-        # Group commit waiters: (end_offset, lock held until that offset is durable).
-        # One lock per waiter, released by the flusher: a woken writer needs only
-        # the GIL, where a shared Condition would make all of them queue again on
-        # the condition's lock (measured: a lock convoy that halved throughput).
-        self._waiters: list[tuple[int, threading.Lock]] = []
-        self._async_waiters: list[
-            tuple[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = []
-        self._waiters_lock = threading.Lock()
+        self.gate = OffsetGate(commitlog.max_offset, on_wait=self._request.set)
+        """Group commit: appenders wait here until the flushed offset passes their end."""
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._last_thorough = time.monotonic()
 
+    @property
+    def flushed_offset(self) -> int:
+        """Offset up to which the CommitLog is durable (as of the last flush round)."""
+        return self.gate.offset
+
     # ---------------------------------------------------------------- group commit
     def wait_flushed(self, end_offset: int, timeout_s: float) -> bool:
         """Block until ``end_offset`` is durable; False on timeout (FLUSH_DISK_TIMEOUT)."""
-        if self.flushed_offset >= end_offset:
-            return True
-        gate = threading.Lock()
-        gate.acquire()
-        with self._waiters_lock:
-            if self.flushed_offset >= end_offset or self._stopped:
-                return self.flushed_offset >= end_offset
-            self._waiters.append((end_offset, gate))
-        self._request.set()
-        if gate.acquire(timeout=max(timeout_s, 0.0)):
-            return True
-        with self._waiters_lock:
-            try:
-                self._waiters.remove((end_offset, gate))
-            except ValueError:
-                pass  # released at the same moment: the flush made it
-        return self.flushed_offset >= end_offset
+        return self.gate.wait(end_offset, timeout_s)
 
     async def wait_flushed_async(self, end_offset: int, timeout_s: float) -> bool:
         """The asyncio flavour: one loop wake-up per flush round, not one per writer."""
-        if self.flushed_offset >= end_offset:
-            return True
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        entry = (end_offset, (loop, future))
-        with self._waiters_lock:
-            if self.flushed_offset >= end_offset or self._stopped:
-                return self.flushed_offset >= end_offset
-            self._async_waiters.append(entry)
-        self._request.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(future), max(timeout_s, 0.0))
-        except TimeoutError:
-            with self._waiters_lock:
-                if entry in self._async_waiters:
-                    self._async_waiters.remove(entry)
-        return self.flushed_offset >= end_offset
-
-    def _release_waiters(self, flushed: int, release_all: bool = False) -> None:
-        with self._waiters_lock:
-            self.flushed_offset = max(self.flushed_offset, flushed)
-            keep = []
-            for end_offset, gate in self._waiters:
-                if end_offset <= flushed or release_all:
-                    gate.release()
-                else:
-                    keep.append((end_offset, gate))
-            self._waiters = keep
-            if not self._async_waiters:
-                return
-            ready: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-            keep_async = []
-            for end_offset, (loop, future) in self._async_waiters:
-                if end_offset <= flushed or release_all:
-                    ready.setdefault(loop, []).append(future)
-                else:
-                    keep_async.append((end_offset, (loop, future)))
-            self._async_waiters = keep_async
-        for loop, futures in ready.items():
-            try:
-                loop.call_soon_threadsafe(_resolve, futures)
-            except RuntimeError:
-                pass  # the loop is closed: nobody is waiting any more
+        return await self.gate.wait_async(end_offset, timeout_s)
 
     def flush_now(self, least_pages: int = 0) -> int:
         """One flush of whatever is written; returns the flushed offset."""
@@ -139,14 +73,14 @@ class CommitLogFlusher:
         if flushed >= target and store_ts:
             self.checkpoint.state.physic_msg_timestamp = store_ts
         if flushed > self.flushed_offset:
-            self._release_waiters(flushed)
+            self.gate.advance(flushed)
             if self.on_flushed is not None:
                 self.on_flushed()
         return flushed
 
     # ---------------------------------------------------------------- thread
     def start(self) -> None:
-        self.flushed_offset = self.commitlog.flushed_offset
+        self.gate.reset(self.commitlog.flushed_offset)
         self._thread = threading.Thread(target=self._run, name="boltmq-flush-commitlog",
                                         daemon=True)
         self._thread.start()
@@ -182,7 +116,7 @@ class CommitLogFlusher:
             self._thread.join()
             self._thread = None
         self.flush_now()
-        self._release_waiters(self.flushed_offset, release_all=True)
+        self.gate.close()
 
 
 class ConsumeQueueFlusher:

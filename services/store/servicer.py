@@ -28,6 +28,7 @@ import functools
 import ipaddress
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
@@ -51,6 +52,8 @@ from services.store.record import (
     CorruptRecord,
     RecordView,
 )
+from services.store.record_batch import RecordBatch
+from services.store.role import RoleChangeRefused
 from services.store.status import GetStatus, PutResult, PutStatus
 from services.store.store import MessageStore, StoreNotRunning
 from services.store.topic import (
@@ -85,6 +88,8 @@ FOLLOW_RECHECK_MS: Final = 1_000
 Arrivals wake it at once; the re-check covers bytes that produce none (a
 blank marker alone, prepared transaction records) without a busy loop.
 """
+REPLICA_ADDRESS_MAX_CHARS: Final = 255
+"""Longest replica identity ReportReplicas accepts."""
 WATCHING_METADATA: Final = (("boltmq-watching", "1"),)
 """Initial metadata of WatchArrivals, sent once the stream's listener is registered:
 a client that waits for it knows every later arrival reaches it."""
@@ -394,23 +399,40 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         """Append a batch in one engine call; per-message results as packed arrays.
 
         The protobuf messages go to the engine as they arrived (it reads the
-        same attribute names), so no per-message object is built on the way.
+        same attribute names), so no per-message object is built on the way;
+        raw records (``records``) go as one :class:`RecordBatch` of bytes.
         """
-        messages = request.messages
+        messages: Sequence[Any] | RecordBatch = request.messages
         count = len(messages)
         if count > APPEND_MESSAGES_MAX:
             raise BadRequest("messages", f"{count} messages, at most {APPEND_MESSAGES_MAX} "
                                          f"per call")
+        if request.records or request.record_count:
+            messages = self._record_batch(request)
         if request.born_host:
             born = parse_host_port("born_host", request.born_host)
         else:
             born = peer_host(context.peer())
         store = self._store
-        if self._config.sync_flush:
+        if store.needs_async_wait:
             results = await store.put_messages_async(messages, born)
         else:
             results = store.put_messages(messages, born)
         return append_response(results, store.commitlog.msg_id_prefix)
+
+    def _record_batch(self, request: store_pb2.AppendRequest) -> RecordBatch:
+        """The raw records of an Append, after checking the request's own fields."""
+        if request.messages:
+            raise BadRequest("records", "send messages or records, not both")
+        count = request.record_count
+        if not 0 < count <= APPEND_MESSAGES_MAX:
+            raise BadRequest("record_count", f"{count} records; 1..{APPEND_MESSAGES_MAX} per "
+                                             f"call")
+        if not request.records:
+            raise BadRequest("records", f"empty, but record_count is {count}")
+        topic = _topic("topic", request.topic)
+        queue_id = _queue_id("queue_id", request.queue_id, self._config.max_queue_id)
+        return RecordBatch(request.records, count, topic, queue_id)
 
     @_edge
     async def AppendRaw(self, request: store_pb2.AppendRawRequest,
@@ -424,17 +446,79 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         if not request.data:
             raise BadRequest("data", "must not be empty")
         store = self._running_store()
-        if self._config.broker_role != "SLAVE":
-            return store_pb2.AppendRawResponse(
-                ok=False, max_offset=store.commitlog.max_offset,
-                error=f"AppendRaw is for replica stores (broker_role=SLAVE); this store is "
-                      f"{self._config.broker_role}")
         try:
             end = await asyncio.to_thread(store.append_raw, offset, request.data)
-        except (ValueError, StoreNotRunning, OSError) as exc:
+        except (ValueError, StoreNotRunning, OSError) as exc:  # CorruptRecord, RoleChangeRefused
             return store_pb2.AppendRawResponse(ok=False, max_offset=store.commitlog.max_offset,
                                                error=str(exc))
         return store_pb2.AppendRawResponse(ok=True, max_offset=end)
+
+    @_edge
+    async def Truncate(self, request: store_pb2.TruncateRequest,
+                       context: grpc.aio.ServicerContext) -> store_pb2.TruncateResponse:
+        """Cut a replica's CommitLog back to a record boundary (FAILED_PRECONDITION on a master)."""
+        offset = _non_negative("offset", request.offset)
+        store = self._running_store()
+        try:
+            cut = await asyncio.to_thread(store.truncate, offset)
+        except RoleChangeRefused as exc:
+            raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+        except ValueError as exc:
+            raise BadRequest("offset", str(exc)) from None
+        return store_pb2.TruncateResponse(max_offset=store.commitlog.max_offset, cut_bytes=cut)
+
+    @_edge
+    async def SetRole(self, request: store_pb2.SetRoleRequest,
+                      context: grpc.aio.ServicerContext) -> store_pb2.StoreInfo:
+        """Promote (MASTER) or demote (REPLICA) the store; the new role is durable."""
+        if request.role not in (store_pb2.MASTER, store_pb2.REPLICA):
+            raise BadRequest("role", "must be MASTER or REPLICA")
+        epoch = _non_negative("epoch", request.epoch)
+        if request.broker_id < -1:
+            raise BadRequest("broker_id", f"{request.broker_id} must be -1 or more")
+        epochs = [(e.epoch, e.start_offset) for e in request.epochs]
+        if any(e < 0 or start < 0 for e, start in epochs):
+            raise BadRequest("epochs", "epochs and start offsets must not be negative")
+        store = self._running_store()
+        try:
+            if request.role == store_pb2.MASTER:
+                if request.broker_id > 0:
+                    raise BadRequest("broker_id", "a master registers as broker id 0")
+                await asyncio.to_thread(store.promote, epoch, 0)
+            else:
+                if request.broker_id == 0:
+                    raise BadRequest("broker_id", "a replica registers with a broker id > 0")
+                await asyncio.to_thread(store.demote, epoch, epochs, request.broker_id)
+        except RoleChangeRefused as exc:
+            raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+        return self._store_info(store)
+
+    async def ReportReplicas(self, request_iterator: AsyncIterator[store_pb2.ReplicaProgress],
+                             context: grpc.aio.ServicerContext
+                             ) -> store_pb2.ReportReplicasResponse:
+        """Replicas' acked offsets from the HA service; all of them are forgotten when it ends."""
+        store = self._store
+        seen: set[str] = set()
+        try:
+            async for progress in request_iterator:
+                address = progress.replica_address
+                if not address or len(address) > REPLICA_ADDRESS_MAX_CHARS:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        "replica_address: must be 1-255 characters")
+                if progress.acked_offset < 0:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"acked_offset: {progress.acked_offset} is negative")
+                if not store.running or not store.role.is_master:
+                    continue  # a stale report from before a demotion
+                store.report_replica(address, progress.acked_offset, progress.disconnected)
+                if progress.disconnected:
+                    seen.discard(address)
+                else:
+                    seen.add(address)
+        finally:
+            for address in seen:
+                store.report_replica(address, 0, disconnected=True)
+        return store_pb2.ReportReplicasResponse()
 
     # ------------------------------------------------------------- reads
     @_edge
@@ -544,17 +628,30 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
     @_edge
     async def GetStoreInfo(self, request: store_pb2.GetStoreInfoRequest,
                            context: grpc.aio.ServicerContext) -> store_pb2.StoreInfo:
-        """Offsets, role and disk usage."""
-        store = self._running_store()
+        """Offsets, role, epochs, replicas and disk usage."""
+        return self._store_info(self._running_store())
+
+    def _store_info(self, store: MessageStore) -> store_pb2.StoreInfo:
         commitlog = store.commitlog
         flushed = store.flusher.flushed_offset if store.flusher else commitlog.flushed_offset
-        config = self._config
+        config, role = self._config, store.role
+        max_offset = commitlog.max_offset
+        now_ms = time.time_ns() // 1_000_000
         return store_pb2.StoreInfo(
-            commitlog_min_offset=commitlog.min_offset, commitlog_max_offset=commitlog.max_offset,
+            commitlog_min_offset=commitlog.min_offset, commitlog_max_offset=max_offset,
             flushed_offset=flushed, dispatched_offset=store.dispatcher.reput_offset,
-            role="REPLICA" if config.broker_role == "SLAVE" else "MASTER",
+            role="MASTER" if role.is_master else "REPLICA",
             disk_used_percent=store.cleaner.disk_used_percent, disk_full=store.cleaner.disk_full,
-            store_host=f"{config.store_host}:{config.store_port}")
+            store_host=f"{config.store_host}:{config.store_port}", epoch=role.epoch,
+            epochs=[store_pb2.EpochStart(epoch=e, start_offset=s) for e, s in role.epochs],
+            broker_id=role.broker_id, segment_bytes=config.mapped_file_size_commitlog,
+            broker_role=role.broker_role,
+            replicas=[store_pb2.ReplicaState(
+                replica_address=a.address, acked_offset=a.acked_offset,
+                lag_bytes=max(0, max_offset - a.acked_offset),
+                lag_seconds=0.0 if a.acked_offset >= max_offset
+                else max(0.0, (now_ms - a.caught_up_at_ms) / 1000),
+                last_report_ms=a.last_report_ms) for a in store.replicas.snapshot()])
 
     # ------------------------------------------------------------- streams
     @_edge_stream
@@ -597,7 +694,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
     async def ReadCommitLog(self, request: store_pb2.ReadCommitLogRequest,
                             context: grpc.aio.ServicerContext
                             ) -> AsyncIterator[store_pb2.CommitLogChunk]:
-        """Raw CommitLog bytes from an offset, never crossing a segment per chunk.
+        """Whole CommitLog records from a record's offset, never crossing a segment per chunk.
 
         Without ``follow`` the stream ends at the CommitLog's end as of the
         request. With it, the stream waits for new bytes (woken by arrivals)
@@ -610,6 +707,8 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         heartbeat_ms = _non_negative("heartbeat_ms", request.heartbeat_ms)
         store = self._running_store()
         _check_readable(store.commitlog, offset)
+        if not store.commitlog.is_record_start(offset):
+            raise BadRequest("offset", f"{offset} is not the start of a record")
         if request.follow:
             chunks = self._follow(store, offset, chunk_bytes, heartbeat_ms)
         else:

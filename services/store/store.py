@@ -38,7 +38,10 @@ from services.store.record import (
     parse_msg_id,
     verified_record,
 )
+from services.store.record_batch import RAW_BORN_HOST_DEFAULT, RecordBatch, decode_batch
 from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
+from services.store.replica_tracker import ReplicaTracker
+from services.store.role import MASTER_ROLES, RoleChangeRefused, RoleFile, RoleState
 from services.store.status import GetResult, GetStatus, PutResult, PutStatus
 from services.store.topic import InvalidSubscription, parse_subscription
 from services.store.verify import verify_store
@@ -86,6 +89,9 @@ class MessageStore:
                                disk_usage=self._disk_usage)
         self.recovery: RecoveryReport | None = None
         self.load_notes: list[str] = []
+        self.role_file = RoleFile(self.root)
+        self.role = RoleState(config.broker_role)
+        self.replicas = ReplicaTracker()
 
     def _require_running(self) -> None:
         if not self.running:
@@ -116,6 +122,7 @@ class MessageStore:
         if self.checkpoint.problem:
             self.load_notes.append(f"checkpoint unusable ({self.checkpoint.problem}); "
                                    f"recovering from the first segment")
+        self.role = self._load_role()
         self.load_notes.extend(self.commitlog.files.load())
         self.load_notes.extend(self.queues.load())
         self.load_notes.extend(self.index.load(clean, self.checkpoint.state.index_msg_timestamp))
@@ -157,12 +164,22 @@ class MessageStore:
         self.running = True
         return report
 
+    def _load_role(self) -> RoleState:
+        """The saved role; a master keeps the configured flavour (ASYNC or SYNC)."""
+        role, note = self.role_file.load(self.config.broker_role)
+        if note:
+            self.load_notes.append(note)
+        if role.is_master and self.config.broker_role in MASTER_ROLES:
+            role.broker_role = self.config.broker_role
+        return role
+
     def shutdown(self) -> None:
         """Flush, dispatch everything, write the checkpoint, remove abort, unlock."""
         with self._state_lock:
             if not self.running:
                 return
             self.running = False
+            self.replicas.gate.close()
             self.cleaner.stop()
             assert self.flusher is not None and self.queue_flusher is not None
             self.flusher.stop()
@@ -210,7 +227,7 @@ class MessageStore:
     def _refusal(self) -> PutResult | None:
         if not self.running:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
-        if self.config.broker_role == "SLAVE":
+        if not self.role.is_master:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="replica store refuses writes")
         if self.cleaner.disk_full:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
@@ -221,22 +238,29 @@ class MessageStore:
         """Append one message."""
         return self.put_messages((msg,))[0]
 
-    def put_messages(self, msgs: Sequence[MessageLike], born: tuple[str, int] | None = None
-                     ) -> list[PutResult]:
+    def put_messages(self, msgs: Sequence[MessageLike] | RecordBatch,
+                     born: tuple[str, int] | None = None) -> list[PutResult]:
         """Append a batch under one lock with one flush wait; one result per message.
 
         Messages that fail validation get MESSAGE_ILLEGAL or
         PROPERTIES_SIZE_EXCEEDED and are not written; the others are. ``born``
-        (host, port) overrides every message's born host.
+        (host, port) overrides every message's born host. A :class:`RecordBatch`
+        (records a client encoded) is verified record by record and copied in
+        with its store-side fields patched, the same outcomes per record.
         """
         results, end_offset, merge = self._append(msgs, born)
         if end_offset and self.config.sync_flush:
             assert self.flusher is not None
             if not self.flusher.wait_flushed(end_offset, self.config.sync_flush_timeout_ms / 1000):
                 _mark_flush_timeout(results)
+        if end_offset and self.role.sync_master:
+            status = self._replica_refusal(end_offset)
+            if status is None and not self.replicas.gate.wait(end_offset, self._slave_timeout_s):
+                status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            _mark_replica_status(results, status)
         return merge(results)
 
-    async def put_messages_async(self, msgs: Sequence[MessageLike],
+    async def put_messages_async(self, msgs: Sequence[MessageLike] | RecordBatch,
                                  born: tuple[str, int] | None = None) -> list[PutResult]:
         """:meth:`put_messages` for asyncio callers: the flush wait does not block the loop.
 
@@ -249,15 +273,40 @@ class MessageStore:
             if not await self.flusher.wait_flushed_async(
                     end_offset, self.config.sync_flush_timeout_ms / 1000):
                 _mark_flush_timeout(results)
+        if end_offset and self.role.sync_master:
+            status = self._replica_refusal(end_offset)
+            if status is None and not await self.replicas.gate.wait_async(
+                    end_offset, self._slave_timeout_s):
+                status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            _mark_replica_status(results, status)
         return merge(results)
 
-    def _append(self, msgs: Sequence[MessageLike], born: tuple[str, int] | None = None) -> tuple[
+    @property
+    def needs_async_wait(self) -> bool:
+        """Whether appends wait for something (a flush or a replica): use the async path."""
+        return self.config.sync_flush or self.role.sync_master
+
+    @property
+    def _slave_timeout_s(self) -> float:
+        return self.config.slave_timeout_ms / 1000
+
+    def _replica_refusal(self, end_offset: int) -> PutStatus | None:
+        """SLAVE_NOT_AVAILABLE when no replica is within the in-sync gap (DESIGN 7)."""
+        if self.replicas.gate.offset >= end_offset:
+            return None
+        if not self.replicas.in_sync(self.commitlog.max_offset,
+                                     self.config.ha_max_gap_not_in_sync_bytes):
+            return PutStatus.SLAVE_NOT_AVAILABLE
+        return None
+
+    def _append(self, msgs: Sequence[MessageLike] | RecordBatch,
+                born: tuple[str, int] | None = None) -> tuple[
             list[PutResult], int, Callable[[list[PutResult]], list[PutResult]]]:
         """Encode and append; returns results, the batch end offset (0: nothing written)
         and a function that merges in the results of rejected messages."""
         refusal = self._refusal()
         if refusal is not None:
-            refused = [PutResult(refusal.status, error=refusal.error) for _ in msgs]
+            refused = [PutResult(refusal.status, error=refusal.error) for _ in range(len(msgs))]
             return refused, 0, _same
         now_ms = time.time_ns() // 1_000_000
         encode = self.commitlog.encode
@@ -266,8 +315,11 @@ class MessageStore:
         try:
             born_host = self.commitlog.encode_born_host(*born) if born is not None else None
         except (InvalidMessage, ValueError) as exc:
-            refused = [PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc)) for _ in msgs]
+            refused = [PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
+                       for _ in range(len(msgs))]
             return refused, 0, _same
+        if isinstance(msgs, RecordBatch):
+            return self._append_records(msgs, born, born_host, now_ms)
         for i, msg in enumerate(msgs):
             try:
                 encoded.append(encode(msg, now_ms, born_host))
@@ -287,13 +339,136 @@ class MessageStore:
 
         return results, batch.end_offset, merge
 
+    def _append_records(self, batch: RecordBatch, born: tuple[str, int] | None,
+                        born_host: bytes | None, now_ms: int
+                        ) -> tuple[list[PutResult], int, Callable[[list[PutResult]],
+                                                                  list[PutResult]]]:
+        """_append of client-encoded records: verify every one, then copy and patch.
+
+        Hosts that need the 20-byte IPv6 form do not fit the records' 8-byte
+        placeholders; then the verified records are decoded and appended
+        through the per-message path instead.
+        """
+        checked, rejected = self.commitlog.check_records(batch)
+        if not checked:
+            return [rejected[i] for i in range(batch.count)], 0, _same
+        born_host = born_host or RAW_BORN_HOST_DEFAULT
+        if len(born_host) == 8 and len(self.commitlog.store_host) == 8:
+            results, appended = self.commitlog.append_records(
+                batch.records, checked, batch.topic, batch.queue_id, born_host, now_ms)
+            end_offset = appended.end_offset
+            inner_merge: Callable[[list[PutResult]], list[PutResult]] = _same
+        else:
+            results, end_offset, inner_merge = self._append(
+                decode_batch(batch, checked), born)
+        if not rejected:
+            return results, end_offset, inner_merge
+
+        def merge(stored_results: list[PutResult]) -> list[PutResult]:
+            stored = iter(inner_merge(stored_results))
+            return [rejected[i] if i in rejected else next(stored) for i in range(batch.count)]
+
+        return results, end_offset, merge
+
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
-        """Append raw CommitLog bytes at ``offset`` (HA replica side); the new max offset."""
-        if not self.running:
-            raise StoreNotRunning("store is not running")
+        """Append replicated CommitLog bytes at ``offset``; the new max offset.
+
+        Replica stores only (RoleChangeRefused otherwise: a master's own
+        appends assign queue offsets that raw bytes would duplicate).
+        CorruptRecord or ValueError when the bytes are not whole valid records
+        that belong exactly at the CommitLog's end; nothing is written then.
+        """
+        self._require_running()
+        if self.role.is_master:
+            raise RoleChangeRefused(f"raw appends are for replica stores (broker_role=SLAVE); "
+                                    f"this store is {self.role.broker_role}")
+        was_empty = not self.commitlog.files.files
         end = self.commitlog.append_raw(offset, data)
+        if was_empty:
+            with self.dispatcher.paused():  # a replica starting mid-stream
+                self.dispatcher.reput_offset = max(self.dispatcher.reput_offset, offset)
         self.dispatcher.wake()
         return end
+
+    def report_replica(self, address: str, acked_offset: int, disconnected: bool = False
+                       ) -> None:
+        """What the HA service says of one replica (master side)."""
+        if disconnected:
+            self.replicas.forget(address)
+        else:
+            self.replicas.report(address, acked_offset, self.commitlog.max_offset)
+
+    def promote(self, epoch: int = 0, broker_id: int = 0) -> RoleState:
+        """Turn this replica into a master of a new epoch; writes are accepted after it.
+
+        Everything received is dispatched first and the next queue offset of
+        every queue is rebuilt from the consume queues, so new appends
+        continue each queue where replication left it.
+        """
+        self._require_running()
+        with self._state_lock:
+            if self.role.is_master:
+                raise RoleChangeRefused(f"store is already {self.role.broker_role} "
+                                        f"(epoch {self.role.epoch})")
+            self.wait_dispatched()
+            with self.commitlog.lock, self.dispatcher.paused():
+                finish_queue_offsets(self.commitlog, self.queues)
+                role = RoleState(self.role.broker_role, self.role.epoch, list(self.role.epochs),
+                                 self.role.broker_id)
+                role.promote(self.config.promoted_broker_role, epoch,
+                             self.commitlog.max_offset)
+                role.broker_id = broker_id
+                self.role_file.save(role)
+                self.replicas.reset(self.commitlog.max_offset)
+                self.role = role
+        log.warning("store promoted to %s, epoch %d from CommitLog offset %d",
+                    role.broker_role, role.epoch, self.commitlog.max_offset)
+        return role
+
+    def demote(self, epoch: int = 0, epochs: Sequence[tuple[int, int]] = (),
+               broker_id: int = -1) -> RoleState:
+        """Follow a master (of ``epoch``, with its epoch history): client writes are refused."""
+        self._require_running()
+        with self._state_lock:
+            role = RoleState(self.role.broker_role, self.role.epoch, list(self.role.epochs),
+                             self.role.broker_id)
+            role.demote(epoch, list(epochs), broker_id)
+            self.role_file.save(role)
+            self.role = role
+            self.replicas.gate.close()  # SYNC_MASTER appends still waiting give up now
+        return role
+
+    def truncate(self, offset: int) -> int:
+        """Cut the CommitLog back to ``offset`` (a record boundary), with what derives from it.
+
+        Replica stores only. Consume queues and index entries past the cut go
+        too, and the cut bytes are zeroed (a crash cannot bring them back).
+        Returns how many bytes were cut.
+        """
+        self._require_running()
+        if self.role.is_master:
+            raise RoleChangeRefused("only a replica store can be truncated")
+        commitlog = self.commitlog
+        if not commitlog.min_offset <= offset <= commitlog.max_offset:
+            raise ValueError(f"offset {offset} is outside the CommitLog "
+                             f"[{commitlog.min_offset}, {commitlog.max_offset}]")
+        if not commitlog.is_record_start(offset):
+            raise ValueError(f"offset {offset} is not the start of a record")
+        if offset == commitlog.max_offset:
+            return 0
+        with commitlog.lock, self.dispatcher.paused():
+            cut = commitlog.files.truncate_to(offset)
+            for cq in self.queues:
+                cq.truncate_past(offset)
+            notes = self.index.truncate_past(offset)
+            self.dispatcher.rewind(offset)
+            finish_queue_offsets(commitlog, self.queues)
+            if self.flusher is not None and self.flusher.flushed_offset > offset:
+                self.flusher.gate.reset(offset)
+        for note in notes:
+            log.warning("truncate: %s", note)
+        log.warning("CommitLog truncated to %d: %d bytes cut", offset, cut)
+        return cut
 
     # ================================================================ reads
     def get_messages(self, topic: str, queue_id: int, queue_offset: int,
@@ -492,6 +667,15 @@ class MessageStore:
 
 def _same(results: list[PutResult]) -> list[PutResult]:
     return results
+
+
+def _mark_replica_status(results: list[PutResult], status: PutStatus | None) -> None:
+    """Stored messages not covered by a replica get ``status`` (they stay stored)."""
+    if status is None:
+        return
+    for r in results:
+        if r.status is PutStatus.PUT_OK or r.status is PutStatus.FLUSH_DISK_TIMEOUT:
+            r.status = status
 
 
 def _mark_flush_timeout(results: list[PutResult]) -> None:

@@ -262,8 +262,13 @@ def test_commitlog_stream_is_the_file_and_replicates(spawn: Spawn, connect, tmp_
     streamed = b"".join(c.data for c in chunks)
     assert streamed == commitlog_bytes(root, end)
     assert MAGIC_BLANK.to_bytes(4, "big") in streamed
-    tail = list(master.ReadCommitLog(store_pb2.ReadCommitLogRequest(offset=100)))
-    assert b"".join(c.data for c in tail) == streamed[100:]
+    second = len(chunks[0].data)  # chunks hold whole records: this is a record start
+    tail = list(master.ReadCommitLog(store_pb2.ReadCommitLogRequest(offset=second)))
+    assert b"".join(c.data for c in tail) == streamed[second:]
+    with pytest.raises(grpc.RpcError) as mid_record:
+        list(master.ReadCommitLog(store_pb2.ReadCommitLogRequest(offset=100)))
+    assert mid_record.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not the start of a record" in str(mid_record.value.details())
 
     refused = master.AppendRaw(store_pb2.AppendRawRequest(offset=end, data=b"x"))
     assert not refused.ok and "SLAVE" in refused.error and refused.max_offset == end
@@ -284,7 +289,7 @@ def test_commitlog_stream_is_the_file_and_replicates(spawn: Spawn, connect, tmp_
         if arrival.max_offset >= pending.get(arrival.queue_id, 1 << 62):
             del pending[arrival.queue_id]
     watch.cancel()
-    # 10,000-byte chunks cut records in two; a half-arrived record is not corruption.
+    # Every chunk is whole records, each checked before it was written.
     assert "ERROR" not in replica_proc.log()
     for queue_id in (0, 1):
         request = store_pb2.PullRequest(topic="Rep", queue_id=queue_id, max_messages=100,
