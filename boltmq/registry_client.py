@@ -112,6 +112,8 @@ class RegistrationResult:
 
     accepted: tuple[str, ...]
     failed: Mapping[str, str] = field(default_factory=dict)
+    superseded: registry_pb2.RegisterBrokerResponse | None = None
+    """Set when a registry refused the broker as master: a newer-epoch master is live."""
 
 
 def _failure(address: str, exc: grpc.RpcError) -> RegistryError:
@@ -152,18 +154,22 @@ class _Walk:
         raise _NoneReachable(self.unreachable)
 
 
-def _result(accepted: list[str], failed: dict[str, str]) -> RegistrationResult:
+def _result(accepted: list[str], failed: dict[str, str], answers: Iterable[object] = ()
+            ) -> RegistrationResult:
     if not accepted:
         raise RegistryUnavailable(failed)
-    return RegistrationResult(tuple(accepted), failed)
+    superseded = next((a for a in answers if isinstance(a, registry_pb2.RegisterBrokerResponse)
+                       and a.superseded), None)
+    return RegistrationResult(tuple(accepted), failed, superseded)
 
 
 def _register_request(cluster_name: str, broker_name: str, broker_id: int, address: str,
                       ha_address: str, topics: Iterable[registry_pb2.TopicConfig],
-                      data_version: int) -> registry_pb2.RegisterBrokerRequest:
+                      data_version: int, epoch: int) -> registry_pb2.RegisterBrokerRequest:
     return registry_pb2.RegisterBrokerRequest(
         cluster_name=cluster_name, broker_name=broker_name, broker_id=broker_id,
-        address=address, ha_address=ha_address, topics=list(topics), data_version=data_version)
+        address=address, ha_address=ha_address, topics=list(topics), data_version=data_version,
+        epoch=epoch)
 
 
 class _ClientBase:
@@ -248,10 +254,10 @@ class RegistryClient(_ClientBase):
 
     def register(self, *, cluster_name: str, broker_name: str, broker_id: int, address: str,
                  ha_address: str = "", topics: Iterable[registry_pb2.TopicConfig] = (),
-                 data_version: int = 0) -> RegistrationResult:
+                 data_version: int = 0, epoch: int = 0) -> RegistrationResult:
         """Register (or re-register, replacing the topic set) with every registry."""
         request = _register_request(cluster_name, broker_name, broker_id, address, ha_address,
-                                    topics, data_version)
+                                    topics, data_version, epoch)
         return self._tell_all(lambda stub: stub.RegisterBroker(
             request, timeout=self._rpc_timeout_s))
 
@@ -291,18 +297,20 @@ class RegistryClient(_ClientBase):
         except _NoneReachable as exc:
             raise RegistryUnavailable(exc.errors) from None
 
-    def _tell_one(self, address: str, call: Callable[[Any], object]) -> None:
+    def _tell_one(self, address: str, call: Callable[[Any], object]) -> object:
         try:
-            call(self._stub(address))
+            return call(self._stub(address))
         except grpc.RpcError as exc:
             raise _failure(address, exc) from None
 
     def _tell_all(self, call: Callable[[Any], object]) -> RegistrationResult:
         accepted: list[str] = []
         failed: dict[str, str] = {}
+        answers: list[object] = []
         for address in self.addresses:
             try:
-                Retrying(**self._retry_policy(_Unreachable))(self._tell_one, address, call)
+                answers.append(Retrying(**self._retry_policy(_Unreachable))(
+                    self._tell_one, address, call))
             except RegistryRejected:
                 raise
             except _Unreachable as exc:
@@ -311,7 +319,7 @@ class RegistryClient(_ClientBase):
                 failed[address] = str(exc)
             else:
                 accepted.append(address)
-        return _result(accepted, failed)
+        return _result(accepted, failed, answers)
 
 
 class AsyncRegistryClient(_ClientBase):
@@ -358,10 +366,10 @@ class AsyncRegistryClient(_ClientBase):
     async def register(self, *, cluster_name: str, broker_name: str, broker_id: int,
                        address: str, ha_address: str = "",
                        topics: Iterable[registry_pb2.TopicConfig] = (),
-                       data_version: int = 0) -> RegistrationResult:
+                       data_version: int = 0, epoch: int = 0) -> RegistrationResult:
         """Register (or re-register, replacing the topic set) with every registry at once."""
         request = _register_request(cluster_name, broker_name, broker_id, address, ha_address,
-                                    topics, data_version)
+                                    topics, data_version, epoch)
         return await self._tell_all(lambda stub: stub.RegisterBroker(
             request, timeout=self._rpc_timeout_s))
 
@@ -401,15 +409,16 @@ class AsyncRegistryClient(_ClientBase):
         except _NoneReachable as exc:
             raise RegistryUnavailable(exc.errors) from None
 
-    async def _tell_one(self, address: str, call: Callable[[Any], Awaitable[object]]) -> None:
+    async def _tell_one(self, address: str, call: Callable[[Any], Awaitable[object]]) -> object:
         try:
-            await call(self._stub(address))
+            return await call(self._stub(address))
         except grpc.RpcError as exc:
             raise _failure(address, exc) from None
 
     async def _tell_one_retrying(self, address: str,
-                                 call: Callable[[Any], Awaitable[object]]) -> None:
-        await AsyncRetrying(**self._retry_policy(_Unreachable))(self._tell_one, address, call)
+                                 call: Callable[[Any], Awaitable[object]]) -> object:
+        return await AsyncRetrying(**self._retry_policy(_Unreachable))(
+            self._tell_one, address, call)
 
     async def _tell_all(self, call: Callable[[Any], Awaitable[object]]) -> RegistrationResult:
         outcomes = await asyncio.gather(
@@ -427,4 +436,4 @@ class AsyncRegistryClient(_ClientBase):
                 failed[address] = str(outcome)
             else:
                 accepted.append(address)
-        return _result(accepted, failed)
+        return _result(accepted, failed, outcomes)

@@ -132,11 +132,15 @@ class Registration:
     ha_address: str = ""
     topics: tuple[TopicSettings, ...] = ()
     data_version: int = 0
+    epoch: int = 0
+    """Master epoch of the broker's store: a newer epoch's master wins id 0 (DESIGN 7)."""
     topics_by_name: Mapping[str, TopicSettings] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.ha_address:
             _check_address("ha_address", self.ha_address)
+        if self.epoch < 0:
+            raise InvalidRequest("epoch", f"must not be negative, got {self.epoch}")
         by_name: dict[str, TopicSettings] = {}
         for index, topic in enumerate(self.topics):
             _check_topic(index, topic)
@@ -159,6 +163,16 @@ class BrokerLive:
     """Wall-clock time of the last registration, ms since the epoch."""
     data_version: int
     topic_count: int
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Superseded:
+    """A master registration refused: a live master of a newer epoch holds id 0."""
+
+    master: BrokerLive
+    suggested_broker_id: int
+    """The smallest replica id free in the group: register again with it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,8 +251,30 @@ class RouteTable:
         """Brokers held, expired ones included until the next expiry pass."""
         return len(self._brokers)
 
+    def superseded(self, registration: Registration) -> Superseded | None:
+        """Why ``registration`` may not take id 0, or None when it may.
+
+        A master of the same group at another address with a newer epoch wins:
+        an old master coming back after a failover must not take the group's
+        writes back. Equal epochs replace (a master that moved address).
+        """
+        identity = registration.identity
+        if identity.broker_id != MASTER_ID:
+            return None
+        self.expire()
+        current = self._brokers.get(identity.key)
+        if current is None or current.registration.identity.address == identity.address or \
+                current.registration.epoch <= registration.epoch:
+            return None
+        used = {key[2] for key in self._brokers
+                if key[:2] == (identity.cluster_name, identity.broker_name)}
+        free = next(i for i in range(1, len(used) + 2) if i not in used)
+        return Superseded(_live(current), free)
+
     def register(self, registration: Registration) -> bool:
         """Store or replace a broker's registration; True when the broker was not known.
+
+        Call :meth:`superseded` first: a refused master must not be stored.
 
         An address belongs to one broker process, so another key holding the
         same address is dropped: a replica promoted to master re-registers as
@@ -326,4 +362,4 @@ def _live(entry: _Entry) -> BrokerLive:
     identity = registration.identity
     return BrokerLive(identity.cluster_name, identity.broker_name, identity.broker_id,
                       identity.address, registration.ha_address, entry.updated_wall_ms,
-                      registration.data_version, len(registration.topics))
+                      registration.data_version, len(registration.topics), registration.epoch)

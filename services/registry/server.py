@@ -81,7 +81,7 @@ def registration_from_proto(request: registry_pb2.RegisterBrokerRequest) -> Regi
     topics = tuple(TopicSettings(t.name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order)
                    for t in request.topics)
     return Registration(identity_from_proto(request), request.ha_address, topics,
-                        request.data_version)
+                        request.data_version, request.epoch)
 
 
 def route_to_proto(route: Route) -> registry_pb2.TopicRoute:
@@ -103,7 +103,7 @@ def live_to_proto(broker: BrokerLive) -> registry_pb2.BrokerLiveInfo:
         cluster_name=broker.cluster_name, broker_name=broker.broker_name,
         broker_id=broker.broker_id, address=broker.address, ha_address=broker.ha_address,
         last_update_ms=broker.last_update_ms, data_version=broker.data_version,
-        topic_count=broker.topic_count)
+        topic_count=broker.topic_count, epoch=broker.epoch)
 
 
 class RegistryServicer(registry_pb2_grpc.RegistryServiceServicer):
@@ -119,6 +119,17 @@ class RegistryServicer(registry_pb2_grpc.RegistryServiceServicer):
         """Store or replace a broker's registration (its heartbeat)."""
         registration = registration_from_proto(request)
         identity = registration.identity
+        refused = self._table.superseded(registration)
+        if refused is not None:
+            master = refused.master
+            log.warning("broker %s/%s at %s (epoch %d) refused as master: %s holds it with "
+                        "epoch %d; it should rejoin as replica %d", identity.cluster_name,
+                        identity.broker_name, identity.address, registration.epoch,
+                        master.address, master.epoch, refused.suggested_broker_id)
+            return registry_pb2.RegisterBrokerResponse(
+                superseded=True, master_address=master.address,
+                master_ha_address=master.ha_address, master_epoch=master.epoch,
+                suggested_broker_id=refused.suggested_broker_id)
         if self._table.register(registration):
             log.info("broker %s/%s/%d registered from %s with %d topics", identity.cluster_name,
                      identity.broker_name, identity.broker_id, identity.address,

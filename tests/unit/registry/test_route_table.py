@@ -290,3 +290,47 @@ def test_valid_ipv6_and_unusual_names_are_accepted(table: RouteTable) -> None:
     route = table.get_route("%RETRY%group-1")
 
     assert route is not None and dict(route.brokers[0].addresses) == {0: "[::1]:10911"}
+
+
+# --------------------------------------------------------------------------- epochs (HA)
+
+
+def epoch_registration(broker_id: int, address: str, epoch: int) -> Registration:
+    return Registration(BrokerIdentity(CLUSTER, "broker-a", broker_id, address), "",
+                        (topic("orders"),), 0, epoch)
+
+
+def test_an_old_master_is_refused_while_a_newer_epoch_master_is_live(
+        table: RouteTable, clock: FakeClock) -> None:
+    table.register(epoch_registration(0, "10.0.0.1:10911", 0))
+    table.register(epoch_registration(1, "10.0.0.2:10911", 0))
+    promoted = epoch_registration(0, "10.0.0.2:10911", 1)
+    assert table.superseded(promoted) is None
+    table.register(promoted)  # the replica moves from id 1 to id 0
+    old_master = epoch_registration(0, "10.0.0.1:10911", 0)
+    refused = table.superseded(old_master)
+    assert refused is not None
+    assert (refused.master.address, refused.master.epoch) == ("10.0.0.2:10911", 1)
+    assert refused.suggested_broker_id == 1  # id 1 is free again
+    route = table.get_route("orders")
+    assert route is not None and dict(route.brokers[0].addresses) == {0: "10.0.0.2:10911"}
+    table.register(epoch_registration(1, "10.0.0.1:10911", 1))  # it rejoins as a replica
+    route = table.get_route("orders")
+    assert route is not None
+    assert dict(route.brokers[0].addresses) == {0: "10.0.0.2:10911", 1: "10.0.0.1:10911"}
+    clock.advance(EXPIRY_MS + 1)  # the new master dies: the old one may take id 0 again
+    assert table.superseded(old_master) is None
+
+
+def test_equal_or_newer_epoch_replaces_the_master_and_replicas_are_never_refused(
+        table: RouteTable) -> None:
+    table.register(epoch_registration(0, "10.0.0.1:10911", 3))
+    assert table.superseded(epoch_registration(0, "10.0.0.9:10911", 3)) is None
+    assert table.superseded(epoch_registration(0, "10.0.0.9:10911", 4)) is None
+    assert table.superseded(epoch_registration(2, "10.0.0.9:10911", 0)) is None
+    assert table.superseded(epoch_registration(0, "10.0.0.1:10911", 0)) is None  # same broker
+
+
+def test_negative_epoch_is_refused() -> None:
+    with pytest.raises(InvalidRequest, match="epoch"):
+        epoch_registration(0, "10.0.0.1:10911", -1)
