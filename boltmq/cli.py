@@ -91,6 +91,7 @@ SERVICE_MODULES = {
     "store": "services.store.server",
     "registry": "services.registry.server",
     "broker": "services.broker.server",
+    "ha": "services.ha.server",
 }
 """Each module exposes ``CONFIG_CLASS`` (a frozen dataclass with ``listen_host`` and
 ``listen_port``) and ``async def serve(config)``."""

@@ -1,0 +1,245 @@
+"""The replica side of replication: follow the master's HA service into the own store.
+
+One session: read the own store's end and epoch, find the master, open
+Replicate and report; apply the handshake (refuse a different segment size,
+truncate a diverged tail and log what was cut, record the master's epoch with
+SetRole); then append every chunk at exactly the store's end with AppendRaw.
+A report goes out after each append and at least every heartbeat interval.
+Anything the two sides disagree on (an offset, a refused chunk) closes the
+stream; the follower reconnects with exponential backoff and jitter
+(tenacity), starting again from what its store really holds. A session that
+made progress before it broke reconnects at once: the backoff only grows over
+attempts that get nowhere (a garbled chunk sent again and again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import grpc
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    retry_if_not_exception_type,
+    wait_exponential_jitter,
+)
+
+from boltmq import runtime
+from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
+from services.ha.config import HAConfig
+from services.ha.errors import (
+    ChunkRefused,
+    HAError,
+    HandshakeRefused,
+    OffsetMismatch,
+    StreamSilent,
+)
+from services.ha.master_locator import MasterLocator
+from services.ha.store_client import HAStoreClient
+
+log = logging.getLogger(__name__)
+
+
+class MasterUnreachable(HAError):
+    """The master's HA service could not be reached, or ended the stream with an error."""
+
+
+class _Progressed(Exception):
+    """A session that appended data ended: reconnect at once, with a fresh backoff."""
+
+
+@dataclass
+class FollowerStatus:
+    """What Status shows on the replica side."""
+
+    master_address: str = ""
+    connected: bool = False
+    master_max_offset: int = 0
+    store_max_offset: int = 0
+
+
+class Follower:
+    """Runs sessions against the master until stopped (the store was promoted)."""
+
+    def __init__(self, config: HAConfig, store: HAStoreClient, locator: MasterLocator,
+                 own_address: str) -> None:
+        self._config = config
+        self._store = store
+        self._locator = locator
+        self._own_address = own_address
+        self.status = FollowerStatus()
+        self._task: asyncio.Task[None] | None = None
+        self._report_due = asyncio.Event()
+        self._epoch = 0
+
+    @property
+    def running(self) -> bool:
+        """True between start() and stop()."""
+        return self._task is not None
+
+    def start(self) -> None:
+        """Start following in the background (idempotent)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="ha-follower")
+
+    async def stop(self) -> None:
+        """Stop at once: the stream is cancelled, nothing more is appended."""
+        task, self._task = self._task, None
+        await runtime.cancel_and_wait(task)
+        self.status.connected = False
+
+    async def _run(self) -> None:
+        config = self._config
+        while True:
+            retrying = AsyncRetrying(
+                wait=wait_exponential_jitter(initial=config.reconnect_min_ms / 1000,
+                                             max=config.reconnect_max_ms / 1000,
+                                             jitter=config.reconnect_min_ms / 1000),
+                # Any failure is retried (a bug in one session must not end replication
+                # for good); cancellation (the store was promoted) is not an Exception.
+                retry=(retry_if_exception_type(Exception)
+                       & retry_if_not_exception_type(_Progressed)),
+                before_sleep=self._log_retry, reraise=True)
+            with contextlib.suppress(_Progressed):
+                await retrying(self._session)
+
+    @staticmethod
+    def _log_retry(state: object) -> None:
+        outcome = getattr(state, "outcome", None)
+        sleep = getattr(getattr(state, "next_action", None), "sleep", 0.0)
+        error = outcome.exception() if outcome is not None else None
+        text = str(error) if isinstance(error, HAError) else repr(error)
+        log.warning("replication stopped: %s; reconnecting in %.2f s", text, sleep)
+
+    async def _session(self) -> None:
+        """One connection to the master; raises why it ended."""
+        info = await self._store.store_info()
+        if info.role != "REPLICA":
+            raise HandshakeRefused(f"the store is {info.role}, not a replica; not following")
+        master_address = await self._locator.locate(self._own_address)
+        self.status.master_address = master_address
+        self._epoch = info.epoch
+        self.status.store_max_offset = info.commitlog_max_offset
+        chan = runtime.channel(master_address)
+        call = ha_pb2_grpc.HAServiceStub(chan).Replicate()
+        progressed = False
+        try:
+            try:
+                await call.write(self._report(info.commitlog_max_offset))
+            except grpc.aio.AioRpcError as exc:
+                raise MasterUnreachable(f"master {master_address}: {exc.code().name}: "
+                                        f"{exc.details()}") from None
+            handshake = await self._read(call, master_address)
+            if handshake is None:
+                raise MasterUnreachable(f"master {master_address} ended the stream at once")
+            expected = await self._apply_handshake(handshake, info, master_address)
+            self.status.connected = True
+            log.info("following master %s from offset %d", master_address, expected)
+            progressed = await self._follow(call, master_address, expected)
+        finally:
+            self.status.connected = False
+            call.cancel()
+            await chan.close()
+        if progressed:
+            raise _Progressed()
+        raise MasterUnreachable(f"master {master_address} ended the stream")
+
+    def _report(self, max_offset: int) -> ha_pb2.ReplicaReport:
+        return ha_pb2.ReplicaReport(max_offset=max_offset, replica_address=self._own_address,
+                                    epoch=self._epoch)
+
+    async def _read(self, call: grpc.aio.StreamStreamCall, master_address: str
+                    ) -> store_pb2.CommitLogChunk | None:
+        """The next message from the master; None at the end of the stream."""
+        silence_s = self._config.housekeeping_interval_ms / 1000
+        try:
+            message = await asyncio.wait_for(call.read(), silence_s)
+        except TimeoutError:
+            raise StreamSilent(f"nothing from master {master_address} for {silence_s:g} s"
+                               ) from None
+        except grpc.aio.AioRpcError as exc:
+            raise MasterUnreachable(f"master {master_address}: {exc.code().name}: "
+                                    f"{exc.details()}") from None
+        if message is grpc.aio.EOF:
+            return None
+        assert isinstance(message, store_pb2.CommitLogChunk)
+        return message
+
+    async def _apply_handshake(self, handshake: store_pb2.CommitLogChunk,
+                               info: store_pb2.StoreInfo, master_address: str) -> int:
+        """Check and apply the master's handshake; the offset the first chunk must have."""
+        if not handshake.handshake:
+            raise HandshakeRefused(f"master {master_address} sent data before its handshake")
+        if handshake.segment_bytes != info.segment_bytes:
+            log.error("refusing master %s: its segments are %d bytes, this store's %d; both "
+                      "must use the same mapped_file_size_commitlog", master_address,
+                      handshake.segment_bytes, info.segment_bytes)
+            raise HandshakeRefused(f"segment size {handshake.segment_bytes} != "
+                                   f"{info.segment_bytes}")
+        end = info.commitlog_max_offset
+        if handshake.truncate_to >= 0:
+            cut = await self._store.truncate(handshake.truncate_to)
+            log.warning("truncated the CommitLog from %d to %d (%d bytes cut): master %s "
+                        "(epoch %d) does not have them", end, cut.max_offset, cut.cut_bytes,
+                        master_address, handshake.master_epoch)
+            end = cut.max_offset
+        current = await self._store.store_info()
+        if current.role != "REPLICA":  # promoted meanwhile: never demote it back
+            raise HandshakeRefused(f"the store became {current.role}; not following")
+        await self._store.set_role(store_pb2.REPLICA, handshake.master_epoch, -1)
+        self._epoch = handshake.master_epoch
+        self.status.master_max_offset = handshake.master_max_offset
+        self.status.store_max_offset = end
+        if end == 0:
+            return handshake.offset  # an empty store starts where the master says
+        if handshake.offset != end:
+            raise OffsetMismatch(f"master {master_address} resumes at {handshake.offset}, "
+                                 f"but this store ends at {end}")
+        return end
+
+    async def _follow(self, call: grpc.aio.StreamStreamCall, master_address: str,
+                      expected: int) -> bool:
+        """Append chunks until the stream ends; True when anything was appended."""
+        reporter = asyncio.create_task(self._report_loop(call), name="ha-reports")
+        self._report_due.set()  # the state after the handshake, at once
+        progressed = False
+        try:
+            while True:
+                chunk = await self._read(call, master_address)
+                if chunk is None:
+                    return progressed
+                self.status.master_max_offset = chunk.master_max_offset
+                if not chunk.data:
+                    continue  # a heartbeat
+                expected = await self._append(chunk, expected, master_address)
+                progressed = True
+        finally:
+            await runtime.cancel_and_wait(reporter)
+
+    async def _append(self, chunk: store_pb2.CommitLogChunk, expected: int,
+                      master_address: str) -> int:
+        """Append one chunk at the store's end; the new end."""
+        if chunk.offset != expected:
+            raise OffsetMismatch(f"master {master_address} sent a chunk at {chunk.offset}, "
+                                 f"but this store ends at {expected}")
+        result = await self._store.append_raw(chunk.offset, chunk.data)
+        if not result.ok:
+            log.error("store refused %d bytes at %d from master %s: %s", len(chunk.data),
+                      chunk.offset, master_address, result.error)
+            raise ChunkRefused(f"chunk at {chunk.offset} refused: {result.error}")
+        self.status.store_max_offset = result.max_offset
+        self._report_due.set()
+        return result.max_offset
+
+    async def _report_loop(self, call: grpc.aio.StreamStreamCall) -> None:
+        """Report the store's end after each append (coalesced) and every heartbeat."""
+        heartbeat_s = self._config.heartbeat_interval_ms / 1000
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._report_due.wait(), heartbeat_s)
+                self._report_due.clear()
+                await call.write(self._report(self.status.store_max_offset))

@@ -1,0 +1,66 @@
+"""The HAService gRPC servicer: the edge where HA errors become gRPC statuses.
+
+Replication failures are statuses on the stream, once, here: a replica that
+cannot be served (its data was deleted on the master, or this store is not a
+master) gets FAILED_PRECONDITION with a message saying what to do; a report
+the master cannot reconcile gets ABORTED; a silent replica DEADLINE_EXCEEDED;
+a store that is down UNAVAILABLE. The follower logs the status and
+reconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
+from services.ha.errors import (
+    CannotResume,
+    HAError,
+    ReplicationBroken,
+    StoreFailed,
+    StoreUnavailable,
+    StreamSilent,
+)
+from services.ha.node import HANode
+
+log = logging.getLogger(__name__)
+
+
+def status_code(error: HAError) -> grpc.StatusCode:
+    """The gRPC status a Replicate stream ends with for ``error``."""
+    if isinstance(error, CannotResume):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(error, StreamSilent):
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+    if isinstance(error, ReplicationBroken):
+        return grpc.StatusCode.ABORTED
+    if isinstance(error, StoreUnavailable):
+        return grpc.StatusCode.UNAVAILABLE
+    if isinstance(error, StoreFailed):
+        return error.code
+    return grpc.StatusCode.INTERNAL
+
+
+class HAServicer(ha_pb2_grpc.HAServiceServicer):
+    """Replicate (master side) and Status (either side) over one HANode."""
+
+    def __init__(self, node: HANode) -> None:
+        self._node = node
+
+    async def Replicate(self, request_iterator: AsyncIterator[ha_pb2.ReplicaReport],
+                        context: grpc.aio.ServicerContext
+                        ) -> AsyncIterator[store_pb2.CommitLogChunk]:
+        """Handshake, then the master's CommitLog from where the replica resumes."""
+        try:
+            async for chunk in self._node.master.replicate(request_iterator, context.peer()):
+                yield chunk
+        except HAError as exc:
+            await context.abort(status_code(exc), str(exc))
+
+    async def Status(self, request: ha_pb2.HAStatusRequest, context: grpc.aio.ServicerContext
+                     ) -> ha_pb2.HAStatus:
+        """Role, offsets and replication state of this HA service."""
+        return await self._node.status()

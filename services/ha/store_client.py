@@ -1,0 +1,102 @@
+"""The HA service's connection to its own store: deadlines and named errors.
+
+The HA service touches store data only through these calls (DESIGN 7): a
+following CommitLog read on a master, raw appends, truncation and role
+changes on a replica, and one client stream of replica progress. gRPC
+failures become :class:`~services.ha.errors.StoreUnavailable` (unreachable,
+too slow) or :class:`~services.ha.errors.StoreFailed` (any other status, with
+the store's own text), here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import grpc
+
+from boltmq.runtime import channel
+from boltmq.v1 import store_pb2, store_pb2_grpc
+from services.ha.errors import HAError, StoreFailed, StoreUnavailable
+
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.CANCELLED)
+
+
+class HAStoreClient:
+    """Typed, deadline-bound calls to the StoreService at ``address``."""
+
+    def __init__(self, address: str, timeout_ms: int) -> None:
+        self.address = address
+        self._timeout_s = timeout_ms / 1000
+        self._channel = channel(address)
+        self._stub = store_pb2_grpc.StoreServiceStub(self._channel)
+
+    async def close(self) -> None:
+        """Close the channel (pending calls fail)."""
+        await self._channel.close()
+
+    def translate(self, method: str, exc: grpc.aio.AioRpcError) -> HAError:
+        """The HA error for a failed store call."""
+        code, details = exc.code(), exc.details() or ""
+        if code in _UNREACHABLE:
+            return StoreUnavailable(f"store at {self.address} is unavailable ({method}: "
+                                    f"{code.name.lower()}: {details})")
+        return StoreFailed(code, f"store {method} failed: {code.name}: {details}")
+
+    async def _call(self, method: str, request: Any, *, wait_for_ready: bool = False) -> Any:
+        try:
+            return await getattr(self._stub, method)(request, timeout=self._timeout_s,
+                                                      wait_for_ready=wait_for_ready)
+        except grpc.aio.AioRpcError as exc:
+            raise self.translate(method, exc) from None
+
+    async def store_info(self, *, wait_for_ready: bool = False) -> store_pb2.StoreInfo:
+        """Offsets, role, epochs and segment size of the store."""
+        info: store_pb2.StoreInfo = await self._call(
+            "GetStoreInfo", store_pb2.GetStoreInfoRequest(), wait_for_ready=wait_for_ready)
+        return info
+
+    async def append_raw(self, offset: int, data: bytes) -> store_pb2.AppendRawResponse:
+        """Append replicated bytes at ``offset``; ``ok`` false when the store refused them."""
+        response: store_pb2.AppendRawResponse = await self._call(
+            "AppendRaw", store_pb2.AppendRawRequest(offset=offset, data=data))
+        return response
+
+    async def truncate(self, offset: int) -> store_pb2.TruncateResponse:
+        """Cut the replica store's CommitLog (and what derives from it) back to ``offset``."""
+        response: store_pb2.TruncateResponse = await self._call(
+            "Truncate", store_pb2.TruncateRequest(offset=offset))
+        return response
+
+    async def set_role(self, role: store_pb2.StoreRole.ValueType, epoch: int, broker_id: int
+                       ) -> store_pb2.StoreInfo:
+        """Change the store's role and epoch (durable in the store)."""
+        info: store_pb2.StoreInfo = await self._call(
+            "SetRole", store_pb2.SetRoleRequest(role=role, epoch=epoch, broker_id=broker_id))
+        return info
+
+    async def read_commitlog(self, offset: int, max_chunk_bytes: int, heartbeat_ms: int
+                             ) -> AsyncGenerator[store_pb2.CommitLogChunk, None]:
+        """Follow the CommitLog from ``offset``: whole records, then heartbeats while idle.
+
+        No deadline: the stream lives as long as the replica it feeds. The call
+        is cancelled when the caller stops iterating.
+        """
+        call = self._stub.ReadCommitLog(store_pb2.ReadCommitLogRequest(
+            offset=offset, max_chunk_bytes=max_chunk_bytes, follow=True,
+            heartbeat_ms=heartbeat_ms))
+        try:
+            async for chunk in call:
+                yield chunk
+        except grpc.aio.AioRpcError as exc:
+            raise self.translate("ReadCommitLog", exc) from None
+        finally:
+            call.cancel()
+
+    async def report_replicas(self, progress: AsyncIterator[store_pb2.ReplicaProgress]) -> None:
+        """Stream replica progress to the store until ``progress`` ends or the call fails."""
+        try:
+            await self._stub.ReportReplicas(progress)
+        except grpc.aio.AioRpcError as exc:
+            raise self.translate("ReportReplicas", exc) from None
