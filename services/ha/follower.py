@@ -189,7 +189,8 @@ class Follower:
         current = await self._store.store_info()
         if current.role != "REPLICA":  # promoted meanwhile: never demote it back
             raise HandshakeRefused(f"the store became {current.role}; not following")
-        await self._store.set_role(store_pb2.REPLICA, handshake.master_epoch, -1)
+        await self._store.set_role(store_pb2.REPLICA, handshake.master_epoch, -1,
+                                  handshake.epochs)
         self._epoch = handshake.master_epoch
         self.status.master_max_offset = handshake.master_max_offset
         self.status.store_max_offset = end

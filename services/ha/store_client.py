@@ -10,7 +10,7 @@ the store's own text), here and nowhere else.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Any
 
 import grpc
@@ -69,11 +69,16 @@ class HAStoreClient:
             "Truncate", store_pb2.TruncateRequest(offset=offset))
         return response
 
-    async def set_role(self, role: store_pb2.StoreRole.ValueType, epoch: int, broker_id: int
-                       ) -> store_pb2.StoreInfo:
-        """Change the store's role and epoch (durable in the store)."""
+    async def set_role(self, role: store_pb2.StoreRole.ValueType, epoch: int, broker_id: int,
+                       epochs: Iterable[store_pb2.EpochStart] = ()) -> store_pb2.StoreInfo:
+        """Change the store's role and epoch (durable in the store).
+
+        A replica passes its master's ``epochs``: the history it adopts, so a
+        later promotion or rejoin compares against the same epoch starts.
+        """
         info: store_pb2.StoreInfo = await self._call(
-            "SetRole", store_pb2.SetRoleRequest(role=role, epoch=epoch, broker_id=broker_id))
+            "SetRole", store_pb2.SetRoleRequest(role=role, epoch=epoch, broker_id=broker_id,
+                                                epochs=list(epochs)))
         return info
 
     async def read_commitlog(self, offset: int, max_chunk_bytes: int, heartbeat_ms: int
