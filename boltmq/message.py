@@ -10,11 +10,13 @@ reconsume_times), and the body is a view, not a copy.
 from __future__ import annotations
 
 import enum
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from boltmq.v1 import broker_pb2, message_pb2
-from services.store.record import RecordView
+from services.store.record import InvalidMessage, RecordView
+from services.store.record_batch import encode_send_record
 
 ReceivedMessage = RecordView
 """A message as consumers receive it (see the module docstring)."""
@@ -35,13 +37,34 @@ class Message:
     properties: Mapping[str, str] = field(default_factory=dict)
     flag: int = 0
 
-    def to_proto(self, queue_id: int = -1) -> message_pb2.Message:
+    def _check(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
             raise MessageError("message topic must be a non-empty string")
         if not isinstance(self.body, bytes | bytearray | memoryview):
             raise MessageError(f"message body must be bytes, not {type(self.body).__name__}")
         if isinstance(self.keys, str):
             raise MessageError("message keys must be a list of strings, not one string")
+
+    def to_record(self, born_timestamp_ms: int = 0) -> bytes:
+        """The message as a CommitLog record, the form the SDK sends (encoded once, here).
+
+        MessageError for what no store would accept (a topic that does not
+        encode, property names or values with the \\x01 / \\x02 separators,
+        keys with spaces, properties over 32767 bytes).
+        """
+        self._check()
+        try:
+            return encode_send_record(self.topic, bytes(self.body), self.tags or None,
+                                      self.keys, self.properties, self.flag, born_timestamp_ms)
+        except (InvalidMessage, TypeError) as exc:
+            raise MessageError(f"message to {self.topic[:60]!r}: {exc}") from None
+        except struct.error as exc:  # flag outside int32
+            raise MessageError(f"message to {self.topic[:60]!r}: flag {self.flag!r}: "
+                               f"{exc}") from None
+
+    def to_proto(self, queue_id: int = -1) -> message_pb2.Message:
+        """The message as a protobuf Message (the per-message form other clients send)."""
+        self._check()
         proto = message_pb2.Message(topic=self.topic, queue_id=queue_id, body=bytes(self.body),
                                     flag=self.flag, tags=self.tags or "")
         if self.keys:  # empty containers are skipped: most messages have neither

@@ -36,7 +36,7 @@ from boltmq.client import (
 )
 from boltmq.message import Message, MessageQueue, SendResult, SendStatus, send_results
 from boltmq.registry_client import TopicNotFound
-from boltmq.v1 import broker_pb2, message_pb2
+from boltmq.v1 import broker_pb2
 from services.store.record import java_string_hash
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,8 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         # A random start: short-lived producers (one CLI send each) still spread out.
         self._counter = itertools.count(random.randrange(1 << 16))
-        self._pending: dict[str, list[tuple[Message, Future[SendResult],
+        # topic -> (encoded record, future, callback) of each queued async message
+        self._pending: dict[str, list[tuple[bytes, Future[SendResult],
                                             SendCallback | None]]] = {}
         self._pending_count = 0
         self._cond = threading.Condition()
@@ -133,11 +134,12 @@ class Producer:
         topic = msgs[0].topic
         if any(m.topic != topic for m in msgs):
             raise ValueError("every message of a batch must have the same topic")
-        protos = [m.to_proto() for m in msgs]
-        return self._send_protos(topic, protos, sharding_key)
+        born_ms = time.time_ns() // 1_000_000
+        records = b"".join([m.to_record(born_ms) for m in msgs])
+        return self._send_records(topic, records, len(msgs), sharding_key)
 
-    def _send_protos(self, topic: str, protos: list[message_pb2.Message],
-                     sharding_key: str | None) -> list[SendResult]:
+    def _send_records(self, topic: str, records: bytes, count: int,
+                      sharding_key: str | None) -> list[SendResult]:
         tried: set[str] = set()
         retrying = Retrying(stop=stop_after_attempt(self.retry_times + 1),
                             wait=wait_exponential(multiplier=0.05, max=1.0),
@@ -146,18 +148,19 @@ class Producer:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._send_once(topic, protos, sharding_key, tried)
+                    return self._send_once(topic, records, count, sharding_key, tried)
         except _Retry as exc:
             raise SendError(f"send to {topic!r} failed after {self.retry_times + 1} "
                             f"attempts: {exc}") from None
         raise AssertionError("unreachable")
 
-    def _send_once(self, topic: str, protos: list[message_pb2.Message],
-                   sharding_key: str | None, tried: set[str]) -> list[SendResult]:
+    def _send_once(self, topic: str, records: bytes, count: int, sharding_key: str | None,
+                   tried: set[str]) -> list[SendResult]:
         queue, address = self._pick(topic, sharding_key, tried)
-        for proto in protos:
-            proto.queue_id = queue.queue_id
-        request = broker_pb2.SendRequest(producer_group=self.group, messages=protos,
+        # The records go as they are to any queue: the store writes the queue id.
+        request = broker_pb2.SendRequest(producer_group=self.group, records=records,
+                                         record_count=count, topic=topic,
+                                         queue_id=queue.queue_id,
                                          default_topic_queue_nums=self.default_topic_queue_nums)
         try:
             response = self.client.broker(address).SendMessage(request,
@@ -215,12 +218,12 @@ class Producer:
                    ) -> Future[SendResult]:
         """Queue ``msg`` for the sender thread; ``callback(result, error)`` when done."""
         self._check_running()
-        msg.to_proto()  # validate now, on the caller's thread
+        record = msg.to_record(time.time_ns() // 1_000_000)  # encoded (and checked) here
         future: Future[SendResult] = Future()
         with self._cond:
             while self._pending_count >= self.max_pending and self._running:
                 self._cond.wait(0.1)  # back-pressure: never buffer without bound
-            self._pending.setdefault(msg.topic, []).append((msg, future, callback))
+            self._pending.setdefault(msg.topic, []).append((record, future, callback))
             self._pending_count += 1
             if self._pending_count >= self.batch_size:
                 self._cond.notify_all()
@@ -259,10 +262,11 @@ class Producer:
                 self._cond.notify_all()
 
     def _send_accumulated(self, topic: str,
-                          batch: list[tuple[Message, Future[SendResult], SendCallback | None]]
+                          batch: list[tuple[bytes, Future[SendResult], SendCallback | None]]
                           ) -> None:
         try:
-            results = self._send_protos(topic, [m.to_proto() for m, _, _ in batch], None)
+            results = self._send_records(topic, b"".join([r for r, _, _ in batch]), len(batch),
+                                         None)
         except BaseException as exc:  # every waiter must hear how its message ended
             for _, future, callback in batch:
                 future.set_exception(exc)

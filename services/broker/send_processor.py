@@ -1,5 +1,10 @@
 """SendMessage: validate a batch, find or auto-create its topic, append it in one store call.
 
+Two forms of a batch: protobuf ``messages`` (any client) or ``records`` the
+producer encoded in the CommitLog format (the Python SDK): those the broker
+checks header by header and forwards as one opaque ``bytes``
+(:mod:`services.store.record_batch`).
+
 A batch is one topic and one queue (queue_id -1: the broker picks the next
 queue round-robin), so the store appends it under one lock (DESIGN 11). Every
 check happens before anything is stored: a batch is refused whole with a
@@ -26,6 +31,14 @@ from services.broker.topic_config import (
     TopicConfigManager,
 )
 from services.broker.topic_publisher import TopicPublisher
+from services.store.record import CorruptRecord, InvalidMessage, encode_topic
+from services.store.record_batch import (
+    MalformedBatch,
+    RecordBatch,
+    check_header,
+    frame_records,
+    select,
+)
 
 NOT_SENDABLE_TOPICS = frozenset((AUTO_CREATE_TEMPLATE_TOPIC, SCHEDULE_TOPIC))
 """Only the broker writes these: TBW102 is a template, the schedule topic holds delay messages."""
@@ -53,16 +66,10 @@ class SendProcessor:
     async def send(self, request: broker_pb2.SendRequest, peer_address: str
                    ) -> broker_pb2.SendResponse:
         """Validate, pick the queue, append the batch, and map the store's results."""
+        if request.records or request.record_count:
+            return await self._send_records(request, peer_address)
         topic, queue_id = self._check_batch(request)
-        if topic in NOT_SENDABLE_TOPICS:
-            raise PermissionDenied(f"messages[0].topic: {topic} is a system topic; "
-                                   f"clients may not send to it")
-        config = self._topics.get(topic) or await self._auto_create(
-            topic, request.default_topic_queue_nums)
-        if not config.writable:
-            raise PermissionDenied(f"messages[0].topic: topic {topic!r} is not writable "
-                                   f"(perm {config.perm})")
-        queue_id = self._choose_queue(config, queue_id)
+        queue_id = await self._writable_queue(request, topic, queue_id, "messages[0].topic")
         for message in request.messages:
             message.queue_id = queue_id
         response = await self._store.append(request.messages,
@@ -71,6 +78,85 @@ class SendProcessor:
             raise StoreFailed(grpc.StatusCode.INTERNAL, f"store answered {len(response.statuses)} "
                               f"results for {len(request.messages)} messages")
         return to_send_response(response, topic, queue_id, self._config.broker_name)
+
+    async def _writable_queue(self, request: broker_pb2.SendRequest, topic: str,
+                              queue_id: int, field: str) -> int:
+        """The queue a batch goes to, once its topic exists (or was auto-created) and
+        may be written."""
+        if topic in NOT_SENDABLE_TOPICS:
+            raise PermissionDenied(f"{field}: {topic} is a system topic; "
+                                   f"clients may not send to it")
+        config = self._topics.get(topic) or await self._auto_create(
+            topic, request.default_topic_queue_nums, field)
+        if not config.writable:
+            raise PermissionDenied(f"{field}: topic {topic!r} is not writable "
+                                   f"(perm {config.perm})")
+        return self._choose_queue(config, queue_id)
+
+    async def _send_records(self, request: broker_pb2.SendRequest, peer_address: str
+                            ) -> broker_pb2.SendResponse:
+        """The raw path: records the producer encoded, forwarded as one ``bytes``.
+
+        The broker reads each record's header (framing, topic, body size;
+        :func:`check_header`), drops the refused ones with a status of their
+        own, and sends the rest untouched; the store verifies CRCs and
+        properties and patches offsets (DESIGN 11, "encode once").
+        """
+        topic, queue_id = self._check_records_request(request)
+        queue_id = await self._writable_queue(request, topic, queue_id, "topic")
+        batch = RecordBatch(request.records, request.record_count, topic, queue_id)
+        try:
+            positions = frame_records(batch.records, batch.count)
+        except MalformedBatch as exc:
+            return _refused_response(batch.count, str(exc), topic, queue_id,
+                                     self._config.broker_name)
+        refused = self._check_headers(batch, positions)
+        if refused:
+            if len(refused) == batch.count:
+                return _merge_refused(store_pb2.AppendResponse(), refused, batch.count, topic,
+                                      queue_id, self._config.broker_name)
+            batch = select(batch, positions, (i for i in range(batch.count) if i not in refused))
+        response = await self._store.append_records(batch, request.born_host or peer_address)
+        if len(response.statuses) != batch.count:
+            raise StoreFailed(grpc.StatusCode.INTERNAL, f"store answered {len(response.statuses)} "
+                              f"results for {batch.count} records")
+        if refused:
+            return _merge_refused(response, refused, request.record_count, topic, queue_id,
+                                  self._config.broker_name)
+        return to_send_response(response, topic, queue_id, self._config.broker_name)
+
+    def _check_records_request(self, request: broker_pb2.SendRequest) -> tuple[str, int]:
+        """Return (topic, queue_id) of a well-formed raw request; raise naming the bad field."""
+        if request.messages:
+            raise InvalidArgument("records: send messages or records, not both")
+        count = request.record_count
+        if not 0 < count <= self._config.max_batch_messages:
+            raise InvalidArgument(f"record_count: {count} records in one batch; 1.."
+                                  f"{self._config.max_batch_messages}")
+        if not request.records:
+            raise InvalidArgument(f"records: empty, but record_count is {count}")
+        if request.producer_group:
+            check_group("producer_group", request.producer_group)
+        if request.default_topic_queue_nums < 0:
+            raise InvalidArgument("default_topic_queue_nums: must not be negative")
+        topic = check_topic("topic", request.topic)
+        if request.queue_id < -1:
+            raise InvalidArgument(f"queue_id: {request.queue_id} is neither -1 nor a queue")
+        return topic, request.queue_id
+
+    def _check_headers(self, batch: RecordBatch, positions: list[int]) -> dict[int, str]:
+        """Why each record whose header is wrong is refused, by index."""
+        topic_field, magic = encode_topic(batch.topic)
+        max_body = self._config.max_message_size_bytes
+        records = memoryview(batch.records)
+        ends = positions[1:] + [len(records)]
+        refused = {}
+        for index, (position, end) in enumerate(zip(positions, ends, strict=True)):
+            try:
+                check_header(records, position, end - position, topic_field, magic, max_body)
+            except (InvalidMessage, CorruptRecord) as exc:
+                refused[index] = f"records[{index}]: {exc}"
+        return refused
 
     def _check_batch(self, request: broker_pb2.SendRequest) -> tuple[str, int]:
         """Return (topic, queue_id) of a well-formed batch; raise naming the bad field."""
@@ -106,14 +192,15 @@ class SendProcessor:
             raise InvalidArgument(f"messages[{index}].body: {size} bytes, at most "
                                   f"{self._config.max_message_size_bytes}")
 
-    async def _auto_create(self, topic: str, requested_queue_nums: int) -> TopicConfig:
+    async def _auto_create(self, topic: str, requested_queue_nums: int, field: str
+                           ) -> TopicConfig:
         if not self._config.auto_create_topic_enable:
-            raise NotFound(f"messages[0].topic: topic {topic!r} does not exist "
+            raise NotFound(f"{field}: topic {topic!r} does not exist "
                            f"(auto_create_topic_enable is off)")
         created = self._topics.create_from_template(
             topic, requested_queue_nums or self._config.default_topic_queue_nums)
         if created is None:
-            raise NotFound(f"messages[0].topic: topic {topic!r} does not exist and "
+            raise NotFound(f"{field}: topic {topic!r} does not exist and "
                            f"{AUTO_CREATE_TEMPLATE_TOPIC} cannot be inherited")
         await self._publisher.publish()
         return created
@@ -147,3 +234,37 @@ def to_send_response(response: store_pb2.AppendResponse, topic: str, queue_id: i
         statuses=statuses, put_statuses=response.statuses, queue_offsets=response.queue_offsets,
         commitlog_offsets=response.commitlog_offsets, topic=topic, broker_name=broker_name,
         queue_id=queue_id, msg_id_prefix=response.msg_id_prefix, errors=errors)
+
+
+def _refused_response(count: int, error: str, topic: str, queue_id: int, broker_name: str
+                      ) -> broker_pb2.SendResponse:
+    """Every record of a batch refused with one reason (its records cannot be told apart)."""
+    return _merge_refused(store_pb2.AppendResponse(), dict.fromkeys(range(count), error),
+                          count, topic, queue_id, broker_name)
+
+
+def _merge_refused(stored: store_pb2.AppendResponse, refused: dict[int, str], count: int,
+                   topic: str, queue_id: int, broker_name: str) -> broker_pb2.SendResponse:
+    """The store's results for the records it got, with the broker's refusals put back in
+    their places (MESSAGE_ILLEGAL, nothing stored)."""
+    statuses, commitlog_offsets, queue_offsets = [], [], []
+    errors: dict[int, str] = {}
+    stored_index = 0
+    for index in range(count):
+        if index in refused:
+            statuses.append(message_pb2.MESSAGE_ILLEGAL)
+            commitlog_offsets.append(-1)
+            queue_offsets.append(-1)
+            errors[index] = refused[index]
+            continue
+        statuses.append(stored.statuses[stored_index])
+        commitlog_offsets.append(stored.commitlog_offsets[stored_index])
+        queue_offsets.append(stored.queue_offsets[stored_index])
+        if stored_index in stored.errors:
+            errors[index] = stored.errors[stored_index]
+        stored_index += 1
+    merged = store_pb2.AppendResponse(
+        statuses=statuses, commitlog_offsets=commitlog_offsets, queue_offsets=queue_offsets,
+        store_timestamp_ms=stored.store_timestamp_ms, msg_id_prefix=stored.msg_id_prefix,
+        errors=errors)
+    return to_send_response(merged, topic, queue_id, broker_name)

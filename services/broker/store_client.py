@@ -24,6 +24,7 @@ from services.broker.errors import (
     StoreFailed,
     StoreUnavailable,
 )
+from services.store.record_batch import RecordBatch
 
 STORE_SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_name
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -68,6 +69,15 @@ class StoreClient:
         response: store_pb2.AppendResponse = await self._call("Append", request)
         return response
 
+    async def append_records(self, batch: RecordBatch, born_host: str
+                             ) -> store_pb2.AppendResponse:
+        """Append client-encoded records (one ``bytes``) under the store's lock."""
+        request = store_pb2.AppendRequest(records=batch.records, record_count=batch.count,
+                                          topic=batch.topic, queue_id=batch.queue_id,
+                                          born_host=born_host)
+        response: store_pb2.AppendResponse = await self._call("Append", request)
+        return response
+
     async def pull(self, request: store_pb2.PullRequest) -> store_pb2.PullResponse:
         """Read a consume queue from an offset."""
         response: store_pb2.PullResponse = await self._call("Pull", request)
@@ -93,6 +103,11 @@ class StoreClient:
         """Offsets, role and disk usage of the store."""
         response: store_pb2.StoreInfo = await self._call(
             "GetStoreInfo", store_pb2.GetStoreInfoRequest())
+        return response
+
+    async def set_role(self, request: store_pb2.SetRoleRequest) -> store_pb2.StoreInfo:
+        """Promote or demote the store (durable); its state afterwards."""
+        response: store_pb2.StoreInfo = await self._call("SetRole", request)
         return response
 
     async def get_config(self, name: str) -> bytes | None:
