@@ -7,8 +7,10 @@ from services.broker.client_manager import ClientManager
 from services.broker.config import BrokerConfig
 from services.broker.consumer_offset import ConsumerOffsetManager
 from services.broker.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.broker.metadata import MetadataPersister
 from services.broker.names import check_group, check_topic
 from services.broker.store_client import StoreClient
+from services.broker.store_role import StoreRole
 from services.broker.subscription_group import SubscriptionGroupManager
 from services.broker.topic_config import PERM_ALL, TopicConfig, TopicConfigManager
 from services.broker.topic_publisher import TopicPublisher
@@ -19,8 +21,11 @@ class AdminProcessor:
 
     def __init__(self, config: BrokerConfig, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager,
-                 clients: ClientManager, store: StoreClient, publisher: TopicPublisher) -> None:
+                 clients: ClientManager, store: StoreClient, publisher: TopicPublisher,
+                 role: StoreRole, persister: MetadataPersister) -> None:
         self._config = config
+        self._role = role
+        self._persister = persister
         self._topics = topics
         self._groups = groups
         self._offsets = offsets
@@ -35,11 +40,28 @@ class AdminProcessor:
         config = self._config
         return broker_pb2.BrokerInfo(
             cluster_name=config.cluster_name, broker_name=config.broker_name,
-            broker_id=config.broker_id, address=self.advertised_address,
+            broker_id=self._role.broker_id, address=self.advertised_address,
             store_address=config.store_address, store=await self._store.store_info())
+
+    def metadata(self) -> broker_pb2.GetMetadataResponse:
+        """Every metadata document as the broker holds it now (replicas copy them)."""
+        return broker_pb2.GetMetadataResponse(documents=self._persister.documents())
+
+    async def promote(self, request: broker_pb2.PromoteRequest) -> broker_pb2.BrokerInfo:
+        """Make this broker's store the group's master, then report the new state."""
+        if request.max_lag_bytes < 0:
+            raise InvalidArgument("max_lag_bytes: must not be negative")
+        await self._role.promote(request.max_lag_bytes)
+        return await self.broker_info()
+
+    def _require_master(self, what: str) -> None:
+        if not self._role.is_master:
+            raise FailedPrecondition(f"this broker's store is a replica: {what} on the group's "
+                                     f"master (replicas copy its metadata)")
 
     async def upsert_topic(self, request: broker_pb2.UpsertTopicRequest) -> TopicConfig:
         """Create or change a topic, save it and register it everywhere."""
+        self._require_master("create and change topics")
         wire = request.topic
         name = check_topic("topic.name", wire.name)
         if self._topics.is_system(name):
@@ -63,6 +85,7 @@ class AdminProcessor:
 
     async def delete_topic(self, request: broker_pb2.DeleteTopicRequest) -> None:
         """Forget a topic and its consumer offsets (the store keeps its messages until cleanup)."""
+        self._require_master("delete topics")
         name = check_topic("topic", request.topic)
         if self._topics.is_system(name):
             raise FailedPrecondition(f"topic: {name} is a system topic; it cannot be deleted")

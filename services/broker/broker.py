@@ -24,12 +24,14 @@ from services.broker.errors import BrokerError
 from services.broker.group_access import GroupAccess
 from services.broker.long_poll import LongPollHub
 from services.broker.metadata import MetadataPersister
+from services.broker.metadata_sync import MetadataSync
 from services.broker.pull_processor import PullProcessor
 from services.broker.queue_lock import QueueLockManager
 from services.broker.registration import BrokerIdentity, Registrar
 from services.broker.send_processor import SendProcessor
 from services.broker.servicer import BrokerServicer
 from services.broker.store_client import StoreClient
+from services.broker.store_role import StoreRole
 from services.broker.subscription_group import SubscriptionGroupManager
 from services.broker.topic_config import TopicConfigManager
 from services.broker.topic_publisher import TopicPublisher
@@ -57,14 +59,22 @@ class Broker:
         self.watcher = ArrivalWatcher(self.store, self.hub, config.watch_reconnect_max_ms)
         self.persister = MetadataPersister(self.store, self.topics, self.groups, self.offsets,
                                            config.offset_persist_interval_ms)
-        identity = BrokerIdentity(config.cluster_name, config.broker_name, config.broker_id,
-                                  config.ha_address)
-        self.registrar = Registrar(identity, config.registry_address_list, self.topics,
-                                   config.register_interval_ms, config.registry_timeout_ms)
+        self.role = StoreRole(self.store, config.broker_id, config.ha_address,
+                              config.role_check_interval_ms)
+        identity = BrokerIdentity(config.cluster_name, config.broker_name, config.ha_address)
+        self.registrar = Registrar(identity, self.role, config.registry_address_list,
+                                   self.topics, config.register_interval_ms,
+                                   config.registry_timeout_ms)
+        self.role.on_change = self.registrar.register_all
+        self.sync = MetadataSync(config.cluster_name, config.broker_name, self.role,
+                                 config.registry_address_list, self.persister, self.topics,
+                                 self.groups, self.offsets, config.metadata_sync_interval_ms,
+                                 config.store_timeout_ms)
         publisher = TopicPublisher(self.persister, self.registrar)
         group_access = GroupAccess(self.groups, self.persister)
         self.admin = AdminProcessor(config, self.topics, self.groups, self.offsets,
-                                    self.clients, self.store, publisher)
+                                    self.clients, self.store, publisher, self.role,
+                                    self.persister)
         self.servicer = BrokerServicer(
             SendProcessor(config, self.topics, self.store, publisher),
             PullProcessor(config, self.topics, group_access, self.offsets, self.store,
@@ -77,22 +87,28 @@ class Broker:
         """Load metadata from the store, then open the arrival stream and register."""
         try:
             await self.persister.load(wait_s=self.config.store_connect_timeout_ms / 1000)
+            await self.role.refresh()
         except BrokerError as exc:
             raise BrokerStartError(f"broker cannot load its metadata: {exc}") from None
         self.admin.advertised_address = advertised_address
         self.watcher.start()
         self.persister.start()
+        self.role.start()
+        self.sync.start()
         await self.registrar.start(advertised_address)
         self._scanner = asyncio.create_task(self._scan_clients(), name="client-scanner")
-        log.info("broker %s/%s serving %d topics at %s (store %s)", self.config.cluster_name,
-                 self.config.broker_name, len(self.topics.all()), advertised_address,
-                 self.config.store_address)
+        log.info("broker %s/%s id %d serving %d topics at %s (store %s, %s)",
+                 self.config.cluster_name, self.config.broker_name, self.role.broker_id,
+                 len(self.topics.all()), advertised_address, self.config.store_address,
+                 "master" if self.role.is_master else "replica")
 
     async def stop(self) -> None:
         """Answer parked pulls, unregister, save offsets, close connections."""
         self.hub.close()
         task, self._scanner = self._scanner, None
         await runtime.cancel_and_wait(task)
+        await self.sync.stop()
+        await self.role.stop()
         await self.registrar.stop()
         await self.watcher.stop()
         try:

@@ -76,6 +76,10 @@ class BrokerConfig:
     """Messages in one SendMessage at most."""
     max_query_messages: int = 64
     """Messages one QueryMessageByKey returns at most."""
+    role_check_interval_ms: int = 1_000
+    """How often the store's role is read (a promotion or demotion re-registers at once)."""
+    metadata_sync_interval_ms: int = 10_000
+    """Replica side: how often the master broker's metadata is copied (DESIGN 7)."""
 
     def __post_init__(self) -> None:
         for name in ("cluster_name", "broker_name"):
@@ -102,6 +106,7 @@ class BrokerConfig:
                      "offset_persist_interval_ms", "client_expiry_ms", "client_scan_interval_ms",
                      "long_poll_max_ms", "long_poll_max_parked", "queue_lock_expiry_ms",
                      "max_message_size_bytes", "max_batch_messages", "max_query_messages",
+                     "role_check_interval_ms", "metadata_sync_interval_ms",
                      "max_topic_queue_nums"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")

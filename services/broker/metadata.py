@@ -80,6 +80,12 @@ class MetadataPersister:
             except BrokerError as exc:
                 log.warning("cannot save consumer offsets (will retry): %s", exc)
 
+    def documents(self) -> dict[str, bytes]:
+        """Every table as the JSON document it is saved as, by file name."""
+        return {TOPICS_FILE: self._topics.to_json(),
+                SUBSCRIPTION_GROUP_FILE: self._groups.to_json(),
+                CONSUMER_OFFSET_FILE: self._offsets.to_json()}
+
     async def save_topics(self) -> None:
         """Write topics.json now."""
         async with self._locks[TOPICS_FILE]:

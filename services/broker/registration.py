@@ -17,7 +17,9 @@ import logging
 from dataclasses import dataclass
 
 from boltmq import runtime
-from boltmq.registry_client import AsyncRegistryClient, RegistryError
+from boltmq.registry_client import AsyncRegistryClient, RegistrationResult, RegistryError
+from services.broker.errors import BrokerError
+from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfigManager
 from services.broker.wire import topic_to_proto
 
@@ -26,20 +28,22 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class BrokerIdentity:
-    """What a registry needs to know about this broker besides its topics."""
+    """What a registry needs to know about this broker besides its topics and role."""
 
     cluster_name: str
     broker_name: str
-    broker_id: int
     ha_address: str
 
 
 class Registrar:
     """Registers with every registry periodically and on demand."""
 
-    def __init__(self, identity: BrokerIdentity, registry_addresses: tuple[str, ...],
-                 topics: TopicConfigManager, interval_ms: int, timeout_ms: int) -> None:
+    def __init__(self, identity: BrokerIdentity, role: StoreRole,
+                 registry_addresses: tuple[str, ...], topics: TopicConfigManager,
+                 interval_ms: int, timeout_ms: int) -> None:
         self._identity = identity
+        self._role = role
+        self._registered_id: int | None = None
         self._topics = topics
         self._interval_s = interval_ms / 1000
         self._client = (AsyncRegistryClient(registry_addresses, rpc_timeout_s=timeout_ms / 1000,
@@ -78,23 +82,47 @@ class Registrar:
             await self.register_all()
 
     async def register_all(self) -> int:
-        """One registration round with every registry at once; return how many took it."""
+        """One registration round with every registry at once; return how many took it.
+
+        The id and epoch come from the store's role (0 for the master). A
+        registry that refuses this broker as master (a newer-epoch master
+        leads the group: this is an old master back after a failover) makes
+        it demote its store and register again as the replica id it names.
+        """
         if self._client is None or not self._address:
             return 0
-        identity = self._identity
+        result = await self._register_once()
+        if result is not None and result.superseded is not None:
+            answer = result.superseded
+            try:
+                await self._role.demote(answer.suggested_broker_id, answer.master_address)
+            except BrokerError as exc:
+                log.error("cannot demote the store to follow %s: %s", answer.master_address, exc)
+                return 0
+            result = await self._register_once()
+        return len(result.accepted) if result is not None else 0
+
+    async def _register_once(self) -> RegistrationResult | None:
+        assert self._client is not None
+        identity, role = self._identity, self._role
+        broker_id = role.broker_id
+        if self._registered_id is not None and self._registered_id != broker_id:
+            await self.unregister_all()  # leave the old id's slot at once
         try:
             # The counter is the table's version: it only grows, and it survives
             # restarts because it is saved in topics.json with the table.
             result = await self._client.register(
                 cluster_name=identity.cluster_name, broker_name=identity.broker_name,
-                broker_id=identity.broker_id, address=self._address,
-                ha_address=identity.ha_address, data_version=self._topics.data_version.counter,
+                broker_id=broker_id, address=self._address, ha_address=identity.ha_address,
+                data_version=self._topics.data_version.counter, epoch=role.epoch,
                 topics=[topic_to_proto(t) for t in self._topics.all()])
         except RegistryError as exc:
             self._note_failures({address: str(exc) for address in self._client.addresses})
-            return 0
+            return None
         self._note_failures(dict(result.failed))
-        return len(result.accepted)
+        if result.superseded is None:
+            self._registered_id = broker_id
+        return result
 
     def _note_failures(self, failed: dict[str, str]) -> None:
         for address, reason in failed.items():
@@ -109,10 +137,12 @@ class Registrar:
         if self._client is None or not self._address:
             return
         identity = self._identity
+        broker_id = self._registered_id if self._registered_id is not None \
+            else self._role.broker_id
         try:
             result = await self._client.unregister(
                 cluster_name=identity.cluster_name, broker_name=identity.broker_name,
-                broker_id=identity.broker_id, address=self._address)
+                broker_id=broker_id, address=self._address)
         except RegistryError as exc:
             log.warning("cannot unregister from any registry: %s", exc)
             return

@@ -185,3 +185,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
                             context: grpc.aio.ServicerContext) -> broker_pb2.BrokerInfo:
         """Who this broker is, and its store's state."""
         return await self._admin.broker_info()
+
+    @_rpc
+    async def GetMetadata(self, request: broker_pb2.GetMetadataRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.GetMetadataResponse:
+        """The metadata documents (replicas of the group copy them)."""
+        return self._admin.metadata()
+
+    @_rpc
+    async def Promote(self, request: broker_pb2.PromoteRequest,
+                      context: grpc.aio.ServicerContext) -> broker_pb2.BrokerInfo:
+        """Make this broker's store the master of its group."""
+        return await self._admin.promote(request)
