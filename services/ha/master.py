@@ -112,7 +112,7 @@ class MasterSide:
         self._tracker.clear()
 
     async def replicate(self, reports: AsyncIterator[ha_pb2.ReplicaReport], peer: str
-                        ) -> AsyncIterator[store_pb2.CommitLogChunk]:
+                        ) -> AsyncGenerator[store_pb2.CommitLogChunk, None]:
         """The chunks of one Replicate stream (handshake first)."""
         first = await _first_report(reports, self._config.housekeeping_interval_ms / 1000)
         if first is None:
@@ -234,11 +234,16 @@ class ReplicaSession:
         """The store's next chunk, or None when the stream ended (either side)."""
         read: asyncio.Future[object] = asyncio.ensure_future(anext(chunks))
         ended: asyncio.Future[object] = self._ended  # type: ignore[assignment]
-        await asyncio.wait({read, ended}, return_when=asyncio.FIRST_COMPLETED)
-        if not read.done():
-            read.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, HAError):
-                await read
+        try:
+            await asyncio.wait({read, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Also when this stream is cancelled: the generator must not be left running
+            # in the read, or closing it afterwards fails.
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, HAError):
+                    await read
+        if read.cancelled():
             return None
         try:
             chunk = read.result()

@@ -10,12 +10,13 @@ reconnects.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
 import grpc
 
-from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
+from boltmq.v1 import ha_pb2, ha_pb2_grpc
 from services.ha.errors import (
     CannotResume,
     HAError,
@@ -51,12 +52,22 @@ class HAServicer(ha_pb2_grpc.HAServiceServicer):
         self._node = node
 
     async def Replicate(self, request_iterator: AsyncIterator[ha_pb2.ReplicaReport],
-                        context: grpc.aio.ServicerContext
-                        ) -> AsyncIterator[store_pb2.CommitLogChunk]:
-        """Handshake, then the master's CommitLog from where the replica resumes."""
+                        context: grpc.aio.ServicerContext) -> None:
+        """Handshake, then the master's CommitLog from where the replica resumes.
+
+        Chunks are written with ``context.write`` rather than yielded, so a
+        replica that vanished under a write ends the stream quietly here
+        instead of as an error inside gRPC's own loop.
+        """
+        chunks = self._node.master.replicate(request_iterator, context.peer())
         try:
-            async for chunk in self._node.master.replicate(request_iterator, context.peer()):
-                yield chunk
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    try:
+                        await context.write(chunk)
+                    except Exception as exc:  # gRPC's core error when the peer is gone
+                        log.info("replica at %s went away: %r", context.peer(), exc)
+                        return
         except HAError as exc:
             await context.abort(status_code(exc), str(exc))
 
