@@ -37,53 +37,54 @@ def main() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address every service binds.")
 @click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default="ASYNC_FLUSH",
               show_default=True, help="The store's flush mode.")
+@click.option("--ha-port", default=10912, show_default=True, type=click.IntRange(0, 65535),
+              help="Port of the master's HA service (with --replicas).")
+@click.option("--replicas", default=0, show_default=True, type=click.IntRange(0, 8),
+              help="Replica stores (each with its HA service and broker).")
+@click.option("--role", type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER"]),
+              default="ASYNC_MASTER", show_default=True,
+              help="The master's role (SYNC_MASTER acknowledges once a replica has the bytes).")
 @click.option("--store-set", multiple=True, metavar="NAME=VALUE", help="Extra store setting.")
 @click.option("--broker-set", multiple=True, metavar="NAME=VALUE", help="Extra broker setting.")
+@click.option("--ha-set", multiple=True, metavar="NAME=VALUE", help="Extra HA setting.")
 def dev(data_dir: Path, registry_port: int, store_port: int, broker_port: int, host: str,
-        flush: str, store_set: tuple[str, ...], broker_set: tuple[str, ...]) -> None:
-    """Run a local cluster (registry, store, broker) as child processes until Ctrl-C."""
-    from boltmq.launcher import LaunchError, ServiceProcess
+        flush: str, ha_port: int, replicas: int, role: str, store_set: tuple[str, ...],
+        broker_set: tuple[str, ...], ha_set: tuple[str, ...]) -> None:
+    """Run a local cluster (registry, store, broker; replicas with HA) until Ctrl-C."""
+    from boltmq.launcher import LaunchError
+    from boltmq.local_cluster import ClusterSpec, LocalCluster
 
     data_dir = data_dir.resolve()
-    logs = data_dir / "logs"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    started: list[ServiceProcess] = []
+    cluster = LocalCluster(ClusterSpec(
+        data_dir, replicas, host, registry_port, store_port, broker_port, ha_port, flush, role,
+        store_set, broker_set, ha_set))
     try:
-        registry = ServiceProcess("registry", logs, port=registry_port, host=host).start()
-        started.append(registry)
-        store = ServiceProcess("store", logs, f"root_dir={data_dir / 'store'}",
-                               f"flush_disk_type={flush}", *store_set, port=store_port,
-                               host=host).start()
-        started.append(store)
-        broker = ServiceProcess("broker", logs, f"store_address={store.address}",
-                                f"registry_addresses={registry.address}", *broker_set,
-                                port=broker_port, host=host).start()
-        started.append(broker)
+        cluster.start()
     except LaunchError as exc:
-        _stop_all(started)
         raise fail(exc) from None
-    click.echo(f"registry  {registry.address}")
-    click.echo(f"store     {store.address}   data {data_dir / 'store'}")
-    click.echo(f"broker    {broker.address}")
-    click.echo(f"logs      {logs}")
-    click.echo(f"try: boltmq produce --registry {registry.address} --topic T --body hello")
+    assert cluster.registry is not None
+    click.echo(f"registry  {cluster.registry.address}")
+    for member in cluster.members:
+        kind = "master " if member.index == 0 else f"replica {member.index}"
+        assert member.broker is not None
+        click.echo(f"{kind}  store {member.store.address}   broker {member.broker.address}"
+                   + (f"   ha {member.ha.address}" if member.ha else "")
+                   + f"   data {member.data_dir}")
+    click.echo(f"logs      {cluster.log_dir}")
+    click.echo(f"try: boltmq produce --registry {cluster.registry.address} --topic T --body hello")
     click.echo("press Ctrl-C to stop")
     while not stop.wait(0.5):
-        dead = [p for p in started if not p.alive()]
+        dead = [p for p in cluster.processes() if not p.alive()]
         if dead:
-            _stop_all(started)
+            cluster.stop()
             raise fail(RuntimeError(f"{dead[0].service} exited: {dead[0].last_error()}"))
-    codes = _stop_all(started)
+    codes = cluster.stop()
     if any(code not in (0, None) for code in codes):
         raise fail(RuntimeError(f"a service did not stop cleanly (exit codes {codes})"))
     click.echo("cluster stopped cleanly")
-
-
-def _stop_all(started: list) -> list[int | None]:  # type: ignore[type-arg]
-    """Stop services in reverse start order (broker first: it persists offsets)."""
-    return [p.stop() for p in reversed(started)]
 
 
 # ------------------------------------------------------------------------- serve
@@ -306,6 +307,7 @@ def bench_redis(url: str, count: int, size: int, batch: int, as_json: bool) -> N
 
 
 def _register_client_commands() -> None:
+    from boltmq import cli_ha  # noqa: F401 - adds ``admin broker`` and ``admin ha``
     from boltmq.cli_admin import admin
     from boltmq.cli_messages import consume, produce
 

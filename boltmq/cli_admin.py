@@ -51,10 +51,14 @@ class Admin:
             raise fail(f"no live master broker {where}is registered")
         return sorted(brokers, key=lambda b: b.broker_name)
 
+    @staticmethod
+    def stub(channel: grpc.Channel) -> broker_pb2_grpc.BrokerServiceStub:
+        return broker_pb2_grpc.BrokerServiceStub(channel)
+
     def call(self, address: str, method: str, request: Any) -> Any:
         channel = sync_channel(address)
         self._channels.append(channel)
-        stub = broker_pb2_grpc.BrokerServiceStub(channel)
+        stub = self.stub(channel)
         try:
             return getattr(stub, method)(request, timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
