@@ -135,14 +135,15 @@ def caught_up(master: store_pb2_grpc.StoreServiceStub, replica: store_pb2_grpc.S
 
 
 def assert_same_data(master: store_pb2_grpc.StoreServiceStub,
-                     replica: store_pb2_grpc.StoreServiceStub) -> int:
+                     replica: store_pb2_grpc.StoreServiceStub, queue_ids: tuple[int, ...] = (0, 1)
+                     ) -> int:
     """Byte-for-byte equal CommitLogs over the replica's range and equal pulls; its start."""
     m, r = info(master), info(replica)
     assert r.commitlog_max_offset == m.commitlog_max_offset > 0
     start = r.commitlog_min_offset
     assert start >= m.commitlog_min_offset and start % SEGMENT_BYTES == 0
     assert commitlog(replica, start) == commitlog(master, start)
-    for queue_id in (0, 1):
+    for queue_id in queue_ids:
         queue_range = replica.QueueRange(store_pb2.QueueRangeRequest(topic=TOPIC,
                                                                      queue_id=queue_id))
         assert queue_range.exists and queue_range.max_offset > queue_range.min_offset
