@@ -25,6 +25,8 @@ from boltmq.v1 import broker_pb2_grpc, registry_pb2
 PERM_READ = 4
 PERM_WRITE = 2
 MASTER_ID = 0
+MASTER_RETRY_AFTER_S = 5.0
+"""How long reads stay on a replica after the master failed to answer."""
 DEFAULT_TOPIC = "TBW102"
 """The auto-create template: a send to an unknown topic goes to the brokers that serve it."""
 
@@ -70,6 +72,8 @@ class ClientInstance:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
         self._lock = threading.Lock()
+        self._master_down: dict[str, float] = {}
+        """Broker name -> monotonic time until which reads go to a replica."""
 
     # ---------------------------------------------------------------- routes
     def route(self, topic: str, *, refresh: bool = False) -> registry_pb2.TopicRoute:
@@ -116,6 +120,30 @@ class ClientInstance:
                 queues += [MessageQueue(topic, data.broker_name, q)
                            for q in range(data.read_queue_nums)]
         return sorted(queues)
+
+    def read_address_of(self, queue: MessageQueue) -> str:
+        """Where to pull ``queue`` from: its master, or a replica while the master is down.
+
+        A master marked failing (:meth:`master_failed`) is skipped for
+        ``MASTER_RETRY_AFTER_S``; so is one missing from the route. Replicas
+        serve reads (DESIGN 7), so consumers keep going through a failover.
+        """
+        route = self.route(queue.topic)
+        for broker in route.brokers:
+            if broker.broker_name != queue.broker_name:
+                continue
+            down_until = self._master_down.get(queue.broker_name, 0.0)
+            replicas = sorted(i for i in broker.addresses if i != MASTER_ID)
+            if MASTER_ID in broker.addresses and (not replicas or
+                                                  time.monotonic() >= down_until):
+                return broker.addresses[MASTER_ID]
+            if replicas:
+                return broker.addresses[replicas[0]]
+        return self.address_of(queue)
+
+    def master_failed(self, broker_name: str) -> None:
+        """The group's master did not answer: read from a replica for a while."""
+        self._master_down[broker_name] = time.monotonic() + MASTER_RETRY_AFTER_S
 
     def address_of(self, queue: MessageQueue, *, master_only: bool = True) -> str:
         address = self.broker_address(self.route(queue.topic), queue.broker_name,

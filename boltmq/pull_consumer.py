@@ -93,9 +93,9 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
     if commit_offset >= 0:
         request.commit_offset = commit_offset
     deadline = timeout_s if timeout_s is not None else client.rpc_timeout_s + wait_ms / 1000
+    address = client.read_address_of(queue)
     try:
-        call = client.broker(client.address_of(queue)).PullMessage.future(request,
-                                                                           timeout=deadline)
+        call = client.broker(address).PullMessage.future(request, timeout=deadline)
         if track is not None:
             track(call)
         try:
@@ -106,8 +106,10 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
     except grpc.FutureCancelledError:
         raise PullError(f"pull {queue} cancelled", grpc.StatusCode.CANCELLED) from None
     except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            # The broker, or the store behind it, is down: a replica serves reads.
             client.forget_route(queue.topic)
+            client.master_failed(queue.broker_name)
         raise PullError(f"pull {queue} failed: {rpc_error_text(exc)}", exc.code()) from None
     messages = decode_records(response.records) if response.records else []
     return PullResult(_STATUS.get(response.status, PullStatus.NO_MATCHED_MSG),

@@ -1,0 +1,227 @@
+"""A broker group with a replica, end to end: SYNC_MASTER, failover, reads from the replica.
+
+Every process is real (``boltmq serve registry|store|ha|broker`` started by
+:class:`boltmq.local_cluster.LocalCluster`, as ``boltmq dev --replicas 1``
+does), and clients are the SDK and the CLI. Waits are for a state to be
+reached (bounded), never a timing assertion.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from boltmq import Message, Producer, PullConsumer
+from boltmq.client import MessageQueue
+from boltmq.local_cluster import BROKER_NAME, ClusterSpec, LocalCluster
+from boltmq.message import SendStatus
+from boltmq.producer import SendError
+from boltmq.pull_consumer import PullError, PullResult
+from boltmq.runtime import sync_channel
+from boltmq.v1 import store_pb2, store_pb2_grpc
+from tests.integration.conftest import (
+    CLUSTER_BROKER_SETTINGS,
+    CLUSTER_REGISTRY_SETTINGS,
+    CLUSTER_STORE_SETTINGS,
+)
+
+TOPIC = "Failover"
+QUEUES = 4
+WAIT_S = 30.0
+PULL_ATTEMPTS = 5
+STORE_SETTINGS = (*CLUSTER_STORE_SETTINGS, "slave_timeout_ms=1000")
+BROKER_SETTINGS = (*CLUSTER_BROKER_SETTINGS, "role_check_interval_ms=200",
+                   "metadata_sync_interval_ms=300", "default_topic_queue_nums=4")
+HA_SETTINGS = ("heartbeat_interval_ms=200", "role_check_interval_ms=200",
+               "reconnect_min_ms=50", "reconnect_max_ms=300", "housekeeping_interval_ms=3000")
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except (grpc.RpcError, OSError):
+            pass  # a process that is (re)starting
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+def store_info(address: str) -> store_pb2.StoreInfo:
+    with sync_channel(address) as channel:
+        info: store_pb2.StoreInfo = store_pb2_grpc.StoreServiceStub(channel).GetStoreInfo(
+            store_pb2.GetStoreInfoRequest(), timeout=5)
+        return info
+
+
+def commitlog(address: str, start: int) -> bytes:
+    with sync_channel(address) as channel:
+        chunks = store_pb2_grpc.StoreServiceStub(channel).ReadCommitLog(
+            store_pb2.ReadCommitLogRequest(offset=start), timeout=30)
+        return b"".join(c.data for c in chunks)
+
+
+def read_all(registry: str, group: str) -> list[bytes]:
+    """Every message of TOPIC, queue by queue from offset 0 (through the SDK's read routing).
+
+    A pull that fails is tried again, as a consumer does: the SDK moves reads
+    to a replica once the master has failed to answer.
+    """
+    consumer = PullConsumer(registry, group, rpc_timeout_ms=2000)
+    bodies: list[bytes] = []
+    for queue_id in range(QUEUES):
+        offset = 0
+        while True:
+            result = _pull_retrying(consumer, MessageQueue(TOPIC, BROKER_NAME, queue_id), offset)
+            if not result.messages:
+                break
+            bodies += [bytes(m.body) for m in result.messages]
+            offset = result.next_begin_offset
+    return bodies
+
+
+def _pull_retrying(consumer: PullConsumer, queue: MessageQueue, offset: int) -> PullResult:
+    for _ in range(PULL_ATTEMPTS - 1):
+        try:
+            return consumer.pull(queue, offset, 256)
+        except PullError:
+            continue
+    return consumer.pull(queue, offset, 256)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    spec = ClusterSpec(tmp_path, replicas=1, master_role="SYNC_MASTER",
+                       store_settings=STORE_SETTINGS, broker_settings=BROKER_SETTINGS,
+                       ha_settings=HA_SETTINGS, registry_settings=CLUSTER_REGISTRY_SETTINGS)
+    local = LocalCluster(spec).start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+def registry_of(cluster: LocalCluster) -> str:
+    assert cluster.registry is not None
+    return cluster.registry.address
+
+
+def replica_connected(cluster: LocalCluster) -> bool:
+    return bool(store_info(cluster.members[0].store.address).replicas)
+
+
+def test_sync_master_acknowledges_after_the_replica_and_says_when_it_cannot(
+        cluster: LocalCluster) -> None:
+    wait_for(lambda: replica_connected(cluster), "the replica reports to the master")
+    master, replica = cluster.members
+    with Producer(registry_of(cluster), group="pg", retry_times=0) as producer:
+        ok = producer.send(Message(topic=TOPIC, body=b"replicated"))
+        assert ok.status is SendStatus.SEND_OK
+        # Acknowledged means the replica has it already.
+        assert store_info(replica.store.address).commitlog_max_offset >= \
+            ok.commitlog_offset + 1
+        replica.store.pause()  # the replica's HA cannot append: its acks stop
+        try:
+            late = producer.send(Message(topic=TOPIC, body=b"no ack in time"))
+        finally:
+            replica.store.resume()
+        assert late.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+        assert replica.ha is not None
+        replica.ha.stop()  # the replica's stream ends: the master forgets it
+        wait_for(lambda: not replica_connected(cluster), "the master forgets the replica")
+        alone = producer.send(Message(topic=TOPIC, body=b"no replica"))
+        assert alone.status is SendStatus.SLAVE_NOT_AVAILABLE
+    # All three are stored on the master all the same.
+    assert sorted(read_all(registry_of(cluster), "cg-sync")) == \
+        sorted([b"replicated", b"no ack in time", b"no replica"])
+    assert master.store.alive()
+
+
+def produce_until_failure(registry: str, acked: list[bytes], stop: threading.Event) -> None:
+    """Send one by one (SYNC_MASTER); keep what was acknowledged SEND_OK."""
+    with Producer(registry, group="pg-load", retry_times=0, send_timeout_ms=2000) as producer:
+        i = 0
+        while not stop.is_set():
+            body = f"m{i:06d}".encode()
+            try:
+                result = producer.send(Message(topic=TOPIC, body=body))
+            except SendError:
+                return  # the master is gone
+            if result.status is SendStatus.SEND_OK:
+                acked.append(body)
+            i += 1
+
+
+def promote_with_cli(registry: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "boltmq.cli", "admin", "broker", "promote", BROKER_NAME,
+         "--registry", registry], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_kill_master_under_load_promote_and_the_old_master_rejoins(
+        cluster: LocalCluster) -> None:
+    registry = registry_of(cluster)
+    wait_for(lambda: replica_connected(cluster), "the replica reports to the master")
+    master, replica = cluster.members
+    acked: list[bytes] = []
+    stop = threading.Event()
+    load = threading.Thread(target=produce_until_failure, args=(registry, acked, stop))
+    load.start()
+    wait_for(lambda: len(acked) >= 200, "200 messages are acknowledged")
+    master.store.kill()  # kill -9 in the middle of SYNC_MASTER sends
+    load.join(timeout=60)
+    stop.set()
+    assert len(acked) >= 200
+
+    # While the master store is down, a consumer reads everything from the replica.
+    backlog = read_all(registry, "cg-during-outage")
+    assert set(acked) <= set(backlog)
+
+    out = promote_with_cli(registry)
+    assert "is the master now (epoch 1" in out
+    assert store_info(replica.store.address).role == "MASTER"
+    wait_for(lambda: _writable(registry), "sends reach the promoted master")
+    with Producer(registry, group="pg-after") as producer:
+        after = producer.send(Message(topic=TOPIC, body=b"after failover"))
+        assert after.status in (SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE)
+    survivors = read_all(registry, "cg-after")
+    assert set(acked) <= set(survivors)
+    counts = Counter(survivors)
+    assert all(counts[body] == 1 for body in acked)  # nothing duplicated
+    assert b"after failover" in survivors
+
+    # The old master comes back: its broker is told a newer epoch leads, demotes its
+    # store, and its HA service follows the new master, dropping any tail it lacks.
+    assert master.broker is not None and master.ha is not None
+    master.broker.stop()
+    master.ha.stop()
+    old = cluster.start_member(0)
+    new_master = replica.store.address
+
+    def converged() -> bool:
+        mine, theirs = store_info(old.store.address), store_info(new_master)
+        return mine.role == "REPLICA" and mine.epoch == theirs.epoch and \
+            mine.commitlog_max_offset == theirs.commitlog_max_offset
+    wait_for(converged, "the old master is a replica level with the new master")
+    start = store_info(old.store.address).commitlog_min_offset
+    assert commitlog(old.store.address, start) == commitlog(new_master, start)
+
+
+def _writable(registry: str) -> bool:
+    with Producer(registry, group="pg-probe", retry_times=0) as producer:
+        try:
+            producer.send(Message(topic=TOPIC, body=b"probe"))
+        except SendError:
+            return False
+    return True
