@@ -26,7 +26,7 @@ from boltmq.message import SendStatus
 from boltmq.producer import SendError
 from boltmq.pull_consumer import PullError, PullResult
 from boltmq.runtime import sync_channel
-from boltmq.v1 import store_pb2, store_pb2_grpc
+from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2, store_pb2_grpc
 from tests.integration.conftest import (
     CLUSTER_BROKER_SETTINGS,
     CLUSTER_REGISTRY_SETTINGS,
@@ -179,6 +179,11 @@ def test_kill_master_under_load_promote_and_the_old_master_rejoins(
     load = threading.Thread(target=produce_until_failure, args=(registry, acked, stop))
     load.start()
     wait_for(lambda: len(acked) >= 200, "200 messages are acknowledged")
+    committer = PullConsumer(registry, "cg-progress")
+    committer.commit(MessageQueue(TOPIC, BROKER_NAME, 1), 7)
+    assert replica.broker is not None
+    wait_for(lambda: _committed_on(replica.broker.address, "cg-progress", 1) == 7,
+             "the replica's broker copied the group's committed offset")
     master.store.kill()  # kill -9 in the middle of SYNC_MASTER sends
     load.join(timeout=60)
     stop.set()
@@ -195,6 +200,8 @@ def test_kill_master_under_load_promote_and_the_old_master_rejoins(
     with Producer(registry, group="pg-after") as producer:
         after = producer.send(Message(topic=TOPIC, body=b"after failover"))
         assert after.status in (SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE)
+    # Consumer progress survived the failover with the metadata the replica copied.
+    assert committer.committed(MessageQueue(TOPIC, BROKER_NAME, 1)) == 7
     survivors = read_all(registry, "cg-after")
     assert set(acked) <= set(survivors)
     counts = Counter(survivors)
@@ -216,6 +223,14 @@ def test_kill_master_under_load_promote_and_the_old_master_rejoins(
     wait_for(converged, "the old master is a replica level with the new master")
     start = store_info(old.store.address).commitlog_min_offset
     assert commitlog(old.store.address, start) == commitlog(new_master, start)
+
+
+def _committed_on(broker: str, group: str, queue_id: int) -> int:
+    with sync_channel(broker) as channel:
+        answer = broker_pb2_grpc.BrokerServiceStub(channel).QueryConsumerOffset(
+            broker_pb2.QueryConsumerOffsetRequest(group=group, topic=TOPIC, queue_id=queue_id),
+            timeout=5)
+    return answer.offset if answer.found else -1
 
 
 def _writable(registry: str) -> bool:
