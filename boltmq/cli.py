@@ -222,6 +222,50 @@ def bench_store(scenarios: tuple[str, ...], messages: int, body_bytes: int, batc
             click.echo(to_json(result) if as_json else format_result(result))
 
 
+@bench.command("ha")
+@click.option("--scenario", "scenarios", multiple=True,
+              type=click.Choice(["catchup", "follow", "sync"]),
+              help="Scenarios to run (default: all).")
+@click.option("--mib", default=256, show_default=True, type=click.IntRange(min=1),
+              help="catchup: MiB on the master before the replica starts.")
+@click.option("--seconds", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="follow: how long the load runs.")
+@click.option("--rate", default=20_000, show_default=True, type=click.IntRange(1, 10_000_000),
+              help="follow: messages per second sent to the master.")
+@click.option("--messages", default=100_000, show_default=True, type=click.IntRange(min=1),
+              help="sync: messages per role.")
+@click.option("--body-bytes", default=1024, show_default=True, type=click.IntRange(min=0))
+@click.option("--batch", "batch_size", default=256, show_default=True,
+              type=click.IntRange(1, 4096))
+@click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 256),
+              help="sync: concurrent writers.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to put the temporary stores (default: the system temp dir).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def bench_ha(scenarios: tuple[str, ...], mib: int, seconds: float, rate: int, messages: int,
+             body_bytes: int, batch_size: int, threads: int, directory: Path | None,
+             as_json: bool) -> None:
+    """Replication: catch-up MB/s, lag under load, SYNC_MASTER vs ASYNC_MASTER produce."""
+    from boltmq import bench_ha as b
+    from boltmq.bench_report import format_result, to_json
+    from boltmq.launcher import LaunchError
+
+    runs = {
+        "catchup": lambda: [b.bench_catchup(mib, body_bytes, directory)],
+        "follow": lambda: [b.bench_follow(seconds, rate, body_bytes, batch_size, directory)],
+        "sync": lambda: b.bench_sync(messages, body_bytes, batch_size, threads, directory),
+    }
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+    for name in scenarios or tuple(runs):
+        try:
+            outcomes = runs[name]()
+        except (LaunchError, TimeoutError) as exc:
+            raise fail(exc) from None
+        for outcome in outcomes:
+            click.echo(to_json(outcome) if as_json else format_result(outcome))
+
+
 _COUNT = click.option("--count", default=100_000, show_default=True, type=click.IntRange(min=1))
 _SIZE = click.option("--size", default=1024, show_default=True, type=click.IntRange(min=0),
                      help="Body bytes.")

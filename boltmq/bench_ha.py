@@ -1,0 +1,198 @@
+"""``boltmq bench ha``: replication benchmarks on real processes (DESIGN 7, issue 4).
+
+Each scenario starts its own master store + HA service and replica store + HA
+service (``broker_role=SLAVE``, following the master statically) in a
+temporary directory, and writes to the master store's Append directly (no
+broker in the way: what is measured is replication).
+
+- ``catchup``: the master holds ``--mib`` MiB before the replica starts empty
+  with ``replica_start=FIRST_SEGMENT``; MB/s is the copy rate from the replica
+  HA service's READY line until both ends are equal.
+- ``follow``: batches of 1 KiB messages at ``--rate`` msg/s for ``--seconds``
+  while the replica follows; the notes give the lag in bytes (sampled every
+  50 ms: p50, p99, max) and how long the replica needed after the last write.
+- ``sync``: the same batched produce (``--threads`` writers, ``--batch``
+  messages a call) against an ASYNC_MASTER and a SYNC_MASTER group; latency
+  per call.
+
+These print numbers; they assert nothing.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from boltmq.bench_report import BenchResult, result, timed_threads
+from boltmq.launcher import ServiceProcess
+from boltmq.runtime import sync_channel
+from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+
+SEGMENT_BYTES = 64 * 1024 * 1024
+STORE_SETTINGS = (f"mapped_file_size_commitlog={SEGMENT_BYTES}", "max_hash_slot_num=100000",
+                  "max_index_num=400000")
+HA_SETTINGS = ("heartbeat_interval_ms=1000", "housekeeping_interval_ms=10000",
+               "role_check_interval_ms=500")
+TOPIC = "BenchHA"
+QUEUES = 8
+LAG_SAMPLE_S = 0.05
+CATCH_UP_TIMEOUT_S = 600.0
+
+
+@dataclass
+class _Group:
+    master: store_pb2_grpc.StoreServiceStub
+    replica: store_pb2_grpc.StoreServiceStub
+    start_replica: Callable[[], None]
+
+
+def _info(stub: store_pb2_grpc.StoreServiceStub) -> store_pb2.StoreInfo:
+    info: store_pb2.StoreInfo = stub.GetStoreInfo(store_pb2.GetStoreInfoRequest(), timeout=10)
+    return info
+
+
+@contextmanager
+def _group(directory: Path | None, master_role: str = "ASYNC_MASTER",
+           replica_now: bool = True) -> Iterator[_Group]:
+    """A master and a replica, each a store and an HA service; stopped at the end."""
+    started: list[ServiceProcess] = []
+    channels = []
+    with tempfile.TemporaryDirectory(dir=directory, prefix="bench-ha-") as tmp:
+        root = Path(tmp)
+
+        def launch(service: str, *settings: str) -> ServiceProcess:
+            proc = ServiceProcess(service, root / "logs", *settings).start()
+            started.append(proc)
+            return proc
+
+        def stub(proc: ServiceProcess) -> store_pb2_grpc.StoreServiceStub:
+            chan = sync_channel(proc.address)
+            channels.append(chan)
+            return store_pb2_grpc.StoreServiceStub(chan)
+
+        try:
+            master_store = launch("store", f"root_dir={root / 'master'}",
+                                  f"broker_role={master_role}", *STORE_SETTINGS)
+            master_ha = launch("ha", f"store_address={master_store.address}",
+                               "replica_start=FIRST_SEGMENT", *HA_SETTINGS)
+            replica_store = launch("store", f"root_dir={root / 'replica'}", "broker_role=SLAVE",
+                                   *STORE_SETTINGS)
+
+            def start_replica() -> None:
+                launch("ha", f"store_address={replica_store.address}",
+                       f"master_address={master_ha.address}", *HA_SETTINGS)
+
+            if replica_now:
+                start_replica()
+            yield _Group(stub(master_store), stub(replica_store), start_replica)
+        finally:
+            for chan in channels:
+                chan.close()
+            for proc in reversed(started):
+                proc.stop()
+
+
+def _batch(body_bytes: int, batch: int, queue_id: int) -> store_pb2.AppendRequest:
+    body = b"x" * body_bytes
+    return store_pb2.AppendRequest(messages=[
+        message_pb2.Message(topic=TOPIC, queue_id=(queue_id + i) % QUEUES, body=body)
+        for i in range(batch)])
+
+
+def _wait_equal(group: _Group) -> float:
+    """Seconds until the replica's CommitLog ends where the master's does."""
+    start = time.perf_counter()
+    deadline = start + CATCH_UP_TIMEOUT_S
+    target = _info(group.master).commitlog_max_offset
+    while _info(group.replica).commitlog_max_offset < target:
+        if time.perf_counter() > deadline:
+            raise TimeoutError("the replica did not catch up")
+        time.sleep(0.005)
+    return time.perf_counter() - start
+
+
+def bench_catchup(mib: int, body_bytes: int, directory: Path | None) -> BenchResult:
+    """Copy rate of an empty replica that starts behind ``mib`` MiB."""
+    batch = 256
+    with _group(directory, replica_now=False) as group:
+        calls = max(1, mib * 2**20 // (batch * body_bytes))
+        for n in range(calls):
+            group.master.Append(_batch(body_bytes, batch, n), timeout=30)
+        total = _info(group.master).commitlog_max_offset
+        group.start_replica()  # returns at its READY line: the follower is connecting
+        seconds = _wait_equal(group)
+    r = result("ha-catchup", calls * batch, seconds, body_bytes, [],
+               f"{total / seconds / 1e6:.1f} MB/s of CommitLog copied ({total / 2**20:.0f} MiB, "
+               f"from the replica HA's READY line)")
+    return r
+
+
+def bench_follow(seconds: float, rate: int, body_bytes: int, batch: int,
+                 directory: Path | None) -> BenchResult:
+    """Lag in bytes while the master takes ``rate`` msg/s for ``seconds``."""
+    lags: list[int] = []
+    with _group(directory) as group:
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                master_end = _info(group.master).commitlog_max_offset
+                lags.append(max(0, master_end - _info(group.replica).commitlog_max_offset))
+                time.sleep(LAG_SAMPLE_S)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        interval_s = batch / rate
+        calls = max(1, int(seconds * rate / batch))
+        start = time.perf_counter()
+        for n in range(calls):
+            due = start + n * interval_s
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            group.master.Append(_batch(body_bytes, batch, n), timeout=30)
+        produced_s = time.perf_counter() - start
+        drain_s = _wait_equal(group)
+        stop.set()
+        sampler.join()
+    ordered = sorted(lags) or [0]
+
+    def pick(q: float) -> int:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return result("ha-follow", calls * batch, produced_s, body_bytes, [],
+                  f"target {rate} msg/s; lag bytes p50 {pick(0.5)} p99 {pick(0.99)} "
+                  f"max {ordered[-1]}; caught up {drain_s * 1000:.0f} ms after the last write")
+
+
+def bench_sync(messages: int, body_bytes: int, batch: int, threads: int,
+               directory: Path | None) -> list[BenchResult]:
+    """Batched produce against ASYNC_MASTER, then SYNC_MASTER, each with a replica."""
+    results = []
+    for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+        with _group(directory, master_role=role) as group:
+            group.master.Append(_batch(body_bytes, batch, 0), timeout=30)  # warm
+            _wait_equal(group)
+            per_thread = max(1, messages // threads // batch)
+            statuses: set[int] = set()
+
+            def setup(n: int, group: _Group = group, statuses: set[int] = statuses
+                      ) -> Callable[[], object]:
+                request = _batch(body_bytes, batch, n)
+
+                def call() -> None:
+                    statuses.update(group.master.Append(request, timeout=30).statuses)
+                return call
+
+            seconds, samples = timed_threads(threads, setup, per_thread)
+        names = sorted(message_pb2.PutMessageStatus.Name(s) for s in statuses)  # type: ignore[arg-type]
+        results.append(result(f"ha-produce-{role.lower()}", per_thread * batch * threads,
+                              seconds, body_bytes, samples,
+                              f"batch {batch}, {threads} threads, latency per call; "
+                              f"statuses {', '.join(names)}"))
+    return results
