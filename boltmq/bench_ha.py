@@ -35,7 +35,9 @@ from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 
 SEGMENT_BYTES = 64 * 1024 * 1024
 STORE_SETTINGS = (f"mapped_file_size_commitlog={SEGMENT_BYTES}", "max_hash_slot_num=100000",
-                  "max_index_num=400000")
+                  "max_index_num=400000", "disk_max_used_space_ratio=100",
+                  "disk_space_clean_forcibly_ratio=100", "disk_space_warning_level_ratio=100")
+"""Big segments; the cleaner never deletes what a run is still comparing."""
 HA_SETTINGS = ("heartbeat_interval_ms=1000", "housekeeping_interval_ms=10000",
                "role_check_interval_ms=500")
 TOPIC = "BenchHA"

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from boltmq.registry_client import RegistryClient
 from boltmq.runtime import sync_channel
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, message_pb2, store_pb2, store_pb2_grpc
 from tests.integration.procs import ServiceProcess
@@ -27,7 +28,10 @@ from tests.integration.procs import ServiceProcess
 SEGMENT_BYTES = 65536
 STORE_SETTINGS = (f"mapped_file_size_commitlog={SEGMENT_BYTES}",
                   "mapped_file_size_consume_queue=20000", "max_hash_slot_num=1000",
-                  "max_index_num=4000", "max_message_size_bytes=8192")
+                  "max_index_num=4000", "max_message_size_bytes=8192",
+                  # A busy shared disk must not make the cleaner delete segments mid-test.
+                  "disk_max_used_space_ratio=100", "disk_space_clean_forcibly_ratio=100",
+                  "disk_space_warning_level_ratio=100")
 HA_SETTINGS = ("heartbeat_interval_ms=200", "housekeeping_interval_ms=2000",
                "role_check_interval_ms=100", "reconnect_min_ms=50", "reconnect_max_ms=500")
 """Short intervals so reconnects and role changes show within a fraction of a second."""
@@ -307,6 +311,40 @@ def test_old_master_rejoins_and_drops_its_diverged_tail(procs: Procs, stub) -> N
     assert a.QueryByKey(store_pb2.QueryByKeyRequest(topic=TOPIC, key="k61-1")).messages
 
 
+def test_a_demoted_master_follows_the_new_master_it_finds_in_the_registry(procs: Procs, stub
+                                                                          ) -> None:
+    registry = procs.start("registry")
+    find_master = (f"registry_addresses={registry.address}", "replica_start=FIRST_SEGMENT")
+    a_store, b_store = procs.store("a"), procs.store("b", "broker_role=SLAVE")
+    a, b = stub(a_store), stub(b_store)
+    a_ha, b_ha = procs.ha(a_store, *find_master), procs.ha(b_store, *find_master)
+    brokers = RegistryClient([registry.address])
+    group = {"cluster_name": "DefaultCluster", "broker_name": "broker-a", "broker_id": 0}
+    brokers.register(**group, address="127.0.0.1:1", ha_address=a_ha.address, epoch=0)
+    produce(a, 2)
+    caught_up(a, b)
+    assert ha_status(b_ha).master_address == a_ha.address
+
+    # B is promoted and registered as the group's master of epoch 1; A writes on, alone.
+    assert b.SetRole(store_pb2.SetRoleRequest(role=store_pb2.MASTER, broker_id=0)).epoch == 1
+    brokers.register(**group, address="127.0.0.1:2", ha_address=b_ha.address, epoch=1)
+    brokers.unregister(**group, address="127.0.0.1:1")
+    wait_until(lambda: ha_status(b_ha).role == "MASTER", "B's HA to serve as master")
+    produce(a, 1, first=50)
+    produce(b, 2, first=60)
+
+    # A is demoted while its HA service runs: it ends its master side and follows B.
+    a.SetRole(store_pb2.SetRoleRequest(role=store_pb2.REPLICA, broker_id=1))
+    caught_up(b, a)
+    assert assert_same_data(b, a) == 0
+    status = ha_status(a_ha)
+    assert (status.role, status.master_address, status.connected) == \
+        ("REPLICA", b_ha.address, True)
+    assert "truncated the CommitLog" in a_ha.log()
+    assert not a.QueryByKey(store_pb2.QueryByKeyRequest(topic=TOPIC, key="k50-1")).messages
+    brokers.close()
+
+
 def test_a_replica_with_other_segments_is_refused(procs: Procs, stub) -> None:
     master_store = procs.store("master")
     produce(stub(master_store), 1)
@@ -321,7 +359,10 @@ def test_a_replica_with_other_segments_is_refused(procs: Procs, stub) -> None:
 
 # ------------------------------------------------------------------ a fake master
 class ScriptedMaster(ha_pb2_grpc.HAServiceServicer):
-    """A master that answers each Replicate with the next script: a list of chunks."""
+    """A master that answers each Replicate with the next script: a list of chunks.
+
+    ``reports`` collects the first report of every connection (the replica's end).
+    """
 
     def __init__(self, scripts: list[list[store_pb2.CommitLogChunk]]) -> None:
         self._scripts = scripts
@@ -337,8 +378,7 @@ class ScriptedMaster(ha_pb2_grpc.HAServiceServicer):
                                              truncate_to=-1, segment_bytes=SEGMENT_BYTES)
         yield handshake
         yield from script
-        for report in request_iterator:  # hold the stream until the replica closes it
-            self.reports.append(report.max_offset)
+        # Then end the stream: the replica reconnects (at once after progress).
 
 
 def test_garbled_and_misaligned_chunks_are_refused(procs: Procs, stub, tmp_path: Path) -> None:
