@@ -66,8 +66,9 @@ class SendProcessor:
     async def send(self, request: broker_pb2.SendRequest, peer_address: str
                    ) -> broker_pb2.SendResponse:
         """Validate, pick the queue, append the batch, and map the store's results."""
-        if request.records or request.record_count:
-            return await self._send_records(request, peer_address)
+        records = request.records  # each access copies the bytes: once only
+        if records or request.record_count:
+            return await self._send_records(request, records, peer_address)
         topic, queue_id = self._check_batch(request)
         queue_id = await self._writable_queue(request, topic, queue_id, "messages[0].topic")
         for message in request.messages:
@@ -93,8 +94,8 @@ class SendProcessor:
                                    f"(perm {config.perm})")
         return self._choose_queue(config, queue_id)
 
-    async def _send_records(self, request: broker_pb2.SendRequest, peer_address: str
-                            ) -> broker_pb2.SendResponse:
+    async def _send_records(self, request: broker_pb2.SendRequest, records: bytes,
+                            peer_address: str) -> broker_pb2.SendResponse:
         """The raw path: records the producer encoded, forwarded as one ``bytes``.
 
         The broker reads each record's header (framing, topic, body size;
@@ -102,9 +103,9 @@ class SendProcessor:
         own, and sends the rest untouched; the store verifies CRCs and
         properties and patches offsets (DESIGN 11, "encode once").
         """
-        topic, queue_id = self._check_records_request(request)
+        topic, queue_id = self._check_records_request(request, records)
         queue_id = await self._writable_queue(request, topic, queue_id, "topic")
-        batch = RecordBatch(request.records, request.record_count, topic, queue_id)
+        batch = RecordBatch(records, request.record_count, topic, queue_id)
         try:
             positions = frame_records(batch.records, batch.count)
         except MalformedBatch as exc:
@@ -125,7 +126,8 @@ class SendProcessor:
                                   self._config.broker_name)
         return to_send_response(response, topic, queue_id, self._config.broker_name)
 
-    def _check_records_request(self, request: broker_pb2.SendRequest) -> tuple[str, int]:
+    def _check_records_request(self, request: broker_pb2.SendRequest, records: bytes
+                               ) -> tuple[str, int]:
         """Return (topic, queue_id) of a well-formed raw request; raise naming the bad field."""
         if request.messages:
             raise InvalidArgument("records: send messages or records, not both")
@@ -133,7 +135,7 @@ class SendProcessor:
         if not 0 < count <= self._config.max_batch_messages:
             raise InvalidArgument(f"record_count: {count} records in one batch; 1.."
                                   f"{self._config.max_batch_messages}")
-        if not request.records:
+        if not records:
             raise InvalidArgument(f"records: empty, but record_count is {count}")
         if request.producer_group:
             check_group("producer_group", request.producer_group)

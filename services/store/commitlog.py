@@ -355,20 +355,20 @@ class CommitLog:
                        ) -> tuple[list[PutResult], AppendBatch]:
         """Append checked raw records in order under one lock (see check_records).
 
-        The records are patched in a copy of the request's bytes with one
-        ``pack_into`` each (queue and physical offsets, hosts, store time) and
-        the copy goes into the mapping with one slice assignment per run of
-        adjacent records, so nothing is decoded or re-encoded. (Copying each
-        record on its own and patching it in the mapping was rejected: a slice
-        assignment per record cost more than the whole patch loop.)
+        Runs of adjacent records go into the mapping with one slice assignment
+        each, and then every record is patched in place with one ``pack_into``
+        (queue and physical offsets, hosts, store time): nothing is decoded or
+        re-encoded. Readers never see an unpatched record, because the write
+        position moves only after the patches. (Copying the request into a
+        bytearray to patch it before the copy was rejected: one more copy of
+        the whole batch; so was a slice assignment per record.)
         """
         results: list[PutResult] = []
         requests: list[DispatchTuple] = []
-        store_host = self.store_host
         id_prefix = self._msg_id_prefix
-        patch = PATCH.pack_into
-        patched = bytearray(records)
+        source = memoryview(records)
         key = (topic, queue_id)
+        fixed = (queue_id, born_host, self.store_host, now_ms)
         with self.lock:
             start_offset = self.files.max_offset
             try:
@@ -376,48 +376,36 @@ class CommitLog:
             except OSError as exc:
                 return _create_failed(len(checked), exc), AppendBatch(start_offset,
                                                                        start_offset, [])
-            runs: list[tuple[MappedFile, int, int, int]] = []  # (segment, at, from, to)
-            run_at = position = mf.wrote_position
-            run_from = run_to = checked[0][0]
+            segment: _SegmentWrite | None = _SegmentWrite(mf, source, fixed)
+            position = mf.wrote_position
             queue_offset = self.queue_offsets.get(key, 0)
-            for (source, total, head, code, index_keys, consumable) in checked:
+            for (source_position, total, head, code, index_keys, consumable) in checked:
                 if total + BLANK_MARKER_SIZE > mf.file_size - position:
-                    runs.append((mf, run_at, run_from, run_to))
-                    self._write_runs(runs, patched, now_ms)
-                    runs = []
-                    mf.mm[position:position + BLANK_MARKER_SIZE] = blank_marker(
-                        mf.file_size - position)
-                    mf.wrote_position = mf.committed_position = mf.file_size  # segment full
+                    segment.finish(position, blank=True)  # type: ignore[union-attr]
                     try:
                         mf = self.files.last_file_or_create()
                     except OSError as exc:
                         # Disk full or unwritable: what is written stays; the rest fails.
                         results += _create_failed(len(checked) - len(results), exc)
-                        run_from = run_to = source
+                        segment = None
                         break
-                    run_at = position = mf.wrote_position
-                    run_from = run_to = source
-                elif source != run_to:  # a refused record left a gap in the source
-                    runs.append((mf, run_at, run_from, run_to))
-                    run_at, run_from, run_to = position, source, source
+                    segment = _SegmentWrite(mf, source, fixed)
+                    position = mf.wrote_position
                 physical = mf.file_from_offset + position
                 if consumable:
                     this_offset = queue_offset
                     queue_offset += 1
                 else:
                     this_offset = 0
-                sys_flag = head[H_SYS_FLAG]
-                patch(patched, source + PATCH_OFFSET, queue_id, head[H_FLAG], this_offset,
-                      physical, sys_flag, head[H_BORN_TS] or now_ms, born_host, now_ms,
-                      store_host)
+                segment.add(source_position, total, position, head,  # type: ignore[union-attr]
+                            this_offset, physical)
                 position += total
-                run_to += total
                 results.append(PutResult(PutStatus.PUT_OK, f"{id_prefix}{physical:016X}",
                                          physical, this_offset, total, now_ms))
                 requests.append((topic, queue_id, physical, total, code, now_ms, this_offset,
-                                 index_keys, sys_flag))
-            runs.append((mf, run_at, run_from, run_to))
-            self._write_runs(runs, patched, now_ms)
+                                 index_keys, head[H_SYS_FLAG]))
+            if segment is not None:
+                segment.finish(position, blank=False)
             self.queue_offsets[key] = queue_offset
             warmer = self.warmer
             if warmer.enabled:
@@ -427,17 +415,6 @@ class CommitLog:
             if self.on_append is not None:
                 self.on_append(batch)
         return results, batch
-
-    @staticmethod
-    def _write_runs(runs: list[tuple[MappedFile, int, int, int]], patched: bytearray,
-                    now_ms: int) -> None:
-        """Copy each run of patched records to its place in its segment, in order."""
-        source = memoryview(patched)
-        for mf, at, start, end in runs:
-            if end > start:
-                mf.mm[at:at + end - start] = source[start:end]
-                mf.wrote_position = mf.committed_position = at + end - start
-                mf.store_timestamp = now_ms
 
     @staticmethod
     def _write_chunk(mf: MappedFile, chunk: list[bytes], chunk_start: int, now_ms: int) -> None:
@@ -589,6 +566,52 @@ class CommitLog:
     def close(self) -> None:
         self.warmer.stop()
         self.files.close()
+
+
+class _SegmentWrite:
+    """The raw records one append puts into one segment: copied run by run, then patched.
+
+    Adjacent source records form one run (a refused record leaves a gap); the
+    write position moves once, after every record of the segment is patched.
+    """
+
+    __slots__ = ("mf", "source", "fixed", "runs", "patches")
+
+    def __init__(self, mf: MappedFile, source: memoryview,
+                 fixed: tuple[int, bytes, bytes, int]) -> None:
+        self.mf = mf
+        self.source = source
+        self.fixed = fixed  # queue_id, born_host, store_host, now_ms
+        self.runs: list[list[int]] = []  # [at, from, to]
+        self.patches: list[tuple[int, int, int, int, int, int]] = []
+
+    def add(self, source_position: int, total: int, at: int, head: tuple,  # type: ignore[type-arg]
+            queue_offset: int, physical: int) -> None:
+        runs = self.runs
+        if runs and runs[-1][2] == source_position:
+            runs[-1][2] += total
+        else:
+            runs.append([at, source_position, source_position + total])
+        self.patches.append((at, head[H_FLAG], queue_offset, physical, head[H_SYS_FLAG],
+                             head[H_BORN_TS]))
+
+    def finish(self, end: int, *, blank: bool) -> None:
+        """Copy, patch, then publish up to ``end`` (and a blank marker when ``blank``)."""
+        mf = self.mf
+        mm, source = mf.mm, self.source
+        for at, start, stop in self.runs:
+            mm[at:at + stop - start] = source[start:stop]
+        queue_id, born_host, store_host, now_ms = self.fixed
+        patch = PATCH.pack_into
+        for at, flag, queue_offset, physical, sys_flag, born_ts in self.patches:
+            patch(mm, at + PATCH_OFFSET, queue_id, flag, queue_offset, physical, sys_flag,
+                  born_ts or now_ms, born_host, now_ms, store_host)
+        if blank:
+            mm[end:end + BLANK_MARKER_SIZE] = blank_marker(mf.file_size - end)
+            end = mf.file_size  # the segment is full
+        if self.patches or blank:
+            mf.wrote_position = mf.committed_position = end
+            mf.store_timestamp = now_ms
 
 
 def _create_failed(count: int, exc: OSError) -> list[PutResult]:

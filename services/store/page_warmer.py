@@ -108,9 +108,12 @@ class PageWarmer:
         """Populate one step if the writer is within reach; False when there is nothing to do."""
         with self._lock:
             mf = self._target
-            if mf is None or mf.closed:
+            if mf is None or mf.closed or not self.enabled:
                 return False
-            goal = min(mf.wrote_position + self.ahead_bytes, mf.file_size)
+            # Page-aligned: madvise refuses (EINVAL) a start that is not, and the
+            # next step starts where this one ends.
+            goal = min(-(-(mf.wrote_position + self.ahead_bytes) // PAGE_SIZE) * PAGE_SIZE,
+                       mf.file_size)
             start = self._populated
             if start >= goal:
                 return False

@@ -407,8 +407,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         if count > APPEND_MESSAGES_MAX:
             raise BadRequest("messages", f"{count} messages, at most {APPEND_MESSAGES_MAX} "
                                          f"per call")
-        if request.records or request.record_count:
-            messages = self._record_batch(request)
+        records = request.records  # each access copies the bytes: once only
+        if records or request.record_count:
+            messages = self._record_batch(request, records)
         if request.born_host:
             born = parse_host_port("born_host", request.born_host)
         else:
@@ -420,7 +421,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             results = store.put_messages(messages, born)
         return append_response(results, store.commitlog.msg_id_prefix)
 
-    def _record_batch(self, request: store_pb2.AppendRequest) -> RecordBatch:
+    def _record_batch(self, request: store_pb2.AppendRequest, records: bytes) -> RecordBatch:
         """The raw records of an Append, after checking the request's own fields."""
         if request.messages:
             raise BadRequest("records", "send messages or records, not both")
@@ -428,11 +429,11 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         if not 0 < count <= APPEND_MESSAGES_MAX:
             raise BadRequest("record_count", f"{count} records; 1..{APPEND_MESSAGES_MAX} per "
                                              f"call")
-        if not request.records:
+        if not records:
             raise BadRequest("records", f"empty, but record_count is {count}")
         topic = _topic("topic", request.topic)
         queue_id = _queue_id("queue_id", request.queue_id, self._config.max_queue_id)
-        return RecordBatch(request.records, count, topic, queue_id)
+        return RecordBatch(records, count, topic, queue_id)
 
     @_edge
     async def AppendRaw(self, request: store_pb2.AppendRawRequest,
