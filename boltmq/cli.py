@@ -67,12 +67,16 @@ def dev(data_dir: Path, registry_port: int, store_port: int, broker_port: int, h
         raise fail(exc) from None
     assert cluster.registry is not None
     click.echo(f"registry  {cluster.registry.address}")
-    for member in cluster.members:
-        kind = "master " if member.index == 0 else f"replica {member.index}"
-        assert member.broker is not None
-        click.echo(f"{kind}  store {member.store.address}   broker {member.broker.address}"
-                   + (f"   ha {member.ha.address}" if member.ha else "")
-                   + f"   data {member.data_dir}")
+    master, *replicas = cluster.members
+    assert master.broker is not None
+    click.echo(f"store     {master.store.address}   data {master.data_dir}")
+    click.echo(f"broker    {master.broker.address}")
+    if master.ha is not None:
+        click.echo(f"ha        {master.ha.address}")
+    for member in replicas:
+        assert member.broker is not None and member.ha is not None
+        click.echo(f"replica {member.index} store {member.store.address}   broker "
+                   f"{member.broker.address}   ha {member.ha.address}   data {member.data_dir}")
     click.echo(f"logs      {cluster.log_dir}")
     click.echo(f"try: boltmq produce --registry {cluster.registry.address} --topic T --body hello")
     click.echo("press Ctrl-C to stop")

@@ -74,11 +74,13 @@ class HAStoreClient:
         """Change the store's role and epoch (durable in the store).
 
         A replica passes its master's ``epochs``: the history it adopts, so a
-        later promotion or rejoin compares against the same epoch starts.
+        later promotion or rejoin compares against the same epoch starts. The
+        store refuses if it is a master by then (``only_if_replica``): a
+        promotion between the follower's role check and this call stands.
         """
         info: store_pb2.StoreInfo = await self._call(
             "SetRole", store_pb2.SetRoleRequest(role=role, epoch=epoch, broker_id=broker_id,
-                                                epochs=list(epochs)))
+                                                epochs=list(epochs), only_if_replica=True))
         return info
 
     async def read_commitlog(self, offset: int, max_chunk_bytes: int, heartbeat_ms: int

@@ -489,7 +489,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             else:
                 if request.broker_id == 0:
                     raise BadRequest("broker_id", "a replica registers with a broker id > 0")
-                await asyncio.to_thread(store.demote, epoch, epochs, request.broker_id)
+                await asyncio.to_thread(functools.partial(
+                    store.demote, epoch, epochs, request.broker_id,
+                    only_if_replica=request.only_if_replica))
         except RoleChangeRefused as exc:
             raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
         return self._store_info(store)

@@ -426,10 +426,17 @@ class MessageStore:
         return role
 
     def demote(self, epoch: int = 0, epochs: Sequence[tuple[int, int]] = (),
-               broker_id: int = -1) -> RoleState:
-        """Follow a master (of ``epoch``, with its epoch history): client writes are refused."""
+               broker_id: int = -1, *, only_if_replica: bool = False) -> RoleState:
+        """Follow a master (of ``epoch``, with its epoch history): client writes are refused.
+
+        With ``only_if_replica`` a master is left alone (RoleChangeRefused): the
+        HA follower's bookkeeping must never undo a promotion.
+        """
         self._require_running()
         with self._state_lock:
+            if only_if_replica and self.role.is_master:
+                raise RoleChangeRefused(f"the store is {self.role.broker_role} (epoch "
+                                        f"{self.role.epoch}); only_if_replica refuses to demote it")
             role = RoleState(self.role.broker_role, self.role.epoch, list(self.role.epochs),
                              self.role.broker_id)
             role.demote(epoch, list(epochs), broker_id)

@@ -271,6 +271,16 @@ def test_demotion_refuses_writes_and_an_older_epoch(
         is PutStatus.SERVICE_NOT_AVAILABLE
 
 
+def test_only_if_replica_never_undoes_a_promotion(
+        pair: tuple[MessageStore, MessageStore]) -> None:
+    master, replica = pair
+    with pytest.raises(RoleChangeRefused, match="only_if_replica"):
+        master.demote(epoch=0, only_if_replica=True)
+    assert master.role.is_master
+    role = replica.demote(epoch=2, epochs=[(0, 0), (2, 0)], only_if_replica=True)
+    assert role.epoch == 2 and not role.is_master
+
+
 # --------------------------------------------------------------------------- SYNC_MASTER
 
 
