@@ -77,7 +77,7 @@ def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int) -> in
             raise CorruptRecord(f"bad magic 0x{magic:08X} at {here}")
         if total <= 0 or position + total > size:
             raise CorruptRecord(f"record at {here} of {total} bytes runs past the chunk")
-        record = decode_record(view[:position + total], position, check_crc=True)
+        record = decode_record(view, position, check_crc=True)
         record.properties  # noqa: B018 - raises CorruptRecord when they do not decode
         if record.commitlog_offset != here:
             raise CorruptRecord(f"record at {here} says it belongs at {record.commitlog_offset}")
