@@ -3,7 +3,7 @@
 - ``produce``: ``--concurrency`` threads each send ``--batch`` messages per call
   (``send_batch``; batch 1 is a synchronous ``send``); latency per call.
 - ``consume``: a PushConsumer of a fresh group reads ``--count`` messages that
-  are already in the topic (produce first); throughput only.
+  are already in the topic (produce first), 1024 per pull; throughput only.
 - ``e2e``: a consumer long-polls while a producer sends one message at a time
   at ``--rate``; latency from send to the listener (the long poll's wake-up).
 - ``redis``: the reference: XADD of the same bodies, pipelined ``--batch`` at a
@@ -29,6 +29,10 @@ from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
 
 SEND_TIME = struct.Struct(">q")
+CONSUME_PULL_BATCH = 1024
+"""Messages per pull in ``consume``: each gRPC call costs the consumer, broker and store
+a few hundred microseconds whatever it carries, so 1024 per pull (about 1.1 MB) needs
+a quarter of the calls of 256 (bench/RESULTS.md, issue 3: broker CPU halved)."""
 
 
 def bench_produce(registry: str, topic: str, count: int, size: int, batch: int,
@@ -68,8 +72,9 @@ def bench_consume(registry: str, topic: str, count: int, size: int) -> BenchResu
 
     group = f"BENCH_CONSUMER_{uuid.uuid4().hex[:8]}"
     start = time.perf_counter()
-    consumer = PushConsumer(registry, group, {topic: "*"}, listener, pull_batch_size=256,
-                            consume_batch_max_size=256, long_poll_ms=1000).start()
+    consumer = PushConsumer(registry, group, {topic: "*"}, listener,
+                            pull_batch_size=CONSUME_PULL_BATCH, consume_batch_max_size=256,
+                            long_poll_ms=1000).start()
     try:
         if not done.wait(600):
             raise TimeoutError(f"only {received} of {count} messages arrived")

@@ -18,7 +18,7 @@ import grpc
 from boltmq.client import BoltMQError, ClientInstance, rpc_error_text
 from boltmq.message import MessageQueue, ReceivedMessage
 from boltmq.v1 import broker_pb2, message_pb2
-from services.store.record import CorruptRecord, decode_record, read_total_and_magic
+from services.store.record import decode_records as decode_record_run
 
 PULL_MAX_MESSAGES = 32
 """Default messages per pull (RocketMQ's pullBatchSize)."""
@@ -65,31 +65,23 @@ class PullResult:
 
 def decode_records(data: bytes) -> list[ReceivedMessage]:
     """Decode records laid back to back (a pull's ``records``); CorruptRecord if damaged."""
-    view = memoryview(data)
-    out = []
-    position = 0
-    while position < len(view):
-        total, _ = read_total_and_magic(view, position)
-        if total <= 0 or position + total > len(view):
-            raise CorruptRecord(f"record of {total} bytes at {position} overruns the response")
-        out.append(decode_record(view, position, check_crc=True))
-        position += total
-    return out
+    return decode_record_run(data, check_crc=True)
 
 
 def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: int, *,
                max_messages: int, subscription: str, wait_ms: int, commit_offset: int = -1,
-               timeout_s: float | None = None,
+               max_bytes: int = 0, timeout_s: float | None = None,
                track: Callable[[grpc.Future | None], None] | None = None) -> PullResult:
     """One PullMessage call to the queue's broker (shared by both consumers).
 
+    ``max_bytes`` bounds the records' bytes (0: the store's default, 256 KiB).
     ``track`` receives the in-flight call (and None when it is over) so a
     consumer shutting down can cancel a parked long poll at once.
     """
     request = broker_pb2.BrokerPullRequest(
         consumer_group=group, topic=queue.topic, queue_id=queue.queue_id, queue_offset=offset,
-        max_messages=max_messages, subscription=subscription, suspend_timeout_ms=wait_ms,
-        raw_records=True)
+        max_messages=max_messages, max_bytes=max_bytes, subscription=subscription,
+        suspend_timeout_ms=wait_ms, raw_records=True)
     if commit_offset >= 0:
         request.commit_offset = commit_offset
     deadline = timeout_s if timeout_s is not None else client.rpc_timeout_s + wait_ms / 1000

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 Listener = Callable[[list[ReceivedMessage]], ConsumeResult | None]
 MODELS = ("CLUSTERING", "BROADCASTING")
 CONSUME_FROM = ("FIRST", "LAST")
+PULL_MAX_BYTES = 4 * 1024 * 1024
+"""Record bytes one pull may return (the store's own default, 256 KiB, would cut a
+pull of 256 x 1 KiB messages short)."""
 PULL_BACKOFF_S = 1.0
 """Pause after a failed pull (broker down, route changing) before the next one."""
 
@@ -99,7 +102,8 @@ class _QueueWorker:
         while not self._stopped.is_set():
             try:
                 result = pull_queue(owner.client, owner.group, self.queue, self.offset,
-                                    max_messages=owner.pull_batch_size, subscription=expression,
+                                    max_messages=owner.pull_batch_size,
+                                    max_bytes=owner.pull_max_bytes, subscription=expression,
                                     wait_ms=owner.long_poll_ms, track=self._track)
             except (PullError, RegistryError, OSError) as exc:
                 if not self._stopped.is_set():
@@ -133,7 +137,8 @@ class PushConsumer:
     def __init__(self, registry: str | Sequence[str], group: str,
                  subscriptions: Mapping[str, str], listener: Listener, *,
                  model: str = "CLUSTERING", orderly: bool = False, consume_from: str = "FIRST",
-                 pull_batch_size: int = 32, consume_batch_max_size: int = 32,
+                 pull_batch_size: int = 32, pull_max_bytes: int = PULL_MAX_BYTES,
+                 consume_batch_max_size: int = 32,
                  long_poll_ms: int = 15_000, rebalance_interval_ms: int = 20_000,
                  commit_interval_ms: int = 5_000, suspend_on_failure_ms: int = 1_000,
                  rpc_timeout_ms: int = 5_000) -> None:
@@ -152,7 +157,7 @@ class PushConsumer:
                 raise ValueError(f"subscription of {topic!r}: {exc}") from None
         if not callable(listener):
             raise ValueError("listener must be callable")
-        if min(pull_batch_size, consume_batch_max_size, rebalance_interval_ms,
+        if min(pull_batch_size, pull_max_bytes, consume_batch_max_size, rebalance_interval_ms,
                commit_interval_ms) <= 0 or long_poll_ms < 0 or suspend_on_failure_ms < 0:
             raise ValueError("batch sizes and intervals must be positive")
         self.group = group
@@ -162,6 +167,7 @@ class PushConsumer:
         self.orderly = orderly
         self.consume_from = consume_from
         self.pull_batch_size = pull_batch_size
+        self.pull_max_bytes = pull_max_bytes
         self.consume_batch_max_size = consume_batch_max_size
         self.long_poll_ms = long_poll_ms
         self.rebalance_interval_s = rebalance_interval_ms / 1000

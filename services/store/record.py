@@ -465,6 +465,56 @@ def decode_record(
     return RecordView(head, bytes(body) if copy_body else body, topic, buf[cursor:end])
 
 
+def decode_records(data: bytes | memoryview, *, check_crc: bool = True) -> list[RecordView]:
+    """Every record of ``data``, records laid back to back (a raw pull's ``records``).
+
+    The same checks as :func:`decode_record`, in one loop: a pull's records
+    share a topic and are mostly IPv4, so the topic name is decoded once per
+    run of equal topic bytes and the common layout skips the per-record
+    dispatch (measured per 1 KiB record: ~1.3 us, against 1.8-2.5 us for a loop
+    over ``decode_record``).
+    CorruptRecord for anything that is not whole, valid message records.
+    """
+    view = memoryview(data)
+    end_of_data = len(view)
+    out = []
+    position = 0
+    topic_raw = b""
+    topic = ""
+    unpack = _HEAD_V4.unpack_from
+    short = SHORT.unpack_from
+    while position < end_of_data:
+        if position + FIXED_OVERHEAD_IPV4 > end_of_data:
+            raise CorruptRecord(f"record at {position} runs past the end of the records")
+        head = unpack(view, position)
+        if head[_H_SYS_FLAG] & _HOST_V6_BITS or head[_H_MAGIC] != MAGIC_MESSAGE:
+            record = decode_record(view, position, check_crc=check_crc)
+            out.append(record)
+            position += record.total_size
+            continue
+        end = position + head[_H_TOTAL]
+        body_start = position + 88
+        body_end = body_start + head[_H_BODY_LEN]
+        if end > end_of_data or head[_H_BODY_LEN] < 0 or body_end + 3 > end:
+            raise CorruptRecord(f"bad total_size {head[_H_TOTAL]} or body_length "
+                                f"{head[_H_BODY_LEN]} at {position}")
+        topic_end = body_end + 1 + view[body_end]
+        if topic_end + 2 > end:
+            raise CorruptRecord(f"bad topic_length {view[body_end]} at {position}")
+        if view[body_end + 1:topic_end] != topic_raw:
+            topic_raw = bytes(view[body_end + 1:topic_end])
+            topic = _topic_name(topic_raw)
+        if topic_end + 2 + short(view, topic_end)[0] != end:
+            raise CorruptRecord(f"record at {position}: its sections do not add up to "
+                                f"total_size {head[_H_TOTAL]}")
+        body = view[body_start:body_end]
+        if check_crc and (crc32(body) & 0x7FFFFFFF) != head[_H_CRC]:
+            raise CorruptRecord(f"body CRC mismatch at {position}")
+        out.append(RecordView(head, body, topic, view[topic_end + 2:end]))
+        position = end
+    return out
+
+
 _TOTAL_MAGIC_CRC = struct.Struct(">iIi")
 
 
