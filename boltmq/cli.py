@@ -67,13 +67,13 @@ def dev(data_dir: Path, registry_port: int, store_port: int, broker_port: int, h
         raise fail(exc) from None
     assert cluster.registry is not None
     click.echo(f"registry  {cluster.registry.address}")
-    master, *replicas = cluster.members
+    master, *replica_members = cluster.members
     assert master.broker is not None
     click.echo(f"store     {master.store.address}   data {master.data_dir}")
     click.echo(f"broker    {master.broker.address}")
     if master.ha is not None:
         click.echo(f"ha        {master.ha.address}")
-    for member in replicas:
+    for member in replica_members:
         assert member.broker is not None and member.ha is not None
         click.echo(f"replica {member.index} store {member.store.address}   broker "
                    f"{member.broker.address}   ha {member.ha.address}   data {member.data_dir}")

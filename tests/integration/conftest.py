@@ -28,8 +28,11 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
 # ------------------------------------------------------------------ a whole cluster
 CLUSTER_STORE_SETTINGS = ("mapped_file_size_commitlog=4194304",
                           "mapped_file_size_consume_queue=60000", "max_hash_slot_num=5000",
-                          "max_index_num=20000")
-"""Small segments: a test's store is created in milliseconds, not gigabytes."""
+                          "max_index_num=20000", "disk_max_used_space_ratio=100",
+                          "disk_space_clean_forcibly_ratio=100",
+                          "disk_space_warning_level_ratio=100")
+"""Small segments: a test's store is created in milliseconds, not gigabytes. The disk
+ratios are off: how full this machine's disk is must not decide a test's outcome."""
 CLUSTER_REGISTRY_SETTINGS = ("broker_expiry_ms=3000", "scan_interval_ms=100")
 CLUSTER_BROKER_SETTINGS = ("register_interval_ms=500", "client_expiry_ms=3000",
                            "client_scan_interval_ms=200", "offset_persist_interval_ms=500")
