@@ -25,8 +25,8 @@ from boltmq.v1 import broker_pb2_grpc, registry_pb2
 PERM_READ = 4
 PERM_WRITE = 2
 MASTER_ID = 0
-MASTER_RETRY_AFTER_S = 5.0
-"""How long reads stay on a replica after the master failed to answer."""
+REPLICA_READS_S = 5.0
+"""How long reads stay on a replica after the master failed to answer or suggested it."""
 DEFAULT_TOPIC = "TBW102"
 """The auto-create template: a send to an unknown topic goes to the brokers that serve it."""
 
@@ -124,9 +124,10 @@ class ClientInstance:
     def read_address_of(self, queue: MessageQueue) -> str:
         """Where to pull ``queue`` from: its master, or a replica while the master is down.
 
-        A master marked failing (:meth:`master_failed`) is skipped for
-        ``MASTER_RETRY_AFTER_S``; so is one missing from the route. Replicas
-        serve reads (DESIGN 7), so consumers keep going through a failover.
+        After :meth:`read_from_replica` (the master failed to answer, or told
+        a consumer far behind to read elsewhere) the master is skipped for
+        ``REPLICA_READS_S``; so is one missing from the route. Replicas serve
+        reads (DESIGN 7), so consumers keep going through a failover.
         """
         route = self.route(queue.topic)
         for broker in route.brokers:
@@ -141,9 +142,9 @@ class ClientInstance:
                 return broker.addresses[replicas[0]]
         return self.address_of(queue)
 
-    def master_failed(self, broker_name: str) -> None:
-        """The group's master did not answer: read from a replica for a while."""
-        self._master_down[broker_name] = time.monotonic() + MASTER_RETRY_AFTER_S
+    def read_from_replica(self, broker_name: str) -> None:
+        """Read the group's queues from a replica for a while (none: from the master)."""
+        self._master_down[broker_name] = time.monotonic() + REPLICA_READS_S
 
     def address_of(self, queue: MessageQueue, *, master_only: bool = True) -> str:
         address = self.broker_address(self.route(queue.topic), queue.broker_name,

@@ -101,8 +101,10 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
         if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             # The broker, or the store behind it, is down: a replica serves reads.
             client.forget_route(queue.topic)
-            client.master_failed(queue.broker_name)
+            client.read_from_replica(queue.broker_name)
         raise PullError(f"pull {queue} failed: {rpc_error_text(exc)}", exc.code()) from None
+    if response.suggest_broker_id:  # far behind: the master asks us to read elsewhere
+        client.read_from_replica(queue.broker_name)
     messages = decode_records(response.records) if response.records else []
     return PullResult(_STATUS.get(response.status, PullStatus.NO_MATCHED_MSG),
                       response.next_begin_offset, response.min_offset, response.max_offset,

@@ -78,7 +78,7 @@ class Broker:
         self.servicer = BrokerServicer(
             SendProcessor(config, self.topics, self.store, publisher),
             PullProcessor(config, self.topics, group_access, self.offsets, self.store,
-                          self.hub),
+                          self.hub, self.role),
             ClientProcessor(self.topics, group_access, self.clients, self.offsets, self.locks),
             self.admin)
         self._scanner: asyncio.Task[None] | None = None

@@ -80,6 +80,11 @@ class BrokerConfig:
     """How often the store's role is read (a promotion or demotion re-registers at once)."""
     metadata_sync_interval_ms: int = 10_000
     """Replica side: how often the master broker's metadata is copied (DESIGN 7)."""
+    slave_read_enable: bool = False
+    """Master side: send consumers that are far behind to a replica (suggest_broker_id)."""
+    suggest_pulling_from_slave_lag_messages: int = 100_000
+    """With slave_read_enable: a consumer this many messages behind the queue's end reads
+    from a replica, so catching up does not evict the master's hot pages."""
 
     def __post_init__(self) -> None:
         for name in ("cluster_name", "broker_name"):
@@ -107,6 +112,7 @@ class BrokerConfig:
                      "long_poll_max_ms", "long_poll_max_parked", "queue_lock_expiry_ms",
                      "max_message_size_bytes", "max_batch_messages", "max_query_messages",
                      "role_check_interval_ms", "metadata_sync_interval_ms",
+                     "suggest_pulling_from_slave_lag_messages",
                      "max_topic_queue_nums"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")

@@ -22,6 +22,7 @@ from services.broker.group_access import GroupAccess
 from services.broker.long_poll import LongPollHub
 from services.broker.names import check_subscription, check_topic
 from services.broker.store_client import StoreClient
+from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfig, TopicConfigManager
 
 PARKABLE = frozenset((message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.NO_MESSAGE_IN_QUEUE))
@@ -58,12 +59,18 @@ def check_read_queue(config: TopicConfig, field: str, queue_id: int) -> int:
     return queue_id
 
 
+REPLICA_SUGGESTED = 1
+"""suggest_broker_id for "any replica": the SDK picks the group's lowest replica id."""
+
+
 class PullProcessor:
     """Serves pulls, parking the empty ones."""
 
     def __init__(self, config: BrokerConfig, topics: TopicConfigManager, groups: GroupAccess,
-                 offsets: ConsumerOffsetManager, store: StoreClient, hub: LongPollHub) -> None:
+                 offsets: ConsumerOffsetManager, store: StoreClient, hub: LongPollHub,
+                 role: StoreRole) -> None:
         self._config = config
+        self._role = role
         self._topics = topics
         self._groups = groups
         self._offsets = offsets
@@ -85,7 +92,17 @@ class PullProcessor:
             max_messages=request.max_messages, max_bytes=request.max_bytes,
             subscription=request.subscription, raw_records=request.raw_records)
         suspend_ms = min(request.suspend_timeout_ms, self._config.long_poll_max_ms)
-        return await self._pull_or_park(store_request, suspend_ms)
+        response = await self._pull_or_park(store_request, suspend_ms)
+        if self._far_behind(response):
+            response.suggest_broker_id = REPLICA_SUGGESTED
+        return response
+
+    def _far_behind(self, response: store_pb2.PullResponse) -> bool:
+        """A master's consumer past the lag threshold, when replicas may serve reads."""
+        config = self._config
+        return config.slave_read_enable and self._role.is_master and \
+            response.max_offset - response.next_begin_offset > \
+            config.suggest_pulling_from_slave_lag_messages
 
     async def _pull_or_park(self, request: store_pb2.PullRequest, suspend_ms: int
                             ) -> store_pb2.PullResponse:

@@ -98,12 +98,17 @@ def _pull_retrying(consumer: PullConsumer, queue: MessageQueue, offset: int) -> 
     return consumer.pull(queue, offset, 256)
 
 
+def start_cluster(tmp_path: Path, master_role: str, *broker_settings: str) -> LocalCluster:
+    spec = ClusterSpec(tmp_path, replicas=1, master_role=master_role,
+                       store_settings=STORE_SETTINGS,
+                       broker_settings=(*BROKER_SETTINGS, *broker_settings),
+                       ha_settings=HA_SETTINGS, registry_settings=CLUSTER_REGISTRY_SETTINGS)
+    return LocalCluster(spec).start()
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(tmp_path, replicas=1, master_role="SYNC_MASTER",
-                       store_settings=STORE_SETTINGS, broker_settings=BROKER_SETTINGS,
-                       ha_settings=HA_SETTINGS, registry_settings=CLUSTER_REGISTRY_SETTINGS)
-    local = LocalCluster(spec).start()
+    local = start_cluster(tmp_path, "SYNC_MASTER")
     try:
         yield local
     finally:
@@ -233,6 +238,13 @@ def _committed_on(broker: str, group: str, queue_id: int) -> int:
     return answer.offset if answer.found else -1
 
 
+def _topics_on(broker: str) -> set[str]:
+    with sync_channel(broker) as channel:
+        answer = broker_pb2_grpc.BrokerServiceStub(channel).ListTopics(
+            broker_pb2.ListTopicsRequest(), timeout=5)
+    return {t.name for t in answer.topics}
+
+
 def _writable(registry: str) -> bool:
     with Producer(registry, group="pg-probe", retry_times=0) as producer:
         try:
@@ -240,3 +252,32 @@ def _writable(registry: str) -> bool:
         except SendError:
             return False
     return True
+
+
+def test_a_consumer_far_behind_is_sent_to_the_replica(tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path, "ASYNC_MASTER", "slave_read_enable=true",
+                            "suggest_pulling_from_slave_lag_messages=20")
+    try:
+        master, replica = cluster.members
+        registry = registry_of(cluster)
+        with Producer(registry, group="pg") as producer:
+            sent = producer.send_batch([Message(topic=TOPIC, body=f"b{i}".encode())
+                                        for i in range(100)], sharding_key="one-queue")
+        queue = sent[0].queue
+        wait_for(lambda: store_info(replica.store.address).dispatched_offset ==
+                 store_info(master.store.address).commitlog_max_offset,
+                 "the replica has every message")
+        assert replica.broker is not None
+        wait_for(lambda: TOPIC in _topics_on(replica.broker.address),
+                 "the replica's broker copied the topic")
+        consumer = PullConsumer(registry, "cg-behind")
+        assert master.broker is not None and replica.broker is not None
+        assert consumer.client.read_address_of(queue) == master.broker.address
+        first = consumer.pull(queue, 0, 10)  # 90 behind the end: the master says go
+        assert [bytes(m.body) for m in first.messages] == [f"b{i}".encode() for i in range(10)]
+        assert consumer.client.read_address_of(queue) == replica.broker.address
+        rest = consumer.pull(queue, first.next_begin_offset, 200)  # served by the replica
+        assert [bytes(m.body) for m in rest.messages] == \
+            [f"b{i}".encode() for i in range(10, 100)]
+    finally:
+        cluster.stop()
