@@ -7,6 +7,8 @@ addresses they registered) of one broker name.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import click
 import grpc
@@ -26,6 +28,17 @@ def _group_members(admin_: Admin, broker_name: str) -> list[registry_pb2.BrokerL
     if not members:
         raise fail(f"no live broker named {broker_name!r} is registered")
     return members
+
+
+def _call_once(address: str, what: str, call: Callable[[grpc.Channel], Any]) -> Any:
+    """One call on a fresh channel to ``address``; a failure is one clear CLI line."""
+    channel = sync_channel(address)
+    try:
+        return call(channel)
+    except grpc.RpcError as exc:
+        raise fail(f"{what} on {address}: {_rpc_text(exc)}") from None
+    finally:
+        channel.close()
 
 
 @admin.group("broker")
@@ -50,15 +63,9 @@ def promote(admin_: Admin, broker_name: str, broker_id: int | None, max_lag_byte
         which = f"with id {broker_id} " if broker_id is not None else ""
         raise fail(f"{broker_name} has no live replica {which}to promote")
     target = replicas[0]
-    channel = sync_channel(target.address)
-    try:
-        info = broker_pb2.BrokerInfo()
-        info.CopyFrom(admin_.stub(channel).Promote(
+    info: broker_pb2.BrokerInfo = _call_once(
+        target.address, "Promote", lambda channel: admin_.stub(channel).Promote(
             broker_pb2.PromoteRequest(max_lag_bytes=max_lag_bytes), timeout=PROMOTE_TIMEOUT_S))
-    except grpc.RpcError as exc:
-        raise fail(f"Promote on {target.address}: {_rpc_text(exc)}") from None
-    finally:
-        channel.close()
     click.echo(f"{broker_name}: {target.address} is the master now (epoch {info.store.epoch}, "
                f"CommitLog end {info.store.commitlog_max_offset})")
 
@@ -80,14 +87,9 @@ def status(admin_: Admin) -> None:
         if not master.ha_address:
             click.echo(f"{master.broker_name}: no HA service registered (no replicas)")
             continue
-        channel = sync_channel(master.ha_address)
-        try:
-            state = ha_pb2_grpc.HAServiceStub(channel).Status(ha_pb2.HAStatusRequest(),
-                                                              timeout=RPC_TIMEOUT_S)
-        except grpc.RpcError as exc:
-            raise fail(f"HA status from {master.ha_address}: {_rpc_text(exc)}") from None
-        finally:
-            channel.close()
+        state: ha_pb2.HAStatus = _call_once(
+            master.ha_address, "HA Status", lambda channel: ha_pb2_grpc.HAServiceStub(
+                channel).Status(ha_pb2.HAStatusRequest(), timeout=RPC_TIMEOUT_S))
         click.echo(f"{master.broker_name}: master {master.address} epoch {state.epoch} "
                    f"CommitLog end {state.max_offset}")
         if not state.replicas:

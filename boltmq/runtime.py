@@ -99,6 +99,26 @@ def sync_channel(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+def advertised_address(configured: str, listen_host: str, port: int) -> str:
+    """``host:port`` a service names itself with: ``configured``, else its host and port.
+
+    A wildcard listen host is not an address a client can dial; the host's
+    name resolves to one that usually is (Kubernetes sets the configured one).
+    """
+    if configured:
+        return configured
+    host = listen_host
+    if host in WILDCARD_HOSTS:
+        try:
+            host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
 def configure_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

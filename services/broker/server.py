@@ -7,8 +7,6 @@ Start-up, health, reflection and graceful shutdown come from the shared
 
 from __future__ import annotations
 
-import socket
-
 import grpc
 
 from boltmq import runtime
@@ -18,7 +16,6 @@ from services.broker.config import BrokerConfig
 
 CONFIG_CLASS = BrokerConfig
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name
-_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 
 
@@ -48,17 +45,8 @@ class BrokerService:
 
     def advertised_address(self) -> str:
         """``host:port`` announced to registries: the configured one, else host and bound port."""
-        if self.config.advertised_address:
-            return self.config.advertised_address
-        host = self.config.listen_host
-        if host in _WILDCARD_HOSTS:
-            # A wildcard is not an address a client can dial; the host's name resolves
-            # to one that usually is (Kubernetes sets advertised_address explicitly).
-            try:
-                host = socket.gethostbyname(socket.gethostname())
-            except OSError:
-                host = "127.0.0.1"
-        return f"{host}:{self.bound_port}"
+        return runtime.advertised_address(self.config.advertised_address,
+                                          self.config.listen_host, self.bound_port)
 
     async def start(self) -> None:
         """Load metadata from the store and register with the registries."""

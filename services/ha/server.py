@@ -9,8 +9,6 @@ ended first (``before_stop``), then the follower and the role watcher stop.
 
 from __future__ import annotations
 
-import socket
-
 import grpc
 from opentelemetry.metrics import MeterProvider
 
@@ -24,7 +22,6 @@ CONFIG_CLASS = HAConfig
 """The config dataclass ``boltmq serve ha`` loads."""
 SERVICE_NAME: str = ha_pb2.DESCRIPTOR.services_by_name["HAService"].full_name
 """``boltmq.v1.HAService``, for health and reflection."""
-_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 
 class HAService:
@@ -50,15 +47,8 @@ class HAService:
 
     def advertised_address(self) -> str:
         """``host:port`` this service names itself with: the configured one, else host and port."""
-        if self.config.advertised_address:
-            return self.config.advertised_address
-        host = self.config.listen_host
-        if host in _WILDCARD_HOSTS:
-            try:
-                host = socket.gethostbyname(socket.gethostname())
-            except OSError:
-                host = "127.0.0.1"
-        return f"{host}:{self.bound_port}"
+        return runtime.advertised_address(self.config.advertised_address,
+                                          self.config.listen_host, self.bound_port)
 
     async def start(self) -> None:
         """Wait for the store's first answer and take up its role."""

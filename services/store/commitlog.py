@@ -315,13 +315,7 @@ class CommitLog:
                 requests.append((topic, queue_id, physical, total, code, now_ms, queue_offset,
                                  index_keys, sys_flag))
             self._write_chunk(mf, chunk, chunk_start, now_ms)
-            warmer = self.warmer
-            if warmer.enabled:
-                warmer.follow(mf)
-                warmer.nudge(mf.wrote_position)
-            batch = AppendBatch(start_offset, self.files.max_offset, requests)
-            if self.on_append is not None:
-                self.on_append(batch)
+            batch = self._appended(mf, start_offset, requests)
         return results, batch
 
     # ---------------------------------------------------------------- raw records
@@ -407,14 +401,20 @@ class CommitLog:
             if segment is not None:
                 segment.finish(position, blank=False)
             self.queue_offsets[key] = queue_offset
-            warmer = self.warmer
-            if warmer.enabled:
-                warmer.follow(mf)
-                warmer.nudge(mf.wrote_position)
-            batch = AppendBatch(start_offset, self.files.max_offset, requests)
-            if self.on_append is not None:
-                self.on_append(batch)
+            batch = self._appended(mf, start_offset, requests)
         return results, batch
+
+    def _appended(self, mf: MappedFile, start_offset: int, requests: list[DispatchTuple]
+                  ) -> AppendBatch:
+        """After an append (under the lock): warm pages ahead, hand the batch to dispatch."""
+        warmer = self.warmer
+        if warmer.enabled:
+            warmer.follow(mf)
+            warmer.nudge(mf.wrote_position)
+        batch = AppendBatch(start_offset, self.files.max_offset, requests)
+        if self.on_append is not None:
+            self.on_append(batch)
+        return batch
 
     @staticmethod
     def _write_chunk(mf: MappedFile, chunk: list[bytes], chunk_start: int, now_ms: int) -> None:

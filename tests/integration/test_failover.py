@@ -281,3 +281,35 @@ def test_a_consumer_far_behind_is_sent_to_the_replica(tmp_path: Path) -> None:
             [f"b{i}".encode() for i in range(10, 100)]
     finally:
         cluster.stop()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "boltmq.cli", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_ha_status_and_promote_mistakes_at_the_cli(cluster: LocalCluster) -> None:
+    registry = registry_of(cluster)
+    wait_for(lambda: replica_connected(cluster), "the replica reports to the master")
+    replica_ha = cluster.members[1].ha
+    assert replica_ha is not None
+    status = cli("admin", "ha", "status", "--registry", registry)
+    assert status.returncode == 0, status.stderr
+    assert f"replica {replica_ha.address}" in status.stdout and "lag" in status.stdout
+    for args, message in (
+            (("nosuch",), "no live broker named 'nosuch'"),
+            ((BROKER_NAME, "--broker-id", "7"), "has no live replica with id 7"),
+            ((BROKER_NAME, "--broker-id", "0"), "0 is not in the range"),
+            ((BROKER_NAME, "--max-lag-bytes", "-1"), "-1 is not in the range")):
+        done = cli("admin", "broker", "promote", *args, "--registry", registry)
+        assert done.returncode != 0 and message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    master_broker = cluster.members[0].broker
+    assert master_broker is not None
+    with sync_channel(master_broker.address) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            broker_pb2_grpc.BrokerServiceStub(channel).Promote(broker_pb2.PromoteRequest(),
+                                                               timeout=10)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "already the master" in str(refused.value.details())
+    assert store_info(cluster.members[1].store.address).role == "REPLICA"  # nothing changed
