@@ -434,7 +434,9 @@ class CommitLog:
         Returns the new max offset.
         """
         segment_bytes = self.files.file_size
-        check_chunk(data, offset, segment_bytes)
+        # Decoded once: the same views give the dispatcher its requests, so a
+        # replica never reads its own appends back (it would decode each twice).
+        requests = [dispatch_request_of(r) for r in check_chunk(data, offset, segment_bytes)]
         with self.lock:
             if self.files.files:
                 if offset != self.files.max_offset:
@@ -448,7 +450,7 @@ class CommitLog:
             mf.mm[position : position + len(data)] = data
             mf.wrote_position = mf.committed_position = position + len(data)
             mf.store_timestamp = int(time.time() * 1000)
-            return mf.file_from_offset + mf.wrote_position
+            return self._appended(mf, offset, requests).end_offset  # type: ignore[arg-type]
 
     def is_record_start(self, offset: int) -> bool:
         """Whether a record (or the CommitLog's end, or a segment start) begins at ``offset``."""

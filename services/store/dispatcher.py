@@ -81,6 +81,7 @@ class Dispatcher:
         """
         if self.inline:
             with self._apply_lock:
+                self._skip_missing()
                 if batch.end_offset <= self.reput_offset:
                     return  # the thread already read these records from disk
                 if not self._pending and batch.start_offset == self.reput_offset:
@@ -121,7 +122,14 @@ class Dispatcher:
         with self._apply_lock:
             return self._dispatch_locked()
 
+    def _skip_missing(self) -> None:
+        """Never dispatch below the CommitLog's first byte: a replica that started
+        mid-stream (its first segment is the master's last) has nothing there."""
+        if self.reput_offset < self.commitlog.min_offset:
+            self.reput_offset = self.commitlog.min_offset
+
     def _dispatch_locked(self) -> int:
+        self._skip_missing()
         limit = self.limit()
         done = 0
         touched: dict[tuple[str, int], None] = {}

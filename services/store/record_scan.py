@@ -25,6 +25,7 @@ from services.store.record import (
     MESSAGE_MAGICS,
     TOTAL_AND_MAGIC,
     CorruptRecord,
+    RecordView,
     decode_record,
 )
 
@@ -50,15 +51,18 @@ def whole_records_end(view: memoryview, position: int, limit: int, max_bytes: in
     return end
 
 
-def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int) -> int:
-    """Validate a chunk that would be written at CommitLog ``offset``; its record count.
+def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int
+                ) -> list[RecordView]:
+    """Validate a chunk that would be written at CommitLog ``offset``; its message records.
 
-    Raises CorruptRecord naming the first problem.
+    The records are views of ``data``, decoded once here so the caller can
+    dispatch them without reading them back. Raises CorruptRecord naming the
+    first problem.
     """
     view = memoryview(data)
     size = len(view)
     position = 0
-    count = 0
+    records: list[RecordView] = []
     segment_position = offset % segment_bytes
     if segment_position + size > segment_bytes:
         raise CorruptRecord(f"chunk of {size} bytes at {offset} crosses a segment boundary")
@@ -72,7 +76,7 @@ def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int) -> in
                     position + total != size:
                 raise CorruptRecord(f"blank marker of {total} bytes at {here} does not end "
                                     f"the segment and the chunk")
-            return count
+            return records
         if magic not in MESSAGE_MAGICS:
             raise CorruptRecord(f"bad magic 0x{magic:08X} at {here}")
         if total <= 0 or position + total > size:
@@ -82,5 +86,5 @@ def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int) -> in
         if record.commitlog_offset != here:
             raise CorruptRecord(f"record at {here} says it belongs at {record.commitlog_offset}")
         position += total
-        count += 1
-    return count
+        records.append(record)
+    return records

@@ -382,11 +382,7 @@ class MessageStore:
         if self.role.is_master:
             raise RoleChangeRefused(f"raw appends are for replica stores (broker_role=SLAVE); "
                                     f"this store is {self.role.broker_role}")
-        was_empty = not self.commitlog.files.files
         end = self.commitlog.append_raw(offset, data)
-        if was_empty:
-            with self.dispatcher.paused():  # a replica starting mid-stream
-                self.dispatcher.reput_offset = max(self.dispatcher.reput_offset, offset)
         self.dispatcher.wake()
         return end
 
