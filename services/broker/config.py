@@ -85,6 +85,16 @@ class BrokerConfig:
     suggest_pulling_from_slave_lag_messages: int = 100_000
     """With slave_read_enable: a consumer this many messages behind the queue's end reads
     from a replica, so catching up does not evict the master's hot pages."""
+    transaction_timeout_ms: int = 6_000
+    """A half message undecided for this long (since its store or its last check) is
+    checked back with its producer group (RocketMQ's transactionTimeOut)."""
+    transaction_check_max: int = 15
+    """Checks of one half message at most; still undecided after the last one, it is
+    rolled back (RocketMQ's transactionCheckMax; RocketMQ discards it)."""
+    transaction_check_interval_ms: int = 60_000
+    """How often undecided half messages are looked for (RocketMQ's transactionCheckInterval)."""
+    transaction_decided_cache_max: int = 100_000
+    """Decisions remembered to answer a repeated EndTransaction with the earlier decision."""
 
     def __post_init__(self) -> None:
         for name in ("cluster_name", "broker_name"):
@@ -113,7 +123,8 @@ class BrokerConfig:
                      "max_message_size_bytes", "max_batch_messages", "max_query_messages",
                      "role_check_interval_ms", "metadata_sync_interval_ms",
                      "suggest_pulling_from_slave_lag_messages",
-                     "max_topic_queue_nums"):
+                     "max_topic_queue_nums", "transaction_timeout_ms", "transaction_check_max",
+                     "transaction_check_interval_ms", "transaction_decided_cache_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 

@@ -33,6 +33,12 @@ AUTO_CREATE_TEMPLATE_TOPIC = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 OFFSET_MOVED_EVENT_TOPIC = "OFFSET_MOVED_EVENT"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+"""Half (prepared) transaction messages; only the broker reads and writes it."""
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+"""Decisions and checks of half messages; only the broker reads and writes it."""
+REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"
+"""``<cluster>_REPLY_TOPIC`` carries replies of request-reply to their requesters."""
 TEMPLATE_QUEUE_NUMS = 8
 """Queues of TBW102, so the most an auto-created topic can get (RocketMQ's default)."""
 SCHEDULE_QUEUE_NUMS = 18
@@ -116,6 +122,10 @@ def system_topics(cluster_name: str, broker_name: str, auto_create_enable: bool
         TopicConfig(broker_name, 1, 1, PERM_ALL),
         TopicConfig(OFFSET_MOVED_EVENT_TOPIC, 1, 1),
         TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS),
+        # Perm 0: the broker reaches them through the store; clients never pull or send.
+        TopicConfig(TRANS_HALF_TOPIC, 1, 1, 0),
+        TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1, 0),
+        TopicConfig(cluster_name + REPLY_TOPIC_SUFFIX, 1, 1),
     ]
     # TBW102 only when auto-creation is on: registries route producers of unknown topics
     # to brokers that serve TBW102, so announcing it without honouring it would misroute them.
