@@ -33,6 +33,8 @@ from services.store.record import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    SCHEDULE_TOPIC,
+    SHORT,
     SYS_FLAG_BORN_HOST_V6,
     SYS_FLAG_STORE_HOST_V6,
     SYS_FLAG_TRANSACTION_COMMIT,
@@ -43,21 +45,25 @@ from services.store.record import (
     RecordView,
     blank_marker,
     body_crc,
+    decode_properties,
     decode_record,
     encode_host,
     encode_properties,
     encode_tail,
     encode_topic,
     message_properties,
+    scheduled_tags_code,
     store_timestamp_of,
     tags_code,
 )
 from services.store.record_batch import (
+    H_BODY_LEN,
     H_BORN_TS,
     H_FLAG,
     H_SYS_FLAG,
     PATCH,
     PATCH_OFFSET,
+    RAW_HEAD,
     Checked,
     MalformedBatch,
     PropertiesTooLarge,
@@ -122,10 +128,27 @@ def dispatch_request_of(view: RecordView) -> DispatchRequest:
         if PROPERTY_UNIQ_KEY not in props and PROPERTY_KEYS not in props and \
                 len(_dispatch_properties) < _DISPATCH_PROPERTIES_CACHE_MAX:
             _dispatch_properties[raw] = derived
+    code = derived[0]
+    if view.topic == SCHEDULE_TOPIC:  # the delivery time, which depends on the record
+        code = scheduled_tags_code(view.topic, view.properties, view.store_timestamp, code)
     return DispatchRequest(
         view.topic, view.queue_id, view.commitlog_offset, view.total_size,
-        derived[0], view.store_timestamp, view.queue_offset, derived[1], view.sys_flag,
+        code, view.store_timestamp, view.queue_offset, derived[1], view.sys_flag,
     )
+
+
+def _with_delivery_codes(records: bytes, checked: Sequence[Checked], now_ms: int
+                         ) -> list[Checked]:
+    """Checked SCHEDULE_TOPIC_XXXX records with their delivery time as tag code."""
+    topic_size = len(encode_topic(SCHEDULE_TOPIC)[0])
+    out = []
+    for position, total, head, code, index_keys, consumable in checked:
+        start = position + RAW_HEAD.size + head[H_BODY_LEN] + topic_size + SHORT.size
+        props = decode_properties(records[start:position + total])
+        out.append((position, total, head,
+                    scheduled_tags_code(SCHEDULE_TOPIC, props, now_ms, code), index_keys,
+                    consumable))
+    return out
 
 
 def _index_keys(props: dict[str, str]) -> tuple[str, ...]:
@@ -225,7 +248,7 @@ class CommitLog:
             props = message_properties(tags, msg.keys, msg.properties)
             tail = encode_tail_checked(topic_field, encode_properties(props))
             tag = props.get(PROPERTY_TAGS)
-            code = tags_code(tag) if tag else 0
+            code = scheduled_tags_code(topic, props, now_ms, tags_code(tag) if tag else 0)
             index_keys = _index_keys(props)
         else:
             # Fast path: only tags (or nothing). The tail depends on (topic, tags) alone.
@@ -363,6 +386,8 @@ class CommitLog:
         source = memoryview(records)
         key = (topic, queue_id)
         fixed = (queue_id, born_host, self.store_host, now_ms)
+        if topic == SCHEDULE_TOPIC:  # tag code = delivery time, known only now
+            checked = _with_delivery_codes(records, checked, now_ms)
         with self.lock:
             start_offset = self.files.max_offset
             try:

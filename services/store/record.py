@@ -82,6 +82,11 @@ PROPERTY_WAIT: Final = "WAIT"
 PROPERTY_DELAY: Final = "DELAY"
 PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
 PROPERTY_REAL_QID: Final = "REAL_QID"
+PROPERTY_DELAY_MS: Final = "DELAY_MS"
+"""On a SCHEDULE_TOPIC_XXXX record: its delivery time is store_timestamp + this many ms."""
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+SCHEDULE_DELAY_MS_MAX_DIGITS: Final = 12
+"""A DELAY_MS of more digits (over 31 years) is ignored: the tag code must stay an int64."""
 KEY_SEPARATOR: Final = " "
 
 # total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
@@ -149,6 +154,25 @@ def java_string_hash(text: str) -> int:
 def tags_code(tags: str | None) -> int:
     """The consume-queue tag code: Java hash of TAGS widened to int64, 0 without tags."""
     return java_string_hash(tags) if tags else 0
+
+
+def scheduled_tags_code(topic: str, properties: Mapping[str, str], store_timestamp: int,
+                        code: int) -> int:
+    """The consume-queue tag code of a record: for a SCHEDULE_TOPIC_XXXX record with a
+    ``DELAY_MS`` property its delivery timestamp (store_timestamp + DELAY_MS, DESIGN 4.3),
+    else ``code`` (the tags hash).
+
+    The broker's scheduler reads delay queues in tag-code order; the store knows no
+    delay levels, only this rule, so every path that builds a consume-queue entry
+    (append, raw append, recovery, a replica) derives the same code from the record.
+    """
+    if topic != SCHEDULE_TOPIC:
+        return code
+    delay = properties.get(PROPERTY_DELAY_MS)
+    if delay is None or not (delay.isascii() and delay.isdigit()) or \
+            len(delay) > SCHEDULE_DELAY_MS_MAX_DIGITS:
+        return code
+    return store_timestamp + int(delay)
 
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
