@@ -27,6 +27,11 @@ _EXPORTS = {
     "PullStatus": "boltmq.pull_consumer",
     "PullError": "boltmq.pull_consumer",
     "PushConsumer": "boltmq.push_consumer",
+    "RequestTimeout": "boltmq.request_reply",
+    "reply": "boltmq.request_reply",
+    "TransactionProducer": "boltmq.transaction_producer",
+    "TransactionSendResult": "boltmq.transaction_producer",
+    "LocalTransactionState": "boltmq.transaction_producer",
     "BoltMQError": "boltmq.client",
     "BrokerUnavailable": "boltmq.client",
     "TopicNotFound": "boltmq.registry_client",
@@ -36,6 +41,7 @@ __all__ = [
     "BoltMQError",
     "BrokerUnavailable",
     "ConsumeResult",
+    "LocalTransactionState",
     "Message",
     "MessageError",
     "MessageQueue",
@@ -47,10 +53,14 @@ __all__ = [
     "PushConsumer",
     "ReceivedMessage",
     "RegistryUnavailable",
+    "RequestTimeout",
     "SendError",
     "SendResult",
     "SendStatus",
     "TopicNotFound",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "reply",
 ]
 
 if TYPE_CHECKING:
@@ -68,6 +78,12 @@ if TYPE_CHECKING:
     from boltmq.pull_consumer import PullConsumer, PullError, PullResult, PullStatus
     from boltmq.push_consumer import PushConsumer
     from boltmq.registry_client import RegistryUnavailable, TopicNotFound
+    from boltmq.request_reply import RequestTimeout, reply
+    from boltmq.transaction_producer import (
+        LocalTransactionState,
+        TransactionProducer,
+        TransactionSendResult,
+    )
 
 
 def __getattr__(name: str) -> Any:

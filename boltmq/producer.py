@@ -34,8 +34,16 @@ from boltmq.client import (
     is_retryable,
     rpc_error_text,
 )
-from boltmq.message import Message, MessageQueue, SendResult, SendStatus, send_results
+from boltmq.message import (
+    Message,
+    MessageQueue,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    send_results,
+)
 from boltmq.registry_client import TopicNotFound
+from boltmq.request_reply import Requester
 from boltmq.v1 import broker_pb2
 from services.store.record import java_string_hash
 
@@ -86,6 +94,7 @@ class Producer:
         self._cond = threading.Condition()
         self._sender: threading.Thread | None = None
         self._running = False
+        self._requester: Requester | None = None
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> Producer:
@@ -104,6 +113,8 @@ class Producer:
             self._cond.notify_all()
         if self._sender is not None:
             self._sender.join()
+        if self._requester is not None:
+            self._requester.close()
         self.client.close()
 
     def __enter__(self) -> Producer:
@@ -212,6 +223,15 @@ class Producer:
         brokers = sorted({q.broker_name for q in template})
         count = self.default_topic_queue_nums
         return [MessageQueue(topic, b, q) for b in brokers for q in range(count)]
+
+    def request(self, msg: Message, timeout_ms: int = 3_000) -> ReceivedMessage:
+        """Send ``msg`` and wait for the reply a consumer sends with
+        :func:`boltmq.reply`; RequestTimeout after ``timeout_ms`` (boltmq.request_reply)."""
+        self._check_running()
+        with self._cond:
+            if self._requester is None:
+                self._requester = Requester(self)
+        return self._requester.request(msg, timeout_ms)
 
     # ---------------------------------------------------------------- async sends
     def send_async(self, msg: Message, callback: SendCallback | None = None

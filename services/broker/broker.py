@@ -16,6 +16,7 @@ import logging
 from boltmq import runtime
 from services.broker.admin_processor import AdminProcessor
 from services.broker.arrival_watcher import ArrivalWatcher
+from services.broker.check_channel import CheckChannels
 from services.broker.client_manager import ClientManager
 from services.broker.client_processor import ClientProcessor
 from services.broker.config import BrokerConfig
@@ -35,6 +36,7 @@ from services.broker.store_role import StoreRole
 from services.broker.subscription_group import SubscriptionGroupManager
 from services.broker.topic_config import TopicConfigManager
 from services.broker.topic_publisher import TopicPublisher
+from services.broker.transaction_service import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +77,15 @@ class Broker:
         self.admin = AdminProcessor(config, self.topics, self.groups, self.offsets,
                                     self.clients, self.store, publisher, self.role,
                                     self.persister)
+        self.transactions = TransactionService(config, self.store, self.role, CheckChannels())
+        send = SendProcessor(config, self.topics, self.store, publisher)
+        send.transactions = self.transactions
         self.servicer = BrokerServicer(
-            SendProcessor(config, self.topics, self.store, publisher),
+            send,
             PullProcessor(config, self.topics, group_access, self.offsets, self.store,
                           self.hub, self.role),
             ClientProcessor(self.topics, group_access, self.clients, self.offsets, self.locks),
-            self.admin)
+            self.admin, self.transactions)
         self._scanner: asyncio.Task[None] | None = None
 
     async def start(self, advertised_address: str) -> None:
@@ -95,6 +100,7 @@ class Broker:
         self.persister.start()
         self.role.start()
         self.sync.start()
+        self.transactions.start()
         await self.registrar.start(advertised_address)
         self._scanner = asyncio.create_task(self._scan_clients(), name="client-scanner")
         log.info("broker %s/%s id %d serving %d topics at %s (store %s, %s)",
@@ -108,6 +114,7 @@ class Broker:
         task, self._scanner = self._scanner, None
         await runtime.cancel_and_wait(task)
         await self.sync.stop()
+        await self.transactions.stop()
         await self.role.stop()
         await self.registrar.stop()
         await self.watcher.stop()

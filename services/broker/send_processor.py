@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -27,11 +28,18 @@ from services.broker.store_client import StoreClient
 from services.broker.topic_config import (
     AUTO_CREATE_TEMPLATE_TOPIC,
     SCHEDULE_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     TopicConfig,
     TopicConfigManager,
 )
 from services.broker.topic_publisher import TopicPublisher
-from services.store.record import CorruptRecord, InvalidMessage, encode_topic
+from services.store.record import (
+    SYS_FLAG_TRANSACTION_MASK,
+    CorruptRecord,
+    InvalidMessage,
+    encode_topic,
+)
 from services.store.record_batch import (
     MalformedBatch,
     RecordBatch,
@@ -40,7 +48,11 @@ from services.store.record_batch import (
     select,
 )
 
-NOT_SENDABLE_TOPICS = frozenset((AUTO_CREATE_TEMPLATE_TOPIC, SCHEDULE_TOPIC))
+if TYPE_CHECKING:
+    from services.broker.transaction_service import TransactionService
+
+NOT_SENDABLE_TOPICS = frozenset((AUTO_CREATE_TEMPLATE_TOPIC, SCHEDULE_TOPIC, TRANS_HALF_TOPIC,
+                                 TRANS_OP_HALF_TOPIC))
 """Only the broker writes these: TBW102 is a template, the schedule topic holds delay messages."""
 
 _SEND_STATUS = {
@@ -62,6 +74,8 @@ class SendProcessor:
         self._store = store
         self._publisher = publisher
         self._round_robin: dict[str, Iterator[int]] = {}
+        self.transactions: TransactionService | None = None
+        """Stores half messages (sys flag PREPARED); set by the broker."""
 
     async def send(self, request: broker_pb2.SendRequest, peer_address: str
                    ) -> broker_pb2.SendResponse:
@@ -71,6 +85,11 @@ class SendProcessor:
             return await self._send_records(request, records, peer_address)
         topic, queue_id = self._check_batch(request)
         queue_id = await self._writable_queue(request, topic, queue_id, "messages[0].topic")
+        if any(m.sys_flag & SYS_FLAG_TRANSACTION_MASK for m in request.messages):
+            if self.transactions is None:
+                raise PermissionDenied("messages[0].sys_flag: this broker takes no transactions")
+            return await self.transactions.prepare(request, topic, queue_id,
+                                                   request.born_host or peer_address)
         for message in request.messages:
             message.queue_id = queue_id
         response = await self._store.append(request.messages,

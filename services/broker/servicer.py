@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -18,9 +18,11 @@ import grpc
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
 from services.broker.admin_processor import AdminProcessor
 from services.broker.client_processor import ClientProcessor
-from services.broker.errors import BrokerError
+from services.broker.errors import BrokerError, FailedPrecondition
+from services.broker.names import check_client_id, check_group
 from services.broker.pull_processor import PullProcessor
 from services.broker.send_processor import SendProcessor
+from services.broker.transaction_service import TransactionService
 from services.broker.wire import queues_to_proto, topic_to_proto
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
     """BrokerService over the broker's processors."""
 
     def __init__(self, send: SendProcessor, pull: PullProcessor, clients: ClientProcessor,
-                 admin: AdminProcessor) -> None:
+                 admin: AdminProcessor, transactions: TransactionService | None = None
+                 ) -> None:
+        self._transactions = transactions
         self._send = send
         self._pull = pull
         self._clients = clients
@@ -197,3 +201,33 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
                       context: grpc.aio.ServicerContext) -> broker_pb2.BrokerInfo:
         """Make this broker's store the master of its group."""
         return await self._admin.promote(request)
+
+    @_rpc
+    async def EndTransaction(self, request: broker_pb2.EndTransactionRequest,
+                             context: grpc.aio.ServicerContext
+                             ) -> broker_pb2.EndTransactionResponse:
+        """Commit or roll back a half message (once; a repeat answers the first decision)."""
+        return await self._transaction_service().end(request)
+
+    async def TransactionChecks(self, request: broker_pb2.TransactionChecksRequest,
+                                context: grpc.aio.ServicerContext
+                                ) -> AsyncIterator[broker_pb2.TransactionCheck]:
+        """Stream check-backs of the producer group's undecided half messages."""
+        try:
+            service = self._transaction_service()
+            group = check_group("producer_group", request.producer_group)
+            client_id = check_client_id("client_id", request.client_id)
+        except BrokerError as exc:
+            await context.abort(exc.code, str(exc))
+            return
+        channel = service.channels.open(group, client_id)
+        try:
+            while True:
+                yield await channel.queue.get()
+        finally:
+            service.channels.close(channel)
+
+    def _transaction_service(self) -> TransactionService:
+        if self._transactions is None:
+            raise FailedPrecondition("this broker takes no transactions")
+        return self._transactions
