@@ -1,5 +1,5 @@
 # BoltMQ build. Every target that runs code depends on `install` (a venv in
-# .venv/, editable install with dev extras) and `proto` (generated stubs).
+# .venv/, editable install with the dev and spark extras) and `proto` (generated stubs).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
 proto: $(GEN_STAMP)

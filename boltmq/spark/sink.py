@@ -1,0 +1,144 @@
+"""Batch and streaming writes to ``boltmq``: rows become messages, sent in batches.
+
+Delivery is at-least-once: a task that fails after some of its batches were
+stored is retried by Spark and sends them again, and a streaming micro-batch
+re-run after a crash does the same. Consumers that need exactly-once
+processing deduplicate by a key of their own (``keys`` or a property).
+
+Messages of one task are grouped by (topic, sharding key) and sent with
+:meth:`boltmq.Producer.send_batch` (one request to one queue per group of up to
+``batchSize``); any message the broker refuses fails the task with its status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from boltmq.message import Message, MessageError, SendStatus
+from boltmq.spark.errors import OptionError, WriteError
+from boltmq.spark.options import SinkOptions
+
+SAVE_MODE_HELP = (
+    "A boltmq write only appends: use df.write.format('boltmq').mode('append').save(). "
+    "Spark's default save mode, ErrorIfExists, is rejected by Spark for every Python data "
+    "source (UNSUPPORTED_DATA_SOURCE_SAVE_MODE), and overwrite cannot apply to a topic, "
+    "which is an append-only log."
+)
+
+
+def refuse_overwrite(overwrite: bool) -> None:
+    """Overwrite has no meaning for a topic; say what to do instead."""
+    if overwrite:
+        raise OptionError(SAVE_MODE_HELP)
+
+
+@dataclass
+class SentCount(WriterCommitMessage):
+    """What one task sent."""
+
+    messages: int
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def _body(value: Any, row: int) -> bytes:
+    if value is None:
+        raise WriteError(f"row {row}: body is null; every message needs a body")
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return bytes(value)
+
+
+def _messages(options: SinkOptions, batch: Any) -> Iterator[tuple[Message, str | None]]:
+    """``(message, sharding_key)`` for every row of an Arrow record batch."""
+    columns = {name: batch.column(name).to_pylist() for name in options.columns}
+    count = batch.num_rows
+    nothing = [None] * count
+    topics = columns.get("topic", nothing)
+    bodies = columns["body"]
+    tags = columns.get("tags", nothing)
+    keys = columns.get("keys", nothing)
+    properties = columns.get("properties", nothing)
+    sharding = columns.get("sharding_key", nothing)
+    for row in range(count):
+        topic = topics[row] or options.topic
+        if not topic:
+            raise WriteError(f"row {row}: topic is null and no topic option was given")
+        props = properties[row]
+        yield (Message(topic=topic, body=_body(bodies[row], row), tags=_text(tags[row]),
+                       keys=list(keys[row] or ()), properties=dict(props) if props else {}),
+               _text(sharding[row]))
+
+
+def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
+    """Send every row of ``batches``; WriteError on the first refusal (the task fails)."""
+    from boltmq.producer import Producer
+
+    sent = 0
+    with Producer(options.registry, options.group,
+                  send_timeout_ms=options.send_timeout_ms) as producer:
+        pending: dict[tuple[str, str | None], list[Message]] = {}
+        for batch in batches:
+            for message, sharding_key in _messages(options, batch):
+                group = pending.setdefault((message.topic, sharding_key), [])
+                group.append(message)
+                if len(group) >= options.batch_size:
+                    sent += _send(producer, group, sharding_key)
+                    group.clear()
+        for (_topic, sharding_key), group in pending.items():
+            if group:
+                sent += _send(producer, group, sharding_key)
+    return SentCount(sent)
+
+
+def _send(producer: Any, messages: list[Message], sharding_key: str | None) -> int:
+    try:
+        results = producer.send_batch(messages, sharding_key=sharding_key)
+    except MessageError as exc:
+        raise WriteError(f"a message to {messages[0].topic!r} is invalid: {exc}") from None
+    except Exception as exc:
+        raise WriteError(f"sending {len(messages)} messages to {messages[0].topic!r} failed: "
+                         f"{exc}") from exc
+    for result in results:
+        if result.status is SendStatus.SEND_FAILED:
+            raise WriteError(f"the broker refused a message to {messages[0].topic!r}: "
+                             f"{result.put_status} {result.error}")
+    return len(results)
+
+
+class BoltMQWriter(DataSourceArrowWriter):
+    """``df.write.format("boltmq").mode("append")``."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return send_all(self.options, iterator)
+
+
+class BoltMQStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("boltmq")``: each micro-batch's rows, at least once."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return send_all(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: every message was acknowledged before its task finished."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: sent messages stay sent (at-least-once)."""

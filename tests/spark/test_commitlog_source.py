@@ -1,0 +1,183 @@
+"""boltmq-commitlog against real store directories: equal to what the store API returns."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from boltmq.spark.schema import COMMITLOG_COLUMNS
+from services.store import Message, MessageStore, PutStatus
+from services.store.record import BODY_CRC_OFFSET, MAGIC_BLANK, read_total_and_magic
+
+SEGMENT_BYTES = 64 * 1024
+TOPICS = ("Orders", "Payments")
+
+
+def fill(store: MessageStore, count: int) -> None:
+    """Messages of varied sizes over two topics and three queues: several segments."""
+    for index in range(count):
+        topic = TOPICS[index % 2]
+        body = (f"m{index}:".encode() + bytes([index % 251]) * (200 + (index * 37) % 1500))
+        result = store.put_message(Message(topic=topic, queue_id=index % 3, body=body,
+                                           tags=f"t{index % 4}", keys=[f"k{index}"],
+                                           properties={"seq": str(index)}))
+        assert result.status is PutStatus.PUT_OK
+
+
+def store_rows(store: MessageStore) -> list[tuple]:
+    """Every message as the store API returns it, in the reader's column terms."""
+    rows = []
+    for topic in TOPICS:
+        for queue_id in range(3):
+            got = store.get_messages(topic, queue_id, 0, 10_000)
+            for m in got.messages:
+                props = {k: v for k, v in m.properties.items() if k not in ("TAGS", "KEYS")}
+                rows.append((m.topic, m.queue_id, m.queue_offset, m.commitlog_offset, m.msg_id,
+                             m.store_timestamp, m.tags, m.keys, props, bytes(m.body),
+                             m.sys_flag, m.reconsume_times))
+    return sorted(rows, key=lambda r: r[3])
+
+
+def spark_rows(frame) -> list[tuple]:  # type: ignore[no-untyped-def]
+    return sorted(((r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.msg_id,
+                    int(r.store_timestamp.replace(tzinfo=UTC).timestamp() * 1000), r.tags,
+                    list(r.keys), dict(r.properties), bytes(r.body), r.sys_flag,
+                    r.reconsume_times) for r in frame.collect()), key=lambda r: r[3])
+
+
+@pytest.fixture
+def filled(make_store: Callable[..., MessageStore], tmp_path: Path) -> tuple[Path, list[tuple]]:
+    """A stopped store of several segments, each ended by a blank marker; its rows."""
+    store = make_store()
+    fill(store, 300)
+    expected = store_rows(store)
+    store.shutdown()
+    return tmp_path / "store", expected
+
+
+def ends_with_blank(data: bytes) -> bool:
+    """Walk the records of a segment: does a blank marker end it?"""
+    position = 0
+    while position + 8 <= len(data):
+        total, magic = read_total_and_magic(data, position)
+        if magic == MAGIC_BLANK:
+            return position + total == len(data)
+        if total <= 0:
+            return False
+        position += total
+    return False
+
+
+def segments(root: Path) -> list[Path]:
+    """Segment files (not the pre-allocated ``.tmp`` of the next one)."""
+    return sorted(p for p in (root / "commitlog").iterdir() if p.name.isdigit())
+
+
+def test_reads_every_record_of_several_segments_like_the_store_api(spark, filled) -> None:
+    root, expected = filled
+    files = segments(root)
+    assert len(files) >= 4
+    # full segments end with a blank marker; the last (and a pre-allocated one) do not
+    assert sum(ends_with_blank(path.read_bytes()) for path in files) >= 3
+    frame = spark.read.format("boltmq-commitlog").load(str(root))
+    assert frame.rdd.getNumPartitions() == len(files)
+    assert spark_rows(frame) == expected
+    assert frame.schema.simpleString() == \
+        spark.createDataFrame([], COMMITLOG_COLUMNS).schema.simpleString()
+
+
+def test_filters_on_topic_queue_and_store_time(spark, filled) -> None:
+    root, expected = filled
+    middle = expected[len(expected) // 2][5]
+    frame = (spark.read.format("boltmq-commitlog").load(str(root))
+             .where("topic = 'Orders' and queue_id in (0, 1)")
+             .where(f"store_timestamp >= timestamp_millis({middle})"))
+    wanted = [r for r in expected if r[0] == "Orders" and r[1] in (0, 1) and r[5] >= middle]
+    assert wanted
+    assert spark_rows(frame) == wanted
+
+
+def test_time_filter_prunes_segments(spark, filled) -> None:
+    root, expected = filled
+    last = max(r[5] for r in expected)
+    frame = (spark.read.format("boltmq-commitlog").load(str(root))
+             .where(f"store_timestamp > timestamp_millis({last})"))
+    assert frame.count() == 0
+
+
+def test_without_bodies(spark, filled) -> None:
+    root, expected = filled
+    rows = (spark.read.format("boltmq-commitlog").option("includeBody", "false")
+            .load(str(root)).select("body", "queue_offset").collect())
+    assert len(rows) == len(expected)
+    assert all(r.body is None for r in rows)
+
+
+def damage_body_crc(root: Path, commitlog_offset: int) -> Path:
+    """Flip the stored body CRC of the record at ``commitlog_offset`` (store stopped)."""
+    for path in segments(root):
+        start = int(path.name)
+        if start <= commitlog_offset < start + SEGMENT_BYTES:
+            with open(path, "r+b") as handle:
+                handle.seek(commitlog_offset - start + BODY_CRC_OFFSET)
+                value = handle.read(4)
+                handle.seek(commitlog_offset - start + BODY_CRC_OFFSET)
+                handle.write(bytes(b ^ 0x5A for b in value))
+            return path
+    raise AssertionError("offset not in any segment")
+
+
+def test_bad_crc_fails_naming_segment_and_offset(spark, filled) -> None:
+    root, expected = filled
+    victim = expected[100][3]
+    path = damage_body_crc(root, victim)
+    with pytest.raises(Exception) as failure:
+        spark.read.format("boltmq-commitlog").load(str(root)).count()
+    assert f"segment {path.name}: body CRC mismatch at commitlog offset {victim}" in \
+        str(failure.value)
+    marked = (spark.read.format("boltmq-commitlog").option("corruptRecords", "mark")
+              .load(str(root)).where("corrupt").select("commitlog_offset").collect())
+    assert [r.commitlog_offset for r in marked] == [victim]
+
+
+def test_bad_framing_fails_naming_segment_and_offset(spark, filled) -> None:
+    root, expected = filled
+    victim = expected[50][3]
+    path = next(p for p in segments(root) if int(p.name) <= victim < int(p.name) + SEGMENT_BYTES)
+    with open(path, "r+b") as handle:
+        handle.seek(victim - int(path.name) + 4)
+        handle.write(b"\x00\x00\x00\x01")
+    with pytest.raises(Exception) as failure:
+        spark.read.format("boltmq-commitlog").load(str(root)).count()
+    assert f"segment {path.name}: no valid record at commitlog offset {victim}" in \
+        str(failure.value)
+
+
+def test_reads_beside_a_running_store(spark, make_store, tmp_path) -> None:
+    store = make_store()
+    fill(store, 120)
+    store.flush() if hasattr(store, "flush") else None
+    expected = store_rows(store)
+    assert (tmp_path / "store" / "lock").exists()
+    assert spark_rows(spark.read.format("boltmq-commitlog").load(str(tmp_path / "store"))) \
+        == expected
+
+
+def test_not_a_store_directory(spark, tmp_path) -> None:
+    with pytest.raises(Exception, match="is not a store directory"):
+        spark.read.format("boltmq-commitlog").load(str(tmp_path / "nowhere")).count()
+    os.makedirs(tmp_path / "empty")
+    with pytest.raises(Exception, match="holds no CommitLog segment files"):
+        spark.read.format("boltmq-commitlog").load(str(tmp_path / "empty")).count()
+
+
+def test_timestamps_are_utc_milliseconds(spark, filled) -> None:
+    root, expected = filled
+    first = spark.read.format("boltmq-commitlog").load(str(root)) \
+        .orderBy("commitlog_offset").first()
+    assert first.store_timestamp.replace(tzinfo=UTC) == \
+        datetime.fromtimestamp(expected[0][5] / 1000, UTC)
