@@ -355,7 +355,10 @@ def bench_redis(url: str, count: int, size: int, batch: int, as_json: bool) -> N
 
 
 def _register_client_commands() -> None:
-    from boltmq import cli_ha  # noqa: F401 - adds ``admin broker`` and ``admin ha``
+    from boltmq import (
+        cli_dlq,  # noqa: F401 - adds ``admin group dlq``
+        cli_ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
+    )
     from boltmq.cli_admin import admin
     from boltmq.cli_messages import consume, produce
 

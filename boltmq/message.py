@@ -18,6 +18,11 @@ from boltmq.v1 import broker_pb2, message_pb2
 from services.store.record import InvalidMessage, RecordView
 from services.store.record_batch import encode_send_record
 
+MAX_DELAY_LEVEL = 18
+"""Delay levels a broker may have (queues of SCHEDULE_TOPIC_XXXX); the broker checks its own."""
+PROPERTY_DELAY = "DELAY"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+
 ReceivedMessage = RecordView
 """A message as consumers receive it (see the module docstring)."""
 
@@ -36,6 +41,10 @@ class Message:
     keys: Sequence[str] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
     flag: int = 0
+    delay_level: int = 0
+    """1..18 (the broker's ``message_delay_level``): delivered that long after it is stored."""
+    deliver_at_ms: int = 0
+    """Delivered at this time (ms since the epoch); at most 3 days ahead by default."""
 
     def _check(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
@@ -44,6 +53,26 @@ class Message:
             raise MessageError(f"message body must be bytes, not {type(self.body).__name__}")
         if isinstance(self.keys, str):
             raise MessageError("message keys must be a list of strings, not one string")
+        for name in ("delay_level", "deliver_at_ms"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise MessageError(f"message {name} must be a non-negative int, not {value!r}")
+        if self.delay_level and self.deliver_at_ms:
+            raise MessageError("set delay_level or deliver_at_ms, not both")
+        if self.delay_level > MAX_DELAY_LEVEL:
+            raise MessageError(f"message delay_level {self.delay_level} is not 1.."
+                               f"{MAX_DELAY_LEVEL}")
+
+    def _properties(self) -> Mapping[str, str]:
+        """User properties plus the delay ones (RocketMQ's DELAY / TIMER_DELIVER_MS)."""
+        if not self.delay_level and not self.deliver_at_ms:
+            return self.properties
+        merged = dict(self.properties)
+        if self.delay_level:
+            merged[PROPERTY_DELAY] = str(self.delay_level)
+        else:
+            merged[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_at_ms)
+        return merged
 
     def to_record(self, born_timestamp_ms: int = 0) -> bytes:
         """The message as a CommitLog record, the form the SDK sends (encoded once, here).
@@ -55,7 +84,8 @@ class Message:
         self._check()
         try:
             return encode_send_record(self.topic, bytes(self.body), self.tags or None,
-                                      self.keys, self.properties, self.flag, born_timestamp_ms)
+                                      self.keys, self._properties(), self.flag,
+                                      born_timestamp_ms)
         except (InvalidMessage, TypeError) as exc:
             raise MessageError(f"message to {self.topic[:60]!r}: {exc}") from None
         except struct.error as exc:  # flag outside int32
@@ -69,8 +99,9 @@ class Message:
                                     flag=self.flag, tags=self.tags or "")
         if self.keys:  # empty containers are skipped: most messages have neither
             proto.keys.extend(self.keys)
-        if self.properties:
-            proto.properties.update(self.properties)
+        properties = self._properties()
+        if properties:
+            proto.properties.update(properties)
         return proto
 
 

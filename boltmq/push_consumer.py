@@ -16,10 +16,18 @@ batches to the listener, in queue order. Offsets:
   (everything retained, the default) or ``"LAST"`` (only new messages).
 
 The listener gets a list of messages and returns ``ConsumeResult.SUCCESS`` (or
-None); ``RECONSUME_LATER`` or an exception leaves the offset where it was and
-the same messages are offered again after ``suspend_on_failure_ms``.
-Orderly consumption locks each queue on the broker first and passes one
-message at a time.
+None). ``RECONSUME_LATER`` or an exception sends each message of the batch back
+to the broker (CLUSTERING, concurrent): it is stored in ``%RETRY%<group>`` and
+delivered again after the delay of level ``3 + reconsume_times``, and after
+``max_reconsume_times`` failures (0: the group's ``retry_max_times``, 16) it goes
+to ``%DLQ%<group>`` for good. Every such consumer subscribes to its group's
+retry topic; a retried message reaches the listener with its original
+topic and ``reconsume_times`` counting its failures. A message the broker does
+not take back is offered to the listener again after ``suspend_on_failure_ms``
+(never skipped: the queue's offset does not pass it). Orderly consumption
+locks each queue on the broker first, passes one message at a time, and
+retries a failed message in place (the queue waits), never sending it back;
+BROADCASTING retries in place too.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import grpc
 
-from boltmq.client import ClientInstance, rpc_error_text
+from boltmq.client import BrokerUnavailable, ClientInstance, rpc_error_text
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
 from boltmq.pull_consumer import PullError, PullStatus, pull_queue
 from boltmq.registry_client import RegistryError
@@ -48,6 +56,8 @@ PULL_MAX_BYTES = 4 * 1024 * 1024
 pull of 256 x 1 KiB messages short)."""
 PULL_BACKOFF_S = 1.0
 """Pause after a failed pull (broker down, route changing) before the next one."""
+RETRY_PREFIX = "%RETRY%"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 
 
 def allocate_average(queues: Sequence[MessageQueue], members: Sequence[str], me: str
@@ -98,7 +108,7 @@ class _QueueWorker:
 
     def _run(self) -> None:
         owner = self.owner
-        expression = owner.subscriptions[self.queue.topic]
+        expression = owner.expression_of(self.queue.topic)
         while not self._stopped.is_set():
             try:
                 result = pull_queue(owner.client, owner.group, self.queue, self.offset,
@@ -122,13 +132,18 @@ class _QueueWorker:
         size = 1 if owner.orderly else owner.consume_batch_max_size
         for start in range(0, len(messages), size):
             chunk = messages[start:start + size]
+            pending = chunk
             while not self._stopped.is_set():
-                if owner.deliver(chunk):
-                    self.offset = chunk[-1].queue_offset + 1
+                if owner.deliver(pending):
                     break
+                if owner.sends_back:  # what the broker took back is done here
+                    pending = owner.send_back(self.queue, pending)
+                    if not pending:
+                        break
                 self._stopped.wait(owner.suspend_on_failure_s)
-            if self._stopped.is_set():
+            else:
                 return
+            self.offset = chunk[-1].queue_offset + 1
 
 
 class PushConsumer:
@@ -141,7 +156,7 @@ class PushConsumer:
                  consume_batch_max_size: int = 32,
                  long_poll_ms: int = 15_000, rebalance_interval_ms: int = 20_000,
                  commit_interval_ms: int = 5_000, suspend_on_failure_ms: int = 1_000,
-                 rpc_timeout_ms: int = 5_000) -> None:
+                 rpc_timeout_ms: int = 5_000, max_reconsume_times: int = 0) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
         if model not in MODELS:
@@ -160,6 +175,13 @@ class PushConsumer:
         if min(pull_batch_size, pull_max_bytes, consume_batch_max_size, rebalance_interval_ms,
                commit_interval_ms) <= 0 or long_poll_ms < 0 or suspend_on_failure_ms < 0:
             raise ValueError("batch sizes and intervals must be positive")
+        if type(max_reconsume_times) is not int or max_reconsume_times < 0:
+            raise ValueError("max_reconsume_times must be a non-negative int (0: the group's)")
+        self.max_reconsume_times = max_reconsume_times
+        self.retry_topic = RETRY_PREFIX + group
+        """The group's retry topic, consumed beside the subscriptions (concurrent CLUSTERING)."""
+        self.sends_back = model == "CLUSTERING" and not orderly
+        """Failed messages go back to the broker (else they are retried in place)."""
         self.group = group
         self.subscriptions = dict(subscriptions)
         self.listener = listener
@@ -214,12 +236,44 @@ class PushConsumer:
 
     @property
     def assigned(self) -> list[MessageQueue]:
-        """Queues this member consumes now."""
-        return sorted(self.workers)
+        """Queues of the subscribed topics this member consumes now (its share of the
+        group's retry topic is consumed too, but not listed)."""
+        return sorted(q for q in self.workers if q.topic != self.retry_topic)
 
     # ---------------------------------------------------------------- delivery
+    def _topics(self) -> list[str]:
+        """Subscribed topics, plus the retry topic when failed messages are sent back."""
+        topics = list(self.subscriptions)
+        if self.sends_back and self.retry_topic not in self.subscriptions:
+            topics.append(self.retry_topic)
+        return topics
+
+    def expression_of(self, topic: str) -> str:
+        """The subscription expression of ``topic`` (every tag of the retry topic)."""
+        return self.subscriptions.get(topic, "*")
+
+    def send_back(self, queue: MessageQueue, messages: list[ReceivedMessage]
+                  ) -> list[ReceivedMessage]:
+        """Send failed messages back to the broker; return those it did not take."""
+        kept = []
+        for message in messages:
+            try:
+                self.client.broker(self.client.address_of(queue)).ConsumerSendBack(
+                    broker_pb2.ConsumerSendBackRequest(
+                        group=self.group, commitlog_offset=message.commitlog_offset,
+                        max_reconsume_times=self.max_reconsume_times),
+                    timeout=self.client.rpc_timeout_s)
+            except (grpc.RpcError, RegistryError, BrokerUnavailable) as exc:
+                log.warning("send-back of %s failed (consuming it again here later): %s",
+                            message.msg_id, exc)
+                kept.append(message)
+        return kept
+
     def deliver(self, messages: list[ReceivedMessage]) -> bool:
         """Call the listener; True when the messages count as consumed."""
+        for message in messages:
+            if message.topic == self.retry_topic:  # the listener sees the original topic
+                message.topic = message.properties.get(PROPERTY_RETRY_TOPIC, message.topic)
         try:
             outcome = self.listener(messages)
         except Exception:
@@ -249,11 +303,12 @@ class PushConsumer:
     def rebalance(self) -> None:
         """Take this member's share of every subscribed topic's queues now."""
         wanted: set[MessageQueue] = set()
-        for topic in self.subscriptions:
+        for topic in self._topics():
             try:
                 queues = self.client.read_queues(topic)
             except RegistryError as exc:
-                log.warning("rebalance of %s skipped: %s", topic, exc)
+                if topic != self.retry_topic:  # created by the broker on our heartbeat
+                    log.warning("rebalance of %s skipped: %s", topic, exc)
                 wanted.update(q for q in self.workers if q.topic == topic)
                 continue
             if self.model == "BROADCASTING":
@@ -371,8 +426,9 @@ class PushConsumer:
             client_id=self.client.client_id,
             consumer_groups=[broker_pb2.ConsumerGroupHeartbeat(
                 group=self.group, model=self.model, orderly=self.orderly,
-                subscriptions=[broker_pb2.ConsumerSubscription(topic=t, expression=e)
-                               for t, e in self.subscriptions.items()])])
+                subscriptions=[broker_pb2.ConsumerSubscription(topic=t,
+                                                               expression=self.expression_of(t))
+                               for t in self._topics()])])
         for address in self.client.brokers_of(list(self.subscriptions)):
             try:
                 self.client.broker(address).Heartbeat(request, timeout=self.client.rpc_timeout_s)

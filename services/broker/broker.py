@@ -21,6 +21,9 @@ from services.broker.client_manager import ClientManager
 from services.broker.client_processor import ClientProcessor
 from services.broker.config import BrokerConfig
 from services.broker.consumer_offset import ConsumerOffsetManager
+from services.broker.dead_letter import DeadLetterProcessor
+from services.broker.delay_message import levels_of
+from services.broker.delay_offset import DelayOffsetManager
 from services.broker.errors import BrokerError
 from services.broker.group_access import GroupAccess
 from services.broker.long_poll import LongPollHub
@@ -29,6 +32,9 @@ from services.broker.metadata_sync import MetadataSync
 from services.broker.pull_processor import PullProcessor
 from services.broker.queue_lock import QueueLockManager
 from services.broker.registration import BrokerIdentity, Registrar
+from services.broker.retry_topic import RetryTopics
+from services.broker.schedule_service import ScheduleService
+from services.broker.send_back import SendBackProcessor
 from services.broker.send_processor import SendProcessor
 from services.broker.servicer import BrokerServicer
 from services.broker.store_client import StoreClient
@@ -59,8 +65,9 @@ class Broker:
         self.locks = QueueLockManager(config.queue_lock_expiry_ms)
         self.hub = LongPollHub(config.long_poll_max_parked)
         self.watcher = ArrivalWatcher(self.store, self.hub, config.watch_reconnect_max_ms)
+        self.delay_offsets = DelayOffsetManager()
         self.persister = MetadataPersister(self.store, self.topics, self.groups, self.offsets,
-                                           config.offset_persist_interval_ms)
+                                           config.offset_persist_interval_ms, self.delay_offsets)
         self.role = StoreRole(self.store, config.broker_id, config.ha_address,
                               config.role_check_interval_ms)
         identity = BrokerIdentity(config.cluster_name, config.broker_name, config.ha_address)
@@ -87,6 +94,17 @@ class Broker:
             ClientProcessor(self.topics, group_access, self.clients, self.offsets, self.locks),
             self.admin, self.transactions)
         self._scanner: asyncio.Task[None] | None = None
+        self._wire_retry_and_delay(config, group_access, publisher)
+
+    def _wire_retry_and_delay(self, config: BrokerConfig, group_access: GroupAccess,
+                              publisher: TopicPublisher) -> None:
+        """Send-back, dead letters, retry topics on heartbeats and the delay scheduler."""
+        self.schedule = ScheduleService(levels_of(config), self.store, self.delay_offsets,
+                                        self.hub, self.role)
+        self.servicer.send_back = SendBackProcessor(config, self.topics, group_access,
+                                                    self.store, publisher)
+        self.servicer.dead_letters = DeadLetterProcessor(config, self.topics, self.store)
+        self.servicer._clients.retry_topics = RetryTopics(self.topics, publisher)
 
     async def start(self, advertised_address: str) -> None:
         """Load metadata from the store, then open the arrival stream and register."""
@@ -98,6 +116,7 @@ class Broker:
         self.admin.advertised_address = advertised_address
         self.watcher.start()
         self.persister.start()
+        self.schedule.start()
         self.role.start()
         self.sync.start()
         self.transactions.start()
@@ -110,6 +129,7 @@ class Broker:
 
     async def stop(self) -> None:
         """Answer parked pulls, unregister, save offsets, close connections."""
+        await self.schedule.stop()
         self.hub.close()
         task, self._scanner = self._scanner, None
         await runtime.cancel_and_wait(task)

@@ -15,6 +15,7 @@ from services.broker.group_access import GroupAccess
 from services.broker.names import check_client_id, check_group, check_subscription, check_topic
 from services.broker.pull_processor import check_read_queue, readable_topic
 from services.broker.queue_lock import QueueKey, QueueLockManager
+from services.broker.retry_topic import RetryTopics
 from services.broker.topic_config import TopicConfigManager
 
 MAX_GROUPS_PER_HEARTBEAT = 1024
@@ -33,6 +34,8 @@ class ClientProcessor:
         self._clients = clients
         self._offsets = offsets
         self._locks = locks
+        self.retry_topics: RetryTopics | None = None
+        """Creates a clustering group's %RETRY% topic on its heartbeat; set by the broker."""
 
     async def heartbeat(self, request: broker_pb2.HeartbeatRequest) -> None:
         """Record the client in each group it names (consumer groups are created on demand)."""
@@ -44,7 +47,9 @@ class ClientProcessor:
             check_group(f"producer_groups[{index}]", group)
         beats = [_consumer_beat(index, beat) for index, beat in enumerate(request.consumer_groups)]
         for index, beat in enumerate(beats):
-            await self._groups.require(f"consumer_groups[{index}].group", beat.group)
+            config = await self._groups.require(f"consumer_groups[{index}].group", beat.group)
+            if beat.model == CLUSTERING and self.retry_topics is not None:
+                await self.retry_topics.ensure_retry(config)  # consumers subscribe to it at once
         self._clients.heartbeat(client_id, request.producer_groups, beats)
 
     def unregister(self, request: broker_pb2.UnregisterClientRequest) -> None:

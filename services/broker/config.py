@@ -11,6 +11,11 @@ import re
 from dataclasses import dataclass
 
 from boltmq.config import ConfigError
+from services.broker.delay_level import (
+    DEFAULT_MESSAGE_DELAY_LEVEL,
+    InvalidDelayLevels,
+    parse_delay_levels,
+)
 
 PORT_MAX = 65535
 NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
@@ -96,7 +101,19 @@ class BrokerConfig:
     transaction_decided_cache_max: int = 100_000
     """Decisions remembered to answer a repeated EndTransaction with the earlier decision."""
 
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    """Delay levels 1..n (at most 18): delays with a unit (ms, s, m, h, d), growing."""
+    deliver_at_max_delay_ms: int = 3 * 86_400_000
+    """Latest ``deliver_at_ms`` accepted, counted from now (RocketMQ's timerMaxDelaySec)."""
+    deliver_at_past_tolerance_ms: int = 1_000
+    """A ``deliver_at_ms`` in the past by up to this much (clock skew) is delivered at once;
+    further in the past it is refused as a mistake."""
+
     def __post_init__(self) -> None:
+        try:
+            parse_delay_levels(self.message_delay_level)
+        except InvalidDelayLevels as exc:
+            raise ConfigError(str(exc)) from None
         for name in ("cluster_name", "broker_name"):
             value = getattr(self, name)
             if not NAME_PATTERN.match(value):
@@ -122,7 +139,7 @@ class BrokerConfig:
                      "long_poll_max_ms", "long_poll_max_parked", "queue_lock_expiry_ms",
                      "max_message_size_bytes", "max_batch_messages", "max_query_messages",
                      "role_check_interval_ms", "metadata_sync_interval_ms",
-                     "suggest_pulling_from_slave_lag_messages",
+                     "suggest_pulling_from_slave_lag_messages", "deliver_at_max_delay_ms",
                      "max_topic_queue_nums", "transaction_timeout_ms", "transaction_check_max",
                      "transaction_check_interval_ms", "transaction_decided_cache_max"):
             if getattr(self, name) <= 0:

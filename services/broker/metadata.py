@@ -1,10 +1,12 @@
 """Loading and saving the broker's metadata through the store (DESIGN 2).
 
-The broker owns no files: topics.json, subscriptionGroup.json and
-consumerOffset.json travel as bytes through the store's GetConfig/PutConfig,
+The broker owns no files: topics.json, subscriptionGroup.json,
+consumerOffset.json and delayOffset.json travel as bytes through the store's GetConfig/PutConfig,
 which writes them atomically under ``<root>/config/``. Topic and group tables
 are saved as soon as they change; offsets, which change on every commit, are
-saved every ``offset_persist_interval_ms`` when they moved, and at shutdown.
+saved every ``offset_persist_interval_ms`` when they moved, and at shutdown
+(delay offsets the same way: the scheduler repairs a crash between a delivery
+and the next write, see ``schedule_service``).
 
 Writes of one file are serialised by a lock and always send the table as it
 is when the lock is taken, so an older snapshot can never land after a newer
@@ -18,6 +20,7 @@ import logging
 
 from boltmq import runtime
 from services.broker.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
+from services.broker.delay_offset import DELAY_OFFSET_FILE, DelayOffsetManager
 from services.broker.errors import BrokerError
 from services.broker.store_client import StoreClient
 from services.broker.subscription_group import SUBSCRIPTION_GROUP_FILE, SubscriptionGroupManager
@@ -31,14 +34,18 @@ class MetadataPersister:
 
     def __init__(self, store: StoreClient, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager,
-                 offset_persist_interval_ms: int) -> None:
+                 offset_persist_interval_ms: int,
+                 delay_offsets: DelayOffsetManager | None = None) -> None:
         self._store = store
+        self._delay_offsets = delay_offsets or DelayOffsetManager()
+        self._saved_delay_version = 0
         self._topics = topics
         self._groups = groups
         self._offsets = offsets
         self._interval_s = offset_persist_interval_ms / 1000
         self._locks = {name: asyncio.Lock()
-                       for name in (TOPICS_FILE, SUBSCRIPTION_GROUP_FILE, CONSUMER_OFFSET_FILE)}
+                       for name in (TOPICS_FILE, SUBSCRIPTION_GROUP_FILE, CONSUMER_OFFSET_FILE,
+                                    DELAY_OFFSET_FILE)}
         self._saved_offsets_version = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -61,6 +68,10 @@ class MetadataPersister:
         if offsets is not None:
             self._offsets.load_json(offsets)
         self._saved_offsets_version = self._offsets.version
+        delay = await self._store.get_config(DELAY_OFFSET_FILE)
+        if delay is not None:
+            self._delay_offsets.load_json(delay)
+        self._saved_delay_version = self._delay_offsets.version
 
     def start(self) -> None:
         """Save changed offsets every interval, in the background."""
@@ -71,20 +82,23 @@ class MetadataPersister:
         task, self._task = self._task, None
         await runtime.cancel_and_wait(task)
         await self.save_offsets()
+        await self.save_delay_offsets()
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
             try:
                 await self.save_offsets()
+                await self.save_delay_offsets()
             except BrokerError as exc:
-                log.warning("cannot save consumer offsets (will retry): %s", exc)
+                log.warning("cannot save consumer or delay offsets (will retry): %s", exc)
 
     def documents(self) -> dict[str, bytes]:
         """Every table as the JSON document it is saved as, by file name."""
         return {TOPICS_FILE: self._topics.to_json(),
                 SUBSCRIPTION_GROUP_FILE: self._groups.to_json(),
-                CONSUMER_OFFSET_FILE: self._offsets.to_json()}
+                CONSUMER_OFFSET_FILE: self._offsets.to_json(),
+                DELAY_OFFSET_FILE: self._delay_offsets.to_json()}
 
     async def save_topics(self) -> None:
         """Write topics.json now."""
@@ -104,4 +118,19 @@ class MetadataPersister:
                 return False
             await self._store.put_config(CONSUMER_OFFSET_FILE, self._offsets.to_json())
             self._saved_offsets_version = version
+            return True
+
+    async def copy_delay_offsets(self, document: bytes) -> None:
+        """Take the master's delayOffset.json (a replica's MetadataSync) and save it."""
+        self._delay_offsets.load_json(document)
+        await self.save_delay_offsets()
+
+    async def save_delay_offsets(self) -> bool:
+        """Write delayOffset.json when the scheduler moved since the last write."""
+        async with self._locks[DELAY_OFFSET_FILE]:
+            version = self._delay_offsets.version
+            if version == self._saved_delay_version:
+                return False
+            await self._store.put_config(DELAY_OFFSET_FILE, self._delay_offsets.to_json())
+            self._saved_delay_version = version
             return True

@@ -1,9 +1,8 @@
 """MetadataSync: a replica's broker copies its master broker's metadata (DESIGN 7).
 
-Topics, subscription groups and consumer offsets (and, once the broker keeps
-them, delay offsets) live in each store's ``config/``. A replica's broker
-fetches the master broker's documents (``GetMetadata``) every
-``metadata_sync_interval_ms``, loads them into its tables and writes them to
+Topics, subscription groups, consumer offsets and delay offsets live in each
+store's ``config/``. A replica's broker fetches the master broker's documents
+(``GetMetadata``) every ``metadata_sync_interval_ms``, loads them into its tables and writes them to
 its own store, so a promoted replica already knows every topic, group and
 committed offset: consumers resume where they were, not from the start.
 
@@ -24,6 +23,7 @@ from boltmq import runtime
 from boltmq.registry_client import AsyncRegistryClient, RegistryError
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from services.broker.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
+from services.broker.delay_offset import DELAY_OFFSET_FILE
 from services.broker.errors import BrokerError
 from services.broker.metadata import MetadataPersister
 from services.broker.store_role import MASTER_ID, StoreRole
@@ -112,5 +112,7 @@ class MetadataSync:
         if CONSUMER_OFFSET_FILE in documents:
             self._offsets.load_json(documents[CONSUMER_OFFSET_FILE])
             await self._persister.save_offsets()
+        if DELAY_OFFSET_FILE in documents:
+            await self._persister.copy_delay_offsets(documents[DELAY_OFFSET_FILE])
         self.synced_rounds += 1
         return True

@@ -22,6 +22,7 @@ import grpc
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from services.broker.config import BrokerConfig
+from services.broker.delay_message import records_as_messages, schedule_delayed
 from services.broker.errors import InvalidArgument, NotFound, PermissionDenied, StoreFailed
 from services.broker.names import check_group, check_topic
 from services.broker.store_client import StoreClient
@@ -82,7 +83,10 @@ class SendProcessor:
         """Validate, pick the queue, append the batch, and map the store's results."""
         records = request.records  # each access copies the bytes: once only
         if records or request.record_count:
-            return await self._send_records(request, records, peer_address)
+            as_messages = records_as_messages(request, records)
+            if as_messages is None:
+                return await self._send_records(request, records, peer_address)
+            request = as_messages  # delayed: the broker rewrites topic and queue
         topic, queue_id = self._check_batch(request)
         queue_id = await self._writable_queue(request, topic, queue_id, "messages[0].topic")
         if any(m.sys_flag & SYS_FLAG_TRANSACTION_MASK for m in request.messages):
@@ -92,6 +96,7 @@ class SendProcessor:
                                                    request.born_host or peer_address)
         for message in request.messages:
             message.queue_id = queue_id
+        schedule_delayed(request.messages, self._config)
         response = await self._store.append(request.messages,
                                             request.born_host or peer_address)
         if len(response.statuses) != len(request.messages):

@@ -18,9 +18,11 @@ import grpc
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
 from services.broker.admin_processor import AdminProcessor
 from services.broker.client_processor import ClientProcessor
+from services.broker.dead_letter import DeadLetterProcessor
 from services.broker.errors import BrokerError, FailedPrecondition
 from services.broker.names import check_client_id, check_group
 from services.broker.pull_processor import PullProcessor
+from services.broker.send_back import SendBackProcessor
 from services.broker.send_processor import SendProcessor
 from services.broker.transaction_service import TransactionService
 from services.broker.wire import queues_to_proto, topic_to_proto
@@ -231,3 +233,32 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         if self._transactions is None:
             raise FailedPrecondition("this broker takes no transactions")
         return self._transactions
+
+    send_back: SendBackProcessor | None = None
+    """ConsumerSendBack; set by the broker."""
+    dead_letters: DeadLetterProcessor | None = None
+    """ListDeadLetters and ResendDeadLetters; set by the broker."""
+
+    @_rpc
+    async def ConsumerSendBack(self, request: broker_pb2.ConsumerSendBackRequest,
+                               context: grpc.aio.ServicerContext
+                               ) -> broker_pb2.ConsumerSendBackResponse:
+        """A consumer's failed message to %RETRY%<group> (delayed) or %DLQ%<group>."""
+        assert self.send_back is not None, "the broker sets send_back"
+        return await self.send_back.send_back(request)
+
+    @_rpc
+    async def ListDeadLetters(self, request: broker_pb2.ListDeadLettersRequest,
+                              context: grpc.aio.ServicerContext
+                              ) -> broker_pb2.ListDeadLettersResponse:
+        """Dead letters of a group, oldest first."""
+        assert self.dead_letters is not None, "the broker sets dead_letters"
+        return await self.dead_letters.list(request)
+
+    @_rpc
+    async def ResendDeadLetters(self, request: broker_pb2.ResendDeadLettersRequest,
+                                context: grpc.aio.ServicerContext
+                                ) -> broker_pb2.ResendDeadLettersResponse:
+        """Copies of dead letters back to the topics they first failed on."""
+        assert self.dead_letters is not None, "the broker sets dead_letters"
+        return await self.dead_letters.resend(request)

@@ -532,7 +532,9 @@ def test_a_failed_listener_gets_the_same_messages_again(
         return ConsumeResult.SUCCESS
 
     collector = Collector(outcome)
-    consumers("cg-retry", {"retry": "*"}, collector)
+    # Orderly consumers retry in place (concurrent ones send failed messages back to
+    # the broker's retry topic: tests/integration/test_retry_delay.py).
+    consumers("cg-retry", {"retry": "*"}, collector, orderly=True)
     wanted = {r.msg_id for r in sent}
     wait_until(lambda: group_lag(cluster, "cg-retry", "retry") == 0,
                "the messages to be consumed after two failures")
