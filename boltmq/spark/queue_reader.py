@@ -77,6 +77,11 @@ def read_partition(options: SourceOptions, spark_schema: Any,
                                                          PullStatus.OFFSET_ILLEGAL):
                 _shorter(options, queue, partition, offset, result.max_offset)
                 break
+            if check_loss and options.subscription == "*" and not result.messages and \
+                    offset < min(result.next_begin_offset, partition.end):
+                # Every entry matches "*": entries passed over without a message point
+                # at CommitLog bytes retention removed before the queue's minimum moved.
+                _data_lost(options, queue, offset, result.next_begin_offset)
             for message in result.messages:
                 if message.queue_offset < partition.end:
                     rows.add(message)
