@@ -42,6 +42,7 @@ from services.store.record import (
     encode_topic,
 )
 from services.store.record_batch import (
+    H_SYS_FLAG,
     MalformedBatch,
     RecordBatch,
     check_header,
@@ -179,9 +180,17 @@ class SendProcessor:
         refused = {}
         for index, (position, end) in enumerate(zip(positions, ends, strict=True)):
             try:
-                check_header(records, position, end - position, topic_field, magic, max_body)
+                head = check_header(records, position, end - position, topic_field, magic,
+                                    max_body)
             except (InvalidMessage, CorruptRecord) as exc:
                 refused[index] = f"records[{index}]: {exc}"
+                continue
+            if head[H_SYS_FLAG] & SYS_FLAG_TRANSACTION_MASK:
+                # Half messages go through the transaction service, and markers are the
+                # broker's own records: a client setting these bits would commit or
+                # hide messages behind its back.
+                refused[index] = (f"records[{index}]: sys_flag has transaction bits; send "
+                                  f"transactional messages with TransactionProducer")
         return refused
 
     def _check_batch(self, request: broker_pb2.SendRequest) -> tuple[str, int]:

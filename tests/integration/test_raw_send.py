@@ -17,7 +17,13 @@ from boltmq.pull_consumer import decode_records
 from boltmq.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
 from services.broker.config import BrokerConfig
-from services.store.record import BODY_CRC_OFFSET, TOTAL_SIZE_OFFSET
+from services.store.record import (
+    BODY_CRC_OFFSET,
+    SYS_FLAG_OFFSET,
+    SYS_FLAG_TRANSACTION_COMMIT,
+    SYS_FLAG_TRANSACTION_PREPARED,
+    TOTAL_SIZE_OFFSET,
+)
 from services.store.record_batch import encode_send_record
 from tests.integration.conftest import Cluster
 from tests.integration.test_broker_service import RPC_TIMEOUT_S, pull, upsert
@@ -77,10 +83,15 @@ def test_each_bad_record_gets_its_own_status_and_the_rest_are_stored(
         2: (encode_send_record("Elsewhere", b"x"), message_pb2.MESSAGE_ILLEGAL, "topic"),
         3: (encode_send_record("Raw", b"x" * (BODY_MAX + 1)), message_pb2.MESSAGE_ILLEGAL,
             "body is"),
+        # A client may not write transaction markers (or half messages) itself.
+        4: (with_int(good, SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_COMMIT),
+            message_pb2.MESSAGE_ILLEGAL, "transaction bits"),
+        5: (with_int(good, SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_PREPARED),
+            message_pb2.MESSAGE_ILLEGAL, "transaction bits"),
     }  # 1 passes the broker's header checks: the store's CRC check refuses it
-    records = [good, bad[1][0], bad[2][0], bad[3][0], good]
+    records = [good, bad[1][0], bad[2][0], bad[3][0], bad[4][0], bad[5][0], good]
     response = send_raw(stub, records_request(*records, topic="Raw", queue_id=0))
-    assert [response.statuses[i] for i in (0, 4)] == [broker_pb2.SEND_OK] * 2
+    assert [response.statuses[i] for i in (0, 6)] == [broker_pb2.SEND_OK] * 2
     for index, (_, put_status, reason) in bad.items():
         assert response.statuses[index] == broker_pb2.SEND_FAILED
         assert response.put_statuses[index] == put_status
