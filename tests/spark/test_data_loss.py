@@ -57,14 +57,18 @@ def test_retention_is_detected_or_skipped_as_asked(spark, retention_cluster,
         for low in range(0, 400, 20):
             producer.send_batch([Message(topic="SparkLoss", body=bytes(1000) + str(i).encode())
                                  for i in range(low, low + 20)])
+        # Wait until retention has run and settled (only the newest segment, which is
+        # never deleted, is left): the ranges then stay put while the test reads.
         deadline = time.monotonic() + RETENTION_WAIT_S
-        while time.monotonic() < deadline:
-            ranges = queue_ranges(cluster, producer, "SparkLoss")
-            if any(low > 0 for low, _ in ranges.values()):
-                break
-            time.sleep(0.2)
         ranges = queue_ranges(cluster, producer, "SparkLoss")
-    lost_queue, (first, end) = next((q, r) for q, r in sorted(ranges.items()) if r[0] > 0)
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            now = queue_ranges(cluster, producer, "SparkLoss")
+            if now == ranges and any(low > 0 for low, _ in now.values()):
+                break
+            ranges = now
+    lost_queue, (first, end) = next((q, r) for q, r in sorted(ranges.items())
+                                    if 0 < r[0] < r[1])
     broker = "broker-a"
     from_zero = json.dumps({"SparkLoss": {f"{broker}/{lost_queue}": 0}})
 
