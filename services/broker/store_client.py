@@ -10,13 +10,12 @@ with the store's code.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from boltmq.runtime import channel
-from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from boltmq.store_channel import StoreChannel
+from boltmq.v1 import message_pb2, store_pb2
 from services.broker.errors import (
     BrokerError,
     InvalidArgument,
@@ -30,25 +29,8 @@ STORE_SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
-class StoreClient:
+class StoreClient(StoreChannel):
     """Typed, deadline-bound calls to the StoreService at ``address``."""
-
-    def __init__(self, address: str, timeout_ms: int) -> None:
-        self.address = address
-        self._timeout_s = timeout_ms / 1000
-        self._channel = channel(address)
-        self._stub = store_pb2_grpc.StoreServiceStub(self._channel)
-
-    async def close(self) -> None:
-        """Close the channel (pending calls fail)."""
-        await self._channel.close()
-
-    async def _call(self, method: str, request: Any, *, wait_for_ready: bool = False) -> Any:
-        try:
-            return await getattr(self._stub, method)(request, timeout=self._timeout_s,
-                                                      wait_for_ready=wait_for_ready)
-        except grpc.aio.AioRpcError as exc:
-            raise self.translate(method, exc) from None
 
     def translate(self, method: str, exc: grpc.aio.AioRpcError) -> BrokerError:
         """The broker error for a failed store call."""

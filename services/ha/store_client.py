@@ -11,30 +11,19 @@ the store's own text), here and nowhere else.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
-from typing import Any
 
 import grpc
 
-from boltmq.runtime import channel
-from boltmq.v1 import store_pb2, store_pb2_grpc
+from boltmq.store_channel import StoreChannel
+from boltmq.v1 import store_pb2
 from services.ha.errors import HAError, StoreFailed, StoreUnavailable
 
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                 grpc.StatusCode.CANCELLED)
 
 
-class HAStoreClient:
+class HAStoreClient(StoreChannel):
     """Typed, deadline-bound calls to the StoreService at ``address``."""
-
-    def __init__(self, address: str, timeout_ms: int) -> None:
-        self.address = address
-        self._timeout_s = timeout_ms / 1000
-        self._channel = channel(address)
-        self._stub = store_pb2_grpc.StoreServiceStub(self._channel)
-
-    async def close(self) -> None:
-        """Close the channel (pending calls fail)."""
-        await self._channel.close()
 
     def translate(self, method: str, exc: grpc.aio.AioRpcError) -> HAError:
         """The HA error for a failed store call."""
@@ -43,13 +32,6 @@ class HAStoreClient:
             return StoreUnavailable(f"store at {self.address} is unavailable ({method}: "
                                     f"{code.name.lower()}: {details})")
         return StoreFailed(code, f"store {method} failed: {code.name}: {details}")
-
-    async def _call(self, method: str, request: Any, *, wait_for_ready: bool = False) -> Any:
-        try:
-            return await getattr(self._stub, method)(request, timeout=self._timeout_s,
-                                                      wait_for_ready=wait_for_ready)
-        except grpc.aio.AioRpcError as exc:
-            raise self.translate(method, exc) from None
 
     async def store_info(self, *, wait_for_ready: bool = False) -> store_pb2.StoreInfo:
         """Offsets, role, epochs and segment size of the store."""

@@ -1,0 +1,41 @@
+"""StoreChannel: the part every client of the StoreService shares.
+
+The broker and the HA service each talk to their store with deadlines and
+their own named errors; the channel, the stub and the call wrapper are the
+same, so they live here once. A subclass says how a failed call becomes one
+of its errors (:meth:`StoreChannel.translate`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from boltmq.runtime import channel
+from boltmq.v1 import store_pb2_grpc
+
+
+class StoreChannel:
+    """Typed, deadline-bound calls to the StoreService at ``address``."""
+
+    def __init__(self, address: str, timeout_ms: int) -> None:
+        self.address = address
+        self._timeout_s = timeout_ms / 1000
+        self._channel = channel(address)
+        self._stub = store_pb2_grpc.StoreServiceStub(self._channel)
+
+    async def close(self) -> None:
+        """Close the channel (pending calls fail)."""
+        await self._channel.close()
+
+    def translate(self, method: str, exc: grpc.aio.AioRpcError) -> Exception:
+        """The caller's named error for a failed store call."""
+        raise NotImplementedError
+
+    async def _call(self, method: str, request: Any, *, wait_for_ready: bool = False) -> Any:
+        try:
+            return await getattr(self._stub, method)(request, timeout=self._timeout_s,
+                                                      wait_for_ready=wait_for_ready)
+        except grpc.aio.AioRpcError as exc:
+            raise self.translate(method, exc) from None
