@@ -13,6 +13,7 @@ import os
 import tomllib
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -101,3 +102,51 @@ def load_config(
         values.update({k: v for k, v in overrides.items() if v is not None})
     coerced = {name: _coerce(name, hints[name], value) for name, value in values.items()}
     return cls(**coerced)
+
+
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Settings every service shares: shutdown, telemetry, logs and TLS (DESIGN 10).
+
+    Each service's config dataclass inherits these, so ``BOLTMQ_METRICS_PORT``,
+    ``BOLTMQ_TLS_CERT_FILE`` and the rest mean the same thing for the store,
+    the broker, the registry and the HA service. Subclasses that define their
+    own ``__post_init__`` call ``super().__post_init__()``.
+    """
+
+    shutdown_grace_ms: int = 10_000
+    """How long a SIGTERM waits for in-flight calls before they are cancelled."""
+    metrics_port: int = 0
+    """Port of the Prometheus scrape endpoint (0: no endpoint)."""
+    log_format: str = "text"
+    """``text`` (one line per record) or ``json`` (one object per line, with trace ids)."""
+    tls_cert_file: str = ""
+    """PEM certificate chain this server presents ("": plaintext)."""
+    tls_key_file: str = ""
+    """PEM private key of ``tls_cert_file``."""
+    tls_client_ca_file: str = ""
+    """PEM CA bundle; when set, callers must present a certificate it signed (mutual TLS)."""
+    tls_ca_file: str = ""
+    """PEM CA bundle this service trusts when it calls other services ("": plaintext calls)."""
+    tls_client_cert_file: str = ""
+    """PEM certificate this service presents when it calls others (mutual TLS)."""
+    tls_client_key_file: str = ""
+    """PEM private key of ``tls_client_cert_file``."""
+
+    def __post_init__(self) -> None:
+        if self.shutdown_grace_ms < 0:
+            raise ConfigError("shutdown_grace_ms must be >= 0")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("metrics_port must be between 0 and 65535")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, "
+                              f"got {self.log_format!r}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("tls_cert_file and tls_key_file must be set together")
+        if bool(self.tls_client_cert_file) != bool(self.tls_client_key_file):
+            raise ConfigError("tls_client_cert_file and tls_client_key_file must be set together")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ConfigError("tls_client_ca_file (mutual TLS) needs tls_cert_file")

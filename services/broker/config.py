@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from boltmq.config import ConfigError
+from boltmq.config import ConfigError, ServerSettings
 from services.broker.delay_level import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
     InvalidDelayLevels,
@@ -24,7 +24,7 @@ _ADDRESS_PATTERN = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$"
 
 
 @dataclass(frozen=True)
-class BrokerConfig:
+class BrokerConfig(ServerSettings):
     """Settings of one broker (DESIGN 5)."""
 
     listen_host: str = "127.0.0.1"
@@ -110,6 +110,7 @@ class BrokerConfig:
     further in the past it is refused as a mistake."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         try:
             parse_delay_levels(self.message_delay_level)
         except InvalidDelayLevels as exc:

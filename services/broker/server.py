@@ -70,4 +70,5 @@ async def create_server(config: BrokerConfig) -> tuple[grpc.aio.Server, int]:
 
 async def serve(config: BrokerConfig) -> None:
     """Run the broker until SIGTERM/SIGINT (what ``boltmq serve broker`` calls)."""
-    await runtime.serve(BrokerService(config), config.listen_host, config.listen_port)
+    await runtime.serve(BrokerService(config), config.listen_host, config.listen_port,
+                        grace_s=config.shutdown_grace_ms / 1000)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from boltmq.config import ConfigError
+from boltmq.config import ConfigError, ServerSettings
 
 PORT_MAX = 65535
 REPLICA_START_MODES = ("LAST_SEGMENT", "FIRST_SEGMENT")
@@ -22,7 +22,7 @@ MAX_CHUNK_BYTES_LIMIT = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class HAConfig:
+class HAConfig(ServerSettings):
     """Settings of one HA service, the process beside one store (either role)."""
 
     listen_host: str = "127.0.0.1"
@@ -63,6 +63,7 @@ class HAConfig:
     """Master: chunks sent but not yet acknowledged by a replica before sending pauses."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 <= self.listen_port <= PORT_MAX:
             raise ConfigError(f"listen_port must be between 0 and {PORT_MAX}")
         for name in ("cluster_name", "broker_name"):

@@ -71,9 +71,11 @@ async def create_server(config: HAConfig, meter_provider: MeterProvider | None =
     stops the node after.
     """
     return await runtime.create_in_process(HAService(config, meter_provider),
-                                           config.listen_host, config.listen_port)
+                                           config.listen_host, config.listen_port,
+                        grace_s=config.shutdown_grace_ms / 1000)
 
 
 async def serve(config: HAConfig) -> None:
     """Run the HA service until SIGTERM/SIGINT (what ``boltmq serve ha`` calls)."""
-    await runtime.serve(HAService(config), config.listen_host, config.listen_port)
+    await runtime.serve(HAService(config), config.listen_host, config.listen_port,
+                        grace_s=config.shutdown_grace_ms / 1000)

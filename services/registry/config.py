@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from boltmq.config import ConfigError
+from boltmq.config import ConfigError, ServerSettings
 
 PORT_MAX = 65535
 
 
 @dataclass(frozen=True)
-class RegistryConfig:
+class RegistryConfig(ServerSettings):
     """Settings of one registry process; registries share nothing, so each has its own."""
 
     listen_host: str = "127.0.0.1"
@@ -28,6 +28,7 @@ class RegistryConfig:
     """How often the background task drops expired brokers (reads also skip them at once)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 <= self.listen_port <= PORT_MAX:
             raise ConfigError(f"listen_port must be between 0 and {PORT_MAX}")
         if self.broker_expiry_ms <= 0:

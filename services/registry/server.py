@@ -215,4 +215,5 @@ async def create_server(config: RegistryConfig) -> tuple[grpc.aio.Server, int]:
 
 async def serve(config: RegistryConfig) -> None:
     """Run one registry until SIGTERM/SIGINT (``boltmq serve registry``)."""
-    await runtime.serve(RegistryService(config), config.listen_host, config.listen_port)
+    await runtime.serve(RegistryService(config), config.listen_host, config.listen_port,
+                        grace_s=config.shutdown_grace_ms / 1000)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from boltmq.config import ConfigError
+from boltmq.config import ConfigError, ServerSettings
 
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
@@ -19,7 +19,7 @@ _DELETE_WHEN = re.compile(r"^\d{2}(;\d{2})*$")
 
 
 @dataclass(frozen=True)
-class StoreConfig:
+class StoreConfig(ServerSettings):
     """Settings of one message store (DESIGN 4.9)."""
 
     root_dir: Path = field(default_factory=lambda: Path("~/store").expanduser())
@@ -102,6 +102,7 @@ class StoreConfig:
     """Consume-queue entries scanned by one filtered get at most."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         object.__setattr__(self, "root_dir", Path(self.root_dir).expanduser())
         if self.flush_disk_type not in FLUSH_DISK_TYPES:
             raise ConfigError(f"flush_disk_type must be one of {FLUSH_DISK_TYPES}")

@@ -93,7 +93,8 @@ async def serve(config: StoreConfig) -> None:
     """Run one store until SIGTERM/SIGINT (``boltmq serve store``)."""
     service = StoreService(config)
     try:
-        await runtime.serve(service, config.listen_host, config.listen_port)
+        await runtime.serve(service, config.listen_host, config.listen_port,
+                            grace_s=config.shutdown_grace_ms / 1000)
     finally:
         # runtime.serve stops the service after a signal; this covers the paths
         # where it raises first (shutdown is idempotent).
