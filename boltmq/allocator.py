@@ -1,4 +1,5 @@
-"""The C allocator's trimming policy for processes that move large gRPC messages.
+"""Memory policy for processes that move large gRPC messages: the C allocator's
+trimming and Python's cyclic garbage collector.
 
 Every batch call allocates and frees buffers of a few hundred KiB (the request,
 its serialized form, the bytes handed to the store). With glibc's defaults such
@@ -11,12 +12,23 @@ removes them, at the price of up to ``TRIM_THRESHOLD_BYTES`` of retained heap.
 The environment variables MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ do
 the same, but a process started by Kubernetes or by hand would not get them;
 ``mallopt`` at start-up always applies. Non-glibc platforms are left alone.
+
+The cyclic collector: a 1,024-message batch allocates several thousand tuples
+and lists, so with Python's default thresholds (700, 10, 10) the collector ran
+every fraction of a batch and, every so often, walked the whole heap of
+long-lived objects (gRPC, protobuf, the store's files). Profiled on the store
+under produce load, ``gc_collect_main`` took 15 % of the serving thread.
+:func:`settle_garbage_collector` moves what exists after start-up into the
+permanent generation (``gc.freeze``) and raises the young-generation threshold;
+reference counting still frees every acyclic object at once, so only cyclic
+garbage waits a little longer.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 from typing import Final
 
@@ -31,6 +43,8 @@ TRIM_THRESHOLD_BYTES: Final = 256 * 1024 * 1024
 """Free memory at the heap top kept before returning it to the system."""
 TOP_PAD_BYTES: Final = 64 * 1024 * 1024
 """Extra heap requested per growth, so steady batch traffic stops growing it."""
+GC_THRESHOLDS: Final = (50_000, 20, 20)
+"""Collector thresholds after start-up: young allocations, then generation ratios."""
 
 
 def keep_freed_memory() -> bool:
@@ -50,3 +64,10 @@ def keep_freed_memory() -> bool:
     if not done:
         log.info("mallopt refused the allocator thresholds; keeping the defaults")
     return done
+
+
+def settle_garbage_collector() -> None:
+    """Freeze the start-up heap out of the collector's reach and collect less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)

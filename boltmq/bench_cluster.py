@@ -42,6 +42,7 @@ def bench_produce(registry: str, topic: str, count: int, size: int, batch: int,
     per_thread = max(1, count // concurrency // batch)
     with Producer(registry, "BENCH_PRODUCER") as producer:
         producer.send(Message(topic=topic, body=body))  # routes and channels warm
+        allocator.settle_garbage_collector()  # as the servers do (boltmq/allocator.py)
 
         def setup(_n: int) -> Callable[[], object]:
             messages = [Message(topic=topic, body=body) for _ in range(batch)]

@@ -225,6 +225,7 @@ async def serve(service: Service, host: str, port: int, grace_s: float = 10.0) -
     except BaseException:
         await server.stop(0)
         raise
+    allocator.settle_garbage_collector()  # recovered state out of the collector's walks
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
