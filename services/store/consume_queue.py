@@ -67,8 +67,8 @@ class ConsumeQueue:
         self.last_store_timestamp = 0
 
     # ---------------------------------------------------------------- load / recover
-    def load(self) -> list[str]:
-        return self.files.load()
+    def load(self, *, repair_torn: bool = False) -> list[str]:
+        return self.files.load(repair_torn=repair_torn)
 
     def recover(self) -> None:
         """Find the last written entry (in the last 3 files) and cut what follows."""
@@ -281,8 +281,12 @@ class ConsumeQueueTable:
                     self.queues = {**self.queues, (topic, queue_id): cq}
         return cq
 
-    def load(self) -> list[str]:
-        """Map every queue directory; names that are not valid topics are set aside."""
+    def load(self, *, repair_torn: bool = False) -> list[str]:
+        """Map every queue directory; names that are not valid topics are set aside.
+
+        ``repair_torn``: see :meth:`MappedFileQueue.load`; :attr:`torn` then
+        tells whether entries were lost with a torn file.
+        """
         notes: list[str] = []
         if not self.root.exists():
             return notes
@@ -297,8 +301,13 @@ class ConsumeQueueTable:
                     notes.append(f"ignored {queue_dir}: not a queue id")
                     continue
                 cq = self.get_or_create(topic_dir.name, int(queue_dir.name))
-                notes.extend(cq.load())
+                notes.extend(cq.load(repair_torn=repair_torn))
         return notes
+
+    @property
+    def torn(self) -> bool:
+        """Whether any queue file was found torn (and extended) by :meth:`load`."""
+        return any(cq.files.torn for cq in self.queues.values())
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self.queues.values()))

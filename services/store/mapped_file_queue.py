@@ -8,6 +8,7 @@ Shared by the CommitLog (segments) and each ConsumeQueue.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -40,14 +41,20 @@ class MappedFileQueue:
         self.preallocate = False
         """Prepare the next file in the background after each creation (CommitLog)."""
         self._preallocator: threading.Thread | None = None
+        self.torn: list[Path] = []
+        """Files :meth:`load` found shorter than ``file_size`` and extended with zeros."""
 
     # ---------------------------------------------------------------- loading
-    def load(self) -> list[str]:
+    def load(self, *, repair_torn: bool = False) -> list[str]:
         """Map every file in the directory; returns warnings about files set aside.
 
         Stray ``.tmp`` files from an interrupted creation are removed. A file of
         the wrong size or a gap between files is a CorruptFileLayout: BoltMQ
-        refuses to guess rather than serve the wrong bytes.
+        refuses to guess rather than serve the wrong bytes. With ``repair_torn``
+        (a starting store, never the offline reader) a file shorter than the
+        configured size is torn, not misconfigured: it is extended with zeros,
+        so its lost tail reads as unwritten space for recovery to cut or
+        re-dispatch, named in a warning and in :attr:`torn`.
         """
         warnings: list[str] = []
         if not self.directory.exists():
@@ -65,6 +72,12 @@ class MappedFileQueue:
         for path in names:
             start = int(path.name)
             size = path.stat().st_size
+            if repair_torn and size < self.file_size:
+                os.truncate(path, self.file_size)
+                self.torn.append(path)
+                warnings.append(f"{path} was torn ({size} of {self.file_size} bytes): "
+                                f"extended with zeros")
+                size = self.file_size
             if size != self.file_size:
                 raise CorruptFileLayout(
                     f"{path} is {size} bytes but the configured file size is {self.file_size}"

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from services.store.checkpoint import Checkpoint
+from services.store.checkpoint import Checkpoint, CheckpointState
 from services.store.cleaner import Cleaner, DiskUsageProbe, disk_usage_percent
 from services.store.commitlog import CommitLog, PropertiesTooLarge
 from services.store.config import StoreConfig
@@ -42,7 +42,7 @@ from services.store.record_batch import RAW_BORN_HOST_DEFAULT, RecordBatch, deco
 from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
 from services.store.replica_tracker import ReplicaTracker
 from services.store.role import MASTER_ROLES, RoleChangeRefused, RoleFile, RoleState
-from services.store.status import GetResult, GetStatus, PutResult, PutStatus
+from services.store.status import GetResult, GetStatus, PutResult, PutStatus, StoredRun
 from services.store.topic import InvalidSubscription, parse_subscription
 from services.store.verify import verify_store
 
@@ -123,8 +123,16 @@ class MessageStore:
             self.load_notes.append(f"checkpoint unusable ({self.checkpoint.problem}); "
                                    f"recovering from the first segment")
         self.role = self._load_role()
-        self.load_notes.extend(self.commitlog.files.load())
-        self.load_notes.extend(self.queues.load())
+        self.load_notes.extend(self.commitlog.files.load(repair_torn=True))
+        self.load_notes.extend(self.queues.load(repair_torn=True))
+        if self.queues.torn:
+            # Entries were lost with a torn queue file, and a clean start only
+            # re-dispatches past the furthest queue: rebuild every queue and the
+            # index from the first segment instead, as after an unusable checkpoint.
+            clean = False
+            self.checkpoint.state = CheckpointState()
+            self.load_notes.append("torn consume-queue file: rebuilding consume queues and "
+                                   "index from the first segment")
         self.load_notes.extend(self.index.load(clean, self.checkpoint.state.index_msg_timestamp))
         report = recover(self.commitlog, self.queues, clean, self.checkpoint.state,
                          self.config.check_crc_on_recover)
@@ -239,7 +247,7 @@ class MessageStore:
         return self.put_messages((msg,))[0]
 
     def put_messages(self, msgs: Sequence[MessageLike] | RecordBatch,
-                     born: tuple[str, int] | None = None) -> list[PutResult]:
+                     born: tuple[str, int] | None = None) -> Sequence[PutResult]:
         """Append a batch under one lock with one flush wait; one result per message.
 
         Messages that fail validation get MESSAGE_ILLEGAL or
@@ -261,7 +269,7 @@ class MessageStore:
         return merge(results)
 
     async def put_messages_async(self, msgs: Sequence[MessageLike] | RecordBatch,
-                                 born: tuple[str, int] | None = None) -> list[PutResult]:
+                                 born: tuple[str, int] | None = None) -> Sequence[PutResult]:
         """:meth:`put_messages` for asyncio callers: the flush wait does not block the loop.
 
         Under SYNC_FLUSH every waiting task of a loop is woken by one callback per
@@ -301,7 +309,7 @@ class MessageStore:
 
     def _append(self, msgs: Sequence[MessageLike] | RecordBatch,
                 born: tuple[str, int] | None = None) -> tuple[
-            list[PutResult], int, Callable[[list[PutResult]], list[PutResult]]]:
+            Sequence[PutResult], int, Callable[[Sequence[PutResult]], Sequence[PutResult]]]:
         """Encode and append; returns results, the batch end offset (0: nothing written)
         and a function that merges in the results of rejected messages."""
         refusal = self._refusal()
@@ -333,7 +341,7 @@ class MessageStore:
         if not rejected:
             return results, batch.end_offset, _same
 
-        def merge(stored_results: list[PutResult]) -> list[PutResult]:
+        def merge(stored_results: Sequence[PutResult]) -> Sequence[PutResult]:
             stored = iter(stored_results)
             return [rejected[i] if i in rejected else next(stored) for i in range(len(msgs))]
 
@@ -341,8 +349,8 @@ class MessageStore:
 
     def _append_records(self, batch: RecordBatch, born: tuple[str, int] | None,
                         born_host: bytes | None, now_ms: int
-                        ) -> tuple[list[PutResult], int, Callable[[list[PutResult]],
-                                                                  list[PutResult]]]:
+                        ) -> tuple[Sequence[PutResult], int, Callable[[Sequence[PutResult]],
+                                                                  Sequence[PutResult]]]:
         """_append of client-encoded records: verify every one, then copy and patch.
 
         Hosts that need the 20-byte IPv6 form do not fit the records' 8-byte
@@ -357,14 +365,14 @@ class MessageStore:
             results, appended = self.commitlog.append_records(
                 batch.records, checked, batch.topic, batch.queue_id, born_host, now_ms)
             end_offset = appended.end_offset
-            inner_merge: Callable[[list[PutResult]], list[PutResult]] = _same
+            inner_merge: Callable[[Sequence[PutResult]], Sequence[PutResult]] = _same
         else:
             results, end_offset, inner_merge = self._append(
                 decode_batch(batch, checked), born)
         if not rejected:
             return results, end_offset, inner_merge
 
-        def merge(stored_results: list[PutResult]) -> list[PutResult]:
+        def merge(stored_results: Sequence[PutResult]) -> Sequence[PutResult]:
             stored = iter(inner_merge(stored_results))
             return [rejected[i] if i in rejected else next(stored) for i in range(batch.count)]
 
@@ -668,20 +676,31 @@ class MessageStore:
                             self.dispatcher.reput_offset)
 
 
-def _same(results: list[PutResult]) -> list[PutResult]:
+def _same(results: Sequence[PutResult]) -> Sequence[PutResult]:
     return results
 
 
-def _mark_replica_status(results: list[PutResult], status: PutStatus | None) -> None:
+_COVERED_BY_REPLICA_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK,
+                                                  PutStatus.FLUSH_DISK_TIMEOUT}
+_FLUSH_TIMEOUT_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK}
+
+
+def _mark_replica_status(results: Sequence[PutResult], status: PutStatus | None) -> None:
     """Stored messages not covered by a replica get ``status`` (they stay stored)."""
-    if status is None:
+    if status is not None:
+        _mark(results, status, _COVERED_BY_REPLICA_MARK)
+
+
+def _mark_flush_timeout(results: Sequence[PutResult]) -> None:
+    _mark(results, PutStatus.FLUSH_DISK_TIMEOUT, _FLUSH_TIMEOUT_MARK)
+
+
+def _mark(results: Sequence[PutResult], status: PutStatus, unless: frozenset[PutStatus]
+          ) -> None:
+    """``status`` for every result whose status is not in ``unless``."""
+    if isinstance(results, StoredRun):
+        results.mark(status, unless)
         return
     for r in results:
-        if r.status is PutStatus.PUT_OK or r.status is PutStatus.FLUSH_DISK_TIMEOUT:
+        if r.status not in unless:
             r.status = status
-
-
-def _mark_flush_timeout(results: list[PutResult]) -> None:
-    for r in results:
-        if r.status is PutStatus.PUT_OK:
-            r.status = PutStatus.FLUSH_DISK_TIMEOUT
