@@ -182,6 +182,12 @@ def schedule_delayed(messages: Iterable[message_pb2.Message], config: BrokerConf
 _DELAY_MARKERS = (f"{PROPERTY_DELAY}\x01".encode(), f"{PROPERTY_TIMER_DELIVER_MS}\x01".encode())
 
 
+def may_ask_for_delay(properties_raw: bytes | memoryview) -> bool:
+    """Whether encoded properties (or whole records) name a delay property at all."""
+    data = properties_raw if isinstance(properties_raw, bytes) else bytes(properties_raw)
+    return any(marker in data for marker in _DELAY_MARKERS)
+
+
 def records_as_messages(request: broker_pb2.SendRequest, records: bytes
                         ) -> broker_pb2.SendRequest | None:
     """A raw batch with a delayed record as the per-message request; None when no record
@@ -190,7 +196,7 @@ def records_as_messages(request: broker_pb2.SendRequest, records: bytes
     A substring search over the bytes keeps the common case free: only a batch
     holding ``DELAY\\x01`` or ``TIMER_DELIVER_MS\\x01`` somewhere is decoded.
     """
-    if not any(marker in records for marker in _DELAY_MARKERS):
+    if not may_ask_for_delay(records):
         return None
     try:
         positions = frame_records(records, request.record_count)

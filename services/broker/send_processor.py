@@ -22,7 +22,11 @@ import grpc
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from services.broker.config import BrokerConfig
-from services.broker.delay_message import records_as_messages, schedule_delayed
+from services.broker.delay_message import (
+    may_ask_for_delay,
+    records_as_messages,
+    schedule_delayed,
+)
 from services.broker.errors import InvalidArgument, NotFound, PermissionDenied, StoreFailed
 from services.broker.names import check_group, check_topic
 from services.broker.store_client import StoreClient
@@ -42,7 +46,9 @@ from services.store.record import (
     encode_topic,
 )
 from services.store.record_batch import (
+    H_BODY_LEN,
     H_SYS_FLAG,
+    RAW_HEAD,
     MalformedBatch,
     RecordBatch,
     check_header,
@@ -84,10 +90,12 @@ class SendProcessor:
         """Validate, pick the queue, append the batch, and map the store's results."""
         records = request.records  # each access copies the bytes: once only
         if records or request.record_count:
-            as_messages = records_as_messages(request, records)
-            if as_messages is None:
-                return await self._send_records(request, records, peer_address)
-            request = as_messages  # delayed: the broker rewrites topic and queue
+            return await self._send_records(request, records, peer_address)
+        return await self._send_messages(request, peer_address)
+
+    async def _send_messages(self, request: broker_pb2.SendRequest, peer_address: str
+                             ) -> broker_pb2.SendResponse:
+        """The per-message path: protobuf messages, and raw batches holding a delay."""
         topic, queue_id = self._check_batch(request)
         queue_id = await self._writable_queue(request, topic, queue_id, "messages[0].topic")
         if any(m.sys_flag & SYS_FLAG_TRANSACTION_MASK for m in request.messages):
@@ -136,7 +144,11 @@ class SendProcessor:
         except MalformedBatch as exc:
             return _refused_response(batch.count, str(exc), topic, queue_id,
                                      self._config.broker_name)
-        refused = self._check_headers(batch, positions)
+        refused, delayed = self._check_headers(batch, positions)
+        if delayed:  # the broker rewrites topic and queue: the per-message path does
+            as_messages = records_as_messages(request, records)
+            if as_messages is not None:
+                return await self._send_messages(as_messages, peer_address)
         if refused:
             if len(refused) == batch.count:
                 return _merge_refused(store_pb2.AppendResponse(), refused, batch.count, topic,
@@ -171,9 +183,17 @@ class SendProcessor:
             raise InvalidArgument(f"queue_id: {request.queue_id} is neither -1 nor a queue")
         return topic, request.queue_id
 
-    def _check_headers(self, batch: RecordBatch, positions: list[int]) -> dict[int, str]:
-        """Why each record whose header is wrong is refused, by index."""
+    def _check_headers(self, batch: RecordBatch, positions: list[int]
+                       ) -> tuple[dict[int, str], bool]:
+        """Why each record whose header is wrong is refused, by index; and whether any
+        record's properties may ask for a delay.
+
+        Only the properties sections are searched for the delay names (a search
+        over the whole batch cost ~0.8 ms per MB of bodies).
+        """
         topic_field, magic = encode_topic(batch.topic)
+        properties_skip = RAW_HEAD.size + len(topic_field) + 2
+        delayed = False
         max_body = self._config.max_message_size_bytes
         records = memoryview(batch.records)
         ends = positions[1:] + [len(records)]
@@ -185,13 +205,16 @@ class SendProcessor:
             except (InvalidMessage, CorruptRecord) as exc:
                 refused[index] = f"records[{index}]: {exc}"
                 continue
+            if not delayed and may_ask_for_delay(
+                    records[position + properties_skip + head[H_BODY_LEN]:end]):
+                delayed = True
             if head[H_SYS_FLAG] & SYS_FLAG_TRANSACTION_MASK:
                 # Half messages go through the transaction service, and markers are the
                 # broker's own records: a client setting these bits would commit or
                 # hide messages behind its back.
                 refused[index] = (f"records[{index}]: sys_flag has transaction bits; send "
                                   f"transactional messages with TransactionProducer")
-        return refused
+        return refused, delayed
 
     def _check_batch(self, request: broker_pb2.SendRequest) -> tuple[str, int]:
         """Return (topic, queue_id) of a well-formed batch; raise naming the bad field."""

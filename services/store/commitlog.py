@@ -71,7 +71,7 @@ from services.store.record_batch import (
     check_batch,
 )
 from services.store.record_scan import check_chunk, whole_records_end
-from services.store.status import PutResult, PutStatus
+from services.store.status import PutResult, PutStatus, StoredRun
 from services.store.topic import validate_topic
 
 
@@ -369,7 +369,7 @@ class CommitLog:
 
     def append_records(self, records: bytes, checked: Sequence[Checked], topic: str,
                        queue_id: int, born_host: bytes, now_ms: int
-                       ) -> tuple[list[PutResult], AppendBatch]:
+                       ) -> tuple[Sequence[PutResult], AppendBatch]:
         """Append checked raw records in order under one lock (see check_records).
 
         Runs of adjacent records go into the mapping with one slice assignment
@@ -380,9 +380,10 @@ class CommitLog:
         bytearray to patch it before the copy was rejected: one more copy of
         the whole batch; so was a slice assignment per record.)
         """
-        results: list[PutResult] = []
+        run = StoredRun(self._msg_id_prefix, now_ms)
+        physicals, queue_offsets, sizes = run.commitlog_offsets, run.queue_offsets, run.sizes
+        failed: list[PutResult] = []
         requests: list[DispatchTuple] = []
-        id_prefix = self._msg_id_prefix
         source = memoryview(records)
         key = (topic, queue_id)
         fixed = (queue_id, born_host, self.store_host, now_ms)
@@ -405,7 +406,7 @@ class CommitLog:
                         mf = self.files.last_file_or_create()
                     except OSError as exc:
                         # Disk full or unwritable: what is written stays; the rest fails.
-                        results += _create_failed(len(checked) - len(results), exc)
+                        failed = _create_failed(len(checked) - len(physicals), exc)
                         segment = None
                         break
                     segment = _SegmentWrite(mf, source, fixed)
@@ -419,15 +420,16 @@ class CommitLog:
                 segment.add(source_position, total, position, head,  # type: ignore[union-attr]
                             this_offset, physical)
                 position += total
-                results.append(PutResult(PutStatus.PUT_OK, f"{id_prefix}{physical:016X}",
-                                         physical, this_offset, total, now_ms))
+                physicals.append(physical)
+                queue_offsets.append(this_offset)
+                sizes.append(total)
                 requests.append((topic, queue_id, physical, total, code, now_ms, this_offset,
                                  index_keys, head[H_SYS_FLAG]))
             if segment is not None:
                 segment.finish(position, blank=False)
             self.queue_offsets[key] = queue_offset
             batch = self._appended(mf, start_offset, requests)
-        return results, batch
+        return ([*run, *failed] if failed else run), batch
 
     def _appended(self, mf: MappedFile, start_offset: int, requests: list[DispatchTuple]
                   ) -> AppendBatch:

@@ -54,7 +54,7 @@ from services.store.record import (
 )
 from services.store.record_batch import RecordBatch
 from services.store.role import RoleChangeRefused
-from services.store.status import GetStatus, PutResult, PutStatus
+from services.store.status import GetStatus, PutResult, PutStatus, StoredRun
 from services.store.store import MessageStore, StoreNotRunning
 from services.store.topic import (
     InvalidSubscription,
@@ -246,6 +246,11 @@ def append_response(results: Sequence[PutResult], msg_id_prefix: str
                     ) -> store_pb2.AppendResponse:
     """The wire form of a batch's outcome (packed arrays, one entry per message)."""
     to_proto = PUT_STATUS_TO_PROTO
+    if isinstance(results, StoredRun):  # raw records: the columns go as they are
+        return store_pb2.AppendResponse(
+            statuses=[to_proto[results.status]] * len(results),
+            commitlog_offsets=results.commitlog_offsets, queue_offsets=results.queue_offsets,
+            store_timestamp_ms=results.store_timestamp, msg_id_prefix=msg_id_prefix)
     stored_ts = max((r.store_timestamp for r in results), default=0)
     return store_pb2.AppendResponse(
         statuses=[to_proto[r.status] for r in results],

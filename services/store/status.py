@@ -7,7 +7,9 @@ so the servicer edge maps them with ``int()`` alone.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from services.store.record import RecordView
 
@@ -64,6 +66,53 @@ class PutResult:
     store_timestamp: int = 0
     error: str = ""
     """Why a message was refused (empty when stored)."""
+
+
+class StoredRun(Sequence[PutResult]):
+    """The results of records appended in one run, kept as columns (DESIGN 11).
+
+    A 1,024-record batch would otherwise build 1,024 :class:`PutResult`
+    objects that the servicer takes apart again into packed arrays; the
+    columns go to the wire as they are, and a PutResult is built only when an
+    in-process caller indexes or iterates. Every record of a run shares one
+    status (``mark`` changes it for all: a flush or replica timeout) and one
+    store timestamp.
+    """
+
+    __slots__ = ("msg_id_prefix", "commitlog_offsets", "queue_offsets", "sizes",
+                 "store_timestamp", "status")
+
+    def __init__(self, msg_id_prefix: str, store_timestamp: int) -> None:
+        self.msg_id_prefix = msg_id_prefix
+        self.commitlog_offsets: list[int] = []
+        self.queue_offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.store_timestamp = store_timestamp
+        self.status = PutStatus.PUT_OK
+
+    def mark(self, status: PutStatus, unless: frozenset[PutStatus] = frozenset()) -> None:
+        """Give every record ``status`` unless its current one is in ``unless``."""
+        if self.status not in unless:
+            self.status = status
+
+    def __len__(self) -> int:
+        return len(self.commitlog_offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> PutResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[PutResult]: ...
+
+    def __getitem__(self, index: int | slice) -> PutResult | list[PutResult]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        offset = self.commitlog_offsets[index]
+        return PutResult(self.status, f"{self.msg_id_prefix}{offset:016X}", offset,
+                         self.queue_offsets[index], self.sizes[index], self.store_timestamp)
+
+    def __iter__(self) -> Iterator[PutResult]:
+        return (self[i] for i in range(len(self)))
 
 
 @dataclass(slots=True)

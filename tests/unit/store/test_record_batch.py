@@ -246,3 +246,24 @@ def test_a_stopped_store_refuses_a_raw_batch(make_store: MakeStore) -> None:
     store.shutdown()
     results = store.put_messages(batch(record(), record()))
     assert [r.status for r in results] == [PutStatus.SERVICE_NOT_AVAILABLE] * 2
+
+
+def test_raw_batch_results_carry_a_flush_timeout_to_every_stored_record(make_store: MakeStore
+                                                                        ) -> None:
+    """A raw batch's results are kept as columns (StoredRun); a timeout marks each stored
+    record, refused ones keep their own status, and every field still reads per record."""
+    store = make_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=0)
+    bad = patched(record(b"x"), MAGIC_OFFSET, 0x12345678)
+    for _ in range(50):  # a flush may finish within the zero timeout: try a few batches
+        results = store.put_messages(batch(record(b"a"), bad, record(b"b")))
+        if results[0].status is PutStatus.FLUSH_DISK_TIMEOUT:
+            break
+    assert [r.status for r in results] == [PutStatus.FLUSH_DISK_TIMEOUT,
+                                           PutStatus.MESSAGE_ILLEGAL,
+                                           PutStatus.FLUSH_DISK_TIMEOUT]
+    stored = [results[0], results[2]]
+    assert stored[1].queue_offset == stored[0].queue_offset + 1
+    for result, body in zip(stored, (b"a", b"b"), strict=True):
+        view = store.look_message(result.commitlog_offset)
+        assert view is not None and bytes(view.body) == body
+        assert view.msg_id == result.msg_id and view.store_size == result.wrote_bytes
