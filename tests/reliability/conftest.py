@@ -1,0 +1,103 @@
+"""Fixtures of the fault tests: a real cluster with a chosen flush mode, and its checks.
+
+:class:`FaultCluster` is the integration tests' registry + store + broker
+(:class:`tests.integration.conftest.Cluster`) with the store's flush mode and
+extra settings chosen by the test. :func:`check_files` is the independent
+verdict on a stopped store: ``boltmq store verify`` as its own process, and
+the CommitLog read by :mod:`tests.reliability.files`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from boltmq.launcher import REPO_ROOT, ServiceProcess
+from tests.integration.conftest import CLUSTER_STORE_SETTINGS, Cluster
+from tests.reliability.files import (
+    CommitLogScan,
+    exactly_once,
+    queues_in_order,
+    scan_commitlog,
+)
+from tests.reliability.load import Ack
+
+
+class FaultCluster(Cluster):
+    """A registry, a store (``flush``, ``store_settings``) and a broker as processes."""
+
+    def __init__(self, tmp_path: Path, flush: str = "SYNC_FLUSH",
+                 store_settings: tuple[str, ...] = ()) -> None:
+        self.store_settings = (*CLUSTER_STORE_SETTINGS, f"flush_disk_type={flush}",
+                               *store_settings)
+        super().__init__(tmp_path)
+
+    def _start_store(self, port: int = 0) -> ServiceProcess:
+        return self._start("store", f"root_dir={self.root_dir}", *self.store_settings,
+                           port=port)
+
+    def stop_store(self) -> None:
+        """SIGTERM the store and wait: its files are then a clean shutdown's."""
+        code = self.store.stop()
+        assert code == 0, f"store exited {code}: {self.store.last_error()}"
+
+    def start_store(self) -> ServiceProcess:
+        """Start the store again on its port and root directory."""
+        self.store = self._start_store(self.store.port)
+        return self.store
+
+    def tracebacks(self) -> list[str]:
+        """Log files of this cluster's processes that hold a Python traceback."""
+        return [p.name for p in sorted(self.log_dir.glob("*.log"))
+                if "Traceback (most recent call last)" in p.read_text()]
+
+
+@pytest.fixture
+def fault_cluster(tmp_path: Path) -> Iterator[Callable[..., FaultCluster]]:
+    """``fault_cluster(flush=..., store_settings=...)``: started, stopped at the end."""
+    started: list[FaultCluster] = []
+
+    def factory(**options: object) -> FaultCluster:
+        cluster = FaultCluster(tmp_path, **options)  # type: ignore[arg-type]
+        started.append(cluster)
+        return cluster
+
+    yield factory
+    for cluster in started:
+        cluster.stop()
+
+
+def offline_verify(root: Path) -> list[str]:
+    """``boltmq store verify ROOT`` in its own process: its problem lines (empty: sound)."""
+    done = subprocess.run([sys.executable, "-m", "boltmq.cli", "store", "verify", str(root)],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    if done.returncode == 0:
+        return []
+    return done.stdout.splitlines() + done.stderr.splitlines() or [f"exit {done.returncode}"]
+
+
+def check_files(root: Path, acked: dict[bytes, Ack]) -> CommitLogScan:
+    """The invariants on a stopped store's files; the scan, for more checks."""
+    problems = offline_verify(root)
+    assert problems == [], f"boltmq store verify: {problems[:10]}"
+    scan = check_acknowledged(root, acked)
+    order = queues_in_order(scan)
+    assert order == [], order[:5]
+    return scan
+
+
+def check_acknowledged(root: Path, acked: dict[bytes, Ack]) -> CommitLogScan:
+    """Every acknowledged body is in the CommitLog files exactly once, where its ack said."""
+    scan = scan_commitlog(root)
+    assert not scan.damage, f"CommitLog damaged: {scan.damage}"
+    problems = exactly_once(acked, scan)
+    assert problems == [], f"{len(problems)} of {len(acked)} acknowledged: {problems[:5]}"
+    where = {r.body: (r.queue_id, r.queue_offset, r.commitlog_offset) for r in scan.records}
+    moved = [body for body, ack in acked.items()
+             if where[body] != (ack.queue_id, ack.queue_offset, ack.commitlog_offset)]
+    assert moved == [], f"stored elsewhere than acknowledged: {moved[:5]}"
+    return scan
