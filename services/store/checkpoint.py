@@ -99,6 +99,10 @@ class Checkpoint:
                 self.state = decode_checkpoint(raw)
             except CorruptCheckpoint as exc:
                 self.problem = str(exc)
+        # The page is allocated now, while there is room: on a full disk a later
+        # flush of a never-written checkpoint would fail with ENOSPC every time.
+        if os.fstat(self._fd).st_size < CHECKPOINT_FILE_SIZE:
+            os.posix_fallocate(self._fd, 0, CHECKPOINT_FILE_SIZE)
 
     def flush(self) -> None:
         """Write the current state durably."""

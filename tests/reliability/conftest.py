@@ -28,15 +28,18 @@ from tests.reliability.load import Ack
 
 
 class FaultCluster(Cluster):
-    """A registry, a store (``flush``, ``store_settings``) and a broker as processes."""
+    """A registry, a store (``flush``, ``store_settings``, ``root_dir``) and a broker."""
 
     def __init__(self, tmp_path: Path, flush: str = "SYNC_FLUSH",
-                 store_settings: tuple[str, ...] = ()) -> None:
+                 store_settings: tuple[str, ...] = (), root_dir: Path | None = None) -> None:
         self.store_settings = (*CLUSTER_STORE_SETTINGS, f"flush_disk_type={flush}",
                                *store_settings)
+        self.store_root = root_dir
         super().__init__(tmp_path)
 
     def _start_store(self, port: int = 0) -> ServiceProcess:
+        if self.store_root is not None:
+            self.root_dir = self.store_root
         return self._start("store", f"root_dir={self.root_dir}", *self.store_settings,
                            port=port)
 
