@@ -30,9 +30,7 @@ from services.store.record import (
     HEADS,
     MAGIC_BLANK,
     MESSAGE_MAGICS,
-    PROPERTY_KEYS,
     PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
     SCHEDULE_TOPIC,
     SHORT,
     SYS_FLAG_BORN_HOST_V6,
@@ -69,6 +67,8 @@ from services.store.record_batch import (
     PropertiesTooLarge,
     RecordBatch,
     check_batch,
+    derive_properties,
+    index_keys_of,
 )
 from services.store.record_scan import check_chunk, whole_records_end
 from services.store.status import PutResult, PutStatus, StoredRun
@@ -109,31 +109,19 @@ _Encoded = tuple[str, int, int, int, int, bytes, int, int, bytes, int, int, byte
 DispatchTuple = tuple[str, int, int, int, int, int, int, tuple[str, ...], int]
 
 
-_DISPATCH_PROPERTIES_CACHE_MAX = 4096
-_dispatch_properties: dict[bytes, tuple[int, tuple[str, ...]]] = {}
-
-
 def dispatch_request_of(view: RecordView) -> DispatchRequest:
-    """The dispatch request of a record decoded from disk.
+    """The dispatch request of a record decoded from disk (or checked on arrival).
 
-    ``(tags_code, index_keys)`` depend on the properties bytes alone, and most
-    records repeat a few of them (same tags, no keys): short ones are memoised,
-    which saves parsing a dict per record when recovery re-dispatches a GiB.
+    ``(tags_code, index_keys)`` depend on the properties bytes alone and are
+    memoised by :func:`derive_properties`, which saves parsing a dict per
+    record when recovery re-dispatches a GiB or a replica takes a chunk.
     """
-    raw = bytes(view.properties_raw)
-    derived = _dispatch_properties.get(raw)
-    if derived is None:
-        props = view.properties
-        derived = (tags_code(props.get(PROPERTY_TAGS)), _index_keys(props))
-        if PROPERTY_UNIQ_KEY not in props and PROPERTY_KEYS not in props and \
-                len(_dispatch_properties) < _DISPATCH_PROPERTIES_CACHE_MAX:
-            _dispatch_properties[raw] = derived
-    code = derived[0]
+    code, index_keys = derive_properties(bytes(view.properties_raw))
     if view.topic == SCHEDULE_TOPIC:  # the delivery time, which depends on the record
         code = scheduled_tags_code(view.topic, view.properties, view.store_timestamp, code)
     return DispatchRequest(
         view.topic, view.queue_id, view.commitlog_offset, view.total_size,
-        code, view.store_timestamp, view.queue_offset, derived[1], view.sys_flag,
+        code, view.store_timestamp, view.queue_offset, index_keys, view.sys_flag,
     )
 
 
@@ -149,13 +137,6 @@ def _with_delivery_codes(records: bytes, checked: Sequence[Checked], now_ms: int
                     scheduled_tags_code(SCHEDULE_TOPIC, props, now_ms, code), index_keys,
                     consumable))
     return out
-
-
-def _index_keys(props: dict[str, str]) -> tuple[str, ...]:
-    keys = props.get(PROPERTY_KEYS)
-    uniq = props.get(PROPERTY_UNIQ_KEY)
-    result = tuple(keys.split(" ")) if keys else ()
-    return (*result, uniq) if uniq else result
 
 
 def is_consumable(sys_flag: int) -> bool:
@@ -249,7 +230,7 @@ class CommitLog:
             tail = encode_tail_checked(topic_field, encode_properties(props))
             tag = props.get(PROPERTY_TAGS)
             code = scheduled_tags_code(topic, props, now_ms, tags_code(tag) if tag else 0)
-            index_keys = _index_keys(props)
+            index_keys = index_keys_of(props)
         else:
             # Fast path: only tags (or nothing). The tail depends on (topic, tags) alone.
             cached_tail = self._tail_cache.get((topic, tags))

@@ -237,26 +237,35 @@ def check_record(records: bytes | memoryview, position: int, total: int, topic_f
     if body_crc(records[body_start:body_end]) != head[H_CRC]:
         raise CorruptRecord("body CRC mismatch")
     properties_raw = bytes(records[body_end + len(topic_field) + 2:position + total])
-    code, index_keys = _derive(properties_raw)
+    code, index_keys = derive_properties(properties_raw)
     kind = head[H_SYS_FLAG] & SYS_FLAG_TRANSACTION_MASK
     return (position, total, head, code, index_keys,
             kind == 0 or kind == SYS_FLAG_TRANSACTION_COMMIT)
 
 
-def _derive(properties_raw: bytes) -> tuple[int, tuple[str, ...]]:
-    """(tags code, index keys) of a properties section; memoised for the keyless ones."""
+def derive_properties(properties_raw: bytes) -> tuple[int, tuple[str, ...]]:
+    """(tags code, index keys) of an encoded properties section, which it validates.
+
+    CorruptRecord when the section does not decode. Memoised for the keyless
+    sections, which most records repeat (same tags, no keys): the store's
+    appends, the replica's chunks and recovery all look them up here.
+    """
     derived = _derived.get(properties_raw)
     if derived is None:
         props = decode_properties(properties_raw)
-        keys = props.get(PROPERTY_KEYS)
-        uniq = props.get(PROPERTY_UNIQ_KEY)
-        index_keys = tuple(keys.split(" ")) if keys else ()
-        if uniq:
-            index_keys = (*index_keys, uniq)
+        index_keys = index_keys_of(props)
         derived = (tags_code(props.get(PROPERTY_TAGS)), index_keys)
         if not index_keys and len(_derived) < _DERIVED_MAX:
             _derived[properties_raw] = derived
     return derived
+
+
+def index_keys_of(props: Mapping[str, str]) -> tuple[str, ...]:
+    """The IndexFile keys of a message: its KEYS (space-separated), then its UNIQ_KEY."""
+    keys = props.get(PROPERTY_KEYS)
+    uniq = props.get(PROPERTY_UNIQ_KEY)
+    result = tuple(keys.split(" ")) if keys else ()
+    return (*result, uniq) if uniq else result
 
 
 def check_batch(batch: RecordBatch, max_body_bytes: int, max_record_bytes: int

@@ -28,6 +28,7 @@ from services.store.record import (
     RecordView,
     decode_record,
 )
+from services.store.record_batch import derive_properties
 
 
 def whole_records_end(view: memoryview, position: int, limit: int, max_bytes: int) -> int:
@@ -82,7 +83,7 @@ def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int
         if total <= 0 or position + total > size:
             raise CorruptRecord(f"record at {here} of {total} bytes runs past the chunk")
         record = decode_record(view, position, check_crc=True)
-        record.properties  # noqa: B018 - raises CorruptRecord when they do not decode
+        derive_properties(bytes(record.properties_raw))  # CorruptRecord if they do not decode
         if record.commitlog_offset != here:
             raise CorruptRecord(f"record at {here} says it belongs at {record.commitlog_offset}")
         position += total
