@@ -29,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from boltmq import allocator
+from boltmq.malformed_requests import MalformedRequests
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,8 @@ async def create_server(services: Iterable[Service], host: str, port: int
                         ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Build the server with every service, health and reflection; bind; return the port."""
     services = list(services)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    # Bytes that are not the request message: INVALID_ARGUMENT, never UNKNOWN.
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[MalformedRequests()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names: list[str] = [health.SERVICE_NAME, reflection.SERVICE_NAME]

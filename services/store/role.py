@@ -36,6 +36,8 @@ ROLE_FILE_NAME: Final = "role.json"
 ROLE_FILE_VERSION: Final = 1
 MASTER_ROLES: Final = ("ASYNC_MASTER", "SYNC_MASTER")
 REPLICA_ROLE: Final = "SLAVE"
+EPOCH_MAX: Final = (1 << 63) - 1
+"""The largest epoch: StoreInfo and role.json hold epochs as int64."""
 
 
 class RoleChangeRefused(ValueError):
@@ -64,6 +66,9 @@ class RoleState:
         if master_role not in MASTER_ROLES:
             raise RoleChangeRefused(f"{master_role!r} is not a master role {MASTER_ROLES}")
         new_epoch = epoch or self.epoch + 1
+        if new_epoch > EPOCH_MAX:  # the wire and role.json carry it as an int64
+            raise RoleChangeRefused(f"epoch {new_epoch} does not fit an int64: the store's "
+                                    f"epoch {self.epoch} is the last one")
         if new_epoch <= self.epoch:
             raise RoleChangeRefused(f"epoch {new_epoch} is not newer than the store's "
                                     f"epoch {self.epoch}")
