@@ -122,20 +122,26 @@ def _parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
               help="Any setting of the service's config (repeatable).")
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option("--statefulset-pod", default=None, metavar="POD_NAME",
+              help="Kubernetes pod <statefulset>-<N>: run as member N of the broker group "
+                   "(store: SLAVE unless N is 0; broker: broker_id N). See docs/deploy.md.")
 def serve(service: str, config_file: Path | None, host: str | None, port: int | None,
-          settings: tuple[str, ...], log_level: str) -> None:
+          settings: tuple[str, ...], log_level: str, statefulset_pod: str | None) -> None:
     """Run one service in the foreground (what a Kubernetes pod runs)."""
     import asyncio
     import importlib
 
     from boltmq.config import load_config
     from boltmq.runtime import PortInUse, configure_logging
+    from boltmq.statefulset import member_settings
 
     configure_logging(log_level)
     module = importlib.import_module(SERVICE_MODULES[service])
     overrides: dict[str, object] = dict(_parse_settings(settings))
     overrides.update({"listen_host": host, "listen_port": port})
     try:
+        if statefulset_pod is not None:
+            overrides.update(member_settings(service, statefulset_pod, overrides))
         config = load_config(module.CONFIG_CLASS, config_file, overrides=overrides)
         asyncio.run(module.serve(config))
     except (PortInUse, *_USER_ERRORS) as exc:
