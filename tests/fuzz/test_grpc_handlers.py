@@ -155,7 +155,17 @@ class Targets:
 
 @pytest.fixture(scope="module")
 def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Targets]:
-    tmp_path = tmp_path_factory.mktemp("fuzz")
+    """The processes the fuzz runs hit (which may change their roles and topics)."""
+    yield from start_targets(tmp_path_factory.mktemp("fuzz"))
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Targets]:
+    """Processes for the named cases, untouched by the fuzz runs (the master stays master)."""
+    yield from start_targets(tmp_path_factory.mktemp("named"))
+
+
+def start_targets(tmp_path: Path) -> Iterator[Targets]:
     cluster = FaultCluster(tmp_path, store_settings=(f"max_message_size_bytes={MAX_BODY_BYTES}",))
     replica = ServiceProcess("store", cluster.log_dir, f"root_dir={tmp_path / 'replica'}",
                              "broker_role=SLAVE", "mapped_file_size_commitlog=4194304").start()
@@ -229,8 +239,8 @@ def test_mutated_request_bytes_get_a_response_or_a_proper_status_and_services_st
 
 # ------------------------------------------------------------------ named cases
 def test_hostile_names_are_refused_and_create_nothing_outside_the_store(
-        targets: Targets, tmp_path: Path) -> None:
-    with Producer(targets.cluster.registry.address, "fuzz-names", retry_times=0) as producer:
+        fresh: Targets, tmp_path: Path) -> None:
+    with Producer(fresh.cluster.registry.address, "fuzz-names", retry_times=0) as producer:
         for name in MUST_REFUSE:
             with pytest.raises((SendError, ValueError)):
                 producer.send(Message(name, b"x"))
@@ -239,38 +249,38 @@ def test_hostile_names_are_refused_and_create_nothing_outside_the_store(
                 producer.send(Message(name, b"x"))
             except (SendError, ValueError):
                 pass
-    root = targets.cluster.root_dir
+    root = fresh.cluster.root_dir
     inside = {p.resolve() for p in (root / "consumequeue").rglob("*")}
     assert all(root.resolve() in p.parents for p in inside)
     assert not any(p.name in ("passwd", "etc") for p in inside)
-    check_healthy(targets)
+    check_healthy(fresh)
 
 
-def test_bodies_at_the_limit_are_stored_and_past_it_refused_clearly(targets: Targets) -> None:
-    with Producer(targets.cluster.registry.address, "fuzz-bodies", retry_times=0) as producer:
+def test_bodies_at_the_limit_are_stored_and_past_it_refused_clearly(fresh: Targets) -> None:
+    with Producer(fresh.cluster.registry.address, "fuzz-bodies", retry_times=0) as producer:
         stored = producer.send(Message("FuzzBodies", bytes(MAX_BODY_BYTES)))
         assert stored.queue_offset >= 0
         with pytest.raises(SendError, match="body"):
             producer.send(Message("FuzzBodies", bytes(MAX_BODY_BYTES + 1)))
-    check_healthy(targets)
+    check_healthy(fresh)
 
 
 @pytest.mark.parametrize("count", [40_000, 400_000])
-def test_very_many_tiny_properties_are_refused_with_a_status(targets: Targets,
+def test_very_many_tiny_properties_are_refused_with_a_status(fresh: Targets,
                                                              count: int) -> None:
     msg = message_pb2.Message(topic="FuzzProps", body=b"x",
                               properties={f"k{n}": "" for n in range(count)})
     payload = store_pb2.AppendRequest(messages=[msg]).SerializeToString()
-    code = call(targets.cluster.store.address, "/boltmq.v1.StoreService/Append", payload)
+    code = call(fresh.cluster.store.address, "/boltmq.v1.StoreService/Append", payload)
     assert code not in SERVER_FAULTS
     if code is grpc.StatusCode.OK:  # answered: then the message itself must be refused
-        with sync_channel(targets.cluster.store.address) as channel:
+        with sync_channel(fresh.cluster.store.address) as channel:
             response = channel.unary_unary(
                 "/boltmq.v1.StoreService/Append",
                 response_deserializer=store_pb2.AppendResponse.FromString)(
                 payload, timeout=CALL_TIMEOUT_S)
         assert list(response.statuses) == [message_pb2.PROPERTIES_SIZE_EXCEEDED], response
-    check_healthy(targets)
+    check_healthy(fresh)
 
 
 def test_sends_to_a_replica_store_are_refused_and_store_nothing(tmp_path: Path) -> None:
