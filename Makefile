@@ -1,5 +1,5 @@
 # BoltMQ build. Every target that runs code depends on `install` (a venv in
-# .venv/, editable install with the dev and spark extras) and `proto` (generated stubs).
+# .venv/, editable install with the dev, spark and bench extras) and `proto` (generated stubs).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,14 +9,14 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install proto node run test lint bench clean
+.PHONY: install proto node run test lint bench soak bench-compare clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q -e '.[dev,spark,bench]'
 	touch $(STAMP)
 
 proto: $(GEN_STAMP)
@@ -47,6 +47,17 @@ lint: install proto
 
 bench: install proto
 	$(VENV)/bin/boltmq bench store
+
+SOAK_SECONDS ?= 600
+
+# Steady load on a local cluster; fails unless memory and file handles stay flat.
+soak: install proto
+	$(VENV)/bin/boltmq bench soak --seconds $(SOAK_SECONDS) --out bench/soak
+
+# BoltMQ vs Redis Streams vs NATS JetStream (COMPARE_ARGS=--quick for a short run).
+COMPARE_ARGS ?=
+bench-compare: install proto
+	$(PY) -m bench.compare $(COMPARE_ARGS)
 
 clean:
 	rm -rf boltmq/v1 .pytest_cache build *.egg-info
