@@ -10,7 +10,10 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import click
 
@@ -112,6 +115,27 @@ def _parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
     return values
 
 
+def service_config(service: str, config_file: Path | None, host: str | None, port: int | None,
+                   settings: tuple[str, ...], statefulset_pod: str | None,
+                   env: Mapping[str, str] | None = None) -> tuple[ModuleType, Any]:
+    """The service's server module and its config, as ``boltmq serve`` builds them.
+
+    ``env`` defaults to the process environment; the deploy tests pass a pod's
+    environment to check what a Kubernetes container would run with.
+    """
+    import importlib
+
+    from boltmq.config import load_config
+    from boltmq.statefulset import member_settings
+
+    module = importlib.import_module(SERVICE_MODULES[service])
+    overrides: dict[str, object] = dict(_parse_settings(settings))
+    overrides.update({"listen_host": host, "listen_port": port})
+    if statefulset_pod is not None:
+        overrides.update(member_settings(service, statefulset_pod, overrides))
+    return module, load_config(module.CONFIG_CLASS, config_file, env=env, overrides=overrides)
+
+
 @main.command()
 @click.argument("service", type=click.Choice(sorted(SERVICE_MODULES)))
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
@@ -129,21 +153,20 @@ def serve(service: str, config_file: Path | None, host: str | None, port: int | 
           settings: tuple[str, ...], log_level: str, statefulset_pod: str | None) -> None:
     """Run one service in the foreground (what a Kubernetes pod runs)."""
     import asyncio
-    import importlib
 
-    from boltmq.config import load_config
+    from boltmq import telemetry
     from boltmq.runtime import PortInUse, configure_logging
-    from boltmq.statefulset import member_settings
 
     configure_logging(log_level)
-    module = importlib.import_module(SERVICE_MODULES[service])
-    overrides: dict[str, object] = dict(_parse_settings(settings))
-    overrides.update({"listen_host": host, "listen_port": port})
     try:
-        if statefulset_pod is not None:
-            overrides.update(member_settings(service, statefulset_pod, overrides))
-        config = load_config(module.CONFIG_CLASS, config_file, overrides=overrides)
-        asyncio.run(module.serve(config))
+        module, config = service_config(service, config_file, host, port, settings,
+                                        statefulset_pod)
+        configure_logging(log_level, config.log_format)  # the config's format from here on
+        observability = telemetry.configure(service, config, config.listen_host)
+        try:
+            asyncio.run(module.serve(config))
+        finally:
+            observability.shutdown()
     except (PortInUse, *_USER_ERRORS) as exc:
         raise fail(exc) from None
 
@@ -358,6 +381,59 @@ def bench_redis(url: str, count: int, size: int, batch: int, as_json: bool) -> N
     from boltmq import bench_cluster as c
 
     _echo_result(_bench_call(c.bench_redis, url, count, size, batch), as_json)
+
+
+@bench.command("soak")
+@click.option("--seconds", default=600.0, show_default=True, type=click.FloatRange(min=1),
+              help="How long the load runs (make soak: SOAK_SECONDS).")
+@click.option("--rate", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
+              help="Messages per second, all producers together.")
+@click.option("--producers", default=2, show_default=True, type=click.IntRange(1, 64))
+@click.option("--consumers", default=2, show_default=True, type=click.IntRange(1, 64))
+@click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 4096),
+              help="Messages per send call.")
+@_SIZE
+@click.option("--sample-seconds", default=5.0, show_default=True,
+              type=click.FloatRange(min=0.1), help="Sampling interval.")
+@click.option("--rss-slope-max", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="Memory rule: MiB/min of anonymous memory over the second half.")
+@click.option("--fd-slack", default=2, show_default=True, type=click.IntRange(min=0),
+              help="Handle rule: fds the second half may exceed the first half's maximum by.")
+@click.option("--out", "out_dir", default=Path("soak-results"), show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Where soak.csv, soak.json and soak.png go.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="The cluster's data directory (default: a temporary one, removed after).")
+def bench_soak(seconds: float, rate: int, producers: int, consumers: int, batch: int, size: int,
+               sample_seconds: float, rss_slope_max: float, fd_slack: int, out_dir: Path,
+               data_dir: Path | None) -> None:
+    """Steady load on a local cluster; exit 1 unless memory and handles stay flat."""
+    from boltmq import bench_soak as s
+    from boltmq.launcher import LaunchError
+    from boltmq.soak_report import Limits
+
+    spec = s.SoakSpec(seconds, rate, producers, consumers, batch, size, sample_seconds,
+                      limits=Limits(rss_slope_max, fd_slack))
+
+    def show(sample):  # type: ignore[no-untyped-def]
+        procs = "  ".join(f"{n} {p.anon_mib:.0f}MiB/{p.fds}fd"
+                          for n, p in sample.processes.items())
+        click.echo(f"{sample.t_s:>7.1f}s  sent {sample.sent_per_s:>8.0f}/s  received "
+                   f"{sample.received_per_s:>8.0f}/s  send p99 {sample.send_p99_ms}ms  e2e p99 "
+                   f"{sample.e2e_p99_ms}ms  {procs}")
+
+    try:
+        outcome = s.run_soak(spec, out_dir, data_dir, progress=show)
+    except (s.SoakError, LaunchError, ImportError) as exc:
+        raise fail(exc) from None
+    for name, value in outcome.summary.items():
+        click.echo(f"{name}: {value}")
+    for verdict in outcome.verdicts:
+        click.echo(f"{'ok  ' if verdict.ok else 'FAIL'} {verdict.rule} [{verdict.subject}]: "
+                   f"{verdict.detail}")
+    click.echo("wrote " + ", ".join(str(p) for p in outcome.files))
+    if not outcome.ok:
+        sys.exit(1)
 
 
 def _register_client_commands() -> None:

@@ -1,0 +1,216 @@
+"""The rendered Kubernetes manifests of ``deploy/k8s``, and each container as a pod runs it.
+
+``kubectl kustomize`` renders a target (``base`` or an overlay); every
+container of every StatefulSet is then resolved for each pod ordinal the way
+the kubelet and the image would run it: ``envFrom`` ConfigMaps, then ``env``
+(downward-API fields filled with sample values, ``$(VAR)`` references
+expanded), the Dockerfile's ENTRYPOINT followed by the container's args parsed
+by the real ``boltmq`` click command, and the service config built by
+:func:`boltmq.cli.service_config` from that environment. Nothing here repeats a
+flag or a setting name by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from boltmq.cli import main, service_config
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+K8S_DIR = REPO_ROOT / "deploy" / "k8s"
+TARGETS = {"base": K8S_DIR / "base", "dev": K8S_DIR / "overlays" / "dev",
+           "production": K8S_DIR / "overlays" / "production"}
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+SAMPLE_POD_IP = "10.1.2.3"
+RENDER_TIMEOUT_S = 120
+_VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+class ManifestError(AssertionError):
+    """A manifest a kubelet could not run as written (unknown reference, field...)."""
+
+
+def kubectl() -> str:
+    """Path of kubectl; the test fails with the fix when it is missing."""
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.fail("kubectl not found on PATH: the deploy tests render deploy/k8s with "
+                    "`kubectl kustomize` (kustomize v5); install kubectl >= 1.27")
+    return path
+
+
+@cache
+def render(target: str) -> tuple[dict[str, Any], ...]:
+    """Every object ``kubectl kustomize`` renders for ``target``."""
+    done = subprocess.run([kubectl(), "kustomize", str(TARGETS[target])], capture_output=True,
+                          text=True, timeout=RENDER_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"kubectl kustomize {target} failed: {done.stderr.strip()}")
+    return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
+
+
+def dockerfile_entrypoint() -> list[str]:
+    """The image's ENTRYPOINT (exec form), from the Dockerfile."""
+    lines = [line for line in DOCKERFILE.read_text().splitlines()
+             if line.startswith("ENTRYPOINT ")]
+    assert len(lines) == 1, "the Dockerfile needs exactly one ENTRYPOINT"
+    entrypoint = json.loads(lines[0].removeprefix("ENTRYPOINT "))
+    assert isinstance(entrypoint, list), "ENTRYPOINT must use the exec (JSON) form"
+    return entrypoint
+
+
+def dockerfile_stages() -> list[list[str]]:
+    """The Dockerfile's instructions (continuation lines joined), one list per stage."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    stages: list[list[str]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("FROM "):
+            stages.append([])
+        if line and not line.startswith("#"):
+            assert stages, "the Dockerfile must start with FROM"
+            stages[-1].append(line)
+    return stages
+
+
+def final_stage_user() -> tuple[int, int]:
+    """``USER uid:gid`` of the image's final stage (numeric, as runAsNonRoot needs)."""
+    users = [line.split()[1] for line in dockerfile_stages()[-1] if line.startswith("USER ")]
+    assert len(users) == 1, "the final stage needs exactly one USER"
+    uid, _, gid = users[0].partition(":")
+    assert uid.isdigit() and gid.isdigit(), f"USER {users[0]}: use numeric uid:gid"
+    return int(uid), int(gid)
+
+
+def objects_of(objects: tuple[dict[str, Any], ...], kind: str) -> dict[str, dict[str, Any]]:
+    """Objects of one kind by name."""
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """``$(VAR)`` references replaced as the kubelet does; an unknown one is an error.
+
+    (The kubelet would leave an unknown reference as it is, which for BoltMQ means
+    an address like ``$(POD_NAME).svc:10911`` failing at start-up.)
+    """
+    def one(match: re.Match[str]) -> str:
+        if match[1] not in env:
+            raise ManifestError(f"$({match[1]}) refers to no variable defined before it")
+        return env[match[1]]
+    return _VAR_REFERENCE.sub(one, value)
+
+
+def _field(path: str, pod_name: str, namespace: str) -> str:
+    fields = {"metadata.name": pod_name, "metadata.namespace": namespace,
+              "status.podIP": SAMPLE_POD_IP}
+    if path not in fields:
+        raise ManifestError(f"downward-API field {path!r} is not one the tests can fill")
+    return fields[path]
+
+
+def container_env(container: dict[str, Any], config_maps: dict[str, dict[str, Any]],
+                  pod_name: str, namespace: str) -> dict[str, str]:
+    """The container's environment: envFrom ConfigMaps first, ``env`` over them."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        name = source["configMapRef"]["name"]
+        if name not in config_maps:
+            raise ManifestError(f"envFrom names ConfigMap {name!r}, which is not rendered")
+        env.update(config_maps[name].get("data", {}))
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = expand(item["value"], env)
+        else:
+            env[item["name"]] = _field(item["valueFrom"]["fieldRef"]["fieldPath"], pod_name,
+                                       namespace)
+    return env
+
+
+def parse_serve(argv: list[str]) -> dict[str, Any]:
+    """``boltmq <argv>`` parsed by the real click command: the ``serve`` params."""
+    name, *rest = argv
+    command = main.commands.get(name)
+    if command is None:
+        raise ManifestError(f"boltmq has no command {name!r}")
+    assert name == "serve", "every container runs `boltmq serve`"
+    with command.make_context(name, list(rest)) as ctx:
+        return dict(ctx.params)
+
+
+@dataclass
+class Container:
+    """One container of one pod (StatefulSet ordinal), resolved as it would run."""
+
+    workload: dict[str, Any]
+    spec: dict[str, Any]
+    ordinal: int
+    pod_name: str
+    namespace: str
+    env: dict[str, str]
+    params: dict[str, Any]
+    config: Any
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def service(self) -> str:
+        return str(self.params["service"])
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        return dict(self.workload["spec"]["template"]["spec"])
+
+    @property
+    def config_fields(self) -> set[str]:
+        return {f.name for f in dataclasses.fields(self.config)}
+
+    def mounts(self) -> dict[str, str]:
+        """mountPath -> volume name."""
+        return {m["mountPath"]: m["name"] for m in self.spec.get("volumeMounts", [])}
+
+
+def resolve(container: dict[str, Any], workload: dict[str, Any],
+            config_maps: dict[str, dict[str, Any]], ordinal: int) -> Container:
+    """``container`` of pod ``ordinal`` of ``workload`` (a StatefulSet), as it would run."""
+    pod_name = f"{workload['metadata']['name']}-{ordinal}"
+    namespace = workload["metadata"].get("namespace", "default")
+    env = container_env(container, config_maps, pod_name, namespace)
+    entrypoint = container.get("command") or dockerfile_entrypoint()
+    assert entrypoint[0] == "boltmq", f"{container['name']}: the entrypoint must be boltmq"
+    argv = [expand(arg, env) for arg in [*entrypoint[1:], *container.get("args", [])]]
+    params = parse_serve(argv)
+    _, config = service_config(params["service"], params["config_file"], params["host"],
+                               params["port"], params["settings"], params["statefulset_pod"],
+                               env=env)
+    return Container(workload, container, ordinal, pod_name, namespace, env, params, config)
+
+
+@cache
+def containers(target: str) -> tuple[Container, ...]:
+    """Every container of every pod of every StatefulSet of ``target``."""
+    objects = render(target)
+    config_maps = objects_of(objects, "ConfigMap")
+    out = []
+    for workload in objects_of(objects, "StatefulSet").values():
+        for ordinal in range(workload["spec"].get("replicas", 1)):
+            for spec in workload["spec"]["template"]["spec"]["containers"]:
+                try:
+                    out.append(resolve(spec, workload, config_maps, ordinal))
+                except click.ClickException as exc:
+                    raise ManifestError(f"{workload['metadata']['name']}/{spec['name']}: "
+                                        f"{exc.format_message()}") from exc
+    return tuple(out)

@@ -1,0 +1,304 @@
+"""deploy/k8s: every target renders, validates against the Kubernetes schemas, and runs.
+
+"Runs" as far as it can be checked without a cluster: each container's args
+parse with the real ``boltmq serve`` command, its environment builds a valid
+service config (every ``BOLTMQ_*`` name a field of that config), and the
+probes, ports, addresses and security settings agree with that config
+(helpers in :mod:`tests.unit.deploy.manifests`).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import PurePosixPath
+from typing import Any
+
+import click
+import kubernetes_validate
+import pytest
+
+from boltmq.config import ENV_PREFIX
+from boltmq.statefulset import REPLICA_ROLE
+from tests.unit.deploy.manifests import (
+    TARGETS,
+    Container,
+    ManifestError,
+    container_env,
+    containers,
+    dockerfile_entrypoint,
+    final_stage_user,
+    objects_of,
+    parse_serve,
+    render,
+)
+
+MIN_KUBERNETES = "1.30"
+"""Oldest Kubernetes the base and dev overlay are validated against (native gRPC probes GA)."""
+LATEST_KUBERNETES = kubernetes_validate.utils.latest_version()
+TLS_PROBE_KUBERNETES = "1.37"
+"""gRPC probes' ``mode: TLS`` (production) exists from here on."""
+SCHEMA_VERSIONS = {"base": (MIN_KUBERNETES, LATEST_KUBERNETES),
+                   "dev": (MIN_KUBERNETES, LATEST_KUBERNETES),
+                   "production": (TLS_PROBE_KUBERNETES, LATEST_KUBERNETES)}
+WILDCARD_HOST = "0.0.0.0"
+LIVENESS_SERVICE = "liveness"
+"""gRPC health service name that is SERVING while the process is alive (readiness: "")."""
+MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+_QUANTITY = re.compile(r"^(\d+)(Mi|Gi|Ti)$")
+_QUANTITY_MIB = {"Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
+
+
+def _mib(quantity: str) -> int:
+    match = _QUANTITY.match(quantity)
+    assert match, f"storage {quantity!r}: use Mi, Gi or Ti"
+    return int(match[1]) * _QUANTITY_MIB[match[2]]
+
+
+def _workloads(target: str) -> dict[str, dict[str, Any]]:
+    return objects_of(render(target), "StatefulSet")
+
+
+def _validate(obj: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.fixture(params=sorted(TARGETS))
+def target(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+# ---------------------------------------------------------------- schemas
+def test_every_object_validates_against_the_kubernetes_schemas(target: str) -> None:
+    objects = render(target)
+    assert {o["kind"] for o in objects} >= {"StatefulSet", "Service", "ConfigMap",
+                                             "ServiceAccount", "PodDisruptionBudget"}
+    for version in SCHEMA_VERSIONS[target]:
+        for obj in objects:
+            _validate(obj, version)
+
+
+def test_schema_validation_rejects_a_broken_object() -> None:
+    workload = copy.deepcopy(_workloads("base")["boltmq-broker-a"])
+    _validate(workload, LATEST_KUBERNETES)
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    container["ports"][0]["containerPort"] = "store"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(workload, LATEST_KUBERNETES)
+    del container["ports"]
+    container["readinessProbe"]["grpc"]["sevice"] = ""  # strict: unknown fields are errors
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(workload, LATEST_KUBERNETES)
+
+
+def test_tls_probes_do_not_validate_before_kubernetes_1_37() -> None:
+    """Why production is validated from 1.37 on: an older API server refuses ``mode``."""
+    workload = _workloads("production")["boltmq-broker-a"]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(workload, "1.36")
+
+
+# ---------------------------------------------------------------- commands and settings
+def test_every_container_runs_boltmq_serve_with_a_valid_config(target: str) -> None:
+    resolved = containers(target)
+    assert {c.service for c in resolved} == {"registry", "store", "ha", "broker"}
+    for c in resolved:
+        assert c.config.listen_host == WILDCARD_HOST, c.name
+        unknown = {name for name in c.env if name.startswith(ENV_PREFIX)
+                   and name.removeprefix(ENV_PREFIX).lower() not in c.config_fields}
+        assert not unknown, f"{c.pod_name}/{c.name}: {sorted(unknown)} are not settings of " \
+                            f"{type(c.config).__name__}"
+
+
+def test_the_image_entrypoint_is_boltmq_serve() -> None:
+    assert dockerfile_entrypoint() == ["boltmq", "serve"]
+
+
+def test_args_are_parsed_by_the_real_cli() -> None:
+    """A flag or service the CLI does not have fails the parse the tests rely on."""
+    good = ["serve", "store", "--host", WILDCARD_HOST, "--port", "10913",
+            "--statefulset-pod", "boltmq-broker-a-1"]
+    assert parse_serve(good)["statefulset_pod"] == "boltmq-broker-a-1"
+    with pytest.raises(click.NoSuchOption):
+        parse_serve([*good, "--replicas", "2"])
+    with pytest.raises(click.BadParameter):
+        parse_serve(["serve", "nameserver"])
+    with pytest.raises(ManifestError):
+        parse_serve(["server", "store"])
+
+
+def test_unknown_variable_references_and_config_maps_are_caught() -> None:
+    container = {"name": "x", "envFrom": [], "env": [
+        {"name": "BOLTMQ_ADVERTISED_ADDRESS", "value": "$(POD_NAME).svc:10911"}]}
+    with pytest.raises(ManifestError, match=r"\$\(POD_NAME\)"):
+        container_env(container, {}, "boltmq-broker-a-0", "boltmq")
+    container = {"name": "x", "envFrom": [{"configMapRef": {"name": "boltmq-nothing"}}]}
+    with pytest.raises(ManifestError, match="boltmq-nothing"):
+        container_env(container, {}, "boltmq-broker-a-0", "boltmq")
+
+
+def test_probes_use_grpc_health_on_the_service_port(target: str) -> None:
+    for c in containers(target):
+        ports = {p["containerPort"] for p in c.spec["ports"]}
+        assert c.config.listen_port in ports, c.name
+        if c.config.metrics_port:
+            assert c.config.metrics_port in ports, c.name
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+            grpc = c.spec[kind]["grpc"]
+            assert grpc["port"] == c.config.listen_port, f"{c.name} {kind}"
+            expected = "" if kind == "readinessProbe" else LIVENESS_SERVICE
+            assert grpc.get("service", "") == expected, f"{c.name} {kind}"
+            # The kubelet probes in plaintext unless told otherwise; a TLS-only
+            # server would fail every plaintext probe.
+            assert (grpc.get("mode") == "TLS") == bool(c.config.tls_cert_file), c.name
+
+
+# ---------------------------------------------------------------- the broker group
+def _group_containers(target: str) -> dict[tuple[str, int], dict[str, Container]]:
+    pods: dict[tuple[str, int], dict[str, Container]] = {}
+    for c in containers(target):
+        pods.setdefault((c.workload["metadata"]["name"], c.ordinal), {})[c.service] = c
+    return {key: pod for key, pod in pods.items() if "store" in pod}
+
+
+def test_a_broker_group_pod_is_one_member_of_the_group(target: str) -> None:
+    """Store, HA and broker as LocalCluster runs member N: broker id N, replicas SLAVE."""
+    groups = _group_containers(target)
+    assert groups
+    for (_, ordinal), pod in groups.items():
+        store, ha, broker = pod["store"], pod["ha"], pod["broker"]
+        local_store = f"127.0.0.1:{store.config.listen_port}"
+        assert ha.config.store_address == broker.config.store_address == local_store
+        assert broker.config.broker_id == ordinal
+        if ordinal == 0:
+            assert store.config.broker_role in MASTER_ROLES
+        else:
+            assert store.config.broker_role == REPLICA_ROLE
+        assert ha.config.broker_name == broker.config.broker_name
+        assert ha.config.cluster_name == broker.config.cluster_name
+        assert broker.config.ha_address == ha.config.advertised_address
+        assert store.config.store_host == store.env["BOLTMQ_STORE_HOST"]
+        assert store.config.store_port == broker.config.listen_port
+
+
+def test_advertised_addresses_are_the_pods_stable_dns_names(target: str) -> None:
+    services = objects_of(render(target), "Service")
+    for c in containers(target):
+        if c.service not in ("ha", "broker"):
+            continue
+        service_name = c.workload["spec"]["serviceName"]
+        service = services[service_name]
+        assert service["spec"]["clusterIP"] == "None", service_name
+        host = f"{c.pod_name}.{service_name}.{c.namespace}.svc"
+        assert c.config.advertised_address == f"{host}:{c.config.listen_port}"
+        assert c.config.listen_port in {p["port"] for p in service["spec"]["ports"]}
+
+
+def test_brokers_and_ha_register_with_every_registry_pod(target: str) -> None:
+    """Registries share nothing, so each one must be named (not a load-balanced Service)."""
+    registries = [c for c in containers(target) if c.service == "registry"]
+    expected = {f"{c.pod_name}.{c.workload['spec']['serviceName']}:{c.config.listen_port}"
+                for c in registries}
+    assert len(expected) == _workloads(target)["boltmq-registry"]["spec"]["replicas"]
+    for c in containers(target):
+        if c.service in ("ha", "broker"):
+            assert set(c.config.registry_address_list) == expected, c.name
+
+
+def test_store_data_is_on_the_pods_volume_claim(target: str) -> None:
+    for c in containers(target):
+        claims = {t["metadata"]["name"] for t in c.workload["spec"].get("volumeClaimTemplates", [])}
+        if c.service != "store":
+            assert not claims & set(c.mounts().values()), f"{c.name} mounts the store's data"
+            continue
+        root = PurePosixPath(str(c.config.root_dir))
+        volumes = [name for path, name in c.mounts().items() if root.is_relative_to(path)]
+        assert volumes and volumes[0] in claims, f"{root} is not on a volumeClaimTemplate"
+
+
+def test_services_and_budgets_select_pods_and_ports_that_exist(target: str) -> None:
+    objects = render(target)
+    templates = [w["spec"]["template"] for w in _workloads(target).values()]
+
+    def selected(selector: dict[str, str]) -> list[dict[str, Any]]:
+        return [t for t in templates
+                if selector.items() <= t["metadata"]["labels"].items()]
+
+    for service in objects_of(objects, "Service").values():
+        pods = selected(service["spec"]["selector"])
+        assert pods, service["metadata"]["name"]
+        names = {p["name"] for c in pods[0]["spec"]["containers"] for p in c["ports"]}
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in names, service["metadata"]["name"]
+    budgets = objects_of(objects, "PodDisruptionBudget").values()
+    assert len(budgets) == len(templates)
+    for budget in budgets:
+        assert selected(budget["spec"]["selector"]["matchLabels"]), budget["metadata"]["name"]
+
+
+# ---------------------------------------------------------------- security and resources
+def test_pods_run_non_root_with_read_only_root_filesystems(target: str) -> None:
+    accounts = objects_of(render(target), "ServiceAccount")
+    image_user = final_stage_user()
+    for workload in _workloads(target).values():
+        pod = workload["spec"]["template"]["spec"]
+        context = pod["securityContext"]
+        assert context["runAsNonRoot"] is True
+        assert (context["runAsUser"], context["runAsGroup"]) == image_user
+        assert pod["serviceAccountName"] in accounts
+        assert pod["automountServiceAccountToken"] is False
+        # Service links would add BOLTMQ_<SERVICE>_PORT=tcp://... variables, and
+        # BOLTMQ_STORE_PORT is a store setting.
+        assert pod["enableServiceLinks"] is False
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for container in pod["containers"]:
+            security = container["securityContext"]
+            assert security["readOnlyRootFilesystem"] is True
+            assert security["allowPrivilegeEscalation"] is False
+            assert security["capabilities"]["drop"] == ["ALL"]
+            tmp = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}["/tmp"]
+            assert "emptyDir" in volumes[tmp], container["name"]
+
+
+def test_every_container_has_requests_and_limits(target: str) -> None:
+    for workload in _workloads(target).values():
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            for bound in ("requests", "limits"):
+                assert set(container["resources"][bound]) == {"cpu", "memory"}, \
+                    f"{container['name']} {bound}"
+
+
+def test_tls_files_are_mounted_from_a_secret(target: str) -> None:
+    for c in containers(target):
+        volumes = {v["name"]: v for v in c.pod.get("volumes", [])}
+        for name in ("tls_cert_file", "tls_key_file", "tls_ca_file"):
+            path = getattr(c.config, name)
+            if not path:
+                continue
+            mounts = [v for p, v in c.mounts().items() if PurePosixPath(path).is_relative_to(p)]
+            assert mounts and "secret" in volumes[mounts[0]], f"{c.name}: {name} {path}"
+
+
+# ---------------------------------------------------------------- overlays
+def test_dev_runs_single_replicas_on_small_volumes() -> None:
+    base = _workloads("base")["boltmq-broker-a"]
+    base_mib = _mib(base["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]
+                    ["storage"])
+    for workload in _workloads("dev").values():
+        assert workload["spec"]["replicas"] == 1
+        for claim in workload["spec"].get("volumeClaimTemplates", []):
+            assert _mib(claim["spec"]["resources"]["requests"]["storage"]) < base_mib
+
+
+def test_production_is_a_sync_master_with_a_replica_tls_and_telemetry() -> None:
+    workloads = _workloads("production")
+    assert workloads["boltmq-broker-a"]["spec"]["replicas"] == 2
+    assert workloads["boltmq-registry"]["spec"]["replicas"] == 2
+    for c in containers("production"):
+        if c.service == "store" and c.ordinal == 0:
+            assert c.config.broker_role == "SYNC_MASTER"
+        assert c.config.tls_cert_file and c.config.tls_key_file and c.config.tls_ca_file
+        assert c.env["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith("http")
+        assert c.env["OTEL_SERVICE_NAME"] == f"boltmq-{c.service}"
+    broker_pod = workloads["boltmq-broker-a"]["spec"]["template"]["spec"]
+    assert "boltmq-acl" in {v.get("secret", {}).get("secretName") for v in broker_pod["volumes"]}
