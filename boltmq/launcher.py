@@ -30,9 +30,10 @@ class ServiceProcess:
     """One service process; ``address`` is ``host:port`` once started."""
 
     def __init__(self, service: str, log_dir: Path, *settings: str, port: int = 0,
-                 host: str | None = None) -> None:
+                 host: str | None = None, flags: tuple[str, ...] = ()) -> None:
         self.service = service
         self.settings = settings
+        self.flags = flags  # further `boltmq serve` flags: ("--statefulset-pod", "x-1")
         self.requested_port = port
         self.host = host
         self.log_path = log_dir / f"{service}-{time.monotonic_ns()}.log"
@@ -46,6 +47,7 @@ class ServiceProcess:
             args += ["--host", self.host]
         for setting in self.settings:
             args += ["--set", setting]
+        args += self.flags
         path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
         env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ class InvalidPodName(ValueError):
 
 def pod_ordinal(pod_name: str) -> int:
     """The ordinal N of StatefulSet pod ``<statefulset>-<N>``; InvalidPodName otherwise."""
-    match = POD_NAME_PATTERN.match(pod_name)
+    match = POD_NAME_PATTERN.fullmatch(pod_name)
     if len(pod_name) > POD_NAME_MAX_CHARS or match is None:
         raise InvalidPodName(f"--statefulset-pod expects a StatefulSet pod name like "
                              f"'boltmq-broker-a-0' (lowercase DNS label, '-', ordinal), "
