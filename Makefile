@@ -9,7 +9,7 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install proto node run test lint bench soak bench-compare clean
+.PHONY: install proto node run test test-reliability lint bench soak bench-compare clean
 
 install: $(STAMP)
 
@@ -40,6 +40,15 @@ run: install proto
 
 test: install proto node
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+# The fault and fuzz suites at full length (make test runs them short):
+# kill/damage rounds and fuzz examples, see tests/reliability/scale.py and docs/reliability.md.
+RELIABILITY_ROUNDS ?= 10
+FUZZ_EXAMPLES ?= 1000
+
+test-reliability: install proto
+	BOLTMQ_RELIABILITY_ROUNDS=$(RELIABILITY_ROUNDS) BOLTMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		$(PY) -m pytest tests/reliability tests/fuzz -s $(PYTEST_ARGS)
 
 lint: install proto
 	$(VENV)/bin/ruff check boltmq services tests bench
