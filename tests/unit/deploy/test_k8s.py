@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 
 from boltmq.config import ENV_PREFIX
+from boltmq.runtime import LIVENESS_SERVICE
 from boltmq.statefulset import REPLICA_ROLE
 from tests.unit.deploy.manifests import (
     TARGETS,
@@ -42,8 +43,6 @@ SCHEMA_VERSIONS = {"base": (MIN_KUBERNETES, LATEST_KUBERNETES),
                    "dev": (MIN_KUBERNETES, LATEST_KUBERNETES),
                    "production": (TLS_PROBE_KUBERNETES, LATEST_KUBERNETES)}
 WILDCARD_HOST = "0.0.0.0"
-LIVENESS_SERVICE = "liveness"
-"""gRPC health service name that is SERVING while the process is alive (readiness: "")."""
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 _QUANTITY = re.compile(r"^(\d+)(Mi|Gi|Ti)$")
 _QUANTITY_MIB = {"Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
