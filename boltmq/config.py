@@ -123,6 +123,8 @@ class ServerSettings:
     """Port of the Prometheus scrape endpoint (0: no endpoint)."""
     log_format: str = "text"
     """``text`` (one line per record) or ``json`` (one object per line, with trace ids)."""
+    trace_file: str = ""
+    """Append every finished span to this file as one JSON line ("": none; tests, debugging)."""
     tls_cert_file: str = ""
     """PEM certificate chain this server presents ("": plaintext)."""
     tls_key_file: str = ""

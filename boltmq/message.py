@@ -64,19 +64,26 @@ class Message:
             raise MessageError(f"message delay_level {self.delay_level} is not 1.."
                                f"{MAX_DELAY_LEVEL}")
 
-    def _properties(self) -> Mapping[str, str]:
-        """User properties plus the delay ones (RocketMQ's DELAY / TIMER_DELIVER_MS)."""
-        if not self.delay_level and not self.deliver_at_ms:
+    def _properties(self, trace_context: Mapping[str, str] | None = None) -> Mapping[str, str]:
+        """User properties plus the delay ones (RocketMQ's DELAY / TIMER_DELIVER_MS) and
+        the producer span's trace context (:mod:`boltmq.telemetry`)."""
+        if not self.delay_level and not self.deliver_at_ms and not trace_context:
             return self.properties
         merged = dict(self.properties)
+        if trace_context:
+            merged.update(trace_context)
         if self.delay_level:
             merged[PROPERTY_DELAY] = str(self.delay_level)
-        else:
+        elif self.deliver_at_ms:
             merged[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_at_ms)
         return merged
 
-    def to_record(self, born_timestamp_ms: int = 0) -> bytes:
+    def to_record(self, born_timestamp_ms: int = 0,
+                  trace_context: Mapping[str, str] | None = None) -> bytes:
         """The message as a CommitLog record, the form the SDK sends (encoded once, here).
+
+        ``trace_context``: ``traceparent`` / ``tracestate`` properties to add
+        (the message's own properties are left as they are).
 
         MessageError for what no store would accept (a topic that does not
         encode, property names or values with the \\x01 / \\x02 separators,
@@ -85,7 +92,7 @@ class Message:
         self._check()
         try:
             return encode_send_record(self.topic, bytes(self.body), self.tags or None,
-                                      self.keys, self._properties(), self.flag,
+                                      self.keys, self._properties(trace_context), self.flag,
                                       born_timestamp_ms)
         except (InvalidMessage, TypeError) as exc:
             raise MessageError(f"message to {self.topic[:60]!r}: {exc}") from None

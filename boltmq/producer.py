@@ -26,6 +26,7 @@ from concurrent.futures import Future
 import grpc
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from boltmq import telemetry
 from boltmq.client import (
     DEFAULT_TOPIC,
     BoltMQError,
@@ -146,8 +147,13 @@ class Producer:
         if any(m.topic != topic for m in msgs):
             raise ValueError("every message of a batch must have the same topic")
         born_ms = time.time_ns() // 1_000_000
-        records = b"".join([m.to_record(born_ms) for m in msgs])
-        return self._send_records(topic, records, len(msgs), sharding_key)
+        body_bytes = len(msgs[0].body) if len(msgs) == 1 else 0
+        with telemetry.producer_span(topic, len(msgs), body_bytes) as span:
+            context = telemetry.message_context(span)  # {} without tracing
+            records = b"".join([m.to_record(born_ms, context) for m in msgs])
+            results = self._send_records(topic, records, len(msgs), sharding_key)
+            telemetry.record_send(span, results)
+        return results
 
     def _send_records(self, topic: str, records: bytes, count: int,
                       sharding_key: str | None) -> list[SendResult]:
@@ -238,7 +244,8 @@ class Producer:
                    ) -> Future[SendResult]:
         """Queue ``msg`` for the sender thread; ``callback(result, error)`` when done."""
         self._check_running()
-        record = msg.to_record(time.time_ns() // 1_000_000)  # encoded (and checked) here
+        context = telemetry.create_context(msg.topic, len(msg.body))  # {} without tracing
+        record = msg.to_record(time.time_ns() // 1_000_000, context)  # encoded (checked) here
         future: Future[SendResult] = Future()
         with self._cond:
             while self._pending_count >= self.max_pending and self._running:

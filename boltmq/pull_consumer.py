@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
+from boltmq import telemetry
 from boltmq.client import BoltMQError, ClientInstance, rpc_error_text
 from boltmq.message import MessageQueue, ReceivedMessage
 from boltmq.v1 import broker_pb2, message_pb2
@@ -132,6 +134,11 @@ class PullConsumer:
             raise ValueError("offset >= 0, max_messages > 0 and wait_ms >= 0 are required")
         return pull_queue(self.client, self.group, queue, offset, max_messages=max_messages,
                           subscription=subscription, wait_ms=wait_ms)
+
+    def processing(self, messages: Sequence[ReceivedMessage]) -> AbstractContextManager[Any]:
+        """``with consumer.processing(result.messages): ...``: the work as a ``process``
+        span of the producers' traces (:mod:`boltmq.telemetry`; nothing without tracing)."""
+        return telemetry.process_span(messages, self.group)
 
     def commit(self, queue: MessageQueue, offset: int) -> None:
         """Record ``offset`` (the next message to consume) for the group."""

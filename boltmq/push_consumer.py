@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import grpc
 
+from boltmq import telemetry
 from boltmq.client import BrokerUnavailable, ClientInstance, rpc_error_text
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
 from boltmq.pull_consumer import PullError, PullStatus, pull_queue
@@ -275,7 +276,8 @@ class PushConsumer:
             if message.topic == self.retry_topic:  # the listener sees the original topic
                 message.topic = message.properties.get(PROPERTY_RETRY_TOPIC, message.topic)
         try:
-            outcome = self.listener(messages)
+            with telemetry.process_span(messages, self.group):  # no-op without tracing
+                outcome = self.listener(messages)
         except Exception:
             log.exception("listener failed on %d message(s); they will be offered again",
                           len(messages))

@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from boltmq import allocator
+from boltmq import allocator, telemetry
 from boltmq.malformed_requests import MalformedRequests
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,9 @@ SERVER_OPTIONS = (
     ("grpc.keepalive_permit_without_calls", 1),
 )
 READY_PREFIX = "READY"
+LIVENESS_SERVICE = "liveness"
+"""Health name that is SERVING while the process runs (a liveness probe), from before
+recovery until shutdown begins; "" and the services' names mean ready for traffic."""
 
 
 class PortInUse(OSError):
@@ -77,6 +80,8 @@ class Service(Protocol):
 
     # Optional hooks:
     # ``def bound(self, port)``: the port the server really listens on (port 0).
+    # ``async def wait_ready(self)``: returns once the started service may take
+    # traffic (a broker: registered); health says SERVING only after it.
     # ``async def before_stop(self)``: called once no new call is accepted and
     # before in-flight calls are drained (end endless streams, answer long polls).
 
@@ -92,12 +97,13 @@ async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
 
 def channel(address: str) -> grpc.aio.Channel:
     """An insecure aio channel to ``host:port`` with BoltMQ's size limits."""
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS,
+                                     interceptors=telemetry.aio_client_interceptors())
 
 
 def sync_channel(address: str) -> grpc.Channel:
     """A blocking channel (SDK threads, CLI) with BoltMQ's size limits."""
-    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    return telemetry.traced_channel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
 
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
@@ -120,10 +126,25 @@ def advertised_address(configured: str, listen_host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def configure_logging(level: str = "INFO") -> None:
+TEXT_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+JSON_LOG_FIELDS = {"levelname": "level", "name": "logger"}
+"""JSON lines: ``timestamp`` (ISO 8601, UTC), ``level``, ``logger``, ``message``, then
+``trace_id`` / ``span_id`` inside a span, any ``extra`` fields and ``exc_info``."""
+
+
+def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
+    """Logs to stderr as text lines or JSON lines (``log_format``), replacing earlier set-up."""
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(JsonFormatter("%(levelname)s %(name)s %(message)s",
+                                           rename_fields=JSON_LOG_FIELDS, timestamp=True))
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_LOG_FORMAT))
+    handler.addFilter(telemetry.TraceIds())
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+                        handlers=[handler], force=True)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -160,7 +181,8 @@ async def create_server(services: Iterable[Service], host: str, port: int
     """Build the server with every service, health and reflection; bind; return the port."""
     services = list(services)
     # Bytes that are not the request message: INVALID_ARGUMENT, never UNKNOWN.
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[MalformedRequests()])
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[
+        MalformedRequests(), *telemetry.server_interceptors()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names: list[str] = [health.SERVICE_NAME, reflection.SERVICE_NAME]
@@ -170,6 +192,7 @@ async def create_server(services: Iterable[Service], host: str, port: int
         for service_name in service.service_names:
             await health_servicer.set(service_name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection(names, server)
     check_port_free(host, port)
     try:
@@ -212,9 +235,25 @@ async def create_in_process(service: Service, host: str, port: int
             await service.stop()
 
     setattr(server, "stop", stop_with_service)  # noqa: B010
+    wait_ready = getattr(service, "wait_ready", None)
+    if wait_ready is not None:
+        await wait_ready()
     for name in (*service.service_names, ""):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, bound
+
+
+async def _ready_unless_stopped(service: Service, stop: asyncio.Event) -> bool:
+    """Wait for the service's ``wait_ready`` (if any); False when ``stop`` came first."""
+    wait_ready = getattr(service, "wait_ready", None)
+    if wait_ready is None:
+        return True
+    ready: asyncio.Task[None] = asyncio.create_task(wait_ready())
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait((ready, stopped), return_when=asyncio.FIRST_COMPLETED)
+    await cancel_and_wait(ready)
+    stopped.cancel()
+    return not stop.is_set()
 
 
 async def serve(service: Service, host: str, port: int, grace_s: float = 10.0) -> None:
@@ -232,11 +271,12 @@ async def serve(service: Service, host: str, port: int, grace_s: float = 10.0) -
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)  # before READY: a stop right after is clean
-    for service_name in (*service.service_names, ""):
-        await health_servicer.set(service_name, health_pb2.HealthCheckResponse.SERVING)
-    print(f"{READY_PREFIX} {service.name} {host}:{bound}", flush=True)
-    log.info("%s serving on %s:%d", service.name, host, bound)
-    await stop.wait()
+    if await _ready_unless_stopped(service, stop):
+        for service_name in (*service.service_names, ""):
+            await health_servicer.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+        print(f"{READY_PREFIX} {service.name} {host}:{bound}", flush=True)
+        log.info("%s serving on %s:%d", service.name, host, bound)
+        await stop.wait()
     log.info("%s stopping", service.name)
     await health_servicer.enter_graceful_shutdown()
     before_stop = getattr(service, "before_stop", None)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.store import MessageStore, StoreConfig
 
@@ -47,3 +48,26 @@ def make_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
     yield factory
     for store in stores:
         store.shutdown()
+
+
+@pytest.fixture
+def span_exporter() -> Iterator[InMemorySpanExporter]:
+    """This process traced into memory: a global SDK tracer provider for the test only.
+
+    The API lets a process set its provider once; the test puts the API's
+    globals back afterwards (the same two names OpenTelemetry's own test
+    utilities reset), so later tests run untraced, as a user's process would.
+    """
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.util._once import Once
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    yield exporter
+    provider.shutdown()
+    trace._TRACER_PROVIDER = None
+    trace._TRACER_PROVIDER_SET_ONCE = Once()

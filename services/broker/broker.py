@@ -29,6 +29,7 @@ from services.broker.group_access import GroupAccess
 from services.broker.long_poll import LongPollHub
 from services.broker.metadata import MetadataPersister
 from services.broker.metadata_sync import MetadataSync
+from services.broker.metrics import BrokerMetrics
 from services.broker.pull_processor import PullProcessor
 from services.broker.queue_lock import QueueLockManager
 from services.broker.registration import BrokerIdentity, Registrar
@@ -93,6 +94,8 @@ class Broker:
                           self.hub, self.role),
             ClientProcessor(self.topics, group_access, self.clients, self.offsets, self.locks),
             self.admin, self.transactions)
+        self.metrics = BrokerMetrics(self.hub, self.offsets)
+        self.servicer.metrics = self.metrics
         self._scanner: asyncio.Task[None] | None = None
         self._wire_retry_and_delay(config, group_access, publisher)
 

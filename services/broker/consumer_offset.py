@@ -59,6 +59,16 @@ class ConsumerOffsetManager:
                 result[topic] = dict(queues)
         return result
 
+    def snapshot(self) -> list[tuple[tuple[str, str], dict[int, int]]]:
+        """``((group, topic), {queue_id: offset})`` copies, safe to take from another thread
+        (metrics collection): only C-level copies of the dicts, no Python-level iteration
+        over a live one."""
+        result = []
+        for key, queues in list(self._table.items()):
+            topic, _, group = key.partition(KEY_SEPARATOR)
+            result.append(((group, topic), dict(queues)))
+        return result
+
     def groups(self) -> set[str]:
         """Every group with at least one committed offset."""
         return {key.partition(KEY_SEPARATOR)[2] for key in self._table}

@@ -53,6 +53,9 @@ class Registrar:
         """Registries whose last registration failed, with why (to warn once per outage)."""
         self._address = ""
         self._task: asyncio.Task[None] | None = None
+        self.registered = asyncio.Event()
+        """Set once a registry took this broker (at once when none is configured): the
+        broker is routable, so health may say SERVING."""
 
     async def start(self, address: str) -> None:
         """Announce ``address`` to every registry now, then every interval in the background.
@@ -64,6 +67,7 @@ class Registrar:
         self._address = address
         if self._client is None:
             log.warning("no registry_addresses configured: clients cannot discover this broker")
+            self.registered.set()
             return
         await self.register_all()
         self._task = asyncio.create_task(self._run(), name="registrar")
@@ -100,7 +104,10 @@ class Registrar:
                 log.error("cannot demote the store to follow %s: %s", answer.master_address, exc)
                 return 0
             result = await self._register_once()
-        return len(result.accepted) if result is not None else 0
+        if result is None or not result.accepted:
+            return 0
+        self.registered.set()
+        return len(result.accepted)
 
     async def _register_once(self) -> RegistrationResult | None:
         assert self._client is not None

@@ -52,6 +52,10 @@ class BrokerService:
         """Load metadata from the store and register with the registries."""
         await self.broker.start(self.advertised_address())
 
+    async def wait_ready(self) -> None:
+        """Return once a registry took this broker (its periodic rounds keep trying)."""
+        await self.broker.registrar.registered.wait()
+
     async def stop(self) -> None:
         """Save offsets, unregister, close connections."""
         await self.broker.stop()

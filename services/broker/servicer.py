@@ -15,11 +15,13 @@ from typing import Any, TypeVar
 
 import grpc
 
+from boltmq import telemetry
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
 from services.broker.admin_processor import AdminProcessor
 from services.broker.client_processor import ClientProcessor
 from services.broker.dead_letter import DeadLetterProcessor
 from services.broker.errors import BrokerError, FailedPrecondition
+from services.broker.metrics import BrokerMetrics
 from services.broker.names import check_client_id, check_group
 from services.broker.pull_processor import PullProcessor
 from services.broker.send_back import SendBackProcessor
@@ -67,18 +69,34 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         self._pull = pull
         self._clients = clients
         self._admin = admin
+        self.metrics: BrokerMetrics | None = None
+        """Traffic counters (set by the broker)."""
 
     @_rpc
     async def SendMessage(self, request: broker_pb2.SendRequest,
                           context: grpc.aio.ServicerContext) -> broker_pb2.SendResponse:
         """Validate a batch and append it to the store in one call."""
-        return await self._send.send(request, peer_address(context.peer()))
+        response = await self._send.send(request, peer_address(context.peer()))
+        size = request.ByteSize()
+        statuses, offsets = response.statuses, response.queue_offsets
+        telemetry.annotate(response.topic, response.queue_id, len(statuses), size)
+        if self.metrics is not None and offsets:
+            self.metrics.sent(response.topic, response.queue_id,
+                              len(statuses) - len(response.errors), size, offsets[-1] + 1)
+        return response
 
     @_rpc
     async def PullMessage(self, request: broker_pb2.BrokerPullRequest,
                           context: grpc.aio.ServicerContext) -> store_pb2.PullResponse:
         """Read a queue, long-polling while it has nothing new."""
-        return await self._pull.pull(request)
+        response = await self._pull.pull(request)
+        size = response.ByteSize()
+        count = response.record_count or len(response.messages)
+        telemetry.annotate(request.topic, request.queue_id, count, size)
+        if self.metrics is not None:
+            self.metrics.pulled(request.topic, request.queue_id, count, size,
+                                response.max_offset)
+        return response
 
     @_rpc
     async def Heartbeat(self, request: broker_pb2.HeartbeatRequest,

@@ -3,19 +3,19 @@
 On a master: ``boltmq.ha.replica.lag_bytes`` and ``boltmq.ha.replica.lag_seconds``
 per connected replica (attribute ``replica``). On a replica:
 ``boltmq.ha.follower.lag_bytes``, the master's end as of the last chunk minus
-the own store's end. The instruments come from the global meter provider
-unless one is passed (tests pass an SDK provider with an in-memory reader);
-exporting is left to the standard ``OTEL_*`` set-up of the process. Kept local
-to the HA service until a shared telemetry module exists (STYLE 4, 19).
+the own store's end. The instruments come from :func:`boltmq.telemetry.meter`:
+the global meter provider ``boltmq serve`` installs (OTLP and the Prometheus
+endpoint, :mod:`boltmq.telemetry`) unless one is passed (tests pass an SDK
+provider with an in-memory reader).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
+from boltmq import telemetry
 from services.ha.replicas import ReplicaLag
 
 METER_NAME = "boltmq.ha"
@@ -29,8 +29,7 @@ class LagMetrics:
                  meter_provider: MeterProvider | None = None) -> None:
         self._replica_lags = replica_lags
         self._follower_lag_bytes = follower_lag_bytes
-        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
-        meter = provider.get_meter(METER_NAME)
+        meter = telemetry.meter(METER_NAME, meter_provider)
         meter.create_observable_gauge(
             "boltmq.ha.replica.lag_bytes", callbacks=[self._observe_lag_bytes], unit="By",
             description="CommitLog bytes the master has and the replica has not acked")

@@ -71,8 +71,7 @@ async def create_server(config: HAConfig, meter_provider: MeterProvider | None =
     stops the node after.
     """
     return await runtime.create_in_process(HAService(config, meter_provider),
-                                           config.listen_host, config.listen_port,
-                        grace_s=config.shutdown_grace_ms / 1000)
+                                           config.listen_host, config.listen_port)
 
 
 async def serve(config: HAConfig) -> None:

@@ -39,6 +39,8 @@ class CommitLogFlusher:
         self.commitlog = commitlog
         self.checkpoint = checkpoint
         self.on_flushed = on_flushed
+        self.on_flush_seconds: Callable[[float], None] | None = None
+        """Called with the duration of every flush that made more bytes durable (metrics)."""
         self.fsync_count = 0
         self._request = threading.Event()
         self.gate = OffsetGate(commitlog.max_offset, on_wait=self._request.set)
@@ -67,7 +69,9 @@ class CommitLogFlusher:
         last = commitlog.files.last_file()
         store_ts = last.store_timestamp if last else 0
         target = commitlog.max_offset
+        started = time.perf_counter()
         commitlog.files.flush(least_pages)
+        elapsed_s = time.perf_counter() - started
         flushed = commitlog.flushed_offset
         self.fsync_count += 1
         if flushed >= target and store_ts:
@@ -76,6 +80,8 @@ class CommitLogFlusher:
             self.gate.advance(flushed)
             if self.on_flushed is not None:
                 self.on_flushed()
+            if self.on_flush_seconds is not None:
+                self.on_flush_seconds(elapsed_s)
         return flushed
 
     # ---------------------------------------------------------------- thread

@@ -34,6 +34,7 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
+from boltmq import telemetry
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
@@ -45,6 +46,7 @@ from services.store.config_files import (
     TooManyConfigFiles,
     validate_config_name,
 )
+from services.store.metrics import StoreMetrics
 from services.store.record import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
@@ -383,6 +385,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         self._store = store
         self._config = config
         self._configs = ConfigFiles(config.root_dir)
+        self.metrics = StoreMetrics(store)
         # Endless streams' events, set at shutdown so each stream ends by itself
         # (a stream left open would hold the server's whole grace period).
         self._stream_events: set[asyncio.Event] = set()
@@ -407,6 +410,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         same attribute names), so no per-message object is built on the way;
         raw records (``records``) go as one :class:`RecordBatch` of bytes.
         """
+        started = time.perf_counter()
         messages: Sequence[Any] | RecordBatch = request.messages
         count = len(messages)
         if count > APPEND_MESSAGES_MAX:
@@ -424,6 +428,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             results = await store.put_messages_async(messages, born)
         else:
             results = store.put_messages(messages, born)
+        self.metrics.put(len(results), time.perf_counter() - started)
+        first = request.messages[0] if request.messages else request
+        telemetry.annotate(first.topic, first.queue_id, len(results), len(records) or None)
         return append_response(results, store.commitlog.msg_id_prefix)
 
     def _record_batch(self, request: store_pb2.AppendRequest, records: bytes) -> RecordBatch:

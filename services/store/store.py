@@ -71,6 +71,8 @@ class MessageStore:
         self._opened = False
         self._lock_fd = -1
         self._state_lock = threading.Lock()
+        self.on_flush_seconds: Callable[[float], None] | None = None
+        """Given to each CommitLog flusher: called with every flush's duration (metrics)."""
         self._build()
 
     def _build(self) -> None:
@@ -161,6 +163,7 @@ class MessageStore:
         self.dispatcher.wake_on_submit = not self.config.sync_flush
         self.flusher = CommitLogFlusher(self.config, self.commitlog, self.checkpoint,
                                         on_flushed=self.dispatcher.wake)
+        self.flusher.on_flush_seconds = self.on_flush_seconds
         self.queue_flusher = ConsumeQueueFlusher(
             self.config, self.queues, self.index, self.checkpoint,
             lambda: self.dispatcher.last_store_timestamp)

@@ -1,0 +1,102 @@
+"""The broker's OpenTelemetry metrics: traffic per topic, consumer lag, parked long polls.
+
+=======================================  ========  ======================================
+Instrument                               Kind      Attributes / meaning
+=======================================  ========  ======================================
+``boltmq.broker.messages.in``            counter   ``topic``: messages the store stored
+``boltmq.broker.bytes.in``               counter   ``topic``: encoded bytes of the send
+                                                   requests' messages passed to the store
+``boltmq.broker.messages.out``           counter   ``topic``: messages pulls returned
+``boltmq.broker.bytes.out``              counter   ``topic``: bytes of those pull answers
+``boltmq.broker.consumer.lag``           gauge     ``consumer_group``, ``topic``,
+                                                   ``queue_id``: queue end minus the
+                                                   group's committed offset
+``boltmq.broker.long_polls.parked``      gauge     pulls waiting for an arrival now
+=======================================  ========  ======================================
+
+Counters are added once per request (a batch), never per message. The queue
+ends the lag is measured against are the last ones this broker saw, in a
+send's answer or a pull's ``max_offset``: a queue nobody sent to or pulled
+from since the broker started has no lag reported yet (asking the store at
+collection time was rejected: collection runs on the scrape thread, which has
+no event loop to call the store with).
+
+Instruments come from the global meter provider (set by
+:func:`boltmq.telemetry.configure`) unless one is passed; without a provider
+they are no-ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+
+from boltmq import telemetry
+from services.broker.consumer_offset import ConsumerOffsetManager
+from services.broker.long_poll import LongPollHub
+
+METER_NAME = "boltmq.broker"
+
+
+class BrokerMetrics:
+    """The broker's instruments; processors call :meth:`sent` and :meth:`pulled`."""
+
+    def __init__(self, hub: LongPollHub, offsets: ConsumerOffsetManager,
+                 meter_provider: MeterProvider | None = None) -> None:
+        self._hub = hub
+        self._offsets = offsets
+        self._queue_ends: dict[tuple[str, int], int] = {}
+        meter = telemetry.meter(METER_NAME, meter_provider)
+        self._messages_in = meter.create_counter(
+            "boltmq.broker.messages.in", unit="{message}",
+            description="Messages stored through this broker")
+        self._bytes_in = meter.create_counter(
+            "boltmq.broker.bytes.in", unit="By",
+            description="Encoded bytes of the messages sent to the store")
+        self._messages_out = meter.create_counter(
+            "boltmq.broker.messages.out", unit="{message}",
+            description="Messages returned to consumers' pulls")
+        self._bytes_out = meter.create_counter(
+            "boltmq.broker.bytes.out", unit="By", description="Bytes of the pull answers")
+        meter.create_observable_gauge(
+            "boltmq.broker.consumer.lag", callbacks=[self._observe_lag], unit="{message}",
+            description="Messages in a queue after the group's committed offset")
+        meter.create_observable_gauge(
+            "boltmq.broker.long_polls.parked", callbacks=[self._observe_parked],
+            unit="{request}", description="Pulls parked until a message arrives")
+
+    def sent(self, topic: str, queue_id: int, stored: int, encoded_bytes: int,
+             queue_end: int) -> None:
+        """One send request: ``stored`` messages, the queue now ends at ``queue_end``."""
+        attributes = {"topic": topic}
+        self._messages_in.add(stored, attributes)
+        self._bytes_in.add(encoded_bytes, attributes)
+        if queue_end > 0:
+            self._queue_ends[(topic, queue_id)] = queue_end
+
+    def pulled(self, topic: str, queue_id: int, returned: int, answer_bytes: int,
+               queue_end: int) -> None:
+        """One answered pull: ``returned`` messages; the store said the queue ends here."""
+        if returned:
+            attributes = {"topic": topic}
+            self._messages_out.add(returned, attributes)
+            self._bytes_out.add(answer_bytes, attributes)
+        if queue_end > 0:
+            self._queue_ends[(topic, queue_id)] = queue_end
+
+    def _observe_lag(self, options: CallbackOptions) -> Iterable[Observation]:
+        # Runs on the scrape thread: work on copies (dict copies are atomic under the GIL).
+        ends = dict(self._queue_ends)
+        observations = []
+        for (group, topic), queues in self._offsets.snapshot():
+            for queue_id, committed in queues.items():
+                end = ends.get((topic, queue_id))
+                if end is not None:
+                    observations.append(Observation(
+                        max(0, end - committed),
+                        {"consumer_group": group, "topic": topic, "queue_id": queue_id}))
+        return observations
+
+    def _observe_parked(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._hub.parked_count)]
