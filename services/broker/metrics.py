@@ -3,15 +3,16 @@
 =======================================  ========  ======================================
 Instrument                               Kind      Attributes / meaning
 =======================================  ========  ======================================
-``boltmq.broker.messages.in``            counter   ``topic``: messages the store stored
-``boltmq.broker.bytes.in``               counter   ``topic``: encoded bytes of the send
+``boltmq.broker.in.messages``            counter   ``topic``: messages the store stored
+``boltmq.broker.in.bytes``               counter   ``topic``: encoded bytes of the send
                                                    requests' messages passed to the store
-``boltmq.broker.messages.out``           counter   ``topic``: messages pulls returned
-``boltmq.broker.bytes.out``              counter   ``topic``: bytes of those pull answers
+``boltmq.broker.out.messages``           counter   ``topic``: messages pulls returned
+``boltmq.broker.out.bytes``              counter   ``topic``: bytes of those pull answers
 ``boltmq.broker.consumer.lag``           gauge     ``consumer_group``, ``topic``,
                                                    ``queue_id``: queue end minus the
                                                    group's committed offset
-``boltmq.broker.long_polls.parked``      gauge     pulls waiting for an arrival now
+``boltmq.broker.long_polls.parked``      gauge     pulls waiting for an arrival now (the
+                                                   delay scheduler parks one per level)
 =======================================  ========  ======================================
 
 Counters are added once per request (a batch), never per message. The queue
@@ -49,16 +50,16 @@ class BrokerMetrics:
         self._queue_ends: dict[tuple[str, int], int] = {}
         meter = telemetry.meter(METER_NAME, meter_provider)
         self._messages_in = meter.create_counter(
-            "boltmq.broker.messages.in", unit="{message}",
+            "boltmq.broker.in.messages", unit="{message}",
             description="Messages stored through this broker")
         self._bytes_in = meter.create_counter(
-            "boltmq.broker.bytes.in", unit="By",
+            "boltmq.broker.in.bytes", unit="By",
             description="Encoded bytes of the messages sent to the store")
         self._messages_out = meter.create_counter(
-            "boltmq.broker.messages.out", unit="{message}",
+            "boltmq.broker.out.messages", unit="{message}",
             description="Messages returned to consumers' pulls")
         self._bytes_out = meter.create_counter(
-            "boltmq.broker.bytes.out", unit="By", description="Bytes of the pull answers")
+            "boltmq.broker.out.bytes", unit="By", description="Bytes of the pull answers")
         meter.create_observable_gauge(
             "boltmq.broker.consumer.lag", callbacks=[self._observe_lag], unit="{message}",
             description="Messages in a queue after the group's committed offset")
