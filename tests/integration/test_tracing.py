@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ def hex_id(value: int, digits: int) -> str:
     return f"0x{value:0{digits}x}"
 
 
-def one(spans: list[Any], what: str, condition: Callable[[Any], bool]) -> Any:
+def one(spans: Sequence[Any], what: str, condition: Callable[[Any], bool]) -> Any:
     found = [span for span in spans if condition(span)]
     assert len(found) == 1, f"expected one {what}, found {len(found)}"
     return found[0]
