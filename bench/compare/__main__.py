@@ -1,0 +1,5 @@
+"""``python -m bench.compare``."""
+
+from bench.compare.run import main
+
+main()

@@ -1,0 +1,204 @@
+"""BoltMQ in the comparison: ``boltmq dev`` (registry, store, broker) on free ports.
+
+The script runs ``python -m boltmq.cli dev`` itself, as a user would, with every
+port 0 and the data in the round's temporary directory, and reads the
+registry's address from its output. Durability: ASYNC_FLUSH (a send is
+acknowledged once its bytes are in the memory-mapped CommitLog; the flusher
+writes them to disk every 500 ms). Producers are SDK ``Producer``s
+(``send_batch`` / ``send``); the consumer is a ``PushConsumer`` pulling 1024
+messages per call, as ``boltmq bench consume`` does, up to 256 queues (64 topics);
+above that, one thread pulls each queue in turn (:class:`BoltMQSweepConsumer`).
+"""
+
+from __future__ import annotations
+
+import queue
+import select
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.compare.peer import START_TIMEOUT_S, PeerFailed, stop_process
+from boltmq import allocator
+from boltmq.launcher import REPO_ROOT
+from boltmq.message import Message, MessageQueue, ReceivedMessage, SendStatus
+from boltmq.producer import Producer
+from boltmq.pull_consumer import PullConsumer
+from boltmq.push_consumer import PushConsumer
+from boltmq.registry_client import TopicNotFound
+
+DEV_SETTINGS = ("--store-set", "disk_max_used_space_ratio=100",
+                "--store-set", "disk_space_clean_forcibly_ratio=100",
+                "--store-set", "disk_space_warning_level_ratio=100",
+                "--store-set", f"mapped_file_size_consume_queue={60_000 * 20}")
+"""How full this machine's disk is must not make the cleaner delete a round's data.
+Consume queue files of 60,000 entries (1.2 MB) instead of the default 300,000 (6 MB):
+each file is allocated in full, and 1,024 topics of 4 queues would take 24 GB of the
+shared disk. (Every entry is written the same way; only rolls to a new file come
+five times as often.)"""
+PULL_BATCH = 1024
+ROUTE_WAIT_S = 30.0
+POLL_WAIT_S = 0.1
+QUEUES_PER_TOPIC = 4
+"""The broker's ``default_topic_queue_nums``: what an auto-created topic gets."""
+PUSH_QUEUES_MAX = 256
+"""Above this many queues the consumer is :class:`BoltMQSweepConsumer`."""
+
+
+class BoltMQProducer:
+    """One SDK Producer."""
+
+    def __init__(self, registry: str) -> None:
+        self.producer = Producer(registry, f"CMP_P_{uuid.uuid4().hex[:8]}").start()
+
+    def send_batch(self, topic: str, bodies: Sequence[bytes]) -> int:
+        results = self.producer.send_batch([Message(topic=topic, body=b) for b in bodies])
+        return sum(r.status is SendStatus.SEND_OK for r in results)
+
+    def send_one(self, topic: str, body: bytes) -> int:
+        self.producer.send(Message(topic=topic, body=body))
+        return 1
+
+    def close(self) -> None:
+        self.producer.shutdown()
+
+
+class BoltMQConsumer:
+    """A PushConsumer whose listener hands bodies to :meth:`poll`."""
+
+    def __init__(self, registry: str, topics: Sequence[str], from_start: bool) -> None:
+        self.delivered: queue.SimpleQueue[list[bytes]] = queue.SimpleQueue()
+        self.consumer = PushConsumer(
+            registry, f"CMP_C_{uuid.uuid4().hex[:8]}", dict.fromkeys(topics, "*"),
+            self._listen, consume_from="FIRST" if from_start else "LAST",
+            pull_batch_size=PULL_BATCH, consume_batch_max_size=PULL_BATCH, long_poll_ms=1000,
+            rebalance_interval_ms=60_000).start()
+
+    def _listen(self, messages: list[ReceivedMessage]) -> None:
+        self.delivered.put([bytes(m.body) for m in messages])
+
+    def poll(self) -> list[bytes]:
+        try:
+            bodies = self.delivered.get(timeout=POLL_WAIT_S)
+        except queue.Empty:
+            return []
+        while not self.delivered.empty():
+            bodies += self.delivered.get_nowait()
+        return bodies
+
+    def close(self) -> None:
+        self.consumer.shutdown()
+
+
+class BoltMQSweepConsumer:
+    """One thread pulling each queue in turn (``PullConsumer``), for many queues.
+
+    The PushConsumer runs a thread per queue; with 1,024 topics of 4 queues that is
+    4,096 threads long-polling at once, which drove this 2-core machine's load average
+    past 500 and starved the servers. Offsets are committed at close.
+    """
+
+    def __init__(self, registry: str, topics: Sequence[str], from_start: bool) -> None:
+        self.consumer = PullConsumer(registry, f"CMP_C_{uuid.uuid4().hex[:8]}")
+        self.queues = [q for topic in topics for q in self.consumer.queues(topic)]
+        self.offsets = {q: 0 if from_start else self._end(q) for q in self.queues}
+        self.turn = 0
+
+    def _end(self, mq: MessageQueue) -> int:
+        return self.consumer.pull(mq, 0, max_messages=1).max_offset
+
+    def poll(self) -> list[bytes]:
+        deadline = time.monotonic() + POLL_WAIT_S
+        bodies: list[bytes] = []
+        for _ in range(len(self.queues)):
+            mq = self.queues[self.turn % len(self.queues)]
+            self.turn += 1
+            pulled = self.consumer.pull(mq, self.offsets[mq], max_messages=PULL_BATCH)
+            self.offsets[mq] = pulled.next_begin_offset
+            bodies += [bytes(m.body) for m in pulled.messages]
+            if bodies and len(bodies) >= PULL_BATCH or time.monotonic() > deadline:
+                break
+        return bodies
+
+    def close(self) -> None:
+        for mq, offset in self.offsets.items():
+            self.consumer.commit(mq, offset)
+        self.consumer.shutdown()
+
+
+class BoltMQPeer:
+    """``boltmq dev`` as a child process."""
+
+    name = "BoltMQ"
+    durability = ("ASYNC_FLUSH (acked in the mmap'd CommitLog, flushed every 500 ms); "
+                  "consume queue files of 60,000 entries")
+    topic_unit = "topic (4 queues each)"
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.registry = ""
+
+    def start(self, workdir: Path) -> None:
+        allocator.keep_freed_memory()  # as `boltmq bench` does for its own process
+        log = (workdir / "boltmq-dev.log").open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "boltmq.cli", "dev", "--data-dir", str(workdir / "boltmq"),
+             "--registry-port", "0", "--store-port", "0", "--broker-port", "0",
+             "--ha-port", "0", *DEV_SETTINGS],
+            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log)
+        self.registry = self._read_registry()
+
+    def _read_registry(self) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if select.select([self.proc.stdout], [], [], 0.2)[0]:
+                line = self.proc.stdout.readline().decode()
+                if line.startswith("registry"):
+                    return line.split()[1]
+        stop_process(self.proc)
+        raise PeerFailed("boltmq dev did not print its registry address")
+
+    def stop(self) -> None:
+        code = stop_process(self.proc)
+        if code not in (0, None):
+            raise PeerFailed(f"boltmq dev exited {code}")
+
+    def create_topics(self, round_name: str, count: int) -> list[str]:
+        topics = [f"{round_name}-{n}" for n in range(count)]
+        producer = Producer(self.registry, "CMP_SETUP").start()
+        try:
+            for topic in topics:  # the broker auto-creates each topic on its first message
+                producer.send(Message(topic=topic, body=b"warm-up"))
+            self._await_routes(producer, topics)
+            for topic in topics:  # one message per queue: its consume queue file exists
+                for _ in producer.client.write_queues(topic):  # (sends rotate over queues)
+                    producer.send(Message(topic=topic, body=b"warm-up"))
+        finally:
+            producer.shutdown()
+        return topics
+
+    @staticmethod
+    def _await_routes(producer: Producer, topics: Sequence[str]) -> None:
+        deadline = time.monotonic() + ROUTE_WAIT_S
+        for topic in topics:
+            while True:
+                try:
+                    producer.client.route(topic, refresh=True)
+                    break
+                except TopicNotFound:
+                    if time.monotonic() > deadline:
+                        raise PeerFailed(f"the registry never learnt topic {topic}") from None
+                    time.sleep(0.2)
+
+    def producer(self) -> BoltMQProducer:
+        return BoltMQProducer(self.registry)
+
+    def consumer(self, topics: Sequence[str], from_start: bool
+                 ) -> BoltMQConsumer | BoltMQSweepConsumer:
+        if len(topics) * QUEUES_PER_TOPIC > PUSH_QUEUES_MAX:
+            return BoltMQSweepConsumer(self.registry, topics, from_start)
+        return BoltMQConsumer(self.registry, topics, from_start)

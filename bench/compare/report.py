@@ -1,0 +1,126 @@
+"""The comparison's table, its section of ``bench/RESULTS.md`` and its charts.
+
+Ratios: the column ``BoltMQ / this`` divides BoltMQ's msg/s by the row's for
+the same scenario (mode, producers, topics), so a value of 1.5 means BoltMQ
+moved 1.5 times as many messages per second as that system; BoltMQ's own rows
+show 1.00. A system that did not run (not installed) has no rows; its reason
+is listed under the table.
+
+The section starts at the line ``SECTION_TITLE`` and runs to the next ``## ``
+heading or the end of the file; writing it replaces only that span (or
+appends it when absent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.compare.workload import Row
+
+SECTION_TITLE = "## Side by side (issue 8)"
+BOLTMQ = "BoltMQ"
+
+
+def boltmq_ratio(row: Row, rows: Sequence[Row]) -> float | None:
+    """BoltMQ's msg/s over ``row``'s for the same scenario; None if either is missing or 0."""
+    for other in rows:
+        if other.system == BOLTMQ and other.key == row.key:
+            if row.msgs_per_s > 0 and other.msgs_per_s > 0:
+                return other.msgs_per_s / row.msgs_per_s
+    return None
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown_table(rows: Sequence[Row]) -> list[str]:
+    """The table as Markdown lines, one row per scenario and system."""
+    lines = ["| scenario | mode | producers | topics | system | messages | msg/s | MB/s "
+             "| p50 ms | p99 ms | BoltMQ / this |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in sorted(rows, key=lambda r: (r.topics, r.scenario, r.mode, r.producers)):
+        ratio = boltmq_ratio(row, rows)
+        lines.append(
+            f"| {row.scenario} | {row.mode} | {row.producers} | {row.topics} | {row.system} "
+            f"| {row.messages:,} | {row.msgs_per_s:,.0f} | {row.mb_per_s:.1f} "
+            f"| {_ms(row.p50_ms)} | {_ms(row.p99_ms)} "
+            f"| {'-' if ratio is None else f'{ratio:.2f}'} |")
+    return lines
+
+
+def replace_section(text: str, section: str) -> str:
+    """``text`` with its side-by-side section replaced by ``section`` (appended if absent)."""
+    lines = text.splitlines()
+    try:
+        begin = lines.index(SECTION_TITLE)
+    except ValueError:
+        return text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    end = next((i for i in range(begin + 1, len(lines)) if lines[i].startswith("## ")),
+               len(lines))
+    kept_after = lines[end:]
+    joined = "\n".join(lines[:begin] + section.rstrip("\n").splitlines()
+                       + ([""] + kept_after if kept_after else []))
+    return joined + "\n"
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace (or add) the side-by-side section of the results file at ``path``."""
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    path.write_text(replace_section(text, section))
+
+
+def draw_charts(rows: Sequence[Row], out_dir: Path) -> list[Path]:
+    """One PNG per scenario kind: msg/s per system, grouped by topics and producers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    systems = list(dict.fromkeys(r.system for r in rows))
+    for scenario, mode in dict.fromkeys((r.scenario, r.mode) for r in rows):
+        chosen = [r for r in rows if (r.scenario, r.mode) == (scenario, mode)]
+        groups = list(dict.fromkeys((r.topics, r.producers) for r in chosen))
+        fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(groups) + 2), 4.5))
+        width = 0.8 / len(systems)
+        for i, system in enumerate(systems):
+            values = [next((r.msgs_per_s for r in chosen
+                            if r.system == system and (r.topics, r.producers) == g), 0)
+                      for g in groups]
+            ax.bar([g + i * width for g in range(len(groups))], values, width, label=system)
+        ax.set_xticks([g + width * (len(systems) - 1) / 2 for g in range(len(groups))],
+                      [f"{t} topics\n{p} prod." for t, p in groups])
+        ax.set_ylabel("msg/s (1 KiB)")
+        ax.set_title(f"{scenario}, {mode}")
+        ax.legend()
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        path = out_dir / f"compare-{scenario.replace('+', '-')}-{mode}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+TARGETS = (("produce", "batched", 1.5), ("consume", "batched", 1.5),
+           ("produce", "one-at-a-time", 1.0))
+"""(scenario, mode, least BoltMQ / peer): issue 8's target."""
+
+
+def target_lines(rows: Sequence[Row]) -> list[str]:
+    """For each target and peer: how many scenarios meet it, and the ratios."""
+    lines = []
+    peers = [s for s in dict.fromkeys(r.system for r in rows) if s != BOLTMQ]
+    for scenario, mode, least in TARGETS:
+        for peer in peers:
+            chosen = [r for r in rows if r.system == peer and (r.scenario, r.mode) ==
+                      (scenario, mode)]
+            ratios = [(r, boltmq_ratio(r, rows)) for r in chosen]
+            met = sum(1 for _, ratio in ratios if ratio is not None and ratio >= least)
+            detail = ", ".join(f"{r.producers}p/{r.topics}t {'-' if x is None else f'{x:.2f}'}"
+                               for r, x in ratios)
+            lines.append(f"- {scenario} {mode}, BoltMQ >= {least}x {peer}: met in {met} of "
+                         f"{len(ratios)} ({detail})")
+    return lines

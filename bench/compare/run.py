@@ -1,0 +1,143 @@
+"""The ``python -m bench.compare`` command: run every system, then report.
+
+Systems run one after another (never two servers at once); each is started,
+given one round per topic count, and stopped before the next starts. A system
+that is not installed is skipped with its reason (``--install`` installs the
+Debian package first), so the table can hold BoltMQ and Redis alone.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from bench.compare import report
+from bench.compare.boltmq_peer import BoltMQPeer
+from bench.compare.nats_peer import NatsPeer
+from bench.compare.peer import Peer, PeerFailed, PeerUnavailable
+from bench.compare.redis_peer import RedisPeer
+from bench.compare.workload import Row, Workload, run_round
+
+BENCH_DIR = Path(__file__).resolve().parents[1]
+SYSTEMS = ("boltmq", "redis", "nats")
+QUICK = Workload(seconds=1.0, consume_messages=20_000)
+
+
+@dataclass
+class Comparison:
+    """Everything one invocation measured."""
+
+    work: Workload
+    rows: list[Row] = field(default_factory=list)
+    durability: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def make_peer(system: str, install: bool) -> Peer:
+    if system == "boltmq":
+        return BoltMQPeer()
+    if system == "redis":
+        return RedisPeer(install)
+    return NatsPeer(install)
+
+
+def compare(systems: Sequence[str], work: Workload, install: bool = False,
+            progress: Callable[[Row], None] = lambda row: None,
+            workdir: Path | None = None) -> Comparison:
+    """Run ``work`` on each system in turn; PeerFailed if a started system fails."""
+    result = Comparison(work)
+    for system in systems:
+        peer = make_peer(system, install)
+        with tempfile.TemporaryDirectory(prefix=f"compare-{system}-", dir=workdir) as tmp:
+            try:
+                peer.start(Path(tmp))
+            except PeerUnavailable as exc:
+                result.skipped[peer.name] = str(exc)
+                continue
+            try:
+                for count in work.topic_counts:
+                    topics = peer.create_topics(f"cmp{count}t", count)
+                    result.rows += run_round(peer, work, topics, progress)
+            finally:
+                peer.stop()
+        result.durability[peer.name] = f"{peer.durability}; one topic = one {peer.topic_unit}"
+    return result
+
+
+def section(result: Comparison, command: str) -> str:
+    """The Markdown section written into bench/RESULTS.md."""
+    work = result.work
+    load = os.getloadavg()
+    lines = [report.SECTION_TITLE, "", "```", command, "```", "",
+             f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.node() or 'this host'} "
+             f"({os.cpu_count()} CPUs, Python {platform.python_version()}); load average at "
+             f"the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}. **Other engineers' test "
+             "suites shared the machine during the run**, so every figure is noisy. "
+             f"Each timed run lasts {work.seconds:g} s; consume reads "
+             f"{work.consume_messages:,} messages; batches are {work.batch} messages; bodies "
+             f"{work.size} bytes. Servers, producers and consumers all run on the same cores; "
+             "every client is that system's Python client in one process. p50/p99 are per "
+             "send call for produce (a whole batch when batched) and send-to-delivery for "
+             "produce+consume.", "", "Durability:"]
+    lines += [f"- {name}: {text}" for name, text in result.durability.items()]
+    lines += [f"- {name}: not run ({reason})" for name, reason in result.skipped.items()]
+    lines += ["", *report.markdown_table(result.rows), "",
+              "Issue 8 target (BoltMQ / this column):", *report.target_lines(result.rows), ""]
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--quick", is_flag=True, help="1 s runs, 20,000 messages consumed.")
+@click.option("--seconds", type=click.FloatRange(min=0.1), help="Length of each timed run.")
+@click.option("--consume-messages", type=click.IntRange(min=1),
+              help="Messages the consume scenario reads.")
+@click.option("--system", "systems", multiple=True, type=click.Choice(SYSTEMS),
+              help="Systems to run (default: all three).")
+@click.option("--topics", "topic_counts", multiple=True, type=click.IntRange(1, 4096),
+              help="Topic counts (default: 1, 64, 1024).")
+@click.option("--producers", "producer_counts", multiple=True, type=click.IntRange(1, 64),
+              help="Producer counts (default: 1, 4).")
+@click.option("--install", is_flag=True, help="apt-get install a missing redis-server or "
+              "nats-server (root).")
+@click.option("--results", type=click.Path(dir_okay=False, path_type=Path),
+              default=BENCH_DIR / "RESULTS.md", show_default=True,
+              help="Results file whose side-by-side section is replaced.")
+@click.option("--charts-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=BENCH_DIR, show_default=True, help="Where compare-*.png go.")
+@click.option("--no-write", is_flag=True, help="Print the table only.")
+def main(quick: bool, seconds: float | None, consume_messages: int | None,
+         systems: tuple[str, ...], topic_counts: tuple[int, ...],
+         producer_counts: tuple[int, ...], install: bool, results: Path, charts_dir: Path,
+         no_write: bool) -> None:
+    """Run BoltMQ, Redis Streams and NATS JetStream through the same workload."""
+    base = QUICK if quick else Workload()
+    work = Workload(seconds or base.seconds, consume_messages or base.consume_messages,
+                    topic_counts=topic_counts or base.topic_counts,
+                    producer_counts=producer_counts or base.producer_counts)
+    try:
+        result = compare(systems or SYSTEMS, work, install, progress=_show)
+    except PeerFailed as exc:
+        raise click.ClickException(str(exc)) from None
+    for name, reason in result.skipped.items():
+        click.echo(f"skipped {name}: {reason}", err=True)
+    text = section(result, "python -m bench.compare " + " ".join(sys.argv[1:]))
+    click.echo(text)
+    if not no_write and result.rows:
+        report.write_section(results, text)
+        charts_dir.mkdir(parents=True, exist_ok=True)
+        charts = report.draw_charts(result.rows, charts_dir)
+        click.echo(f"wrote {results} and {len(charts)} charts in {charts_dir}")
+
+
+def _show(row: Row) -> None:
+    click.echo(f"{row.system:<15} {row.scenario:<16} {row.mode:<14} {row.producers}p "
+               f"{row.topics:>5}t {row.messages:>9,} msgs {row.msgs_per_s:>10,.0f} msg/s",
+               err=True)
