@@ -22,11 +22,11 @@ from typing import Any
 
 from bench.compare.peer import (
     PeerFailed,
-    PeerUnavailable,
+    client_library,
     free_port,
     require_binary,
+    start_server,
     stop_process,
-    wait_for_port,
 )
 
 FETCH_MESSAGES = 1024
@@ -35,12 +35,8 @@ MAX_ACK_PENDING = 1_000_000
 
 
 def _nats() -> Any:
-    try:
-        import nats
-        import nats.js.api
-    except ImportError:
-        raise PeerUnavailable("nats-py is missing: pip install -e '.[bench]'") from None
-    return nats
+    client_library("nats.js.api", "nats-py")
+    return client_library("nats", "nats-py")
 
 
 class _Loop:
@@ -121,10 +117,8 @@ class NatsPeer:
         data.mkdir(parents=True, exist_ok=True)
         port = free_port()
         log = self.log = data / "nats.log"
-        self.proc = subprocess.Popen(
-            [binary, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(data),
-             "-l", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port(self.proc, port, log)
+        self.proc = start_server([binary, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd",
+                                  str(data), "-l", str(log)], port, log)
         self.url = f"nats://127.0.0.1:{port}"
 
     def stop(self) -> None:

@@ -13,13 +13,14 @@ with ``apt-get`` (root only).
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
@@ -88,6 +89,21 @@ def require_binary(program: str, package: str, install: bool) -> str:
         raise PeerUnavailable(f"{program} not found: apt-get install -y {package} "
                               "(or run with --install as root)")
     return found
+
+
+def client_library(module: str, package: str) -> Any:
+    """Import a peer's client ``module``; PeerUnavailable naming the pip ``package``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise PeerUnavailable(f"{package} is missing: pip install -e '.[bench]'") from None
+
+
+def start_server(args: Sequence[str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """Start a server whose output goes to ``log``; return once ``port`` accepts."""
+    proc = subprocess.Popen(list(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port(proc, port, log)
+    return proc
 
 
 def free_port() -> int:

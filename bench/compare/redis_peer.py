@@ -17,11 +17,11 @@ from typing import Any
 
 from bench.compare.peer import (
     PeerFailed,
-    PeerUnavailable,
+    client_library,
     free_port,
     require_binary,
+    start_server,
     stop_process,
-    wait_for_port,
 )
 
 READ_MESSAGES = 1024
@@ -30,11 +30,7 @@ BLOCK_MS = 100
 
 
 def _redis() -> Any:
-    try:
-        import redis
-    except ImportError:
-        raise PeerUnavailable("redis-py is missing: pip install -e '.[bench]'") from None
-    return redis
+    return client_library("redis", "redis-py")
 
 
 class RedisProducer:
@@ -105,12 +101,10 @@ class RedisPeer:
         data.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         log = data / "redis.log"
-        self.proc = subprocess.Popen(
+        self.proc = start_server(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(data),
              "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-             "--logfile", str(log), "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port(self.proc, self.port, log)
+             "--logfile", str(log), "--daemonize", "no"], self.port, log)
 
     def stop(self) -> None:
         code = stop_process(self.proc)
