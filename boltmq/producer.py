@@ -147,8 +147,7 @@ class Producer:
         if any(m.topic != topic for m in msgs):
             raise ValueError("every message of a batch must have the same topic")
         born_ms = time.time_ns() // 1_000_000
-        body_bytes = len(msgs[0].body) if len(msgs) == 1 else 0
-        with telemetry.producer_span(topic, len(msgs), body_bytes) as span:
+        with telemetry.producer_span(topic, len(msgs), msgs[0].body) as span:
             context = telemetry.message_context(span)  # {} without tracing
             records = b"".join([m.to_record(born_ms, context) for m in msgs])
             results = self._send_records(topic, records, len(msgs), sharding_key)
@@ -244,7 +243,7 @@ class Producer:
                    ) -> Future[SendResult]:
         """Queue ``msg`` for the sender thread; ``callback(result, error)`` when done."""
         self._check_running()
-        context = telemetry.create_context(msg.topic, len(msg.body))  # {} without tracing
+        context = telemetry.create_context(msg.topic, msg.body)  # {} without tracing
         record = msg.to_record(time.time_ns() // 1_000_000, context)  # encoded (checked) here
         future: Future[SendResult] = Future()
         with self._cond:

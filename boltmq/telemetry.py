@@ -409,8 +409,13 @@ def _messaging_attributes(operation: str, topic: str) -> dict[str, Any]:
             "messaging.operation.name": operation, "messaging.destination.name": topic}
 
 
+def _body_size(body: object) -> int:
+    """A body's size; 0 for what is not bytes (the message's own check refuses it later)."""
+    return len(body) if isinstance(body, bytes | bytearray | memoryview) else 0
+
+
 @contextlib.contextmanager
-def producer_span(topic: str, count: int, body_bytes: int) -> Iterator[Span | None]:
+def producer_span(topic: str, count: int, first_body: object) -> Iterator[Span | None]:
     """A ``send <topic>`` PRODUCER span around one send of ``count`` messages (None: off).
 
     The span is current inside, so the RPC's client span is its child; an
@@ -421,7 +426,7 @@ def producer_span(topic: str, count: int, body_bytes: int) -> Iterator[Span | No
         return
     attributes = _messaging_attributes("send", topic)
     if count == 1:
-        attributes["messaging.message.body.size"] = body_bytes
+        attributes["messaging.message.body.size"] = _body_size(first_body)
     else:
         attributes["messaging.batch.message_count"] = count
     span = _tracer().start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attributes)
@@ -447,7 +452,7 @@ def message_context(span: Span | None) -> dict[str, str]:
     return carrier
 
 
-def create_context(topic: str, body_bytes: int) -> dict[str, str]:
+def create_context(topic: str, body: object) -> dict[str, str]:
     """For one asynchronously sent message: a ``create <topic>`` span's context properties.
 
     The span ends at once (it marks the message's creation); {} when tracing is off.
@@ -455,7 +460,7 @@ def create_context(topic: str, body_bytes: int) -> dict[str, str]:
     if not tracing_on():
         return {}
     attributes = _messaging_attributes("create", topic)
-    attributes["messaging.message.body.size"] = body_bytes
+    attributes["messaging.message.body.size"] = _body_size(body)
     span = _tracer().start_span(f"create {topic}", kind=SpanKind.PRODUCER, attributes=attributes)
     try:
         return message_context(span)

@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 
 from boltmq import runtime, telemetry
 from boltmq.config import ConfigError, ServerSettings, load_config
-from boltmq.message import Message
+from boltmq.message import Message, MessageError
 from boltmq.telemetry import TelemetryError
 from services.store.record import decode_records
 
@@ -206,10 +206,10 @@ def test_clients_trace_only_inside_a_trace(span_exporter: InMemorySpanExporter) 
 
 # ------------------------------------------------------------------ messages
 def test_without_tracing_messages_get_no_context_and_spans_are_none() -> None:
-    with telemetry.producer_span("T", 1, 5) as span:
+    with telemetry.producer_span("T", 1, b"12345") as span:
         assert span is None
         assert telemetry.message_context(span) == {}
-    assert telemetry.create_context("T", 5) == {}
+    assert telemetry.create_context("T", b"12345") == {}
     with telemetry.process_span([], "g") as consumed:
         assert consumed is None
 
@@ -217,7 +217,7 @@ def test_without_tracing_messages_get_no_context_and_spans_are_none() -> None:
 def test_a_send_span_travels_in_the_record_and_parents_the_process_span(
         span_exporter: InMemorySpanExporter) -> None:
     message = Message("T", b"body", properties={"user": "yes"})
-    with telemetry.producer_span("T", 1, 4) as span:
+    with telemetry.producer_span("T", 1, b"body") as span:
         context = telemetry.message_context(span)
         record = message.to_record(0, context)
     assert message.properties == {"user": "yes"}  # the caller's message is left alone
@@ -244,7 +244,7 @@ def test_tracestate_travels_when_there_is_one(span_exporter: InMemorySpanExporte
                                trace_flags=trace.TraceFlags(1),
                                trace_state=trace.TraceState([("vendor", "v1")]))
     with trace.use_span(trace.NonRecordingSpan(parent)), \
-            telemetry.producer_span("T", 2, 0) as span:
+            telemetry.producer_span("T", 2, b"") as span:
         context = telemetry.message_context(span)
     assert context["tracestate"] == "vendor=v1"
     assert context["traceparent"].startswith(f"00-{0x1234:032x}-")
@@ -267,7 +267,7 @@ def test_missing_or_broken_trace_context_starts_a_new_trace(
 def test_a_batch_process_span_links_every_message(span_exporter: InMemorySpanExporter) -> None:
     contexts = []
     for _ in range(3):
-        with telemetry.producer_span("T", 1, 1) as span:
+        with telemetry.producer_span("T", 1, b"x") as span:
             contexts.append(telemetry.message_context(span))
     records = decode_records(b"".join(Message("T", b"x").to_record(0, c) for c in contexts))
     with telemetry.process_span(records, "g"):
@@ -327,3 +327,12 @@ def test_text_logs_stay_one_plain_line(root_logging: None,
     logging.getLogger("boltmq.test").debug("plain")
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith(" DEBUG boltmq.test: plain")
+
+
+def test_a_body_of_the_wrong_type_is_still_the_messages_own_error(
+        span_exporter: InMemorySpanExporter) -> None:
+    context = telemetry.create_context("T", None)
+    with pytest.raises(MessageError, match="body must be bytes"):
+        Message("T", None, properties={}).to_record(0, context)  # type: ignore[arg-type]
+    (create,) = span_exporter.get_finished_spans()
+    assert (create.attributes or {})["messaging.message.body.size"] == 0
