@@ -135,7 +135,7 @@ class BoltMQPeer:
     name = "BoltMQ"
     durability = ("ASYNC_FLUSH (acked in the mmap'd CommitLog, flushed every 500 ms); "
                   "consume queue files of 60,000 entries")
-    topic_unit = "topic (4 queues each)"
+    topic_unit = "RocketMQ-style topic of 4 queues"
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None

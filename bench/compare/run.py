@@ -79,8 +79,9 @@ def section(result: Comparison, command: str) -> str:
     lines = [report.SECTION_TITLE, "", "```", command, "```", "",
              f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.node() or 'this host'} "
              f"({os.cpu_count()} CPUs, Python {platform.python_version()}); load average at "
-             f"the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}. **Other engineers' test "
-             "suites shared the machine during the run**, so every figure is noisy. "
+             f"the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min). **The "
+             "machine may be shared with other engineers' test runs**: a load average above "
+             "the CPU count means the figures are lower and noisier than on an idle machine. "
              f"Each timed run lasts {work.seconds:g} s; consume reads "
              f"{work.consume_messages:,} messages; batches are {work.batch} messages; bodies "
              f"{work.size} bytes. Servers, producers and consumers all run on the same cores; "
@@ -128,7 +129,7 @@ def main(quick: bool, seconds: float | None, consume_messages: int | None,
         raise click.ClickException(str(exc)) from None
     for name, reason in result.skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
-    text = section(result, "python -m bench.compare " + " ".join(sys.argv[1:]))
+    text = section(result, " ".join(["python -m bench.compare", *sys.argv[1:]]))
     click.echo(text)
     if not no_write and result.rows:
         report.write_section(results, text)
