@@ -96,6 +96,7 @@ class Broker:
             self.admin, self.transactions)
         self.metrics = BrokerMetrics(self.hub, self.offsets)
         self.servicer.metrics = self.metrics
+        send.metrics = self.metrics
         self._scanner: asyncio.Task[None] | None = None
         self._wire_retry_and_delay(config, group_access, publisher)
 

@@ -70,20 +70,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         self._clients = clients
         self._admin = admin
         self.metrics: BrokerMetrics | None = None
-        """Traffic counters (set by the broker)."""
+        """Pull traffic counters (set by the broker; the send processor counts sends)."""
 
     @_rpc
     async def SendMessage(self, request: broker_pb2.SendRequest,
                           context: grpc.aio.ServicerContext) -> broker_pb2.SendResponse:
         """Validate a batch and append it to the store in one call."""
-        response = await self._send.send(request, peer_address(context.peer()))
-        size = request.ByteSize()
-        statuses, offsets = response.statuses, response.queue_offsets
-        telemetry.annotate(response.topic, response.queue_id, len(statuses), size)
-        if self.metrics is not None and offsets:
-            self.metrics.sent(response.topic, response.queue_id,
-                              len(statuses) - len(response.errors), size, offsets[-1] + 1)
-        return response
+        return await self._send.send(request, peer_address(context.peer()))
 
     @_rpc
     async def PullMessage(self, request: broker_pb2.BrokerPullRequest,
