@@ -9,7 +9,7 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install proto node run test test-reliability lint bench soak bench-compare clean
+.PHONY: install proto node run test test-reliability lint bench soak bench-compare pipeline-demo clean
 
 install: $(STAMP)
 
@@ -51,11 +51,15 @@ test-reliability: install proto
 		$(PY) -m pytest tests/reliability tests/fuzz -s $(PYTEST_ARGS)
 
 lint: install proto
-	$(VENV)/bin/ruff check boltmq services tests bench
+	$(VENV)/bin/ruff check boltmq services tests bench pipelines
 	$(VENV)/bin/mypy boltmq services
 
 bench: install proto
 	$(VENV)/bin/boltmq bench store
+
+# The example Spark jobs (pipelines/README.md) end to end against a temporary `boltmq dev`.
+pipeline-demo: install proto
+	PY=$(PY) BOLTMQ=$(VENV)/bin/boltmq pipelines/demo.sh
 
 SOAK_SECONDS ?= 600
 

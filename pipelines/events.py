@@ -2,11 +2,11 @@
 
 An event is one message:
 
-| part            | holds                         | example                                  |
-|-----------------|-------------------------------|------------------------------------------|
-| ``keys[0]``     | the event's key (required)    | ``sensor-3``                             |
-| ``tags``        | the event's kind (optional)   | ``temperature``                          |
-| body (UTF-8 JSON) | event time and value        | ``{"event_time_ms": 1714000000000, "value": 21.5}`` |
+| part          | holds                        | example                                       |
+|---------------|------------------------------|-----------------------------------------------|
+| ``keys[0]``   | the event's key (required)   | ``sensor-3``                                  |
+| ``tags``      | the event's kind (optional)  | ``temperature``                               |
+| body (JSON)   | event time and value         | ``{"event_time_ms": 1714000000000, "value": 2}`` |
 
 ``event_time_ms`` is milliseconds since the epoch (UTC) and required;
 ``value`` is a number and optional (an event without one is counted, not

@@ -58,8 +58,13 @@ class SparkProgress:
     """``with SparkProgress(spark) as progress: with progress.step("write"): ...``."""
 
     def __init__(self, spark: Any, *, enabled: bool = True) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-            TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self._context = spark.sparkContext
         self._bar = Progress(TextColumn("{task.description:<24}"), BarColumn(),

@@ -49,7 +49,9 @@ def spark_session(app_name: str, master: str = DEFAULT_MASTER) -> Iterator[Any]:
         for key, value in _LOCAL_CONF.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
+        # FATAL: a failed job prints one line of its own (pipelines/failure.py), not
+        # the JVM stack traces Spark logs at ERROR before raising the same error.
+        session.sparkContext.setLogLevel("FATAL")
     register(session)
     try:
         yield session

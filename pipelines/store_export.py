@@ -5,11 +5,12 @@
 Reads the store's CommitLog segments offline with ``format("boltmq-commitlog")``
 (no services needed; a running store can be read too) and writes:
 
-| path                          | what                                                    |
-|-------------------------------|---------------------------------------------------------|
-| ``OUTPUT/messages/topic=T/``  | Parquet: every message, the reader's columns plus ``body_bytes`` (body length), partitioned by topic |
-| ``OUTPUT/stats/``             | Parquet: one row per topic (columns in :mod:`pipelines.topic_stats`) |
-| ``OUTPUT/stats.json``         | the same statistics as a JSON list, times as ms since the epoch |
+| path                         | what                                                        |
+|------------------------------|-------------------------------------------------------------|
+| ``OUTPUT/messages/topic=T/`` | Parquet, partitioned by topic: every message, the commitlog |
+|                              | reader's columns plus ``body_bytes`` (the body's length)    |
+| ``OUTPUT/stats/``            | Parquet: one row per topic (:mod:`pipelines.topic_stats`)   |
+| ``OUTPUT/stats.json``        | the same rows as a JSON list, times as ms since the epoch   |
 
 and prints the statistics as a table. Progress (tasks done per step) is shown
 with rich while Spark works. A damaged record fails the job with the segment
@@ -155,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:
             return report_failure("store_export", exc)
     print_table(result.stats, f"{job.store}: {result.messages:,} messages in "
-                              f"{len(result.stats)} topics")
+                              f"{len(result.stats)} topics (times UTC)")
     print(f"dataset    {result.messages_path}  (Parquet, partitioned by topic)")
     print(f"statistics {result.stats_path}  and  {result.json_path}")
     return 0

@@ -2,15 +2,22 @@
 
 One row per topic:
 
-| column            | type                | meaning                                           |
-|-------------------|---------------------|---------------------------------------------------|
-| ``topic``         | string              |                                                   |
-| ``messages``      | long                | messages in the dataset                           |
-| ``body_bytes``    | long                | sum of body lengths                               |
-| ``first_store_time`` / ``last_store_time`` | timestamp | oldest and newest store time     |
-| ``rate_per_minute`` | double            | messages per minute over [first, last] store time; a span under one minute counts as one minute |
-| ``peak_per_minute`` | long              | messages of the busiest calendar minute (UTC)     |
-| ``largest``       | array<struct<rank int, msg_id string, queue_id int, queue_offset long, commitlog_offset long, body_bytes long>> | the ``top`` largest bodies, largest first (ties: the older record first) |
+| column               | type      | meaning                                              |
+|----------------------|-----------|------------------------------------------------------|
+| ``topic``            | string    |                                                      |
+| ``messages``         | long      | messages in the dataset                              |
+| ``body_bytes``       | long      | sum of body lengths                                  |
+| ``first_store_time`` | timestamp | oldest store time                                    |
+| ``last_store_time``  | timestamp | newest store time                                    |
+| ``rate_per_minute``  | double    | messages * 60000 / span in ms, span = last - first   |
+|                      |           | store time, at least one minute                      |
+| ``peak_per_minute``  | long      | messages of the busiest calendar minute (UTC)        |
+| ``largest``          | array     | the ``top`` largest bodies, largest first (ties: the |
+|                      |           | older record first), each ``struct<rank int, msg_id  |
+|                      |           | string, queue_id int, queue_offset long,             |
+|                      |           | commitlog_offset long, body_bytes long>``            |
+
+In ``stats.json`` the two times are ``first_store_time_ms`` / ``last_store_time_ms``.
 
 The input has the commitlog reader's columns plus ``body_bytes`` (the Parquet
 dataset of :mod:`pipelines.store_export`), so the statistics never read a body.
@@ -25,6 +32,8 @@ from pathlib import Path
 from typing import Any, Final
 
 MINUTE_MS: Final = 60_000
+PIPE_WIDTH: Final = 140
+"""Columns of the table when stdout is not a terminal (rich would assume 80)."""
 
 
 def topic_stats(messages: Any, top: int) -> Any:
@@ -109,4 +118,7 @@ def print_table(records: Sequence[dict[str, Any]], title: str) -> None:
                       _time(r["first_store_time_ms"]), _time(r["last_store_time_ms"]),
                       f"{r['rate_per_minute']:,.1f}", f"{r['peak_per_minute']:,}",
                       f"{_size(top['body_bytes'])} q{top['queue_id']}@{top['queue_offset']}")
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:  # a pipe or a log: 80 columns would cut the cells short
+        console = Console(width=PIPE_WIDTH)
+    console.print(table)

@@ -9,11 +9,12 @@ describes), groups them by ``window(event_time, --window, --slide)``, key and
 tag behind a ``--watermark``, and writes one message per window to ``--output``
 with the boltmq sink:
 
-| part          | holds                                                        |
-|---------------|--------------------------------------------------------------|
-| ``tags``      | the events' tag (none when the events had none)              |
-| ``keys``      | ``[key]``; also the sharding key: one key's windows go to one queue, in order |
-| body (JSON)   | ``{"key", "tag", "window_start_ms", "window_end_ms", "count", "sum", "min", "max"}`` |
+| part        | holds                                                                   |
+|-------------|-------------------------------------------------------------------------|
+| ``tags``    | the events' tag (none when the events had none)                         |
+| ``keys``    | ``[key]``, also the sharding key: one key's windows, one queue, in order |
+| body (JSON) | ``key``, ``tag``, ``window_start_ms``, ``window_end_ms`` (ms since the  |
+|             | epoch), ``count``, ``sum``, ``min``, ``max``                            |
 
 ``count`` counts events; ``sum``/``min``/``max`` are over their values (null
 when none had a value).

@@ -5,8 +5,9 @@
 Reads every queue of the topic from its first offset (a pull consumer; nothing
 is committed) and decodes the bodies the streaming job writes
 (:mod:`pipelines.window_aggregates`). A window written more than once (a
-micro-batch re-run after a failure: the sink is at-least-once) shows its last message: one key's windows are
-in one queue, so the highest queue offset is the newest.
+micro-batch re-run after a failure: the sink is at-least-once) shows its last
+message: one key's windows are in one queue, so the highest queue offset is
+the newest.
 """
 
 from __future__ import annotations
