@@ -52,7 +52,7 @@ test-reliability: install proto
 
 lint: install proto
 	$(VENV)/bin/ruff check boltmq services tests bench pipelines
-	$(VENV)/bin/mypy boltmq services
+	$(VENV)/bin/mypy boltmq services pipelines
 
 bench: install proto
 	$(VENV)/bin/boltmq bench store
