@@ -1,10 +1,17 @@
 """Spark connector throughput: ``python -m boltmq.spark.bench [--messages N]``.
 
 Starts a registry, a store and a broker as processes in a temporary directory,
-then measures rows/s on a local[2] SparkSession for: a write of N 1 KiB
-messages, a batch read of them through the broker, and the commitlog reader
-over the store's directory. Each figure is one timed action after a warm-up
-read (so the JVM and Python workers are up), the way bench/RESULTS.md reports it.
+then measures on a local[2] SparkSession, with N messages of 1 KiB:
+
+- ``write``: a cached DataFrame of N rows written with ``format("boltmq")``;
+- ``broker``: a batch read of them through the broker into Spark's ``noop`` sink;
+- ``commitlog``: the commitlog reader over the store's directory, same sink.
+
+Each figure is one timed action after a warm-up (the JVM and the Python
+workers are up), printed as rows/s and MB/s of bodies. For the two reads it
+also times the connector's own code alone: every partition read in this
+process, one after the other, without Spark (``us/row``: what a task spends
+per row in our Python; the rest of a Spark run is Spark's).
 """
 
 from __future__ import annotations
@@ -14,16 +21,20 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from boltmq.launcher import ServiceProcess
 
 BODY_BYTES = 1024
+PATHS = ("write", "broker", "commitlog")
 STORE_SETTINGS = ("mapped_file_size_commitlog=67108864", "disk_max_used_space_ratio=100",
                   "disk_space_clean_forcibly_ratio=100", "disk_space_warning_level_ratio=100")
+TOPIC = "SparkBench"
 
 
-def _session():  # type: ignore[no-untyped-def]
+def _session() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -38,50 +49,94 @@ def _session():  # type: ignore[no-untyped-def]
     return spark
 
 
-def _timed(label: str, rows: int, action) -> None:  # type: ignore[no-untyped-def]
+def _report(label: str, rows: int, seconds: float) -> None:
+    megabytes = rows * BODY_BYTES / 1e6
+    print(f"{label:<40} {rows:>9,} rows {seconds:7.2f} s {rows / seconds:>10,.0f} rows/s "
+          f"{megabytes / seconds:7.1f} MB/s", flush=True)
+
+
+def _timed(label: str, rows: int, action: Callable[[], object]) -> None:
     began = time.perf_counter()
     action()
+    _report(label, rows, time.perf_counter() - began)
+
+
+def _alone(label: str, reader: Any, partitions: Iterable[Any]) -> None:
+    """Our reader's own time: every partition read here, in one process, without Spark."""
+    rows = 0
+    began = time.perf_counter()
+    for partition in partitions:
+        for batch in reader.read(partition):
+            rows += batch.num_rows
     seconds = time.perf_counter() - began
-    print(f"{label:<34} {rows:>9,} rows {seconds:7.2f} s {rows / seconds:>11,.0f} rows/s")
+    print(f"{label:<40} {rows:>9,} rows {seconds:7.2f} s {seconds / max(rows, 1) * 1e6:10.2f} "
+          f"us/row (one core, no Spark)", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=200_000)
-    args = parser.parse_args()
-    count = args.messages
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        logs = root / "logs"
-        registry = ServiceProcess("registry", logs).start()
-        store = ServiceProcess("store", logs, f"root_dir={root / 'store'}", *STORE_SETTINGS).start()
-        broker = ServiceProcess("broker", logs, f"store_address={store.address}",
-                                f"registry_addresses={registry.address}").start()
-        try:
-            spark = _session()
-            reg = registry.address
-            frame = spark.range(count).selectExpr(
-                f"cast(repeat('x', {BODY_BYTES}) as binary) as body",
-                "concat('k', cast(id as string)) as sharding_key").drop("sharding_key") \
-                .repartition(4).cache()
-            frame.count()
-            writer = frame.write.format("boltmq").option("registry", reg) \
-                .option("topic", "SparkBench").option("batchSize", "512").mode("append")
+def _noop(frame: Any) -> None:
+    frame.write.format("noop").mode("append").save()
+
+
+def _reader(spark: Any, source: Any, options: dict[str, str], path: str | None = None) -> Any:
+    """The connector's DataSourceReader for these options, as Spark would build it."""
+    schema = spark.createDataFrame([], source(options).schema()).schema
+    if path is not None:
+        options = {**options, "path": path}
+    return source(options).reader(schema)
+
+
+def run(count: int, paths: tuple[str, ...], root: Path) -> None:
+    from boltmq.spark.commitlog import CommitLogDataSource
+    from boltmq.spark.source import BoltMQDataSource
+
+    logs = root / "logs"
+    registry = ServiceProcess("registry", logs).start()
+    store = ServiceProcess("store", logs, f"root_dir={root / 'store'}", *STORE_SETTINGS).start()
+    broker = ServiceProcess("broker", logs, f"store_address={store.address}",
+                            f"registry_addresses={registry.address}").start()
+    try:
+        spark = _session()
+        reg = registry.address
+        frame = spark.range(count).selectExpr(
+            f"cast(repeat('x', {BODY_BYTES}) as binary) as body").repartition(4).cache()
+        frame.count()
+        writer = frame.write.format("boltmq").option("registry", reg).option("topic", TOPIC) \
+            .mode("append")
+        if "write" in paths:
             _timed("write (boltmq)", count, writer.save)
-            read = spark.read.format("boltmq").option("registry", reg) \
-                .option("topics", "SparkBench")
+        else:
+            writer.save()
+        options = {"registry": reg, "topics": TOPIC}
+        if "broker" in paths:
+            read = spark.read.format("boltmq").options(**options)
             read.load().limit(10).collect()  # warm-up: workers and channels
-            _timed("batch read through the broker", count,
-                   lambda: read.load().write.format("noop").mode("append").save())
+            _timed("batch read through the broker", count, lambda: _noop(read.load()))
+            reader = _reader(spark, BoltMQDataSource, options)
+            _alone("  the broker reader alone", reader, reader.partitions())
+        if "commitlog" in paths:
             time.sleep(1.0)  # let the store flush its pages before reading the files
             log = spark.read.format("boltmq-commitlog")
-            _timed("commitlog reader", count,
-                   lambda: log.load(str(root / "store")).write.format("noop")
-                   .mode("append").save())
-            spark.stop()
-        finally:
-            for proc in (broker, store, registry):
-                proc.stop()
+            log.load(str(root / "store")).limit(10).collect()
+            _timed("commitlog reader", count, lambda: _noop(log.load(str(root / "store"))))
+            reader = _reader(spark, CommitLogDataSource, {}, str(root / "store"))
+            _alone("  the commitlog reader alone", reader, reader.partitions())
+        spark.stop()
+    finally:
+        for proc in (broker, store, registry):
+            proc.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--path", action="append", choices=PATHS,
+                        help="measure only these paths (repeatable; default: all three)")
+    args = parser.parse_args(argv)
+    if args.messages <= 0:
+        parser.error("--messages must be positive")
+    with tempfile.TemporaryDirectory() as tmp:
+        run(args.messages, tuple(args.path or PATHS), Path(tmp))
 
 
 if __name__ == "__main__":

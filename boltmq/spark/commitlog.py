@@ -1,9 +1,24 @@
 """``boltmq-commitlog``: a store directory's CommitLog segments as a DataFrame.
 
 No service is needed: each task maps one segment read-only (``mmap``,
-``ACCESS_READ``) and walks its records with the store's own decoder
-(:mod:`services.store.record`). The store's lock is not taken, so a stopped
-store and a running one read the same way; segments are only read.
+``ACCESS_READ``) and decodes a stretch of it in bulk
+(:mod:`boltmq.spark.record_columns`; anything unusual, damage included, goes
+through the store's own decoder, :mod:`services.store.record`). The store's
+lock is not taken, so a stopped store and a running one read the same way;
+segments are only read.
+
+Splitting a segment: one task reads one segment, except that a segment larger
+than ``maxPartitionBytes`` is read by several tasks, one per byte range, and so
+are segments when there are fewer than ``minPartitions`` (2) of them. More
+tasks are not free: each costs Spark ~0.1 s of CPU to start, so a segment is
+the default unit. A range ``[begin, end)`` holds the records
+that start between the first record at or after ``begin`` and the first record
+at or after ``end``. The first record after a byte position is found without
+walking from the segment's start: the next magic number whose record says it
+lies exactly there (its physical offset field) and fits in the segment. The
+task before checks that its own walk lands exactly on that record; if it
+does not (body bytes that happened to look like a record header), the query
+fails saying so rather than reading a row twice or not at all.
 
 Where data ends: a segment ends at its blank marker (``0xCBD43194``) or at the
 first all-zero header (pre-allocated space not yet written).
@@ -26,12 +41,16 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -46,7 +65,8 @@ from pyspark.sql.datasource import (
 )
 
 from boltmq.spark.errors import CorruptCommitLog, OptionError
-from boltmq.spark.options import option_bool, option_text
+from boltmq.spark.options import option_bool, option_text, positive_int
+from boltmq.spark.record_columns import RecordBlock, record_starts
 from boltmq.spark.schema import (
     BATCH_ROWS_MAX,
     COMMITLOG_COLUMNS,
@@ -57,8 +77,10 @@ from boltmq.spark.schema import (
 from services.store.mapped_file import FILE_NAME_DIGITS
 from services.store.record import (
     BLANK_MARKER_SIZE,
+    FIXED_OVERHEAD_IPV4,
     MAGIC_BLANK,
     MESSAGE_MAGICS,
+    PHYSICAL_OFFSET_OFFSET,
     CorruptRecord,
     body_crc,
     decode_record,
@@ -67,6 +89,12 @@ from services.store.record import (
 )
 
 TIME_MAX_MS = 1 << 62
+MIN_PARTITIONS_DEFAULT = 2
+"""Fewer segments than this are split into byte ranges (option ``minPartitions``): one
+segment must not leave the second core of local[2] idle."""
+_MAGIC_BYTES = tuple(struct.pack(">I", magic) for magic in sorted(MESSAGE_MAGICS))
+_TOTAL_MAGIC = struct.Struct(">iI")
+_PHYSICAL = struct.Struct(">q")
 
 
 @dataclass
@@ -130,12 +158,24 @@ def push(wanted: RecordFilter, item: Filter) -> bool:
 
 
 class SegmentPartition(InputPartition):
-    """One CommitLog segment file."""
+    """Bytes ``[begin, end)`` of one CommitLog segment file (see the module docstring)."""
 
-    def __init__(self, path: str, start_offset: int) -> None:
-        super().__init__((path, start_offset))
+    def __init__(self, path: str, start_offset: int, begin: int = 0,
+                 end: int | None = None) -> None:
+        super().__init__((path, start_offset, begin, end))
         self.path = path
         self.start_offset = start_offset
+        self.begin = begin
+        self.end = end
+        """None: to the segment's end."""
+
+    def split(self, size: int, step: int) -> list[SegmentPartition]:
+        """This segment (``size`` bytes) as ranges of ``step`` bytes."""
+        if size <= step:
+            return [self]
+        return [SegmentPartition(self.path, self.start_offset, low,
+                                 low + step if low + step < size else None)
+                for low in range(0, size, step)]
 
 
 def segment_files(root: str) -> list[Path]:
@@ -187,11 +227,33 @@ def plan_segments(root: str, wanted: RecordFilter) -> list[SegmentPartition]:
     return parts
 
 
+def next_record(mapped: Any, start_offset: int, position: int) -> int:
+    """The first record starting at or after ``position``; the segment's size if none.
+
+    A candidate is a message magic whose record says it lies exactly there
+    (physical offset field) and fits in the segment.
+    """
+    size = len(mapped)
+    if position <= 0:
+        return 0
+    search = position + BLANK_MARKER_SIZE // 2
+    while True:
+        found = [at for at in (mapped.find(magic, search) for magic in _MAGIC_BYTES) if at >= 0]
+        if not found:
+            return size
+        at = min(found) - BLANK_MARKER_SIZE // 2
+        if at + FIXED_OVERHEAD_IPV4 <= size:
+            total, _magic = _TOTAL_MAGIC.unpack_from(mapped, at)
+            physical = _PHYSICAL.unpack_from(mapped, at + PHYSICAL_OFFSET_OFFSET)[0]
+            if physical == start_offset + at and FIXED_OVERHEAD_IPV4 <= total <= size - at:
+                return at
+        search = at + BLANK_MARKER_SIZE // 2 + 1
+
+
 def read_segment(partition: SegmentPartition, spark_schema: Any, wanted: RecordFilter, *,
                  include_body: bool, mark_corrupt: bool) -> Iterator[Any]:
-    """The segment's records as Arrow batches (see the module docstring for damage)."""
-    rows = RowBuffer(arrow_schema(spark_schema), None, include_body=include_body,
-                     commitlog_extras=True, corrupt_column=mark_corrupt)
+    """The range's records as Arrow batches (see the module docstring for damage)."""
+    schema = arrow_schema(spark_schema)
     size = os.path.getsize(partition.path)
     if size < BLANK_MARKER_SIZE:
         return
@@ -200,7 +262,78 @@ def read_segment(partition: SegmentPartition, spark_schema: Any, wanted: RecordF
     # Not closed explicitly: records hold views into the mapping until their batch
     # is built; the mapping goes when the last view does (closing it early would
     # raise BufferError).
-    for record, corrupt in _records(memoryview(mapped), partition, wanted, mark_corrupt):
+    view = memoryview(mapped)
+    data = np.frombuffer(mapped, dtype=np.uint8)
+    position = next_record(mapped, partition.start_offset, partition.begin)
+    until = size if partition.end is None else \
+        next_record(mapped, partition.start_offset, partition.end)
+    where = Path(partition.path).name
+    while position < until:
+        starts, stop = record_starts(view, position, size, BATCH_ROWS_MAX, until)
+        if not starts:
+            total, magic = _TOTAL_MAGIC.unpack_from(view, position) \
+                if position + BLANK_MARKER_SIZE <= size else (0, 0)
+            if magic == MAGIC_BLANK or (total == 0 and magic == 0):
+                return  # the segment's data ends here
+            # Damage: the record-by-record path names it.
+            yield from _one_by_one(view, partition, schema, wanted, position, size,
+                                   include_body=include_body, mark_corrupt=mark_corrupt)
+            return
+        block = RecordBlock(data, starts)
+        if block.plain and np.array_equal(block.heads["commitlog_offset"],
+                                          partition.start_offset + block.starts):
+            batch = _selected(block, schema, wanted, where, mark_corrupt, include_body)
+            if batch.num_rows:
+                yield batch
+        else:
+            yield from _one_by_one(view, partition, schema, wanted, position, stop,
+                                   include_body=include_body, mark_corrupt=mark_corrupt)
+        position = stop
+    if position != until and until < size:
+        raise CorruptCommitLog(f"segment {where}: the records do not line up with the split "
+                               f"at commitlog offset {partition.start_offset + until} "
+                               f"(a record's body looks like a record header there); read "
+                               f"with maxPartitionBytes of at least the segment's size")
+
+
+def _selected(block: RecordBlock, schema: pa.Schema, wanted: RecordFilter, where: str,
+              mark_corrupt: bool, include_body: bool) -> pa.RecordBatch:
+    """The block's records that pass ``wanted``, CRC checked, as one batch."""
+    heads = block.heads
+    keep = np.ones(len(block), dtype=bool)
+    if wanted.topics is not None:
+        keep &= pc.is_in(block.topics, value_set=pa.array(sorted(wanted.topics), pa.string())) \
+            .to_numpy(zero_copy_only=False)
+    if wanted.queue_ids is not None:
+        keep &= np.isin(heads["queue_id"], np.fromiter(wanted.queue_ids, dtype=np.int64))
+    if wanted.store_from_ms > 0 or wanted.store_until_ms < TIME_MAX_MS:
+        stored = heads["store_timestamp"]
+        keep &= (stored >= wanted.store_from_ms) & (stored < wanted.store_until_ms)
+    if not keep.all():
+        block = block.take(keep)
+    crc_bad = block.crc_bad()
+    if crc_bad.any() and not mark_corrupt:
+        first = int(np.argmax(crc_bad))
+        head = block.heads[first]
+        _crc_failure(where, int(head["commitlog_offset"]), block.topics[first].as_py(),
+                     int(head["queue_id"]), int(head["queue_offset"]))
+    return block.to_batch(schema, None, include_body=include_body, commitlog_extras=True,
+                          corrupt=crc_bad if mark_corrupt else None)
+
+
+def _crc_failure(where: str, offset: int, topic: str, queue_id: int, queue_offset: int) -> None:
+    raise CorruptCommitLog(f"segment {where}: body CRC mismatch at commitlog offset {offset} "
+                           f"(topic {topic}, queue {queue_id}, queue offset {queue_offset}); "
+                           f"read with corruptRecords=mark to see such records flagged")
+
+
+def _one_by_one(view: memoryview, partition: SegmentPartition, schema: pa.Schema,
+                wanted: RecordFilter, position: int, stop: int, *, include_body: bool,
+                mark_corrupt: bool) -> Iterator[pa.RecordBatch]:
+    """Records starting in ``[position, stop)`` decoded one at a time (the exact path)."""
+    rows = RowBuffer(schema, None, include_body=include_body, commitlog_extras=True,
+                     corrupt_column=mark_corrupt)
+    for record, corrupt in _records(view, partition, wanted, mark_corrupt, position, stop):
         rows.add(record, corrupt)
         if len(rows) >= BATCH_ROWS_MAX:
             yield rows.take()
@@ -209,13 +342,13 @@ def read_segment(partition: SegmentPartition, spark_schema: Any, wanted: RecordF
 
 
 def _records(view: memoryview, partition: SegmentPartition, wanted: RecordFilter,
-             mark_corrupt: bool) -> Iterator[tuple[Any, bool]]:
-    """``(record, crc_bad)`` for the segment's records that pass ``wanted``."""
+             mark_corrupt: bool, position: int, stop: int) -> Iterator[tuple[Any, bool]]:
+    """``(record, crc_bad)`` for the records starting in ``[position, stop)`` that pass
+    ``wanted``."""
     size = len(view)
-    position = 0
     topics, queue_ids = wanted.topics, wanted.queue_ids
     where = Path(partition.path).name
-    while position + BLANK_MARKER_SIZE <= size:
+    while position < stop and position + BLANK_MARKER_SIZE <= size:
         total, magic = read_total_and_magic(view, position)
         if magic == MAGIC_BLANK or (total == 0 and magic == 0):
             return
@@ -237,10 +370,7 @@ def _records(view: memoryview, partition: SegmentPartition, wanted: RecordFilter
             continue
         crc_bad = body_crc(record.body) != record.body_crc
         if crc_bad and not mark_corrupt:
-            raise CorruptCommitLog(f"segment {where}: body CRC mismatch at commitlog offset "
-                                   f"{offset} (topic {record.topic}, queue {record.queue_id}, "
-                                   f"queue offset {record.queue_offset}); read with "
-                                   f"corruptRecords=mark to see such records flagged")
+            _crc_failure(where, offset, record.topic, record.queue_id, record.queue_offset)
         yield record, crc_bad
 
 
@@ -248,11 +378,14 @@ class CommitLogReader(DataSourceReader):
     """Batch reader of one store directory."""
 
     def __init__(self, root: str, schema: Any, *, include_body: bool,
-                 mark_corrupt: bool) -> None:
+                 mark_corrupt: bool, partition_bytes: int | None = None,
+                 min_partitions: int = MIN_PARTITIONS_DEFAULT) -> None:
         self.root = root
         self.schema = schema
         self.include_body = include_body
         self.mark_corrupt = mark_corrupt
+        self.partition_bytes = partition_bytes
+        self.min_partitions = min_partitions
         self.wanted = RecordFilter()
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
@@ -261,7 +394,16 @@ class CommitLogReader(DataSourceReader):
                 yield item
 
     def partitions(self) -> Sequence[InputPartition]:
-        return plan_segments(self.root, self.wanted)
+        segments = plan_segments(self.root, self.wanted)
+        pieces = -(-self.min_partitions // max(len(segments), 1))  # ceil
+        parts = []
+        for segment in segments:
+            size = os.path.getsize(segment.path)
+            step = -(-size // pieces)
+            if self.partition_bytes is not None:
+                step = min(step, self.partition_bytes)
+            parts += segment.split(size, max(step, 1))
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SegmentPartition)
@@ -272,7 +414,9 @@ class CommitLogReader(DataSourceReader):
 class CommitLogDataSource(DataSource):
     """``spark.read.format("boltmq-commitlog").load(store_dir)``.
 
-    Options: ``includeBody`` (true), ``corruptRecords`` (``fail`` or ``mark``).
+    Options: ``includeBody`` (true), ``corruptRecords`` (``fail`` or ``mark``),
+    ``maxPartitionBytes`` (segment bytes per task; default a whole segment),
+    ``minPartitions`` (2: fewer segments are split to give this many tasks).
     """
 
     @classmethod
@@ -293,6 +437,9 @@ class CommitLogDataSource(DataSource):
         if root is None:
             raise OptionError("boltmq-commitlog needs a store directory: "
                               "spark.read.format('boltmq-commitlog').load('/path/to/store')")
-        return CommitLogReader(root, schema, include_body=option_bool(self.options, "includeBody",
-                                                                True),
-                               mark_corrupt=self._mark())
+        return CommitLogReader(
+            root, schema, include_body=option_bool(self.options, "includeBody", True),
+            mark_corrupt=self._mark(),
+            partition_bytes=positive_int(self.options, "maxPartitionBytes", None),
+            min_partitions=positive_int(self.options, "minPartitions",
+                                        MIN_PARTITIONS_DEFAULT) or MIN_PARTITIONS_DEFAULT)

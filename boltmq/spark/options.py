@@ -46,7 +46,8 @@ def option_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(f"option {name}={value!r}: expected true or false")
 
 
-def _positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+def positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    """The option as an int > 0 (``default`` when absent); OptionError otherwise."""
     value = option_text(options, name)
     if value is None:
         return default
@@ -192,11 +193,11 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         subscription=option_text(options, "subscription") or "*",
         include_body=option_bool(options, "includeBody", True),
         fail_on_data_loss=option_bool(options, "failOnDataLoss", True),
-        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger", None),
-        max_offsets_per_partition=_positive_int(options, "maxOffsetsPerPartition",
+        max_offsets_per_trigger=positive_int(options, "maxOffsetsPerTrigger", None),
+        max_offsets_per_partition=positive_int(options, "maxOffsetsPerPartition",
                                                 PARTITION_OFFSETS_MAX) or PARTITION_OFFSETS_MAX,
         group=option_text(options, "group") or DEFAULT_GROUP,
-        rpc_timeout_ms=_positive_int(options, "rpcTimeoutMs", 10_000) or 10_000,
+        rpc_timeout_ms=positive_int(options, "rpcTimeoutMs", 10_000) or 10_000,
     )
 
 
@@ -228,8 +229,8 @@ def sink_options(options: Mapping[str, str], column_names: list[str]) -> SinkOpt
                           ".option('topic', ...)")
     return SinkOptions(
         registry=registry, topic=topic,
-        batch_size=_positive_int(options, "batchSize", SEND_BATCH_MAX) or SEND_BATCH_MAX,
+        batch_size=positive_int(options, "batchSize", SEND_BATCH_MAX) or SEND_BATCH_MAX,
         group=option_text(options, "producerGroup") or DEFAULT_PRODUCER_GROUP,
-        send_timeout_ms=_positive_int(options, "sendTimeoutMs", 10_000) or 10_000,
+        send_timeout_ms=positive_int(options, "sendTimeoutMs", 10_000) or 10_000,
         columns=tuple(c for c in column_names if c in WRITE_COLUMNS),
     )
