@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from boltmq.spark.errors import OptionError
+from services.store.record_batch import RECORDS_MAX
 
 EARLIEST: Final = -2
 """JSON offset meaning "the queue's first offset" (Kafka's convention)."""
@@ -23,8 +24,10 @@ DEFAULT_GROUP: Final = "SPARK_READER"
 DEFAULT_PRODUCER_GROUP: Final = "SPARK_WRITER"
 PARTITION_OFFSETS_MAX: Final = 50_000
 """Default ``maxOffsetsPerPartition``: a queue range longer than this is split."""
-SEND_BATCH_MAX: Final = 256
+SEND_BATCH_MAX: Final = 1024
 """Default ``batchSize``: messages per send (one request to one queue)."""
+SENDS_IN_FLIGHT: Final = 4
+"""Default ``maxInFlight``: sends a task keeps waiting on the broker at once."""
 
 OffsetSpec = str | dict[str, dict[str, int]]
 """``"earliest"``, ``"latest"`` or ``{"topic": {"broker-a/0": offset}}``."""
@@ -211,6 +214,7 @@ class SinkOptions:
     group: str = DEFAULT_PRODUCER_GROUP
     send_timeout_ms: int = 10_000
     columns: tuple[str, ...] = field(default=())
+    in_flight: int = SENDS_IN_FLIGHT
 
 
 WRITE_COLUMNS: Final = ("topic", "body", "tags", "keys", "properties", "sharding_key")
@@ -227,9 +231,13 @@ def sink_options(options: Mapping[str, str], column_names: list[str]) -> SinkOpt
     if topic is None and "topic" not in column_names:
         raise OptionError("a boltmq write needs a topic: a topic column or "
                           ".option('topic', ...)")
+    batch_size = positive_int(options, "batchSize", SEND_BATCH_MAX) or SEND_BATCH_MAX
+    if batch_size > RECORDS_MAX:
+        raise OptionError(f"option batchSize={batch_size}: at most {RECORDS_MAX} messages go "
+                          f"in one send")
     return SinkOptions(
-        registry=registry, topic=topic,
-        batch_size=positive_int(options, "batchSize", SEND_BATCH_MAX) or SEND_BATCH_MAX,
+        registry=registry, topic=topic, batch_size=batch_size,
+        in_flight=positive_int(options, "maxInFlight", SENDS_IN_FLIGHT) or SENDS_IN_FLIGHT,
         group=option_text(options, "producerGroup") or DEFAULT_PRODUCER_GROUP,
         send_timeout_ms=positive_int(options, "sendTimeoutMs", 10_000) or 10_000,
         columns=tuple(c for c in column_names if c in WRITE_COLUMNS),

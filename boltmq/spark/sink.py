@@ -8,11 +8,16 @@ processing deduplicate by a key of their own (``keys`` or a property).
 Messages of one task are grouped by (topic, sharding key) and sent with
 :meth:`boltmq.Producer.send_batch` (one request to one queue per group of up to
 ``batchSize``); any message the broker refuses fails the task with its status.
+Up to ``maxInFlight`` sends wait on the broker at once (threads: gRPC waits
+without the GIL), so the task encodes the next batch while the broker and the
+store work on the previous ones; two batches of one sharding key are never in
+flight together, so a key's messages keep their order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,21 +91,60 @@ def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
     """Send every row of ``batches``; WriteError on the first refusal (the task fails)."""
     from boltmq.producer import Producer
 
-    sent = 0
     with Producer(options.registry, options.group,
-                  send_timeout_ms=options.send_timeout_ms) as producer:
+                  send_timeout_ms=options.send_timeout_ms) as producer, \
+            _Sends(producer, options.in_flight) as sends:
         pending: dict[tuple[str, str | None], list[Message]] = {}
         for batch in batches:
             for message, sharding_key in _messages(options, batch):
-                group = pending.setdefault((message.topic, sharding_key), [])
+                key = (message.topic, sharding_key)
+                group = pending.setdefault(key, [])
                 group.append(message)
                 if len(group) >= options.batch_size:
-                    sent += _send(producer, group, sharding_key)
-                    group.clear()
-        for (_topic, sharding_key), group in pending.items():
-            if group:
-                sent += _send(producer, group, sharding_key)
-    return SentCount(sent)
+                    sends.submit(key, pending.pop(key))
+        for key, group in pending.items():
+            sends.submit(key, group)
+    return SentCount(sends.sent)
+
+
+class _Sends:
+    """At most ``limit`` batches in flight; one at a time per (topic, sharding key)."""
+
+    def __init__(self, producer: Any, limit: int) -> None:
+        self.producer = producer
+        self.limit = limit
+        self.sent = 0
+        self._pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="boltmq-spark")
+        self._flying: list[Future[int]] = []
+        self._last: dict[tuple[str, str | None], Future[int]] = {}
+
+    def __enter__(self) -> _Sends:
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        try:
+            if kind is None:
+                while self._flying:
+                    self._settle(self._flying[0])
+        finally:
+            for future in self._flying:
+                future.cancel()
+            self._pool.shutdown(wait=True)
+
+    def submit(self, key: tuple[str, str | None], messages: list[Message]) -> None:
+        previous = self._last.get(key)
+        if key[1] is not None and previous is not None and previous in self._flying:
+            self._settle(previous)  # keep a sharding key's batches in order
+        while len(self._flying) >= self.limit:
+            self._settle(self._flying[0])
+        future = self._pool.submit(_send, self.producer, messages, key[1])
+        self._flying.append(future)
+        self._last[key] = future
+
+    def _settle(self, future: Future[int]) -> None:
+        """Wait for ``future``; its WriteError fails the task."""
+        self._flying.remove(future)
+        self.sent += future.result()
 
 
 def _send(producer: Any, messages: list[Message], sharding_key: str | None) -> int:
