@@ -268,6 +268,8 @@ def read_segment(partition: SegmentPartition, spark_schema: Any, wanted: RecordF
     until = size if partition.end is None else \
         next_record(mapped, partition.start_offset, partition.end)
     where = Path(partition.path).name
+    if 0 < position < until:
+        _check_split(view, where, partition.start_offset, position)
     while position < until:
         starts, stop = record_starts(view, position, size, BATCH_ROWS_MAX, until)
         if not starts:
@@ -294,6 +296,18 @@ def read_segment(partition: SegmentPartition, spark_schema: Any, wanted: RecordF
                                f"at commitlog offset {partition.start_offset + until} "
                                f"(a record's body looks like a record header there); read "
                                f"with maxPartitionBytes of at least the segment's size")
+
+
+def _check_split(view: memoryview, where: str, start_offset: int, position: int) -> None:
+    """The record a split starts at must decode whole, CRC included."""
+    offset = start_offset + position
+    try:
+        decode_record(view, position, check_crc=True)
+    except CorruptRecord as exc:
+        raise CorruptCommitLog(f"segment {where}: the split at commitlog offset {offset} "
+                               f"starts at no valid record ({exc}): damage, or a body that "
+                               f"looks like a record header; read with maxPartitionBytes of "
+                               f"at least the segment's size") from None
 
 
 def _selected(block: RecordBlock, schema: pa.Schema, wanted: RecordFilter, where: str,

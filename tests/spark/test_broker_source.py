@@ -99,10 +99,11 @@ def test_write_then_read_back_equal(spark, cluster) -> None:
 
 def test_write_with_topic_column_and_sharding_key(spark, cluster) -> None:
     rows = [("SparkShardA" if i % 2 else "SparkShardB", f"s{i}", f"user{i % 3}")
-            for i in range(30)]
+            for i in range(300)]
     frame = spark.createDataFrame(rows, "topic string, body string, sharding_key string")
-    frame.write.format("boltmq").option("registry", cluster.registry.address) \
-        .mode("append").save()
+    # Small batches, several in flight: a key's batches must still arrive in order.
+    frame.coalesce(1).write.format("boltmq").option("registry", cluster.registry.address) \
+        .option("batchSize", "4").option("maxInFlight", "4").mode("append").save()
     for topic in ("SparkShardA", "SparkShardB"):
         back = reader(spark, cluster, topic).collect()
         assert sorted(r.body.decode() for r in back) == \
@@ -112,6 +113,15 @@ def test_write_with_topic_column_and_sharding_key(spark, cluster) -> None:
             index = int(r.body.decode()[1:])
             queues.setdefault(f"user{index % 3}", set()).add(r.queue_id)
         assert all(len(q) == 1 for q in queues.values())  # one key, one queue
+        for key in queues:
+            sent = [int(r.body.decode()[1:]) for r in sorted(back, key=lambda r: r.queue_offset)
+                    if f"user{int(r.body.decode()[1:]) % 3}" == key]
+            assert sent == sorted(sent)  # in the order the rows were written
+    writer = frame.write.format("boltmq").option("registry", cluster.registry.address)
+    with pytest.raises(Exception, match="batchSize=16385: at most 16384"):
+        writer.option("batchSize", "16385").mode("append").save()
+    with pytest.raises(Exception, match="maxInFlight='0': expected a positive integer"):
+        writer.option("batchSize", "10").option("maxInFlight", "0").mode("append").save()
 
 
 def test_write_save_mode_mistakes_are_explained(spark, cluster) -> None:

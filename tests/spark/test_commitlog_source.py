@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,12 @@ import pytest
 
 from boltmq.spark.schema import COMMITLOG_COLUMNS
 from services.store import Message, MessageStore, PutStatus
-from services.store.record import BODY_CRC_OFFSET, MAGIC_BLANK, read_total_and_magic
+from services.store.record import (
+    BODY_CRC_OFFSET,
+    MAGIC_BLANK,
+    MAGIC_MESSAGE,
+    read_total_and_magic,
+)
 
 SEGMENT_BYTES = 64 * 1024
 TOPICS = ("Orders", "Payments")
@@ -181,3 +187,51 @@ def test_timestamps_are_utc_milliseconds(spark, filled) -> None:
         .orderBy("commitlog_offset").first()
     assert first.store_timestamp.replace(tzinfo=UTC) == \
         datetime.fromtimestamp(expected[0][5] / 1000, UTC)
+
+
+def test_segments_split_into_byte_ranges_read_every_record_once(spark, filled) -> None:
+    root, expected = filled
+    frame = spark.read.format("boltmq-commitlog").option("maxPartitionBytes", "3000") \
+        .load(str(root))
+    assert frame.rdd.getNumPartitions() >= 20 * len(segments(root))
+    assert spark_rows(frame) == expected
+
+
+def test_a_single_segment_is_split_for_two_tasks(spark, make_store, tmp_path) -> None:
+    store = make_store(mapped_file_size_commitlog=1024 * 1024)
+    fill(store, 100)
+    expected = store_rows(store)
+    store.shutdown()
+    assert len(segments(tmp_path / "store")) == 1
+    frame = spark.read.format("boltmq-commitlog").load(str(tmp_path / "store"))
+    assert frame.rdd.getNumPartitions() == 2
+    assert spark_rows(frame) == expected
+    one = spark.read.format("boltmq-commitlog").option("minPartitions", "1") \
+        .load(str(tmp_path / "store"))
+    assert one.rdd.getNumPartitions() == 1
+    with pytest.raises(Exception, match="minPartitions='x': expected a positive integer"):
+        spark.read.format("boltmq-commitlog").option("minPartitions", "x") \
+            .load(str(tmp_path / "store")).count()
+
+
+def test_a_split_inside_a_body_that_looks_like_a_record_fails(spark, make_store,
+                                                              tmp_path) -> None:
+    """A body holding a fake header that names its own offset: the split must not trust it."""
+    store = make_store()
+    first = store.put_message(Message(topic="Orders", queue_id=0, body=b"a" * 50))
+    second_at = first.commitlog_offset + first.wrote_bytes
+    fake_at = second_at + 88 + 100  # IPv4 hosts: the body starts 88 bytes into a record
+    fake = struct.pack(">iI", 200, MAGIC_MESSAGE) + bytes(20) + struct.pack(">q", fake_at)
+    body = b"p" * 100 + fake + b"q" * 300
+    second = store.put_message(Message(topic="Orders", queue_id=0, body=body))
+    assert second.commitlog_offset == second_at
+    store.shutdown()
+    root = tmp_path / "store"
+    assert segments(root)[0].read_bytes()[fake_at:fake_at + len(fake)] == fake
+    whole = spark.read.format("boltmq-commitlog").load(str(root))
+    assert sorted(r.queue_offset for r in whole.collect()) == [0, 1]
+    # The task before the split walks past it; the task after finds no record there:
+    # whichever fails first fails the query, naming the split.
+    with pytest.raises(Exception, match=f"the split at commitlog offset {fake_at}"):
+        spark.read.format("boltmq-commitlog").option("maxPartitionBytes", str(fake_at - 2)) \
+            .load(str(root)).count()
