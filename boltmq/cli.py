@@ -50,9 +50,12 @@ def main() -> None:
 @click.option("--store-set", multiple=True, metavar="NAME=VALUE", help="Extra store setting.")
 @click.option("--broker-set", multiple=True, metavar="NAME=VALUE", help="Extra broker setting.")
 @click.option("--ha-set", multiple=True, metavar="NAME=VALUE", help="Extra HA setting.")
+@click.option("--tls", is_flag=True,
+              help="Generate a throwaway CA and certificates in DATA_DIR/tls and run every "
+                   "service with TLS and mutual TLS.")
 def dev(data_dir: Path, registry_port: int, store_port: int, broker_port: int, host: str,
         flush: str, ha_port: int, replicas: int, role: str, store_set: tuple[str, ...],
-        broker_set: tuple[str, ...], ha_set: tuple[str, ...]) -> None:
+        broker_set: tuple[str, ...], ha_set: tuple[str, ...], tls: bool) -> None:
     """Run a local cluster (registry, store, broker; replicas with HA) until Ctrl-C."""
     from boltmq.launcher import LaunchError
     from boltmq.local_cluster import ClusterSpec, LocalCluster
@@ -61,9 +64,15 @@ def dev(data_dir: Path, registry_port: int, store_port: int, broker_port: int, h
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    certificates = None
+    if tls:
+        from boltmq import dev_certificates
+
+        certificates = dev_certificates.generate(data_dir / "tls", hosts=(host,))
     cluster = LocalCluster(ClusterSpec(
         data_dir, replicas, host, registry_port, store_port, broker_port, ha_port, flush, role,
-        store_set, broker_set, ha_set))
+        store_set, broker_set, ha_set,
+        tls_settings=certificates.server_settings() if certificates else ()))
     try:
         cluster.start()
     except LaunchError as exc:
@@ -81,7 +90,10 @@ def dev(data_dir: Path, registry_port: int, store_port: int, broker_port: int, h
         click.echo(f"replica {member.index} store {member.store.address}   broker "
                    f"{member.broker.address}   ha {member.ha.address}   data {member.data_dir}")
     click.echo(f"logs      {cluster.log_dir}")
-    click.echo(f"try: boltmq produce --registry {cluster.registry.address} --topic T --body hello")
+    tls_flags = (f" --tls-ca {certificates.ca_file} --tls-cert {certificates.client_cert_file}"
+                 f" --tls-key {certificates.client_key_file}" if certificates else "")
+    click.echo(f"try: boltmq produce --registry {cluster.registry.address}{tls_flags} "
+               "--topic T --body hello")
     click.echo("press Ctrl-C to stop")
     while not stop.wait(0.5):
         dead = [p for p in cluster.processes() if not p.alive()]
@@ -438,6 +450,7 @@ def bench_soak(seconds: float, rate: int, producers: int, consumers: int, batch:
 
 def _register_client_commands() -> None:
     from boltmq import (
+        cli_acl,  # noqa: F401 - adds ``admin acl``
         cli_dlq,  # noqa: F401 - adds ``admin group dlq``
         cli_ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
     )

@@ -14,9 +14,9 @@ import click
 import grpc
 
 from boltmq.cli_messages import fail, registry_option
+from boltmq.cli_security import client_tls, signed_channel
 from boltmq.client import PERM_READ, PERM_WRITE, parse_addresses
 from boltmq.registry_client import RegistryClient, RegistryError
-from boltmq.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2, store_pb2
 
 RPC_TIMEOUT_S = 5.0
@@ -31,7 +31,7 @@ class Admin:
 
     def __init__(self, registry: str, broker: str | None) -> None:
         try:
-            self.registry = RegistryClient(parse_addresses(registry))
+            self.registry = RegistryClient(parse_addresses(registry), tls=client_tls())
         except ValueError as exc:
             raise fail(str(exc)) from None
         self.only_broker = broker
@@ -56,7 +56,7 @@ class Admin:
         return broker_pb2_grpc.BrokerServiceStub(channel)
 
     def call(self, address: str, method: str, request: Any) -> Any:
-        channel = sync_channel(address)
+        channel = signed_channel(address)
         self._channels.append(channel)
         stub = self.stub(channel)
         try:

@@ -13,7 +13,7 @@ import grpc
 
 from boltmq.cli_admin import RPC_TIMEOUT_S, Admin, _rpc_text, _with_admin, group
 from boltmq.cli_messages import fail
-from boltmq.runtime import sync_channel
+from boltmq.cli_security import signed_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
 
 PAGE_MESSAGES = 256
@@ -53,7 +53,7 @@ def group_dlq(admin_: Admin, name: str, resend: bool, limit: int) -> None:
     """Dead letters of group NAME; --resend sends them back to their original topics."""
     total = 0
     for broker in admin_.masters():
-        channel = sync_channel(broker.address)
+        channel = signed_channel(broker.address)
         try:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             letters = _dead_letters(stub, name, limit)

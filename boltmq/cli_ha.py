@@ -15,7 +15,7 @@ import grpc
 
 from boltmq.cli_admin import RPC_TIMEOUT_S, Admin, _rpc_text, _with_admin, admin
 from boltmq.cli_messages import fail
-from boltmq.runtime import sync_channel
+from boltmq.cli_security import signed_channel
 from boltmq.v1 import broker_pb2, ha_pb2, ha_pb2_grpc, registry_pb2
 
 PROMOTE_TIMEOUT_S = 60.0
@@ -32,7 +32,7 @@ def _group_members(admin_: Admin, broker_name: str) -> list[registry_pb2.BrokerL
 
 def _call_once(address: str, what: str, call: Callable[[grpc.Channel], Any]) -> Any:
     """One call on a fresh channel to ``address``; a failure is one clear CLI line."""
-    channel = sync_channel(address)
+    channel = signed_channel(address)
     try:
         return call(channel)
     except grpc.RpcError as exc:

@@ -14,6 +14,7 @@ import time
 
 import click
 
+from boltmq.cli_security import sdk_options
 from boltmq.client import BoltMQError
 from boltmq.registry_client import RegistryError
 
@@ -30,9 +31,12 @@ def fail(error: BaseException | str) -> click.ClickException:
 
 
 def registry_option(fn):  # type: ignore[no-untyped-def]
-    return click.option("--registry", default=DEFAULT_REGISTRY, show_default=True,
-                        envvar="BOLTMQ_REGISTRY",
-                        help="Registry address(es), comma separated.")(fn)
+    """``--registry`` and the TLS / ACL credential options (:mod:`boltmq.cli_security`)."""
+    from boltmq.cli_security import security_options
+
+    return security_options(click.option("--registry", default=DEFAULT_REGISTRY,
+                                         show_default=True, envvar="BOLTMQ_REGISTRY",
+                                         help="Registry address(es), comma separated.")(fn))
 
 
 @click.command()
@@ -67,7 +71,7 @@ def produce(registry: str, topic: str, body: str | None, tags: str | None, keys:
         return Message(topic=topic, body=data, tags=tags, keys=key_list, properties=props)
 
     try:
-        producer = Producer(registry, group).start()
+        producer = Producer(registry, group, **sdk_options()).start()
     except _CLIENT_ERRORS as exc:
         raise fail(exc) from None
     try:
@@ -164,7 +168,7 @@ def consume(registry: str, topic: str, group: str, subscription: str, count: int
             consumer = PushConsumer(registry, group, {topic: subscription}, listener,
                                     consume_from=consume_from, long_poll_ms=1_000,
                                     consume_batch_max_size=1 if count else 32,
-                                    rebalance_interval_ms=5_000).start()
+                                    rebalance_interval_ms=5_000, **sdk_options()).start()
         except _CLIENT_ERRORS as exc:
             raise fail(exc) from None
         try:

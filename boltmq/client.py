@@ -20,6 +20,8 @@ import grpc
 from boltmq import runtime
 from boltmq.message import MessageQueue
 from boltmq.registry_client import RegistryClient, RegistryUnavailable, TopicNotFound
+from boltmq.signing import Credentials, RequestSigner
+from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2_grpc, registry_pb2
 
 PERM_READ = 4
@@ -63,9 +65,14 @@ class ClientInstance:
     """Routes and broker stubs for one producer or consumer."""
 
     def __init__(self, registry: str | Sequence[str], *, route_refresh_ms: int = 30_000,
-                 rpc_timeout_s: float = 5.0) -> None:
+                 rpc_timeout_s: float = 5.0, tls: ClientTLS | None = None,
+                 credentials: Credentials | None = None) -> None:
         self.client_id = new_client_id()
-        self.registry = RegistryClient(parse_addresses(registry))
+        self.tls = tls
+        """TLS of every channel (registries and brokers); None: plaintext."""
+        self.credentials = credentials
+        """Access key / secret key every broker call is signed with (None: unsigned)."""
+        self.registry = RegistryClient(parse_addresses(registry), tls=tls)
         self.route_refresh_s = route_refresh_ms / 1000
         self.rpc_timeout_s = rpc_timeout_s
         self._routes: dict[str, tuple[registry_pb2.TopicRoute, float]] = {}
@@ -174,11 +181,16 @@ class ClientInstance:
             with self._lock:
                 stub = self._stubs.get(address)
                 if stub is None:
-                    channel = runtime.sync_channel(address)
+                    channel = runtime.sync_channel(address, self.tls)
                     self._channels[address] = channel
-                    stub = broker_pb2_grpc.BrokerServiceStub(channel)
+                    stub = broker_pb2_grpc.BrokerServiceStub(self._signed(channel))
                     self._stubs[address] = stub
         return stub
+
+    def _signed(self, channel: grpc.Channel) -> grpc.Channel:
+        if self.credentials is None:
+            return channel
+        return grpc.intercept_channel(channel, RequestSigner(self.credentials, self.client_id))
 
     def close(self) -> None:
         with self._lock:

@@ -55,6 +55,8 @@ class ClusterSpec:
     broker_settings: tuple[str, ...] = ()
     ha_settings: tuple[str, ...] = ()
     registry_settings: tuple[str, ...] = ()
+    tls_settings: tuple[str, ...] = ()
+    """``tls_*`` settings given to every service (``boltmq dev --tls``: DevCertificates)."""
 
 
 @dataclass
@@ -75,7 +77,8 @@ class LocalCluster:
         spec = self.spec
         try:
             self.registry = self._launch(ServiceProcess(
-                "registry", self.log_dir, *spec.registry_settings, port=spec.registry_port,
+                "registry", self.log_dir, *spec.registry_settings, *spec.tls_settings,
+                port=spec.registry_port,
                 host=spec.host))
             for index in range(spec.replicas + 1):
                 self.members.append(self.start_member(index))
@@ -96,19 +99,20 @@ class LocalCluster:
         store_role = role or (spec.master_role if first else "SLAVE")
         store = self._launch(ServiceProcess(
             "store", self.log_dir, f"root_dir={data_dir}", f"flush_disk_type={spec.flush}",
-            f"broker_role={store_role}", *spec.store_settings,
+            f"broker_role={store_role}", *spec.store_settings, *spec.tls_settings,
             port=spec.store_port if first else 0, host=spec.host))
         member = Member(index, data_dir, store)
         if spec.replicas:
             member.ha = self._launch(ServiceProcess(
                 "ha", self.log_dir, f"store_address={store.address}",
                 f"registry_addresses={self.registry.address}", f"broker_name={BROKER_NAME}",
-                *spec.ha_settings, port=spec.ha_port if first else 0, host=spec.host))
+                *spec.ha_settings, *spec.tls_settings, port=spec.ha_port if first else 0,
+                host=spec.host))
         ha_setting = (f"ha_address={member.ha.address}",) if member.ha else ()
         member.broker = self._launch(ServiceProcess(
             "broker", self.log_dir, f"store_address={store.address}",
             f"registry_addresses={self.registry.address}", f"broker_name={BROKER_NAME}",
-            f"broker_id={index}", *ha_setting, *spec.broker_settings,
+            f"broker_id={index}", *ha_setting, *spec.broker_settings, *spec.tls_settings,
             port=spec.broker_port if first else 0, host=spec.host))
         return member
 

@@ -45,6 +45,8 @@ from boltmq.message import (
 )
 from boltmq.registry_client import TopicNotFound
 from boltmq.request_reply import Requester
+from boltmq.signing import Credentials
+from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2
 from services.store.record import java_string_hash
 
@@ -71,7 +73,8 @@ class Producer:
     def __init__(self, registry: str | Sequence[str], group: str = "DEFAULT_PRODUCER", *,
                  send_timeout_ms: int = 3_000, retry_times: int = 2, batch_size: int = 256,
                  linger_ms: int = 5, max_pending: int = 100_000,
-                 default_topic_queue_nums: int = 4, route_refresh_ms: int = 30_000) -> None:
+                 default_topic_queue_nums: int = 4, route_refresh_ms: int = 30_000,
+                 tls: ClientTLS | None = None, credentials: Credentials | None = None) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
         if batch_size < 1 or linger_ms < 0 or retry_times < 0 or send_timeout_ms <= 0:
@@ -79,7 +82,8 @@ class Producer:
                              "send_timeout_ms > 0 are required")
         self.group = group
         self.client = ClientInstance(registry, route_refresh_ms=route_refresh_ms,
-                                     rpc_timeout_s=send_timeout_ms / 1000)
+                                     rpc_timeout_s=send_timeout_ms / 1000, tls=tls,
+                                     credentials=credentials)
         self.send_timeout_s = send_timeout_ms / 1000
         self.retry_times = retry_times
         self.batch_size = batch_size

@@ -19,6 +19,8 @@ import grpc
 from boltmq import telemetry
 from boltmq.client import BoltMQError, ClientInstance, rpc_error_text
 from boltmq.message import MessageQueue, ReceivedMessage
+from boltmq.signing import Credentials
+from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2, message_pb2
 from services.store.record import decode_records as decode_record_run
 
@@ -117,11 +119,13 @@ class PullConsumer:
     """A consumer that pulls explicitly (see the module docstring)."""
 
     def __init__(self, registry: str | Sequence[str], group: str, *,
-                 rpc_timeout_ms: int = 5_000) -> None:
+                 rpc_timeout_ms: int = 5_000, tls: ClientTLS | None = None,
+                 credentials: Credentials | None = None) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
         self.group = group
-        self.client = ClientInstance(registry, rpc_timeout_s=rpc_timeout_ms / 1000)
+        self.client = ClientInstance(registry, rpc_timeout_s=rpc_timeout_ms / 1000, tls=tls,
+                                     credentials=credentials)
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """Every readable queue of ``topic``."""

@@ -44,6 +44,8 @@ from boltmq.client import BrokerUnavailable, ClientInstance, rpc_error_text
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
 from boltmq.pull_consumer import PullError, PullStatus, pull_queue
 from boltmq.registry_client import RegistryError
+from boltmq.signing import Credentials
+from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2
 from services.store.topic import InvalidSubscription, parse_subscription
 
@@ -157,7 +159,8 @@ class PushConsumer:
                  consume_batch_max_size: int = 32,
                  long_poll_ms: int = 15_000, rebalance_interval_ms: int = 20_000,
                  commit_interval_ms: int = 5_000, suspend_on_failure_ms: int = 1_000,
-                 rpc_timeout_ms: int = 5_000, max_reconsume_times: int = 0) -> None:
+                 rpc_timeout_ms: int = 5_000, max_reconsume_times: int = 0,
+                 tls: ClientTLS | None = None, credentials: Credentials | None = None) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
         if model not in MODELS:
@@ -196,7 +199,8 @@ class PushConsumer:
         self.rebalance_interval_s = rebalance_interval_ms / 1000
         self.commit_interval_s = commit_interval_ms / 1000
         self.suspend_on_failure_s = suspend_on_failure_ms / 1000
-        self.client = ClientInstance(registry, rpc_timeout_s=rpc_timeout_ms / 1000)
+        self.client = ClientInstance(registry, rpc_timeout_s=rpc_timeout_ms / 1000, tls=tls,
+                                     credentials=credentials)
         self.workers: dict[MessageQueue, _QueueWorker] = {}
         self._stop = threading.Event()
         self._kick = threading.Event()

@@ -43,6 +43,7 @@ from tenacity import (
 )
 
 from boltmq import runtime
+from boltmq.tls import ClientTLS
 from boltmq.v1 import registry_pb2, registry_pb2_grpc
 
 RPC_TIMEOUT_S = 3.0
@@ -177,7 +178,7 @@ class _ClientBase:
 
     def __init__(self, addresses: Sequence[str], *, rpc_timeout_s: float = RPC_TIMEOUT_S,
                  attempts_max: int = ATTEMPTS_MAX, backoff_initial_s: float = BACKOFF_INITIAL_S,
-                 backoff_max_s: float = BACKOFF_MAX_S) -> None:
+                 backoff_max_s: float = BACKOFF_MAX_S, tls: ClientTLS | None = None) -> None:
         if isinstance(addresses, str):
             raise TypeError("addresses is a list of 'host:port' strings, not one string")
         unique = list(dict.fromkeys(addresses))
@@ -192,6 +193,8 @@ class _ClientBase:
         self._attempts_max = attempts_max
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
+        self._tls = tls
+        """TLS of the channels to the registries (None: plaintext)."""
         self._preferred = 0
 
     def _rotation(self) -> Iterator[str]:
@@ -274,7 +277,7 @@ class RegistryClient(_ClientBase):
         with self._lock:
             stub = self._stubs.get(address)
             if stub is None:
-                self._channels[address] = runtime.sync_channel(address)
+                self._channels[address] = runtime.sync_channel(address, self._tls)
                 stub = self._stubs[address] = registry_pb2_grpc.RegistryServiceStub(
                     self._channels[address])
             return stub
@@ -385,7 +388,7 @@ class AsyncRegistryClient(_ClientBase):
     def _stub(self, address: str) -> Any:
         stub = self._stubs.get(address)
         if stub is None:
-            self._channels[address] = runtime.channel(address)
+            self._channels[address] = runtime.channel(address, self._tls)
             stub = self._stubs[address] = registry_pb2_grpc.RegistryServiceStub(
                 self._channels[address])
         return stub

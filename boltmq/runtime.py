@@ -21,7 +21,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import grpc
@@ -30,6 +30,7 @@ from grpc_reflection.v1alpha import reflection
 
 from boltmq import allocator, telemetry
 from boltmq.malformed_requests import MalformedRequests
+from boltmq.tls import ClientTLS, ServerTLS
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +96,24 @@ async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
         await task
 
 
-def channel(address: str) -> grpc.aio.Channel:
-    """An insecure aio channel to ``host:port`` with BoltMQ's size limits."""
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS,
-                                     interceptors=telemetry.aio_client_interceptors())
+def channel(address: str, tls: ClientTLS | None = None,
+            interceptors: Sequence[grpc.aio.ClientInterceptor] = ()) -> grpc.aio.Channel:
+    """An aio channel to ``host:port`` with BoltMQ's size limits (TLS when ``tls`` is given).
+
+    ``interceptors`` run after the telemetry ones (e.g. an ACL request signer).
+    """
+    chosen = [*telemetry.aio_client_interceptors(), *interceptors]
+    if tls is not None:
+        return grpc.aio.secure_channel(address, tls.credentials(), options=CHANNEL_OPTIONS,
+                                       interceptors=chosen)
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=chosen)
 
 
-def sync_channel(address: str) -> grpc.Channel:
-    """A blocking channel (SDK threads, CLI) with BoltMQ's size limits."""
+def sync_channel(address: str, tls: ClientTLS | None = None) -> grpc.Channel:
+    """A blocking channel (SDK threads, CLI) with BoltMQ's size limits (TLS when given)."""
+    if tls is not None:
+        return telemetry.traced_channel(grpc.secure_channel(address, tls.credentials(),
+                                                            options=CHANNEL_OPTIONS))
     return telemetry.traced_channel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
 
 
@@ -176,13 +187,24 @@ def check_port_free(host: str, port: int) -> None:
                     raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
-async def create_server(services: Iterable[Service], host: str, port: int
+async def create_server(services: Iterable[Service], host: str, port: int,
+                        tls: ServerTLS | None = None
                         ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """Build the server with every service, health and reflection; bind; return the port."""
+    """Build the server with every service, health and reflection; bind; return the port.
+
+    ``tls`` makes the port a TLS one (mutual TLS when it names a client CA).
+    A service may declare ``interceptors`` (run after the shared ones, e.g.
+    access control and rate limits) and ``maximum_concurrent_rpcs`` (calls
+    beyond it get RESOURCE_EXHAUSTED from gRPC itself).
+    """
     services = list(services)
+    own_interceptors = [i for s in services for i in getattr(s, "interceptors", ())]
+    concurrency = [c for s in services
+                   if (c := getattr(s, "maximum_concurrent_rpcs", None)) is not None]
     # Bytes that are not the request message: INVALID_ARGUMENT, never UNKNOWN.
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[
-        MalformedRequests(), *telemetry.server_interceptors()])
+        MalformedRequests(), *telemetry.server_interceptors(), *own_interceptors],
+        maximum_concurrent_rpcs=min(concurrency) if concurrency else None)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names: list[str] = [health.SERVICE_NAME, reflection.SERVICE_NAME]
@@ -196,7 +218,8 @@ async def create_server(services: Iterable[Service], host: str, port: int
     reflection.enable_server_reflection(names, server)
     check_port_free(host, port)
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = (server.add_secure_port(f"{host}:{port}", tls.credentials()) if tls
+                 else server.add_insecure_port(f"{host}:{port}"))
     except RuntimeError as exc:
         raise PortInUse(f"cannot listen on {host}:{port}: {exc}") from None
     if bound == 0:
@@ -208,8 +231,8 @@ async def create_server(services: Iterable[Service], host: str, port: int
     return server, bound, health_servicer
 
 
-async def create_in_process(service: Service, host: str, port: int
-                            ) -> tuple[grpc.aio.Server, int]:
+async def create_in_process(service: Service, host: str, port: int,
+                            tls: ServerTLS | None = None) -> tuple[grpc.aio.Server, int]:
     """A bound server with ``service`` started and SERVING, for in-process use (tests).
 
     The caller starts the server; its ``server.stop(grace)`` also runs the
@@ -217,7 +240,7 @@ async def create_in_process(service: Service, host: str, port: int
     Rejected: a background task waiting for termination, which ``asyncio.run``
     cancels half-way through the service's own shutdown at its end.
     """
-    server, bound, health_servicer = await create_server([service], host, port)
+    server, bound, health_servicer = await create_server([service], host, port, tls)
     try:
         await service.start()
     except BaseException:
@@ -256,10 +279,11 @@ async def _ready_unless_stopped(service: Service, stop: asyncio.Event) -> bool:
     return not stop.is_set()
 
 
-async def serve(service: Service, host: str, port: int, grace_s: float = 10.0) -> None:
+async def serve(service: Service, host: str, port: int, grace_s: float = 10.0,
+                tls: ServerTLS | None = None) -> None:
     """Start ``service`` on ``host:port``, announce READY, run until SIGTERM/SIGINT."""
     allocator.keep_freed_memory()  # batch calls stop page-faulting their buffers in
-    server, bound, health_servicer = await create_server([service], host, port)
+    server, bound, health_servicer = await create_server([service], host, port, tls)
     await server.start()
     try:
         await service.start()

@@ -13,16 +13,17 @@ from typing import Any
 import grpc
 
 from boltmq.runtime import channel
+from boltmq.tls import ClientTLS
 from boltmq.v1 import store_pb2_grpc
 
 
 class StoreChannel:
     """Typed, deadline-bound calls to the StoreService at ``address``."""
 
-    def __init__(self, address: str, timeout_ms: int) -> None:
+    def __init__(self, address: str, timeout_ms: int, tls: ClientTLS | None = None) -> None:
         self.address = address
         self._timeout_s = timeout_ms / 1000
-        self._channel = channel(address)
+        self._channel = channel(address, tls)
         self._stub = store_pb2_grpc.StoreServiceStub(self._channel)
 
     async def close(self) -> None:

@@ -36,6 +36,8 @@ from boltmq.client import DEFAULT_TOPIC, rpc_error_text
 from boltmq.message import Message, MessageQueue, SendResult, SendStatus, send_results
 from boltmq.producer import Producer, SendError
 from boltmq.registry_client import RegistryError, TopicNotFound
+from boltmq.signing import Credentials
+from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2, message_pb2
 from services.store.record import SYS_FLAG_TRANSACTION_PREPARED
 
@@ -89,8 +91,10 @@ class TransactionProducer:
     """A producer of one group that sends messages in transactions (module docstring)."""
 
     def __init__(self, registry: str | Sequence[str], group: str,
-                 listener: TransactionListener, *, send_timeout_ms: int = 3_000) -> None:
-        self.producer = Producer(registry, group, send_timeout_ms=send_timeout_ms)
+                 listener: TransactionListener, *, send_timeout_ms: int = 3_000,
+                 tls: ClientTLS | None = None, credentials: Credentials | None = None) -> None:
+        self.producer = Producer(registry, group, send_timeout_ms=send_timeout_ms, tls=tls,
+                                 credentials=credentials)
         self.group = group
         self.listener = listener
         self._timeout_s = send_timeout_ms / 1000

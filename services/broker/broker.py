@@ -13,7 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from boltmq import runtime
+from boltmq import runtime, tls
+from boltmq.signing import Credentials
+from services.broker.access.acl_admin import AclAdmin
+from services.broker.access.acl_table import AclTable, read_seed_file
+from services.broker.access.authorizer import Authorizer
+from services.broker.access.client_limits import ClientLimits
+from services.broker.access.gate import BrokerGate
 from services.broker.admin_processor import AdminProcessor
 from services.broker.arrival_watcher import ArrivalWatcher
 from services.broker.check_channel import CheckChannels
@@ -57,7 +63,8 @@ class Broker:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.store = StoreClient(config.store_address, config.store_timeout_ms)
+        client_tls = tls.client_tls(config)  # the broker's own calls: store, registry, HA
+        self.store = StoreClient(config.store_address, config.store_timeout_ms, client_tls)
         self.topics = TopicConfigManager(config.cluster_name, config.broker_name,
                                          config.auto_create_topic_enable)
         self.groups = SubscriptionGroupManager(config.auto_create_subscription_group)
@@ -70,16 +77,16 @@ class Broker:
         self.persister = MetadataPersister(self.store, self.topics, self.groups, self.offsets,
                                            config.offset_persist_interval_ms, self.delay_offsets)
         self.role = StoreRole(self.store, config.broker_id, config.ha_address,
-                              config.role_check_interval_ms)
+                              config.role_check_interval_ms, tls=client_tls)
         identity = BrokerIdentity(config.cluster_name, config.broker_name, config.ha_address)
         self.registrar = Registrar(identity, self.role, config.registry_address_list,
                                    self.topics, config.register_interval_ms,
-                                   config.registry_timeout_ms)
+                                   config.registry_timeout_ms, client_tls)
         self.role.on_change = self.registrar.register_all
         self.sync = MetadataSync(config.cluster_name, config.broker_name, self.role,
                                  config.registry_address_list, self.persister, self.topics,
                                  self.groups, self.offsets, config.metadata_sync_interval_ms,
-                                 config.store_timeout_ms)
+                                 config.store_timeout_ms, client_tls)
         publisher = TopicPublisher(self.persister, self.registrar)
         group_access = GroupAccess(self.groups, self.persister)
         self.admin = AdminProcessor(config, self.topics, self.groups, self.offsets,
@@ -99,6 +106,7 @@ class Broker:
         send.metrics = self.metrics
         self._scanner: asyncio.Task[None] | None = None
         self._wire_retry_and_delay(config, group_access, publisher)
+        self._wire_access(config)
 
     def _wire_retry_and_delay(self, config: BrokerConfig, group_access: GroupAccess,
                               publisher: TopicPublisher) -> None:
@@ -110,10 +118,27 @@ class Broker:
         self.servicer.dead_letters = DeadLetterProcessor(config, self.topics, self.store)
         self.servicer._clients.retry_topics = RetryTopics(self.topics, publisher)
 
+    def _wire_access(self, config: BrokerConfig) -> None:
+        """The ACL (kept in the store), its admin calls, and the replica's copy of it."""
+        seed = read_seed_file(config.acl_file) if config.acl_file else None
+        self.acl = AclTable(self.store, seed)
+        self.servicer.acl = AclAdmin(self.acl, config.acl_enable)
+        self.sync.acl = self.acl
+        if config.access_key:
+            self.sync.credentials = Credentials(config.access_key, config.secret_key)
+        authorizer = (Authorizer(lambda: self.acl.document, config.acl_signature_max_skew_ms)
+                      if config.acl_enable else None)
+        limits = (ClientLimits(config.client_request_rate_per_s, config.client_request_burst,
+                               config.client_in_flight_max)
+                  if config.client_request_rate_per_s or config.client_in_flight_max else None)
+        self.gate = BrokerGate(authorizer, limits)
+        """The server interceptor in front of every call (access control, client limits)."""
+
     async def start(self, advertised_address: str) -> None:
         """Load metadata from the store, then open the arrival stream and register."""
         try:
             await self.persister.load(wait_s=self.config.store_connect_timeout_ms / 1000)
+            await self.acl.load()
             await self.role.refresh()
         except BrokerError as exc:
             raise BrokerStartError(f"broker cannot load its metadata: {exc}") from None

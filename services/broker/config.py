@@ -8,9 +8,10 @@ bad value is one clear error at start-up, never a surprise at run time.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from boltmq.config import ConfigError, ServerSettings
+from boltmq.signing import Credentials, SigningError
 from services.broker.delay_level import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
     InvalidDelayLevels,
@@ -71,8 +72,9 @@ class BrokerConfig(ServerSettings):
     """How often silent clients are looked for."""
     long_poll_max_ms: int = 30_000
     """Longest time a pull is parked, whatever suspend timeout the client asks for."""
-    long_poll_max_parked: int = 100_000
-    """Pulls parked at once at most; beyond it a pull is answered at once."""
+    long_poll_max_parked: int = 20_000
+    """Pulls parked at once at most; beyond it a pull is answered at once (below
+    max_concurrent_rpcs, so parked pulls never take every call slot)."""
     queue_lock_expiry_ms: int = 60_000
     """An orderly consumer's queue lock not renewed for this long is free again."""
     max_message_size_bytes: int = 4 * 1024 * 1024
@@ -100,6 +102,28 @@ class BrokerConfig(ServerSettings):
     """How often undecided half messages are looked for (RocketMQ's transactionCheckInterval)."""
     transaction_decided_cache_max: int = 100_000
     """Decisions remembered to answer a repeated EndTransaction with the earlier decision."""
+
+    acl_enable: bool = False
+    """Require signed calls and check them against the ACL (docs/security.md)."""
+    acl_file: str = ""
+    """ACL JSON document written to the store when it holds none yet ("": none)."""
+    acl_signature_max_skew_ms: int = 300_000
+    """A signed call's timestamp may be this far from the broker's clock (stale: refused)."""
+    access_key: str = ""
+    """Access key of this broker's own calls to other brokers (a replica copying its
+    master's metadata: an admin account when the master enforces the ACL)."""
+    secret_key: str = field(default="", repr=False)
+    """Secret key of ``access_key`` (kept out of the config's repr and logs)."""
+    max_concurrent_rpcs: int = 30_000
+    """Calls in progress at once, parked pulls included (0: no limit); beyond it
+    RESOURCE_EXHAUSTED."""
+    client_request_rate_per_s: float = 20_000.0
+    """Calls per second per client (access key with the ACL on, else IP address);
+    beyond it RESOURCE_EXHAUSTED (0: no limit)."""
+    client_request_burst: int = 40_000
+    """Calls a client may make at once above its rate after being idle."""
+    client_in_flight_max: int = 5_000
+    """Calls of one client in progress at once, parked pulls included (0: no limit)."""
 
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     """Delay levels 1..n (at most 18): delays with a unit (ms, s, m, h, d), growing."""
@@ -129,6 +153,7 @@ class BrokerConfig(ServerSettings):
         if self.broker_id < 0:
             raise ConfigError("broker_id must not be negative")
         self._check_positive()
+        self._check_security()
         if not 1 <= self.default_topic_queue_nums <= self.max_topic_queue_nums:
             raise ConfigError("default_topic_queue_nums must be between 1 and "
                               f"max_topic_queue_nums ({self.max_topic_queue_nums})")
@@ -145,6 +170,25 @@ class BrokerConfig(ServerSettings):
                      "transaction_check_interval_ms", "transaction_decided_cache_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+
+    def _check_security(self) -> None:
+        if self.acl_signature_max_skew_ms <= 0:
+            raise ConfigError("acl_signature_max_skew_ms must be positive")
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ConfigError("access_key and secret_key must be set together")
+        if self.access_key:
+            try:
+                Credentials(self.access_key, self.secret_key)
+            except SigningError as exc:
+                raise ConfigError(f"access_key / secret_key: {exc}") from None
+        if self.max_concurrent_rpcs < 0 or self.client_in_flight_max < 0:
+            raise ConfigError("max_concurrent_rpcs and client_in_flight_max must be >= 0")
+        if self.max_concurrent_rpcs and self.long_poll_max_parked >= self.max_concurrent_rpcs:
+            raise ConfigError("long_poll_max_parked must be below max_concurrent_rpcs, or parked "
+                              "pulls could take every call slot")
+        if self.client_request_rate_per_s < 0 or self.client_request_burst < 1:
+            raise ConfigError("client_request_rate_per_s must be >= 0 and "
+                              "client_request_burst >= 1")
 
     @property
     def registry_address_list(self) -> tuple[str, ...]:

@@ -21,7 +21,11 @@ import grpc
 
 from boltmq import runtime
 from boltmq.registry_client import AsyncRegistryClient, RegistryError
+from boltmq.signing import AsyncRequestSigner, Credentials
+from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
+from services.broker.access.acl_file import ACL_FILE
+from services.broker.access.acl_table import AclTable
 from services.broker.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from services.broker.delay_offset import DELAY_OFFSET_FILE
 from services.broker.errors import BrokerError
@@ -39,11 +43,13 @@ class MetadataSync:
     def __init__(self, cluster_name: str, broker_name: str, role: StoreRole,
                  registry_addresses: tuple[str, ...], persister: MetadataPersister,
                  topics: TopicConfigManager, groups: SubscriptionGroupManager,
-                 offsets: ConsumerOffsetManager, interval_ms: int, timeout_ms: int) -> None:
+                 offsets: ConsumerOffsetManager, interval_ms: int, timeout_ms: int,
+                 tls: ClientTLS | None = None) -> None:
         self._group = (cluster_name, broker_name)
+        self._tls = tls
         self._role = role
         self._registry = (AsyncRegistryClient(registry_addresses, attempts_max=1,
-                                              rpc_timeout_s=timeout_ms / 1000)
+                                              rpc_timeout_s=timeout_ms / 1000, tls=tls)
                           if registry_addresses else None)
         self._persister = persister
         self._topics = topics
@@ -54,6 +60,10 @@ class MetadataSync:
         self._failing = ""
         self._task: asyncio.Task[None] | None = None
         self.synced_rounds = 0
+        self.acl: AclTable | None = None
+        """The broker's ACL; the master's copy replaces it (set by the broker)."""
+        self.credentials: Credentials | None = None
+        """What this broker signs its GetMetadata calls with (set by the broker)."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="metadata-sync")
@@ -96,7 +106,9 @@ class MetadataSync:
         address = await self.master_address()
         if address is None:
             return False
-        channel = runtime.channel(address)
+        signer = ([AsyncRequestSigner(self.credentials, f"broker@{self._group[1]}")]
+                  if self.credentials else [])
+        channel = runtime.channel(address, self._tls, signer)
         try:
             response = await broker_pb2_grpc.BrokerServiceStub(channel).GetMetadata(
                 broker_pb2.GetMetadataRequest(), timeout=self._timeout_s)
@@ -114,5 +126,7 @@ class MetadataSync:
             await self._persister.save_offsets()
         if DELAY_OFFSET_FILE in documents:
             await self._persister.copy_delay_offsets(documents[DELAY_OFFSET_FILE])
+        if ACL_FILE in documents and self.acl is not None:
+            await self.acl.save_copy(documents[ACL_FILE])
         self.synced_rounds += 1
         return True

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from boltmq import runtime
 from boltmq.registry_client import AsyncRegistryClient, RegistrationResult, RegistryError
+from boltmq.tls import ClientTLS
 from services.broker.errors import BrokerError
 from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfigManager
@@ -40,14 +41,14 @@ class Registrar:
 
     def __init__(self, identity: BrokerIdentity, role: StoreRole,
                  registry_addresses: tuple[str, ...], topics: TopicConfigManager,
-                 interval_ms: int, timeout_ms: int) -> None:
+                 interval_ms: int, timeout_ms: int, tls: ClientTLS | None = None) -> None:
         self._identity = identity
         self._role = role
         self._registered_id: int | None = None
         self._topics = topics
         self._interval_s = interval_ms / 1000
         self._client = (AsyncRegistryClient(registry_addresses, rpc_timeout_s=timeout_ms / 1000,
-                                            attempts_max=1)
+                                            attempts_max=1, tls=tls)
                         if registry_addresses else None)
         self._failing: dict[str, str] = {}
         """Registries whose last registration failed, with why (to warn once per outage)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from boltmq import runtime
+from boltmq import runtime, tls
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from services.broker.broker import Broker
 from services.broker.config import BrokerConfig
@@ -30,6 +30,10 @@ class BrokerService:
         self.broker = Broker(config)
         self.bound_port = config.listen_port
         """The port the server really listens on (differs from the config for port 0)."""
+        self.interceptors = (self.broker.gate,)
+        """Access control and client limits, in front of every broker call."""
+        self.maximum_concurrent_rpcs = config.max_concurrent_rpcs or None
+        """Calls in progress at once (gRPC answers RESOURCE_EXHAUSTED beyond)."""
 
     def add_to(self, server: grpc.aio.Server) -> None:
         """Register the servicer."""
@@ -69,10 +73,11 @@ async def create_server(config: BrokerConfig) -> tuple[grpc.aio.Server, int]:
     (offsets saved, unregistered) after.
     """
     return await runtime.create_in_process(BrokerService(config), config.listen_host,
-                                           config.listen_port)
+                                           config.listen_port, tls.server_tls(config))
 
 
 async def serve(config: BrokerConfig) -> None:
     """Run the broker until SIGTERM/SIGINT (what ``boltmq serve broker`` calls)."""
+    server_tls = tls.server_tls(config)  # a bad file fails before anything starts
     await runtime.serve(BrokerService(config), config.listen_host, config.listen_port,
-                        grace_s=config.shutdown_grace_ms / 1000)
+                        grace_s=config.shutdown_grace_ms / 1000, tls=server_tls)

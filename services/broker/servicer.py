@@ -17,6 +17,8 @@ import grpc
 
 from boltmq import telemetry
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
+from services.broker.access.acl_admin import AclAdmin
+from services.broker.access.acl_file import ACL_FILE
 from services.broker.admin_processor import AdminProcessor
 from services.broker.client_processor import ClientProcessor
 from services.broker.dead_letter import DeadLetterProcessor
@@ -206,8 +208,28 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
     @_rpc
     async def GetMetadata(self, request: broker_pb2.GetMetadataRequest,
                           context: grpc.aio.ServicerContext) -> broker_pb2.GetMetadataResponse:
-        """The metadata documents (replicas of the group copy them)."""
-        return self._admin.metadata()
+        """The metadata documents (replicas of the group copy them), the ACL included."""
+        response = self._admin.metadata()
+        if self.acl is not None:
+            response.documents[ACL_FILE] = self.acl.table.to_json()
+        return response
+
+    acl: AclAdmin | None = None
+    """GetAcl and UpdateAcl; set by the broker."""
+
+    @_rpc
+    async def GetAcl(self, request: broker_pb2.GetAclRequest,
+                     context: grpc.aio.ServicerContext) -> broker_pb2.AclDocument:
+        """The ACL document, secret keys masked."""
+        assert self.acl is not None, "the broker sets acl"
+        return self.acl.get()
+
+    @_rpc
+    async def UpdateAcl(self, request: broker_pb2.UpdateAclRequest,
+                        context: grpc.aio.ServicerContext) -> broker_pb2.AclDocument:
+        """Upsert or delete an account, or replace every account; saved in the store."""
+        assert self.acl is not None, "the broker sets acl"
+        return await self.acl.update(request)
 
     @_rpc
     async def Promote(self, request: broker_pb2.PromoteRequest,

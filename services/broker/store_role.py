@@ -26,6 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from boltmq import runtime
+from boltmq.tls import ClientTLS
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
 from services.broker.errors import BrokerError, FailedPrecondition, StoreUnavailable
 from services.broker.store_client import StoreClient
@@ -41,8 +42,10 @@ class StoreRole:
 
     def __init__(self, store: StoreClient, configured_broker_id: int, ha_address: str,
                  check_interval_ms: int,
-                 on_change: Callable[[], Awaitable[object]] | None = None) -> None:
+                 on_change: Callable[[], Awaitable[object]] | None = None,
+                 tls: ClientTLS | None = None) -> None:
         self._store = store
+        self._tls = tls
         self._configured_id = configured_broker_id
         self._ha_address = ha_address
         self._interval_s = check_interval_ms / 1000
@@ -121,7 +124,7 @@ class StoreRole:
         if not self._ha_address:
             raise FailedPrecondition("no ha_address configured: cannot tell how far behind the "
                                      "store is; pass max_lag_bytes 0 to promote anyway")
-        channel = runtime.channel(self._ha_address)
+        channel = runtime.channel(self._ha_address, self._tls)
         try:
             status = await ha_pb2_grpc.HAServiceStub(channel).Status(
                 ha_pb2.HAStatusRequest(), timeout=HA_STATUS_TIMEOUT_S)

@@ -28,6 +28,7 @@ from tenacity import (
 )
 
 from boltmq import runtime
+from boltmq.tls import ClientTLS
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
 from services.ha.config import HAConfig
 from services.ha.errors import (
@@ -65,8 +66,9 @@ class Follower:
     """Runs sessions against the master until stopped (the store was promoted)."""
 
     def __init__(self, config: HAConfig, store: HAStoreClient, locator: MasterLocator,
-                 own_address: str) -> None:
+                 own_address: str, tls: ClientTLS | None = None) -> None:
         self._config = config
+        self._tls = tls
         self._store = store
         self._locator = locator
         self._own_address = own_address
@@ -123,7 +125,7 @@ class Follower:
         self.status.master_address = master_address
         self._epoch = info.epoch
         self.status.store_max_offset = info.commitlog_max_offset
-        chan = runtime.channel(master_address)
+        chan = runtime.channel(master_address, self._tls)
         call = ha_pb2_grpc.HAServiceStub(chan).Replicate()
         progressed = False
         try:

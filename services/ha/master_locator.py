@@ -9,6 +9,7 @@ answers wins; the next reconnect asks again.
 from __future__ import annotations
 
 from boltmq.registry_client import AsyncRegistryClient, RegistryError
+from boltmq.tls import ClientTLS
 from boltmq.v1 import registry_pb2
 from services.ha.config import HAConfig
 from services.ha.errors import MasterUnknown
@@ -28,11 +29,11 @@ def pick_master(info: registry_pb2.ClusterInfo, cluster_name: str, broker_name: 
 class MasterLocator:
     """Answers "which master HA address do I follow now?" for the follower."""
 
-    def __init__(self, config: HAConfig) -> None:
+    def __init__(self, config: HAConfig, tls: ClientTLS | None = None) -> None:
         self._config = config
         self._registry = (AsyncRegistryClient(config.registry_address_list,
                                               rpc_timeout_s=config.registry_timeout_ms / 1000,
-                                              attempts_max=1)
+                                              attempts_max=1, tls=tls)
                           if config.registry_address_list and not config.master_address
                           else None)
 

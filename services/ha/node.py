@@ -17,7 +17,7 @@ import logging
 
 from opentelemetry.metrics import MeterProvider
 
-from boltmq import runtime
+from boltmq import runtime, tls
 from boltmq.v1 import ha_pb2, store_pb2
 from services.ha.config import HAConfig
 from services.ha.errors import HAError
@@ -40,11 +40,13 @@ class HANode:
 
     def __init__(self, config: HAConfig, meter_provider: MeterProvider | None = None) -> None:
         self.config = config
-        self.store = HAStoreClient(config.store_address, config.store_timeout_ms)
+        self.tls = tls.client_tls(config)
+        """TLS of the HA service's own calls: its store, the registry, the master HA."""
+        self.store = HAStoreClient(config.store_address, config.store_timeout_ms, self.tls)
         self.tracker = ReplicaTracker()
         self.forwarder = ProgressForwarder(self.store, self.tracker.acked_offsets)
         self.master = MasterSide(config, self.store, self.tracker, self.forwarder)
-        self.locator = MasterLocator(config)
+        self.locator = MasterLocator(config, self.tls)
         self.follower: Follower | None = None
         self.info: store_pb2.StoreInfo | None = None
         """The store's info as of the last successful poll."""
@@ -54,7 +56,7 @@ class HANode:
 
     async def start(self, own_address: str) -> None:
         """Wait for the store's first answer, take up its role, then watch it."""
-        self.follower = Follower(self.config, self.store, self.locator, own_address)
+        self.follower = Follower(self.config, self.store, self.locator, own_address, self.tls)
         info = await self._first_store_info()
         await self._apply_role(info)
         self._watch_task = asyncio.create_task(self._watch(), name="ha-role-watch")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import grpc
 from opentelemetry.metrics import MeterProvider
 
-from boltmq import runtime
+from boltmq import runtime, tls
 from boltmq.v1 import ha_pb2, ha_pb2_grpc
 from services.ha.config import HAConfig
 from services.ha.node import HANode
@@ -71,10 +71,12 @@ async def create_server(config: HAConfig, meter_provider: MeterProvider | None =
     stops the node after.
     """
     return await runtime.create_in_process(HAService(config, meter_provider),
-                                           config.listen_host, config.listen_port)
+                                           config.listen_host, config.listen_port,
+                                           tls.server_tls(config))
 
 
 async def serve(config: HAConfig) -> None:
     """Run the HA service until SIGTERM/SIGINT (what ``boltmq serve ha`` calls)."""
+    server_tls = tls.server_tls(config)  # a bad file fails before anything starts
     await runtime.serve(HAService(config), config.listen_host, config.listen_port,
-                        grace_s=config.shutdown_grace_ms / 1000)
+                        grace_s=config.shutdown_grace_ms / 1000, tls=server_tls)

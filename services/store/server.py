@@ -17,7 +17,7 @@ import logging
 
 import grpc
 
-from boltmq import runtime
+from boltmq import runtime, tls
 from boltmq.v1 import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
 from services.store.servicer import StoreServicer
@@ -86,15 +86,16 @@ async def create_server(config: StoreConfig, store: MessageStore | None = None
     it before and shuts it down after the server.
     """
     return await runtime.create_in_process(StoreService(config, store), config.listen_host,
-                                           config.listen_port)
+                                           config.listen_port, tls.server_tls(config))
 
 
 async def serve(config: StoreConfig) -> None:
     """Run one store until SIGTERM/SIGINT (``boltmq serve store``)."""
+    server_tls = tls.server_tls(config)  # a bad file fails before the store is opened
     service = StoreService(config)
     try:
         await runtime.serve(service, config.listen_host, config.listen_port,
-                            grace_s=config.shutdown_grace_ms / 1000)
+                            grace_s=config.shutdown_grace_ms / 1000, tls=server_tls)
     finally:
         # runtime.serve stops the service after a signal; this covers the paths
         # where it raises first (shutdown is idempotent).

@@ -1,0 +1,8 @@
+"""Access control and client limits of the broker (docs/security.md).
+
+``acl_file`` (the document), ``resources`` (what each call needs),
+``authorizer`` (signature and rights checks), ``acl_table`` (the document in
+force, kept in the store), ``acl_admin`` (GetAcl / UpdateAcl),
+``client_limits`` (per-client rate and in-flight caps) and ``gate`` (the
+server interceptor that applies them).
+"""

@@ -1,0 +1,84 @@
+"""Authorizer: who signed a call (UNAUTHENTICATED) and may they make it (PERMISSION_DENIED).
+
+Authentication: the call's signed metadata (:mod:`boltmq.signing`) must name
+an account of the ACL document, carry a timestamp within ``max_skew_ms`` of
+the broker's clock (either way: a clock ahead is as suspect as one behind),
+and a signature the account's secret makes. Authorization: an admin account
+may do everything; any other account needs every right
+:func:`~services.broker.access.resources.needs_of` lists, and never makes an
+admin call.
+
+Denials carry a reason for the log and the caller; neither ever holds a
+secret or a signature.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from boltmq.signing import SignedCall, SigningError
+from services.broker.access.acl_file import Account, AclDocument
+from services.broker.access.resources import Kind, is_admin_call, needs_of
+
+
+class AccessDenied(Exception):
+    """A call refused; ``code`` is UNAUTHENTICATED or PERMISSION_DENIED."""
+
+    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+def _unauthenticated(reason: str) -> AccessDenied:
+    return AccessDenied(grpc.StatusCode.UNAUTHENTICATED, reason)
+
+
+class Authorizer:
+    """Checks calls against the ACL document ``document()`` returns."""
+
+    def __init__(self, document: Callable[[], AclDocument], max_skew_ms: int,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self._document = document
+        self._max_skew_ms = max_skew_ms
+        self._clock_ms = clock_ms
+
+    def authenticate(self, method: str, metadata: Sequence[tuple[str, Any]] | None) -> Account:
+        """The account that signed the call to ``method`` (full name), else AccessDenied."""
+        try:
+            call = SignedCall.from_metadata(metadata)
+        except SigningError as exc:
+            raise _unauthenticated(str(exc)) from None
+        if call is None:
+            raise _unauthenticated("no credentials: sign the call with an access key")
+        account = self._document().accounts.get(call.access_key)
+        if account is None:
+            raise _unauthenticated(f"unknown access key {call.access_key}")
+        skew_ms = abs(self._clock_ms() - call.timestamp_ms)
+        if skew_ms > self._max_skew_ms:
+            raise _unauthenticated(f"timestamp of access key {call.access_key} is {skew_ms} ms "
+                                   f"from the broker's clock (at most {self._max_skew_ms})")
+        if not call.matches(account.secret_key, method):
+            raise _unauthenticated(f"wrong signature for access key {call.access_key}")
+        return account
+
+    @staticmethod
+    def authorize(account: Account, short_method: str, request: Any) -> None:
+        """Nothing when ``account`` may make the call; AccessDenied otherwise."""
+        if account.admin:
+            return
+        if is_admin_call(short_method):
+            raise AccessDenied(grpc.StatusCode.PERMISSION_DENIED,
+                               f"{short_method} needs an admin account; "
+                               f"{account.access_key} is not one")
+        for need in needs_of(short_method, request):
+            owned = (account.topic_perm(need.name) if need.kind is Kind.TOPIC
+                     else account.group_perm(need.name))
+            if not owned.grants(need.perm):
+                raise AccessDenied(grpc.StatusCode.PERMISSION_DENIED,
+                                   f"{account.access_key} has {owned.text()} on "
+                                   f"{need.kind.value} {need.name!r}; "
+                                   f"{short_method} needs {need.perm.text()}")

@@ -1,0 +1,133 @@
+"""BrokerGate: the server interceptor in front of every BrokerService call.
+
+In order, for each call: authenticate (when access control is on), take the
+client's rate and in-flight budget (:class:`ClientLimits`), authorize the
+request against the ACL, run the call, give the in-flight slot back.
+Authentication comes first so the budget is keyed by an access key nobody
+can forge; authorization after the budget, because it reads the request and
+a flood should cost as little as possible.
+
+Refusals are logged (method, peer, access key, reason; never a secret or a
+signature) and answered UNAUTHENTICATED, PERMISSION_DENIED or
+RESOURCE_EXHAUSTED. Health, reflection and other services pass untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from services.broker.access.authorizer import AccessDenied, Authorizer
+from services.broker.access.client_limits import ClientLimits
+from services.broker.access.resources import BROKER_SERVICE_PREFIX
+
+log = logging.getLogger(__name__)
+
+FLOOD_LOG_INTERVAL_S = 10.0
+"""A client refused for its limits is logged at most once per interval (a flood is many)."""
+
+
+def peer_host(peer: str) -> str:
+    """``ipv4:1.2.3.4:5`` -> ``1.2.3.4``; ``ipv6:[::1]:5`` -> ``[::1]``; else ``peer``."""
+    kind, _, address = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return address.rpartition(":")[0]
+    return peer
+
+
+class BrokerGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Access control and client limits around the broker's handlers."""
+
+    def __init__(self, authorizer: Authorizer | None, limits: ClientLimits | None) -> None:
+        self._authorizer = authorizer
+        self._limits = limits
+        self._flood_logged: dict[str, float] = {}
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
+                                handler_call_details: Any) -> Any:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or not method.startswith(BROKER_SERVICE_PREFIX):
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._stream(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        return handler  # the broker has no client-streaming calls
+
+    def _unary(self, method: str, inner: Callable[..., Awaitable[Any]]
+               ) -> Callable[..., Awaitable[Any]]:
+        async def gated(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            key = await self._admit(method, request, context)
+            try:
+                return await inner(request, context)
+            finally:
+                self._release(key)
+
+        return gated
+
+    def _stream(self, method: str, inner: Callable[..., AsyncIterator[Any]]
+                ) -> Callable[..., AsyncIterator[Any]]:
+        async def gated(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            key = await self._admit(method, request, context)
+            try:
+                async for item in inner(request, context):
+                    yield item
+            finally:
+                self._release(key)
+
+        return gated
+
+    async def _admit(self, method: str, request: Any, context: grpc.aio.ServicerContext
+                     ) -> str | None:
+        """The client's limits key once the call may go on; aborts the call otherwise."""
+        peer = context.peer()
+        key = peer_host(peer)
+        access_key = ""
+        try:
+            if self._authorizer is not None:
+                account = self._authorizer.authenticate(method, context.invocation_metadata())
+                access_key = key = account.access_key
+            if self._limits is not None:
+                why = self._limits.acquire(key)
+                if why:
+                    raise AccessDenied(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{key}: {why}")
+            try:
+                if self._authorizer is not None:
+                    self._authorizer.authorize(account, method[len(BROKER_SERVICE_PREFIX):],
+                                               request)
+            except AccessDenied:
+                self._release(key)
+                raise
+        except AccessDenied as exc:
+            if self._should_log(exc.code, key):
+                log.warning("refused %s from %s%s: %s: %s", method, peer,
+                            f" (access key {access_key})" if access_key else "",
+                            exc.code.name, exc)
+            await context.abort(exc.code, str(exc))
+        return key if self._limits is not None else None
+
+    def _should_log(self, code: grpc.StatusCode, key: str) -> bool:
+        if code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return True
+        now = time.monotonic()
+        if now - self._flood_logged.get(key, -FLOOD_LOG_INTERVAL_S) < FLOOD_LOG_INTERVAL_S:
+            return False
+        if len(self._flood_logged) > 10_000:
+            self._flood_logged.clear()
+        self._flood_logged[key] = now
+        return True
+
+    def _release(self, key: str | None) -> None:
+        if key is not None and self._limits is not None:
+            self._limits.release(key)

@@ -1,0 +1,142 @@
+"""What each BrokerService call needs: the topics and groups it touches, and how.
+
+RocketMQ's ACL parses each request code's header into resources (topic or
+group) and the permission it needs; this is the same table for BoltMQ's
+calls. A retry or dead-letter topic (``%RETRY%G``, ``%DLQ%G``) is the
+consumer group G's resource, as in RocketMQ: whoever may consume as G may
+read its retries.
+
+Call kind    | Calls
+-------------+-----------------------------------------------------------------
+PUB / SUB    | SendMessage (topic PUB); PullMessage, offsets, locks, heartbeat,
+             | send-back, dead-letter listing, key queries (group / topic SUB)
+ANY ACCOUNT  | read-only cluster views (ListTopics, TopicStatus, ListGroups,
+             | GroupProgress, GetBrokerInfo) and transactions (EndTransaction,
+             | TransactionChecks: the half message's topic was checked on send)
+ADMIN        | UpsertTopic, DeleteTopic, Promote, ViewMessage, GetMetadata,
+             | ResendDeadLetters, GetAcl, UpdateAcl, and any call not listed
+             | (a new call is admin-only until it is given a row here)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from services.broker.access.acl_file import Perm
+
+BROKER_SERVICE_PREFIX = "/boltmq.v1.BrokerService/"
+_GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
+
+
+class Kind(enum.Enum):
+    """A resource's namespace."""
+
+    TOPIC = "topic"
+    GROUP = "group"
+
+
+@dataclass(frozen=True)
+class Need:
+    """One right a call needs."""
+
+    kind: Kind
+    name: str
+    perm: Perm
+
+
+def topic_need(topic: str, perm: Perm) -> Need:
+    """The need for ``topic``; a retry / DLQ topic is its group's SUB (module docstring)."""
+    for prefix in _GROUP_TOPIC_PREFIXES:
+        if topic.startswith(prefix):
+            return Need(Kind.GROUP, topic[len(prefix):], Perm.SUB)
+    return Need(Kind.TOPIC, topic, perm)
+
+
+def group_need(group: str) -> Need:
+    """A consumer group's SUB."""
+    return Need(Kind.GROUP, group, Perm.SUB)
+
+
+def _send(request: Any) -> Iterator[Need]:
+    topics = {m.topic for m in request.messages}
+    if request.topic:
+        topics.add(request.topic)
+    for topic in sorted(topics):
+        yield topic_need(topic, Perm.PUB)
+
+
+def _pull(request: Any) -> Iterator[Need]:
+    yield group_need(request.consumer_group)
+    yield topic_need(request.topic, Perm.SUB)
+
+
+def _group_and_topic(request: Any) -> Iterator[Need]:
+    yield group_need(request.group)
+    yield topic_need(request.topic, Perm.SUB)
+
+
+def _heartbeat(request: Any) -> Iterator[Need]:
+    for group in request.consumer_groups:
+        yield group_need(group.group)
+        for subscription in group.subscriptions:
+            yield topic_need(subscription.topic, Perm.SUB)
+
+
+def _unregister(request: Any) -> Iterator[Need]:
+    for group in request.consumer_groups:
+        yield group_need(group)
+
+
+def _locks(request: Any) -> Iterator[Need]:
+    yield group_need(request.group)
+    for topic in sorted({q.topic for q in request.queues}):
+        yield topic_need(topic, Perm.SUB)
+
+
+def _group(request: Any) -> Iterator[Need]:
+    yield group_need(request.group)
+
+
+def _key_query(request: Any) -> Iterator[Need]:
+    yield topic_need(request.topic, Perm.SUB)
+
+
+def _nothing(request: Any) -> Iterator[Need]:
+    return iter(())
+
+
+NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
+    "SendMessage": _send,
+    "PullMessage": _pull,
+    "Heartbeat": _heartbeat,
+    "UnregisterClient": _unregister,
+    "GetConsumerList": _group,
+    "UpdateConsumerOffset": _group_and_topic,
+    "QueryConsumerOffset": _group_and_topic,
+    "LockQueues": _locks,
+    "UnlockQueues": _locks,
+    "QueryMessageByKey": _key_query,
+    "ConsumerSendBack": _group,
+    "ListDeadLetters": _group,
+    "ListTopics": _nothing,
+    "TopicStatus": _nothing,
+    "ListGroups": _nothing,
+    "GroupProgress": _nothing,
+    "GetBrokerInfo": _nothing,
+    "EndTransaction": _nothing,
+    "TransactionChecks": _nothing,
+}
+"""Non-admin calls by method name -> the rights they need; every other call is admin-only."""
+
+
+def is_admin_call(method: str) -> bool:
+    """True for a call only admin accounts may make (``method`` is the short name)."""
+    return method not in NEEDS
+
+
+def needs_of(method: str, request: Any) -> list[Need]:
+    """Rights a non-admin ``method`` needs for ``request`` (duplicates dropped)."""
+    return list(dict.fromkeys(NEEDS[method](request)))
