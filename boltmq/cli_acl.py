@@ -55,7 +55,7 @@ def show(admin_: Admin) -> None:
 
 
 @acl.command("set-account")
-@click.argument("access_key")
+@click.argument("account_key", metavar="ACCESS_KEY")
 @click.option("--account-secret", prompt=True, hide_input=True, confirmation_prompt=True,
               envvar="BOLTMQ_ACCOUNT_SECRET", show_envvar=True,
               help="The account's secret key (asked for when not given).")
@@ -69,26 +69,26 @@ def show(admin_: Admin) -> None:
 @click.option("--group", "groups", multiple=True, metavar="NAME=PERM",
               help="Rights on one consumer group (repeatable), e.g. billing=SUB.")
 @_with_admin
-def set_account(admin_: Admin, access_key: str, account_secret: str, is_admin: bool,
+def set_account(admin_: Admin, account_key: str, account_secret: str, is_admin: bool,
                 default_topic_perm: str, default_group_perm: str, topics: tuple[str, ...],
                 groups: tuple[str, ...]) -> None:
     """Add the account ACCESS_KEY, or replace it (its secret and every right)."""
-    account = {"accessKey": access_key, "secretKey": account_secret, "admin": is_admin,
+    account = {"accessKey": account_key, "secretKey": account_secret, "admin": is_admin,
                "defaultTopicPerm": default_topic_perm.upper(),
                "defaultGroupPerm": default_group_perm.upper(),
                "topicPerms": _perm_pairs("--topic", topics),
                "groupPerms": _perm_pairs("--group", groups)}
     request = broker_pb2.UpdateAclRequest(upsert_account_json=json.dumps(account))
-    _report(admin_.each_master("UpdateAcl", request), f"account {access_key} set")
+    _report(admin_.each_master("UpdateAcl", request), f"account {account_key} set")
 
 
 @acl.command("delete-account")
-@click.argument("access_key")
+@click.argument("account_key", metavar="ACCESS_KEY")
 @_with_admin
-def delete_account(admin_: Admin, access_key: str) -> None:
+def delete_account(admin_: Admin, account_key: str) -> None:
     """Remove the account ACCESS_KEY (its calls are refused from now on)."""
-    request = broker_pb2.UpdateAclRequest(delete_access_key=access_key)
-    _report(admin_.each_master("UpdateAcl", request), f"account {access_key} deleted")
+    request = broker_pb2.UpdateAclRequest(delete_access_key=account_key)
+    _report(admin_.each_master("UpdateAcl", request), f"account {account_key} deleted")
 
 
 @acl.command("import")

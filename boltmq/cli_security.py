@@ -36,12 +36,14 @@ from boltmq.tls import ClientTLS
 F = TypeVar("F", bound=Callable[..., Any])
 _META_KEY = "boltmq.security"
 _OPTIONS = (
-    ("--tls-ca", "tls_ca", "BOLTMQ_TLS_CA_FILE", "CA bundle (PEM): use TLS."),
-    ("--tls-cert", "tls_cert", "BOLTMQ_TLS_CLIENT_CERT_FILE",
+    ("--tls-ca", "security_tls_ca", "BOLTMQ_TLS_CA_FILE", "CA bundle (PEM): use TLS."),
+    ("--tls-cert", "security_tls_cert", "BOLTMQ_TLS_CLIENT_CERT_FILE",
      "Client certificate (PEM), for mutual TLS."),
-    ("--tls-key", "tls_key", "BOLTMQ_TLS_CLIENT_KEY_FILE", "Private key of --tls-cert (PEM)."),
-    ("--access-key", "access_key", "BOLTMQ_ACCESS_KEY", "ACL access key to sign calls with."),
-    ("--secret-key", "secret_key", "BOLTMQ_SECRET_KEY",
+    ("--tls-key", "security_tls_key", "BOLTMQ_TLS_CLIENT_KEY_FILE",
+     "Private key of --tls-cert (PEM)."),
+    ("--access-key", "security_access_key", "BOLTMQ_ACCESS_KEY",
+     "ACL access key to sign calls with."),
+    ("--secret-key", "security_secret_key", "BOLTMQ_SECRET_KEY",
      "ACL secret key (prefer the BOLTMQ_SECRET_KEY environment variable)."),
 )
 
@@ -67,11 +69,11 @@ def _values() -> dict[str, str]:
 def client_tls() -> ClientTLS | None:
     """TLS of the current command (None: plaintext); a bad file is one clear CLI line."""
     values = _values()
-    if not any(values.get(k) for k in ("tls_ca", "tls_cert", "tls_key")):
+    ca, cert, key = (values.get(f"security_tls_{k}", "") for k in ("ca", "cert", "key"))
+    if not (ca or cert or key):
         return None
     try:
-        return ClientTLS.from_files(values.get("tls_ca", ""), values.get("tls_cert", ""),
-                                    values.get("tls_key", ""), prefix="--tls-")
+        return ClientTLS.from_files(ca, cert, key, prefix="--tls-")
     except ConfigError as exc:
         raise click.ClickException(_flag_names(str(exc))) from None
 
@@ -84,7 +86,8 @@ def _flag_names(text: str) -> str:
 def credentials() -> Credentials | None:
     """The current command's ACL credentials (None: unsigned calls)."""
     values = _values()
-    access_key, secret_key = values.get("access_key", ""), values.get("secret_key", "")
+    access_key = values.get("security_access_key", "")
+    secret_key = values.get("security_secret_key", "")
     if not access_key and not secret_key:
         return None
     if not access_key or not secret_key:
