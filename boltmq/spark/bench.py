@@ -29,8 +29,8 @@ from boltmq.launcher import ServiceProcess
 
 BODY_BYTES = 1024
 PATHS = ("write", "broker", "commitlog")
-STORE_SETTINGS = ("mapped_file_size_commitlog=67108864", "disk_max_used_space_ratio=100",
-                  "disk_space_clean_forcibly_ratio=100", "disk_space_warning_level_ratio=100")
+STORE_SETTINGS = ("disk_max_used_space_ratio=100", "disk_space_clean_forcibly_ratio=100",
+                  "disk_space_warning_level_ratio=100")
 TOPIC = "SparkBench"
 
 
@@ -85,13 +85,14 @@ def _reader(spark: Any, source: Any, options: dict[str, str], path: str | None =
     return source(options).reader(schema)
 
 
-def run(count: int, paths: tuple[str, ...], root: Path) -> None:
+def run(count: int, paths: tuple[str, ...], root: Path, segment_mb: int) -> None:
     from boltmq.spark.commitlog import CommitLogDataSource
     from boltmq.spark.source import BoltMQDataSource
 
     logs = root / "logs"
     registry = ServiceProcess("registry", logs).start()
-    store = ServiceProcess("store", logs, f"root_dir={root / 'store'}", *STORE_SETTINGS).start()
+    store = ServiceProcess("store", logs, f"root_dir={root / 'store'}", *STORE_SETTINGS,
+                           f"mapped_file_size_commitlog={segment_mb * 1024 * 1024}").start()
     broker = ServiceProcess("broker", logs, f"store_address={store.address}",
                             f"registry_addresses={registry.address}").start()
     try:
@@ -132,11 +133,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--path", action="append", choices=PATHS,
                         help="measure only these paths (repeatable; default: all three)")
+    parser.add_argument("--segment-mb", type=int, default=1024,
+                        help="CommitLog segment size (default: the store's, 1 GiB)")
     args = parser.parse_args(argv)
-    if args.messages <= 0:
-        parser.error("--messages must be positive")
+    if args.messages <= 0 or args.segment_mb <= 0:
+        parser.error("--messages and --segment-mb must be positive")
     with tempfile.TemporaryDirectory() as tmp:
-        run(args.messages, tuple(args.path or PATHS), Path(tmp))
+        run(args.messages, tuple(args.path or PATHS), Path(tmp), args.segment_mb)
 
 
 if __name__ == "__main__":

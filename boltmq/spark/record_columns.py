@@ -285,12 +285,15 @@ class RecordBlock:
             chunk[np.arange(_INLINE_MAX) >= lengths[short, None]] = 0
             views[short, 1:] = chunk.view("<i4")
         long = np.flatnonzero(~inline)
+        # The data buffer is the stretch the bodies lie in, not the whole mapping.
+        low = int(self.body_starts[long].min()) if len(long) else 0
+        high = int((self.body_starts[long] + lengths[long]).max()) if len(long) else 0
         views[long, 1] = self.data[self.body_starts[long, None] + np.arange(4)] \
             .view("<i4")[:, 0]
         views[long, 2] = 0
-        views[long, 3] = self.body_starts[long]
-        array = pa.Array.from_buffers(pa.binary_view(), count,
-                                      [None, pa.py_buffer(views), pa.py_buffer(self.data)])
+        views[long, 3] = self.body_starts[long] - low
+        array = pa.Array.from_buffers(pa.binary_view(), count, [
+            None, pa.py_buffer(views), pa.py_buffer(self.data[low:high])])
         return array.cast(pa.binary())
 
     def to_batch(self, schema: pa.Schema, broker_name: str | None, *, include_body: bool,
