@@ -131,8 +131,8 @@ class Broker:
         limits = (ClientLimits(config.client_request_rate_per_s, config.client_request_burst,
                                config.client_in_flight_max)
                   if config.client_request_rate_per_s or config.client_in_flight_max else None)
-        self.gate = BrokerGate(authorizer, limits)
-        """The server interceptor in front of every call (access control, client limits)."""
+        self.gate = BrokerGate(authorizer, limits) if authorizer or limits else None
+        """The server interceptor in front of every call (None: nothing to enforce)."""
 
     async def start(self, advertised_address: str) -> None:
         """Load metadata from the store, then open the arrival stream and register."""
