@@ -35,12 +35,12 @@ READY_LINE = "press Ctrl-C to stop"
 class Dev:
     """One ``python -m boltmq.cli dev`` process and the endpoints it printed."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *flags: str) -> None:
         self.data_dir = data_dir
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "boltmq.cli", "dev", "--data-dir", str(data_dir),
-             "--registry-port", "0", "--store-port", "0", "--broker-port", "0"],
+             "--registry-port", "0", "--store-port", "0", "--broker-port", "0", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
             start_new_session=True)
         self.banner: list[str] = []

@@ -30,6 +30,7 @@ from tests.integration.conftest import (
     CLUSTER_STORE_SETTINGS,
 )
 from tests.integration.procs import LaunchError, ServiceProcess
+from tests.integration.test_dev import Dev
 from tests.integration.test_ha import info, wait_until
 
 TOPIC = "TlsTopic"
@@ -152,3 +153,20 @@ def test_a_service_with_an_unusable_tls_file_stops_with_one_clear_line(
     assert process.last_error() == process.last_error().strip()
     assert message.format(**names) in process.last_error()
     assert "Traceback" not in process.log()
+
+
+def test_dev_tls_generates_certificates_and_serves_only_tls(tmp_path: Path) -> None:
+    dev = Dev(tmp_path / "data", "--tls")
+    try:
+        endpoints = dev.wait_ready()
+        tls_dir = tmp_path / "data" / "tls"
+        hint = next(line for line in dev.banner if line.startswith("try:"))
+        assert f"--tls-ca {tls_dir / 'ca.pem'}" in hint
+        certificates = DevCertificates(tls_dir / "ca.pem", tls_dir / "server.pem",
+                                       tls_dir / "server.key", tls_dir / "client.pem",
+                                       tls_dir / "client.key")
+        assert broker_info(endpoints["broker"], client_tls(certificates)).broker_name
+        with pytest.raises(grpc.RpcError):
+            broker_info(endpoints["broker"], None)
+    finally:
+        dev.kill()
