@@ -93,29 +93,32 @@ class LongPollHub:
             _resolve(entries, False)
 
     async def wait(self, topic: str, queue_id: int, queue_offset: int, token: ArrivalToken,
-                   timeout_s: float) -> bool:
+                   timeout_s: float, *, counted: bool = True) -> bool:
         """Park until the queue passes ``queue_offset``; True to pull again, False on timeout.
 
         Returns True at once when an arrival or reconnect happened since ``token``
-        was taken, and False at once when the hub is closed or full.
+        was taken, and False at once when the hub is closed or full. ``counted``
+        False is for the broker's own waits (the delay scheduler's, one per
+        level): they hold no client call, so they neither count against
+        ``max_parked`` nor are refused by it.
         """
         if self._closed or timeout_s <= 0:
             return False
         if token != self.token(topic, queue_id):
             return True
-        if self._parked_count >= self._max_parked:
+        if counted and self._parked_count >= self._max_parked:
             log.warning("long poll: %d pulls parked already; answering at once",
                         self._parked_count)
             return False
         entry = _Parked(queue_offset, asyncio.get_running_loop().create_future())
         self._parked.setdefault((topic, queue_id), []).append(entry)
-        self._parked_count += 1
+        self._parked_count += counted
         try:
             return await asyncio.wait_for(entry.future, timeout_s)
         except TimeoutError:
             return False
         finally:
-            self._parked_count -= 1
+            self._parked_count -= counted
             self._forget((topic, queue_id), entry)
 
     def _forget(self, key: QueueKey, entry: _Parked) -> None:

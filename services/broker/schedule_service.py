@@ -135,7 +135,8 @@ class ScheduleService:
                         level, offset, response.next_begin_offset)
             self._offsets.advance(level, response.next_begin_offset)
             return
-        await self._hub.wait(SCHEDULE_TOPIC, queue_id, offset, token, IDLE_WAIT_S)
+        await self._hub.wait(SCHEDULE_TOPIC, queue_id, offset, token, IDLE_WAIT_S,
+                              counted=False)
 
     async def _wait_due(self, entry: message_pb2.MessageExt) -> bool:
         """Sleep until ``entry`` is due; False when the broker stopped being the master."""

@@ -127,10 +127,18 @@ def test_calls_beyond_max_concurrent_rpcs_are_refused_by_the_server(
     broker = start_broker("max_concurrent_rpcs=3", "long_poll_max_parked=2")
     client = stub(broker, None)
     send_one(client)
-    pulls = [parked_pull(client) for _ in range(3)]
+    pulls = [parked_pull(client) for _ in range(2)]  # two of the three slots, held
+
+    def burst_refused() -> bool:
+        """Eight calls at once on the one free slot: some must be refused."""
+        calls = [client.GetBrokerInfo.future(broker_pb2.GetBrokerInfoRequest(), timeout=5)
+                 for _ in range(8)]
+        codes = [call.code() for call in calls]
+        return grpc.StatusCode.RESOURCE_EXHAUSTED in codes
+
     try:
-        wait_until(lambda: info_code(client) == grpc.StatusCode.RESOURCE_EXHAUSTED,
-                   "a call beyond three in progress to be refused")
+        wait_until(burst_refused, "a call beyond three in progress to be refused")
+        assert not any(p.done() for p in pulls)  # the parked pulls kept their slots
     finally:
         for pull in pulls:
             pull.cancel()
