@@ -25,6 +25,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.procs import ServiceProcess
 from tests.integration.test_ha import wait_until
+from tests.integration.test_metrics import free_port, scrape
 
 FLOODER = Credentials("flooder-app", "flooder-secret")
 OTHER = Credentials("other-app", "other-secret")
@@ -85,6 +86,23 @@ def send_one(client: broker_pb2_grpc.BrokerServiceStub) -> None:
         message_pb2.Message(topic=TOPIC, queue_id=0, body=b"x")]), timeout=5)
 
 
+def first_message_dispatched(client: broker_pb2_grpc.BrokerServiceStub) -> None:
+    """Wait for offset 0 to be pullable: a pull at 1 before that is an overflow, not parked."""
+    reply = client.PullMessage(broker_pb2.BrokerPullRequest(
+        consumer_group="limits-group", topic=TOPIC, queue_id=0, queue_offset=0,
+        max_messages=1, suspend_timeout_ms=10_000), timeout=15)
+    assert reply.status == 0, reply  # FOUND
+
+
+def parked_pulls(metrics_port: int) -> float:
+    """The broker's own count of parked pulls, read from its Prometheus endpoint.
+
+    The test waits on it before probing: the pulls and a probe travel on separate
+    HTTP/2 streams, and the server may take the probe first.
+    """
+    return scrape(metrics_port).get(("boltmq_broker_long_polls_parked", frozenset()), 0.0)
+
+
 def test_a_flood_is_refused_while_other_clients_are_served(
         start_broker: Callable[..., ServiceProcess]) -> None:
     broker = start_broker("acl_enable=true", "client_request_rate_per_s=5",
@@ -103,13 +121,16 @@ def test_a_flood_is_refused_while_other_clients_are_served(
 
 def test_parked_pulls_count_against_a_clients_in_flight_cap(
         start_broker: Callable[..., ServiceProcess]) -> None:
-    broker = start_broker("acl_enable=true", "client_in_flight_max=2")
+    metrics_port = free_port()
+    broker = start_broker("acl_enable=true", "client_in_flight_max=2",
+                          f"metrics_port={metrics_port}")
     flooder, other = stub(broker, FLOODER), stub(broker, OTHER)
     send_one(other)
+    first_message_dispatched(other)
     pulls = [parked_pull(flooder) for _ in range(2)]
     try:
-        wait_until(lambda: info_code(flooder) == grpc.StatusCode.RESOURCE_EXHAUSTED,
-                   "the flooder's third call to be refused while two pulls are parked")
+        wait_until(lambda: parked_pulls(metrics_port) == 2, "both pulls to be parked")
+        assert info_code(flooder) == grpc.StatusCode.RESOURCE_EXHAUSTED  # the third call
         assert info_code(other) == grpc.StatusCode.OK
         assert not any(p.done() for p in pulls)          # the parked ones are unharmed
         send_one(other)                                   # wakes them: a message arrived
@@ -127,6 +148,7 @@ def test_calls_beyond_max_concurrent_rpcs_are_refused_by_the_server(
     broker = start_broker("max_concurrent_rpcs=3", "long_poll_max_parked=2")
     client = stub(broker, None)
     send_one(client)
+    first_message_dispatched(client)
     pulls = [parked_pull(client) for _ in range(2)]  # two of the three slots, held
 
     def burst_refused() -> bool:
