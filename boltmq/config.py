@@ -121,6 +121,9 @@ class ServerSettings:
     """How long a SIGTERM waits for in-flight calls before they are cancelled."""
     metrics_port: int = 0
     """Port of the Prometheus scrape endpoint (0: no endpoint)."""
+    health_port: int = 0
+    """Port of a plaintext listener with only the gRPC health service, for probes that
+    cannot speak the service port's TLS (0: none)."""
     log_format: str = "text"
     """``text`` (one line per record) or ``json`` (one object per line, with trace ids)."""
     trace_file: str = ""
@@ -141,8 +144,11 @@ class ServerSettings:
     def __post_init__(self) -> None:
         if self.shutdown_grace_ms < 0:
             raise ConfigError("shutdown_grace_ms must be >= 0")
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError("metrics_port must be between 0 and 65535")
+        for name in ("metrics_port", "health_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ConfigError(f"{name} must be between 0 and 65535")
+        if self.health_port and self.health_port == self.metrics_port:
+            raise ConfigError("health_port and metrics_port must differ")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, "
                               f"got {self.log_format!r}")

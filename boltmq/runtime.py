@@ -7,6 +7,12 @@ free port and the real one is returned) and graceful shutdown on SIGTERM or
 SIGINT. Services provide a ``Service`` with ``add_to(server)``, ``start()`` and
 ``stop()``; :func:`serve` runs it until a signal arrives.
 
+``health_port`` (``BOLTMQ_HEALTH_PORT``, 0: none) adds a second, plaintext
+listener that serves only the health service, with the same statuses: the
+kubelet's native gRPC probes speak neither TLS (before an alpha feature gate)
+nor mutual TLS, so a service port under TLS cannot be probed. It says nothing
+but SERVING / NOT_SERVING, and is meant for the pod network only.
+
 A process started by a test or by ``boltmq dev`` prints one line on stdout,
 ``READY <service> <host:port>``, once it is SERVING, so the parent can read the
 port back without polling.
@@ -231,6 +237,23 @@ async def create_server(services: Iterable[Service], host: str, port: int,
     return server, bound, health_servicer
 
 
+async def start_health_listener(health_servicer: health.aio.HealthServicer, host: str,
+                                port: int) -> grpc.aio.Server:
+    """A started plaintext server on ``host:port`` with only ``health_servicer`` on it."""
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    check_port_free(host, port)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise PortInUse(f"cannot listen on {host}:{port} (health_port): {exc}") from None
+    if bound == 0:
+        raise PortInUse(f"cannot listen on {host}:{port} (health_port; in use or not permitted)")
+    await server.start()
+    log.info("health checks (plaintext) on %s:%d", host, bound)
+    return server
+
+
 async def create_in_process(service: Service, host: str, port: int,
                             tls: ServerTLS | None = None) -> tuple[grpc.aio.Server, int]:
     """A bound server with ``service`` started and SERVING, for in-process use (tests).
@@ -280,15 +303,22 @@ async def _ready_unless_stopped(service: Service, stop: asyncio.Event) -> bool:
 
 
 async def serve(service: Service, host: str, port: int, grace_s: float = 10.0,
-                tls: ServerTLS | None = None) -> None:
-    """Start ``service`` on ``host:port``, announce READY, run until SIGTERM/SIGINT."""
+                tls: ServerTLS | None = None, health_port: int = 0) -> None:
+    """Start ``service`` on ``host:port``, announce READY, run until SIGTERM/SIGINT.
+
+    ``health_port`` > 0 also serves the health statuses in plaintext there.
+    """
     allocator.keep_freed_memory()  # batch calls stop page-faulting their buffers in
     server, bound, health_servicer = await create_server([service], host, port, tls)
-    await server.start()
+    health_server = (await start_health_listener(health_servicer, host, health_port)
+                     if health_port else None)
     try:
+        await server.start()
         await service.start()
     except BaseException:
         await server.stop(0)
+        if health_server is not None:
+            await health_server.stop(0)
         raise
     allocator.settle_garbage_collector()  # recovered state out of the collector's walks
     stop = asyncio.Event()
@@ -310,4 +340,6 @@ async def serve(service: Service, host: str, port: int, grace_s: float = 10.0,
         await server.stop(grace_s)
     finally:
         await service.stop()
+        if health_server is not None:
+            await health_server.stop(0)
     log.info("%s stopped", service.name)

@@ -79,4 +79,5 @@ async def serve(config: HAConfig) -> None:
     """Run the HA service until SIGTERM/SIGINT (what ``boltmq serve ha`` calls)."""
     server_tls = tls.server_tls(config)  # a bad file fails before anything starts
     await runtime.serve(HAService(config), config.listen_host, config.listen_port,
-                        grace_s=config.shutdown_grace_ms / 1000, tls=server_tls)
+                        grace_s=config.shutdown_grace_ms / 1000, tls=server_tls,
+                        health_port=config.health_port)

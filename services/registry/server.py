@@ -217,4 +217,5 @@ async def serve(config: RegistryConfig) -> None:
     """Run one registry until SIGTERM/SIGINT (``boltmq serve registry``)."""
     server_tls = tls.server_tls(config)  # a bad file fails before anything starts
     await runtime.serve(RegistryService(config), config.listen_host, config.listen_port,
-                        grace_s=config.shutdown_grace_ms / 1000, tls=server_tls)
+                        grace_s=config.shutdown_grace_ms / 1000, tls=server_tls,
+                        health_port=config.health_port)

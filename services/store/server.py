@@ -95,7 +95,8 @@ async def serve(config: StoreConfig) -> None:
     service = StoreService(config)
     try:
         await runtime.serve(service, config.listen_host, config.listen_port,
-                            grace_s=config.shutdown_grace_ms / 1000, tls=server_tls)
+                            grace_s=config.shutdown_grace_ms / 1000, tls=server_tls,
+                            health_port=config.health_port)
     finally:
         # runtime.serve stops the service after a signal; this covers the paths
         # where it raises first (shutdown is idempotent).

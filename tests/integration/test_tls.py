@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 from click.testing import CliRunner
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from boltmq import dev_certificates
 from boltmq.cli import main
@@ -23,7 +24,7 @@ from boltmq.producer import Producer
 from boltmq.pull_consumer import PullConsumer
 from boltmq.runtime import sync_channel
 from boltmq.tls import ClientTLS
-from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2_grpc
+from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2, store_pb2_grpc
 from tests.integration.conftest import (
     CLUSTER_BROKER_SETTINGS,
     CLUSTER_REGISTRY_SETTINGS,
@@ -32,6 +33,7 @@ from tests.integration.conftest import (
 from tests.integration.procs import LaunchError, ServiceProcess
 from tests.integration.test_dev import Dev
 from tests.integration.test_ha import info, wait_until
+from tests.integration.test_metrics import free_port
 
 TOPIC = "TlsTopic"
 
@@ -170,3 +172,58 @@ def test_dev_tls_generates_certificates_and_serves_only_tls(tmp_path: Path) -> N
             broker_info(endpoints["broker"], None)
     finally:
         dev.kill()
+
+
+def health_status(address: str, service: str = "") -> int:
+    """The plaintext health check the kubelet's gRPC probe makes."""
+    with grpc.insecure_channel(address) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=5)
+        return int(reply.status)
+
+
+@pytest.mark.parametrize("service", ["registry", "store"])
+def test_health_port_answers_plaintext_probes_of_a_mutual_tls_service_and_nothing_else(
+        tmp_path: Path, certificates: DevCertificates, service: str) -> None:
+    health_port = free_port()
+    settings = [*certificates.server_settings(mutual=True), f"health_port={health_port}"]
+    if service == "store":
+        settings.append(f"root_dir={tmp_path / 'store'}")
+    process = ServiceProcess(service, tmp_path / "logs", *settings).start()
+    try:
+        health_address = f"127.0.0.1:{health_port}"
+        assert health_status(health_address) == health_pb2.HealthCheckResponse.SERVING
+        assert health_status(health_address, "liveness") == health_pb2.HealthCheckResponse.SERVING
+        with grpc.insecure_channel(health_address) as channel:  # health only, no store API
+            with pytest.raises(grpc.RpcError) as refused:
+                store_pb2_grpc.StoreServiceStub(channel).QueueRange(
+                    store_pb2.QueueRangeRequest(topic="t", queue_id=0), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        with pytest.raises(grpc.RpcError):  # the service port itself stays TLS-only
+            health_status(process.address)
+    finally:
+        process.stop()
+    with pytest.raises(grpc.RpcError) as gone:  # the health listener ends with the service
+        health_status(health_address)
+    assert gone.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("70000", "health_port must be between 0 and 65535"),
+    ("-1", "health_port must be between 0 and 65535"),
+    ("nine", "health_port"),
+])
+def test_a_bad_health_port_is_refused_with_one_clear_line(tmp_path: Path, value: str,
+                                                          message: str) -> None:
+    process = ServiceProcess("registry", tmp_path / "logs", f"health_port={value}")
+    with pytest.raises(LaunchError, match="did not start"):
+        process.start()
+    assert message in process.last_error()
+
+
+def test_health_port_equal_to_metrics_port_is_refused(tmp_path: Path) -> None:
+    process = ServiceProcess("registry", tmp_path / "logs", "health_port=9199",
+                             "metrics_port=9199")
+    with pytest.raises(LaunchError, match="did not start"):
+        process.start()
+    assert "health_port and metrics_port must differ" in process.last_error()

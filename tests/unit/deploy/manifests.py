@@ -122,7 +122,10 @@ def _field(path: str, pod_name: str, namespace: str) -> str:
 
 def container_env(container: dict[str, Any], config_maps: dict[str, dict[str, Any]],
                   pod_name: str, namespace: str) -> dict[str, str]:
-    """The container's environment: envFrom ConfigMaps first, ``env`` over them."""
+    """The container's environment: envFrom ConfigMaps first, ``env`` over them.
+
+    A Secret's key stands in as ``sample-<secret>-<key>`` (the tests have no Secrets).
+    """
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
         name = source["configMapRef"]["name"]
@@ -132,6 +135,9 @@ def container_env(container: dict[str, Any], config_maps: dict[str, dict[str, An
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = expand(item["value"], env)
+        elif "secretKeyRef" in item["valueFrom"]:
+            ref = item["valueFrom"]["secretKeyRef"]
+            env[item["name"]] = f"sample-{ref['name']}-{ref['key']}"
         else:
             env[item["name"]] = _field(item["valueFrom"]["fieldRef"]["fieldPath"], pod_name,
                                        namespace)

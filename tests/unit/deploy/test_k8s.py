@@ -37,11 +37,9 @@ from tests.unit.deploy.manifests import (
 MIN_KUBERNETES = "1.30"
 """Oldest Kubernetes the base and dev overlay are validated against (native gRPC probes GA)."""
 LATEST_KUBERNETES = kubernetes_validate.utils.latest_version()
-TLS_PROBE_KUBERNETES = "1.37"
-"""gRPC probes' ``mode: TLS`` (production) exists from here on."""
 SCHEMA_VERSIONS = {"base": (MIN_KUBERNETES, LATEST_KUBERNETES),
                    "dev": (MIN_KUBERNETES, LATEST_KUBERNETES),
-                   "production": (TLS_PROBE_KUBERNETES, LATEST_KUBERNETES)}
+                   "production": (MIN_KUBERNETES, LATEST_KUBERNETES)}
 WILDCARD_HOST = "0.0.0.0"
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 _QUANTITY = re.compile(r"^(\d+)(Mi|Gi|Ti)$")
@@ -90,13 +88,6 @@ def test_schema_validation_rejects_a_broken_object() -> None:
         _validate(workload, LATEST_KUBERNETES)
 
 
-def test_tls_probes_do_not_validate_before_kubernetes_1_37() -> None:
-    """Why production is validated from 1.37 on: an older API server refuses ``mode``."""
-    workload = _workloads("production")["boltmq-broker-a"]
-    with pytest.raises(kubernetes_validate.ValidationError):
-        _validate(workload, "1.36")
-
-
 # ---------------------------------------------------------------- commands and settings
 def test_every_container_runs_boltmq_serve_with_a_valid_config(target: str) -> None:
     resolved = containers(target)
@@ -136,20 +127,38 @@ def test_unknown_variable_references_and_config_maps_are_caught() -> None:
         container_env(container, {}, "boltmq-broker-a-0", "boltmq")
 
 
-def test_probes_use_grpc_health_on_the_service_port(target: str) -> None:
+def test_probes_ask_the_plaintext_health_port(target: str) -> None:
+    """Every container has a health port, and the kubelet's gRPC probes use it.
+
+    The kubelet probes in plaintext and without a client certificate, so a probe
+    of a TLS (or mutual TLS) service port would fail; ``health_port`` is a
+    plaintext listener with only the health service (boltmq.runtime).
+    """
     for c in containers(target):
         ports = {p["containerPort"] for p in c.spec["ports"]}
         assert c.config.listen_port in ports, c.name
         if c.config.metrics_port:
             assert c.config.metrics_port in ports, c.name
+        assert c.config.health_port, f"{c.pod_name}/{c.name}: no BOLTMQ_HEALTH_PORT"
+        assert c.config.health_port in ports, c.name
+        assert c.config.health_port not in (c.config.listen_port, c.config.metrics_port)
         for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
             grpc = c.spec[kind]["grpc"]
-            assert grpc["port"] == c.config.listen_port, f"{c.name} {kind}"
+            assert grpc["port"] == c.config.health_port, f"{c.name} {kind}"
             expected = "" if kind == "readinessProbe" else LIVENESS_SERVICE
             assert grpc.get("service", "") == expected, f"{c.name} {kind}"
-            # The kubelet probes in plaintext unless told otherwise; a TLS-only
-            # server would fail every plaintext probe.
-            assert (grpc.get("mode") == "TLS") == bool(c.config.tls_cert_file), c.name
+            assert "mode" not in grpc, f"{c.name} {kind}: the health port is plaintext"
+
+
+def test_container_ports_of_a_pod_do_not_collide(target: str) -> None:
+    for workload in _workloads(target).values():
+        seen: dict[int, str] = {}
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            for port in container["ports"]:
+                number = port["containerPort"]
+                assert number not in seen, \
+                    f"{container['name']} and {seen[number]} both use port {number}"
+                seen[number] = container["name"]
 
 
 # ---------------------------------------------------------------- the broker group
@@ -301,3 +310,27 @@ def test_production_is_a_sync_master_with_a_replica_tls_and_telemetry() -> None:
         assert c.env["OTEL_SERVICE_NAME"] == f"boltmq-{c.service}"
     broker_pod = workloads["boltmq-broker-a"]["spec"]["template"]["spec"]
     assert "boltmq-acl" in {v.get("secret", {}).get("secretName") for v in broker_pod["volumes"]}
+
+
+def test_production_brokers_enforce_the_acl_and_sign_their_own_metadata_copies() -> None:
+    """Every production broker has admin credentials from the ACL Secret.
+
+    A replica's broker copies its master's metadata through the ACL; after a
+    failover any ordinal may be that replica, so ordinal 0 needs them too.
+    """
+    brokers = [c for c in containers("production") if c.service == "broker"]
+    assert {c.ordinal for c in brokers} == {0, 1}
+    for c in brokers:
+        assert c.config.acl_enable and c.config.acl_file == "/etc/boltmq/acl/acl.json"
+        refs = {item["name"]: item["valueFrom"]["secretKeyRef"]
+                for item in c.spec["env"] if "secretKeyRef" in item.get("valueFrom", {})}
+        assert refs == {"BOLTMQ_ACCESS_KEY": {"name": "boltmq-acl", "key": "broker-access-key"},
+                        "BOLTMQ_SECRET_KEY": {"name": "boltmq-acl", "key": "broker-secret-key"}}
+        assert c.config.access_key == "sample-boltmq-acl-broker-access-key"
+        assert c.mounts()["/etc/boltmq/acl"] == "acl"
+    acl_volume = next(v for v in brokers[0].pod["volumes"] if v["name"] == "acl")
+    # The credentials are env only: the mounted directory holds the document alone.
+    assert acl_volume["secret"]["items"] == [{"key": "acl.json", "path": "acl.json"}]
+    for target in ("base", "dev"):
+        assert not any(c.config.acl_enable or c.config.access_key
+                       for c in containers(target) if c.service == "broker")
