@@ -36,6 +36,28 @@ from services.broker.topic_config import TOPICS_FILE, TopicConfigManager
 
 log = logging.getLogger(__name__)
 
+_ACL_REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+class MetadataSyncFailed(BrokerError):
+    """GetMetadata on the master broker failed; the message names the master and the status.
+
+    A refusal by the master's ACL says what to configure: GetMetadata is an
+    admin call, so the replica signs with an admin account's keys.
+    """
+
+    def __init__(self, master: str, code: grpc.StatusCode, details: str,
+                 credentials: Credentials | None) -> None:
+        hint = ""
+        if code in _ACL_REFUSALS:
+            signed = (f"signed as {credentials.access_key}" if credentials
+                      else "unsigned: this broker has no access_key")
+            hint = (f" (call {signed}; the master enforces its ACL and needs an admin "
+                    "account's credentials: set this broker's access_key / secret_key)")
+        super().__init__(f"GetMetadata on master broker {master} failed: {code.name}: "
+                         f"{details}{hint}")
+        self.code = code
+
 
 class MetadataSync:
     """The replica side's periodic copy of the master broker's tables."""
@@ -112,6 +134,9 @@ class MetadataSync:
         try:
             response = await broker_pb2_grpc.BrokerServiceStub(channel).GetMetadata(
                 broker_pb2.GetMetadataRequest(), timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise MetadataSyncFailed(address, exc.code(), exc.details() or "",
+                                     self.credentials) from None
         finally:
             await channel.close()
         documents = dict(response.documents)
