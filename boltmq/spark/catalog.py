@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from boltmq.client import PERM_READ, ClientInstance, rpc_error_text
+from boltmq.client import PERM_READ, rpc_error_text
 from boltmq.message import MessageQueue
 from boltmq.pull_consumer import pull_queue
 from boltmq.registry_client import RegistryError, TopicNotFound
@@ -52,8 +52,7 @@ class Catalog:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.client = ClientInstance(options.registry,
-                                     rpc_timeout_s=options.rpc_timeout_ms / 1000)
+        self.client = options.security.client(options.registry, options.rpc_timeout_ms / 1000)
 
     def __enter__(self) -> Catalog:
         return self
@@ -78,15 +77,17 @@ class Catalog:
             raise OptionError(f"topic {topic!r} does not exist (the registry at "
                               f"{self.options.registry} knows no route for it)") from None
         except RegistryError as exc:
-            raise OptionError(f"registry {self.options.registry} cannot be reached: "
-                              f"{exc}") from None
+            raise self._unreachable(exc) from None
+
+    def _unreachable(self, exc: RegistryError) -> OptionError:
+        return OptionError(f"registry {self.options.registry} cannot be reached: {exc}"
+                           f"{self.options.security.unreachable_hint()}")
 
     def _all_topics(self) -> set[str]:
         try:
             cluster = self.client.registry.cluster_info()
         except RegistryError as exc:
-            raise OptionError(f"registry {self.options.registry} cannot be reached: "
-                              f"{exc}") from None
+            raise self._unreachable(exc) from None
         names: set[str] = set()
         for broker in cluster.brokers:
             if broker.broker_id != 0:
@@ -121,8 +122,10 @@ class Catalog:
             return getattr(self.client.broker(address), method)(
                 request, timeout=self.client.rpc_timeout_s)
         except grpc.RpcError as exc:
-            raise OptionError(f"broker {address} {method} failed: {rpc_error_text(exc)}") \
-                from None
+            hint = self.options.security.unreachable_hint() \
+                if exc.code() == grpc.StatusCode.UNAVAILABLE else ""  # type: ignore[attr-defined]
+            raise OptionError(f"broker {address} {method} failed: {rpc_error_text(exc)}"
+                              f"{hint}") from None
 
     # ------------------------------------------------------------------ offsets
     def offset_at(self, queue: QueueRange, timestamp_ms: int) -> int:

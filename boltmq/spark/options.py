@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from boltmq.spark.errors import OptionError
+from boltmq.spark.security import OPTIONS as SECURITY_OPTIONS
+from boltmq.spark.security import ClientSecurity, client_security
 from services.store.record_batch import RECORDS_MAX
 
 EARLIEST: Final = -2
@@ -121,6 +123,8 @@ class SourceOptions:
     max_offsets_per_partition: int = PARTITION_OFFSETS_MAX
     group: str = DEFAULT_GROUP
     rpc_timeout_ms: int = 10_000
+    security: ClientSecurity = field(default_factory=ClientSecurity)
+    """TLS and ACL credentials of every call (:mod:`boltmq.spark.security`)."""
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is one this query reads."""
@@ -141,6 +145,11 @@ def _registry(options: Mapping[str, str]) -> str:
     except ValueError as exc:
         raise OptionError(f"option registry={registry!r}: {exc}") from None
     return registry
+
+
+def security_options(options: Mapping[str, str]) -> ClientSecurity:
+    """The TLS and credential options of a read or write, checked, files read."""
+    return client_security(*(option_text(options, name) for name in SECURITY_OPTIONS))
 
 
 def _topics(options: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
@@ -201,6 +210,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
                                                 PARTITION_OFFSETS_MAX) or PARTITION_OFFSETS_MAX,
         group=option_text(options, "group") or DEFAULT_GROUP,
         rpc_timeout_ms=positive_int(options, "rpcTimeoutMs", 10_000) or 10_000,
+        security=security_options(options),
     )
 
 
@@ -215,6 +225,8 @@ class SinkOptions:
     send_timeout_ms: int = 10_000
     columns: tuple[str, ...] = field(default=())
     in_flight: int = SENDS_IN_FLIGHT
+    security: ClientSecurity = field(default_factory=ClientSecurity)
+    """TLS and ACL credentials of every call (:mod:`boltmq.spark.security`)."""
 
 
 WRITE_COLUMNS: Final = ("topic", "body", "tags", "keys", "properties", "sharding_key")
@@ -241,4 +253,5 @@ def sink_options(options: Mapping[str, str], column_names: list[str]) -> SinkOpt
         group=option_text(options, "producerGroup") or DEFAULT_PRODUCER_GROUP,
         send_timeout_ms=positive_int(options, "sendTimeoutMs", 10_000) or 10_000,
         columns=tuple(c for c in column_names if c in WRITE_COLUMNS),
+        security=security_options(options),
     )

@@ -74,7 +74,7 @@ def read_partition(options: SourceOptions, spark_schema: Any,
     """The partition's messages as Arrow record batches (DataLossError per the options)."""
     schema = arrow_schema(spark_schema)
     queue = MessageQueue(partition.topic, partition.broker_name, partition.queue_id)
-    client = ClientInstance(options.registry, rpc_timeout_s=options.rpc_timeout_ms / 1000)
+    client = options.security.client(options.registry, options.rpc_timeout_ms / 1000)
     try:
         offset = partition.start
         check_loss = offset != EARLIEST

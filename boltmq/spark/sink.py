@@ -91,9 +91,10 @@ def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
     """Send every row of ``batches``; WriteError on the first refusal (the task fails)."""
     from boltmq.producer import Producer
 
-    with Producer(options.registry, options.group,
-                  send_timeout_ms=options.send_timeout_ms) as producer, \
-            _Sends(producer, options.in_flight) as sends:
+    with Producer(options.registry, options.group, send_timeout_ms=options.send_timeout_ms,
+                  tls=options.security.tls, credentials=options.security.credentials
+                  ) as producer, \
+            _Sends(producer, options.in_flight, options.security.unreachable_hint()) as sends:
         pending: dict[tuple[str, str | None], list[Message]] = {}
         for batch in batches:
             for message, sharding_key in _messages(options, batch):
@@ -110,9 +111,10 @@ def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
 class _Sends:
     """At most ``limit`` batches in flight; one at a time per (topic, sharding key)."""
 
-    def __init__(self, producer: Any, limit: int) -> None:
+    def __init__(self, producer: Any, limit: int, unreachable_hint: str) -> None:
         self.producer = producer
         self.limit = limit
+        self.unreachable_hint = unreachable_hint
         self.sent = 0
         self._pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="boltmq-spark")
         self._flying: list[Future[int]] = []
@@ -137,7 +139,8 @@ class _Sends:
             self._settle(previous)  # keep a sharding key's batches in order
         while len(self._flying) >= self.limit:
             self._settle(self._flying[0])
-        future = self._pool.submit(_send, self.producer, messages, key[1])
+        future = self._pool.submit(_send, self.producer, messages, key[1],
+                                   self.unreachable_hint)
         self._flying.append(future)
         self._last[key] = future
 
@@ -147,14 +150,18 @@ class _Sends:
         self.sent += future.result()
 
 
-def _send(producer: Any, messages: list[Message], sharding_key: str | None) -> int:
+def _send(producer: Any, messages: list[Message], sharding_key: str | None,
+          unreachable_hint: str) -> int:
     try:
         results = producer.send_batch(messages, sharding_key=sharding_key)
     except MessageError as exc:
         raise WriteError(f"a message to {messages[0].topic!r} is invalid: {exc}") from None
     except Exception as exc:
+        # The SDK's errors carry the gRPC code's name; UNAVAILABLE is where a TLS
+        # mismatch shows (the handshake failure itself is not reported).
+        hint = unreachable_hint if "UNAVAILABLE" in str(exc) else ""
         raise WriteError(f"sending {len(messages)} messages to {messages[0].topic!r} failed: "
-                         f"{exc}") from exc
+                         f"{exc}{hint}") from exc
     for result in results:
         if result.status is SendStatus.SEND_FAILED:
             raise WriteError(f"the broker refused a message to {messages[0].topic!r}: "
