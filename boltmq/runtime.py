@@ -309,6 +309,12 @@ async def serve(service: Service, host: str, port: int, grace_s: float = 10.0,
     ``health_port`` > 0 also serves the health statuses in plaintext there.
     """
     allocator.keep_freed_memory()  # batch calls stop page-faulting their buffers in
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # Before the port opens: "liveness" says SERVING from then on, and a signal
+        # during start-up (recovery) must end in a clean stop once it is done.
+        loop.add_signal_handler(sig, stop.set)
     server, bound, health_servicer = await create_server([service], host, port, tls)
     health_server = (await start_health_listener(health_servicer, host, health_port)
                      if health_port else None)
@@ -321,11 +327,7 @@ async def serve(service: Service, host: str, port: int, grace_s: float = 10.0,
             await health_server.stop(0)
         raise
     allocator.settle_garbage_collector()  # recovered state out of the collector's walks
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)  # before READY: a stop right after is clean
-    if await _ready_unless_stopped(service, stop):
+    if not stop.is_set() and await _ready_unless_stopped(service, stop):
         for service_name in (*service.service_names, ""):
             await health_servicer.set(service_name, health_pb2.HealthCheckResponse.SERVING)
         print(f"{READY_PREFIX} {service.name} {host}:{bound}", flush=True)
