@@ -38,11 +38,19 @@ SAVE_MODE_HELP = (
     "which is an append-only log."
 )
 
+OUTPUT_MODE_HELP = (
+    "A boltmq streaming write only appends: use outputMode('append') (the default). "
+    "Complete mode would send the whole result table again at every micro-batch, as new "
+    "messages, since a topic cannot be truncated; update mode is rejected by Spark for "
+    "Python sinks. Aggregations need a watermark to run in append mode."
+)
 
-def refuse_overwrite(overwrite: bool) -> None:
-    """Overwrite has no meaning for a topic; say what to do instead."""
+
+def refuse_overwrite(overwrite: bool, *, streaming: bool = False) -> None:
+    """Overwrite (a batch save mode, or complete output mode) has no meaning for a topic,
+    an append-only log; say what to do instead."""
     if overwrite:
-        raise OptionError(SAVE_MODE_HELP)
+        raise OptionError(OUTPUT_MODE_HELP if streaming else SAVE_MODE_HELP)
 
 
 @dataclass

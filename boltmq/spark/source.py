@@ -75,4 +75,5 @@ class BoltMQDataSource(DataSource):
         return BoltMQWriter(sink_options(self.options, schema.fieldNames()))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        refuse_overwrite(overwrite, streaming=True)  # Spark asks for complete mode this way
         return BoltMQStreamWriter(sink_options(self.options, schema.fieldNames()))

@@ -217,3 +217,19 @@ def test_stream_picks_up_new_topics(spark, cluster, producer, tmp_path) -> None:
     rows, _ = stream_to_memory(spark, cluster, "SparkPat.*", checkpoint, "pat2")
     assert sorted(r.body.decode() for r in rows) == \
         sorted(["SparkPatA-6", "SparkPatA-7"] + [f"SparkPatB-{i}" for i in range(4)])
+
+
+def test_streaming_write_refuses_complete_and_update_output_modes(spark, cluster, producer,
+                                                                  tmp_path) -> None:
+    send(producer, "SparkModesIn", 4)
+    source = spark.readStream.format("boltmq").option("registry", cluster.registry.address) \
+        .option("topics", "SparkModesIn").option("startingOffsets", "earliest").load()
+    counts = source.groupBy("tags").count().selectExpr("cast(count as string) as body")
+    for mode, message in (("complete", "only appends: use outputMode\\('append'\\)"),
+                          ("update", "does not support Update mode")):
+        # availableNow: were the mode accepted, the query would end, and not raise
+        query = (counts.writeStream.format("boltmq").option("registry", cluster.registry.address)
+                 .option("topic", "SparkModesOut").outputMode(mode).trigger(availableNow=True)
+                 .option("checkpointLocation", str(tmp_path / mode)).start())
+        with pytest.raises(Exception, match=message):
+            query.awaitTermination()
