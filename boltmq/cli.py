@@ -395,6 +395,25 @@ def bench_redis(url: str, count: int, size: int, batch: int, as_json: bool) -> N
     _echo_result(_bench_call(c.bench_redis, url, count, size, batch), as_json)
 
 
+@bench.command("spark")
+@click.option("--messages", default=300_000, show_default=True, type=click.IntRange(min=1),
+              help="Rows of 1 KiB written, then read back.")
+@click.option("--path", "paths", multiple=True,
+              type=click.Choice(["write", "broker", "commitlog"]),
+              help="Measure only these paths (repeatable; default: all three).")
+@click.option("--segment-mb", default=1024, show_default=True, type=click.IntRange(min=1),
+              help="CommitLog segment size (the store's default: 1 GiB).")
+def bench_spark(messages: int, paths: tuple[str, ...], segment_mb: int) -> None:
+    """The Spark connector on a local cluster: write, broker read, commitlog read rows/s."""
+    from boltmq.launcher import LaunchError
+    from boltmq.spark.bench import bench_spark as run
+
+    try:
+        run(messages, paths, segment_mb)
+    except (LaunchError, ImportError) as exc:
+        raise fail(exc) from None
+
+
 @bench.command("soak")
 @click.option("--seconds", default=600.0, show_default=True, type=click.FloatRange(min=1),
               help="How long the load runs (make soak: SOAK_SECONDS).")

@@ -1,4 +1,4 @@
-"""Spark connector throughput: ``python -m boltmq.spark.bench [--messages N]``.
+"""Spark connector throughput: ``boltmq bench spark [--messages N] [--path P] [--segment-mb M]``.
 
 Starts a registry, a store and a broker as processes in a temporary directory,
 then measures on a local[2] SparkSession, with N messages of 1 KiB:
@@ -16,7 +16,6 @@ per row in our Python; the rest of a Spark run is Spark's).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -127,20 +126,15 @@ def run(count: int, paths: tuple[str, ...], root: Path, segment_mb: int) -> None
             proc.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=300_000)
-    parser.add_argument("--path", action="append", choices=PATHS,
-                        help="measure only these paths (repeatable; default: all three)")
-    parser.add_argument("--segment-mb", type=int, default=1024,
-                        help="CommitLog segment size (default: the store's, 1 GiB)")
-    args = parser.parse_args(argv)
-    if args.messages <= 0 or args.segment_mb <= 0:
-        parser.error("--messages and --segment-mb must be positive")
+def bench_spark(count: int, paths: tuple[str, ...], segment_mb: int) -> None:
+    """Run :func:`run` in a temporary directory (removed after); ``paths`` empty: all."""
+    unknown = sorted(set(paths) - set(PATHS))
+    if count <= 0 or segment_mb <= 0 or unknown:
+        raise ValueError(f"count and segment_mb must be positive and paths among {PATHS}")
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise ImportError("the Spark benchmark needs the spark extra "
+                          "(pip install 'boltmq[spark]') and Java 17+") from None
     with tempfile.TemporaryDirectory() as tmp:
-        run(args.messages, tuple(args.path or PATHS), Path(tmp), args.segment_mb)
-
-
-if __name__ == "__main__":
-    main()
+        run(count, paths or PATHS, Path(tmp), segment_mb)
