@@ -179,13 +179,14 @@ def schedule_delayed(messages: Iterable[message_pb2.Message], config: BrokerConf
             schedule(message, *hop)
 
 
-_DELAY_MARKERS = (f"{PROPERTY_DELAY}\x01".encode(), f"{PROPERTY_TIMER_DELIVER_MS}\x01".encode())
+DELAY_MARKERS = (f"{PROPERTY_DELAY}\x01".encode(), f"{PROPERTY_TIMER_DELIVER_MS}\x01".encode())
+"""What an encoded properties section holds when it names a delay property."""
 
 
 def may_ask_for_delay(properties_raw: bytes | memoryview) -> bool:
     """Whether encoded properties (or whole records) name a delay property at all."""
     data = properties_raw if isinstance(properties_raw, bytes) else bytes(properties_raw)
-    return any(marker in data for marker in _DELAY_MARKERS)
+    return any(marker in data for marker in DELAY_MARKERS)
 
 
 def records_as_messages(request: broker_pb2.SendRequest, records: bytes

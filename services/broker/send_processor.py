@@ -24,7 +24,7 @@ from boltmq import telemetry
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from services.broker.config import BrokerConfig
 from services.broker.delay_message import (
-    may_ask_for_delay,
+    DELAY_MARKERS,
     records_as_messages,
     schedule_delayed,
 )
@@ -42,20 +42,15 @@ from services.broker.topic_config import (
 from services.broker.topic_publisher import TopicPublisher
 from services.store.record import (
     SYS_FLAG_TRANSACTION_MASK,
-    CorruptRecord,
-    InvalidMessage,
     encode_topic,
 )
 from services.store.record_batch import (
-    H_BODY_LEN,
-    H_SYS_FLAG,
-    RAW_HEAD,
     MalformedBatch,
     RecordBatch,
-    check_header,
     frame_records,
     select,
 )
+from services.store.record_heads import check_heads, sections_contain
 
 if TYPE_CHECKING:
     from services.broker.metrics import BrokerMetrics
@@ -208,27 +203,21 @@ class SendProcessor:
         """Why each record whose header is wrong is refused, by index; and whether any
         record's properties may ask for a delay.
 
-        Only the properties sections are searched for the delay names (a search
+        All heads are checked at once (:func:`check_heads`), and only the good
+        records' properties sections are searched for the delay names (a search
         over the whole batch cost ~0.8 ms per MB of bodies).
         """
         topic_field, magic = encode_topic(batch.topic)
-        properties_skip = RAW_HEAD.size + len(topic_field) + 2
-        delayed = False
-        max_body = self._config.max_message_size_bytes
-        records = memoryview(batch.records)
-        ends = positions[1:] + [len(records)]
-        refused = {}
-        for index, (position, end) in enumerate(zip(positions, ends, strict=True)):
-            try:
-                head = check_header(records, position, end - position, topic_field, magic,
-                                    max_body)
-            except (InvalidMessage, CorruptRecord) as exc:
-                refused[index] = f"records[{index}]: {exc}"
-                continue
-            if not delayed and may_ask_for_delay(
-                    records[position + properties_skip + head[H_BODY_LEN]:end]):
-                delayed = True
-            if head[H_SYS_FLAG] & SYS_FLAG_TRANSACTION_MASK:
+        checked = check_heads(batch.records, positions, topic_field, magic,
+                              self._config.max_message_size_bytes)
+        refused = {index: f"records[{index}]: {exc}" for index, exc in checked.refused.items()}
+        starts, ends = checked.properties_starts, checked.ends
+        if refused:
+            starts, ends = ([x for i, x in enumerate(column) if i not in refused]
+                            for column in (starts, ends))
+        delayed = sections_contain(batch.records, starts, ends, DELAY_MARKERS)
+        for index, sys_flag in enumerate(checked.sys_flags()):
+            if sys_flag & SYS_FLAG_TRANSACTION_MASK and index not in refused:
                 # Half messages go through the transaction service, and markers are the
                 # broker's own records: a client setting these bits would commit or
                 # hide messages behind its back.

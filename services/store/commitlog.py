@@ -66,10 +66,10 @@ from services.store.record_batch import (
     MalformedBatch,
     PropertiesTooLarge,
     RecordBatch,
-    check_batch,
     derive_properties,
     index_keys_of,
 )
+from services.store.record_heads import check_batch
 from services.store.record_scan import check_chunk, whole_records_end
 from services.store.status import PutResult, PutStatus, StoredRun
 from services.store.topic import validate_topic

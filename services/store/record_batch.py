@@ -45,8 +45,6 @@ from services.store.record import (
     SHORT,
     SYS_FLAG_BORN_HOST_V6,
     SYS_FLAG_STORE_HOST_V6,
-    SYS_FLAG_TRANSACTION_COMMIT,
-    SYS_FLAG_TRANSACTION_MASK,
     CorruptRecord,
     InvalidMessage,
     body_crc,
@@ -224,25 +222,6 @@ _derived: dict[bytes, tuple[int, tuple[str, ...]]] = {}
 _DERIVED_MAX: Final = 4096
 
 
-def check_record(records: bytes | memoryview, position: int, total: int, topic_field: bytes,
-                 magic: int, max_body_bytes: int) -> Checked:
-    """Everything :func:`check_header` checks, plus the body CRC and the properties.
-
-    What the store runs before appending: nothing it acknowledges can have a
-    damaged body or properties that do not parse.
-    """
-    head = check_header(records, position, total, topic_field, magic, max_body_bytes)
-    body_start = position + RAW_HEAD.size
-    body_end = body_start + head[H_BODY_LEN]
-    if body_crc(records[body_start:body_end]) != head[H_CRC]:
-        raise CorruptRecord("body CRC mismatch")
-    properties_raw = bytes(records[body_end + len(topic_field) + 2:position + total])
-    code, index_keys = derive_properties(properties_raw)
-    kind = head[H_SYS_FLAG] & SYS_FLAG_TRANSACTION_MASK
-    return (position, total, head, code, index_keys,
-            kind == 0 or kind == SYS_FLAG_TRANSACTION_COMMIT)
-
-
 def derive_properties(properties_raw: bytes) -> tuple[int, tuple[str, ...]]:
     """(tags code, index keys) of an encoded properties section, which it validates.
 
@@ -266,30 +245,6 @@ def index_keys_of(props: Mapping[str, str]) -> tuple[str, ...]:
     uniq = props.get(PROPERTY_UNIQ_KEY)
     result = tuple(keys.split(" ")) if keys else ()
     return (*result, uniq) if uniq else result
-
-
-def check_batch(batch: RecordBatch, max_body_bytes: int, max_record_bytes: int
-                ) -> tuple[list[Checked], dict[int, InvalidMessage | CorruptRecord]]:
-    """Every record checked: the good ones, and why each bad one (by index) is refused.
-
-    MalformedBatch when the records cannot be told apart (then none is good).
-    """
-    topic_field, magic = encode_topic(batch.topic)
-    records = batch.records
-    positions = frame_records(records, batch.count)
-    good: list[Checked] = []
-    bad: dict[int, InvalidMessage | CorruptRecord] = {}
-    ends = positions[1:] + [len(records)]
-    for index, (position, end) in enumerate(zip(positions, ends, strict=True)):
-        try:
-            if end - position > max_record_bytes:
-                raise InvalidMessage(f"record of {end - position} bytes does not fit in a "
-                                     f"segment")
-            good.append(check_record(records, position, end - position, topic_field, magic,
-                                     max_body_bytes))
-        except (InvalidMessage, CorruptRecord) as exc:
-            bad[index] = exc
-    return good, bad
 
 
 def decode_batch(batch: RecordBatch, checked: Iterable[Checked]) -> list[RawMessage]:

@@ -45,10 +45,10 @@ from services.store.record import (
 from services.store.record_batch import (
     MalformedBatch,
     RecordBatch,
-    check_batch,
     encode_send_record,
     frame_records,
 )
+from services.store.record_heads import check_batch
 from services.store.record_scan import check_chunk, whole_records_end
 from tests.reliability.scale import FUZZ_EXAMPLES
 
