@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any
 import click
 import pytest
 import yaml
+from docker.utils.build import PatternMatcher, exclude_paths
 
 from boltmq.cli import main, service_config
 
@@ -33,6 +35,7 @@ K8S_DIR = REPO_ROOT / "deploy" / "k8s"
 TARGETS = {"base": K8S_DIR / "base", "dev": K8S_DIR / "overlays" / "dev",
            "production": K8S_DIR / "overlays" / "production"}
 DOCKERFILE = REPO_ROOT / "Dockerfile"
+DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 SAMPLE_POD_IP = "10.1.2.3"
 RENDER_TIMEOUT_S = 120
 _VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -83,6 +86,49 @@ def dockerfile_stages() -> list[list[str]]:
             assert stages, "the Dockerfile must start with FROM"
             stages[-1].append(line)
     return stages
+
+
+def dockerfile_instructions(stage: list[str], keyword: str) -> list[str]:
+    """The arguments of each ``keyword`` instruction (``RUN``, ``COPY``...) of ``stage``."""
+    return [line.split(None, 1)[1] for line in stage if line.split(None, 1)[0] == keyword]
+
+
+def dockerfile_workdir(stage: list[str]) -> str:
+    """The stage's last ``WORKDIR`` (absolute), where its RUN and COPY happen."""
+    workdirs = dockerfile_instructions(stage, "WORKDIR")
+    assert workdirs and workdirs[-1].startswith("/"), "each stage sets an absolute WORKDIR"
+    return workdirs[-1]
+
+
+def dockerfile_env(stage: list[str]) -> dict[str, str]:
+    """The stage's ``ENV NAME=VALUE ...`` variables (the ``NAME=VALUE`` form only)."""
+    env: dict[str, str] = {}
+    for args in dockerfile_instructions(stage, "ENV"):
+        for item in shlex.split(args):
+            name, sep, value = item.partition("=")
+            assert sep, f"ENV {args}: use the NAME=VALUE form"
+            env[name] = value
+    return env
+
+
+def dockerignore_patterns() -> list[str]:
+    """The patterns of ``.dockerignore`` (comments and blank lines dropped)."""
+    return [line.strip() for line in DOCKERIGNORE.read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def dockerignored(path: str) -> bool:
+    """Whether ``.dockerignore`` keeps ``path`` (relative to the repo) out of the context.
+
+    Docker's own rules (a pattern excluding a directory excludes all below it,
+    ``**``, ``!`` exceptions), as the Docker SDK for Python implements them.
+    """
+    return bool(PatternMatcher(dockerignore_patterns()).matches(path))
+
+
+def build_context() -> frozenset[str]:
+    """Every path (file or directory, relative to the repo) ``docker build .`` sends."""
+    return frozenset(exclude_paths(str(REPO_ROOT), dockerignore_patterns()))
 
 
 def final_stage_user() -> tuple[int, int]:
