@@ -1,9 +1,21 @@
-"""The Dockerfile and .dockerignore, read as text (no Docker engine on the test machines).
+"""The Dockerfile and .dockerignore: read as text, then its build steps executed without Docker.
 
-The image itself is not built here; these tests keep the Dockerfile in step
-with what it packages: the generator pins of pyproject.toml, the Makefile's
-protoc run, the console script it starts, and a build context that holds
-every file it copies.
+The test machines have no Docker engine. The first tests keep the Dockerfile
+in step with what it packages: the generator pins of pyproject.toml, the
+Makefile's protoc run, the console script it starts, and a build context that
+holds every file it copies.
+
+The rest execute the builder stage under a temporary root standing for the
+image's ``/``: its COPY lines (parsed, not listed here) copy the build context
+as ``.dockerignore`` leaves it, its RUN lines run as written with this venv's
+``python`` (the generators' ``pip install`` is skipped: the venv's versions
+are checked against the pins instead), and its ``pip wheel`` builds the BoltMQ
+wheel with ``--no-deps --no-build-isolation``: no network, so no dependency
+wheel is built or fetched. The wheel is installed (``pip install --no-deps
+--target``) for a clean interpreter that sees this venv's dependencies but not
+its editable BoltMQ, and the final stage's ENTRYPOINT starts a registry from
+it. Not executed: the ``python:3.11-slim`` base image, the ``groupadd`` /
+``useradd`` layer, and installing the dependencies' wheels from PyPI.
 """
 
 from __future__ import annotations
