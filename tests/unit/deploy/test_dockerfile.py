@@ -135,8 +135,11 @@ def _in_root(root: Path, path: str) -> Path:
     return root / path.lstrip("/")
 
 
-def _copy_one(source: str, dest: Path, single: bool, context: frozenset[str]) -> None:
-    """``COPY source dest``: a file, or a directory's contents, minus what is ignored."""
+def _copy_one(source: str, dest: Path, to_file: bool, context: frozenset[str]) -> None:
+    """``COPY source dest``: a file, or a directory's contents, minus what is ignored.
+
+    ``to_file``: ``dest`` names the copy of a single file (no trailing ``/``).
+    """
     prefix = source.rstrip("/")
     files = sorted(p for p in context if (p == prefix or p.startswith(prefix + "/"))
                    and (REPO_ROOT / p).is_file())
@@ -146,7 +149,7 @@ def _copy_one(source: str, dest: Path, single: bool, context: frozenset[str]) ->
         if path != prefix:
             target = dest / path.removeprefix(prefix + "/")
         else:
-            target = dest if single and not str(dest).endswith("/") else dest / Path(path).name
+            target = dest if to_file else dest / Path(path).name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / path, target)
 
