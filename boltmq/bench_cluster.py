@@ -20,7 +20,8 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from boltmq import allocator
 from boltmq.bench_report import BenchResult, result, timed_threads
@@ -29,6 +30,9 @@ from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
 
 SEND_TIME = struct.Struct(">q")
+NO_SECURITY: Mapping[str, Any] = {}
+"""``sdk`` of a plaintext, unsigned run; else ``tls`` / ``credentials`` for the SDK
+(``boltmq bench ... --tls-ca/--access-key``, :func:`boltmq.cli_security.sdk_options`)."""
 CONSUME_PULL_BATCH = 1024
 """Messages per pull in ``consume``: each gRPC call costs the consumer, broker and store
 a few hundred microseconds whatever it carries, so 1024 per pull (about 1.1 MB) needs
@@ -36,11 +40,11 @@ a quarter of the calls of 256 (bench/RESULTS.md, issue 3: broker CPU halved)."""
 
 
 def bench_produce(registry: str, topic: str, count: int, size: int, batch: int,
-                  concurrency: int) -> BenchResult:
+                  concurrency: int, sdk: Mapping[str, Any] = NO_SECURITY) -> BenchResult:
     allocator.keep_freed_memory()
     body = b"x" * size
     per_thread = max(1, count // concurrency // batch)
-    with Producer(registry, "BENCH_PRODUCER") as producer:
+    with Producer(registry, "BENCH_PRODUCER", **sdk) as producer:
         producer.send(Message(topic=topic, body=body))  # routes and channels warm
         allocator.settle_garbage_collector()  # as the servers do (boltmq/allocator.py)
 
@@ -55,7 +59,8 @@ def bench_produce(registry: str, topic: str, count: int, size: int, batch: int,
                   f"batch {batch}, {concurrency} threads, latency per call")
 
 
-def bench_consume(registry: str, topic: str, count: int, size: int) -> BenchResult:
+def bench_consume(registry: str, topic: str, count: int, size: int,
+                  sdk: Mapping[str, Any] = NO_SECURITY) -> BenchResult:
     allocator.keep_freed_memory()
     received = 0
     done = threading.Event()
@@ -75,7 +80,7 @@ def bench_consume(registry: str, topic: str, count: int, size: int) -> BenchResu
     start = time.perf_counter()
     consumer = PushConsumer(registry, group, {topic: "*"}, listener,
                             pull_batch_size=CONSUME_PULL_BATCH, consume_batch_max_size=256,
-                            long_poll_ms=1000).start()
+                            long_poll_ms=1000, **sdk).start()
     try:
         if not done.wait(600):
             raise TimeoutError(f"only {received} of {count} messages arrived")
@@ -86,7 +91,8 @@ def bench_consume(registry: str, topic: str, count: int, size: int) -> BenchResu
                   f"fresh group from the first offset, {len(consumer.assigned) or 'all'} queues")
 
 
-def bench_e2e(registry: str, topic: str, count: int, size: int, rate: int) -> BenchResult:
+def bench_e2e(registry: str, topic: str, count: int, size: int, rate: int,
+              sdk: Mapping[str, Any] = NO_SECURITY) -> BenchResult:
     """Send-to-receive latency with the consumer parked in a long poll."""
     samples: list[int] = []
     done = threading.Event()
@@ -101,10 +107,10 @@ def bench_e2e(registry: str, topic: str, count: int, size: int, rate: int) -> Be
                 done.set()
 
     group = f"BENCH_E2E_{uuid.uuid4().hex[:8]}"
-    with Producer(registry, "BENCH_E2E_PRODUCER") as producer:
+    with Producer(registry, "BENCH_E2E_PRODUCER", **sdk) as producer:
         producer.send(Message(topic=topic, body=b"warm-up"))
         consumer = PushConsumer(registry, group, {topic: "*"}, listener, consume_from="LAST",
-                                long_poll_ms=15_000).start()
+                                long_poll_ms=15_000, **sdk).start()
         try:
             time.sleep(1.0)  # let every queue's first long poll park
             interval = 1.0 / rate

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from boltmq.cli_messages import fail
+from boltmq.cli_security import sdk_options, security_options
 from boltmq.config import ConfigError
 
 _USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, PermissionError, ValueError,
@@ -305,7 +306,7 @@ def bench_ha(scenarios: tuple[str, ...], mib: int, seconds: float, rate: int, me
     for name in scenarios or tuple(runs):
         try:
             outcomes = runs[name]()
-        except (LaunchError, TimeoutError) as exc:
+        except (LaunchError, TimeoutError, b.ReplicaDiffers) as exc:
             raise fail(exc) from None
         for outcome in outcomes:
             click.echo(to_json(outcome) if as_json else format_result(outcome))
@@ -344,13 +345,14 @@ def _bench_call(fn, *args):  # type: ignore[no-untyped-def]
 @click.option("--batch", default=256, show_default=True, type=click.IntRange(1, 4096))
 @click.option("--concurrency", default=2, show_default=True, type=click.IntRange(1, 256))
 @_JSON
+@security_options
 def bench_produce(registry: str, topic: str, count: int, size: int, batch: int,
                   concurrency: int, as_json: bool) -> None:
     """Produce to a running cluster (batch 1: one synchronous send per call)."""
     from boltmq import bench_cluster as c
 
-    _echo_result(_bench_call(c.bench_produce, registry, topic, count, size, batch, concurrency),
-                 as_json)
+    _echo_result(_bench_call(c.bench_produce, registry, topic, count, size, batch, concurrency,
+                             sdk_options()), as_json)
 
 
 @bench.command("consume")
@@ -359,11 +361,13 @@ def bench_produce(registry: str, topic: str, count: int, size: int, batch: int,
 @_COUNT
 @_SIZE
 @_JSON
+@security_options
 def bench_consume(registry: str, topic: str, count: int, size: int, as_json: bool) -> None:
     """Consume COUNT messages already in TOPIC with a fresh group."""
     from boltmq import bench_cluster as c
 
-    _echo_result(_bench_call(c.bench_consume, registry, topic, count, size), as_json)
+    _echo_result(_bench_call(c.bench_consume, registry, topic, count, size, sdk_options()),
+                 as_json)
 
 
 @bench.command("e2e")
@@ -374,12 +378,14 @@ def bench_consume(registry: str, topic: str, count: int, size: int, as_json: boo
 @click.option("--rate", default=500, show_default=True, type=click.IntRange(1, 100_000),
               help="Messages per second sent.")
 @_JSON
+@security_options
 def bench_e2e(registry: str, topic: str, count: int, size: int, rate: int,
               as_json: bool) -> None:
     """Send-to-receive latency through a parked long poll."""
     from boltmq import bench_cluster as c
 
-    _echo_result(_bench_call(c.bench_e2e, registry, topic, count, size, rate), as_json)
+    _echo_result(_bench_call(c.bench_e2e, registry, topic, count, size, rate, sdk_options()),
+                 as_json)
 
 
 @bench.command("redis")

@@ -124,6 +124,19 @@ def test_good_credentials_produce_and_consume(acl_cluster: AclCluster) -> None:
     assert [bytes(m.body) for m in pulled.messages] == [b"signed"]
 
 
+def test_bench_signs_with_the_cli_credentials(acl_cluster: AclCluster) -> None:
+    bench = ["bench", "produce", "--registry", acl_cluster.registry.address, "--topic",
+             "orders", "--count", "20", "--batch", "10", "--concurrency", "1", "--json"]
+    signed = CliRunner().invoke(main, [*bench, "--access-key", ORDERS.access_key],
+                                env={"BOLTMQ_SECRET_KEY": ORDERS.secret_key})
+    assert signed.exit_code == 0, signed.output
+    assert json.loads(signed.output.splitlines()[-1])["messages"] == 20
+    unsigned = CliRunner().invoke(main, bench)
+    assert unsigned.exit_code == 1
+    assert "UNAUTHENTICATED" in unsigned.output and "Traceback" not in unsigned.output
+    assert ORDERS.secret_key not in signed.output + unsigned.output
+
+
 def test_wrong_missing_or_stale_credentials_are_unauthenticated(acl_cluster: AclCluster
                                                                 ) -> None:
     wrong = Credentials(ORDERS.access_key, "not-the-secret")

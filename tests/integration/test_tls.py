@@ -7,6 +7,7 @@ client without TLS, or with TLS but no client certificate, is refused.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,6 +124,15 @@ def test_cli_produces_over_tls_and_says_why_when_a_file_is_missing(
     result = CliRunner().invoke(main, ["produce", *flags, "--topic", TOPIC, "--body", "cli"])
     assert result.exit_code == 0, result.output
     assert "SEND_OK" in result.output
+    bench = ["--topic", "TlsBench", "--count", "30", "--json"]
+    produced = CliRunner().invoke(main, ["bench", "produce", *flags, *bench, "--batch", "10",
+                                         "--concurrency", "1"])
+    assert produced.exit_code == 0, produced.output
+    consumed = CliRunner().invoke(main, ["bench", "consume", *flags, *bench])
+    assert consumed.exit_code == 0, consumed.output
+    assert json.loads(consumed.output.splitlines()[-1])["messages"] >= 30
+    plaintext = CliRunner().invoke(main, ["bench", "produce", *flags[:2], *bench])
+    assert plaintext.exit_code == 1 and "Traceback" not in plaintext.output
     missing = CliRunner().invoke(main, ["produce", *flags[:2], "--tls-ca", "/nonexistent.pem",
                                         "--topic", TOPIC, "--body", "x"])
     assert missing.exit_code == 1
