@@ -7,7 +7,11 @@ broker in the way: what is measured is replication).
 
 - ``catchup``: the master holds ``--mib`` MiB before the replica starts empty
   with ``replica_start=FIRST_SEGMENT``; MB/s is the copy rate from the replica
-  HA service's READY line until both ends are equal.
+  HA service's READY line until both ends are equal. The notes also give each
+  process's CPU seconds per 256 MiB copied (psutil, from that READY line to
+  the end), and the run fails (:class:`ReplicaDiffers`) unless the replica's
+  CommitLog is byte-identical to the master's and every consume queue has
+  the same range on both.
 - ``follow``: batches of 1 KiB messages at ``--rate`` msg/s for ``--seconds``
   while the replica follows; the notes give the lag in bytes (sampled every
   50 ms: p50, p99, max) and how long the replica needed after the last write.
@@ -44,6 +48,13 @@ TOPIC = "BenchHA"
 QUEUES = 8
 LAG_SAMPLE_S = 0.05
 CATCH_UP_TIMEOUT_S = 600.0
+CPU_PER_BYTES = 256 * 2**20
+"""CPU seconds are given per this much CommitLog copied (256 MiB)."""
+COMPARE_BLOCK = 4 * 2**20
+
+
+class ReplicaDiffers(RuntimeError):
+    """After catch-up the replica's CommitLog or consume queues differ from the master's."""
 
 
 @dataclass
@@ -51,6 +62,9 @@ class _Group:
     master: store_pb2_grpc.StoreServiceStub
     replica: store_pb2_grpc.StoreServiceStub
     start_replica: Callable[[], None]
+    processes: dict[str, ServiceProcess]
+    """By role: master-store, master-ha, replica-store, replica-ha (once started)."""
+    root: Path
 
 
 def _info(stub: store_pb2_grpc.StoreServiceStub) -> store_pb2.StoreInfo:
@@ -63,13 +77,15 @@ def _group(directory: Path | None, master_role: str = "ASYNC_MASTER",
            replica_now: bool = True) -> Iterator[_Group]:
     """A master and a replica, each a store and an HA service; stopped at the end."""
     started: list[ServiceProcess] = []
+    processes: dict[str, ServiceProcess] = {}
     channels = []
     with tempfile.TemporaryDirectory(dir=directory, prefix="bench-ha-") as tmp:
         root = Path(tmp)
 
-        def launch(service: str, *settings: str) -> ServiceProcess:
+        def launch(name: str, service: str, *settings: str) -> ServiceProcess:
             proc = ServiceProcess(service, root / "logs", *settings).start()
             started.append(proc)
+            processes[name] = proc
             return proc
 
         def stub(proc: ServiceProcess) -> store_pb2_grpc.StoreServiceStub:
@@ -78,20 +94,21 @@ def _group(directory: Path | None, master_role: str = "ASYNC_MASTER",
             return store_pb2_grpc.StoreServiceStub(chan)
 
         try:
-            master_store = launch("store", f"root_dir={root / 'master'}",
+            master_store = launch("master-store", "store", f"root_dir={root / 'master'}",
                                   f"broker_role={master_role}", *STORE_SETTINGS)
-            master_ha = launch("ha", f"store_address={master_store.address}",
+            master_ha = launch("master-ha", "ha", f"store_address={master_store.address}",
                                "replica_start=FIRST_SEGMENT", *HA_SETTINGS)
-            replica_store = launch("store", f"root_dir={root / 'replica'}", "broker_role=SLAVE",
-                                   *STORE_SETTINGS)
+            replica_store = launch("replica-store", "store", f"root_dir={root / 'replica'}",
+                                   "broker_role=SLAVE", *STORE_SETTINGS)
 
             def start_replica() -> None:
-                launch("ha", f"store_address={replica_store.address}",
+                launch("replica-ha", "ha", f"store_address={replica_store.address}",
                        f"master_address={master_ha.address}", *HA_SETTINGS)
 
             if replica_now:
                 start_replica()
-            yield _Group(stub(master_store), stub(replica_store), start_replica)
+            yield _Group(stub(master_store), stub(replica_store), start_replica, processes,
+                         root)
         finally:
             for chan in channels:
                 chan.close()
@@ -118,8 +135,47 @@ def _wait_equal(group: _Group) -> float:
     return time.perf_counter() - start
 
 
+def _cpu_seconds(processes: dict[str, ServiceProcess]) -> dict[str, float]:
+    """User + system CPU seconds each process has used so far."""
+    import psutil
+
+    seconds = {}
+    for name, proc in processes.items():
+        assert proc.proc is not None
+        times = psutil.Process(proc.proc.pid).cpu_times()
+        seconds[name] = times.user + times.system
+    return seconds
+
+
+def _check_identical(group: _Group) -> None:
+    """ReplicaDiffers unless both CommitLogs hold the same bytes and queues the same ranges."""
+    master, replica = _info(group.master), _info(group.replica)
+    if (replica.commitlog_min_offset, replica.commitlog_max_offset) != \
+            (master.commitlog_min_offset, master.commitlog_max_offset):
+        raise ReplicaDiffers(f"replica CommitLog [{replica.commitlog_min_offset}, "
+                             f"{replica.commitlog_max_offset}) != master's "
+                             f"[{master.commitlog_min_offset}, {master.commitlog_max_offset})")
+    segment, end = master.segment_bytes, master.commitlog_max_offset
+    for start in range(master.commitlog_min_offset, end, segment):
+        name = f"{start:020d}"
+        length = min(segment, end - start)
+        with (group.root / "master" / "commitlog" / name).open("rb") as ours, \
+                (group.root / "replica" / "commitlog" / name).open("rb") as theirs:
+            for position in range(0, length, COMPARE_BLOCK):
+                size = min(COMPARE_BLOCK, length - position)
+                if ours.read(size) != theirs.read(size):
+                    raise ReplicaDiffers(f"CommitLog bytes differ in [{start + position}, "
+                                         f"{start + position + size})")
+    request = store_pb2.ListQueuesRequest()
+    queues = [sorted((q.topic, q.queue_id, q.min_offset, q.max_offset)
+                     for q in stub.ListQueues(request, timeout=10).queues)
+              for stub in (group.master, group.replica)]
+    if queues[0] != queues[1]:
+        raise ReplicaDiffers(f"consume queues differ: master {queues[0]}, replica {queues[1]}")
+
+
 def bench_catchup(mib: int, body_bytes: int, directory: Path | None) -> BenchResult:
-    """Copy rate of an empty replica that starts behind ``mib`` MiB."""
+    """Copy rate of an empty replica that starts behind ``mib`` MiB; CPU per process."""
     batch = 256
     with _group(directory, replica_now=False) as group:
         calls = max(1, mib * 2**20 // (batch * body_bytes))
@@ -127,11 +183,31 @@ def bench_catchup(mib: int, body_bytes: int, directory: Path | None) -> BenchRes
             group.master.Append(_batch(body_bytes, batch, n), timeout=30)
         total = _info(group.master).commitlog_max_offset
         group.start_replica()  # returns at its READY line: the follower is connecting
+        cpu_before = _cpu_seconds(group.processes)
         seconds = _wait_equal(group)
+        cpu_after = _cpu_seconds(group.processes)
+        _wait_dispatched(group.replica)
+        _check_identical(group)
+    scale = CPU_PER_BYTES / total
+    cpu = ", ".join(f"{name} {(cpu_after[name] - cpu_before[name]) * scale:.2f}"
+                    for name in sorted(cpu_after))
     r = result("ha-catchup", calls * batch, seconds, body_bytes, [],
                f"{total / seconds / 1e6:.1f} MB/s of CommitLog copied ({total / 2**20:.0f} MiB, "
-               f"from the replica HA's READY line)")
+               f"from the replica HA's READY line); CPU s per 256 MiB: {cpu}; "
+               f"replica byte-identical")
     return r
+
+
+def _wait_dispatched(stub: store_pb2_grpc.StoreServiceStub) -> None:
+    """Until the store has dispatched its whole CommitLog into queues and index."""
+    deadline = time.perf_counter() + CATCH_UP_TIMEOUT_S
+    while True:
+        info = _info(stub)
+        if info.dispatched_offset >= info.commitlog_max_offset:
+            return
+        if time.perf_counter() > deadline:
+            raise TimeoutError("the replica did not dispatch what it copied")
+        time.sleep(0.005)
 
 
 def bench_follow(seconds: float, rate: int, body_bytes: int, batch: int,

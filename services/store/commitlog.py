@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from services.store.chunk_records import chunk_requests
 from services.store.config import StoreConfig
 from services.store.mapped_file import MappedFile
 from services.store.mapped_file_queue import MappedFileQueue
@@ -442,9 +443,13 @@ class CommitLog:
         Returns the new max offset.
         """
         segment_bytes = self.files.file_size
-        # Decoded once: the same views give the dispatcher its requests, so a
+        # Checked once: the same pass gives the dispatcher its requests, so a
         # replica never reads its own appends back (it would decode each twice).
-        requests = [dispatch_request_of(r) for r in check_chunk(data, offset, segment_bytes)]
+        # Most chunks are checked all at once (chunk_requests); the rest, and
+        # every refusal, record by record.
+        requests: list[DispatchTuple] | None = chunk_requests(data, offset, segment_bytes)
+        if requests is None:
+            requests = [dispatch_request_of(r) for r in check_chunk(data, offset, segment_bytes)]
         with self.lock:
             if self.files.files:
                 if offset != self.files.max_offset:
@@ -458,7 +463,7 @@ class CommitLog:
             mf.mm[position : position + len(data)] = data
             mf.wrote_position = mf.committed_position = position + len(data)
             mf.store_timestamp = int(time.time() * 1000)
-            return self._appended(mf, offset, requests).end_offset  # type: ignore[arg-type]
+            return self._appended(mf, offset, requests).end_offset
 
     def is_record_start(self, offset: int) -> bool:
         """Whether a record (or the CommitLog's end, or a segment start) begins at ``offset``."""

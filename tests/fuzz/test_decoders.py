@@ -30,6 +30,8 @@ from services.store.checkpoint import (
     decode_checkpoint,
     encode_checkpoint,
 )
+from services.store.chunk_records import SMALL_CHUNK, chunk_requests
+from services.store.commitlog import dispatch_request_of
 from services.store.record import (
     PHYSICAL_OFFSET_OFFSET,
     CorruptRecord,
@@ -195,6 +197,25 @@ def test_check_chunk_accepts_only_whole_checked_records(data: bytes, offset: int
     if records is not None:
         assert all(r.commitlog_offset == offset + sum(p.total_size for p in records[:i])
                    for i, r in enumerate(records))
+
+
+short_topic_records = st.builds(record, names, st.binary(min_size=1, max_size=300),
+                                st.dictionaries(names, names, max_size=4))
+long_runs = st.lists(short_topic_records, min_size=SMALL_CHUNK, max_size=SMALL_CHUNK + 4
+                     ).map(run_of)
+"""Runs the vector check of chunk_requests takes (enough records, short topics)."""
+
+
+@SETTINGS
+@given(st.one_of(mutated(long_runs), long_runs,
+                 long_runs.map(lambda run: run + blank_marker(64))),
+       st.sampled_from((0, 8)), st.sampled_from((16 * 1024, 64 * 1024)))
+def test_chunk_requests_answers_only_with_check_chunks_requests(data: bytes, offset: int,
+                                                                segment_bytes: int) -> None:
+    requests = named_error_only(lambda: chunk_requests(data, offset, segment_bytes))
+    if requests is not None:  # the vector path accepted: the scalar check must agree
+        assert requests == [tuple(dispatch_request_of(r))
+                            for r in check_chunk(data, offset, segment_bytes)]
 
 
 @SETTINGS
