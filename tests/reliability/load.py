@@ -52,6 +52,8 @@ class Ledger:
     lock: threading.Lock = field(default_factory=threading.Lock)
     acked: dict[bytes, Ack] = field(default_factory=dict)
     send_failures: int = 0
+    last_send_error: str = ""
+    """The newest failed send's error (what a stalled phase reports)."""
     consumed: dict[int, dict[int, bytes]] = field(default_factory=dict)
     """queue id -> queue offset -> body, every message the consumer processed."""
     processed_end: dict[int, int] = field(default_factory=dict)
@@ -128,8 +130,16 @@ class Load:
     def wait_acks(self, more: int) -> None:
         """Block until ``more`` further messages are acknowledged (bounded)."""
         target = self.ledger.acked_count() + more
-        wait_until(lambda: self.ledger.acked_count() >= target,
-                   f"{target} messages are acknowledged")
+        try:
+            wait_until(lambda: self.ledger.acked_count() >= target,
+                       f"{target} messages are acknowledged")
+        except AssertionError as exc:
+            with self.ledger.lock:
+                failures, error = self.ledger.send_failures, self.ledger.last_send_error
+            alive = sum(thread.is_alive() for thread in self._threads)
+            raise AssertionError(f"{exc} ({self.ledger.acked_count()} are; {failures} sends "
+                                 f"failed, the last with {error!r}; {alive} of "
+                                 f"{len(self._threads)} producer threads alive)") from None
 
     # ---------------------------------------------------------------- producers
     def _produce(self, number: int) -> None:
@@ -148,9 +158,10 @@ class Load:
     def _send(self, producer: Producer, bodies: list[bytes]) -> None:
         try:
             results = producer.send_batch([Message(self.topic, body) for body in bodies])
-        except CLIENT_ERRORS:
+        except CLIENT_ERRORS as exc:
             with self.ledger.lock:
                 self.ledger.send_failures += 1
+                self.ledger.last_send_error = str(exc)
             time.sleep(PAUSE_AFTER_FAILURE_S)
             return
         with self.ledger.lock:
@@ -160,6 +171,7 @@ class Load:
                                                   result.commitlog_offset)
                 else:
                     self.ledger.send_failures += 1
+                    self.ledger.last_send_error = f"{result.put_status}: {result.error}"
 
     # ---------------------------------------------------------------- consumer
     def _consume(self) -> None:
