@@ -57,6 +57,9 @@ class MetadataSyncFailed(BrokerError):
         super().__init__(f"GetMetadata on master broker {master} failed: {code.name}: "
                          f"{details}{hint}")
         self.code = code
+        self.kind = f"{master} {code.name}"
+        """What a repeat of this failure has in common with it (the details may carry a
+        changing figure, e.g. a clock skew in milliseconds)."""
 
 
 class MetadataSync:
@@ -104,9 +107,10 @@ class MetadataSync:
             try:
                 await self.sync_once()
             except (BrokerError, RegistryError, grpc.aio.AioRpcError, ValueError) as exc:
-                if str(exc) != self._failing:
+                kind = getattr(exc, "kind", None) or str(exc)
+                if kind != self._failing:  # logged once until the failure changes
                     log.warning("cannot copy the master's metadata (will retry): %s", exc)
-                self._failing = str(exc)
+                self._failing = kind
                 continue
             if self._failing:
                 log.info("copying the master's metadata again")

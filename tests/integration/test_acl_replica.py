@@ -155,5 +155,10 @@ def test_a_replica_without_admin_credentials_is_refused_and_says_so(
         assert replica_stub.GetBrokerInfo(broker_pb2.GetBrokerInfoRequest(),
                                           timeout=5).broker_id == 1
         assert TOPIC not in topics(replica_stub)
+        # Refused round after round, logged once: the master refuses again meanwhile.
+        refusals = master.log().count(f"refused {GET_METADATA}")
+        wait_for(lambda: master.log().count(f"refused {GET_METADATA}") > refusals,
+                 "another refused round")
+        assert replica.log().count("cannot copy") == 1
     finally:
         group.stop()
