@@ -145,11 +145,14 @@ def test_parked_pulls_count_against_a_clients_in_flight_cap(
 
 def test_calls_beyond_max_concurrent_rpcs_are_refused_by_the_server(
         start_broker: Callable[..., ServiceProcess]) -> None:
-    broker = start_broker("max_concurrent_rpcs=3", "long_poll_max_parked=2")
+    metrics_port = free_port()
+    broker = start_broker("max_concurrent_rpcs=3", "long_poll_max_parked=2",
+                          f"metrics_port={metrics_port}")
     client = stub(broker, None)
     send_one(client)
     first_message_dispatched(client)
     pulls = [parked_pull(client) for _ in range(2)]  # two of the three slots, held
+    wait_until(lambda: parked_pulls(metrics_port) == 2, "both pulls to be parked")
 
     def burst_refused() -> bool:
         """Eight calls at once on the one free slot: some must be refused."""
