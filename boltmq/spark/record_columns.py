@@ -7,7 +7,8 @@ follows the size fields, :meth:`RecordBlock.crc_bad` runs the body CRC) and
 every field is taken for all records at once:
 
 - the 88-byte heads (the IPv4 layout of :mod:`services.store.record`) are
-  gathered into one numpy array and read through :data:`HEAD_DTYPE`, a
+  gathered into one numpy array and read through the store's
+  :data:`services.store.record_heads.HEAD_DTYPE`, a
   big-endian structured view of the same fields;
 - topics and property blocks are gathered into Arrow string buffers, and the
   properties are split into tags, keys and the rest with Arrow compute;
@@ -35,7 +36,7 @@ from zlib_ng.zlib_ng import crc32
 from services.store.record import (
     BLANK_MARKER_SIZE,
     FIXED_OVERHEAD_IPV4,
-    HEADS,
+    HOST_V6_BITS,
     KEY_SEPARATOR,
     MAGIC_BLANK,
     MAGIC_MESSAGE,
@@ -43,28 +44,16 @@ from services.store.record import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
-    SYS_FLAG_BORN_HOST_V6,
-    SYS_FLAG_STORE_HOST_V6,
 )
+from services.store.record_batch import RAW_HEAD
+from services.store.record_heads import gather_heads
 
-HEAD_SIZE = HEADS[(False, False)].size
+HEAD_SIZE = RAW_HEAD.size
 """Bytes from total_size to body_length with IPv4 hosts (88)."""
-
-HEAD_DTYPE = np.dtype([
-    ("total_size", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
-    ("flag", ">i4"), ("queue_offset", ">i8"), ("commitlog_offset", ">i8"),
-    ("sys_flag", ">i4"), ("born_timestamp", ">i8"), ("born_host", "V8"),
-    ("store_timestamp", ">i8"), ("store_host", "u1", (8,)), ("reconsume_times", ">i4"),
-    ("prepared_transaction_offset", ">i8"), ("body_length", ">i4"),
-])
-"""The IPv4 record head as numpy reads it: the fields of ``HEADS[(False, False)]``."""
-assert HEAD_DTYPE.itemsize == HEAD_SIZE
 
 _MSG_ID_PARTS = ((64, 72), (28, 36))
 """Byte ranges of a head that make the offset MessageId: store host + port, then offset."""
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-_HOST_V6_BITS = SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6
-_HEAD_RANGE = np.arange(HEAD_SIZE, dtype=np.int64)
 _US_PER_MS = 1000
 _INLINE_MAX = 12
 """binary_view: values up to 12 bytes live in the view itself, longer ones in a buffer."""
@@ -141,8 +130,7 @@ class RecordBlock:
     def __init__(self, data: np.ndarray, starts: Sequence[int] | np.ndarray) -> None:
         self.data = data
         self.starts = np.asarray(starts, dtype=np.int64)
-        self.heads = data[self.starts[:, None] + _HEAD_RANGE].view(HEAD_DTYPE)[:, 0] \
-            if len(self.starts) else np.zeros(0, dtype=HEAD_DTYPE)
+        self.heads = gather_heads(data, self.starts)
         self.plain = self._frame()
         self._topics: pa.StringArray | None = None
         self._properties: tuple[pa.Array, pa.Array, pa.Array] | None = None
@@ -157,7 +145,7 @@ class RecordBlock:
         heads, starts, data = self.heads, self.starts, self.data
         if not len(starts):
             return True
-        if np.any(heads["magic"] != MAGIC_MESSAGE) or np.any(heads["sys_flag"] & _HOST_V6_BITS):
+        if np.any(heads["magic"] != MAGIC_MESSAGE) or np.any(heads["sys_flag"] & HOST_V6_BITS):
             return False
         ends = starts + heads["total_size"].astype(np.int64)
         body_starts = starts + HEAD_SIZE

@@ -39,6 +39,7 @@ import numpy as np
 from services.store.record import (
     BLANK_MARKER_SIZE,
     FIXED_OVERHEAD_IPV4,
+    HOST_V6_BITS,
     MAGIC_BLANK,
     MAGIC_MESSAGE,
     MESSAGE_MAGICS,
@@ -49,14 +50,13 @@ from services.store.record import (
     _topic_name,
     crc32,
 )
-from services.store.record_batch import _HOST_V6_BITS, RAW_HEAD, derive_properties
-from services.store.record_heads import HEAD_DTYPE
+from services.store.record_batch import RAW_HEAD, derive_properties
+from services.store.record_heads import gather_heads
 
 SMALL_CHUNK: Final = 16
 """Below this many records the scalar check runs: numpy's fixed cost per chunk is more."""
 TAILS_MAX: Final = 4096
 """Distinct validated tails remembered (keyless ones only, as derive_properties does)."""
-_HEAD_COLUMNS: Final = np.arange(RAW_HEAD.size, dtype=np.int64)
 _TOPIC_LENGTH_BYTES: Final = 1
 _CRC_MASK: Final = 0x7FFFFFFF
 _SCHEDULE_TOPIC_FIELD: Final = bytes([len(SCHEDULE_TOPIC)]) + SCHEDULE_TOPIC.encode()
@@ -120,13 +120,13 @@ def _vector_requests(view: memoryview, offset: int, start_list: list[int],
     data = np.frombuffer(view, dtype=np.uint8)
     starts = np.asarray(start_list, dtype=np.int64)
     ends = np.asarray(end_list, dtype=np.int64)
-    heads = data[starts[:, None] + _HEAD_COLUMNS].view(HEAD_DTYPE).reshape(-1)
+    heads = gather_heads(data, starts)
     totals = ends - starts
-    body_len = heads["body_len"].astype(np.int64)
+    body_len = heads["body_length"].astype(np.int64)
     topic_at = starts + RAW_HEAD.size + body_len
-    ok = ((heads["magic"] == MAGIC_MESSAGE) & ((heads["sys_flag"] & _HOST_V6_BITS) == 0)
+    ok = ((heads["magic"] == MAGIC_MESSAGE) & ((heads["sys_flag"] & HOST_V6_BITS) == 0)
           & (totals >= RAW_HEAD.size + 3) & (body_len >= 0) & (topic_at + 3 <= ends)
-          & (heads["physical"] == starts + offset))
+          & (heads["commitlog_offset"] == starts + offset))
     if not ok.all():
         raise _SlowPath
     topic_len = data[topic_at].astype(np.int64)
@@ -140,12 +140,12 @@ def _vector_requests(view: memoryview, offset: int, start_list: list[int],
     body_ends = topic_at.tolist()
     crcs = np.fromiter((crc32(view[a:b]) for a, b in zip(body_starts, body_ends, strict=True)),
                        dtype=np.int64, count=len(body_starts))
-    if not ((crcs & _CRC_MASK) == heads["crc"]).all():
+    if not ((crcs & _CRC_MASK) == heads["body_crc"]).all():
         raise _SlowPath
     tails = [_tail(bytes(view[a:b])) for a, b in zip(body_ends, end_list, strict=True)]
     topics, codes, index_keys = zip(*tails, strict=True)
     return list(zip(topics, heads["queue_id"].tolist(), (starts + offset).tolist(),
-                    totals.tolist(), codes, heads["store_ts"].tolist(),
+                    totals.tolist(), codes, heads["store_timestamp"].tolist(),
                     heads["queue_offset"].tolist(), index_keys, heads["sys_flag"].tolist(),
                     strict=True))
 

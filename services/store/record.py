@@ -336,7 +336,8 @@ _H_TOTAL, _H_MAGIC, _H_CRC, _H_QUEUE_ID, _H_FLAG, _H_QUEUE_OFFSET, _H_PHYSICAL =
 _H_SYS_FLAG, _H_BORN_TS, _H_BORN_HOST, _H_STORE_TS, _H_STORE_HOST = range(7, 12)
 _H_RECONSUME, _H_PREPARED, _H_BODY_LEN = range(12, 15)
 _HEAD_V4 = HEADS[(False, False)]
-_HOST_V6_BITS = SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6
+HOST_V6_BITS: Final = SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6
+"""Sys-flag bits of the IPv6 host layout (20-byte hosts instead of 8)."""
 
 
 class RecordView:
@@ -452,7 +453,7 @@ def decode_record(
         raise CorruptRecord(f"record at {pos} runs past the end of the segment")
     head = _HEAD_V4.unpack_from(buf, pos)
     head_size = 88
-    if head[_H_SYS_FLAG] & _HOST_V6_BITS:
+    if head[_H_SYS_FLAG] & HOST_V6_BITS:
         sys_flag = head[_H_SYS_FLAG]
         struct_ = HEADS[(bool(sys_flag & SYS_FLAG_BORN_HOST_V6),
                          bool(sys_flag & SYS_FLAG_STORE_HOST_V6))]
@@ -511,7 +512,7 @@ def decode_records(data: bytes | memoryview, *, check_crc: bool = True) -> list[
         if position + FIXED_OVERHEAD_IPV4 > end_of_data:
             raise CorruptRecord(f"record at {position} runs past the end of the records")
         head = unpack(view, position)
-        if head[_H_SYS_FLAG] & _HOST_V6_BITS or head[_H_MAGIC] != MAGIC_MESSAGE:
+        if head[_H_SYS_FLAG] & HOST_V6_BITS or head[_H_MAGIC] != MAGIC_MESSAGE:
             record = decode_record(view, position, check_crc=check_crc)
             out.append(record)
             position += record.total_size

@@ -38,13 +38,12 @@ from typing import Final
 from services.store.record import (
     FIXED_OVERHEAD_IPV4,
     HEADS,
+    HOST_V6_BITS,
     MAX_PROPERTIES_BYTES,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     SHORT,
-    SYS_FLAG_BORN_HOST_V6,
-    SYS_FLAG_STORE_HOST_V6,
     CorruptRecord,
     InvalidMessage,
     body_crc,
@@ -70,7 +69,6 @@ RAW_BORN_HOST_DEFAULT: Final = encode_host("127.0.0.1", 0)
 """The born host of raw records when the caller names none (as a store Message's default)."""
 RECORDS_MAX: Final = 16_384
 """Records in one batch at most (the store's Append limit)."""
-_HOST_V6_BITS: Final = SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6
 _TOTAL = struct.Struct(">i")
 
 # Head tuple indexes (RAW_HEAD field order).
@@ -187,7 +185,7 @@ def check_header(records: bytes | memoryview, position: int, total: int, topic_f
     head = RAW_HEAD.unpack_from(records, position)
     if head[H_MAGIC] != magic:
         raise CorruptRecord(f"magic 0x{head[H_MAGIC]:08X} is not 0x{magic:08X}")
-    if head[H_SYS_FLAG] & _HOST_V6_BITS:
+    if head[H_SYS_FLAG] & HOST_V6_BITS:
         raise InvalidMessage("sys_flag has IPv6 host bits: raw records carry 8-byte host "
                              "placeholders")
     body_len = head[H_BODY_LEN]

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from services.store.record import (
+    HOST_V6_BITS,
     MAX_PROPERTIES_BYTES,
     SYS_FLAG_TRANSACTION_COMMIT,
     SYS_FLAG_TRANSACTION_MASK,
@@ -34,7 +35,6 @@ from services.store.record import (
     encode_topic,
 )
 from services.store.record_batch import (
-    _HOST_V6_BITS,
     H_BODY_LEN,
     H_CRC,
     H_SYS_FLAG,
@@ -47,12 +47,14 @@ from services.store.record_batch import (
 )
 
 HEAD_DTYPE: Final = np.dtype([
-    ("total", ">i4"), ("magic", ">u4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("physical", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-    ("born_host", "V8"), ("store_ts", ">i8"), ("store_host", "V8"), ("reconsume", ">i4"),
-    ("prepared", ">i8"), ("body_len", ">i4"),
+    ("total_size", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
+    ("flag", ">i4"), ("queue_offset", ">i8"), ("commitlog_offset", ">i8"),
+    ("sys_flag", ">i4"), ("born_timestamp", ">i8"), ("born_host", "V8"),
+    ("store_timestamp", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"),
+    ("prepared_transaction_offset", ">i8"), ("body_length", ">i4"),
 ])
-"""``RAW_HEAD`` as a numpy record (same fields, same order, same byte order)."""
+"""``RAW_HEAD`` (the IPv4 record head) as a numpy record: same fields, order, byte order.
+Every bulk reader of records (these checks, a replica's chunks, the Spark readers) uses it."""
 assert HEAD_DTYPE.itemsize == RAW_HEAD.size
 _HEAD_COLUMNS: Final = np.arange(RAW_HEAD.size, dtype=np.int64)
 
@@ -95,6 +97,13 @@ class CheckedHeads:
         return [head[H_SYS_FLAG] for head in self._tuples]
 
 
+def gather_heads(data: npt.NDArray[np.uint8], starts: Int64s) -> npt.NDArray[np.void]:
+    """The ``HEAD_DTYPE`` heads of the records starting at ``starts`` in ``data``."""
+    if not len(starts):
+        return np.zeros(0, dtype=HEAD_DTYPE)
+    return data[starts[:, None] + _HEAD_COLUMNS].view(HEAD_DTYPE).reshape(-1)
+
+
 def _gather(data: npt.NDArray[np.uint8], starts: Int64s, width: int) -> npt.NDArray[np.uint8]:
     """``width`` bytes from each start (each start + width within ``data``)."""
     return data[starts[:, None] + np.arange(width, dtype=np.int64)]
@@ -110,12 +119,12 @@ def check_heads(records: bytes | memoryview, positions: Sequence[int], topic_fie
     ends = np.empty_like(starts)
     ends[:-1] = starts[1:]
     ends[-1] = len(data)
-    heads = data[starts[:, None] + _HEAD_COLUMNS].view(HEAD_DTYPE).reshape(-1)
-    body_len = heads["body_len"].astype(np.int64)
+    heads = gather_heads(data, starts)
+    body_len = heads["body_length"].astype(np.int64)
     topic_starts = starts + RAW_HEAD.size + body_len
     properties_len_at = topic_starts + len(topic_field)
     # Where every field is in range, the gathers below cannot leave the bytes.
-    ok = ((heads["magic"] == magic) & ((heads["sys_flag"] & _HOST_V6_BITS) == 0)
+    ok = ((heads["magic"] == magic) & ((heads["sys_flag"] & HOST_V6_BITS) == 0)
           & (body_len > 0) & (body_len <= max_body_bytes) & (properties_len_at + 2 <= ends))
     good = np.flatnonzero(ok)
     if len(good):
