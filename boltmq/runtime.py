@@ -193,6 +193,20 @@ def check_port_free(host: str, port: int) -> None:
                     raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
+def _bind(server: grpc.aio.Server, host: str, port: int, tls: ServerTLS | None,
+          what: str = "") -> int:
+    """Listen on ``host:port`` (TLS when ``tls`` is given); the bound port, or PortInUse."""
+    check_port_free(host, port)
+    try:
+        bound: int = (server.add_secure_port(f"{host}:{port}", tls.credentials()) if tls
+                      else server.add_insecure_port(f"{host}:{port}"))
+    except RuntimeError as exc:
+        raise PortInUse(f"cannot listen on {host}:{port}{what}: {exc}") from None
+    if bound == 0:
+        raise PortInUse(f"cannot listen on {host}:{port}{what} (in use or not permitted)")
+    return bound
+
+
 async def create_server(services: Iterable[Service], host: str, port: int,
                         tls: ServerTLS | None = None
                         ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
@@ -222,14 +236,7 @@ async def create_server(services: Iterable[Service], host: str, port: int,
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection(names, server)
-    check_port_free(host, port)
-    try:
-        bound = (server.add_secure_port(f"{host}:{port}", tls.credentials()) if tls
-                 else server.add_insecure_port(f"{host}:{port}"))
-    except RuntimeError as exc:
-        raise PortInUse(f"cannot listen on {host}:{port}: {exc}") from None
-    if bound == 0:
-        raise PortInUse(f"cannot listen on {host}:{port} (in use or not permitted)")
+    bound = _bind(server, host, port, tls)
     for service in services:
         on_bound = getattr(service, "bound", None)
         if on_bound is not None:
@@ -242,13 +249,7 @@ async def start_health_listener(health_servicer: health.aio.HealthServicer, host
     """A started plaintext server on ``host:port`` with only ``health_servicer`` on it."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    check_port_free(host, port)
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as exc:
-        raise PortInUse(f"cannot listen on {host}:{port} (health_port): {exc}") from None
-    if bound == 0:
-        raise PortInUse(f"cannot listen on {host}:{port} (health_port; in use or not permitted)")
+    bound = _bind(server, host, port, None, " (health_port)")
     await server.start()
     log.info("health checks (plaintext) on %s:%d", host, bound)
     return server
