@@ -1,4 +1,9 @@
-"""Keeps one WatchArrivals stream open to the store and feeds it to the long-poll hub.
+"""Keeps one WatchQueues stream open to the store: parked queues out, arrivals in.
+
+The long-poll hub names each queue a pull parks on (``LongPollHub.on_wait``);
+the watcher sends it to the store, which answers with one arrival on that
+queue, fed back to :meth:`LongPollHub.notify`. Queues nobody waits on cost
+the store and the broker nothing.
 
 When the stream breaks (store restart, network), parked pulls are woken to
 pull again, since arrivals may be missed while it is down, and the stream
@@ -9,9 +14,12 @@ is a reconnect backoff for one stream, not a poll of the queues.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import AsyncIterator
 
 from boltmq import runtime
+from boltmq.v1 import store_pb2
 from services.broker.errors import BrokerError
 from services.broker.long_poll import LongPollHub
 from services.broker.store_client import StoreClient
@@ -23,11 +31,13 @@ RECONNECT_MIN_S = 0.05
 
 
 class ArrivalWatcher:
-    """A background task: store arrivals -> :meth:`LongPollHub.notify`."""
+    """A background task: parked queues -> the store; its arrivals -> :meth:`LongPollHub.notify`."""
 
     def __init__(self, store: StoreClient, hub: LongPollHub, reconnect_max_ms: int) -> None:
         self._store = store
         self._hub = hub
+        hub.on_wait = self._wait_on
+        self._interests: asyncio.Queue[store_pb2.QueueInterest] | None = None
         self._reconnect_max_s = reconnect_max_ms / 1000
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
@@ -42,8 +52,21 @@ class ArrivalWatcher:
         task, self._task = self._task, None
         await runtime.cancel_and_wait(task)
 
-    def _opened(self) -> None:
-        # Wake everything parked: arrivals before this moment were not seen.
+    def _wait_on(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        # Without an open stream nothing is sent: opening one wakes every parked pull.
+        if self._interests is not None:
+            self._interests.put_nowait(store_pb2.QueueInterest(
+                topic=topic, queue_id=queue_id, after_offset=queue_offset))
+
+    async def _interest_stream(self, interests: asyncio.Queue[store_pb2.QueueInterest]
+                               ) -> AsyncIterator[store_pb2.QueueInterest]:
+        while True:
+            yield await interests.get()
+
+    def _open(self, interests: asyncio.Queue[store_pb2.QueueInterest]) -> None:
+        # Wake everything parked: arrivals before this moment were not seen, and
+        # the pulls park again, naming their queues on this stream.
+        self._interests = interests
         self.connected.set()
         self._hub.wake_all()
 
@@ -51,13 +74,17 @@ class ArrivalWatcher:
         pause_s = RECONNECT_MIN_S
         failures = 0
         while True:
+            interests: asyncio.Queue[store_pb2.QueueInterest] = asyncio.Queue()
             try:
-                async for arrival in self._store.watch_arrivals(self._opened):
-                    pause_s, failures = RECONNECT_MIN_S, 0
+                async for arrival in self._store.watch_queues(
+                        self._interest_stream(interests), functools.partial(self._open, interests)):
                     self._hub.notify(arrival.topic, arrival.queue_id, arrival.max_offset)
                 reason = "the store ended the stream"
             except BrokerError as exc:
                 reason = str(exc)
+            if self._interests is interests:  # it was open: start the backoff afresh
+                pause_s, failures = RECONNECT_MIN_S, 0
+            self._interests = None
             self.connected.clear()
             self._hub.wake_all()
             failures += 1

@@ -1,9 +1,12 @@
 """Parked pulls, woken the moment the store reports an arrival on their queue.
 
 A pull that finds nothing new is parked under ``(topic, queue_id)`` with the
-queue offset it asked for. The store's WatchArrivals stream (see
-``arrival_watcher``) calls :meth:`LongPollHub.notify` with each queue's new
-max offset; every pull parked below it wakes at once and pulls again. A pull
+queue offset it asked for, and the hub tells the store it waits on that
+queue (the ``on_wait`` callback: ``arrival_watcher`` sends it on the store's
+WatchQueues stream) when the queue had no parked pull yet or this one waits
+below the others. The store answers with the queue's new max offset
+(:meth:`LongPollHub.notify`); every pull parked below it wakes at once and
+pulls again, and the pulls still waiting are named to the store again. A pull
 nobody wakes times out and is answered with the store's empty status. There
 is no sleep-and-retry loop: RocketMQ's PullRequestHoldService re-checks every
 parked pull every 5 s as a safety net, which this design replaces with the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,8 @@ class LongPollHub:
 
     def __init__(self, max_parked: int) -> None:
         self._max_parked = max_parked
+        self.on_wait: Callable[[str, int, int], None] = _nobody
+        """``(topic, queue_id, queue_offset)``: a pull now waits on the queue past the offset."""
         self._epoch = 0
         self._arrivals: dict[QueueKey, int] = {}
         self._parked: dict[QueueKey, list[_Parked]] = {}
@@ -74,6 +80,7 @@ class LongPollHub:
         woken = _resolve([p for p in parked if p.queue_offset < max_offset], True)
         if waiting:
             self._parked[key] = waiting
+            self.on_wait(topic, queue_id, min(p.queue_offset for p in waiting))
         else:
             del self._parked[key]
         return woken
@@ -111,7 +118,10 @@ class LongPollHub:
                         self._parked_count)
             return False
         entry = _Parked(queue_offset, asyncio.get_running_loop().create_future())
-        self._parked.setdefault((topic, queue_id), []).append(entry)
+        parked = self._parked.setdefault((topic, queue_id), [])
+        if not parked or queue_offset < min(p.queue_offset for p in parked):
+            self.on_wait(topic, queue_id, queue_offset)
+        parked.append(entry)
         self._parked_count += counted
         try:
             return await asyncio.wait_for(entry.future, timeout_s)
@@ -127,6 +137,10 @@ class LongPollHub:
             entries.remove(entry)
             if not entries:
                 del self._parked[key]
+
+
+def _nobody(topic: str, queue_id: int, queue_offset: int) -> None:
+    """The default ``on_wait``: nobody to tell."""
 
 
 def _resolve(entries: list[_Parked], value: bool) -> int:

@@ -4,7 +4,9 @@ The store's gRPC failures become broker errors here, once: unreachable or
 too slow becomes :class:`StoreUnavailable` with the address in the message,
 a request the store calls malformed becomes :class:`InvalidArgument` with the
 store's own text (which names the field), anything else :class:`StoreFailed`
-with the store's code.
+with the store's code. Appends go over one long-lived AppendStream
+(:mod:`services.broker.append_stream`), except a traced one, which stays a
+unary Append so its trace shows the store's span.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry import trace
 
 from boltmq.store_channel import StoreChannel
+from boltmq.tls import ClientTLS
 from boltmq.v1 import message_pb2, store_pb2
+from services.broker.append_stream import AppendStream
 from services.broker.errors import (
     BrokerError,
     InvalidArgument,
@@ -32,9 +37,23 @@ _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 class StoreClient(StoreChannel):
     """Typed, deadline-bound calls to the StoreService at ``address``."""
 
+    def __init__(self, address: str, timeout_ms: int, tls: ClientTLS | None = None) -> None:
+        super().__init__(address, timeout_ms, tls)
+        self._appends = AppendStream(self._stub.AppendStream, self._timeout_s,
+                                     self.translate_status)
+
+    async def close(self) -> None:
+        """Close the append stream, then the channel (pending calls fail)."""
+        await self._appends.close()
+        await super().close()
+
     def translate(self, method: str, exc: grpc.aio.AioRpcError) -> BrokerError:
         """The broker error for a failed store call."""
-        code, details = exc.code(), exc.details() or ""
+        return self.translate_status(method, exc.code(), exc.details() or "")
+
+    def translate_status(self, method: str, code: grpc.StatusCode, details: str
+                         ) -> BrokerError:
+        """The broker error for a store call that failed with ``code``."""
         if code in _UNREACHABLE:
             return StoreUnavailable(f"store at {self.address} is unavailable ({method}: "
                                     f"{code.name.lower()}: {details})")
@@ -47,18 +66,22 @@ class StoreClient(StoreChannel):
     async def append(self, messages: Iterable[message_pb2.Message], born_host: str
                      ) -> store_pb2.AppendResponse:
         """Append one batch under the store's lock; one result per message."""
-        request = store_pb2.AppendRequest(messages=messages, born_host=born_host)
-        response: store_pb2.AppendResponse = await self._call("Append", request)
-        return response
+        return await self._append(store_pb2.AppendRequest(messages=messages,
+                                                          born_host=born_host))
 
     async def append_records(self, batch: RecordBatch, born_host: str
                              ) -> store_pb2.AppendResponse:
         """Append client-encoded records (one ``bytes``) under the store's lock."""
-        request = store_pb2.AppendRequest(records=batch.records, record_count=batch.count,
-                                          topic=batch.topic, queue_id=batch.queue_id,
-                                          born_host=born_host)
-        response: store_pb2.AppendResponse = await self._call("Append", request)
-        return response
+        return await self._append(store_pb2.AppendRequest(
+            records=batch.records, record_count=batch.count, topic=batch.topic,
+            queue_id=batch.queue_id, born_host=born_host))
+
+    async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
+        """On the append stream; a traced append as a unary call, so its trace shows the store."""
+        if trace.get_current_span().is_recording():
+            response: store_pb2.AppendResponse = await self._call("Append", request)
+            return response
+        return await self._appends.append(request)
 
     async def pull(self, request: store_pb2.PullRequest) -> store_pb2.PullResponse:
         """Read a consume queue from an offset."""
@@ -127,21 +150,21 @@ class StoreClient(StoreChannel):
         finally:
             call.cancel()
 
-    async def watch_arrivals(self, on_open: Callable[[], None]
-                             ) -> AsyncIterator[store_pb2.Arrival]:
-        """The store's arrival stream; ``on_open`` runs once the store is watching.
+    async def watch_queues(self, interests: AsyncIterator[store_pb2.QueueInterest],
+                           on_open: Callable[[], None]) -> AsyncIterator[store_pb2.Arrival]:
+        """Arrivals on the queues named by ``interests``; ``on_open`` runs once the store watches.
 
         The store sends its initial metadata only after it registered the
-        listener, so every arrival after ``on_open`` reaches the stream; the
+        listener, so an interest sent after ``on_open`` is never missed; the
         caller uses ``on_open`` to re-check pulls parked before that moment.
         """
-        call = self._stub.WatchArrivals(store_pb2.WatchArrivalsRequest())
+        call = self._stub.WatchQueues(interests)
         try:
             await call.initial_metadata()
             on_open()
             async for arrival in call:
                 yield arrival
         except grpc.aio.AioRpcError as exc:
-            raise self.translate("WatchArrivals", exc) from None
+            raise self.translate("WatchQueues", exc) from None
         finally:
             call.cancel()

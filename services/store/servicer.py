@@ -69,7 +69,9 @@ log = logging.getLogger(__name__)
 
 APPEND_MESSAGES_MAX: Final = 16_384
 """Messages in one Append at most (a batch of 256 is the SDK's default)."""
-"""Appends waiting for their group-commit fsync at once (SYNC_FLUSH)."""
+APPEND_STREAM_WAITING_MAX: Final = 4_096
+"""Appends of one AppendStream waiting for their fsync or replica at once (SYNC_FLUSH,
+SYNC_MASTER); the stream reads on when one of them is answered."""
 PULL_MESSAGES_MAX: Final = 8_192
 """Messages one Pull returns at most (larger max_messages is lowered to this)."""
 PULL_BYTES_MAX: Final = 32 * 1024 * 1024
@@ -149,6 +151,19 @@ _Unary = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_Response]]
 _Stream = Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[_Response]]
 
 
+_REFUSALS = (BadRequest, Rejected, StoreNotRunning)
+"""What a handler raises to refuse a request (anything else is a server bug)."""
+
+
+def refusal_status(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The gRPC code and text a refused request is answered with (one of ``_REFUSALS``)."""
+    if isinstance(exc, BadRequest):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, Rejected):
+        return exc.code, exc.details
+    return grpc.StatusCode.UNAVAILABLE, str(exc)  # StoreNotRunning: stopped meanwhile
+
+
 def _edge(method: _Unary[_Response]) -> _Unary[_Response]:
     """Map BadRequest, Rejected and StoreNotRunning to gRPC statuses, once, for every unary RPC."""
 
@@ -156,12 +171,8 @@ def _edge(method: _Unary[_Response]) -> _Unary[_Response]:
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> _Response:
         try:
             return await method(self, request, context)
-        except BadRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except Rejected as exc:
-            await context.abort(exc.code, exc.details)
-        except StoreNotRunning as exc:  # stopped between the check and the call
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except _REFUSALS as exc:
+            await context.abort(*refusal_status(exc))
         raise AssertionError("context.abort() always raises")
 
     return wrapper
@@ -176,12 +187,8 @@ def _edge_stream(method: _Stream[_Response]) -> _Stream[_Response]:
         try:
             async for item in method(self, request, context):
                 yield item
-        except BadRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except Rejected as exc:
-            await context.abort(exc.code, exc.details)
-        except StoreNotRunning as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except _REFUSALS as exc:
+            await context.abort(*refusal_status(exc))
 
     return wrapper
 
@@ -340,6 +347,32 @@ class _ArrivalQueue:
             return None if self.overflowed else batch
 
 
+class _InterestQueue(_ArrivalQueue):
+    """An :class:`_ArrivalQueue` that keeps only arrivals on queues a client waits on.
+
+    :meth:`want` names a queue (loop thread); the next arrival on it is kept
+    and the queue forgotten (one arrival per interest). Every other arrival
+    returns after one set lookup. The client's re-check closes the race with
+    an arrival just before :meth:`want`: the queue is named first, its max
+    offset read after, so an arrival is either kept or already visible.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        super().__init__(loop, limit)
+        self._wanted: set[tuple[str, int]] = set()
+
+    def want(self, topic: str, queue_id: int) -> None:
+        """Keep the next arrival on this queue."""
+        self._wanted.add((topic, queue_id))
+
+    def offer(self, topic: str, queue_id: int, max_offset: int) -> None:
+        key = (topic, queue_id)
+        if key not in self._wanted:
+            return
+        self._wanted.discard(key)
+        super().offer(topic, queue_id, max_offset)
+
+
 class _Waker:
     """Wakes a following ReadCommitLog on any arrival; offers between waits coalesce."""
 
@@ -404,7 +437,64 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
     @_edge
     async def Append(self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
                      ) -> store_pb2.AppendResponse:
-        """Append a batch in one engine call; per-message results as packed arrays.
+        """Append a batch in one engine call; per-message results as packed arrays."""
+        return await self._append(request, context)
+
+    async def AppendStream(self, requests: AsyncIterator[store_pb2.AppendStreamRequest],
+                           context: grpc.aio.ServicerContext) -> None:
+        """Appends over one stream, answered by id in completion order (see store.proto).
+
+        An append that cannot wait (ASYNC_FLUSH on an ASYNC_MASTER) is answered
+        before the next request is read; one that waits for its fsync or its
+        replica runs as its own task, so later appends overtake it and group
+        commit still sees many at once. At most ``APPEND_STREAM_WAITING_MAX``
+        wait at a time; the stream reads no further until one is answered.
+        """
+        writing = asyncio.Lock()
+        slots = asyncio.Semaphore(APPEND_STREAM_WAITING_MAX)
+        waiting: set[asyncio.Task[None]] = set()
+
+        async def answer(request: store_pb2.AppendStreamRequest) -> None:
+            response = await self._append_outcome(request, context)
+            async with writing:
+                await context.write(response)
+
+        async def answer_later(request: store_pb2.AppendStreamRequest) -> None:
+            try:
+                await answer(request)
+            except (asyncio.CancelledError, grpc.aio.AioRpcError, grpc.aio.UsageError):
+                pass  # the broker went away; the append itself is done
+            finally:
+                slots.release()
+
+        try:
+            async for request in requests:
+                if not self._store.needs_async_wait:
+                    await answer(request)
+                    continue
+                await slots.acquire()
+                task = asyncio.create_task(answer_later(request))
+                waiting.add(task)
+                task.add_done_callback(waiting.discard)
+        finally:
+            if waiting:
+                await asyncio.wait(waiting)
+
+    async def _append_outcome(self, request: store_pb2.AppendStreamRequest,
+                              context: grpc.aio.ServicerContext
+                              ) -> store_pb2.AppendStreamResponse:
+        """A stream request's answer: the AppendResponse, or the code the unary call gets."""
+        try:
+            appended = await self._append(request.append, context)
+        except _REFUSALS as exc:
+            code, text = refusal_status(exc)
+            return store_pb2.AppendStreamResponse(id=request.id, error_code=code.value[0],
+                                                  error=text)
+        return store_pb2.AppendStreamResponse(id=request.id, append=appended)
+
+    async def _append(self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
+                      ) -> store_pb2.AppendResponse:
+        """Append a batch in one engine call (both Append RPCs).
 
         The protobuf messages go to the engine as they arrived (it reads the
         same attribute names), so no per-message object is built on the way;
@@ -696,6 +786,57 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 for (topic, queue_id), max_offset in batch.items():
                     yield store_pb2.Arrival(topic=topic, queue_id=queue_id, max_offset=max_offset)
         finally:
+            self._stream_events.discard(arrivals.event)
+            store.remove_arrival_listener(listener)
+
+    @_edge_stream
+    async def WatchQueues(self, requests: AsyncIterator[store_pb2.QueueInterest],
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[store_pb2.Arrival]:
+        """Arrivals on the queues the client names, one per interest (see store.proto).
+
+        A malformed interest (a bad topic or queue id, a negative offset) ends
+        the stream with INVALID_ARGUMENT naming the field.
+        """
+        store = self._running_store()
+        arrivals = _InterestQueue(asyncio.get_running_loop(),
+                                  self._config.arrival_watch_queue_max)
+        listener = arrivals.offer
+        store.add_arrival_listener(listener)
+        self._stream_events.add(arrivals.event)
+        refused: list[Exception] = []
+
+        async def read_interests() -> None:
+            try:
+                async for interest in requests:
+                    topic = _topic("topic", interest.topic)
+                    queue_id = _queue_id("queue_id", interest.queue_id,
+                                         self._config.max_queue_id)
+                    after = _non_negative("after_offset", interest.after_offset)
+                    arrivals.want(topic, queue_id)  # named first, then the offset read
+                    max_offset = store.max_offset(topic, queue_id)
+                    if max_offset > after:
+                        arrivals.offer(topic, queue_id, max_offset)
+            except _REFUSALS as exc:  # a bad interest, or the store stopping
+                refused.append(exc)
+                arrivals.event.set()
+
+        reader = asyncio.create_task(read_interests())
+        try:
+            await context.send_initial_metadata(WATCHING_METADATA)
+            while True:
+                batch = await arrivals.take()
+                if refused:
+                    raise refused[0]
+                if self._closing:
+                    return
+                if batch is None:
+                    raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                   f"more than {self._config.arrival_watch_queue_max} queues "
+                                   f"with unread arrivals; re-subscribe and re-read queue ranges")
+                for (topic, queue_id), max_offset in batch.items():
+                    yield store_pb2.Arrival(topic=topic, queue_id=queue_id, max_offset=max_offset)
+        finally:
+            reader.cancel()
             self._stream_events.discard(arrivals.event)
             store.remove_arrival_listener(listener)
 

@@ -9,6 +9,7 @@ leave blank markers behind. One test runs the server in-process through
 from __future__ import annotations
 
 import asyncio
+import queue
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -238,6 +239,42 @@ def test_watch_arrivals_sees_an_append(spawn: Spawn, connect, tmp_path: Path) ->
     append(stub, msg("Events", 2, b"c"))
     assert next(again).max_offset == 3
     again.cancel()
+
+
+def test_watch_queues_answers_only_what_is_waited_on(spawn: Spawn, connect,
+                                                    tmp_path: Path) -> None:
+    stub = connect(start_store(spawn, tmp_path / "s"))
+    append(stub, msg("Q", 0, b"a"))
+    interests: queue.Queue[store_pb2.QueueInterest | None] = queue.Queue()
+    watch = stub.WatchQueues(iter(interests.get, None))
+    assert tuple(watch.initial_metadata()) == WATCHING_METADATA
+    # Already past the offset: answered at once.
+    interests.put(store_pb2.QueueInterest(topic="Q", queue_id=0, after_offset=0))
+    arrival = next(watch)
+    assert (arrival.topic, arrival.queue_id, arrival.max_offset) == ("Q", 0, 1)
+    # Waiting at the end: the next append answers; queue 1, never named, sends nothing.
+    interests.put(store_pb2.QueueInterest(topic="Q", queue_id=0, after_offset=1))
+    append(stub, msg("Q", 1, b"unwatched"))
+    append(stub, msg("Q", 0, b"b"))
+    arrival = next(watch)
+    assert (arrival.topic, arrival.queue_id, arrival.max_offset) == ("Q", 0, 2)
+    # Answered once, then forgotten: this append reaches nobody, the named queue 2 does.
+    append(stub, msg("Q", 0, b"c"))
+    interests.put(store_pb2.QueueInterest(topic="Q", queue_id=2, after_offset=0))
+    append(stub, msg("Q", 2, b"d"))
+    arrival = next(watch)
+    assert (arrival.topic, arrival.queue_id, arrival.max_offset) == ("Q", 2, 1)
+    # A malformed interest ends the stream, naming the field.
+    for bad, field in ((store_pb2.QueueInterest(topic="a/b"), "topic"),
+                       (store_pb2.QueueInterest(topic="Q", queue_id=-1), "queue_id"),
+                       (store_pb2.QueueInterest(topic="Q", after_offset=-1), "after_offset")):
+        stream = stub.WatchQueues(iter([bad]))
+        with pytest.raises(grpc.RpcError) as info:
+            next(stream)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert str(info.value.details()).startswith(f"{field}: ")
+    interests.put(None)
+    watch.cancel()
 
 
 # =========================================================================== CommitLog stream & HA

@@ -100,3 +100,30 @@ def test_a_cancelled_pull_leaves_nothing_parked() -> None:
         assert hub.parked_count == 0
         assert hub.notify("orders", 0, 6) == 0
     run(scenario())
+
+
+def test_the_store_is_told_of_each_queue_a_pull_waits_on() -> None:
+    """``on_wait`` names a queue when its first pull parks, when a pull waits below the
+    others, and again for the pulls an arrival leaves waiting; never otherwise."""
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        told: list[tuple[str, int, int]] = []
+        hub.on_wait = lambda topic, queue_id, offset: told.append((topic, queue_id, offset))
+        high = await park(hub, offset=8)
+        assert told == [("orders", 0, 8)]
+        same = await park(hub, offset=9)          # waits above the first: nothing new
+        assert told == [("orders", 0, 8)]
+        low = await park(hub, offset=5)           # waits below: the store must know
+        assert told == [("orders", 0, 8), ("orders", 0, 5)]
+        assert hub.notify("orders", 0, 6) == 1    # wakes 5; 8 and 9 still wait
+        assert await low is True
+        assert told[-1] == ("orders", 0, 8)
+        assert hub.notify("orders", 0, 10) == 2   # wakes the rest: nobody to name
+        assert await high is True and await same is True
+        assert len(told) == 3
+        other = await park(hub, offset=0, queue_id=3)
+        assert told[-1] == ("orders", 3, 0)
+        hub.wake_all()
+        assert await other is True
+        assert len(told) == 4
+    run(scenario())

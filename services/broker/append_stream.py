@@ -1,0 +1,137 @@
+"""AppendStream: the broker's appends to its store over one long-lived bidi stream.
+
+A unary gRPC call costs a Python server about twice what one message on an
+open stream does (``bench/grpc_floor.py``, bench/RESULTS.md), and a
+synchronous send pays it on every append. So the broker keeps one
+``StoreService/AppendStream`` call open and multiplexes every append on it:
+
+- each request gets the next id; a future per id waits for the response with
+  that id (the store answers in completion order, so a SYNC_FLUSH append
+  waiting for its fsync holds back no other);
+- writes are serialized (grpc allows one outstanding write per call); one
+  reader task resolves the futures;
+- an append answered with an error code raises what the unary call would
+  have raised (the caller's ``translate_status``);
+- when the call breaks (store restart, network), every append waiting on it
+  fails with the store's error, and the next append opens a new call: no
+  retry here, the same as a failed unary call;
+- each append is bounded by the call deadline the unary calls use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from boltmq.v1 import store_pb2
+
+log = logging.getLogger(__name__)
+
+METHOD = "AppendStream"
+Translate = Callable[[str, grpc.StatusCode, str], Exception]
+"""(method, code, details) -> the caller's named error."""
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class _OpenCall:
+    """One open AppendStream call, its waiting appends and its reader."""
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+        self.waiting: dict[int, asyncio.Future[store_pb2.AppendStreamResponse]] = {}
+        self.writing = asyncio.Lock()
+        self.broken = False
+        self.reader: asyncio.Task[None] | None = None
+
+
+class AppendStream:
+    """Appends multiplexed on one AppendStream call (see the module docstring)."""
+
+    def __init__(self, open_call: Callable[[], Any], timeout_s: float,
+                 translate: Translate) -> None:
+        self._open_call = open_call
+        self._timeout_s = timeout_s
+        self._translate = translate
+        self._ids = itertools.count(1)
+        self._open: _OpenCall | None = None
+
+    async def append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
+        """The store's answer to one append; the caller's named error when it failed."""
+        opened = self._current()
+        request_id = next(self._ids)
+        answered = asyncio.get_running_loop().create_future()
+        opened.waiting[request_id] = answered
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async with opened.writing:
+                    await opened.call.write(
+                        store_pb2.AppendStreamRequest(id=request_id, append=request))
+                response = await answered
+        except TimeoutError:
+            raise self._translate(METHOD, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                  f"no answer within {self._timeout_s:g} s") from None
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+            # The write found the call broken or closed (grpc reports a write racing
+            # the call's end as INTERNAL): the stream is gone, the store unreachable.
+            self._break(opened)
+            details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            raise self._translate(METHOD, grpc.StatusCode.UNAVAILABLE,
+                                  f"the append stream broke: {details}") from None
+        finally:
+            opened.waiting.pop(request_id, None)
+        if response.error_code:
+            code = _CODES.get(response.error_code, grpc.StatusCode.UNKNOWN)
+            raise self._translate(METHOD, code, response.error)
+        return response.append
+
+    async def close(self) -> None:
+        """Cancel the open call; appends waiting on it fail."""
+        opened, self._open = self._open, None
+        if opened is not None:
+            self._break(opened)
+            opened.call.cancel()
+            if opened.reader is not None:
+                await asyncio.gather(opened.reader, return_exceptions=True)
+
+    def _current(self) -> _OpenCall:
+        opened = self._open
+        if opened is None or opened.broken:
+            opened = self._open = _OpenCall(self._open_call())
+            opened.reader = asyncio.create_task(self._read(opened), name="append-stream")
+        return opened
+
+    async def _read(self, opened: _OpenCall) -> None:
+        error: Exception
+        try:
+            while True:
+                response = await opened.call.read()
+                if response is grpc.aio.EOF:
+                    error = self._translate(METHOD, grpc.StatusCode.UNAVAILABLE,
+                                            "the store ended the stream")
+                    break
+                answered = opened.waiting.get(response.id)
+                if answered is not None and not answered.done():
+                    answered.set_result(response)
+        except grpc.aio.AioRpcError as exc:
+            error = self._translate(METHOD, exc.code(), exc.details() or "")
+        except asyncio.CancelledError:
+            error = self._translate(METHOD, grpc.StatusCode.CANCELLED,
+                                    "the append stream was closed")
+        self._break(opened, error)
+
+    def _break(self, opened: _OpenCall, error: Exception | None = None) -> None:
+        """Mark the call broken (the next append opens another); fail what waits on it."""
+        if not opened.broken:
+            opened.broken = True
+            opened.call.cancel()
+        if error is None:
+            return
+        for answered in opened.waiting.values():
+            if not answered.done():
+                answered.set_exception(error)

@@ -1,0 +1,179 @@
+"""StoreService.AppendStream and the broker's AppendStream client, against real store processes.
+
+The stream must store exactly what the unary Append stores, answer each
+request by its id, answer a refused request with the unary call's code and
+text while staying open, let SYNC_FLUSH appends overtake each other, and on
+the broker's side turn a store that went away into StoreUnavailable and
+reconnect on the next append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from boltmq.message import Message
+from boltmq.runtime import sync_channel
+from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from services.broker.errors import InvalidArgument, StoreUnavailable
+from services.broker.store_client import StoreClient
+from services.store.record_batch import RecordBatch
+from tests.integration.procs import ServiceProcess
+
+SMALL = ("mapped_file_size_commitlog=1048576", "mapped_file_size_consume_queue=60000",
+         "max_hash_slot_num=1000", "max_index_num=4000")
+TIMEOUT_MS = 10_000
+
+Spawn = Callable[..., ServiceProcess]
+
+
+class OpenStream:
+    """A blocking AppendStream: ``send`` requests, ``receive`` responses in arrival order."""
+
+    def __init__(self, address: str) -> None:
+        self._channel = sync_channel(address)
+        self._requests: queue.Queue[store_pb2.AppendStreamRequest | None] = queue.Queue()
+        self._responses = store_pb2_grpc.StoreServiceStub(self._channel).AppendStream(
+            iter(self._requests.get, None), timeout=30)
+
+    def send(self, request_id: int, append: store_pb2.AppendRequest) -> None:
+        self._requests.put(store_pb2.AppendStreamRequest(id=request_id, append=append))
+
+    def receive(self) -> store_pb2.AppendStreamResponse:
+        response: store_pb2.AppendStreamResponse = next(self._responses)
+        return response
+
+    def close(self) -> None:
+        self._requests.put(None)
+        assert list(self._responses) == []  # nothing left unanswered
+        self._channel.close()
+
+
+@pytest.fixture
+def open_stream() -> Iterator[Callable[[ServiceProcess], OpenStream]]:
+    streams: list[OpenStream] = []
+
+    def factory(proc: ServiceProcess) -> OpenStream:
+        streams.append(OpenStream(proc.address))
+        return streams[-1]
+
+    yield factory
+    for stream in streams:
+        stream.close()
+
+
+def records(topic: str, *bodies: bytes) -> store_pb2.AppendRequest:
+    encoded = b"".join(Message(topic, body).to_record() for body in bodies)
+    return store_pb2.AppendRequest(records=encoded, record_count=len(bodies), topic=topic,
+                                   queue_id=0)
+
+
+def stored_bodies(address: str, topic: str) -> list[bytes]:
+    with sync_channel(address) as chan:
+        pulled = store_pb2_grpc.StoreServiceStub(chan).Pull(
+            store_pb2.PullRequest(topic=topic, queue_id=0, max_messages=1000))
+    return [m.body for m in pulled.messages]
+
+
+def test_answers_by_id_refusals_keep_the_stream_open(spawn: Spawn, open_stream,
+                                                     tmp_path: Path) -> None:
+    store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
+    stream = open_stream(store)
+    stream.send(7, records("T", b"a", b"b"))
+    stream.send(8, store_pb2.AppendRequest(messages=[message_pb2.Message(topic="T")],
+                                           born_host="nonsense"))
+    stream.send(9, store_pb2.AppendRequest(records=b"x" * 10, record_count=0, topic="T"))
+    stream.send(10, store_pb2.AppendRequest(messages=[message_pb2.Message(
+        topic="T", body=b"c")]))
+    answers = {r.id: r for r in (stream.receive() for _ in range(4))}
+
+    assert sorted(answers) == [7, 8, 9, 10]
+    first, last = answers[7], answers[10]
+    assert first.error_code == 0 and list(first.append.statuses) == [message_pb2.PUT_OK] * 2
+    assert list(first.append.queue_offsets) == [0, 1]
+    assert last.error_code == 0 and list(last.append.queue_offsets) == [2]
+    assert answers[8].error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert answers[8].error.startswith("born_host: ")
+    assert answers[9].error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert answers[9].error.startswith("record_count: ")
+    assert stored_bodies(store.address, "T") == [b"a", b"b", b"c"]  # the refused stored nothing
+
+
+def test_sync_flush_appends_are_all_answered(spawn: Spawn, open_stream, tmp_path: Path) -> None:
+    store = spawn("store", f"root_dir={tmp_path / 's'}", "flush_disk_type=SYNC_FLUSH", *SMALL)
+    stream = open_stream(store)
+    for request_id in range(1, 41):
+        stream.send(request_id, records("S", f"m{request_id}".encode()))
+    answers = [stream.receive() for _ in range(40)]
+
+    assert sorted(a.id for a in answers) == list(range(1, 41))
+    assert all(a.error_code == 0 and list(a.append.statuses) == [message_pb2.PUT_OK]
+               for a in answers)
+    assert sorted(q for a in answers for q in a.append.queue_offsets) == list(range(40))
+    assert sorted(stored_bodies(store.address, "S")) == sorted(f"m{i}".encode()
+                                                               for i in range(1, 41))
+
+
+def batch(topic: str, *bodies: bytes) -> RecordBatch:
+    request = records(topic, *bodies)
+    return RecordBatch(request.records, request.record_count, topic, 0)
+
+
+def test_broker_client_fails_clearly_and_reconnects(spawn: Spawn, tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    store = spawn("store", f"root_dir={root}", *SMALL)
+
+    async def scenario() -> None:
+        client = StoreClient(store.address, TIMEOUT_MS)
+        try:
+            appended = await asyncio.gather(*(client.append_records(batch("B", b"%d" % i), "")
+                                              for i in range(20)))
+            assert sorted(q for a in appended for q in a.queue_offsets) == list(range(20))
+            with pytest.raises(InvalidArgument, match="^born_host: "):
+                await client.append_records(batch("B", b"x"), "nonsense")
+
+            store.kill()
+            with pytest.raises(StoreUnavailable, match=store.address):
+                await client.append_records(batch("B", b"lost"), "")
+            await asyncio.to_thread(restart, store)
+            await client.wait_until_serving(30)
+            again = await client.append_records(batch("B", b"after"), "")
+            assert list(again.queue_offsets) == [20]
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+    assert stored_bodies(store.address, "B")[-1] == b"after"
+
+
+def restart(proc: ServiceProcess) -> None:
+    """Start a killed process again on the same port."""
+    proc.requested_port = proc.port
+    proc.start()
+
+
+def test_concurrent_appends_share_one_stream(spawn: Spawn, tmp_path: Path) -> None:
+    """Many appends from many tasks at once: each gets its own answer, nothing is mixed up."""
+    store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
+    bodies = [f"body-{i}".encode() for i in range(200)]
+
+    async def scenario() -> list[store_pb2.AppendResponse]:
+        client = StoreClient(store.address, TIMEOUT_MS)
+        try:
+            return await asyncio.gather(*(client.append_records(batch("C", body), "")
+                                          for body in bodies))
+        finally:
+            await client.close()
+
+    appended = asyncio.run(scenario())
+    with sync_channel(store.address) as chan:
+        stub = store_pb2_grpc.StoreServiceStub(chan)
+        for body, answer in zip(bodies, appended, strict=True):
+            got = stub.Get(store_pb2.GetRequest(commitlog_offset=answer.commitlog_offsets[0]))
+            assert got.message.body == body  # each answer names its own message
+    assert sorted(stored_bodies(store.address, "C")) == sorted(bodies)
