@@ -8,6 +8,10 @@ from ``/proc/<pid>/stat``, every thread). A BoltMQ synchronous send makes
 two such calls in a row (client -> broker -> store), so this is the floor
 under the issue-3 "single synchronous send" figures (bench/RESULTS.md).
 
+The last line is the same round trip as one message each way on an open
+bidi stream of the aio server (an echo of the request bytes), which is what
+the broker's appends use (StoreService/AppendStream).
+
     .venv/bin/python bench/grpc_floor.py [--calls 3000]
 """
 
@@ -16,10 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import queue
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent import futures
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -35,9 +42,19 @@ def serve_threaded() -> None:
     server.wait_for_termination()
 
 
+STREAM_METHOD = "/floor.Echo/Stream"
+
+
+async def _echo(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+    async for request in requests:
+        yield request
+
+
 async def serve_aio() -> None:
     server = grpc.aio.server()
     health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Echo", {
+        "Stream": grpc.stream_stream_rpc_method_handler(_echo)}),))
     print(server.add_insecure_port("127.0.0.1:0"), flush=True)
     await server.start()
     await server.wait_for_termination()
@@ -48,14 +65,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(kind: str, calls: int) -> str:
+def _stream_round_trip(channel: grpc.Channel) -> Callable[[Any], Any]:
+    """``send(request)``: one message out and its echo back on one open stream."""
+    outgoing: queue.Queue[bytes] = queue.Queue()
+    replies = channel.stream_stream(STREAM_METHOD)(iter(outgoing.get, None))
+
+    def send(request: Any) -> Any:
+        outgoing.put(request.SerializeToString())
+        return next(replies)
+    return send
+
+
+def measure(kind: str, calls: int, stream: bool = False) -> str:
     server = subprocess.Popen([sys.executable, __file__, "--serve", kind],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            check = health_pb2_grpc.HealthStub(channel).Check
+            if stream:
+                check = _stream_round_trip(channel)
+            else:
+                check = health_pb2_grpc.HealthStub(channel).Check
             request = health_pb2.HealthCheckRequest()
             for _ in range(WARM_UP_CALLS):
                 check(request)
@@ -69,6 +100,8 @@ def measure(kind: str, calls: int) -> str:
     finally:
         server.kill()
         server.wait()
+    if stream:
+        kind = f"{kind}, bidi stream"
     return (f"{kind:<8} {calls} calls: round trip {elapsed / calls * 1e6:5.0f} us, "
             f"client CPU {client_cpu / calls * 1e6:4.0f} us, "
             f"server CPU {server_cpu / calls * 1e6:4.0f} us per call")
@@ -88,6 +121,7 @@ def main() -> None:
     else:
         for kind in ("threaded", "aio"):
             print(measure(kind, args.calls), flush=True)
+        print(measure("aio", args.calls, stream=True), flush=True)
 
 
 if __name__ == "__main__":
