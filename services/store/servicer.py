@@ -422,6 +422,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         # Endless streams' events, set at shutdown so each stream ends by itself
         # (a stream left open would hold the server's whole grace period).
         self._stream_events: set[asyncio.Event] = set()
+        self._append_streams: set[asyncio.Task[Any]] = set()  # their handlers' tasks
         self._closing = False
 
     def close(self) -> None:
@@ -449,6 +450,8 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         replica runs as its own task, so later appends overtake it and group
         commit still sees many at once. At most ``APPEND_STREAM_WAITING_MAX``
         wait at a time; the stream reads no further until one is answered.
+        At shutdown the stream stops reading and ends once its appends are
+        answered, so it does not hold the server's grace period.
         """
         writing = asyncio.Lock()
         slots = asyncio.Semaphore(APPEND_STREAM_WAITING_MAX)
@@ -467,6 +470,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             finally:
                 slots.release()
 
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._append_streams.add(handler)
         try:
             async for request in requests:
                 if not self._store.needs_async_wait:
@@ -476,7 +482,13 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 task = asyncio.create_task(answer_later(request))
                 waiting.add(task)
                 task.add_done_callback(waiting.discard)
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            # Shutdown (end_streams): read no more; the stream ends once the
+            # appends already taken are answered, and the broker opens another.
         finally:
+            self._append_streams.discard(handler)
             if waiting:
                 await asyncio.wait(waiting)
 
@@ -845,6 +857,8 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         self._closing = True
         for event in list(self._stream_events):
             event.set()
+        for handler in list(self._append_streams):
+            handler.cancel()  # stops its read; what it already took is still answered
 
     @_edge_stream
     async def ReadCommitLog(self, request: store_pb2.ReadCommitLogRequest,

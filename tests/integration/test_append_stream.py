@@ -177,3 +177,17 @@ def test_concurrent_appends_share_one_stream(spawn: Spawn, tmp_path: Path) -> No
             got = stub.Get(store_pb2.GetRequest(commitlog_offset=answer.commitlog_offsets[0]))
             assert got.message.body == body  # each answer names its own message
     assert sorted(stored_bodies(store.address, "C")) == sorted(bodies)
+
+
+def test_shutdown_ends_an_open_stream_without_waiting_out_the_grace(spawn: Spawn,
+                                                                     tmp_path: Path) -> None:
+    """SIGTERM with a broker's stream open: answered appends stay answered, the stream
+    ends normally, and the store exits cleanly (a held stream would keep it for 60 s,
+    past the launcher's 20 s wait, and the exit code would be SIGKILL's)."""
+    store = spawn("store", f"root_dir={tmp_path / 's'}", "shutdown_grace_ms=60000", *SMALL)
+    stream = OpenStream(store.address)
+    stream.send(1, records("G", b"before"))
+    assert stream.receive().error_code == 0
+    assert store.stop() == 0
+    with pytest.raises(StopIteration):
+        stream.receive()
