@@ -457,16 +457,22 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         slots = asyncio.Semaphore(APPEND_STREAM_WAITING_MAX)
         waiting: set[asyncio.Task[None]] = set()
 
-        async def answer(request: store_pb2.AppendStreamRequest) -> None:
+        async def answer(request: store_pb2.AppendStreamRequest) -> bool:
+            """Append and answer; False when the answer could not be sent."""
             response = await self._append_outcome(request, context)
-            async with writing:
-                await context.write(response)
+            try:
+                async with writing:
+                    await context.write(response)
+            except Exception as exc:  # grpc's error types differ by where the call died
+                # The broker went away (killed, or its stream cancelled): the append
+                # is done; the broker fails what it waited for as unavailable.
+                log.debug("append %d stored, its answer not delivered: %r", request.id, exc)
+                return False
+            return True
 
         async def answer_later(request: store_pb2.AppendStreamRequest) -> None:
             try:
                 await answer(request)
-            except (asyncio.CancelledError, grpc.aio.AioRpcError, grpc.aio.UsageError):
-                pass  # the broker went away; the append itself is done
             finally:
                 slots.release()
 
@@ -476,7 +482,8 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         try:
             async for request in requests:
                 if not self._store.needs_async_wait:
-                    await answer(request)
+                    if not await answer(request):
+                        return  # nobody reads the answers any more
                     continue
                 await slots.acquire()
                 task = asyncio.create_task(answer_later(request))

@@ -191,3 +191,23 @@ def test_shutdown_ends_an_open_stream_without_waiting_out_the_grace(spawn: Spawn
     assert store.stop() == 0
     with pytest.raises(StopIteration):
         stream.receive()
+
+
+def test_a_broker_gone_mid_stream_leaves_the_store_quiet_and_serving(spawn: Spawn,
+                                                                     tmp_path: Path) -> None:
+    """The broker's stream dies with SYNC_FLUSH answers still owed: the appends are kept,
+    the undeliverable answers are dropped without a traceback, the store serves on."""
+    store = spawn("store", f"root_dir={tmp_path / 's'}", "flush_disk_type=SYNC_FLUSH", *SMALL)
+    with sync_channel(store.address) as chan:
+        requests = (store_pb2.AppendStreamRequest(id=i, append=records("Gone", b"%d" % i))
+                    for i in range(300))
+        stub = store_pb2_grpc.StoreServiceStub(chan)
+        call = stub.AppendStream(requests)
+        first = next(call)  # the stream is open and answering
+        call.cancel()
+        kept = stub.Get(store_pb2.GetRequest(commitlog_offset=first.append.commitlog_offsets[0]))
+        assert kept.message.body == b"%d" % first.id
+        after = stub.Append(records("Gone", b"after"))
+    assert list(after.statuses) == [message_pb2.PUT_OK]
+    assert store.stop() == 0
+    assert "Traceback" not in store.log()
