@@ -107,31 +107,38 @@ class AppendStream:
         return opened
 
     async def _read(self, opened: _OpenCall) -> None:
-        error: Exception
+        code, details = grpc.StatusCode.UNAVAILABLE, "the store ended the stream"
         try:
             while True:
                 response = await opened.call.read()
                 if response is grpc.aio.EOF:
-                    error = self._translate(METHOD, grpc.StatusCode.UNAVAILABLE,
-                                            "the store ended the stream")
                     break
                 answered = opened.waiting.get(response.id)
                 if answered is not None and not answered.done():
                     answered.set_result(response)
         except grpc.aio.AioRpcError as exc:
-            error = self._translate(METHOD, exc.code(), exc.details() or "")
+            code, details = exc.code(), exc.details() or ""
         except asyncio.CancelledError:
-            error = self._translate(METHOD, grpc.StatusCode.CANCELLED,
-                                    "the append stream was closed")
-        self._break(opened, error)
+            code, details = grpc.StatusCode.CANCELLED, "the append stream was closed"
+        self._break(opened, (code, details))
 
-    def _break(self, opened: _OpenCall, error: Exception | None = None) -> None:
-        """Mark the call broken (the next append opens another); fail what waits on it."""
+    def _break(self, opened: _OpenCall,
+               failure: tuple[grpc.StatusCode, str] | None = None) -> None:
+        """Mark the call broken (the next append opens another); fail what waits on it.
+
+        Each waiting append gets its own error. One whose caller is gone
+        (cancelled meanwhile) is marked retrieved, so asyncio does not log it.
+        """
         if not opened.broken:
             opened.broken = True
             opened.call.cancel()
-        if error is None:
+        if failure is None:
             return
         for answered in opened.waiting.values():
             if not answered.done():
-                answered.set_exception(error)
+                answered.set_exception(self._translate(METHOD, *failure))
+                answered.add_done_callback(_retrieved)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    future.exception()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator
 
 from boltmq import runtime
 from boltmq.v1 import store_pb2
@@ -58,11 +57,6 @@ class ArrivalWatcher:
             self._interests.put_nowait(store_pb2.QueueInterest(
                 topic=topic, queue_id=queue_id, after_offset=queue_offset))
 
-    async def _interest_stream(self, interests: asyncio.Queue[store_pb2.QueueInterest]
-                               ) -> AsyncIterator[store_pb2.QueueInterest]:
-        while True:
-            yield await interests.get()
-
     def _open(self, interests: asyncio.Queue[store_pb2.QueueInterest]) -> None:
         # Wake everything parked: arrivals before this moment were not seen, and
         # the pulls park again, naming their queues on this stream.
@@ -77,7 +71,7 @@ class ArrivalWatcher:
             interests: asyncio.Queue[store_pb2.QueueInterest] = asyncio.Queue()
             try:
                 async for arrival in self._store.watch_queues(
-                        self._interest_stream(interests), functools.partial(self._open, interests)):
+                        interests, functools.partial(self._open, interests)):
                     self._hub.notify(arrival.topic, arrival.queue_id, arrival.max_offset)
                 reason = "the store ended the stream"
             except BrokerError as exc:

@@ -11,7 +11,9 @@ unary Append so its trace shows the store's span.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -150,17 +152,22 @@ class StoreClient(StoreChannel):
         finally:
             call.cancel()
 
-    async def watch_queues(self, interests: AsyncIterator[store_pb2.QueueInterest],
+    async def watch_queues(self, interests: asyncio.Queue[store_pb2.QueueInterest],
                            on_open: Callable[[], None]) -> AsyncIterator[store_pb2.Arrival]:
-        """Arrivals on the queues named by ``interests``; ``on_open`` runs once the store watches.
+        """Arrivals on the queues put in ``interests``; ``on_open`` runs once the store watches.
 
         The store sends its initial metadata only after it registered the
         listener, so an interest sent after ``on_open`` is never missed; the
         caller uses ``on_open`` to re-check pulls parked before that moment.
+        A task of this stream's own writes the interests (it ends with the
+        stream; grpc's request-iterator task would outlive a cancelled call).
         """
-        call = self._stub.WatchQueues(interests)
+        call = self._stub.WatchQueues()
+        writer: asyncio.Task[None] | None = None
         try:
             await call.initial_metadata()
+            writer = asyncio.create_task(_send_interests(call, interests),
+                                         name="watch-queues-writer")
             on_open()
             async for arrival in call:
                 yield arrival
@@ -168,3 +175,14 @@ class StoreClient(StoreChannel):
             raise self.translate("WatchQueues", exc) from None
         finally:
             call.cancel()
+            if writer is not None:
+                writer.cancel()
+
+
+async def _send_interests(call: Any, interests: asyncio.Queue[store_pb2.QueueInterest]) -> None:
+    """Write each interest to the WatchQueues call until it ends (its reader reports why)."""
+    try:
+        while True:
+            await call.write(await interests.get())
+    except Exception:  # grpc's error type differs by where the call died
+        return  # the stream's reader reports why it ended

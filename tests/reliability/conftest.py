@@ -26,6 +26,10 @@ from tests.reliability.files import (
 )
 from tests.reliability.load import Ack
 
+UNHANDLED_MARKS = ("Traceback (most recent call last)", "Task was destroyed but it is pending",
+                   "exception was never retrieved")
+"""What a service log must never hold after a fault test."""
+
 
 class FaultCluster(Cluster):
     """A registry, a store (``flush``, ``store_settings``, ``root_dir``) and a broker."""
@@ -54,9 +58,10 @@ class FaultCluster(Cluster):
         return self.store
 
     def tracebacks(self) -> list[str]:
-        """Log files of this cluster's processes that hold a Python traceback."""
+        """Log files of this cluster's processes that hold a Python traceback, or asyncio's
+        report of a task or future nobody finished or read (a leak in waiting)."""
         return [p.name for p in sorted(self.log_dir.glob("*.log"))
-                if "Traceback (most recent call last)" in p.read_text()]
+                if any(mark in p.read_text() for mark in UNHANDLED_MARKS)]
 
 
 @pytest.fixture
