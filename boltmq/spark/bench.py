@@ -31,6 +31,8 @@ PATHS = ("write", "broker", "commitlog")
 STORE_SETTINGS = ("disk_max_used_space_ratio=100", "disk_space_clean_forcibly_ratio=100",
                   "disk_space_warning_level_ratio=100")
 TOPIC = "SparkBench"
+WARM_UP_ROWS = 4096
+"""Rows of the write warm-up (to a topic of its own, so the reads count only the timed rows)."""
 
 
 def _session() -> Any:
@@ -103,6 +105,13 @@ def run(count: int, paths: tuple[str, ...], root: Path, segment_mb: int) -> None
         writer = frame.write.format("boltmq").option("registry", reg).option("topic", TOPIC) \
             .mode("append")
         if "write" in paths:
+            # Warm-up, as for the reads: the first write of a session also starts the
+            # Python workers and their producers (seconds, whatever the row count).
+            warm = spark.range(WARM_UP_ROWS).selectExpr(
+                f"cast(repeat('x', {BODY_BYTES}) as binary) as body").repartition(4)
+            _timed("  write warm-up (workers start)", WARM_UP_ROWS,
+                   warm.write.format("boltmq").option("registry", reg)
+                   .option("topic", f"{TOPIC}Warm").mode("append").save)
             _timed("write (boltmq)", count, writer.save)
         else:
             writer.save()
