@@ -692,7 +692,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             min_offset=result.min_offset, max_offset=result.max_offset)
         if request.raw_records:
             response.records = b"".join(result.raw)
-            response.record_count = len(result.raw)
+            response.record_count = result.raw_count
         else:
             response.messages.extend(messages_to_proto(result.messages))
         return response

@@ -125,4 +125,7 @@ class GetResult:
     min_offset: int = 0
     max_offset: int = 0
     raw: list[memoryview] = field(default_factory=list)
-    """With ``get_messages(..., raw=True)``: each matching record's bytes instead."""
+    """With ``get_messages(..., raw=True)``: the matching records' bytes instead, as views
+    (records that lie back to back in the CommitLog may share one view)."""
+    raw_count: int = 0
+    """Records in ``raw``."""

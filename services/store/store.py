@@ -36,9 +36,9 @@ from services.store.record import (
     RecordView,
     decode_record,
     parse_msg_id,
-    verified_record,
 )
 from services.store.record_batch import RAW_BORN_HOST_DEFAULT, RecordBatch, decode_batch
+from services.store.record_heads import verified_runs
 from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
 from services.store.replica_tracker import ReplicaTracker
 from services.store.role import MASTER_ROLES, RoleChangeRefused, RoleFile, RoleState
@@ -526,6 +526,9 @@ class MessageStore:
             else max(0, min(max_count, 1 << 20))
         byte_limit = config.max_transfer_bytes_on_message_in_memory if max_bytes is None \
             else max_bytes
+        if raw and sub.matches_all:
+            self._collect_raw(cq, queue_offset, count, byte_limit, result)
+            return
         files = self.commitlog.files
         check_crc = config.check_crc_on_read
         commitlog_min = self.commitlog.min_offset
@@ -557,11 +560,6 @@ class MessageStore:
                     mf_from, mf_end = mf.file_from_offset, mf.file_end_offset
                 assert mf is not None
                 try:
-                    if raw and matches_all:
-                        raw_parts.append(verified_record(mf.view, physical - mf_from, size,
-                                                         check_crc=check_crc))
-                        total_bytes += size
-                        continue
                     record = decode_record(mf.view, physical - mf_from, check_crc=check_crc)
                 except CorruptRecord as exc:
                     log.error("refusing to serve a corrupt record: %s", exc)
@@ -572,6 +570,7 @@ class MessageStore:
                 if raw:
                     position = physical - mf_from
                     raw_parts.append(mf.view[position:position + size])
+                    result.raw_count += 1
                 else:
                     messages.append(record)
                 total_bytes += size
@@ -580,6 +579,67 @@ class MessageStore:
                 mf.release()
         result.next_begin_offset = queue_offset + scanned
         if messages or raw_parts:
+            result.status = GetStatus.FOUND
+        elif missing:
+            result.status = GetStatus.OFFSET_FOUND_NULL
+
+    def _collect_raw(self, cq, queue_offset: int, count: int, byte_limit: int,  # type: ignore[no-untyped-def]
+                     result: GetResult) -> None:
+        """Every record from ``queue_offset`` as raw bytes, checked in bulk per segment.
+
+        The consume queue decides which records are taken (count and byte
+        limits); :func:`verified_runs` checks them, and a corrupt one is
+        logged and left out, as on the per-record path.
+        """
+        files = self.commitlog.files
+        commitlog_min = self.commitlog.min_offset
+        check_crc = self.config.check_crc_on_read
+        scanned = accepted = total_bytes = missing = 0
+        positions: list[int] = []
+        sizes: list[int] = []
+        mf = None
+        mf_from = mf_end = 0
+
+        def verify() -> None:
+            nonlocal missing
+            assert mf is not None
+            found = verified_runs(mf.view, positions, sizes, check_crc=check_crc)
+            result.raw.extend(found.views)
+            result.raw_count += found.count
+            for exc in found.refused:
+                log.error("refusing to serve a corrupt record: %s", exc)
+            missing += len(found.refused)
+            positions.clear()
+            sizes.clear()
+
+        try:
+            for physical, size, _code in cq.entries(queue_offset, max(count, 1)):
+                if accepted >= count or (accepted and total_bytes + size > byte_limit):
+                    break
+                scanned += 1
+                if not mf_from <= physical < mf_end:
+                    if mf is not None:
+                        if positions:
+                            verify()
+                        mf.release()
+                    mf = files.find(physical) if physical >= commitlog_min else None
+                    if mf is None or not mf.hold():
+                        mf = None
+                        mf_from = mf_end = 0
+                        missing += 1
+                        continue
+                    mf_from, mf_end = mf.file_from_offset, mf.file_end_offset
+                positions.append(physical - mf_from)
+                sizes.append(size)
+                accepted += 1
+                total_bytes += size
+            if positions:
+                verify()
+        finally:
+            if mf is not None:
+                mf.release()
+        result.next_begin_offset = queue_offset + scanned
+        if result.raw:
             result.status = GetStatus.FOUND
         elif missing:
             result.status = GetStatus.OFFSET_FOUND_NULL
