@@ -789,6 +789,14 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         """
         store = self._running_store()
         arrivals = _ArrivalQueue(asyncio.get_running_loop(), self._config.arrival_watch_queue_max)
+        async for arrival in self._arrival_stream(store, arrivals, context, []):
+            yield arrival
+
+    async def _arrival_stream(self, store: MessageStore, arrivals: _ArrivalQueue,
+                              context: grpc.aio.ServicerContext, refused: list[Exception]
+                              ) -> AsyncIterator[store_pb2.Arrival]:
+        """What an arrival stream sends: ``arrivals`` listening to ``store`` until the
+        client leaves, shutdown, an overflow, or a refusal put in ``refused``."""
         listener = arrivals.offer  # one bound method: removal is by identity
         store.add_arrival_listener(listener)
         self._stream_events.add(arrivals.event)
@@ -796,6 +804,8 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             await context.send_initial_metadata(WATCHING_METADATA)
             while True:
                 batch = await arrivals.take()
+                if refused:
+                    raise refused[0]
                 if self._closing:
                     return
                 if batch is None:
@@ -819,9 +829,6 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         store = self._running_store()
         arrivals = _InterestQueue(asyncio.get_running_loop(),
                                   self._config.arrival_watch_queue_max)
-        listener = arrivals.offer
-        store.add_arrival_listener(listener)
-        self._stream_events.add(arrivals.event)
         refused: list[Exception] = []
 
         async def read_interests() -> None:
@@ -841,23 +848,10 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
 
         reader = asyncio.create_task(read_interests())
         try:
-            await context.send_initial_metadata(WATCHING_METADATA)
-            while True:
-                batch = await arrivals.take()
-                if refused:
-                    raise refused[0]
-                if self._closing:
-                    return
-                if batch is None:
-                    raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                   f"more than {self._config.arrival_watch_queue_max} queues "
-                                   f"with unread arrivals; re-subscribe and re-read queue ranges")
-                for (topic, queue_id), max_offset in batch.items():
-                    yield store_pb2.Arrival(topic=topic, queue_id=queue_id, max_offset=max_offset)
+            async for arrival in self._arrival_stream(store, arrivals, context, refused):
+                yield arrival
         finally:
             reader.cancel()
-            self._stream_events.discard(arrivals.event)
-            store.remove_arrival_listener(listener)
 
     def end_streams(self) -> None:
         """End every endless stream normally (shutdown); clients reconnect."""

@@ -27,6 +27,7 @@ from services.store.consume_queue import ConsumeQueueTable
 from services.store.dispatcher import ArrivalListener, Dispatcher
 from services.store.flusher import CommitLogFlusher, ConsumeQueueFlusher
 from services.store.index_service import IndexService
+from services.store.mapped_file import MappedFile
 from services.store.message import Message, MessageLike
 from services.store.record import (
     PROPERTY_KEYS,
@@ -519,6 +520,13 @@ class MessageStore:
             self._collect(cq, queue_offset, max_count, max_bytes, sub, result, raw)
         return result
 
+    def _hold_segment(self, physical: int) -> MappedFile | None:
+        """The CommitLog segment holding ``physical``, held (release it), or None when the
+        offset was cleaned away or the segment is being deleted."""
+        mf = self.commitlog.files.find(physical) if physical >= self.commitlog.min_offset \
+            else None
+        return mf if mf is not None and mf.hold() else None
+
     def _collect(self, cq, queue_offset, max_count, max_bytes, sub, result, raw) -> None:  # type: ignore[no-untyped-def]
         """Read matching messages into ``result``; one segment reference per segment."""
         config = self.config
@@ -529,9 +537,7 @@ class MessageStore:
         if raw and sub.matches_all:
             self._collect_raw(cq, queue_offset, count, byte_limit, result)
             return
-        files = self.commitlog.files
         check_crc = config.check_crc_on_read
-        commitlog_min = self.commitlog.min_offset
         messages = result.messages
         raw_parts = result.raw
         total_bytes = scanned = missing = 0
@@ -551,9 +557,8 @@ class MessageStore:
                 if not mf_from <= physical < mf_end:
                     if mf is not None:
                         mf.release()
-                    mf = files.find(physical) if physical >= commitlog_min else None
-                    if mf is None or not mf.hold():
-                        mf = None
+                    mf = self._hold_segment(physical)
+                    if mf is None:
                         mf_from = mf_end = 0
                         missing += 1
                         continue
@@ -591,8 +596,6 @@ class MessageStore:
         limits); :func:`verified_runs` checks them, and a corrupt one is
         logged and left out, as on the per-record path.
         """
-        files = self.commitlog.files
-        commitlog_min = self.commitlog.min_offset
         check_crc = self.config.check_crc_on_read
         scanned = accepted = total_bytes = missing = 0
         positions: list[int] = []
@@ -622,9 +625,8 @@ class MessageStore:
                         if positions:
                             verify()
                         mf.release()
-                    mf = files.find(physical) if physical >= commitlog_min else None
-                    if mf is None or not mf.hold():
-                        mf = None
+                    mf = self._hold_segment(physical)
+                    if mf is None:
                         mf_from = mf_end = 0
                         missing += 1
                         continue
