@@ -27,6 +27,7 @@ from services.store.commitlog import (
     dispatch_request_of,
 )
 from services.store.consume_queue import ConsumeQueueTable
+from services.store.dispatch_run import DispatchRun
 from services.store.index_service import IndexService
 from services.store.record import (
     SYS_FLAG_TRANSACTION_COMMIT,
@@ -186,6 +187,9 @@ class Dispatcher:
 
     def _apply(self, requests: Iterable[DispatchTuple], touched: dict[tuple[str, int], None]
                ) -> None:
+        if isinstance(requests, DispatchRun):
+            self._apply_run(requests, touched)
+            return
         queues = self.queues
         index = self.index
         last_ts = self.last_store_timestamp
@@ -201,6 +205,21 @@ class Dispatcher:
                 index.build_index(topic, index_keys, physical, store_ts)
             last_ts = store_ts
         self.last_store_timestamp = last_ts
+
+    def _apply_run(self, run: DispatchRun, touched: dict[tuple[str, int], None]) -> None:
+        """A bulk append's records: their entries in one write, then any index keys."""
+        key = (run.topic, run.queue_id)
+        queues = self.queues
+        cq = queues.queues.get(key) or queues.get_or_create(*key)
+        cq.put_run(run.first_queue_offset, run.commitlog_offsets, run.sizes, run.tags_codes,
+                   run.store_timestamp)
+        touched[key] = None
+        if any(run.index_keys):
+            physicals = run.commitlog_offsets.tolist()
+            for at, keys in enumerate(run.index_keys):
+                if keys:
+                    self.index.build_index(run.topic, keys, physicals[at], run.store_timestamp)
+        self.last_store_timestamp = run.store_timestamp
 
     def _notify(self, touched: dict[tuple[str, int], None]) -> None:
         if not self.listeners:

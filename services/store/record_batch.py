@@ -143,6 +143,22 @@ def _tail(topic_field: bytes, properties_raw: bytes) -> bytes:
 # --------------------------------------------------------------------------- framing
 
 
+def _uniform_positions(records: bytes | memoryview, count: int) -> list[int] | None:
+    """The positions when every record has the same size (fixed-size messages: each
+    total_size field compared bytewise in C), else None (then the sizes are followed)."""
+    end = len(records)
+    if count < 2 or end % count:
+        return None
+    total = end // count
+    if total < FIXED_OVERHEAD_IPV4 or _TOTAL.unpack_from(records, 0)[0] != total:
+        return None
+    field = bytes(records[0:_TOTAL.size])
+    for at in range(_TOTAL.size):
+        if records[at::total] != field[at:at + 1] * count:
+            return None
+    return list(range(0, end, total))
+
+
 def frame_records(records: bytes | memoryview, count: int) -> list[int]:
     """The start of each of the ``count`` records; MalformedBatch naming where it breaks.
 
@@ -150,6 +166,9 @@ def frame_records(records: bytes | memoryview, count: int) -> list[int]:
     """
     if not 0 < count <= RECORDS_MAX:
         raise MalformedBatch(f"record_count: {count} is not 1..{RECORDS_MAX}")
+    uniform = _uniform_positions(records, count)
+    if uniform is not None:
+        return uniform
     end = len(records)
     positions = []
     position = 0

@@ -18,8 +18,9 @@ Record ``i`` starts at ``positions[i]`` and ends where the next one starts
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+import mmap
+from collections.abc import Iterator, Sequence
+from typing import Final, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +35,7 @@ from services.store.record import (
     CorruptRecord,
     InvalidMessage,
     body_crc,
+    crc32,
     encode_topic,
     verified_record,
 )
@@ -98,6 +100,67 @@ class CheckedHeads:
             assert self._array is not None
             return self._array["sys_flag"].tolist()  # type: ignore[no-any-return]
         return [head[H_SYS_FLAG] for head in self._tuples]
+
+    @property
+    def array(self) -> npt.NDArray[np.void] | None:
+        """The heads as one ``HEAD_DTYPE`` array (None for a batch checked one by one)."""
+        return self._array
+
+
+class CheckedColumns(Sequence[Checked]):
+    """The good records of a batch as columns: what the bulk append reads.
+
+    A Sequence of :data:`Checked` tuples as well, made only when something
+    indexes or iterates it (the per-record paths: the schedule topic, IPv6
+    hosts, a batch that crosses a segment).
+    """
+
+    __slots__ = ("positions", "totals", "heads", "codes", "index_keys", "consumable",
+                 "_tuples")
+
+    def __init__(self, positions: Int64s, totals: Int64s, heads: npt.NDArray[np.void],
+                 codes: list[int], index_keys: list[tuple[str, ...]],
+                 consumable: npt.NDArray[np.bool_]) -> None:
+        self.positions = positions
+        """Where each good record starts in the batch's bytes."""
+        self.totals = totals
+        """Each good record's size in bytes."""
+        self.heads = heads
+        """Each good record's head (``HEAD_DTYPE``, a copy: the append stamps it)."""
+        self.codes = codes
+        """Each good record's tags code."""
+        self.index_keys = index_keys
+        """Each good record's IndexFile keys (mostly empty)."""
+        self.consumable = consumable
+        """Whether each good record goes to its consume queue (not a prepared half)."""
+        self._tuples: list[Checked] | None = None
+
+    def tiles(self, size: int) -> bool:
+        """Whether the good records are all of ``size`` bytes, back to back (none refused)."""
+        return (len(self.positions) > 0 and int(self.positions[0]) == 0
+                and int(self.totals.sum()) == size)
+
+    def _made(self) -> list[Checked]:
+        if self._tuples is None:
+            self._tuples = list(zip(self.positions.tolist(), self.totals.tolist(),
+                                    self.heads.tolist(), self.codes, self.index_keys,
+                                    self.consumable.tolist(), strict=True))
+        return self._tuples
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, index: int) -> Checked: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Checked]: ...
+
+    def __getitem__(self, index: int | slice) -> Checked | list[Checked]:
+        return self._made()[index]
+
+    def __iter__(self) -> Iterator[Checked]:
+        return iter(self._made())
 
 
 def gather_heads(data: npt.NDArray[np.uint8], starts: Int64s) -> npt.NDArray[np.void]:
@@ -190,7 +253,7 @@ def sections_contain(records: bytes | memoryview, starts: Sequence[int], ends: S
 
 
 def check_batch(batch: RecordBatch, max_body_bytes: int, max_record_bytes: int
-                ) -> tuple[list[Checked], dict[int, InvalidMessage | CorruptRecord]]:
+                ) -> tuple[Sequence[Checked], dict[int, InvalidMessage | CorruptRecord]]:
     """Every record checked as the store must before appending: the good ones, and why
     each bad one (by index) is refused.
 
@@ -198,12 +261,15 @@ def check_batch(batch: RecordBatch, max_body_bytes: int, max_record_bytes: int
     the store checks: that it fits in a segment, the body CRC, and that the
     properties parse (nothing it acknowledges can have a damaged body or
     properties that do not decode). MalformedBatch when the records cannot be
-    told apart (then none is good).
+    told apart (then none is good). A batch of :data:`SMALL_BATCH` records or
+    more comes back as :class:`CheckedColumns`.
     """
     topic_field, magic = encode_topic(batch.topic)
     records = batch.records
     positions = frame_records(records, batch.count)
     checked = check_heads(records, positions, topic_field, magic, max_body_bytes)
+    if checked.array is not None:
+        return _check_columns(records, positions, checked, max_record_bytes)
     view = memoryview(records)  # slices of it are not copies (the bodies' CRC)
     bad = checked.refused
     heads, ends, properties_starts = checked.heads(), checked.ends, checked.properties_starts
@@ -214,7 +280,7 @@ def check_batch(batch: RecordBatch, max_body_bytes: int, max_record_bytes: int
         end = ends[index]
         total = end - position
         if total > max_record_bytes:
-            bad[index] = InvalidMessage(f"record of {total} bytes does not fit in a segment")
+            bad[index] = _too_big(total)
             continue
         head = heads[index]
         body_start = position + RAW_HEAD.size
@@ -230,6 +296,117 @@ def check_batch(batch: RecordBatch, max_body_bytes: int, max_record_bytes: int
         good.append((position, total, head, code, index_keys,
                      kind == 0 or kind == SYS_FLAG_TRANSACTION_COMMIT))
     return good, bad
+
+
+def _too_big(total: int) -> InvalidMessage:
+    return InvalidMessage(f"record of {total} bytes does not fit in a segment")
+
+
+def _check_columns(records: bytes | memoryview, positions: Sequence[int],
+                   checked: CheckedHeads, max_record_bytes: int
+                   ) -> tuple[CheckedColumns, dict[int, InvalidMessage | CorruptRecord]]:
+    """check_batch's per-record checks over columns; the same refusals, in the same order
+    per record (size, then body CRC, then properties)."""
+    heads = checked.array
+    assert heads is not None
+    bad = checked.refused
+    starts = np.asarray(positions, dtype=np.int64)
+    ends = np.asarray(checked.ends, dtype=np.int64)
+    totals = ends - starts
+    ok = np.ones(len(starts), dtype=bool)
+    ok[list(bad)] = False
+    too_big = ok & (totals > max_record_bytes)
+    for index in np.flatnonzero(too_big).tolist():
+        bad[index] = _too_big(int(totals[index]))
+    ok &= ~too_big
+    good = np.flatnonzero(ok)
+    body_starts = starts[good] + RAW_HEAD.size
+    body_ends = body_starts + heads["body_length"][good]
+    # BODYCRC of every body, iterated in C (body_crc's mask applied to all at once).
+    bodies = map(memoryview(records).__getitem__, map(slice, body_starts.tolist(),
+                                                        body_ends.tolist()))
+    crcs = np.fromiter(map(crc32, bodies), dtype=np.int64, count=len(good)) & 0x7FFFFFFF
+    wrong = crcs != heads["body_crc"][good]
+    for index in good[wrong].tolist():
+        bad[index] = CorruptRecord("body CRC mismatch")
+    good = good[~wrong]
+    properties_starts = np.asarray(checked.properties_starts, dtype=np.int64)[good]
+    codes, index_keys, corrupt = _derive_all(records, properties_starts, ends[good])
+    if corrupt:
+        for at, exc in corrupt.items():
+            bad[int(good[at])] = exc
+        keep = np.ones(len(good), dtype=bool)
+        keep[list(corrupt)] = False
+        codes = [code for code, kept in zip(codes, keep.tolist(), strict=True) if kept]
+        index_keys = [keys for keys, kept in zip(index_keys, keep.tolist(), strict=True)
+                      if kept]
+        good = good[keep]
+    good_heads = heads[good]
+    kind = good_heads["sys_flag"] & SYS_FLAG_TRANSACTION_MASK
+    consumable = (kind == 0) | (kind == SYS_FLAG_TRANSACTION_COMMIT)
+    return CheckedColumns(starts[good], totals[good], good_heads, codes, index_keys,
+                          consumable), bad
+
+
+def _derive_all(records: bytes | memoryview, starts: Int64s, ends: Int64s
+                ) -> tuple[list[int], list[tuple[str, ...]], dict[int, CorruptRecord]]:
+    """``derive_properties`` of every section ``records[starts[i]:ends[i]]``: tags codes,
+    index keys, and the CorruptRecord of each section that does not decode (by position
+    in ``starts``). Sections that are all the same bytes (one producer's tags, no keys:
+    the common batch) are compared with numpy and derived once."""
+    count = len(starts)
+    if not count:
+        return [], [], {}
+    lengths = ends - starts
+    width = int(lengths[0])
+    if count >= SMALL_BATCH and bool((lengths == width).all()):
+        data = np.frombuffer(records, dtype=np.uint8)
+        sections = _gather(data, starts, width)
+        if bool((sections == sections[0]).all()):
+            first = int(starts[0])
+            try:
+                code, keys = derive_properties(bytes(records[first:first + width]))
+            except CorruptRecord as exc:
+                return [0] * count, [()] * count, dict.fromkeys(range(count), exc)
+            return [code] * count, [keys] * count, {}
+    codes: list[int] = []
+    index_keys: list[tuple[str, ...]] = []
+    corrupt: dict[int, CorruptRecord] = {}
+    for at, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        try:
+            code, keys = derive_properties(bytes(records[start:end]))
+        except CorruptRecord as exc:
+            corrupt[at] = exc
+            code, keys = 0, ()
+        codes.append(code)
+        index_keys.append(keys)
+    return codes, index_keys, corrupt
+
+
+def stamp_heads(target: mmap.mmap | bytearray, at: int, physical_at: int,
+                checked: CheckedColumns, queue_id: int, first_queue_offset: int,
+                born_host: bytes, store_host: bytes, now_ms: int) -> Int64s:
+    """Write the heads of ``checked``, copied to ``target[at:]`` as they lay in their
+    batch, with what the store decides (queue id and offsets, physical offsets, hosts,
+    store time; the born time when the producer left it 0): one scatter for the batch.
+    The physical offsets, ``physical_at`` being the physical offset of ``at``."""
+    heads = checked.heads
+    count = len(heads)
+    physicals = checked.positions + physical_at
+    heads["queue_id"] = queue_id
+    heads["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + count,
+                                      dtype=np.int64)
+    heads["commitlog_offset"] = physicals
+    born = heads["born_timestamp"]
+    born[born == 0] = now_ms
+    heads["born_host"] = np.void(born_host)
+    heads["store_timestamp"] = now_ms
+    heads["store_host"] = np.void(store_host)
+    size = int(checked.positions[-1] + checked.totals[-1])
+    data = np.frombuffer(target, dtype=np.uint8, count=size, offset=at)
+    data[checked.positions[:, None] + _HEAD_COLUMNS] = heads.view(np.uint8).reshape(
+        count, RAW_HEAD.size)
+    return physicals
 
 
 _MAGICS: Final = np.array(sorted(MESSAGE_MAGICS), dtype=np.uint32)

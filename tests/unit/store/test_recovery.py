@@ -30,7 +30,7 @@ from services.store import GetStatus, Message, MessageStore, PutResult, PutStatu
 from services.store.checkpoint import CheckpointState, encode_checkpoint
 from services.store.mapped_file import file_name
 from services.store.record import HEADS
-from tests.conftest import small_config
+from tests.conftest import quiet_disk, small_config
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SEGMENT_BYTES = 64 * 1024  # small_config's CommitLog segment size
@@ -133,7 +133,7 @@ def assert_served_exactly(store: MessageStore, written: Sequence[Written]) -> No
 
 
 def open_store(root: Path, **overrides: object) -> MessageStore:
-    store = MessageStore(small_config(root, **overrides))
+    store = MessageStore(small_config(root, **overrides), disk_usage=quiet_disk)
     store.start()
     return store
 
@@ -512,7 +512,9 @@ WRITER = textwrap.dedent("""
 
     store = MessageStore(StoreConfig(
         root_dir=Path(sys.argv[1]), mapped_file_size_commitlog=64 * 1024,
-        mapped_file_size_consume_queue=1000 * 20, max_hash_slot_num=1000, max_index_num=4000))
+        mapped_file_size_consume_queue=1000 * 20, max_hash_slot_num=1000, max_index_num=4000,
+        disk_max_used_space_ratio=100, disk_space_clean_forcibly_ratio=100,
+        disk_space_warning_level_ratio=100))  # the machine's disk must not clean this store
     store.start()
     for i in range(1_000_000):
         body = (f"kill-{i}|" * 40).encode()
