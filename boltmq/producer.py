@@ -41,6 +41,7 @@ from boltmq.message import (
     ReceivedMessage,
     SendResult,
     SendStatus,
+    batch_records,
     send_results,
 )
 from boltmq.registry_client import TopicNotFound
@@ -153,7 +154,7 @@ class Producer:
         born_ms = time.time_ns() // 1_000_000
         with telemetry.producer_span(topic, len(msgs), msgs[0].body) as span:
             context = telemetry.message_context(span)  # {} without tracing
-            records = b"".join([m.to_record(born_ms, context) for m in msgs])
+            records = batch_records(msgs, born_ms, context)
             results = self._send_records(topic, records, len(msgs), sharding_key)
             telemetry.record_send(span, results)
         return results

@@ -114,6 +114,16 @@ def encode_send_record(topic: str, body: bytes, tags: str | None = None,
     InvalidMessage for what no store would accept: a topic that does not
     encode, separators in properties, bad keys, properties over 32767 bytes.
     """
+    return b"".join(send_record_parts(topic, body, tags, keys, properties, flag,
+                                      born_timestamp_ms))
+
+
+def send_record_parts(topic: str, body: bytes, tags: str | None = None,
+                      keys: Iterable[str] | None = None,
+                      properties: Mapping[str, str] | None = None, flag: int = 0,
+                      born_timestamp_ms: int = 0) -> tuple[bytes, bytes, bytes]:
+    """:func:`encode_send_record` as its three parts (head, body, tail), so a batch
+    joins all of its records' parts at once (one copy of each body, not two)."""
     if keys or properties:
         topic_field, magic = encode_topic(topic)
         tail = _tail(topic_field, encode_properties(message_properties(tags, keys, properties)))
@@ -128,9 +138,9 @@ def encode_send_record(topic: str, body: bytes, tags: str | None = None,
                 _tails[(topic, tags)] = cached
         tail, magic = cached
     body_len = len(body)
-    return b"".join((RAW_HEAD.pack(
+    return (RAW_HEAD.pack(
         RAW_HEAD.size + body_len + len(tail), magic, body_crc(body), 0, flag, 0, 0, 0,
-        born_timestamp_ms, HOST_PLACEHOLDER, 0, HOST_PLACEHOLDER, 0, 0, body_len), body, tail))
+        born_timestamp_ms, HOST_PLACEHOLDER, 0, HOST_PLACEHOLDER, 0, 0, body_len), body, tail)
 
 
 def _tail(topic_field: bytes, properties_raw: bytes) -> bytes:

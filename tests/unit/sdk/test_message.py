@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from boltmq.message import Message, MessageError
+from boltmq.message import Message, MessageError, batch_records
 from services.store.record import decode_record
 
 
@@ -29,3 +29,31 @@ def test_to_record_refuses_what_no_store_accepts_with_a_message_error(msg: Messa
                                                                       reason: str) -> None:
     with pytest.raises(MessageError, match=reason):
         msg.to_record()
+
+
+@pytest.mark.parametrize("msg, reason", [
+    (Message(topic="T", body=b"x", delay_level=-1), "delay_level must be a non-negative int"),
+    (Message(topic="T", body=b"x", deliver_at_ms=1.5), "deliver_at_ms must be"),  # type: ignore[arg-type]
+    (Message(topic="T", body=b"x", delay_level=2, deliver_at_ms=5), "not both"),
+    (Message(topic="T", body=b"x", delay_level=19), "is not 1..18"),
+])
+def test_delay_settings_are_checked_before_encoding(msg: Message, reason: str) -> None:
+    with pytest.raises(MessageError, match=reason):
+        msg.to_record()
+
+
+def test_a_batch_is_its_messages_records_back_to_back() -> None:
+    # Mixed tags, keys, delays, and one body given as a memoryview.
+    msgs = [Message(topic="T", body=memoryview(bytes([i]) * (i + 1)) if i == 5 else
+                    bytes([i]) * (i + 1), tags="A" if i % 2 else None,
+                    keys=[f"k{i}"] if i % 3 == 0 else [], delay_level=i % 4)
+            for i in range(12)]
+    context = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    assert batch_records(msgs, 42, context) == b"".join(m.to_record(42, context) for m in msgs)
+    assert batch_records([]) == b""
+
+
+def test_a_bad_message_fails_the_whole_batch_naming_it() -> None:
+    msgs = [Message(topic="T", body=b"ok"), Message(topic="T", body=b"x", keys=["a b"])]
+    with pytest.raises(MessageError, match="key"):
+        batch_records(msgs)
