@@ -159,6 +159,24 @@ class Producer:
             telemetry.record_send(span, results)
         return results
 
+    def send_records(self, topic: str, records: bytes, count: int,
+                     sharding_key: str | None = None) -> list[SendResult]:
+        """Send ``count`` messages already encoded as CommitLog records, back to back
+        (:meth:`Message.record_parts` of each, joined; all of ``topic``), as one request
+        to one queue; one result each.
+
+        For connectors that encode straight from their own columns (the Spark sink):
+        no Message objects. The broker checks every record as it checks a batch's. The
+        records carry no trace context (they were encoded before the send's span).
+        """
+        self._check_running()
+        if count <= 0 or not records:
+            raise ValueError("send_records needs at least one record")
+        with telemetry.producer_span(topic, count, None) as span:
+            results = self._send_records(topic, records, count, sharding_key)
+            telemetry.record_send(span, results)
+        return results
+
     def _send_records(self, topic: str, records: bytes, count: int,
                       sharding_key: str | None) -> list[SendResult]:
         tried: set[str] = set()

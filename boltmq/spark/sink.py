@@ -5,9 +5,10 @@ stored is retried by Spark and sends them again, and a streaming micro-batch
 re-run after a crash does the same. Consumers that need exactly-once
 processing deduplicate by a key of their own (``keys`` or a property).
 
-Messages of one task are grouped by (topic, sharding key) and sent with
-:meth:`boltmq.Producer.send_batch` (one request to one queue per group of up to
-``batchSize``); any message the broker refuses fails the task with its status.
+Rows are encoded straight into CommitLog records (no Message objects), grouped
+by (topic, sharding key) and sent with :meth:`boltmq.Producer.send_records`
+(one request to one queue per group of up to ``batchSize``); a row no store
+would accept, or any message the broker refuses, fails the task naming it.
 Up to ``maxInFlight`` sends wait on the broker at once (threads: gRPC waits
 without the GIL), so the task encodes the next batch while the broker and the
 store work on the previous ones; two batches of one sharding key are never in
@@ -16,6 +17,8 @@ flight together, so a key's messages keep their order.
 
 from __future__ import annotations
 
+import struct
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,9 +30,11 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from boltmq.message import Message, MessageError, SendStatus
+from boltmq.message import SendStatus
 from boltmq.spark.errors import OptionError, WriteError
 from boltmq.spark.options import SinkOptions
+from services.store.record import InvalidMessage
+from services.store.record_batch import send_record_parts
 
 SAVE_MODE_HELP = (
     "A boltmq write only appends: use df.write.format('boltmq').mode('append').save(). "
@@ -71,11 +76,18 @@ def _body(value: Any, row: int) -> bytes:
         raise WriteError(f"row {row}: body is null; every message needs a body")
     if isinstance(value, str):
         return value.encode("utf-8")
-    return bytes(value)
+    return value if type(value) is bytes else bytes(value)
 
 
-def _messages(options: SinkOptions, batch: Any) -> Iterator[tuple[Message, str | None]]:
-    """``(message, sharding_key)`` for every row of an Arrow record batch."""
+Key = tuple[str, "str | None"]
+"""(topic, sharding key): the rows sent together."""
+
+
+def _records(options: SinkOptions, batch: Any, born_ms: int
+             ) -> Iterator[tuple[Key, tuple[bytes, bytes, bytes]]]:
+    """``((topic, sharding_key), record parts)`` for every row of an Arrow record batch,
+    encoded straight from the columns (no Message objects: ~1 us a row instead of ~3.5),
+    refused as :meth:`boltmq.Message.to_record` refuses a message."""
     columns = {name: batch.column(name).to_pylist() for name in options.columns}
     count = batch.num_rows
     nothing = [None] * count
@@ -90,9 +102,14 @@ def _messages(options: SinkOptions, batch: Any) -> Iterator[tuple[Message, str |
         if not topic:
             raise WriteError(f"row {row}: topic is null and no topic option was given")
         props = properties[row]
-        yield (Message(topic=topic, body=_body(bodies[row], row), tags=_text(tags[row]),
-                       keys=list(keys[row] or ()), properties=dict(props) if props else {}),
-               _text(sharding[row]))
+        try:
+            parts = send_record_parts(topic, _body(bodies[row], row), _text(tags[row]) or None,
+                                      keys[row] or (), dict(props) if props else None, 0,
+                                      born_ms)
+        except (InvalidMessage, TypeError, struct.error) as exc:
+            raise WriteError(f"row {row}: a message to {topic[:60]!r} is invalid: "
+                             f"{exc}") from None
+        yield (topic, _text(sharding[row])), parts
 
 
 def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
@@ -103,17 +120,23 @@ def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
                   tls=options.security.tls, credentials=options.security.credentials
                   ) as producer, \
             _Sends(producer, options.in_flight, options.security.unreachable_hint()) as sends:
-        pending: dict[tuple[str, str | None], list[Message]] = {}
+        pending: dict[Key, list[bytes]] = {}
+        full = PARTS_PER_RECORD * options.batch_size
         for batch in batches:
-            for message, sharding_key in _messages(options, batch):
-                key = (message.topic, sharding_key)
-                group = pending.setdefault(key, [])
-                group.append(message)
-                if len(group) >= options.batch_size:
+            for key, parts in _records(options, batch, time.time_ns() // 1_000_000):
+                group = pending.get(key)
+                if group is None:
+                    group = pending[key] = []
+                group += parts
+                if len(group) >= full:
                     sends.submit(key, pending.pop(key))
         for key, group in pending.items():
             sends.submit(key, group)
     return SentCount(sends.sent)
+
+
+PARTS_PER_RECORD = 3
+"""head, body and tail (:func:`services.store.record_batch.send_record_parts`)."""
 
 
 class _Sends:
@@ -126,7 +149,7 @@ class _Sends:
         self.sent = 0
         self._pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="boltmq-spark")
         self._flying: list[Future[int]] = []
-        self._last: dict[tuple[str, str | None], Future[int]] = {}
+        self._last: dict[Key, Future[int]] = {}
 
     def __enter__(self) -> _Sends:
         return self
@@ -141,14 +164,15 @@ class _Sends:
                 future.cancel()
             self._pool.shutdown(wait=True)
 
-    def submit(self, key: tuple[str, str | None], messages: list[Message]) -> None:
+    def submit(self, key: Key, parts: list[bytes]) -> None:
+        """Send the records whose parts are ``parts`` (all of ``key``)."""
         previous = self._last.get(key)
         if key[1] is not None and previous is not None and previous in self._flying:
             self._settle(previous)  # keep a sharding key's batches in order
         while len(self._flying) >= self.limit:
             self._settle(self._flying[0])
-        future = self._pool.submit(_send, self.producer, messages, key[1],
-                                   self.unreachable_hint)
+        future = self._pool.submit(_send, self.producer, key, b"".join(parts),
+                                   len(parts) // PARTS_PER_RECORD, self.unreachable_hint)
         self._flying.append(future)
         self._last[key] = future
 
@@ -158,21 +182,19 @@ class _Sends:
         self.sent += future.result()
 
 
-def _send(producer: Any, messages: list[Message], sharding_key: str | None,
-          unreachable_hint: str) -> int:
+def _send(producer: Any, key: Key, records: bytes, count: int, unreachable_hint: str) -> int:
+    topic, sharding_key = key
     try:
-        results = producer.send_batch(messages, sharding_key=sharding_key)
-    except MessageError as exc:
-        raise WriteError(f"a message to {messages[0].topic!r} is invalid: {exc}") from None
+        results = producer.send_records(topic, records, count, sharding_key=sharding_key)
     except Exception as exc:
         # The SDK's errors carry the gRPC code's name; UNAVAILABLE is where a TLS
         # mismatch shows (the handshake failure itself is not reported).
         hint = unreachable_hint if "UNAVAILABLE" in str(exc) else ""
-        raise WriteError(f"sending {len(messages)} messages to {messages[0].topic!r} failed: "
+        raise WriteError(f"sending {count} messages to {topic!r} failed: "
                          f"{exc}{hint}") from exc
     for result in results:
         if result.status is SendStatus.SEND_FAILED:
-            raise WriteError(f"the broker refused a message to {messages[0].topic!r}: "
+            raise WriteError(f"the broker refused a message to {topic!r}: "
                              f"{result.put_status} {result.error}")
     return len(results)
 

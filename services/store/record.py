@@ -258,7 +258,15 @@ def encode_properties(properties: Mapping[str, str]) -> bytes:
             if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
                 raise InvalidMessage(f"property {key!r} contains a \\x01 or \\x02 separator")
         parts.append(f"{key}\x01{value}\x02")
-    return "".join(parts).encode("utf-8")
+    return _utf8("".join(parts), "properties")
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates
+        raise InvalidMessage(f"{what} is not valid text: {exc.reason} at character "
+                             f"{exc.start}") from None
 
 
 def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
@@ -301,7 +309,7 @@ def message_properties(
 
 def encode_topic(topic: str) -> tuple[bytes, int]:
     """``(topic length field + topic bytes, magic)`` choosing the long-topic form."""
-    raw = topic.encode("utf-8")
+    raw = _utf8(topic, "topic")
     if len(raw) <= SHORT_TOPIC_MAX_BYTES:
         return bytes((len(raw),)) + raw, MAGIC_MESSAGE
     if len(raw) > LONG_TOPIC_MAX_BYTES:

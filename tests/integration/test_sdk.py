@@ -40,6 +40,7 @@ from boltmq import (
     SendStatus,
     TopicNotFound,
 )
+from boltmq.message import batch_records
 from boltmq.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.conftest import Cluster
@@ -209,6 +210,24 @@ def test_send_batch_lands_in_one_queue_in_order(cluster: Cluster, producer: Prod
     assert pulled.status is PullStatus.FOUND
     assert [bytes(m.body) for m in pulled.messages] == bodies("batch", 20)
     assert [m.msg_id for m in pulled.messages] == [r.msg_id for r in results]
+
+
+def test_send_records_sends_what_batch_records_encoded(cluster: Cluster, producer: Producer
+                                                       ) -> None:
+    msgs = [Message(topic="batched", body=b, keys=[f"r{i}"]) for i, b in
+            enumerate(bodies("records", 20))]
+    results = producer.send_records("batched", batch_records(msgs), len(msgs))
+    assert {r.status for r in results} == {SendStatus.SEND_OK} and len(results) == 20
+    with PullConsumer(cluster.registry.address, "cg-records") as puller:
+        pulled = puller.pull(results[0].queue, results[0].queue_offset, max_messages=32)
+    assert [bytes(m.body) for m in pulled.messages] == bodies("records", 20)
+    assert [list(m.keys) for m in pulled.messages] == [[f"r{i}"] for i in range(20)]
+    with pytest.raises(ValueError, match="at least one record"):
+        producer.send_records("batched", b"", 0)
+    # A count that does not match the bytes: refused whole, nothing stored.
+    refused = producer.send_records("batched", batch_records(msgs[:2]), 3)
+    assert {r.status for r in refused} == {SendStatus.SEND_FAILED}
+    assert "before record 2 of 3" in refused[0].error
 
 
 def test_send_async_callbacks_and_oneway_all_arrive(cluster: Cluster, producer: Producer

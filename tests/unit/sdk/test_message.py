@@ -24,6 +24,9 @@ def test_to_record_carries_every_field_a_consumer_sees() -> None:
     (Message(topic="T", body=b"x", properties={"a": "b\x02"}), "separator"),
     (Message(topic="T", body=b"x", properties={"a": "v" * 40_000}), "32767"),
     (Message(topic="T", body=b"x", flag=1 << 40), "flag"),
+    (Message(topic="\ud800", body=b"x"), "topic is not valid text: surrogates"),
+    (Message(topic="T", body=b"x", tags="\udfff"), "properties is not valid text"),
+    (Message(topic="T", body=b"x", properties={"k": "\ud800"}), "not valid text"),
 ])
 def test_to_record_refuses_what_no_store_accepts_with_a_message_error(msg: Message,
                                                                       reason: str) -> None:
