@@ -10,11 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from boltmq.spark.record_columns import RecordBlock, record_starts
 from boltmq.spark.schema import COMMITLOG_COLUMNS, CORRUPT_COLUMN, RowBuffer, arrow_schema
 from services.store.record import (
     BODY_CRC_OFFSET,
+    FIXED_OVERHEAD_IPV4,
     HEADS,
     MAGIC_BLANK,
     blank_marker,
@@ -28,6 +31,7 @@ from services.store.record import (
 )
 
 IPV4 = encode_host("10.1.2.3", 10911)
+RECORD_MIN = FIXED_OVERHEAD_IPV4
 IPV6 = encode_host("fe80::1", 10911)
 
 
@@ -131,6 +135,36 @@ def test_a_bad_crc_is_found(schema) -> None:
     data[second + BODY_CRC_OFFSET] ^= 0x5A
     block, _ = both(bytes(data), schema)
     assert block.crc_bad().tolist() == [False, True, False]
+
+
+def walked(data: bytes, position: int, limit: int, until: int) -> tuple[list[int], int]:
+    """record_starts's walk, one size field at a time (the reference)."""
+    starts: list[int] = []
+    end = min(until, len(data))
+    while position < end and position + 8 <= len(data) and len(starts) < limit:
+        total = int.from_bytes(data[position:position + 4], "big", signed=True)
+        magic = int.from_bytes(data[position + 4:position + 8], "big")
+        if magic == MAGIC_BLANK or total < RECORD_MIN or position + total > len(data):
+            break
+        starts.append(position)
+        position += total
+    return starts, position
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([0, 0, 0, 1, 2]), min_size=1, max_size=40),
+       st.sampled_from(["blank", "zeros", "torn", "none"]), st.integers(1, 50),
+       st.integers(0, 4000))
+def test_runs_of_equal_sizes_are_walked_as_one_record_at_a_time(
+        sizes: list[int], tail: str, limit: int, until: int) -> None:
+    """Fixed-size records are checked in bulk; runs broken by another size, a blank
+    marker, zeros, a torn record, the limit or ``until`` stop where the walk stops."""
+    bodies = {0: b"a" * 50, 1: b"b" * 51, 2: b"c" * 200}
+    data = laid_out(*[record(body=bodies[kind]) for kind in sizes])
+    data += {"blank": blank_marker(64) + bytes(56), "zeros": bytes(300),
+             "torn": record(body=bodies[0])[:-1], "none": b""}[tail]
+    assert record_starts(data, 0, len(data), limit, until) == walked(data, 0, limit, until)
+    assert record_starts(data, 0, len(data), limit) == walked(data, 0, limit, len(data))
 
 
 def test_walk_stops_at_a_blank_marker_a_zero_header_and_bad_sizes() -> None:
