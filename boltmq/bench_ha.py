@@ -13,6 +13,7 @@ broker in the way: what is measured is replication).
   CommitLog is byte-identical to the master's and every consume queue has
   the same range on both.
 - ``follow``: batches of 1 KiB messages at ``--rate`` msg/s for ``--seconds``
+  (each batch to one queue as raw records, the form a broker appends in)
   while the replica follows; the notes give the lag in bytes (sampled every
   50 ms: p50, p99, max) and how long the replica needed after the last write.
 - ``sync``: the same batched produce (``--threads`` writers, ``--batch``
@@ -36,6 +37,7 @@ from boltmq.bench_report import BenchResult, result, timed_threads
 from boltmq.launcher import ServiceProcess
 from boltmq.runtime import sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from services.store.record_batch import encode_send_record
 
 SEGMENT_BYTES = 64 * 1024 * 1024
 STORE_SETTINGS = (f"mapped_file_size_commitlog={SEGMENT_BYTES}", "max_hash_slot_num=100000",
@@ -117,10 +119,10 @@ def _group(directory: Path | None, master_role: str = "ASYNC_MASTER",
 
 
 def _batch(body_bytes: int, batch: int, queue_id: int) -> store_pb2.AppendRequest:
-    body = b"x" * body_bytes
-    return store_pb2.AppendRequest(messages=[
-        message_pb2.Message(topic=TOPIC, queue_id=(queue_id + i) % QUEUES, body=body)
-        for i in range(batch)])
+    """``batch`` messages to one queue as raw records: what a broker sends its store."""
+    record = encode_send_record(TOPIC, b"x" * body_bytes)
+    return store_pb2.AppendRequest(records=record * batch, record_count=batch, topic=TOPIC,
+                                   queue_id=queue_id % QUEUES)
 
 
 def _wait_equal(group: _Group) -> float:
