@@ -232,7 +232,8 @@ def bench() -> None:
 
 @bench.command("store")
 @click.option("--scenario", "scenarios", multiple=True,
-              type=click.Choice(["batch", "single", "get", "sync", "sync-threads", "recovery"]),
+              type=click.Choice(["batch", "raw", "single", "get", "sync", "sync-threads",
+                                 "recovery"]),
               help="Scenarios to run (default: all).")
 @click.option("--messages", default=200_000, show_default=True, type=click.IntRange(min=1))
 @click.option("--body-bytes", default=1024, show_default=True, type=click.IntRange(min=0))
@@ -253,6 +254,7 @@ def bench_store(scenarios: tuple[str, ...], messages: int, body_bytes: int, batc
 
     runs = {
         "batch": lambda: b.bench_batch(messages, body_bytes, batch_size, directory),
+        "raw": lambda: b.bench_raw(messages, body_bytes, batch_size, directory),
         "single": lambda: b.bench_single(messages, body_bytes, directory),
         "get": lambda: b.bench_get(messages, body_bytes, directory),
         "sync": lambda: b.bench_sync(min(messages, 64_000), body_bytes, writers, directory),
