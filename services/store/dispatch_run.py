@@ -12,26 +12,26 @@ per record. Anything else that reads an append's requests sees a sequence of
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import overload
-
 import numpy as np
 import numpy.typing as npt
+
+from services.store.column_rows import ColumnRows
 
 # The fields of DispatchRequest as a plain tuple (services.store.commitlog.DispatchTuple).
 _Tuple = tuple[str, int, int, int, int, int, int, tuple[str, ...], int]
 
 
-class DispatchRun(Sequence[_Tuple]):
+class DispatchRun(ColumnRows[_Tuple]):
     """Records ``first_queue_offset ..`` of (``topic``, ``queue_id``), all consumable."""
 
     __slots__ = ("topic", "queue_id", "first_queue_offset", "commitlog_offsets", "sizes",
-                 "tags_codes", "index_keys", "sys_flags", "store_timestamp", "_tuples")
+                 "tags_codes", "index_keys", "sys_flags", "store_timestamp")
 
     def __init__(self, topic: str, queue_id: int, first_queue_offset: int,
                  commitlog_offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
                  tags_codes: list[int], index_keys: list[tuple[str, ...]],
                  sys_flags: npt.NDArray[np.int32], store_timestamp: int) -> None:
+        super().__init__()
         self.topic = topic
         self.queue_id = queue_id
         self.first_queue_offset = first_queue_offset
@@ -41,30 +41,14 @@ class DispatchRun(Sequence[_Tuple]):
         self.index_keys = index_keys
         self.sys_flags = sys_flags
         self.store_timestamp = store_timestamp
-        self._tuples: list[_Tuple] | None = None
 
-    def _made(self) -> list[_Tuple]:
-        if self._tuples is None:
-            topic, queue_id, now_ms = self.topic, self.queue_id, self.store_timestamp
-            first = self.first_queue_offset
-            self._tuples = [
-                (topic, queue_id, physical, size, code, now_ms, first + at, keys, sys_flag)
+    def _rows(self) -> list[_Tuple]:
+        topic, queue_id, now_ms = self.topic, self.queue_id, self.store_timestamp
+        first = self.first_queue_offset
+        return [(topic, queue_id, physical, size, code, now_ms, first + at, keys, sys_flag)
                 for at, (physical, size, code, keys, sys_flag) in enumerate(zip(
                     self.commitlog_offsets.tolist(), self.sizes.tolist(), self.tags_codes,
                     self.index_keys, self.sys_flags.tolist(), strict=True))]
-        return self._tuples
 
     def __len__(self) -> int:
         return len(self.commitlog_offsets)
-
-    @overload
-    def __getitem__(self, index: int) -> _Tuple: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[_Tuple]: ...
-
-    def __getitem__(self, index: int | slice) -> _Tuple | list[_Tuple]:
-        return self._made()[index]
-
-    def __iter__(self) -> Iterator[_Tuple]:
-        return iter(self._made())

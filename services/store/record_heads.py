@@ -19,12 +19,13 @@ Record ``i`` starts at ``positions[i]`` and ends where the next one starts
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator, Sequence
-from typing import Final, overload
+from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
+from services.store.column_rows import ColumnRows
 from services.store.record import (
     FIXED_OVERHEAD_IPV4,
     HOST_V6_BITS,
@@ -107,7 +108,7 @@ class CheckedHeads:
         return self._array
 
 
-class CheckedColumns(Sequence[Checked]):
+class CheckedColumns(ColumnRows[Checked]):
     """The good records of a batch as columns: what the bulk append reads.
 
     A Sequence of :data:`Checked` tuples as well, made only when something
@@ -115,12 +116,12 @@ class CheckedColumns(Sequence[Checked]):
     hosts, a batch that crosses a segment).
     """
 
-    __slots__ = ("positions", "totals", "heads", "codes", "index_keys", "consumable",
-                 "_tuples")
+    __slots__ = ("positions", "totals", "heads", "codes", "index_keys", "consumable")
 
     def __init__(self, positions: Int64s, totals: Int64s, heads: npt.NDArray[np.void],
                  codes: list[int], index_keys: list[tuple[str, ...]],
                  consumable: npt.NDArray[np.bool_]) -> None:
+        super().__init__()
         self.positions = positions
         """Where each good record starts in the batch's bytes."""
         self.totals = totals
@@ -133,34 +134,18 @@ class CheckedColumns(Sequence[Checked]):
         """Each good record's IndexFile keys (mostly empty)."""
         self.consumable = consumable
         """Whether each good record goes to its consume queue (not a prepared half)."""
-        self._tuples: list[Checked] | None = None
 
     def tiles(self, size: int) -> bool:
         """Whether the good records are all of ``size`` bytes, back to back (none refused)."""
         return (len(self.positions) > 0 and int(self.positions[0]) == 0
                 and int(self.totals.sum()) == size)
 
-    def _made(self) -> list[Checked]:
-        if self._tuples is None:
-            self._tuples = list(zip(self.positions.tolist(), self.totals.tolist(),
-                                    self.heads.tolist(), self.codes, self.index_keys,
-                                    self.consumable.tolist(), strict=True))
-        return self._tuples
+    def _rows(self) -> list[Checked]:
+        return list(zip(self.positions.tolist(), self.totals.tolist(), self.heads.tolist(),
+                        self.codes, self.index_keys, self.consumable.tolist(), strict=True))
 
     def __len__(self) -> int:
         return len(self.positions)
-
-    @overload
-    def __getitem__(self, index: int) -> Checked: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Checked]: ...
-
-    def __getitem__(self, index: int | slice) -> Checked | list[Checked]:
-        return self._made()[index]
-
-    def __iter__(self) -> Iterator[Checked]:
-        return iter(self._made())
 
 
 def gather_heads(data: npt.NDArray[np.uint8], starts: Int64s) -> npt.NDArray[np.void]:

@@ -527,6 +527,17 @@ class MessageStore:
             else None
         return mf if mf is not None and mf.hold() else None
 
+    def _next_segment(self, current: MappedFile | None, physical: int
+                      ) -> tuple[MappedFile | None, int, int]:
+        """Release ``current`` and hold the segment holding ``physical``, with its
+        ``(file_from_offset, file_end_offset)``; ``(None, 0, 0)`` when it is gone."""
+        if current is not None:
+            current.release()
+        mf = self._hold_segment(physical)
+        if mf is None:
+            return None, 0, 0
+        return mf, mf.file_from_offset, mf.file_end_offset
+
     def _collect(self, cq, queue_offset, max_count, max_bytes, sub, result, raw) -> None:  # type: ignore[no-untyped-def]
         """Read matching messages into ``result``; one segment reference per segment."""
         config = self.config
@@ -555,14 +566,10 @@ class MessageStore:
                 if not matches_all and code not in codes:
                     continue
                 if not mf_from <= physical < mf_end:
-                    if mf is not None:
-                        mf.release()
-                    mf = self._hold_segment(physical)
+                    mf, mf_from, mf_end = self._next_segment(mf, physical)
                     if mf is None:
-                        mf_from = mf_end = 0
                         missing += 1
                         continue
-                    mf_from, mf_end = mf.file_from_offset, mf.file_end_offset
                 assert mf is not None
                 try:
                     record = decode_record(mf.view, physical - mf_from, check_crc=check_crc)
@@ -621,16 +628,12 @@ class MessageStore:
                     break
                 scanned += 1
                 if not mf_from <= physical < mf_end:
-                    if mf is not None:
-                        if positions:
-                            verify()
-                        mf.release()
-                    mf = self._hold_segment(physical)
+                    if positions:
+                        verify()
+                    mf, mf_from, mf_end = self._next_segment(mf, physical)
                     if mf is None:
-                        mf_from = mf_end = 0
                         missing += 1
                         continue
-                    mf_from, mf_end = mf.file_from_offset, mf.file_end_offset
                 positions.append(physical - mf_from)
                 sizes.append(size)
                 accepted += 1
