@@ -32,6 +32,7 @@ from boltmq.runtime import LIVENESS_SERVICE, sync_channel
 from tests.integration.conftest import CLUSTER_STORE_SETTINGS
 from tests.integration.procs import REPO_ROOT, ServiceProcess
 from tests.integration.test_metrics import free_port, scrape, value
+from tests.waiting import wait_until
 
 T = TypeVar("T")
 DEADLINE_S = 30.0
@@ -53,14 +54,6 @@ def health(address: str, service: str) -> int:
                                   timeout=10).status)
         except grpc.RpcError:
             return int(health_pb2.HealthCheckResponse.UNKNOWN)
-
-
-def wait_until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def answered(call: Callable[[], T]) -> T:

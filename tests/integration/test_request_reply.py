@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,18 +18,11 @@ from boltmq import (
     reply,
 )
 from tests.integration.conftest import Cluster
+from tests.waiting import wait_until
 
 DEADLINE_S = 30.0
 FAST: dict[str, Any] = dict(rebalance_interval_ms=300, long_poll_ms=2_000, commit_interval_ms=200,
             suspend_on_failure_ms=100)
-
-
-def wait_until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def replier(cluster: Cluster, topic: str, answer: Callable[[ReceivedMessage], bytes | None],

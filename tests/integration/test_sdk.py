@@ -45,6 +45,7 @@ from boltmq.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.conftest import Cluster
 from tests.integration.procs import REPO_ROOT
+from tests.waiting import wait_until
 
 DEADLINE_S = 30.0
 """Generous bound for anything asynchronous to show; tests pass as soon as it does."""
@@ -54,15 +55,6 @@ FAST = dict(rebalance_interval_ms=300, long_poll_ms=2_000, commit_interval_ms=20
 """Consumer intervals for tests: rebalance and commit within a fraction of a second."""
 QUEUES = 4
 """Queues of an auto-created topic (the producer's default_topic_queue_nums)."""
-
-
-def wait_until(condition: Callable[[], object], what: str, timeout_s: float = DEADLINE_S
-               ) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(POLL_S)
 
 
 @dataclass(frozen=True)

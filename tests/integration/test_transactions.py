@@ -26,9 +26,8 @@ from boltmq import (
 from boltmq.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
 from tests.integration.conftest import Cluster
+from tests.waiting import wait_until
 
-DEADLINE_S = 30.0
-POLL_S = 0.05
 TIMEOUT_MS = 400
 CHECK_MAX = 3
 TX_BROKER_SETTINGS = (f"transaction_timeout_ms={TIMEOUT_MS}", "transaction_check_interval_ms=100",
@@ -54,14 +53,6 @@ def cluster(tmp_path: Path) -> Iterator[TxCluster]:
     started = TxCluster(tmp_path)
     yield started
     started.stop()
-
-
-def wait_until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(POLL_S)
 
 
 def stub(cluster: Cluster) -> broker_pb2_grpc.BrokerServiceStub:
