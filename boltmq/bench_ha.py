@@ -14,8 +14,10 @@ broker in the way: what is measured is replication).
   the same range on both.
 - ``follow``: batches of 1 KiB messages at ``--rate`` msg/s for ``--seconds``
   (each batch to one queue as raw records, the form a broker appends in)
-  while the replica follows; the notes give the lag in bytes (sampled every
-  50 ms: p50, p99, max) and how long the replica needed after the last write.
+  while the replica follows; the notes give the lag in MB (sampled every
+  50 ms while writing: p50, p99, max, and p50 and max of each third of the
+  run), how long the replica needed after the last write, and each process's
+  CPU seconds over the run.
 - ``sync``: the same batched produce (``--threads`` writers, ``--batch``
   messages a call) against an ASYNC_MASTER and a SYNC_MASTER group; latency
   per call.
@@ -247,19 +249,29 @@ def bench_follow(seconds: float, rate: int, body_bytes: int, batch: int,
         for call in flying:
             call.result()
         produced_s = time.perf_counter() - start
-        drain_s = _wait_equal(group)
         stop.set()
         sampler.join()
-    ordered = sorted(lags) or [0]
-
-    def pick(q: float) -> int:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-    thirds = [max(lags[k * len(lags) // 3:(k + 1) * len(lags) // 3] or [0]) for k in range(3)]
+        cpu = _cpu_seconds(group.processes)
+        drain_s = _wait_equal(group)
+    thirds = [sorted(lags[k * len(lags) // 3:(k + 1) * len(lags) // 3]) or [0]
+              for k in range(3)]
+    cpu_text = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(cpu.items()))
     return result("ha-follow", calls * batch, produced_s, body_bytes, [],
-                  f"target {rate} msg/s; lag bytes p50 {pick(0.5)} p99 {pick(0.99)} "
-                  f"max {ordered[-1]}; max per third of the run {thirds} (growing when "
-                  f"each is larger); caught up {drain_s * 1000:.0f} ms after the last write")
+                  f"target {rate} msg/s; lag MB p50 {_mb(_pick(lags, 0.5))} p99 "
+                  f"{_mb(_pick(lags, 0.99))} max {_mb(max(lags, default=0))}; per third of "
+                  f"the run p50 {[_mb(_pick(third, 0.5)) for third in thirds]} max "
+                  f"{[_mb(third[-1]) for third in thirds]} (growing when each is larger); "
+                  f"caught up {drain_s * 1000:.0f} ms after the last write; CPU s: {cpu_text}")
+
+
+def _pick(values: list[int], q: float) -> int:
+    """The ``q`` quantile of ``values`` (0 when there are none)."""
+    ordered = sorted(values) or [0]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _mb(size: int) -> float:
+    return round(size / 1e6, 1)
 
 
 def bench_sync(messages: int, body_bytes: int, batch: int, threads: int,

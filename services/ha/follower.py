@@ -3,8 +3,9 @@
 One session: read the own store's end and epoch, find the master, open
 Replicate and report; apply the handshake (refuse a different segment size,
 truncate a diverged tail and log what was cut, record the master's epoch with
-SetRole); then append every chunk at exactly the store's end with AppendRaw.
-A report goes out after each append and at least every heartbeat interval.
+SetRole); then append every chunk at exactly the store's end over one
+AppendRawStream, a few chunks in flight. A report goes out after each append
+and at least every heartbeat interval.
 Anything the two sides disagree on (an offset, a refused chunk) closes the
 stream; the follower reconnects with exponential backoff and jitter
 (tenacity), starting again from what its store really holds. A session that
@@ -15,6 +16,7 @@ attempts that get nowhere (a garbled chunk sent again and again).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from dataclasses import dataclass
@@ -39,9 +41,12 @@ from services.ha.errors import (
     StreamSilent,
 )
 from services.ha.master_locator import MasterLocator
-from services.ha.store_client import HAStoreClient
+from services.ha.store_client import HAStoreClient, RawAppends
 
 log = logging.getLogger(__name__)
+
+APPENDS_IN_FLIGHT = 4
+"""Chunks sent to the store and not yet answered (4 x the 4 MiB default chunk at most)."""
 
 
 class MasterUnreachable(HAError):
@@ -76,6 +81,12 @@ class Follower:
         self._task: asyncio.Task[None] | None = None
         self._report_due = asyncio.Event()
         self._epoch = 0
+        self._appended = False  # this session appended something
+        # One session's appends: free slots, chunks sent whose answer is not yet awaited,
+        # and (offset, end) of every chunk sent and not yet answered.
+        self._window = asyncio.Semaphore(APPENDS_IN_FLIGHT)
+        self._sent = asyncio.Semaphore(0)
+        self._in_flight: collections.deque[tuple[int, int]] = collections.deque()
 
     @property
     def running(self) -> bool:
@@ -205,37 +216,74 @@ class Follower:
 
     async def _follow(self, call: grpc.aio.StreamStreamCall, master_address: str,
                       expected: int) -> bool:
-        """Append chunks until the stream ends; True when anything was appended."""
-        reporter = asyncio.create_task(self._report_loop(call), name="ha-reports")
-        self._report_due.set()  # the state after the handshake, at once
-        progressed = False
-        try:
-            while True:
-                chunk = await self._read(call, master_address)
-                if chunk is None:
-                    return progressed
-                self.status.master_max_offset = chunk.master_max_offset
-                if not chunk.data:
-                    continue  # a heartbeat
-                expected = await self._append(chunk, expected, master_address)
-                progressed = True
-        finally:
-            await runtime.cancel_and_wait(reporter)
+        """Append chunks until a stream ends; True when anything was appended.
 
-    async def _append(self, chunk: store_pb2.CommitLogChunk, expected: int,
-                      master_address: str) -> int:
-        """Append one chunk at the store's end; the new end."""
-        if chunk.offset != expected:
-            raise OffsetMismatch(f"master {master_address} sent a chunk at {chunk.offset}, "
-                                 f"but this store ends at {expected}")
-        result = await self._store.append_raw(chunk.offset, chunk.data)
-        if not result.ok:
-            log.error("store refused %d bytes at %d from master %s: %s", len(chunk.data),
-                      chunk.offset, master_address, result.error)
-            raise ChunkRefused(f"chunk at {chunk.offset} refused: {result.error}")
-        self.status.store_max_offset = result.max_offset
-        self._report_due.set()
-        return result.max_offset
+        The chunks go to the store over one AppendRawStream, up to
+        ``APPENDS_IN_FLIGHT`` unanswered: the store copies one chunk while the
+        next is on its way, instead of waiting a round trip per chunk.
+        """
+        appends = self._store.raw_appends()
+        self._window = asyncio.Semaphore(APPENDS_IN_FLIGHT)
+        self._sent = asyncio.Semaphore(0)
+        self._in_flight.clear()
+        self._appended = False
+        reporter = asyncio.create_task(self._report_loop(call), name="ha-reports")
+        sender = asyncio.create_task(
+            self._send_chunks(call, appends, master_address, expected), name="ha-send")
+        answers = asyncio.create_task(self._take_answers(appends, master_address),
+                                      name="ha-answers")
+        self._report_due.set()  # the state after the handshake, at once
+        try:
+            done, _ = await asyncio.wait((sender, answers),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # raises why the session ended
+            return self._appended
+        finally:
+            for task in (sender, answers, reporter):
+                await runtime.cancel_and_wait(task)
+            appends.cancel()
+
+    async def _send_chunks(self, call: grpc.aio.StreamStreamCall, appends: RawAppends,
+                           master_address: str, expected: int) -> None:
+        """Pass every chunk from the master on to the store until the master's stream ends."""
+        while True:
+            chunk = await self._read(call, master_address)
+            if chunk is None:
+                for _ in range(APPENDS_IN_FLIGHT):  # every chunk sent is answered first
+                    await self._window.acquire()
+                return
+            self.status.master_max_offset = chunk.master_max_offset
+            # Passed on as it came: chunk.data is never read here (each read is a copy).
+            if chunk.offset != expected or chunk.end_offset < chunk.offset:
+                raise OffsetMismatch(f"master {master_address} sent a chunk at "
+                                     f"[{chunk.offset}, {chunk.end_offset}), but this store "
+                                     f"ends at {expected}")
+            if chunk.end_offset == chunk.offset:
+                continue  # a heartbeat
+            await self._window.acquire()
+            self._in_flight.append((chunk.offset, chunk.end_offset))
+            await appends.send(chunk)
+            self._sent.release()
+            expected = chunk.end_offset
+
+    async def _take_answers(self, appends: RawAppends, master_address: str) -> None:
+        """Read the store's answers in order; the first refusal ends the session."""
+        while True:
+            await self._sent.acquire()  # the answer's deadline runs only for a chunk sent
+            result = await appends.answer()
+            offset, end = self._in_flight.popleft()
+            self._window.release()
+            if not result.ok:
+                log.error("store refused %d bytes at %d from master %s: %s", end - offset,
+                          offset, master_address, result.error)
+                raise ChunkRefused(f"chunk at {offset} refused: {result.error}")
+            self._appended = True
+            if result.max_offset != end:  # the store took data of another size than the chunk said
+                raise OffsetMismatch(f"chunk [{offset}, {end}) from master {master_address} "
+                                     f"left this store ending at {result.max_offset}")
+            self.status.store_max_offset = result.max_offset
+            self._report_due.set()
 
     async def _report_loop(self, call: grpc.aio.StreamStreamCall) -> None:
         """Report the store's end after each append (coalesced) and every heartbeat."""

@@ -204,8 +204,8 @@ class ReplicaSession:
                 chunk = await self._next_or_end(chunks)
                 if chunk is None:
                     break
-                if chunk.data:
-                    self._window.sent(chunk.offset + len(chunk.data))
+                if chunk.end_offset > chunk.offset:  # data (never read here: a copy)
+                    self._window.sent(chunk.end_offset)
                 self._tracker.note_master_max(chunk.master_max_offset)
                 yield chunk
         finally:

@@ -10,6 +10,7 @@ the store's own text), here and nowhere else.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 
 import grpc
@@ -20,6 +21,52 @@ from services.ha.errors import HAError, StoreFailed, StoreUnavailable
 
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                 grpc.StatusCode.CANCELLED)
+
+
+class RawAppends:
+    """One AppendRawStream: send chunks without waiting, read the answers in order.
+
+    The stream itself has no deadline (it lives as long as the follower's
+    session), but each step does: a chunk gRPC does not take, or an answer
+    that does not come, within the store call timeout is a
+    :class:`StoreUnavailable` (a store that went away mid-stream can leave a
+    call that never fails on its own). Failures of the call are a
+    :class:`StoreUnavailable` or :class:`StoreFailed`.
+    """
+
+    def __init__(self, client: HAStoreClient, call: grpc.aio.StreamStreamCall,
+                 timeout_s: float) -> None:
+        self._client = client
+        self._call = call
+        self._timeout_s = timeout_s
+
+    async def send(self, chunk: store_pb2.CommitLogChunk) -> None:
+        """Queue the append of a chunk from the master, as it came (returns once gRPC took it)."""
+        try:
+            await asyncio.wait_for(self._call.write(chunk), self._timeout_s)
+        except TimeoutError:
+            raise StoreUnavailable(f"store at {self._client.address} took no append for "
+                                   f"{self._timeout_s:g} s") from None
+        except grpc.aio.AioRpcError as exc:
+            raise self._client.translate("AppendRawStream", exc) from None
+
+    async def answer(self) -> store_pb2.AppendRawResponse:
+        """The answer to the oldest unanswered append (call only with one in flight)."""
+        try:
+            response = await asyncio.wait_for(self._call.read(), self._timeout_s)
+        except TimeoutError:
+            raise StoreUnavailable(f"store at {self._client.address} did not answer an append "
+                                   f"for {self._timeout_s:g} s") from None
+        except grpc.aio.AioRpcError as exc:
+            raise self._client.translate("AppendRawStream", exc) from None
+        if response is grpc.aio.EOF:
+            raise StoreUnavailable(f"store at {self._client.address} ended the append stream")
+        assert isinstance(response, store_pb2.AppendRawResponse)
+        return response
+
+    def cancel(self) -> None:
+        """End the stream (appends the store already took still complete there)."""
+        self._call.cancel()
 
 
 class HAStoreClient(StoreChannel):
@@ -39,11 +86,9 @@ class HAStoreClient(StoreChannel):
             "GetStoreInfo", store_pb2.GetStoreInfoRequest(), wait_for_ready=wait_for_ready)
         return info
 
-    async def append_raw(self, offset: int, data: bytes) -> store_pb2.AppendRawResponse:
-        """Append replicated bytes at ``offset``; ``ok`` false when the store refused them."""
-        response: store_pb2.AppendRawResponse = await self._call(
-            "AppendRaw", store_pb2.AppendRawRequest(offset=offset, data=data))
-        return response
+    def raw_appends(self) -> RawAppends:
+        """Open one AppendRawStream: raw appends answered in order (the follower's path)."""
+        return RawAppends(self, self._stub.AppendRawStream(), self._timeout_s)
 
     async def truncate(self, offset: int) -> store_pb2.TruncateResponse:
         """Cut the replica store's CommitLog (and what derives from it) back to ``offset``."""

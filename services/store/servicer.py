@@ -564,12 +564,46 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         A master refuses: its own appends assign queue offsets that raw bytes
         would silently duplicate.
         """
+        return await self._append_raw(request)
+
+    async def AppendRawStream(self, requests: AsyncIterator[store_pb2.CommitLogChunk],
+                              context: grpc.aio.ServicerContext) -> None:
+        """AppendRaw over one stream, answered in request order (see store.proto).
+
+        gRPC receives the next chunk while this one is checked and copied, so
+        the follower's round trip per chunk no longer stalls the copy. At
+        shutdown the stream stops reading like AppendStream; the follower
+        reconnects and resumes at what the store really holds.
+        """
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._append_streams.add(handler)
+        try:
+            async for chunk in requests:
+                await context.write(await self._append_raw(chunk))
+        except _REFUSALS as exc:
+            await context.abort(*refusal_status(exc))
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+        finally:
+            self._append_streams.discard(handler)
+
+    async def _append_raw(self, request: store_pb2.AppendRawRequest | store_pb2.CommitLogChunk
+                          ) -> store_pb2.AppendRawResponse:
         offset = _non_negative("offset", request.offset)
-        if not request.data:
+        data = request.data
+        if not data:
             raise BadRequest("data", "must not be empty")
         store = self._running_store()
+        if isinstance(request, store_pb2.CommitLogChunk) and \
+                request.end_offset != offset + len(data):
+            return store_pb2.AppendRawResponse(
+                ok=False, max_offset=store.commitlog.max_offset,
+                error=f"chunk at {offset} says it ends at {request.end_offset}, but its "
+                      f"{len(data)} bytes end at {offset + len(data)}")
         try:
-            end = await asyncio.to_thread(store.append_raw, offset, request.data)
+            end = await asyncio.to_thread(store.append_raw, offset, data)
         except (ValueError, StoreNotRunning, OSError) as exc:  # CorruptRecord, RoleChangeRefused
             return store_pb2.AppendRawResponse(ok=False, max_offset=store.commitlog.max_offset,
                                                error=str(exc))
@@ -903,6 +937,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 data = await asyncio.to_thread(commitlog.read_bytes, offset, chunk_bytes)
                 if data:
                     yield store_pb2.CommitLogChunk(offset=offset, data=data,
+                                                   end_offset=offset + len(data),
                                                    master_max_offset=commitlog.max_offset)
                     offset += len(data)
                     last_sent = loop.time()
@@ -912,7 +947,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 if heartbeat_s:
                     due_s = last_sent + heartbeat_s - loop.time()
                     if due_s <= 0:
-                        yield store_pb2.CommitLogChunk(offset=offset,
+                        yield store_pb2.CommitLogChunk(offset=offset, end_offset=offset,
                                                        master_max_offset=commitlog.max_offset)
                         last_sent = loop.time()
                         continue
@@ -983,6 +1018,6 @@ async def _read_range(commitlog: CommitLog, offset: int, end: int, chunk_bytes: 
         if not data:
             _check_readable(commitlog, offset)  # a segment deleted under the reader
             return
-        yield store_pb2.CommitLogChunk(offset=offset, data=data,
+        yield store_pb2.CommitLogChunk(offset=offset, data=data, end_offset=offset + len(data),
                                        master_max_offset=commitlog.max_offset)
         offset += len(data)

@@ -24,6 +24,7 @@ from boltmq.registry_client import RegistryClient
 from boltmq.runtime import sync_channel
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, message_pb2, store_pb2, store_pb2_grpc
 from tests.integration.procs import ServiceProcess
+from tests.waiting import wait_until
 
 SEGMENT_BYTES = 65536
 STORE_SETTINGS = (f"mapped_file_size_commitlog={SEGMENT_BYTES}",
@@ -35,8 +36,6 @@ STORE_SETTINGS = (f"mapped_file_size_commitlog={SEGMENT_BYTES}",
 HA_SETTINGS = ("heartbeat_interval_ms=200", "housekeeping_interval_ms=2000",
                "role_check_interval_ms=100", "reconnect_min_ms=50", "reconnect_max_ms=500")
 """Short intervals so reconnects and role changes show within a fraction of a second."""
-WAIT_S = 30.0
-"""How long a test waits for replication to converge before it fails (a hang, not a speed)."""
 TOPIC = "Replicated"
 
 
@@ -115,14 +114,6 @@ def commitlog(store: store_pb2_grpc.StoreServiceStub, start: int) -> bytes:
     """The store's CommitLog bytes from ``start`` to its end, through ReadCommitLog."""
     chunks = store.ReadCommitLog(store_pb2.ReadCommitLogRequest(offset=start), timeout=10)
     return b"".join(chunk.data for chunk in chunks)
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def caught_up(master: store_pb2_grpc.StoreServiceStub, replica: store_pb2_grpc.StoreServiceStub
@@ -390,11 +381,19 @@ def test_garbled_and_misaligned_chunks_are_refused(procs: Procs, stub, tmp_path:
     rest = whole[len(good):len(good) + 10_000]
     garbled = bytearray(rest)
     garbled[200] ^= 0xFF  # inside the first record's body: its CRC no longer matches
+    after = whole[len(good):_record_boundary(whole, 30_000)]  # whole records, all good
+
+    def chunk(offset: int, data: bytes, end_offset: int | None = None
+              ) -> store_pb2.CommitLogChunk:
+        end = offset + len(data) if end_offset is None else end_offset
+        return store_pb2.CommitLogChunk(offset=offset, data=data, end_offset=end)
+
     scripts = [
-        [store_pb2.CommitLogChunk(offset=0, data=good)],  # accepted
-        [store_pb2.CommitLogChunk(offset=len(good), data=bytes(garbled))],  # bad CRC
-        [store_pb2.CommitLogChunk(offset=len(good) + 8, data=rest)],  # not at the end
-        [store_pb2.CommitLogChunk(offset=len(good), data=rest[:7])],  # half a record
+        [chunk(0, good)],  # accepted
+        [chunk(len(good), bytes(garbled))],  # bad CRC
+        [chunk(len(good) + 8, rest)],  # not at the end
+        [chunk(len(good), rest[:7])],  # half a record
+        [chunk(len(good), after, len(good) + len(after) + 1)],  # says it ends elsewhere
     ]
     fake = ScriptedMaster(scripts)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
@@ -405,12 +404,13 @@ def test_garbled_and_misaligned_chunks_are_refused(procs: Procs, stub, tmp_path:
         replica_store = procs.store("replica", "broker_role=SLAVE")
         replica = stub(replica_store)
         replica_ha = procs.ha(replica_store, f"master_address=127.0.0.1:{port}")
-        wait_until(lambda: fake.connections >= 5, "the replica to reconnect after each refusal")
+        wait_until(lambda: fake.connections >= 6, "the replica to reconnect after each refusal")
         assert info(replica).commitlog_max_offset == len(good)
         assert commitlog(replica, 0) == good
         assert set(fake.reports) == {0, len(good)}
         log = replica_ha.log()
         assert "refused" in log and "this store ends at" in log
+        assert f"says it ends at {len(good) + len(after) + 1}" in log
         # The replica store refuses garbage handed to it directly, too.
         direct = replica.AppendRaw(store_pb2.AppendRawRequest(offset=len(good),
                                                               data=bytes(garbled)))

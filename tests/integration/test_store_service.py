@@ -25,6 +25,7 @@ from services.store.record import MAGIC_BLANK, decode_record
 from services.store.server import create_server
 from services.store.servicer import WATCHING_METADATA
 from tests.integration.procs import ServiceProcess
+from tests.waiting import wait_until
 
 SEGMENT_BYTES = 65536
 SMALL = (f"mapped_file_size_commitlog={SEGMENT_BYTES}", "mapped_file_size_consume_queue=20000",
@@ -293,6 +294,7 @@ def test_commitlog_stream_is_the_file_and_replicates(spawn: Spawn, connect, tmp_
     position = 0
     for chunk in chunks:
         assert chunk.offset == position and 0 < len(chunk.data) <= 10_000
+        assert chunk.end_offset == chunk.offset + len(chunk.data)
         last_byte = chunk.offset + len(chunk.data) - 1
         assert chunk.offset // SEGMENT_BYTES == last_byte // SEGMENT_BYTES
         position += len(chunk.data)
@@ -334,6 +336,25 @@ def test_commitlog_stream_is_the_file_and_replicates(spawn: Spawn, connect, tmp_
         assert replica.Pull(request) == master.Pull(request)
     refused_put = append(replica, msg("Rep", 0, b"client write"))[0]
     assert refused_put.status == message_pb2.SERVICE_NOT_AVAILABLE
+
+    # The same chunks over one AppendRawStream: answered in order, a refusal keeps the
+    # stream open, and a chunk whose end_offset is not offset + its size is refused.
+    streamed_proc = start_store(spawn, tmp_path / "streamed", "broker_role=SLAVE")
+    streamed_to = connect(streamed_proc)
+    first, lying = chunks[0], store_pb2.CommitLogChunk()
+    lying.CopyFrom(chunks[1])
+    lying.end_offset += 1
+    sent = [first, first, lying, *chunks[1:]]
+    answers = list(streamed_to.AppendRawStream(iter(sent), timeout=30))
+    assert [a.ok for a in answers] == [True, False, False] + [True] * (len(chunks) - 1)
+    assert "ends at" in answers[1].error and answers[1].max_offset == first.end_offset
+    assert f"says it ends at {lying.end_offset}" in answers[2].error
+    assert [a.max_offset for a in answers[3:]] == [c.end_offset for c in chunks[1:]]
+    for queue_id in (0, 1):
+        request = store_pb2.PullRequest(topic="Rep", queue_id=queue_id, max_messages=100,
+                                        max_bytes=1 << 20)
+        wait_until(lambda r=request: streamed_to.Pull(r) == master.Pull(r),
+                   f"queue {queue_id} dispatched on the streamed-to replica")
 
     # Following: a heartbeat while idle, then the new bytes as soon as they are appended.
     follow = master.ReadCommitLog(store_pb2.ReadCommitLogRequest(offset=end, follow=True,
@@ -429,6 +450,12 @@ def test_every_bad_request_names_its_field(spawn: Spawn, connect, tmp_path: Path
     for call, request, field in cases:
         details = invalid(call, request)
         assert details.startswith(f"{field}: "), (request, details)
+    for chunk, field in ((s.CommitLogChunk(offset=-1, data=b"x", end_offset=0), "offset"),
+                         (s.CommitLogChunk(offset=0), "data")):
+        with pytest.raises(grpc.RpcError) as bad_chunk:
+            list(stub.AppendRawStream(iter([chunk]), timeout=10))
+        assert bad_chunk.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert str(bad_chunk.value.details()).startswith(f"{field}: ")
     with pytest.raises(grpc.RpcError) as info:
         list(stub.ReadCommitLog(store_pb2.ReadCommitLogRequest(offset=10**9)))
     assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE
