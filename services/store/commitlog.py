@@ -432,9 +432,10 @@ class CommitLog:
         position = mf.wrote_position
         first = self.queue_offsets.get(key, 0)
         count = len(checked)
-        mf.mm[position:position + len(records)] = records
-        physicals = stamp_heads(mf.mm, position, mf.file_from_offset + position, checked,
+        stamped = bytearray(records)
+        physicals = stamp_heads(stamped, 0, mf.file_from_offset + position, checked,
                                 queue_id, first, born_host, store_host, now_ms)
+        mf.write_at(position, stamped)
         mf.wrote_position = mf.committed_position = position + len(records)
         mf.store_timestamp = now_ms
         self.queue_offsets[key] = first + count
@@ -462,7 +463,7 @@ class CommitLog:
     def _write_chunk(mf: MappedFile, chunk: list[bytes], chunk_start: int, now_ms: int) -> None:
         if chunk:
             data = b"".join(chunk)
-            mf.mm[chunk_start : chunk_start + len(data)] = data
+            mf.write_at(chunk_start, data)
             mf.wrote_position = mf.committed_position = chunk_start + len(data)
             mf.store_timestamp = now_ms
 
@@ -493,7 +494,7 @@ class CommitLog:
                                  f"segment (a multiple of {segment_bytes})")
             mf = self.files.last_file_or_create(offset)
             position = offset - mf.file_from_offset
-            mf.mm[position : position + len(data)] = data
+            mf.write_at(position, data)
             mf.wrote_position = mf.committed_position = position + len(data)
             mf.store_timestamp = int(time.time() * 1000)
             return self._appended(mf, offset, requests).end_offset
@@ -644,18 +645,26 @@ class _SegmentWrite:
                              head[H_BORN_TS]))
 
     def finish(self, end: int, *, blank: bool) -> None:
-        """Copy, patch, then publish up to ``end`` (and a blank marker when ``blank``)."""
-        mf = self.mf
-        mm, source = mf.mm, self.source
+        """Copy, patch, write, then publish up to ``end`` (and a blank marker when ``blank``).
+
+        The records are assembled and patched in memory and written with one
+        pwrite (:meth:`MappedFile.write`).
+        """
+        mf, source = self.mf, self.source
+        base = self.runs[0][0] if self.runs else end
+        tail = blank_marker(mf.file_size - end) if blank else b""
+        buf = bytearray(end - base + len(tail))
         for at, start, stop in self.runs:
-            mm[at:at + stop - start] = source[start:stop]
+            buf[at - base:at - base + stop - start] = source[start:stop]
         queue_id, born_host, store_host, now_ms = self.fixed
         patch = PATCH.pack_into
         for at, flag, queue_offset, physical, sys_flag, born_ts in self.patches:
-            patch(mm, at + PATCH_OFFSET, queue_id, flag, queue_offset, physical, sys_flag,
-                  born_ts or now_ms, born_host, now_ms, store_host)
+            patch(buf, at - base + PATCH_OFFSET, queue_id, flag, queue_offset, physical,
+                  sys_flag, born_ts or now_ms, born_host, now_ms, store_host)
+        buf[end - base:] = tail
+        if buf:
+            mf.write_at(base, buf)
         if blank:
-            mm[end:end + BLANK_MARKER_SIZE] = blank_marker(mf.file_size - end)
             end = mf.file_size  # the segment is full
         if self.patches or blank:
             mf.wrote_position = mf.committed_position = end

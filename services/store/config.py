@@ -90,8 +90,10 @@ class StoreConfig(ServerSettings):
     """gRPC port of the store service (0: any free port, printed in the READY line)."""
     arrival_watch_queue_max: int = 65536
     """Queues with a pending arrival kept per WatchArrivals stream (older ones coalesce)."""
-    warm_mapped_file_ahead_bytes: int = 32 * 1024 * 1024
-    """Fault in the active CommitLog segment this far ahead of the writer (0: off)."""
+    warm_mapped_file_ahead_bytes: int = 0
+    """Fault in the active CommitLog segment this far ahead of the writer (0: off, the
+    default: the CommitLog is written with pwrite, which allocates fresh pages for less
+    than faulting them in costs; a warmer would only add the fault)."""
     max_queue_id: int = 1023
     """Largest queue id accepted for a topic."""
     max_transfer_count_on_message_in_memory: int = 32

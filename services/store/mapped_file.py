@@ -1,9 +1,12 @@
 """MappedFile: one fixed-size file mapped into memory, with its three positions.
 
 ``wrote_position >= committed_position >= flushed_position`` (bytes from the
-start of the file). BoltMQ writes straight into the mapping, so a write is
-committed as soon as it is made; ``committed_position`` is kept for the
-vocabulary and for HA, which ships committed bytes.
+start of the file). A write is committed as soon as it is made (it is in the
+page cache, which the mapping shares); ``committed_position`` is kept for the
+vocabulary and for HA, which ships committed bytes. Consume queues and index
+files write through the mapping (:meth:`MappedFile.write`); the CommitLog
+writes its records with pwrite (:meth:`MappedFile.write_at`), which is cheaper
+for fresh pages, and reads them through the mapping.
 
 Files are created the durable way: a ``.tmp`` file is sized, fsynced, renamed
 to its final name and the directory fsynced, so a crash never leaves a file of
@@ -19,6 +22,7 @@ grace period.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -126,6 +130,23 @@ class MappedFile:
         self.mm[pos:end] = data
         self.wrote_position = self.committed_position = end
         return pos
+
+    def write_at(self, position: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at ``position`` through the file (pwrite), not the mapping.
+
+        The mapping sees the bytes at once (one page cache). A write allocates
+        the fresh page-cache pages itself, at a third to a half of the cost of
+        faulting them in through the mapping (bench/RESULTS.md, session 7), and
+        releases the GIL while it copies. The file was allocated whole when it
+        was created, so a write cannot fail for space.
+        """
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self._fd, view, position)
+            if written <= 0:
+                raise OSError(errno.EIO, f"short write at {position} of {self.path}")
+            view = view[written:]
+            position += written
 
     def flush(self, least_pages: int = 0) -> int:
         """fdatasync when at least ``least_pages`` pages are dirty; returns flushed_position."""

@@ -12,6 +12,10 @@ The pages it populates are zero and stay zero until written, so they are
 written back as zeros at most once more; a kernel without
 MADV_POPULATE_WRITE (Linux < 5.14) turns the warmer off after one try.
 RocketMQ's ``warmMappedFile`` does the same by writing a zero per page.
+
+Off by default since the CommitLog is written with pwrite
+(:meth:`MappedFile.write_at`): the write allocates the pages itself, with
+the GIL released, for less than the fault costs (``warm_mapped_file_ahead_bytes``).
 """
 
 from __future__ import annotations
