@@ -37,7 +37,7 @@ from pathlib import Path
 
 import grpc
 
-from boltmq.bench_report import BenchResult, result, timed_threads
+from boltmq.bench_report import BenchResult, nearest_rank, result, timed_threads
 from boltmq.launcher import ServiceProcess
 from boltmq.runtime import sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
@@ -266,8 +266,7 @@ def bench_follow(seconds: float, rate: int, body_bytes: int, batch: int,
 
 def _pick(values: list[int], q: float) -> int:
     """The ``q`` quantile of ``values`` (0 when there are none)."""
-    ordered = sorted(values) or [0]
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return nearest_rank(sorted(values) or [0], q)
 
 
 def _mb(size: int) -> float:

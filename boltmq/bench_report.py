@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 
@@ -41,11 +41,16 @@ def result(name: str, count: int, seconds: float, body_bytes: int, samples_ns: l
         ordered = sorted(samples_ns)
 
         def pick(q: float) -> float:
-            return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6, 3)
+            return round(nearest_rank(ordered, q) / 1e6, 3)
 
         r.p50_ms, r.p99_ms, r.p999_ms = pick(0.50), pick(0.99), pick(0.999)
         r.max_ms = round(ordered[-1] / 1e6, 3)
     return r
+
+
+def nearest_rank(ordered: Sequence[int], q: float) -> int:
+    """The ``q`` quantile (0..1, nearest rank) of non-empty, sorted ``ordered``."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def timed_threads(count: int, setup: Callable[[int], Callable[[], object]],

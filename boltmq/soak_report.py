@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from boltmq.bench_report import nearest_rank
+
 MIB = 1024 * 1024
 
 
@@ -86,8 +88,7 @@ def percentile_ms(samples_ns: Sequence[int], q: float) -> float | None:
     """The ``q`` quantile (0..1, nearest rank) of nanosecond samples, in ms; None if empty."""
     if not samples_ns:
         return None
-    ordered = sorted(samples_ns)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6, 3)
+    return round(nearest_rank(sorted(samples_ns), q) / 1e6, 3)
 
 
 def slope_per_min(times_s: Sequence[float], values: Sequence[float]) -> float:
