@@ -26,6 +26,7 @@ from services.store.dispatch_run import DispatchRun
 from services.store.mapped_file import MappedFile
 from services.store.mapped_file_queue import MappedFileQueue
 from services.store.message import MessageLike
+from services.store.page_cache import PageCacheWindow
 from services.store.page_warmer import PageWarmer
 from services.store.record import (
     BLANK_MARKER_SIZE,
@@ -170,6 +171,7 @@ class CommitLog:
         # dispatcher in CommitLog order.
         self.on_append: Callable[[AppendBatch], None] | None = None
         self.warmer = PageWarmer(config.warm_mapped_file_ahead_bytes)
+        self.page_cache = PageCacheWindow(self.files, config.commitlog_page_cache_window_bytes)
 
     # ---------------------------------------------------------------- offsets
     @property

@@ -94,6 +94,10 @@ class StoreConfig(ServerSettings):
     """Fault in the active CommitLog segment this far ahead of the writer (0: off, the
     default: the CommitLog is written with pwrite, which allocates fresh pages for less
     than faulting them in costs; a warmer would only add the fault)."""
+    commitlog_page_cache_window_bytes: int = 1024 * 1024 * 1024
+    """Flushed CommitLog bytes kept in the page cache behind the flushed offset; older pages
+    are released after each flush round (services/store/page_cache.py: bounded memory under
+    a pod's limit, and new writes reuse pages instead of taking fresh ones). 0: never."""
     max_queue_id: int = 1023
     """Largest queue id accepted for a topic."""
     max_transfer_count_on_message_in_memory: int = 32
@@ -127,6 +131,8 @@ class StoreConfig(ServerSettings):
             raise ConfigError("disk ratios must be between 1 and 100")
         if self.max_message_size_bytes < 0:
             raise ConfigError("max_message_size_bytes must not be negative")
+        if self.commitlog_page_cache_window_bytes < 0:
+            raise ConfigError("commitlog_page_cache_window_bytes must not be negative (0: off)")
 
     @property
     def consume_queue_file_size(self) -> int:

@@ -78,6 +78,7 @@ class CommitLogFlusher:
             self.checkpoint.state.physic_msg_timestamp = store_ts
         if flushed > self.flushed_offset:
             self.gate.advance(flushed)
+            commitlog.page_cache.release_behind(flushed)
             if self.on_flushed is not None:
                 self.on_flushed()
             if self.on_flush_seconds is not None:

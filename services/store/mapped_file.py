@@ -166,6 +166,24 @@ class MappedFile:
             self.flushed_position = target
         return self.flushed_position
 
+    def drop_cached(self, start: int, end: int) -> int:
+        """Let the kernel drop the cached pages of ``[start, end)``; returns the bytes released.
+
+        Only whole pages before ``flushed_position`` are released (clean pages,
+        on disk already); the rest of the range is left as it is. The bytes
+        stay readable: the next read faults them back in from the file.
+        """
+        start -= start % PAGE_SIZE
+        end = min(end, self.flushed_position) // PAGE_SIZE * PAGE_SIZE
+        if end <= start or not self.hold():
+            return 0
+        try:
+            self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+            os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_DONTNEED)
+        finally:
+            self.release()
+        return end - start
+
     def zero_from(self, position: int, end: int | None = None) -> None:
         """Zero bytes [position, end) so stale records can never resurface.
 

@@ -1,0 +1,98 @@
+"""PageCacheWindow: the CommitLog keeps only its newest flushed bytes in the page cache.
+
+Left alone, every byte the store ever wrote stays cached until the kernel
+needs the memory. That has two costs a message store feels:
+
+- Under Kubernetes the page cache of a pod is charged to its memory cgroup, so
+  a store that writes steadily sits at its memory limit and is reclaimed or
+  throttled there, not where its operator sized it.
+- On a virtual machine a page the guest has not used lately must be backed by
+  the host on first touch. Measured on the 2-core VM of bench/RESULTS.md
+  (session 8): ``pwrite`` into new cache costs 0.2 ms per MiB while the
+  kernel hands out pages it freed recently, and 2.3-3.3 ms per MiB once about
+  1.2 GiB of new cache has been taken, ten times more. At 100 MB/s that is a
+  quarter of a core per store.
+
+So after each flush round the pages more than ``window_bytes`` behind the
+flushed offset are released, in ranges that end on a 2 MiB boundary of their
+segment (:data:`RELEASE_ALIGN_BYTES`): ``MADV_DONTNEED`` unmaps them from the store's
+mapping and ``POSIX_FADV_DONTNEED`` drops them from the cache; new writes then
+reuse those pages. Only flushed (clean) pages are released, never the page
+that holds the flushed offset itself, so nothing unwritten is ever dropped. A
+reader of older records (a consumer far behind, a replica catching up) faults
+them back in from disk, as after any eviction; at the first round after every
+``sweep_interval_s`` the whole released range is released again so such reads
+do not accumulate.
+``window_bytes`` 0 turns the window off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from services.store.mapped_file import PAGE_SIZE
+from services.store.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+RELEASE_ALIGN_BYTES = 2 * 1024 * 1024
+"""Releases end on this boundary within a segment (or at its end). The page cache holds
+files in folios of up to 2 MiB (a PMD on x86-64), aligned to their size, and a folio is
+dropped only when the range covers all of it: a range ending mid-folio would leave that
+folio cached, and the next round, starting mid-folio too, would leave it again."""
+SWEEP_INTERVAL_S = 10.0
+"""How often the whole released range is released again (pages brought back by readers)."""
+
+
+class PageCacheWindow:
+    """Releases the cached pages of a MappedFileQueue that lie behind a window."""
+
+    def __init__(self, files: MappedFileQueue, window_bytes: int,
+                 sweep_interval_s: float = SWEEP_INTERVAL_S) -> None:
+        if window_bytes < 0:
+            raise ValueError(f"window_bytes must not be negative, got {window_bytes}")
+        self.files = files
+        self.window_bytes = window_bytes
+        self.sweep_interval_s = sweep_interval_s
+        self.released_to = 0
+        """Everything before this offset has been released at least once."""
+        self.released_bytes = 0
+        """Bytes released so far (each release of a range counts; metrics, tests)."""
+        self._last_sweep = time.monotonic()
+
+    @property
+    def enabled(self) -> bool:
+        return self.window_bytes > 0
+
+    def release_behind(self, flushed_offset: int) -> int:
+        """Release the pages more than the window behind ``flushed_offset``; bytes released."""
+        if not self.enabled:
+            return 0
+        target = self._aligned(flushed_offset - self.window_bytes)
+        start = self.released_to
+        now = time.monotonic()
+        if now - self._last_sweep >= self.sweep_interval_s:
+            self._last_sweep = now
+            start = 0
+        if target <= start:
+            return 0
+        released = 0
+        for mf in self.files.files:
+            low = max(start, mf.file_from_offset)
+            high = min(target, mf.file_end_offset)
+            if low < high:
+                released += mf.drop_cached(low - mf.file_from_offset, high - mf.file_from_offset)
+        self.released_to = max(self.released_to, target)
+        self.released_bytes += released
+        return released
+
+    def _aligned(self, offset: int) -> int:
+        """``offset`` moved back to a release boundary of its segment."""
+        if offset <= 0:
+            return 0
+        mf = self.files.find(offset)
+        if mf is None:
+            return offset // PAGE_SIZE * PAGE_SIZE
+        local = offset - mf.file_from_offset
+        return mf.file_from_offset + local // RELEASE_ALIGN_BYTES * RELEASE_ALIGN_BYTES

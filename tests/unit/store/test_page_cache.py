@@ -1,0 +1,190 @@
+"""The CommitLog's page-cache window (services/store/page_cache.py).
+
+Residency is checked independently of the store: the segment file is mapped
+again here and asked with mincore(2) which of its pages the page cache holds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from boltmq.config import ConfigError
+from services.store import GetStatus, Message, MessageStore
+from services.store.mapped_file import PAGE_SIZE, MappedFile, file_name
+from services.store.mapped_file_queue import MappedFileQueue
+from services.store.page_cache import RELEASE_ALIGN_BYTES, PageCacheWindow
+from tests.conftest import small_config
+
+SEGMENT_BYTES = 64 * 1024
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def resident_pages(path: Path) -> list[bool]:
+    """Which pages of ``path`` are in the page cache (mincore on a fresh shared mapping)."""
+    size = path.stat().st_size
+    pages = -(-size // PAGE_SIZE)
+    with open(path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), size)
+        try:
+            base = ctypes.c_char.from_buffer(mm)
+            vec = (ctypes.c_ubyte * pages)()
+            if _libc.mincore(ctypes.c_void_p(ctypes.addressof(base)), ctypes.c_size_t(size),
+                             vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore failed")
+            del base
+            return [bool(v & 1) for v in vec]
+        finally:
+            mm.close()
+
+
+def written_segment(tmp_path: Path, flushed: int, unflushed: int = 0) -> MappedFile:
+    mf = MappedFile(tmp_path / file_name(0), SEGMENT_BYTES, create=True)
+    data = os.urandom(flushed + unflushed)
+    mf.write_at(0, data[:flushed])
+    mf.wrote_position = mf.committed_position = flushed
+    mf.flush()
+    if unflushed:
+        mf.write_at(flushed, data[flushed:])
+        mf.wrote_position = mf.committed_position = flushed + unflushed
+    return mf
+
+
+def test_drop_cached_releases_flushed_pages_and_the_bytes_stay_readable(tmp_path: Path) -> None:
+    mf = written_segment(tmp_path, 16 * PAGE_SIZE)
+    before = bytes(mf.view[: 16 * PAGE_SIZE])
+    assert all(resident_pages(mf.path)[:16])
+
+    assert mf.drop_cached(0, 16 * PAGE_SIZE) == 16 * PAGE_SIZE
+
+    assert not any(resident_pages(mf.path)[:16])
+    assert bytes(mf.view[: 16 * PAGE_SIZE]) == before  # faulted back in from the file
+    mf.close()
+
+
+def test_drop_cached_never_releases_past_the_flushed_position(tmp_path: Path) -> None:
+    # 10,000 bytes flushed: pages 0 and 1 are whole, page 2 holds the flushed end.
+    mf = written_segment(tmp_path, 10_000, unflushed=3 * PAGE_SIZE)
+
+    assert mf.drop_cached(0, SEGMENT_BYTES) == 2 * PAGE_SIZE
+
+    assert all(resident_pages(mf.path)[2:5])  # the flushed end's page and the unflushed pages
+    mf.close()
+
+
+def test_drop_cached_rounds_the_start_down_and_ignores_empty_ranges(tmp_path: Path) -> None:
+    mf = written_segment(tmp_path, 8 * PAGE_SIZE)
+    assert mf.drop_cached(5 * PAGE_SIZE, 5 * PAGE_SIZE) == 0
+    assert mf.drop_cached(6 * PAGE_SIZE, 4 * PAGE_SIZE) == 0
+    assert mf.drop_cached(PAGE_SIZE + 100, 3 * PAGE_SIZE) == 2 * PAGE_SIZE
+    assert all(resident_pages(mf.path)[3:8])  # outside the range: untouched
+    mf.close()
+
+
+def test_drop_cached_on_a_destroyed_file_does_nothing(tmp_path: Path) -> None:
+    mf = written_segment(tmp_path, 8 * PAGE_SIZE)
+    mf.destroy()
+    assert mf.drop_cached(0, 8 * PAGE_SIZE) == 0
+
+
+def filled_queue(tmp_path: Path, segments: int, segment_bytes: int = SEGMENT_BYTES
+                 ) -> MappedFileQueue:
+    queue = MappedFileQueue(tmp_path / "commitlog", segment_bytes)
+    for n in range(segments):
+        mf = queue.create_file(n * segment_bytes)
+        mf.write_at(0, os.urandom(segment_bytes))
+        mf.wrote_position = mf.committed_position = segment_bytes
+        mf.flush()
+    return queue
+
+
+def test_window_releases_whole_segments_behind_it(tmp_path: Path) -> None:
+    queue = filled_queue(tmp_path, 3)
+    # The window's edge falls inside the second segment; segments under 2 MiB are
+    # released whole, so only the first one goes.
+    window = PageCacheWindow(queue, window_bytes=SEGMENT_BYTES + 8 * PAGE_SIZE)
+    flushed = 3 * SEGMENT_BYTES
+
+    assert window.release_behind(flushed) == SEGMENT_BYTES
+
+    assert window.released_to == SEGMENT_BYTES
+    first, second, third = (resident_pages(mf.path) for mf in queue.files)
+    assert not any(first)
+    assert all(second) and all(third)
+    assert window.release_behind(flushed) == 0  # nothing new behind the window
+    queue.close()
+
+
+def test_window_edge_inside_a_segment_ends_on_a_2_mib_boundary(tmp_path: Path) -> None:
+    segment = 2 * RELEASE_ALIGN_BYTES
+    queue = filled_queue(tmp_path, 1, segment_bytes=segment)
+    window = PageCacheWindow(queue, window_bytes=segment // 4)  # edge at 3 MiB
+
+    assert window.release_behind(segment) == RELEASE_ALIGN_BYTES
+
+    resident = resident_pages(queue.files[0].path)
+    boundary = RELEASE_ALIGN_BYTES // PAGE_SIZE
+    assert not any(resident[:boundary])
+    assert all(resident[boundary:])
+    # The edge moves on by one page: still inside the same 2 MiB, nothing more to release.
+    assert window.release_behind(segment + PAGE_SIZE) == 0
+    queue.close()
+
+
+def test_window_sweep_releases_pages_a_reader_brought_back(tmp_path: Path) -> None:
+    queue = filled_queue(tmp_path, 2)
+    window = PageCacheWindow(queue, window_bytes=SEGMENT_BYTES, sweep_interval_s=0.0)
+    window.release_behind(2 * SEGMENT_BYTES)
+    first = queue.files[0]
+    bytes(first.view[:PAGE_SIZE * 4])  # a late reader faults four pages back in
+    assert any(resident_pages(first.path))
+
+    assert window.release_behind(2 * SEGMENT_BYTES) == SEGMENT_BYTES
+
+    assert not any(resident_pages(first.path))
+    queue.close()
+
+
+def test_window_zero_is_off_and_a_negative_window_is_refused(tmp_path: Path) -> None:
+    queue = filled_queue(tmp_path, 2)
+    off = PageCacheWindow(queue, window_bytes=0)
+    assert not off.enabled
+    assert off.release_behind(2 * SEGMENT_BYTES) == 0
+    assert all(resident_pages(queue.files[0].path))
+    with pytest.raises(ValueError, match="must not be negative"):
+        PageCacheWindow(queue, window_bytes=-1)
+    queue.close()
+
+
+def test_store_config_refuses_a_negative_window(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="commitlog_page_cache_window_bytes"):
+        small_config(tmp_path, commitlog_page_cache_window_bytes=-4096)
+
+
+def test_store_releases_old_segments_and_still_serves_every_message(
+        make_store: Callable[..., MessageStore]) -> None:
+    store = make_store(commitlog_page_cache_window_bytes=SEGMENT_BYTES,
+                       flush_interval_commitlog_ms=3_600_000)
+    bodies = [f"message-{i}|".encode() * 60 for i in range(400)]  # ~300 KiB: five segments
+    for body in bodies:
+        store.put_message(Message(topic="Window", queue_id=0, body=body))
+    store.flusher.flush_now()
+
+    window = store.commitlog.page_cache
+    assert window.released_to >= 3 * SEGMENT_BYTES
+    assert not any(resident_pages(store.commitlog.files.files[0].path))
+
+    got = store.get_messages("Window", 0, 0, 32)
+    served = []
+    offset = 0
+    while got.status == GetStatus.FOUND:
+        served.extend(bytes(m.body) for m in got.messages)
+        offset = got.next_begin_offset
+        got = store.get_messages("Window", 0, offset, 32)
+    assert served == bodies
+    assert store.verify() == []
