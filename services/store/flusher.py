@@ -6,6 +6,8 @@
 - In SYNC_FLUSH mode it is a group commit: appenders call :meth:`wait_flushed`
   with their end offset; the thread fsyncs everything written so far and wakes
   every appender whose end is now durable, so one fsync serves many appends.
+- After each round the CommitLog's page-cache window releases what fell behind it
+  (:mod:`services.store.page_cache`).
 - :class:`ConsumeQueueFlusher` forces consume queues and the index every
   ``flush_interval_consume_queue_ms`` and then writes the checkpoint.
 
@@ -78,7 +80,6 @@ class CommitLogFlusher:
             self.checkpoint.state.physic_msg_timestamp = store_ts
         if flushed > self.flushed_offset:
             self.gate.advance(flushed)
-            commitlog.page_cache.release_behind(flushed)
             if self.on_flushed is not None:
                 self.on_flushed()
             if self.on_flush_seconds is not None:
@@ -111,6 +112,9 @@ class CommitLogFlusher:
                     if thorough:
                         self._last_thorough = now
                     self.flush_now(0 if thorough else self.config.flush_commitlog_least_pages)
+                # Every round, written or not: the window's periodic sweep must also
+                # reach pages that readers brought back while nothing was written.
+                self.commitlog.page_cache.release_behind(self.flushed_offset)
             except Exception:
                 log.exception("CommitLog flush failed")
                 time.sleep(0.1)

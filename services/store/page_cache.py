@@ -13,16 +13,16 @@ needs the memory. That has two costs a message store feels:
   1.2 GiB of new cache has been taken, ten times more. At 100 MB/s that is a
   quarter of a core per store.
 
-So after each flush round the pages more than ``window_bytes`` behind the
+So after each round of the CommitLog flusher the pages more than ``window_bytes`` behind the
 flushed offset are released, in ranges that end on a 2 MiB boundary of their
 segment (:data:`RELEASE_ALIGN_BYTES`): ``MADV_DONTNEED`` unmaps them from the store's
 mapping and ``POSIX_FADV_DONTNEED`` drops them from the cache; new writes then
 reuse those pages. Only flushed (clean) pages are released, never the page
 that holds the flushed offset itself, so nothing unwritten is ever dropped. A
 reader of older records (a consumer far behind, a replica catching up) faults
-them back in from disk, as after any eviction; at the first round after every
-``sweep_interval_s`` the whole released range is released again so such reads
-do not accumulate.
+them back in from disk, as after any eviction; every ``sweep_interval_s``
+(at the flusher's next round, whether anything was written or not) the whole
+released range is released again so such reads do not accumulate.
 ``window_bytes`` 0 turns the window off.
 """
 

@@ -24,6 +24,7 @@ from boltmq.registry_client import RegistryClient
 from boltmq.runtime import sync_channel
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, message_pb2, store_pb2, store_pb2_grpc
 from tests.integration.procs import ServiceProcess
+from tests.page_residency import resident_pages
 from tests.waiting import wait_until
 
 SEGMENT_BYTES = 65536
@@ -191,7 +192,10 @@ def test_empty_replica_starts_at_the_masters_last_segment(procs: Procs, stub) ->
 
 def test_first_segment_copy_and_a_replica_behind_by_more_than_a_segment(procs: Procs, stub
                                                                          ) -> None:
-    master_store = procs.store("master")
+    # The master keeps one segment of flushed CommitLog cached: the catch-up below reads
+    # segments whose pages it released (services/store/page_cache.py).
+    master_store = procs.store("master", f"commitlog_page_cache_window_bytes={SEGMENT_BYTES}",
+                               "flush_interval_commitlog_ms=50")
     master = stub(master_store)
     produce(master, 3)
     master_ha = procs.ha(master_store, "replica_start=FIRST_SEGMENT")
@@ -204,9 +208,15 @@ def test_first_segment_copy_and_a_replica_behind_by_more_than_a_segment(procs: P
     # The replica's HA is down while the master writes more than two segments.
     replica_ha.stop()
     before = info(replica).commitlog_max_offset
-    produce(master, 4, first=3)
-    assert info(master).commitlog_max_offset - before > 2 * SEGMENT_BYTES
+    produce(master, 6, first=3)
+    assert info(master).commitlog_max_offset - before > 3 * SEGMENT_BYTES
     assert info(replica).commitlog_max_offset == before
+    # A segment written while the replica was away, whole segments behind the window.
+    behind = (info(master).commitlog_max_offset // SEGMENT_BYTES - 2) * SEGMENT_BYTES
+    assert behind >= before
+    released = procs.tmp_path / "master" / "commitlog" / f"{behind:020d}"
+    wait_until(lambda: not any(resident_pages(released)),
+               f"the master to release the pages of {released.name}")
     procs.ha(replica_store, f"master_address={master_ha.address}")
     caught_up(master, replica)
     assert assert_same_data(master, replica) == 0

@@ -1,13 +1,11 @@
 """The CommitLog's page-cache window (services/store/page_cache.py).
 
-Residency is checked independently of the store: the segment file is mapped
-again here and asked with mincore(2) which of its pages the page cache holds.
+Residency is checked independently of the store, with mincore(2) on a fresh
+mapping of the segment file (tests/page_residency.py).
 """
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,27 +18,10 @@ from services.store.mapped_file import PAGE_SIZE, MappedFile, file_name
 from services.store.mapped_file_queue import MappedFileQueue
 from services.store.page_cache import RELEASE_ALIGN_BYTES, PageCacheWindow
 from tests.conftest import small_config
+from tests.page_residency import resident_pages
+from tests.waiting import wait_until
 
 SEGMENT_BYTES = 64 * 1024
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def resident_pages(path: Path) -> list[bool]:
-    """Which pages of ``path`` are in the page cache (mincore on a fresh shared mapping)."""
-    size = path.stat().st_size
-    pages = -(-size // PAGE_SIZE)
-    with open(path, "r+b") as f:
-        mm = mmap.mmap(f.fileno(), size)
-        try:
-            base = ctypes.c_char.from_buffer(mm)
-            vec = (ctypes.c_ubyte * pages)()
-            if _libc.mincore(ctypes.c_void_p(ctypes.addressof(base)), ctypes.c_size_t(size),
-                             vec) != 0:
-                raise OSError(ctypes.get_errno(), "mincore failed")
-            del base
-            return [bool(v & 1) for v in vec]
-        finally:
-            mm.close()
 
 
 def written_segment(tmp_path: Path, flushed: int, unflushed: int = 0) -> MappedFile:
@@ -169,14 +150,14 @@ def test_store_config_refuses_a_negative_window(tmp_path: Path) -> None:
 def test_store_releases_old_segments_and_still_serves_every_message(
         make_store: Callable[..., MessageStore]) -> None:
     store = make_store(commitlog_page_cache_window_bytes=SEGMENT_BYTES,
-                       flush_interval_commitlog_ms=3_600_000)
+                       flush_interval_commitlog_ms=20)
     bodies = [f"message-{i}|".encode() * 60 for i in range(400)]  # ~300 KiB: five segments
     for body in bodies:
         store.put_message(Message(topic="Window", queue_id=0, body=body))
-    store.flusher.flush_now()
 
     window = store.commitlog.page_cache
-    assert window.released_to >= 3 * SEGMENT_BYTES
+    wait_until(lambda: window.released_to >= 3 * SEGMENT_BYTES,
+               "the flusher to release three segments")
     assert not any(resident_pages(store.commitlog.files.files[0].path))
 
     got = store.get_messages("Window", 0, 0, 32)
@@ -188,3 +169,10 @@ def test_store_releases_old_segments_and_still_serves_every_message(
         got = store.get_messages("Window", 0, offset, 32)
     assert served == bodies
     assert store.verify() == []
+
+    # Reading brought the first segment back; with nothing more written, the flusher's
+    # sweep still releases it again.
+    assert any(resident_pages(store.commitlog.files.files[0].path))
+    window.sweep_interval_s = 0.05
+    wait_until(lambda: not any(resident_pages(store.commitlog.files.files[0].path)),
+               "the sweep to release the pages the reads brought back")
