@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.store import MessageStore, StoreConfig
+from services.store import GetStatus, MessageStore, StoreConfig
+
+READ_BATCH = 32
 
 
 def small_config(root: Path, **overrides: object) -> StoreConfig:
@@ -29,6 +31,19 @@ def small_config(root: Path, **overrides: object) -> StoreConfig:
 def quiet_disk(path: Path) -> float:
     """A disk-usage probe for tests that are not about the disk: always 10 %."""
     return 10.0
+
+
+def read_queue(store: MessageStore, topic: str, queue_id: int) -> list[tuple[int, int, bytes]]:
+    """``(queue_offset, commitlog_offset, body)`` of every message the queue serves, in order."""
+    out: list[tuple[int, int, bytes]] = []
+    offset = store.min_offset(topic, queue_id)
+    while True:
+        got = store.get_messages(topic, queue_id, offset, READ_BATCH)
+        if got.status != GetStatus.FOUND:
+            break
+        out.extend((m.queue_offset, m.commitlog_offset, bytes(m.body)) for m in got.messages)
+        offset = got.next_begin_offset
+    return out
 
 
 @pytest.fixture

@@ -28,13 +28,10 @@ released range is released again so such reads do not accumulate.
 
 from __future__ import annotations
 
-import logging
 import time
 
 from services.store.mapped_file import PAGE_SIZE
 from services.store.mapped_file_queue import MappedFileQueue
-
-log = logging.getLogger(__name__)
 
 RELEASE_ALIGN_BYTES = 2 * 1024 * 1024
 """Releases end on this boundary within a segment (or at its end). The page cache holds
@@ -57,8 +54,6 @@ class PageCacheWindow:
         self.sweep_interval_s = sweep_interval_s
         self.released_to = 0
         """Everything before this offset has been released at least once."""
-        self.released_bytes = 0
-        """Bytes released so far (each release of a range counts; metrics, tests)."""
         self._last_sweep = time.monotonic()
 
     @property
@@ -84,7 +79,6 @@ class PageCacheWindow:
             if low < high:
                 released += mf.drop_cached(low - mf.file_from_offset, high - mf.file_from_offset)
         self.released_to = max(self.released_to, target)
-        self.released_bytes += released
         return released
 
     def _aligned(self, offset: int) -> int:

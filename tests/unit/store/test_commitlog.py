@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from services.store import GetStatus, Message, MessageStore, PutResult, PutStatus
+from services.store import Message, MessageStore, PutResult, PutStatus
 from services.store.mapped_file import file_name
 from services.store.mapped_file_queue import CorruptFileLayout, MappedFileQueue
 from services.store.record import BLANK_MARKER_SIZE, FIXED_OVERHEAD_IPV4, MAGIC_BLANK
+from tests.conftest import read_queue
 
 SEGMENT_BYTES = 64 * 1024  # small_config's CommitLog segment size
 TOPIC = "T"
@@ -25,7 +26,6 @@ RECORD_OVERHEAD = FIXED_OVERHEAD_IPV4 + len(TOPIC)  # an empty body, no properti
 MAX_BODY_BYTES = 48 * 1024  # small_config's max_message_size_bytes
 FILLER_MAX_BYTES = 40_000  # below MAX_BODY_BYTES
 BLANK = struct.Struct(">iI")  # total_size, magic
-READ_BATCH = 32
 # Files a running store rewrites on its own (lock, abort marker, flush timestamps).
 VOLATILE_NAMES = frozenset({"lock", "abort", "checkpoint"})
 
@@ -62,20 +62,6 @@ def segment_bytes(root: Path, start: int) -> bytes:
         return f.read()
 
 
-def read_queue(store: MessageStore, topic: str = TOPIC, queue_id: int = 0
-               ) -> list[tuple[int, int, bytes]]:
-    """``(queue_offset, commitlog_offset, body)`` of every message the queue serves."""
-    out: list[tuple[int, int, bytes]] = []
-    offset = 0
-    while True:
-        got = store.get_messages(topic, queue_id, offset, READ_BATCH)
-        if got.status != GetStatus.FOUND:
-            break
-        out.extend((m.queue_offset, m.commitlog_offset, bytes(m.body)) for m in got.messages)
-        offset = got.next_begin_offset
-    return out
-
-
 def assert_readable(store: MessageStore, msgs: Sequence[Message],
                     results: Sequence[PutResult]) -> None:
     """look_message and get_messages serve every message, in order, with its body."""
@@ -87,7 +73,7 @@ def assert_readable(store: MessageStore, msgs: Sequence[Message],
         assert record.total_size == result.wrote_bytes
     expected = [(r.queue_offset, r.commitlog_offset, m.body)
                 for m, r in zip(msgs, results, strict=True)]
-    assert read_queue(store) == expected
+    assert read_queue(store, TOPIC, 0) == expected
     assert [r.queue_offset for r in results] == list(range(len(results)))
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from boltmq.config import ConfigError
-from services.store import GetStatus, Message, MessageStore
+from services.store import Message, MessageStore
 from services.store.mapped_file import PAGE_SIZE, MappedFile, file_name
 from services.store.mapped_file_queue import MappedFileQueue
 from services.store.page_cache import RELEASE_ALIGN_BYTES, PageCacheWindow
-from tests.conftest import small_config
+from tests.conftest import read_queue, small_config
 from tests.page_residency import resident_pages
 from tests.waiting import wait_until
 
@@ -160,14 +160,7 @@ def test_store_releases_old_segments_and_still_serves_every_message(
                "the flusher to release three segments")
     assert not any(resident_pages(store.commitlog.files.files[0].path))
 
-    got = store.get_messages("Window", 0, 0, 32)
-    served = []
-    offset = 0
-    while got.status == GetStatus.FOUND:
-        served.extend(bytes(m.body) for m in got.messages)
-        offset = got.next_begin_offset
-        got = store.get_messages("Window", 0, offset, 32)
-    assert served == bodies
+    assert [body for _, _, body in read_queue(store, "Window", 0)] == bodies
     assert store.verify() == []
 
     # Reading brought the first segment back; with nothing more written, the flusher's

@@ -26,18 +26,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.store import GetStatus, Message, MessageStore, PutResult, PutStatus
+from services.store import Message, MessageStore, PutResult, PutStatus
 from services.store.checkpoint import CheckpointState, encode_checkpoint
 from services.store.mapped_file import file_name
 from services.store.record import HEADS
-from tests.conftest import quiet_disk, small_config
+from tests.conftest import quiet_disk, read_queue, small_config
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SEGMENT_BYTES = 64 * 1024  # small_config's CommitLog segment size
 HEAD_BYTES = HEADS[(False, False)].size  # record head with IPv4 hosts, up to body_length
 BODY_LENGTH_AT = HEAD_BYTES - 4
 PHYSICAL_OFFSET_AT = 28
-READ_BATCH = 32
 KILL_ACKS_WANTED = 400
 KILL_TIMEOUT_S = 60
 
@@ -99,19 +98,6 @@ def put_all(store: MessageStore, msgs: Sequence[Message]) -> list[Written]:
         assert result.status == PutStatus.PUT_OK, result
         written.append(Written(msg, result))
     return written
-
-
-def read_queue(store: MessageStore, topic: str, queue_id: int) -> list[tuple[int, int, bytes]]:
-    """``(queue_offset, commitlog_offset, body)`` of every message served from the queue."""
-    out = []
-    offset = store.min_offset(topic, queue_id)
-    while True:
-        got = store.get_messages(topic, queue_id, offset, READ_BATCH)
-        if got.status != GetStatus.FOUND:
-            break
-        out.extend((m.queue_offset, m.commitlog_offset, bytes(m.body)) for m in got.messages)
-        offset = got.next_begin_offset
-    return out
 
 
 def assert_served_exactly(store: MessageStore, written: Sequence[Written]) -> None:
