@@ -21,7 +21,10 @@ under produce load, ``gc_collect_main`` took 15 % of the serving thread.
 :func:`settle_garbage_collector` moves what exists after start-up into the
 permanent generation (``gc.freeze``) and raises the young-generation threshold;
 reference counting still frees every acyclic object at once, so only cyclic
-garbage waits a little longer.
+garbage waits a little longer. Spark's Python workers get the same once, at
+their first task of ours (:func:`settle_garbage_collector_once`): a worker
+holds pyspark, pyarrow and numpy, and the collector's walks of that heap took
+a fifth of a commitlog-reading worker's CPU (bench/RESULTS.md, session 9).
 """
 
 from __future__ import annotations
@@ -68,6 +71,17 @@ def keep_freed_memory() -> bool:
 
 def settle_garbage_collector() -> None:
     """Freeze the start-up heap out of the collector's reach and collect less often."""
+    global _settled
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    _settled = True
+
+
+_settled = False
+
+
+def settle_garbage_collector_once() -> None:
+    """:func:`settle_garbage_collector`, unless this process has already run it."""
+    if not _settled:
+        settle_garbage_collector()

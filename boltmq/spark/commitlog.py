@@ -7,11 +7,14 @@ through the store's own decoder, :mod:`services.store.record`). The store's
 lock is not taken, so a stopped store and a running one read the same way;
 segments are only read.
 
-Splitting a segment: one task reads one segment, except that a segment larger
-than ``maxPartitionBytes`` is read by several tasks, one per byte range, and so
-are segments when there are fewer than ``minPartitions`` (2) of them. More
-tasks are not free: each costs Spark ~0.1 s of CPU to start, so a segment is
-the default unit. A range ``[begin, end)`` holds the records
+Planning: the segments' data (where each one's zeros begin, :func:`data_bytes`)
+is laid end to end and cut into tasks of equal bytes, at most
+``maxPartitionBytes`` each (256 MiB by default), their number rounded up to a
+multiple of ``minPartitions`` (2), so the last wave of ``local[2]`` keeps both
+cores busy. A task reads one or more consecutive ranges of segments
+(:class:`CommitLogPartition`): several small segments, or part of a large one.
+Fewer, larger tasks are cheaper: Spark spends ~0.1 s of CPU to start each
+Python task. A range ``[begin, end)`` of a segment holds the records
 that start between the first record at or after ``begin`` and the first record
 at or after ``end``. The first record after a byte position is found without
 walking from the segment's start: the next magic number whose record says it
@@ -39,6 +42,7 @@ is being written; such a torn record is reported like any other damage.
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import struct
@@ -64,6 +68,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from boltmq.allocator import settle_garbage_collector_once
 from boltmq.spark.errors import CorruptCommitLog, OptionError
 from boltmq.spark.options import option_bool, option_text, positive_int
 from boltmq.spark.record_columns import RecordBlock, record_starts
@@ -90,8 +95,10 @@ from services.store.record import (
 
 TIME_MAX_MS = 1 << 62
 MIN_PARTITIONS_DEFAULT = 2
-"""Fewer segments than this are split into byte ranges (option ``minPartitions``): one
-segment must not leave the second core of local[2] idle."""
+"""Tasks come in multiples of this (option ``minPartitions``): the last wave of local[2]
+must not leave a core idle."""
+PARTITION_BYTES_DEFAULT = 256 * 1024 * 1024
+"""Segment bytes per task at most, unless ``maxPartitionBytes`` says otherwise."""
 _MAGIC_BYTES = tuple(struct.pack(">I", magic) for magic in sorted(MESSAGE_MAGICS))
 _TOTAL_MAGIC = struct.Struct(">iI")
 _PHYSICAL = struct.Struct(">q")
@@ -157,25 +164,47 @@ def push(wanted: RecordFilter, item: Filter) -> bool:
     return True
 
 
-class SegmentPartition(InputPartition):
+@dataclass(frozen=True)
+class SegmentRange:
     """Bytes ``[begin, end)`` of one CommitLog segment file (see the module docstring)."""
 
-    def __init__(self, path: str, start_offset: int, begin: int = 0,
-                 end: int | None = None) -> None:
-        super().__init__((path, start_offset, begin, end))
-        self.path = path
-        self.start_offset = start_offset
-        self.begin = begin
-        self.end = end
-        """None: to the segment's end."""
+    path: str
+    start_offset: int
+    begin: int = 0
+    end: int | None = None
+    """None: to the segment's end."""
 
-    def split(self, size: int, step: int) -> list[SegmentPartition]:
-        """This segment (``size`` bytes) as ranges of ``step`` bytes."""
-        if size <= step:
-            return [self]
-        return [SegmentPartition(self.path, self.start_offset, low,
-                                 low + step if low + step < size else None)
-                for low in range(0, size, step)]
+
+class CommitLogPartition(InputPartition):
+    """One task: consecutive ranges of segments, read in order."""
+
+    def __init__(self, ranges: Sequence[SegmentRange]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = tuple(ranges)
+
+
+def plan_partitions(segments: Sequence[SegmentRange], used: Sequence[int], max_bytes: int,
+                    min_partitions: int) -> list[CommitLogPartition]:
+    """``segments`` (whole, ``used[i]`` bytes of data each) cut into tasks of equal bytes.
+
+    The cuts are at ``k * total / count`` of the data laid end to end, ``count`` being
+    ``ceil(total / max_bytes)`` rounded up to a multiple of ``min_partitions``. A cut
+    at a segment's edge (or in its unused tail) splits nothing; the last range of a
+    segment always runs to its end (``used`` is an estimate).
+    """
+    total = sum(used)
+    count = max(1, -(-total // max_bytes))
+    count = -(-count // min_partitions) * min_partitions
+    cuts = sorted({total * k // count for k in range(1, count)})
+    tasks: list[list[SegmentRange]] = [[] for _ in range(len(cuts) + 1)]
+    base = 0
+    for segment, size in zip(segments, used, strict=True):
+        inside = [cut - base for cut in cuts if base < cut < base + size]
+        for begin, end in zip([0, *inside], [*inside, None], strict=True):
+            task = bisect.bisect_right(cuts, base + begin)
+            tasks[task].append(SegmentRange(segment.path, segment.start_offset, begin, end))
+        base += size
+    return [CommitLogPartition(ranges) for ranges in tasks if ranges]
 
 
 def segment_files(root: str) -> list[Path]:
@@ -225,15 +254,15 @@ def data_bytes(path: str, page: int = 4096) -> int:
     return min(low * page, size)
 
 
-def plan_segments(root: str, wanted: RecordFilter) -> list[SegmentPartition]:
-    """One partition per segment, minus segments wholly outside the store-time filter.
+def plan_segments(root: str, wanted: RecordFilter) -> list[SegmentRange]:
+    """Every segment, whole, minus segments wholly outside the store-time filter.
 
     A segment's records lie between its first record's store time and the next
     segment's first record's (store times grow along the CommitLog).
     """
     files = segment_files(root)
     if wanted.store_from_ms == 0 and wanted.store_until_ms == TIME_MAX_MS:
-        return [SegmentPartition(str(p), int(p.name)) for p in files]
+        return [SegmentRange(str(p), int(p.name)) for p in files]
     firsts = [first_store_ms(p) for p in files]
     parts = []
     for index, path in enumerate(files):
@@ -243,7 +272,7 @@ def plan_segments(root: str, wanted: RecordFilter) -> list[SegmentPartition]:
             continue
         if after is not None and after < wanted.store_from_ms:
             continue
-        parts.append(SegmentPartition(str(path), int(path.name)))
+        parts.append(SegmentRange(str(path), int(path.name)))
     return parts
 
 
@@ -274,7 +303,7 @@ def next_record(mapped: Any, start_offset: int, position: int) -> int:
         search = at + BLANK_MARKER_SIZE // 2 + 1
 
 
-def read_segment(partition: SegmentPartition, spark_schema: Any, wanted: RecordFilter, *,
+def read_segment(partition: SegmentRange, spark_schema: Any, wanted: RecordFilter, *,
                  include_body: bool, mark_corrupt: bool) -> Iterator[Any]:
     """The range's records as Arrow batches (see the module docstring for damage)."""
     schema = arrow_schema(spark_schema)
@@ -365,7 +394,7 @@ def _crc_failure(where: str, offset: int, topic: str, queue_id: int, queue_offse
                            f"read with corruptRecords=mark to see such records flagged")
 
 
-def _one_by_one(view: memoryview, partition: SegmentPartition, schema: pa.Schema,
+def _one_by_one(view: memoryview, partition: SegmentRange, schema: pa.Schema,
                 wanted: RecordFilter, position: int, stop: int, *, include_body: bool,
                 mark_corrupt: bool) -> Iterator[pa.RecordBatch]:
     """Records starting in ``[position, stop)`` decoded one at a time (the exact path)."""
@@ -379,7 +408,7 @@ def _one_by_one(view: memoryview, partition: SegmentPartition, schema: pa.Schema
         yield rows.take()
 
 
-def _records(view: memoryview, partition: SegmentPartition, wanted: RecordFilter,
+def _records(view: memoryview, partition: SegmentRange, wanted: RecordFilter,
              mark_corrupt: bool, position: int, stop: int) -> Iterator[tuple[Any, bool]]:
     """``(record, crc_bad)`` for the records starting in ``[position, stop)`` that pass
     ``wanted``."""
@@ -433,25 +462,25 @@ class CommitLogReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         segments = plan_segments(self.root, self.wanted)
-        used = [data_bytes(segment.path) for segment in segments]
-        step = self.partition_bytes or max(used, default=1)
-        if len(segments) < self.min_partitions:
-            step = min(step, -(-sum(used) // self.min_partitions))  # ceil
-        return [part for segment, size in zip(segments, used, strict=True)
-                for part in segment.split(size, max(step, 1))]
+        return plan_partitions(segments, [data_bytes(segment.path) for segment in segments],
+                               self.partition_bytes or PARTITION_BYTES_DEFAULT,
+                               self.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, SegmentPartition)
-        return read_segment(partition, self.schema, self.wanted, include_body=self.include_body,
-                            mark_corrupt=self.mark_corrupt)
+        assert isinstance(partition, CommitLogPartition)
+        settle_garbage_collector_once()  # a Spark worker's heap (boltmq/allocator.py)
+        for part in partition.ranges:
+            yield from read_segment(part, self.schema, self.wanted,
+                                    include_body=self.include_body,
+                                    mark_corrupt=self.mark_corrupt)
 
 
 class CommitLogDataSource(DataSource):
     """``spark.read.format("boltmq-commitlog").load(store_dir)``.
 
     Options: ``includeBody`` (true), ``corruptRecords`` (``fail`` or ``mark``),
-    ``maxPartitionBytes`` (segment bytes per task; default a whole segment),
-    ``minPartitions`` (2: fewer segments are split to give this many tasks).
+    ``maxPartitionBytes`` (segment bytes per task at most; 256 MiB),
+    ``minPartitions`` (2: the task count is a multiple of it).
     """
 
     @classmethod

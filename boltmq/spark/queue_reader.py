@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from boltmq.allocator import settle_garbage_collector_once
 from boltmq.client import ClientInstance, rpc_error_text
 from boltmq.message import MessageQueue
 from boltmq.pull_consumer import PullError, decode_records
@@ -72,6 +73,7 @@ def split_range(topic: str, broker_name: str, queue_id: int, start: int, end: in
 def read_partition(options: SourceOptions, spark_schema: Any,
                    partition: QueuePartition) -> Iterator[Any]:
     """The partition's messages as Arrow record batches (DataLossError per the options)."""
+    settle_garbage_collector_once()  # a Spark worker's heap (boltmq/allocator.py)
     schema = arrow_schema(spark_schema)
     queue = MessageQueue(partition.topic, partition.broker_name, partition.queue_id)
     client = options.security.client(options.registry, options.rpc_timeout_ms / 1000)

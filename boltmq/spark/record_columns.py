@@ -46,7 +46,7 @@ from services.store.record import (
     PROPERTY_TAGS,
 )
 from services.store.record_batch import RAW_HEAD
-from services.store.record_heads import gather_heads
+from services.store.record_heads import gather_heads, gather_rows
 
 HEAD_SIZE = RAW_HEAD.size
 """Bytes from total_size to body_length with IPv4 hosts (88)."""
@@ -101,8 +101,7 @@ def _equal_run(view: memoryview | bytes, position: int, total: int, most: int) -
     is a blank marker's. The record-by-record walk takes over after them."""
     data = np.frombuffer(view, dtype=np.uint8)
     at = position + total * np.arange(most, dtype=np.int64)
-    fields = data[at[:, None] + np.arange(_TOTAL_AND_MAGIC.size, dtype=np.int64)]
-    words = fields.view(">u4").reshape(most, 2)
+    words = gather_rows(data, at, _TOTAL_AND_MAGIC.size).view(">u4").reshape(most, 2)
     same = (words[:, 0] == total) & (words[:, 1] != MAGIC_BLANK)
     return most if bool(same.all()) else int(np.argmin(same))
 
@@ -273,8 +272,8 @@ class RecordBlock:
     # ------------------------------------------------------------------ output
     def msg_ids(self) -> pa.StringArray:
         """Offset MessageIds: store host, port and commitlog offset as uppercase hex."""
-        raw = self.data[self.starts[:, None] + np.concatenate(
-            [np.arange(a, b) for a, b in _MSG_ID_PARTS])]
+        raw = np.concatenate([gather_rows(self.data, self.starts + low, high - low)
+                              for low, high in _MSG_ID_PARTS], axis=1)
         text = np.empty((len(self), raw.shape[1] * 2), dtype=np.uint8)
         text[:, 0::2] = _HEX[raw >> 4]
         text[:, 1::2] = _HEX[raw & 0x0F]
@@ -299,8 +298,7 @@ class RecordBlock:
         # The data buffer is the stretch the bodies lie in, not the whole mapping.
         low = int(self.body_starts[long].min()) if len(long) else 0
         high = int((self.body_starts[long] + lengths[long]).max()) if len(long) else 0
-        views[long, 1] = self.data[self.body_starts[long, None] + np.arange(4)] \
-            .view("<i4")[:, 0]
+        views[long, 1] = gather_rows(self.data, self.body_starts[long], 4).view("<i4")[:, 0]
         views[long, 2] = 0
         views[long, 3] = self.body_starts[long] - low
         array = pa.Array.from_buffers(pa.binary_view(), count, [

@@ -30,6 +30,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from boltmq.allocator import settle_garbage_collector_once
 from boltmq.message import SendStatus
 from boltmq.spark.errors import OptionError, WriteError
 from boltmq.spark.options import SinkOptions
@@ -116,6 +117,7 @@ def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
     """Send every row of ``batches``; WriteError on the first refusal (the task fails)."""
     from boltmq.producer import Producer
 
+    settle_garbage_collector_once()  # a Spark worker's heap (boltmq/allocator.py)
     with Producer(options.registry, options.group, send_timeout_ms=options.send_timeout_ms,
                   tls=options.security.tls, credentials=options.security.credentials
                   ) as producer, \

@@ -9,7 +9,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from boltmq.spark.commitlog import (
+    CommitLogPartition,
+    SegmentRange,
+    data_bytes,
+    plan_partitions,
+)
 from boltmq.spark.schema import COMMITLOG_COLUMNS
 from services.store import Message, MessageStore, PutStatus
 from services.store.record import (
@@ -90,7 +98,7 @@ def test_reads_every_record_of_several_segments_like_the_store_api(spark, filled
     # full segments end with a blank marker; the last (and a pre-allocated one) do not
     assert sum(ends_with_blank(path.read_bytes()) for path in files) >= 3
     frame = spark.read.format("boltmq-commitlog").load(str(root))
-    assert frame.rdd.getNumPartitions() == len(files)
+    assert frame.rdd.getNumPartitions() == 2  # every task reads several segments
     assert spark_rows(frame) == expected
     assert frame.schema.simpleString() == \
         spark.createDataFrame([], COMMITLOG_COLUMNS).schema.simpleString()
@@ -195,6 +203,11 @@ def test_segments_split_into_byte_ranges_read_every_record_once(spark, filled) -
         .load(str(root))
     assert frame.rdd.getNumPartitions() >= 20 * len(segments(root))
     assert spark_rows(frame) == expected
+    for tasks in (3, 7):  # cuts anywhere: inside segments, across their edges
+        frame = spark.read.format("boltmq-commitlog").option("minPartitions", str(tasks)) \
+            .load(str(root))
+        assert frame.rdd.getNumPartitions() == tasks
+        assert spark_rows(frame) == expected
 
 
 def test_a_single_segment_is_split_for_two_tasks(spark, make_store, tmp_path) -> None:
@@ -231,7 +244,50 @@ def test_a_split_inside_a_body_that_looks_like_a_record_fails(spark, make_store,
     whole = spark.read.format("boltmq-commitlog").load(str(root))
     assert sorted(r.queue_offset for r in whole.collect()) == [0, 1]
     # The task before the split walks past it; the task after finds no record there:
-    # whichever fails first fails the query, naming the split.
+    # whichever fails first fails the query, naming the split. (The cut must fall
+    # after the second record's start, up to the fake header.)
+    used = data_bytes(str(segments(root)[0]))
+    tasks = next(n for n in range(2, used) if any(
+        second_at < used * k // n <= fake_at for k in range(1, n)))
     with pytest.raises(Exception, match=f"the split at commitlog offset {fake_at}"):
-        spark.read.format("boltmq-commitlog").option("maxPartitionBytes", str(fake_at - 2)) \
+        spark.read.format("boltmq-commitlog").option("minPartitions", str(tasks)) \
             .load(str(root)).count()
+
+
+def task_bytes(partition: CommitLogPartition, used: dict[str, int]) -> int:
+    return sum((used[r.path] if r.end is None else r.end) - r.begin for r in partition.ranges)
+
+
+@settings(max_examples=300, deadline=None)
+@given(used=st.lists(st.integers(0, 10_000), min_size=1, max_size=12),
+       max_bytes=st.integers(1, 30_000), min_partitions=st.integers(1, 5))
+def test_planning_covers_every_segment_once_in_equal_tasks(used: list[int], max_bytes: int,
+                                                           min_partitions: int) -> None:
+    whole = [SegmentRange(f"{index:020d}", index * 10_000) for index in range(len(used))]
+    sizes = {segment.path: size for segment, size in zip(whole, used, strict=True)}
+    tasks = plan_partitions(whole, used, max_bytes, min_partitions)
+    ranges = [r for task in tasks for r in task.ranges]
+    # In order, no gap, no overlap: each segment from 0 to its end (None), pieces touching.
+    for segment in whole:
+        mine = [r for r in ranges if r.path == segment.path]
+        assert mine[0].begin == 0 and mine[-1].end is None
+        assert all(a.end == b.begin for a, b in zip(mine, mine[1:], strict=False))
+    assert [r.path for r in ranges] == sorted(r.path for r in ranges)
+    total = sum(used)
+    count = max(1, -(-total // max_bytes))
+    count = -(-count // min_partitions) * min_partitions
+    if total >= count:  # every cut falls somewhere: exactly that many tasks, equal bytes
+        assert len(tasks) == count
+        assert {task_bytes(task, sizes) for task in tasks} <= \
+            {total // count, -(-total // count)}
+    assert all(task_bytes(task, sizes) <= max(max_bytes, 1) or len(tasks) < count
+               for task in tasks)
+
+
+def test_planning_spans_segment_edges() -> None:
+    whole = [SegmentRange(f"{index:020d}", index * 100) for index in range(3)]
+    tasks = plan_partitions(whole, [100, 100, 100], 1000, 2)
+    assert [task.ranges for task in tasks] == [
+        (whole[0], SegmentRange(whole[1].path, 100, 0, 50)),
+        (SegmentRange(whole[1].path, 100, 50, None), whole[2]),
+    ]
