@@ -411,13 +411,19 @@ def bench_redis(url: str, count: int, size: int, batch: int, as_json: bool) -> N
               help="Measure only these paths (repeatable; default: all three).")
 @click.option("--segment-mb", default=1024, show_default=True, type=click.IntRange(min=1),
               help="CommitLog segment size (the store's default: 1 GiB).")
-def bench_spark(messages: int, paths: tuple[str, ...], segment_mb: int) -> None:
+@click.option("--repeat", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Timed runs of each path after its first; the median is the figure.")
+@click.option("--page-cache-mb", default=256, show_default=True, type=click.IntRange(min=0),
+              help="The store's page-cache window (0: keep every page; the store's default "
+                   "is 1024).")
+def bench_spark(messages: int, paths: tuple[str, ...], segment_mb: int, repeat: int,
+                page_cache_mb: int) -> None:
     """The Spark connector on a local cluster: write, broker read, commitlog read rows/s."""
     from boltmq.launcher import LaunchError
     from boltmq.spark.bench import bench_spark as run
 
     try:
-        run(messages, paths, segment_mb)
+        run(messages, paths, segment_mb, repeat, page_cache_mb)
     except (LaunchError, ImportError) as exc:
         raise fail(exc) from None
 
