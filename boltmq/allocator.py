@@ -69,6 +69,10 @@ def keep_freed_memory() -> bool:
     return done
 
 
+_settled = False
+"""Has :func:`settle_garbage_collector` run in this process?"""
+
+
 def settle_garbage_collector() -> None:
     """Freeze the start-up heap out of the collector's reach and collect less often."""
     global _settled
@@ -76,9 +80,6 @@ def settle_garbage_collector() -> None:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     _settled = True
-
-
-_settled = False
 
 
 def settle_garbage_collector_once() -> None:

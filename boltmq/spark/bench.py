@@ -47,7 +47,8 @@ store releasing its pages 256 MiB behind keeps reusing cheap ones: writes measur
 134-137k rows/s against 91-108k with 1 GiB (bench/RESULTS.md, session 9)."""
 TOPIC = "SparkBench"
 WARM_UP_ROWS = 4096
-"""Rows of the write warm-up (to a topic of its own, so the reads count only the timed rows)."""
+"""Rows of the write warm-up (to a topic of its own, so the broker read counts only the timed
+writes' rows; the commitlog reader reads every topic's)."""
 
 
 def _session() -> Any:

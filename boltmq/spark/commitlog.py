@@ -199,7 +199,8 @@ def plan_partitions(segments: Sequence[SegmentRange], used: Sequence[int], max_b
     tasks: list[list[SegmentRange]] = [[] for _ in range(len(cuts) + 1)]
     base = 0
     for segment, size in zip(segments, used, strict=True):
-        inside = [cut - base for cut in cuts if base < cut < base + size]
+        inside = [cut - base for cut in cuts[bisect.bisect_right(cuts, base):
+                                             bisect.bisect_left(cuts, base + size)]]
         for begin, end in zip([0, *inside], [*inside, None], strict=True):
             task = bisect.bisect_right(cuts, base + begin)
             tasks[task].append(SegmentRange(segment.path, segment.start_offset, begin, end))

@@ -166,11 +166,14 @@ def gather_rows(data: npt.NDArray[np.uint8], starts: Int64s, width: int
     byte instead (``starts[:, None] + arange(width)``) built and walked
     ``width`` times as many entries: ~10x slower for 88-byte heads.
     """
-    if len(data) < width:
-        return data[np.asarray(starts, dtype=np.int64)[:, None] + np.arange(width)]
-    windows = as_strided(data, shape=(len(data) - width + 1, width), strides=(1, 1),
-                         writeable=False)
-    return windows[starts]
+    return _windows(data, width, writeable=False)[starts]
+
+
+def _windows(data: npt.NDArray[np.uint8], width: int, *, writeable: bool
+             ) -> npt.NDArray[np.uint8]:
+    """``data`` as overlapping rows of ``width`` bytes: row ``i`` is ``data[i:i + width]``."""
+    return as_strided(data, shape=(max(len(data) - width + 1, 0), width), strides=(1, 1),
+                      writeable=writeable)
 
 
 def check_heads(records: bytes | memoryview, positions: Sequence[int], topic_field: bytes,
@@ -402,8 +405,8 @@ def stamp_heads(target: mmap.mmap | bytearray, at: int, physical_at: int,
     heads["store_host"] = np.void(store_host)
     size = int(checked.positions[-1] + checked.totals[-1])
     data = np.frombuffer(target, dtype=np.uint8, count=size, offset=at)
-    rows = as_strided(data, shape=(size - RAW_HEAD.size + 1, RAW_HEAD.size), strides=(1, 1))
-    rows[checked.positions] = heads.view(np.uint8).reshape(count, RAW_HEAD.size)
+    _windows(data, RAW_HEAD.size, writeable=True)[checked.positions] = \
+        heads.view(np.uint8).reshape(count, RAW_HEAD.size)
     return physicals
 
 
