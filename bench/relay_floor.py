@@ -1,0 +1,199 @@
+"""The fastest a batch can cross BoltMQ's two Python gRPC hops, with nothing of BoltMQ in it.
+
+A BoltMQ batched send goes client -> broker (unary call) -> store (a message on
+an open bidi stream, ``StoreService/AppendStream``) and back; a pull comes back
+the same way. This script builds that path from bare parts and times it:
+
+- ``sink``: an aio server whose bidi stream answers each request with
+  ``--reply-bytes`` of zeros (the store's answer: offsets and statuses);
+- ``relay``: an aio server whose unary ``Send`` forwards the request's bytes
+  on one open stream to the sink and returns the sink's answer (the broker);
+- the client: ``--producers`` threads, each with its own channel, calling
+  ``Send`` with ``--batch`` bodies of ``--size`` bytes joined into one
+  message, for ``--seconds`` (the bodies are built per call, as
+  ``bench/compare`` builds them).
+
+Each process sets the allocator as BoltMQ's servers do
+(:func:`boltmq.allocator.keep_freed_memory`). No protobuf, no checks, no
+files: the bytes are passed as they are (identity serializers).
+``--direction pull`` sends a small request and has the sink answer with the
+batch instead (a consumer's pull). It prints msg/s, MB/s and
+the per-call p50/p99, and the CPU seconds each process spent per message, so
+the figures can be set beside ``python -m bench.compare`` (bench/RESULTS.md).
+
+    .venv/bin/python bench/relay_floor.py [--producers 1] [--batch 256] [--direction push]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import grpc
+
+from boltmq import allocator
+
+SEND_METHOD = "/floor.Relay/Send"
+STREAM_METHOD = "/floor.Sink/Stream"
+WARM_UP_S = 1.0
+
+
+def _bytes(value: bytes) -> bytes:
+    return value
+
+
+async def serve_sink(reply_bytes: int) -> None:
+    reply = bytes(reply_bytes)
+
+    async def stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        async for request in requests:
+            yield reply if len(request) > 64 else bytes(int.from_bytes(request, "big"))
+
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1),
+                                      ("grpc.max_send_message_length", -1)])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Sink", {
+        "Stream": grpc.stream_stream_rpc_method_handler(stream, _bytes, _bytes)}),))
+    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+    await server.start()
+    await server.wait_for_termination()
+
+
+async def serve_relay(sink_port: int) -> None:
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{sink_port}", options=[
+        ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+    call = channel.stream_stream(STREAM_METHOD, _bytes, _bytes)()
+    waiting: collections.deque[asyncio.Future[bytes]] = collections.deque()
+    writing = asyncio.Lock()  # one write at a time on a stream; answers come in order
+
+    async def read_answers() -> None:
+        async for answer in call:
+            waiting.popleft().set_result(answer)
+
+    reader = asyncio.get_running_loop().create_task(read_answers())
+
+    async def send(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        async with writing:
+            waiting.append(answer)
+            await call.write(request)
+        return await answer
+
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1),
+                                      ("grpc.max_send_message_length", -1)])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Relay", {
+        "Send": grpc.unary_unary_rpc_method_handler(send, _bytes, _bytes)}),))
+    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+    await server.start()
+    await server.wait_for_termination()
+    reader.cancel()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _start(*args: str) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def _percentile(sorted_ns: list[int], fraction: float) -> float:
+    return sorted_ns[min(len(sorted_ns) - 1, int(len(sorted_ns) * fraction))] / 1e6
+
+
+def run(args: argparse.Namespace) -> str:
+    push = args.direction == "push"
+    batch_bytes = args.batch * args.size
+    sink, sink_port = _start("--serve", "sink", "--reply-bytes",
+                             str(args.reply_bytes if push else batch_bytes))
+    relay, relay_port = _start("--serve", "relay", "--sink-port", str(sink_port))
+    try:
+        counts = [0] * args.producers
+        samples: list[list[int]] = [[] for _ in range(args.producers)]
+        stop_at = [0.0]
+
+        def worker(n: int) -> None:
+            with grpc.insecure_channel(f"127.0.0.1:{relay_port}", options=[
+                    ("grpc.max_receive_message_length", -1),
+                    ("grpc.max_send_message_length", -1)]) as channel:
+                send = channel.unary_unary(SEND_METHOD, _bytes, _bytes)
+                pull = (batch_bytes).to_bytes(8, "big")
+                while not stop_at[0] or time.monotonic() < stop_at[0]:
+                    t0 = time.perf_counter_ns()
+                    if push:
+                        request = b"".join(time.perf_counter_ns().to_bytes(8, "big")
+                                           + b"x" * (args.size - 8) for _ in range(args.batch))
+                        send(request)
+                    else:
+                        answer = send(pull)
+                        bodies = [answer[i:i + args.size]
+                                  for i in range(0, len(answer), args.size)]
+                        assert len(bodies) == args.batch
+                    if stop_at[0]:
+                        samples[n].append(time.perf_counter_ns() - t0)
+                        counts[n] += args.batch
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(args.producers)]
+        stop_at[0] = 0.0
+        for t in threads:
+            t.start()
+        time.sleep(WARM_UP_S)
+        cpu0 = (cpu_seconds(relay.pid), cpu_seconds(sink.pid), time.process_time())
+        start = time.perf_counter()
+        stop_at[0] = time.monotonic() + args.seconds
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - start
+        cpu1 = (cpu_seconds(relay.pid), cpu_seconds(sink.pid), time.process_time())
+    finally:
+        for proc in (relay, sink):
+            proc.kill()
+            proc.wait()
+    messages = sum(counts)
+    lat = sorted(s for per in samples for s in per)
+    per_msg = [(b - a) / messages * 1e6 for a, b in zip(cpu0, cpu1, strict=True)]
+    return (f"{args.direction} batch {args.batch} x {args.size} B, {args.producers} "
+            f"producer(s): {messages / elapsed:,.0f} msg/s, "
+            f"{messages * args.size / elapsed / 1e6:.1f} MB/s, p50 {_percentile(lat, 0.5):.2f} "
+            f"ms, p99 {_percentile(lat, 0.99):.2f} ms per call; CPU per message: relay "
+            f"{per_msg[0]:.1f} us, sink {per_msg[1]:.1f} us, client {per_msg[2]:.1f} us")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--producers", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--reply-bytes", type=int, default=4096)
+    parser.add_argument("--direction", choices=("push", "pull"), default="push")
+    parser.add_argument("--serve", choices=("sink", "relay"), help=argparse.SUPPRESS)
+    parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    for name in ("producers", "batch", "seconds"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name} must be positive")
+    if args.size < 8:
+        parser.error("--size must be at least 8 (the send time)")
+    if args.reply_bytes < 0:
+        parser.error("--reply-bytes must not be negative")
+    allocator.keep_freed_memory()  # as every BoltMQ server and benchmark process does
+    if args.serve == "sink":
+        asyncio.run(serve_sink(args.reply_bytes))
+    elif args.serve == "relay":
+        asyncio.run(serve_relay(args.sink_port))
+    else:
+        print(run(args), flush=True)
+
+
+if __name__ == "__main__":
+    main()
