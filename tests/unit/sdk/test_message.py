@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from boltmq.message import Message, MessageError, batch_records
 from services.store.record import decode_record
@@ -32,6 +34,8 @@ def test_to_record_refuses_what_no_store_accepts_with_a_message_error(msg: Messa
                                                                       reason: str) -> None:
     with pytest.raises(MessageError, match=reason):
         msg.to_record()
+    with pytest.raises(MessageError, match=reason):  # in a batch, behind a good message
+        batch_records([Message(topic="T", body=b"ok"), msg])
 
 
 @pytest.mark.parametrize("msg, reason", [
@@ -39,10 +43,15 @@ def test_to_record_refuses_what_no_store_accepts_with_a_message_error(msg: Messa
     (Message(topic="T", body=b"x", deliver_at_ms=1.5), "deliver_at_ms must be"),  # type: ignore[arg-type]
     (Message(topic="T", body=b"x", delay_level=2, deliver_at_ms=5), "not both"),
     (Message(topic="T", body=b"x", delay_level=19), "is not 1..18"),
+    (Message(topic="T", body=b"x", delay_level=False), "delay_level must be"),  # type: ignore[arg-type]
+    (Message(topic="T", body=b"x", deliver_at_ms=0.0), "deliver_at_ms must be"),  # type: ignore[arg-type]
+    (Message(topic="T", body=b"x", keys=""), "keys must be a list"),
 ])
 def test_delay_settings_are_checked_before_encoding(msg: Message, reason: str) -> None:
     with pytest.raises(MessageError, match=reason):
         msg.to_record()
+    with pytest.raises(MessageError, match=reason):  # in a batch, behind a good message
+        batch_records([Message(topic="T", body=b"ok"), msg])
 
 
 def test_a_batch_is_its_messages_records_back_to_back() -> None:
@@ -54,6 +63,21 @@ def test_a_batch_is_its_messages_records_back_to_back() -> None:
     context = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
     assert batch_records(msgs, 42, context) == b"".join(m.to_record(42, context) for m in msgs)
     assert batch_records([]) == b""
+
+
+@given(st.lists(st.builds(
+    Message, topic=st.sampled_from(["T", "topic-%d", "Ünïcode"]),
+    body=st.binary(max_size=64) | st.binary(max_size=64).map(bytearray),
+    tags=st.none() | st.sampled_from(["", "A", "tag b"]),
+    keys=st.just(()) | st.lists(st.sampled_from(["k1", "k2"]), max_size=2),
+    properties=st.just({}) | st.dictionaries(st.sampled_from(["p", "q"]), st.text(
+        "abc", max_size=4), max_size=2),
+    flag=st.integers(-(2**31), 2**31 - 1), delay_level=st.integers(0, 18)), max_size=8),
+    st.integers(0, 2**41))
+def test_a_batch_without_trace_context_is_its_records_back_to_back(msgs: list[Message],
+                                                                   born_ms: int) -> None:
+    # The plain messages take the batch's fast path; the result must not tell.
+    assert batch_records(msgs, born_ms) == b"".join(m.to_record(born_ms) for m in msgs)
 
 
 def test_a_bad_message_fails_the_whole_batch_naming_it() -> None:
