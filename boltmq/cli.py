@@ -168,9 +168,8 @@ def serve(service: str, config_file: Path | None, host: str | None, port: int | 
     import asyncio
 
     from boltmq import telemetry
-    from boltmq.runtime import PortInUse, configure_logging, use_server_transport
+    from boltmq.runtime import PortInUse, configure_logging
 
-    use_server_transport()  # before any channel or server of this process
     configure_logging(log_level)
     try:
         module, config = service_config(service, config_file, host, port, settings,

@@ -13,12 +13,6 @@ kubelet's native gRPC probes speak neither TLS (before an alpha feature gate)
 nor mutual TLS, so a service port under TLS cannot be probed. It says nothing
 but SERVING / NOT_SERVING, and is meant for the pod network only.
 
-A server process runs gRPC core's pre-EventEngine transport
-(:func:`use_server_transport`, ``GRPC_EXPERIMENTS``): on this project's
-2-core machine it cut the bare two-hop path's CPU by a quarter and a
-synchronous send's p50 by ~0.2 ms (bench/RESULTS.md, session 10). An operator's
-own ``GRPC_EXPERIMENTS`` (even empty) is left as it is.
-
 A process started by a test or by ``boltmq dev`` prints one line on stdout,
 ``READY <service> <host:port>``, once it is SERVING, so the parent can read the
 port back without polling.
@@ -30,7 +24,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import os
 import signal
 import socket
 import sys
@@ -68,13 +61,6 @@ SERVER_OPTIONS = (
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
 )
-GRPC_EXPERIMENTS_DEFAULT = "-event_engine_client,-event_engine_listener"
-"""gRPC core experiments a server process turns off (``GRPC_EXPERIMENTS``): the
-EventEngine client and listener, which grpcio 1.85 enables by default. With them
-off, core uses its older poller and completes calls without the EventEngine's
-thread hand-offs (measured with ``bench/relay_floor.py``). An upstream pull request
-proposes removing the old client path (grpc/grpc#43350); grpcio is pinned, and
-the measurement is worth repeating on each upgrade."""
 READY_PREFIX = "READY"
 LIVENESS_SERVICE = "liveness"
 """Health name that is SERVING while the process runs (a liveness probe), from before
@@ -105,13 +91,6 @@ class Service(Protocol):
     # traffic (a broker: registered); health says SERVING only after it.
     # ``async def before_stop(self)``: called once no new call is accepted and
     # before in-flight calls are drained (end endless streams, answer long polls).
-
-
-def use_server_transport() -> None:
-    """Turn off :data:`GRPC_EXPERIMENTS_DEFAULT` in this process unless the environment
-    sets ``GRPC_EXPERIMENTS``; before the process's first channel or server (core
-    reads the variable when it starts)."""
-    os.environ.setdefault("GRPC_EXPERIMENTS", GRPC_EXPERIMENTS_DEFAULT)
 
 
 async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
