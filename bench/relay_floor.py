@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import os
 import subprocess
 import sys
 import threading
@@ -37,9 +36,12 @@ import time
 from typing import Any
 
 import grpc
+import psutil
 
 from boltmq import allocator
+from boltmq.soak_report import percentile_ms
 
+UNLIMITED = (("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1))
 SEND_METHOD = "/floor.Relay/Send"
 STREAM_METHOD = "/floor.Sink/Stream"
 WARM_UP_S = 1.0
@@ -49,6 +51,15 @@ def _bytes(value: bytes) -> bytes:
     return value
 
 
+async def _serve(service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+    """An aio server of ``service`` on a free loopback port, printed, until killed."""
+    server = grpc.aio.server(options=UNLIMITED)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+    await server.start()
+    await server.wait_for_termination()
+
+
 async def serve_sink(reply_bytes: int) -> None:
     reply = bytes(reply_bytes)
 
@@ -56,18 +67,12 @@ async def serve_sink(reply_bytes: int) -> None:
         async for request in requests:
             yield reply if len(request) > 64 else bytes(int.from_bytes(request, "big"))
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1),
-                                      ("grpc.max_send_message_length", -1)])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Sink", {
-        "Stream": grpc.stream_stream_rpc_method_handler(stream, _bytes, _bytes)}),))
-    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
-    await server.start()
-    await server.wait_for_termination()
+    await _serve("floor.Sink", {
+        "Stream": grpc.stream_stream_rpc_method_handler(stream, _bytes, _bytes)})
 
 
 async def serve_relay(sink_port: int) -> None:
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{sink_port}", options=[
-        ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{sink_port}", options=UNLIMITED)
     call = channel.stream_stream(STREAM_METHOD, _bytes, _bytes)()
     waiting: collections.deque[asyncio.Future[bytes]] = collections.deque()
     writing = asyncio.Lock()  # one write at a time on a stream; answers come in order
@@ -85,29 +90,23 @@ async def serve_relay(sink_port: int) -> None:
             await call.write(request)
         return await answer
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1),
-                                      ("grpc.max_send_message_length", -1)])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Relay", {
-        "Send": grpc.unary_unary_rpc_method_handler(send, _bytes, _bytes)}),))
-    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
-    await server.start()
-    await server.wait_for_termination()
-    reader.cancel()
+    try:
+        await _serve("floor.Relay", {
+            "Send": grpc.unary_unary_rpc_method_handler(send, _bytes, _bytes)})
+    finally:
+        reader.cancel()
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds process ``pid`` has used so far (every thread)."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def _start(*args: str) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, int(proc.stdout.readline())
-
-
-def _percentile(sorted_ns: list[int], fraction: float) -> float:
-    return sorted_ns[min(len(sorted_ns) - 1, int(len(sorted_ns) * fraction))] / 1e6
 
 
 def run(args: argparse.Namespace) -> str:
@@ -122,11 +121,9 @@ def run(args: argparse.Namespace) -> str:
         stop_at = [0.0]
 
         def worker(n: int) -> None:
-            with grpc.insecure_channel(f"127.0.0.1:{relay_port}", options=[
-                    ("grpc.max_receive_message_length", -1),
-                    ("grpc.max_send_message_length", -1)]) as channel:
+            with grpc.insecure_channel(f"127.0.0.1:{relay_port}", options=UNLIMITED) as channel:
                 send = channel.unary_unary(SEND_METHOD, _bytes, _bytes)
-                pull = (batch_bytes).to_bytes(8, "big")
+                pull = batch_bytes.to_bytes(8, "big")
                 while not stop_at[0] or time.monotonic() < stop_at[0]:
                     t0 = time.perf_counter_ns()
                     if push:
@@ -143,7 +140,6 @@ def run(args: argparse.Namespace) -> str:
                         counts[n] += args.batch
 
         threads = [threading.Thread(target=worker, args=(n,)) for n in range(args.producers)]
-        stop_at[0] = 0.0
         for t in threads:
             t.start()
         time.sleep(WARM_UP_S)
@@ -159,12 +155,12 @@ def run(args: argparse.Namespace) -> str:
             proc.kill()
             proc.wait()
     messages = sum(counts)
-    lat = sorted(s for per in samples for s in per)
+    lat = [s for per in samples for s in per]
     per_msg = [(b - a) / messages * 1e6 for a, b in zip(cpu0, cpu1, strict=True)]
     return (f"{args.direction} batch {args.batch} x {args.size} B, {args.producers} "
             f"producer(s): {messages / elapsed:,.0f} msg/s, "
-            f"{messages * args.size / elapsed / 1e6:.1f} MB/s, p50 {_percentile(lat, 0.5):.2f} "
-            f"ms, p99 {_percentile(lat, 0.99):.2f} ms per call; CPU per message: relay "
+            f"{messages * args.size / elapsed / 1e6:.1f} MB/s, p50 {percentile_ms(lat, 0.5)} "
+            f"ms, p99 {percentile_ms(lat, 0.99)} ms per call; CPU per message: relay "
             f"{per_msg[0]:.1f} us, sink {per_msg[1]:.1f} us, client {per_msg[2]:.1f} us")
 
 
