@@ -8,8 +8,12 @@ synchronous send pays it on every append. So the broker keeps one
 - each request gets the next id; a future per id waits for the response with
   that id (the store answers in completion order, so a SYNC_FLUSH append
   waiting for its fsync holds back no other);
-- writes are serialized (grpc allows one outstanding write per call); one
-  reader task resolves the futures;
+- one writer task per call writes the requests in turn (grpc allows one
+  outstanding write per call), so an append whose caller is cancelled (its
+  client's deadline passed) never cancels a write half-way: grpc answers that
+  by cancelling the whole call, which failed every other append on it. A
+  request whose caller gave up before its turn is not sent (nothing stored
+  for a send nobody waits on); one reader task resolves the futures;
 - an append answered with an error code raises what the unary call would
   have raised (the caller's ``translate_status``);
 - when the call breaks (store restart, network), every append waiting on it
@@ -40,14 +44,15 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class _OpenCall:
-    """One open AppendStream call, its waiting appends and its reader."""
+    """One open AppendStream call, its waiting appends, its writer and its reader."""
 
     def __init__(self, call: Any) -> None:
         self.call = call
         self.waiting: dict[int, asyncio.Future[store_pb2.AppendStreamResponse]] = {}
-        self.writing = asyncio.Lock()
+        self.outbox: asyncio.Queue[store_pb2.AppendStreamRequest] = asyncio.Queue()
         self.broken = False
         self.reader: asyncio.Task[None] | None = None
+        self.writer: asyncio.Task[None] | None = None
 
 
 class AppendStream:
@@ -67,22 +72,13 @@ class AppendStream:
         request_id = next(self._ids)
         answered = asyncio.get_running_loop().create_future()
         opened.waiting[request_id] = answered
+        opened.outbox.put_nowait(store_pb2.AppendStreamRequest(id=request_id, append=request))
         try:
             async with asyncio.timeout(self._timeout_s):
-                async with opened.writing:
-                    await opened.call.write(
-                        store_pb2.AppendStreamRequest(id=request_id, append=request))
-                response = await answered
+                response = await answered  # a broken call fails it (_break)
         except TimeoutError:
             raise self._translate(METHOD, grpc.StatusCode.DEADLINE_EXCEEDED,
                                   f"no answer within {self._timeout_s:g} s") from None
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
-            # The write found the call broken or closed (grpc reports a write racing
-            # the call's end as INTERNAL): the stream is gone, the store unreachable.
-            self._break(opened)
-            details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-            raise self._translate(METHOD, grpc.StatusCode.UNAVAILABLE,
-                                  f"the append stream broke: {details}") from None
         finally:
             opened.waiting.pop(request_id, None)
         if response.error_code:
@@ -95,16 +91,32 @@ class AppendStream:
         opened, self._open = self._open, None
         if opened is not None:
             self._break(opened)
-            opened.call.cancel()
-            if opened.reader is not None:
-                await asyncio.gather(opened.reader, return_exceptions=True)
+            await asyncio.gather(*(task for task in (opened.writer, opened.reader) if task),
+                                 return_exceptions=True)
 
     def _current(self) -> _OpenCall:
         opened = self._open
         if opened is None or opened.broken:
             opened = self._open = _OpenCall(self._open_call())
+            opened.writer = asyncio.create_task(self._write(opened), name="append-writer")
             opened.reader = asyncio.create_task(self._read(opened), name="append-stream")
         return opened
+
+    async def _write(self, opened: _OpenCall) -> None:
+        """Write each request in turn until the call breaks (``_break`` cancels this task)."""
+        try:
+            while True:
+                request = await opened.outbox.get()
+                if request.id in opened.waiting:  # else its caller gave up: not sent
+                    await opened.call.write(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # grpc's error types differ by where the call died
+            # The write found the call broken or closed (grpc reports a write racing
+            # the call's end as INTERNAL): the stream is gone, the store unreachable.
+            details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            self._break(opened, (grpc.StatusCode.UNAVAILABLE,
+                                 f"the append stream broke: {details}"))
 
     async def _read(self, opened: _OpenCall) -> None:
         code, details = grpc.StatusCode.UNAVAILABLE, "the store ended the stream"
@@ -120,6 +132,8 @@ class AppendStream:
             code, details = exc.code(), exc.details() or ""
         except asyncio.CancelledError:
             code, details = grpc.StatusCode.CANCELLED, "the append stream was closed"
+        except Exception as exc:  # grpc's error types differ by where the call died
+            details = f"the append stream broke: {exc}"
         self._break(opened, (code, details))
 
     def _break(self, opened: _OpenCall,
@@ -132,6 +146,8 @@ class AppendStream:
         if not opened.broken:
             opened.broken = True
             opened.call.cancel()
+            if opened.writer is not None and opened.writer is not asyncio.current_task():
+                opened.writer.cancel()
         if failure is None:
             return
         for answered in opened.waiting.values():

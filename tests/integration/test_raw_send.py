@@ -8,6 +8,7 @@ good ones of the same batch are stored and served.
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -134,3 +135,42 @@ def test_malformed_raw_requests_are_invalid_arguments(stub: broker_pb2_grpc.Brok
         stub.SendMessage(request, timeout=RPC_TIMEOUT_S)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert reason in caught.value.details()  # type: ignore[attr-defined]
+
+
+def test_sends_given_up_while_the_store_is_frozen_do_not_fail_a_send_still_waiting(
+        cluster: Cluster, stub: broker_pb2_grpc.BrokerServiceStub) -> None:
+    """Sends whose clients' deadlines pass while the store is frozen (SIGSTOP) must not
+    take the broker's one AppendStream call down with them: a send still waiting is
+    stored and answered once the store resumes, once."""
+    upsert(stub, "Frozen", queues=1)
+    batch = [encode_send_record("Frozen", b"h" * 1024) for _ in range(256)]
+    hasty_request = records_request(*batch, topic="Frozen", queue_id=0)
+    assert list(send_raw(stub, hasty_request).statuses) == [broker_pb2.SEND_OK] * 256
+    patient_request = records_request(encode_send_record("Frozen", b"patient"),
+                                      topic="Frozen", queue_id=0)
+    cluster.store.pause()
+    try:
+        hasty = [stub.SendMessage.future(hasty_request, timeout=1.0) for _ in range(40)]
+        time.sleep(0.3)  # the hasty ones fill the stream's window first
+        patient = stub.SendMessage.future(patient_request, timeout=30.0)
+        time.sleep(2.0)  # every hasty deadline has passed, the broker cancelled them
+    finally:
+        cluster.store.resume()
+    answered = patient.result()
+    assert list(answered.statuses) == [broker_pb2.SEND_OK]
+    for call in hasty:
+        with pytest.raises(grpc.RpcError) as failed:
+            call.result()
+        assert failed.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    stored = []
+    offset = 0
+    while True:
+        pulled = pull(stub, "Frozen", offset=offset, raw_records=True, max_messages=1024,
+                      max_bytes=4 << 20)
+        if not pulled.records:
+            break
+        stored += [bytes(m.body) for m in decode_records(pulled.records)]
+        offset = pulled.next_begin_offset
+    assert stored.count(b"patient") == 1
+    assert stored[-1] == b"patient"  # after whatever of the given-up sends was stored
+    assert "Traceback" not in cluster.broker.log()

@@ -58,10 +58,16 @@ class FaultCluster(Cluster):
         return self.store
 
     def tracebacks(self) -> list[str]:
-        """Log files of this cluster's processes that hold a Python traceback, or asyncio's
-        report of a task or future nobody finished or read (a leak in waiting)."""
-        return [p.name for p in sorted(self.log_dir.glob("*.log"))
-                if any(mark in p.read_text() for mark in UNHANDLED_MARKS)]
+        """Each log of this cluster's processes that holds a Python traceback, or asyncio's
+        report of a task or future nobody finished or read (a leak in waiting), as its name
+        and the text from the first such mark on (so a failure shows what happened)."""
+        found = []
+        for path in sorted(self.log_dir.glob("*.log")):
+            text = path.read_text(errors="replace")
+            starts = [text.find(mark) for mark in UNHANDLED_MARKS if mark in text]
+            if starts:
+                found.append(f"{path.name}: {text[min(starts):][:4000]}")
+        return found
 
 
 @pytest.fixture
