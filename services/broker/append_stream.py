@@ -109,8 +109,6 @@ class AppendStream:
                 request = await opened.outbox.get()
                 if request.id in opened.waiting:  # else its caller gave up: not sent
                     await opened.call.write(request)
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:  # grpc's error types differ by where the call died
             # The write found the call broken or closed (grpc reports a write racing
             # the call's end as INTERNAL): the stream is gone, the store unreachable.

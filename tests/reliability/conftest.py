@@ -66,7 +66,8 @@ class FaultCluster(Cluster):
             text = path.read_text(errors="replace")
             starts = [text.find(mark) for mark in UNHANDLED_MARKS if mark in text]
             if starts:
-                found.append(f"{path.name}: {text[min(starts):][:4000]}")
+                start = min(starts)
+                found.append(f"{path.name}: {text[start:start + 4000]}")
         return found
 
 
