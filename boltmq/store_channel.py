@@ -35,8 +35,13 @@ class StoreChannel:
         raise NotImplementedError
 
     async def _call(self, method: str, request: Any, *, wait_for_ready: bool = False) -> Any:
+        return await self._call_on(getattr(self._stub, method), method, request,
+                                   wait_for_ready=wait_for_ready)
+
+    async def _call_on(self, call: grpc.aio.UnaryUnaryMultiCallable, method: str,
+                       request: Any, *, wait_for_ready: bool = False) -> Any:
+        """``call(request)`` with the deadline; a failure becomes the caller's error."""
         try:
-            return await getattr(self._stub, method)(request, timeout=self._timeout_s,
-                                                      wait_for_ready=wait_for_ready)
+            return await call(request, timeout=self._timeout_s, wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as exc:
             raise self.translate(method, exc) from None

@@ -24,6 +24,7 @@ from services.broker.names import check_subscription, check_topic
 from services.broker.store_client import StoreClient
 from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfig, TopicConfigManager
+from services.store.pull_wire import PullAnswer
 
 PARKABLE = frozenset((message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.NO_MESSAGE_IN_QUEUE))
 """Store answers meaning "nothing yet at this offset": the pull may wait for an arrival."""
@@ -77,8 +78,11 @@ class PullProcessor:
         self._store = store
         self._hub = hub
 
-    async def pull(self, request: broker_pb2.BrokerPullRequest) -> store_pb2.PullResponse:
-        """Answer a pull, parking it while the queue has nothing new."""
+    async def pull(self, request: broker_pb2.BrokerPullRequest) -> PullAnswer:
+        """Answer a pull, parking it while the queue has nothing new.
+
+        The answer keeps the store's encoding, forwarded to the client as it is.
+        """
         config = readable_topic(self._topics, "topic", request.topic)
         check_read_queue(config, "queue_id", request.queue_id)
         _check_numbers(request)
@@ -92,10 +96,10 @@ class PullProcessor:
             max_messages=request.max_messages, max_bytes=request.max_bytes,
             subscription=request.subscription, raw_records=request.raw_records)
         suspend_ms = min(request.suspend_timeout_ms, self._config.long_poll_max_ms)
-        response = await self._pull_or_park(store_request, suspend_ms)
-        if self._far_behind(response):
-            response.suggest_broker_id = REPLICA_SUGGESTED
-        return response
+        answer = await self._pull_or_park(store_request, suspend_ms)
+        if self._far_behind(answer.response):
+            answer.suggest(REPLICA_SUGGESTED)
+        return answer
 
     def _far_behind(self, response: store_pb2.PullResponse) -> bool:
         """A master's consumer past the lag threshold, when replicas may serve reads."""
@@ -105,20 +109,20 @@ class PullProcessor:
             config.suggest_pulling_from_slave_lag_messages
 
     async def _pull_or_park(self, request: store_pb2.PullRequest, suspend_ms: int
-                            ) -> store_pb2.PullResponse:
+                            ) -> PullAnswer:
         # Each pass is caused by an event (first call, an arrival, a stream
         # reconnect), never by a timer; the deadline only bounds the whole wait.
         deadline = time.monotonic() + suspend_ms / 1000
         while True:
             token = self._hub.token(request.topic, request.queue_id)
-            response = await self._store.pull(request)
-            if suspend_ms <= 0 or not parkable(response.status, request.queue_offset):
-                return response
+            answer = await self._store.pull_answer(request)
+            if suspend_ms <= 0 or not parkable(answer.response.status, request.queue_offset):
+                return answer
             woken = await self._hub.wait(request.topic, request.queue_id,
                                          request.queue_offset, token,
                                          deadline - time.monotonic())
             if not woken:
-                return response
+                return answer
 
 
 def _check_numbers(request: broker_pb2.BrokerPullRequest) -> None:

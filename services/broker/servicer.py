@@ -82,16 +82,19 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
 
     @_rpc
     async def PullMessage(self, request: broker_pb2.BrokerPullRequest,
-                          context: grpc.aio.ServicerContext) -> store_pb2.PullResponse:
-        """Read a queue, long-polling while it has nothing new."""
-        response = await self._pull.pull(request)
-        size = response.ByteSize()
-        count = response.record_count or len(response.messages)
-        telemetry.annotate(request.topic, request.queue_id, count, size)
+                          context: grpc.aio.ServicerContext) -> bytes:
+        """Read a queue, long-polling while it has nothing new.
+
+        Answers the store's PullResponse encoding as it came (plus a suggestion to
+        read from a replica): the broker never copies the records into a message.
+        """
+        answer = await self._pull.pull(request)
+        size = len(answer.encoded)
+        telemetry.annotate(request.topic, request.queue_id, answer.record_count, size)
         if self.metrics is not None:
-            self.metrics.pulled(request.topic, request.queue_id, count, size,
-                                response.max_offset)
-        return response
+            self.metrics.pulled(request.topic, request.queue_id, answer.record_count, size,
+                                answer.response.max_offset)
+        return answer.encoded
 
     @_rpc
     async def Heartbeat(self, request: broker_pb2.HeartbeatRequest,

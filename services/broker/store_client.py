@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry import trace
 
@@ -30,9 +31,11 @@ from services.broker.errors import (
     StoreFailed,
     StoreUnavailable,
 )
+from services.store.pull_wire import PullAnswer
 from services.store.record_batch import RecordBatch
 
 STORE_SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_name
+PULL_METHOD = f"/{STORE_SERVICE_NAME}/Pull"
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -41,6 +44,9 @@ class StoreClient(StoreChannel):
 
     def __init__(self, address: str, timeout_ms: int, tls: ClientTLS | None = None) -> None:
         super().__init__(address, timeout_ms, tls)
+        self._pull_encoded = self._channel.unary_unary(
+            PULL_METHOD, request_serializer=store_pb2.PullRequest.SerializeToString)
+        """Pull with the answer left as bytes (no response deserializer): see pull_answer."""
         self._appends = AppendStream(self._stub.AppendStream, self._timeout_s,
                                      self.translate_status)
 
@@ -89,6 +95,16 @@ class StoreClient(StoreChannel):
         """Read a consume queue from an offset."""
         response: store_pb2.PullResponse = await self._call("Pull", request)
         return response
+
+    async def pull_answer(self, request: store_pb2.PullRequest) -> PullAnswer:
+        """:meth:`pull`, keeping the store's bytes to forward to a consumer as they are."""
+        encoded: bytes = await self._call_on(self._pull_encoded, "Pull", request)
+        try:
+            return PullAnswer.parse(encoded)
+        except DecodeError as exc:
+            raise StoreFailed(grpc.StatusCode.INTERNAL,
+                              f"store Pull answered bytes that are no PullResponse: {exc}"
+                              ) from None
 
     async def get(self, request: store_pb2.GetRequest) -> store_pb2.GetResponse:
         """One message by commitlog offset or message id."""

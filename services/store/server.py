@@ -50,8 +50,10 @@ class StoreService:
         self.servicer = StoreServicer(self.store, config)
 
     def add_to(self, server: grpc.aio.Server) -> None:
-        """Register the servicer on ``server``."""
+        """Register the servicer on ``server``; Pull answers bytes it encoded itself."""
         store_pb2_grpc.add_StoreServiceServicer_to_server(self.servicer, server)
+        runtime.answer_encoded(server, SERVICE_NAME, "Pull", self.servicer.Pull,
+                               store_pb2.PullRequest.FromString)
 
     async def start(self) -> None:
         """Lock the root and recover (in a thread: recovery reads whole segments)."""

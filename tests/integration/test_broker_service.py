@@ -28,6 +28,7 @@ from boltmq.v1 import (
 )
 from services.broker.config import BrokerConfig
 from services.broker.server import create_server
+from services.store.record import decode_records
 from tests.integration.procs import ServiceProcess
 
 Spawn = Callable[..., ServiceProcess]
@@ -194,6 +195,28 @@ def test_send_then_pull_round_trip_with_tags(cluster: Cluster) -> None:
     assert by_offset.message.body == b"b1"
     found = stub.QueryMessageByKey(store_pb2.QueryByKeyRequest(topic="orders", key="k-1"))
     assert [m.body for m in found.messages] == [b"a1"]
+
+
+def test_a_raw_pull_answer_is_the_stores_encoding_with_the_records_last_forwarded_as_is(
+        cluster: Cluster) -> None:
+    bodies = [b"first", b"x" * 3000, b"z"]
+    send(cluster.stub, *(msg("orders", body, 1) for body in bodies))
+    request = broker_pb2.BrokerPullRequest(consumer_group="cg", topic="orders", queue_id=1,
+                                           max_messages=32, raw_records=True, commit_offset=-1)
+    as_sent: dict[str, bytes] = {}
+    for name, address, method, message in (
+            ("broker", cluster.broker.address, "/boltmq.v1.BrokerService/PullMessage", request),
+            ("store", cluster.store.address, "/boltmq.v1.StoreService/Pull",
+             store_pb2.PullRequest(topic="orders", queue_id=1, max_messages=32,
+                                   raw_records=True))):
+        with sync_channel(address) as chan:  # no response deserializer: the bytes as sent
+            as_sent[name] = chan.unary_unary(method, request_serializer=type(
+                message).SerializeToString)(message, timeout=RPC_TIMEOUT_S)
+    assert as_sent["broker"] == as_sent["store"]
+    parsed = store_pb2.PullResponse.FromString(as_sent["broker"])
+    assert parsed.status == message_pb2.FOUND and parsed.record_count == 3
+    assert as_sent["broker"].endswith(parsed.records)  # one join: head, then the records
+    assert [bytes(r.body) for r in decode_records(parsed.records)] == bodies
 
 
 def test_a_batch_is_appended_whole_to_one_queue_and_queues_rotate(cluster: Cluster) -> None:

@@ -1,0 +1,94 @@
+"""PullWire: a Pull answer in its protobuf encoding, built around the records, never re-encoded.
+
+A raw pull answers up to 4 MiB of CommitLog records. Put into a
+``PullResponse`` message they were copied four times on the store (mapped file
+-> one ``bytes`` -> the message -> its encoding -> gRPC) and twice more on the
+broker, which parsed the store's answer and encoded it again for the client:
+``memmove`` was 16 % of the store's CPU and 21 % of the broker's while
+consuming (bench/RESULTS.md, session 12). Instead the store writes the
+encoding itself, in one join, and the broker forwards those bytes as they are.
+
+The bytes are standard protobuf encoding of ``boltmq.v1.PullResponse``, so any
+client parses them with the generated class. They rest on two rules of the
+protobuf encoding: a message may be encoded field by field in any order, and
+encodings laid one after the other parse as one message (a later scalar
+replaces an earlier one):
+
+Part                 | Bytes                        | Who writes it
+---------------------+------------------------------+----------------------------------------
+head                 | PullResponse(status, offsets,| the store (``SerializeToString`` of a
+                     | record_count).encoding       | message with no records)
+records key          | varint (6 << 3 | 2) = 0x32   | the store
+records length       | varint, 1-5 bytes            | the store (at most PULL_BYTES_MAX)
+records              | the records, back to back    | the store (views of the mapped file)
+suggestion, optional | PullResponse(suggest_        | the broker, for a consumer far behind
+                     | broker_id).encoding          | (appended: it replaces nothing)
+
+The rejected alternative, a second protobuf message type holding only the
+head, would still copy the records while parsing and adds a type clients must
+know; hand-parsing the store's answer on the broker would duplicate protobuf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from boltmq.v1 import store_pb2
+
+RECORDS_FIELD: Final = store_pb2.PullResponse.DESCRIPTOR.fields_by_name["records"].number
+WIRE_TYPE_LEN: Final = 2
+"""Protobuf wire type of a length-delimited field (bytes, strings, messages)."""
+RECORDS_KEY: Final = bytes([RECORDS_FIELD << 3 | WIRE_TYPE_LEN])
+assert RECORDS_FIELD < 16, "the records field's key must stay one byte"
+
+
+def varint(value: int) -> bytes:
+    """``value`` (0 <= value < 2**64) as a protobuf base-128 varint, low group first."""
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"{value} does not fit a varint")
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_pull(head: store_pb2.PullResponse, records: Sequence[bytes | memoryview]) -> bytes:
+    """The encoding of ``head`` with ``records`` (joined) as its records field, in one copy.
+
+    ``head`` must not carry records itself: its own would be replaced, silently.
+    """
+    if head.records:
+        raise ValueError("the head must not carry records: they are passed apart")
+    if not records:
+        return head.SerializeToString()
+    length = sum(len(part) for part in records)
+    return b"".join((head.SerializeToString(), RECORDS_KEY, varint(length), *records))
+
+
+@dataclass(slots=True)
+class PullAnswer:
+    """A store's Pull answer as the broker holds it: parsed to decide, bytes to forward."""
+
+    response: store_pb2.PullResponse
+    """The answer parsed (status and offsets decide a long poll; records unread)."""
+    encoded: bytes
+    """The bytes to answer the client with: the store's, plus a suggestion if any."""
+
+    @classmethod
+    def parse(cls, encoded: bytes) -> PullAnswer:
+        """The answer from the store's bytes (DecodeError when they are not a PullResponse)."""
+        return cls(store_pb2.PullResponse.FromString(encoded), encoded)
+
+    def suggest(self, broker_id: int) -> None:
+        """Ask the client to pull from ``broker_id`` for a while (appended to the bytes)."""
+        self.response.suggest_broker_id = broker_id
+        self.encoded += store_pb2.PullResponse(suggest_broker_id=broker_id).SerializeToString()
+
+    @property
+    def record_count(self) -> int:
+        """Records (raw pull) or messages in the answer."""
+        return self.response.record_count or len(self.response.messages)

@@ -1,0 +1,83 @@
+"""PullWire: a Pull answer encoded around its records parses as the PullResponse it stands for."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boltmq.v1 import message_pb2, store_pb2
+from services.store.pull_wire import PullAnswer, encode_pull, varint
+
+# The records length varint's edges: 1 to 4 bytes (a pull is at most 4 MiB).
+LENGTH_EDGES = (1, 127, 128, 16_383, 16_384, (1 << 21) - 1, 1 << 21, 4 << 20)
+
+
+def head(**fields: int) -> store_pb2.PullResponse:
+    return store_pb2.PullResponse(status=message_pb2.FOUND, next_begin_offset=7, min_offset=2,
+                                  max_offset=9, record_count=3, **fields)
+
+
+def test_varint_is_protobufs_base_128_encoding() -> None:
+    assert varint(0) == b"\x00"
+    assert varint(1) == b"\x01"
+    assert varint(300) == b"\xac\x02"  # the protobuf encoding guide's example
+    assert varint((1 << 64) - 1) == b"\xff" * 9 + b"\x01"
+    for value in (-1, 1 << 64):
+        with pytest.raises(ValueError, match="does not fit a varint"):
+            varint(value)
+
+
+@pytest.mark.parametrize("length", LENGTH_EDGES)
+def test_records_of_every_length_width_parse_back(length: int) -> None:
+    records = bytes(range(256)) * (length // 256) + b"r" * (length % 256)
+    encoded = encode_pull(head(), [records[:length // 2], memoryview(records)[length // 2:]])
+    parsed = store_pb2.PullResponse.FromString(encoded)
+    assert parsed.records == records
+    assert (parsed.status, parsed.next_begin_offset, parsed.min_offset, parsed.max_offset,
+            parsed.record_count) == (message_pb2.FOUND, 7, 2, 9, 3)
+    # the same bytes protobuf writes for the whole message, head first then records
+    whole = head()
+    whole.records = records
+    assert store_pb2.PullResponse.FromString(whole.SerializeToString()) == parsed
+
+
+def test_no_records_is_the_heads_own_encoding() -> None:
+    assert encode_pull(head(), []) == head().SerializeToString()
+
+
+def test_a_head_carrying_records_is_refused() -> None:
+    with pytest.raises(ValueError, match="must not carry records"):
+        encode_pull(head(records=b"x"), [b"y"])  # type: ignore[arg-type]
+
+
+@given(parts=st.lists(st.binary(max_size=300), max_size=8),
+       offset=st.integers(min_value=0, max_value=(1 << 63) - 1),
+       count=st.integers(min_value=0, max_value=(1 << 31) - 1))
+def test_any_records_and_head_parse_back(parts: list[bytes], offset: int, count: int) -> None:
+    answer = store_pb2.PullResponse(next_begin_offset=offset, record_count=count)
+    parsed = store_pb2.PullResponse.FromString(encode_pull(answer, parts))
+    assert parsed.records == b"".join(parts)
+    assert (parsed.next_begin_offset, parsed.record_count) == (offset, count)
+
+
+def test_a_suggestion_is_appended_and_leaves_the_records_as_they_were() -> None:
+    encoded = encode_pull(head(), [b"abc", b"def"])
+    answer = PullAnswer.parse(encoded)
+    assert answer.record_count == 3 and answer.response.suggest_broker_id == 0
+    answer.suggest(1)
+    assert answer.encoded.startswith(encoded)
+    parsed = store_pb2.PullResponse.FromString(answer.encoded)
+    assert parsed.suggest_broker_id == 1 == answer.response.suggest_broker_id
+    assert parsed.records == b"abcdef" and parsed.max_offset == 9
+
+
+def test_a_message_answer_counts_its_messages() -> None:
+    response = store_pb2.PullResponse(messages=[message_pb2.MessageExt()] * 2)
+    assert PullAnswer.parse(response.SerializeToString()).record_count == 2
+
+
+def test_bytes_that_are_no_pull_response_raise_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        PullAnswer.parse(b"\x32\xff\xff\xff\xff\x0f")  # records longer than the bytes
