@@ -351,20 +351,32 @@ HOST_V6_BITS: Final = SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6
 class RecordView:
     """A decoded CommitLog record; every field of the record is an attribute.
 
-    Built by :func:`decode_record` from one ``struct`` unpack of the head; the
-    body is a view of the mapped file (no copy) and properties are parsed on
-    first use, so a read costs little more than the unpack.
+    Built by :func:`decode_record` / :func:`decode_records` from one ``struct``
+    unpack of the head. It keeps the buffer the record lies in and where its
+    body and properties start, so ``body`` is a view of that buffer (no copy)
+    made when asked for, and properties are parsed on first use: a read costs
+    little more than the unpack. Why not views made up front: a pull of 1,024
+    records then left ~4,000 objects the cyclic collector tracks (the view
+    objects among them) where ~1,000 remain now, and the collector's walks were
+    a fifth of a consumer's CPU (bench/RESULTS.md, session 12).
     """
 
-    __slots__ = ("_h", "body", "topic", "_properties_raw", "_properties")
+    __slots__ = ("_h", "_buf", "_body_at", "_properties_at", "topic", "_properties")
 
-    def __init__(self, head: tuple, body: memoryview | bytes, topic: str,  # type: ignore[type-arg]
-                 properties_raw: memoryview | bytes) -> None:
+    def __init__(self, head: tuple, buf: memoryview | bytes, body_at: int,  # type: ignore[type-arg]
+                 topic: str, properties_at: int) -> None:
         self._h = head
-        self.body = body
+        self._buf = buf
+        self._body_at = body_at
         self.topic = topic
-        self._properties_raw = properties_raw
+        self._properties_at = properties_at
+        """Where the properties section starts in ``buf`` (its 2-byte length is just before)."""
         self._properties: dict[str, str] | None = None
+
+    @property
+    def body(self) -> memoryview | bytes:
+        """The body: a slice of the buffer the record was decoded from."""
+        return self._buf[self._body_at:self._body_at + self._h[_H_BODY_LEN]]
 
     total_size = property(lambda self: self._h[_H_TOTAL], doc="Bytes of the whole record.")
     magic = property(lambda self: self._h[_H_MAGIC])
@@ -385,13 +397,14 @@ class RecordView:
     @property
     def properties_raw(self) -> memoryview | bytes:
         """The encoded properties section (``key\\x01value\\x02`` pairs)."""
-        return self._properties_raw
+        start = self._properties_at
+        return self._buf[start:start + SHORT.unpack_from(self._buf, start - 2)[0]]
 
     @property
     def properties(self) -> dict[str, str]:
         """All properties, TAGS and KEYS included (parsed on first use)."""
         if self._properties is None:
-            self._properties = decode_properties(self._properties_raw)
+            self._properties = decode_properties(self.properties_raw)
         return self._properties
 
     @property
@@ -453,6 +466,8 @@ def decode_record(
 ) -> RecordView:
     """Decode the message record at ``pos`` of ``buf`` (a segment's view).
 
+    The record refers to ``buf``; with ``copy_body`` it holds a copy of its own
+    bytes instead (for a buffer that will not outlive the call).
     Raises CorruptRecord for anything that is not a whole, valid message record
     (blank markers included: callers test the magic first).
     """
@@ -479,7 +494,7 @@ def decode_record(
     cursor = pos + head_size
     if body_len < 0 or cursor + body_len + 3 > end:
         raise CorruptRecord(f"bad body_length {body_len} at {pos}")
-    body = buf[cursor : cursor + body_len]
+    body_at = cursor
     cursor += body_len
     if magic == MAGIC_MESSAGE:
         topic_len = buf[cursor]
@@ -493,9 +508,11 @@ def decode_record(
     cursor += topic_len + 2
     if cursor + SHORT.unpack_from(buf, cursor - 2)[0] != end:
         raise CorruptRecord(f"record at {pos}: its sections do not add up to total_size {total}")
-    if check_crc and (crc32(body) & 0x7FFFFFFF) != head[_H_CRC]:
+    if check_crc and (crc32(buf[body_at:body_at + body_len]) & 0x7FFFFFFF) != head[_H_CRC]:
         raise CorruptRecord(f"body CRC mismatch at {pos}")
-    return RecordView(head, bytes(body) if copy_body else body, topic, buf[cursor:end])
+    if copy_body:  # the record's own bytes: the view of ``buf`` is not kept
+        return RecordView(head, bytes(buf[pos:end]), body_at - pos, topic, cursor - pos)
+    return RecordView(head, buf, body_at, topic, cursor)
 
 
 def decode_records(data: bytes | memoryview, *, check_crc: bool = True) -> list[RecordView]:
@@ -540,10 +557,9 @@ def decode_records(data: bytes | memoryview, *, check_crc: bool = True) -> list[
         if topic_end + 2 + short(view, topic_end)[0] != end:
             raise CorruptRecord(f"record at {position}: its sections do not add up to "
                                 f"total_size {head[_H_TOTAL]}")
-        body = view[body_start:body_end]
-        if check_crc and (crc32(body) & 0x7FFFFFFF) != head[_H_CRC]:
+        if check_crc and (crc32(view[body_start:body_end]) & 0x7FFFFFFF) != head[_H_CRC]:
             raise CorruptRecord(f"body CRC mismatch at {position}")
-        out.append(RecordView(head, body, topic, view[topic_end + 2:end]))
+        out.append(RecordView(head, view, body_start, topic, topic_end + 2))
         position = end
     return out
 
