@@ -351,32 +351,47 @@ HOST_V6_BITS: Final = SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6
 class RecordView:
     """A decoded CommitLog record; every field of the record is an attribute.
 
-    Built by :func:`decode_record` / :func:`decode_records` from one ``struct``
-    unpack of the head. It keeps the buffer the record lies in and where its
-    body and properties start, so ``body`` is a view of that buffer (no copy)
-    made when asked for, and properties are parsed on first use: a read costs
-    little more than the unpack. Why not views made up front: a pull of 1,024
-    records then left ~4,000 objects the cyclic collector tracks (the view
-    objects among them) where ~1,000 remain now, and the collector's walks were
-    a fifth of a consumer's CPU (bench/RESULTS.md, session 12).
+    It keeps the buffer the record lies in and where the record, its body and
+    its properties start; ``body`` is a view of that buffer (no copy) made when
+    asked for, the head's fields are unpacked on first use (one ``struct``
+    unpack) and properties parsed on first use. Why so lazy: the cyclic
+    collector walks every object it tracks that outlives a collection, and a
+    pull of 1,024 records that kept views and head tuples left ~4,000 of them;
+    the walks were a fifth of a consumer's CPU (bench/RESULTS.md, session 12).
+    Now a record is one tracked object.
     """
 
-    __slots__ = ("_h", "_buf", "_body_at", "_properties_at", "topic", "_properties")
+    __slots__ = ("_buf", "_at", "_body_at", "_body_end", "_properties_at", "topic",
+                 "_properties", "_head")
 
-    def __init__(self, head: tuple, buf: memoryview | bytes, body_at: int,  # type: ignore[type-arg]
-                 topic: str, properties_at: int) -> None:
-        self._h = head
+    def __init__(self, buf: memoryview | bytes, at: int, body_at: int, body_end: int,
+                 topic: str, properties_at: int,
+                 head: tuple | None = None) -> None:  # type: ignore[type-arg]
         self._buf = buf
+        self._at = at
         self._body_at = body_at
+        self._body_end = body_end
         self.topic = topic
         self._properties_at = properties_at
         """Where the properties section starts in ``buf`` (its 2-byte length is just before)."""
         self._properties: dict[str, str] | None = None
+        self._head = head
+
+    @property
+    def _h(self) -> tuple:  # type: ignore[type-arg]
+        """The head's fields, total_size to body_length (unpacked once, when first asked)."""
+        head = self._head
+        if head is None:
+            sys_flag = INT.unpack_from(self._buf, self._at + SYS_FLAG_OFFSET)[0]
+            layout = HEADS[(bool(sys_flag & SYS_FLAG_BORN_HOST_V6),
+                            bool(sys_flag & SYS_FLAG_STORE_HOST_V6))]
+            head = self._head = layout.unpack_from(self._buf, self._at)
+        return head
 
     @property
     def body(self) -> memoryview | bytes:
         """The body: a slice of the buffer the record was decoded from."""
-        return self._buf[self._body_at:self._body_at + self._h[_H_BODY_LEN]]
+        return self._buf[self._body_at:self._body_end]
 
     total_size = property(lambda self: self._h[_H_TOTAL], doc="Bytes of the whole record.")
     magic = property(lambda self: self._h[_H_MAGIC])
@@ -511,8 +526,9 @@ def decode_record(
     if check_crc and (crc32(buf[body_at:body_at + body_len]) & 0x7FFFFFFF) != head[_H_CRC]:
         raise CorruptRecord(f"body CRC mismatch at {pos}")
     if copy_body:  # the record's own bytes: the view of ``buf`` is not kept
-        return RecordView(head, bytes(buf[pos:end]), body_at - pos, topic, cursor - pos)
-    return RecordView(head, buf, body_at, topic, cursor)
+        return RecordView(bytes(buf[pos:end]), 0, body_at - pos, body_at - pos + body_len,
+                          topic, cursor - pos, head)
+    return RecordView(buf, pos, body_at, body_at + body_len, topic, cursor, head)
 
 
 def decode_records(data: bytes | memoryview, *, check_crc: bool = True) -> list[RecordView]:
@@ -559,7 +575,7 @@ def decode_records(data: bytes | memoryview, *, check_crc: bool = True) -> list[
                                 f"total_size {head[_H_TOTAL]}")
         if check_crc and (crc32(view[body_start:body_end]) & 0x7FFFFFFF) != head[_H_CRC]:
             raise CorruptRecord(f"body CRC mismatch at {position}")
-        out.append(RecordView(head, view, body_start, topic, topic_end + 2))
+        out.append(RecordView(view, position, body_start, body_end, topic, topic_end + 2))
         position = end
     return out
 
