@@ -22,7 +22,7 @@ from boltmq.message import MessageQueue
 from boltmq.registry_client import RegistryClient, RegistryUnavailable, TopicNotFound
 from boltmq.signing import Credentials, RequestSigner
 from boltmq.tls import ClientTLS
-from boltmq.v1 import broker_pb2_grpc, registry_pb2
+from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2
 
 PERM_READ = 4
 PERM_WRITE = 2
@@ -57,6 +57,10 @@ def parse_addresses(registry: str | Sequence[str]) -> list[str]:
     return addresses
 
 
+PULL_METHOD = "/" + broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name + \
+    "/PullMessage"
+
+
 def new_client_id() -> str:
     return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
 
@@ -78,6 +82,7 @@ class ClientInstance:
         self._routes: dict[str, tuple[registry_pb2.TopicRoute, float]] = {}
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
+        self._pulls: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._lock = threading.Lock()
         self._master_down: dict[str, float] = {}
         """Broker name -> monotonic time until which reads go to a replica."""
@@ -181,11 +186,21 @@ class ClientInstance:
             with self._lock:
                 stub = self._stubs.get(address)
                 if stub is None:
-                    channel = runtime.sync_channel(address, self.tls)
-                    self._channels[address] = channel
-                    stub = broker_pb2_grpc.BrokerServiceStub(self._signed(channel))
+                    self._channels[address] = runtime.sync_channel(address, self.tls)
+                    channel = self._signed(self._channels[address])
+                    self._pulls[address] = channel.unary_unary(
+                        PULL_METHOD, request_serializer=broker_pb2.BrokerPullRequest.
+                        SerializeToString)  # no response deserializer: see pull_encoded
+                    stub = broker_pb2_grpc.BrokerServiceStub(channel)
                     self._stubs[address] = stub
         return stub
+
+    def pull_encoded(self, address: str) -> grpc.UnaryUnaryMultiCallable:
+        """PullMessage on the broker at ``address``, answering the response's bytes
+        unparsed (:func:`services.store.pull_wire.split_records` sets the records
+        aside without copying them)."""
+        self.broker(address)
+        return self._pulls[address]
 
     def _signed(self, channel: grpc.Channel) -> grpc.Channel:
         if self.credentials is None:
@@ -198,6 +213,7 @@ class ClientInstance:
                 channel.close()
             self._channels.clear()
             self._stubs.clear()
+            self._pulls.clear()
         self.registry.close()
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from boltmq import telemetry
 from boltmq.client import BoltMQError, ClientInstance, rpc_error_text
@@ -22,6 +23,7 @@ from boltmq.message import MessageQueue, ReceivedMessage
 from boltmq.signing import Credentials
 from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2, message_pb2
+from services.store.pull_wire import split_records
 from services.store.record import decode_records as decode_record_run
 
 PULL_MAX_MESSAGES = 32
@@ -67,7 +69,7 @@ class PullResult:
     messages: list[ReceivedMessage] = field(default_factory=list)
 
 
-def decode_records(data: bytes) -> list[ReceivedMessage]:
+def decode_records(data: bytes | memoryview) -> list[ReceivedMessage]:
     """Decode records laid back to back (a pull's ``records``); CorruptRecord if damaged."""
     return decode_record_run(data, check_crc=True)
 
@@ -91,11 +93,11 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
     deadline = timeout_s if timeout_s is not None else client.rpc_timeout_s + wait_ms / 1000
     address = client.read_address_of(queue)
     try:
-        call = client.broker(address).PullMessage.future(request, timeout=deadline)
+        call = client.pull_encoded(address).future(request, timeout=deadline)
         if track is not None:
             track(call)
         try:
-            response = call.result()
+            encoded = call.result()
         finally:
             if track is not None:
                 track(None)
@@ -107,9 +109,14 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
             client.forget_route(queue.topic)
             client.read_from_replica(queue.broker_name)
         raise PullError(f"pull {queue} failed: {rpc_error_text(exc)}", exc.code()) from None
+    try:
+        response, records = split_records(encoded)
+    except DecodeError as exc:
+        raise PullError(f"pull {queue}: the broker's answer is not a PullResponse: {exc}",
+                        grpc.StatusCode.INTERNAL) from None
     if response.suggest_broker_id:  # far behind: the master asks us to read elsewhere
         client.read_from_replica(queue.broker_name)
-    messages = decode_records(response.records) if response.records else []
+    messages = decode_records(records) if records else []
     return PullResult(_STATUS.get(response.status, PullStatus.NO_MATCHED_MSG),
                       response.next_begin_offset, response.min_offset, response.max_offset,
                       messages)

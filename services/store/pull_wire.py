@@ -35,11 +35,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from google.protobuf.message import DecodeError
+
 from boltmq.v1 import store_pb2
 
 RECORDS_FIELD: Final = store_pb2.PullResponse.DESCRIPTOR.fields_by_name["records"].number
+WIRE_TYPE_VARINT: Final = 0
+WIRE_TYPE_I64: Final = 1
 WIRE_TYPE_LEN: Final = 2
 """Protobuf wire type of a length-delimited field (bytes, strings, messages)."""
+WIRE_TYPE_I32: Final = 5
+VARINT_MAX_BYTES: Final = 10
 RECORDS_KEY: Final = bytes([RECORDS_FIELD << 3 | WIRE_TYPE_LEN])
 assert RECORDS_FIELD < 16, "the records field's key must stay one byte"
 
@@ -67,6 +73,59 @@ def encode_pull(head: store_pb2.PullResponse, records: Sequence[bytes | memoryvi
         return head.SerializeToString()
     length = sum(len(part) for part in records)
     return b"".join((head.SerializeToString(), RECORDS_KEY, varint(length), *records))
+
+
+def split_records(encoded: bytes) -> tuple[store_pb2.PullResponse, memoryview]:
+    """The answer parsed without its records, and the records as a view of ``encoded``.
+
+    What a consumer does with a raw pull's bytes: parsing them whole would copy
+    the records into the message and again out of it. This walks the top-level
+    fields of the encoding (a varint key, then by wire type a varint, 8 bytes, a
+    varint length and that many bytes, or 4 bytes), sets the records field
+    aside wherever it lies (the last one counts, as when protobuf parses it)
+    and parses the rest, a few dozen bytes. DecodeError for bytes that are not
+    a whole encoding.
+    """
+    view = memoryview(encoded)
+    end = len(encoded)
+    pieces: list[bytes] = []
+    records = view[0:0]
+    position = piece_start = 0
+    while position < end:
+        key, at = _read_varint(encoded, position)
+        wire_type = key & 7
+        if wire_type == WIRE_TYPE_VARINT:
+            at = _read_varint(encoded, at)[1]
+        elif wire_type == WIRE_TYPE_I64:
+            at += 8
+        elif wire_type == WIRE_TYPE_I32:
+            at += 4
+        elif wire_type == WIRE_TYPE_LEN:
+            length, data_at = _read_varint(encoded, at)
+            at = data_at + length
+            if key >> 3 == RECORDS_FIELD and at <= end:
+                pieces.append(encoded[piece_start:position])
+                piece_start = at
+                records = view[data_at:at]
+        else:
+            raise DecodeError(f"wire type {wire_type} of the field at byte {position}")
+        if at > end:
+            raise DecodeError(f"the field at byte {position} runs past the end ({end} bytes)")
+        position = at
+    pieces.append(encoded[piece_start:])
+    return store_pb2.PullResponse.FromString(b"".join(pieces)), records
+
+
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    """The varint at ``position`` and where the next field starts; DecodeError if cut."""
+    value = shift = 0
+    for at in range(position, min(position + VARINT_MAX_BYTES, len(data))):
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at + 1
+        shift += 7
+    raise DecodeError(f"no whole varint at byte {position}")
 
 
 @dataclass(slots=True)

@@ -19,10 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boltmq.pull_consumer import decode_records as sdk_decode_records
+from boltmq.v1 import store_pb2
 from services.store.checkpoint import (
     CHECKPOINT_FILE_SIZE,
     CheckpointState,
@@ -32,6 +34,7 @@ from services.store.checkpoint import (
 )
 from services.store.chunk_records import SMALL_CHUNK, chunk_requests
 from services.store.commitlog import dispatch_request_of
+from services.store.pull_wire import PullAnswer, encode_pull, split_records
 from services.store.record import (
     PHYSICAL_OFFSET_OFFSET,
     CorruptRecord,
@@ -244,6 +247,35 @@ def test_send_batches_raise_named_errors_only(data: bytes, count: int,
         good, bad = outcome
         assert len(good) + len(bad) == count
         assert all(isinstance(e, InvalidMessage | CorruptRecord) for e in bad.values())
+
+
+# ------------------------------------------------------------------ pull answers
+def pull_answer(records: bytes, offset: int, count: int, suggest: int) -> bytes:
+    """A pull's bytes as the store encodes them, with a broker's suggestion when set."""
+    answer = PullAnswer.parse(encode_pull(
+        store_pb2.PullResponse(status=1, next_begin_offset=offset, record_count=count),
+        [records]))
+    if suggest:
+        answer.suggest(suggest)
+    return answer.encoded
+
+
+valid_pull_answers = st.builds(pull_answer, valid_runs, st.integers(0, 1 << 62),
+                               st.integers(0, 1 << 30), st.integers(0, 2))
+
+
+@SETTINGS
+@given(bytes_like(valid_pull_answers))
+def test_split_records_raises_decode_error_only_and_agrees_with_protobuf(data: bytes) -> None:
+    split = named_error_only(lambda: split_records(data), DecodeError)
+    if split is None:
+        return
+    response, records = split
+    whole = named_error_only(lambda: store_pb2.PullResponse.FromString(data), DecodeError)
+    if whole is not None:  # what protobuf reads from the same bytes
+        assert bytes(records) == whole.records
+        whole.records = b""
+        assert response == whole
 
 
 # ------------------------------------------------------------------ checkpoint

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boltmq.v1 import message_pb2, store_pb2
-from services.store.pull_wire import PullAnswer, encode_pull, varint
+from services.store.pull_wire import PullAnswer, encode_pull, split_records, varint
 
 # The records length varint's edges: 1 to 4 bytes (a pull is at most 4 MiB).
 LENGTH_EDGES = (1, 127, 128, 16_383, 16_384, (1 << 21) - 1, 1 << 21, 4 << 20)
@@ -81,3 +81,44 @@ def test_a_message_answer_counts_its_messages() -> None:
 def test_bytes_that_are_no_pull_response_raise_decode_error() -> None:
     with pytest.raises(DecodeError):
         PullAnswer.parse(b"\x32\xff\xff\xff\xff\x0f")  # records longer than the bytes
+
+
+def test_split_records_sets_the_records_aside_as_a_view_of_the_bytes() -> None:
+    records = b"r" * 1000
+    encoded = encode_pull(head(), [records])
+    response, found = split_records(encoded)
+    assert isinstance(found, memoryview) and found.obj is encoded  # not a copy
+    assert bytes(found) == records and response.records == b""
+    assert (response.status, response.next_begin_offset, response.max_offset,
+            response.record_count) == (message_pb2.FOUND, 7, 9, 3)
+
+
+def test_split_records_reads_any_field_order_and_a_suggestion_after_the_records() -> None:
+    answer = PullAnswer.parse(encode_pull(head(), [b"abc"]))
+    answer.suggest(1)
+    response, found = split_records(answer.encoded)
+    assert bytes(found) == b"abc" and response.suggest_broker_id == 1
+    whole = head(suggest_broker_id=1)
+    whole.records = b"xyz"  # protobuf's own order: records before record_count
+    response, found = split_records(whole.SerializeToString())
+    assert bytes(found) == b"xyz" and response.record_count == 3
+    assert response.suggest_broker_id == 1
+
+
+def test_split_records_of_an_answer_without_records_is_an_empty_view() -> None:
+    response, found = split_records(head().SerializeToString())
+    assert len(found) == 0 and response.max_offset == 9
+
+
+@pytest.mark.parametrize("encoded", [
+    b"\x08",  # a varint field's key, no value
+    b"\x08\xff\xff",  # a varint cut short
+    b"\x32\x05abc",  # records longer than the bytes left
+    b"\x3b",  # wire type 3 (a group's start)
+    b"\x0c",  # wire type 4
+    b"\x09\x00\x00",  # an 8-byte field cut short
+    b"\x08" + b"\xff" * 11,  # a varint of more than 10 bytes
+])
+def test_split_records_of_damaged_bytes_raises_decode_error(encoded: bytes) -> None:
+    with pytest.raises(DecodeError):
+        split_records(encoded)
