@@ -6,7 +6,9 @@ A raw pull answers up to 4 MiB of CommitLog records. Put into a
 broker, which parsed the store's answer and encoded it again for the client:
 ``memmove`` was 16 % of the store's CPU and 21 % of the broker's while
 consuming (bench/RESULTS.md, session 12). Instead the store writes the
-encoding itself, in one join, and the broker forwards those bytes as they are.
+encoding itself, in one join, and the broker forwards those bytes as they are;
+the SDK takes the answer as bytes too and sets the records aside as a view of
+them (:func:`split_records`), parsing only the rest.
 
 The bytes are standard protobuf encoding of ``boltmq.v1.PullResponse``, so any
 client parses them with the generated class. They rest on two rules of the
