@@ -28,7 +28,8 @@ suggestion, optional | PullResponse(suggest_        | the broker, for a consumer
 
 The rejected alternative, a second protobuf message type holding only the
 head, would still copy the records while parsing and adds a type clients must
-know; hand-parsing the store's answer on the broker would duplicate protobuf.
+know. :func:`split_records` reads only the framing of the top-level fields
+(keys and lengths) and leaves what every field means to protobuf.
 """
 
 from __future__ import annotations
