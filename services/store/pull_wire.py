@@ -136,14 +136,18 @@ class PullAnswer:
     """A store's Pull answer as the broker holds it: parsed to decide, bytes to forward."""
 
     response: store_pb2.PullResponse
-    """The answer parsed (status and offsets decide a long poll; records unread)."""
+    """The answer parsed without its records (status and offsets decide a long poll)."""
     encoded: bytes
     """The bytes to answer the client with: the store's, plus a suggestion if any."""
 
     @classmethod
     def parse(cls, encoded: bytes) -> PullAnswer:
-        """The answer from the store's bytes (DecodeError when they are not a PullResponse)."""
-        return cls(store_pb2.PullResponse.FromString(encoded), encoded)
+        """The answer from the store's bytes (DecodeError when they are not a PullResponse).
+
+        Parsed without the records (:func:`split_records`): the broker never reads them,
+        and a whole parse would copy them once more.
+        """
+        return cls(split_records(encoded)[0], encoded)
 
     def suggest(self, broker_id: int) -> None:
         """Ask the client to pull from ``broker_id`` for a while (appended to the bytes)."""
