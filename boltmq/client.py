@@ -57,8 +57,9 @@ def parse_addresses(registry: str | Sequence[str]) -> list[str]:
     return addresses
 
 
-PULL_METHOD = "/" + broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name + \
-    "/PullMessage"
+BROKER_SERVICE = "/" + broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name
+PULL_METHOD = f"{BROKER_SERVICE}/PullMessage"
+PULL_QUEUES_METHOD = f"{BROKER_SERVICE}/PullQueues"
 
 
 def new_client_id() -> str:
@@ -83,6 +84,7 @@ class ClientInstance:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
         self._pulls: dict[str, grpc.UnaryUnaryMultiCallable] = {}
+        self._pull_queues: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._lock = threading.Lock()
         self._master_down: dict[str, float] = {}
         """Broker name -> monotonic time until which reads go to a replica."""
@@ -191,6 +193,9 @@ class ClientInstance:
                     self._pulls[address] = channel.unary_unary(
                         PULL_METHOD, request_serializer=broker_pb2.BrokerPullRequest.
                         SerializeToString)  # no response deserializer: see pull_encoded
+                    self._pull_queues[address] = channel.unary_unary(
+                        PULL_QUEUES_METHOD, request_serializer=broker_pb2.
+                        BrokerPullQueuesRequest.SerializeToString)
                     stub = broker_pb2_grpc.BrokerServiceStub(channel)
                     self._stubs[address] = stub
         return stub
@@ -201,6 +206,12 @@ class ClientInstance:
         aside without copying them)."""
         self.broker(address)
         return self._pulls[address]
+
+    def pull_queues_encoded(self, address: str) -> grpc.UnaryUnaryMultiCallable:
+        """PullQueues on the broker at ``address``, answering the response's bytes as the
+        store encoded them (:mod:`services.store.pull_wire`), as :meth:`pull_encoded`."""
+        self.broker(address)
+        return self._pull_queues[address]
 
     def _signed(self, channel: grpc.Channel) -> grpc.Channel:
         if self.credentials is None:
@@ -214,6 +225,7 @@ class ClientInstance:
             self._channels.clear()
             self._stubs.clear()
             self._pulls.clear()
+            self._pull_queues.clear()
         self.registry.close()
 
 

@@ -9,7 +9,7 @@ many messages costs one gRPC call and one decode per record.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +22,8 @@ from boltmq.client import BoltMQError, ClientInstance, rpc_error_text
 from boltmq.message import MessageQueue, ReceivedMessage
 from boltmq.signing import Credentials
 from boltmq.tls import ClientTLS
-from boltmq.v1 import broker_pb2, message_pb2
-from services.store.pull_wire import split_records
+from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from services.store.pull_wire import PULL_QUEUES_MAX, split_records
 from services.store.record import decode_records as decode_record_run
 
 PULL_MAX_MESSAGES = 32
@@ -104,11 +104,7 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
     except grpc.FutureCancelledError:
         raise PullError(f"pull {queue} cancelled", grpc.StatusCode.CANCELLED) from None
     except grpc.RpcError as exc:
-        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            # The broker, or the store behind it, is down: a replica serves reads.
-            client.forget_route(queue.topic)
-            client.read_from_replica(queue.broker_name)
-        raise PullError(f"pull {queue} failed: {rpc_error_text(exc)}", exc.code()) from None
+        raise _failed(client, [queue], f"pull {queue}", exc) from None
     try:
         response, records = split_records(encoded)
     except DecodeError as exc:
@@ -116,6 +112,71 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
                         grpc.StatusCode.INTERNAL) from None
     if response.suggest_broker_id:  # far behind: the master asks us to read elsewhere
         client.read_from_replica(queue.broker_name)
+    return _result(response, records)
+
+
+def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueue, int], *,
+                max_messages: int, subscriptions: Mapping[str, str], wait_ms: int,
+                max_bytes: int = 0) -> dict[MessageQueue, PullResult]:
+    """PullQueues calls, one per broker (and per PULL_QUEUES_MAX queues), all in flight at once.
+
+    A result for every queue a broker answered; the queues a call's ``max_bytes``
+    left out are absent. ``subscriptions`` maps each topic to its expression
+    (a topic missing from it: ``*``).
+    """
+    calls: dict[str, list[MessageQueue]] = {}
+    addresses: dict[tuple[str, str], str] = {}  # by (topic, broker): not asked per queue
+    for queue in offsets:
+        key = (queue.topic, queue.broker_name)
+        address = addresses.get(key) or addresses.setdefault(key, client.read_address_of(queue))
+        calls.setdefault(address, []).append(queue)
+    pending = []
+    for address, queues in calls.items():
+        for start in range(0, len(queues), PULL_QUEUES_MAX):
+            chunk = queues[start:start + PULL_QUEUES_MAX]
+            request = broker_pb2.BrokerPullQueuesRequest(
+                consumer_group=group, max_messages=max_messages, max_bytes=max_bytes,
+                suspend_timeout_ms=wait_ms, pulls=[broker_pb2.QueuePull(
+                    topic=q.topic, queue_id=q.queue_id, queue_offset=offsets[q],
+                    subscription=subscriptions.get(q.topic, "*")) for q in chunk])
+            pending.append((chunk, client.pull_queues_encoded(address).future(
+                request, timeout=client.rpc_timeout_s + wait_ms / 1000)))
+    results: dict[MessageQueue, PullResult] = {}
+    for chunk, call in pending:
+        what = f"pull of {len(chunk)} queues from {chunk[0]} on"
+        try:
+            encoded = call.result()
+        except grpc.RpcError as exc:
+            for _, other in pending:
+                other.cancel()
+            raise _failed(client, chunk, what, exc) from None
+        try:  # protobuf parses many small answers faster than split_records (pull_wire)
+            answer = store_pb2.PullQueuesResponse.FromString(encoded)
+        except DecodeError as exc:
+            raise PullError(f"{what}: the broker's answer is not a PullQueuesResponse: {exc}",
+                            grpc.StatusCode.INTERNAL) from None
+        for queue, response in zip(chunk, answer.answers, strict=False):  # fewer: budget
+            results[queue] = _result(response, response.records)
+        if answer.suggest_broker_id:  # one queue far behind: read the group elsewhere
+            for broker_name in {queue.broker_name for queue in chunk}:
+                client.read_from_replica(broker_name)
+    return results
+
+
+def _failed(client: ClientInstance, queues: Sequence[MessageQueue], what: str,
+            exc: grpc.RpcError) -> PullError:
+    """The error for a pull call that failed; a broker that did not answer is
+    skipped for a while, for reads from a replica."""
+    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        # The broker, or the store behind it, is down: a replica serves reads.
+        for queue in queues:
+            client.forget_route(queue.topic)
+            client.read_from_replica(queue.broker_name)
+    return PullError(f"{what} failed: {rpc_error_text(exc)}", exc.code())
+
+
+def _result(response: store_pb2.PullResponse, records: bytes | memoryview) -> PullResult:
+    """A pull's result from its answer and its records (decoded; CorruptRecord if damaged)."""
     messages = decode_records(records) if records else []
     return PullResult(_STATUS.get(response.status, PullStatus.NO_MATCHED_MSG),
                       response.next_begin_offset, response.min_offset, response.max_offset,
@@ -145,6 +206,28 @@ class PullConsumer:
             raise ValueError("offset >= 0, max_messages > 0 and wait_ms >= 0 are required")
         return pull_queue(self.client, self.group, queue, offset, max_messages=max_messages,
                           subscription=subscription, wait_ms=wait_ms)
+
+    def pull_queues(self, offsets: Mapping[MessageQueue, int],
+                    max_messages: int = PULL_MAX_MESSAGES,
+                    subscriptions: Mapping[str, str] | None = None, wait_ms: int = 0,
+                    max_bytes: int = 0) -> dict[MessageQueue, PullResult]:
+        """Several queues at once, each from its offset: one call per broker (PullQueues).
+
+        ``max_messages`` applies to each queue, ``max_bytes`` to each call's records
+        together (0: the store's default, 4 MiB): the queues past it are absent from
+        the result, to be pulled again. With ``wait_ms``, a broker with nothing new
+        in any of its queues answers when one of them gets a message or the time
+        is up. ``subscriptions``: tag expression by topic (default ``*``).
+        """
+        if not offsets:
+            raise ValueError("name at least one queue")
+        if any(offset < 0 for offset in offsets.values()) or max_messages <= 0 or \
+                wait_ms < 0 or max_bytes < 0:
+            raise ValueError("offsets >= 0, max_messages > 0, wait_ms >= 0 and "
+                             "max_bytes >= 0 are required")
+        return pull_queues(self.client, self.group, offsets, max_messages=max_messages,
+                           subscriptions=subscriptions or {}, wait_ms=wait_ms,
+                           max_bytes=max_bytes)
 
     def processing(self, messages: Sequence[ReceivedMessage]) -> AbstractContextManager[Any]:
         """``with consumer.processing(result.messages): ...``: the work as a ``process``

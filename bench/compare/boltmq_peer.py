@@ -94,33 +94,41 @@ class BoltMQConsumer:
 
 
 class BoltMQSweepConsumer:
-    """One thread pulling each queue in turn (``PullConsumer``), for many queues.
+    """A ``PullConsumer`` reading every queue in one call per broker (``pull_queues``).
 
     The PushConsumer runs a thread per queue; with 1,024 topics of 4 queues that is
     4,096 threads long-polling at once, which drove this 2-core machine's load average
-    past 500 and starved the servers. Offsets are committed at close.
+    past 500 and starved the servers. Each call starts at the first queue the call
+    before left unanswered (its byte budget ran out), so every queue gets its turn.
+    Offsets are committed at close.
     """
 
     def __init__(self, registry: str, topics: Sequence[str], from_start: bool) -> None:
         self.consumer = PullConsumer(registry, f"CMP_C_{uuid.uuid4().hex[:8]}")
         self.queues = [q for topic in topics for q in self.consumer.queues(topic)]
-        self.offsets = {q: 0 if from_start else self._end(q) for q in self.queues}
+        self.offsets = dict.fromkeys(self.queues, 0) if from_start else self._ends()
         self.turn = 0
 
-    def _end(self, mq: MessageQueue) -> int:
-        return self.consumer.pull(mq, 0, max_messages=1).max_offset
+    def _ends(self) -> dict[MessageQueue, int]:
+        """Where each queue ends now (calls until every queue was answered)."""
+        ends: dict[MessageQueue, int] = {}
+        while len(ends) < len(self.queues):
+            rest = {q: 0 for q in self.queues if q not in ends}
+            ends.update((q, pulled.max_offset) for q, pulled in
+                        self.consumer.pull_queues(rest, max_messages=1).items())
+        return ends
 
     def poll(self) -> list[bytes]:
-        deadline = time.monotonic() + POLL_WAIT_S
+        turn = self.turn % len(self.queues)
+        order = self.queues[turn:] + self.queues[:turn]
+        results = self.consumer.pull_queues({q: self.offsets[q] for q in order},
+                                            max_messages=PULL_BATCH,
+                                            wait_ms=int(POLL_WAIT_S * 1000))
+        self.turn += len(results)
         bodies: list[bytes] = []
-        for _ in range(len(self.queues)):
-            mq = self.queues[self.turn % len(self.queues)]
-            self.turn += 1
-            pulled = self.consumer.pull(mq, self.offsets[mq], max_messages=PULL_BATCH)
+        for mq, pulled in results.items():
             self.offsets[mq] = pulled.next_begin_offset
             bodies += [bytes(m.body) for m in pulled.messages]
-            if bodies and len(bodies) >= PULL_BATCH or time.monotonic() > deadline:
-                break
         return bodies
 
     def close(self) -> None:

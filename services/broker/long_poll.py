@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -109,27 +109,39 @@ class LongPollHub:
         level): they hold no client call, so they neither count against
         ``max_parked`` nor are refused by it.
         """
+        return await self.wait_any([(topic, queue_id, queue_offset, token)], timeout_s,
+                                   counted=counted)
+
+    async def wait_any(self, waits: Sequence[tuple[str, int, int, ArrivalToken]],
+                       timeout_s: float, *, counted: bool = True) -> bool:
+        """:meth:`wait` on several queues at once (``(topic, queue_id, queue_offset, token)``
+        each): True as soon as one of them passes its offset; one parked pull."""
         if self._closed or timeout_s <= 0:
             return False
-        if token != self.token(topic, queue_id):
+        if any(token != self.token(topic, queue_id) for topic, queue_id, _, token in waits):
             return True
         if counted and self._parked_count >= self._max_parked:
             log.warning("long poll: %d pulls parked already; answering at once",
                         self._parked_count)
             return False
-        entry = _Parked(queue_offset, asyncio.get_running_loop().create_future())
-        parked = self._parked.setdefault((topic, queue_id), [])
-        if not parked or queue_offset < min(p.queue_offset for p in parked):
-            self.on_wait(topic, queue_id, queue_offset)
-        parked.append(entry)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        entries = []
+        for topic, queue_id, queue_offset, _ in waits:
+            entry = _Parked(queue_offset, future)
+            parked = self._parked.setdefault((topic, queue_id), [])
+            if not parked or queue_offset < min(p.queue_offset for p in parked):
+                self.on_wait(topic, queue_id, queue_offset)
+            parked.append(entry)
+            entries.append(((topic, queue_id), entry))
         self._parked_count += counted
         try:
-            return await asyncio.wait_for(entry.future, timeout_s)
+            return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             return False
         finally:
             self._parked_count -= counted
-            self._forget((topic, queue_id), entry)
+            for key, entry in entries:
+                self._forget(key, entry)
 
     def _forget(self, key: QueueKey, entry: _Parked) -> None:
         entries = self._parked.get(key)

@@ -13,6 +13,8 @@ sees the same status it would have seen at once.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from services.broker.config import BrokerConfig
@@ -24,7 +26,7 @@ from services.broker.names import check_subscription, check_topic
 from services.broker.store_client import StoreClient
 from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfig, TopicConfigManager
-from services.store.pull_wire import PullAnswer
+from services.store.pull_wire import PULL_QUEUES_MAX, PullAnswer, QueuesAnswer
 
 PARKABLE = frozenset((message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.NO_MESSAGE_IN_QUEUE))
 """Store answers meaning "nothing yet at this offset": the pull may wait for an arrival."""
@@ -60,6 +62,8 @@ def check_read_queue(config: TopicConfig, field: str, queue_id: int) -> int:
     return queue_id
 
 
+Answer = TypeVar("Answer")
+
 REPLICA_SUGGESTED = 1
 """suggest_broker_id for "any replica": the SDK picks the group's lowest replica id."""
 
@@ -85,21 +89,75 @@ class PullProcessor:
         """
         config = readable_topic(self._topics, "topic", request.topic)
         check_read_queue(config, "queue_id", request.queue_id)
-        _check_numbers(request)
+        _check_numbers(request, ("queue_offset", "max_messages", "max_bytes",
+                                 "suspend_timeout_ms"))
         check_subscription("subscription", request.subscription)
         await self._groups.require_consumable("consumer_group", request.consumer_group)
-        if request.HasField("commit_offset") and request.commit_offset >= 0:
-            self._offsets.commit(request.consumer_group, request.topic, request.queue_id,
-                                 request.commit_offset)
+        self._commit(request.consumer_group, request)
         store_request = store_pb2.PullRequest(
             topic=request.topic, queue_id=request.queue_id, queue_offset=request.queue_offset,
             max_messages=request.max_messages, max_bytes=request.max_bytes,
             subscription=request.subscription, raw_records=request.raw_records)
-        suspend_ms = min(request.suspend_timeout_ms, self._config.long_poll_max_ms)
-        answer = await self._pull_or_park(store_request, suspend_ms)
+        offset = request.queue_offset
+        answer = await self._read_or_park(
+            lambda: self._store.pull_answer(store_request),
+            [(request.topic, request.queue_id, offset)],
+            lambda answer: parkable(answer.response.status, offset),
+            request.suspend_timeout_ms)
         if self._far_behind(answer.response):
             answer.suggest(REPLICA_SUGGESTED)
         return answer
+
+    async def pull_queues(self, request: broker_pb2.BrokerPullQueuesRequest) -> QueuesAnswer:
+        """Answer a pull of several queues, parked while none of them has anything new.
+
+        Every queue is checked before anything is read or committed; the answer
+        keeps the store's encoding (StoreService.PullQueues).
+        """
+        pulls = request.pulls
+        if not pulls:
+            raise InvalidArgument("pulls: must name at least one queue")
+        if len(pulls) > PULL_QUEUES_MAX:
+            raise InvalidArgument(f"pulls: {len(pulls)} queues; at most {PULL_QUEUES_MAX} "
+                                  "a call")
+        _check_numbers(request, ("max_messages", "max_bytes", "suspend_timeout_ms"))
+        seen: dict[tuple[str, int], int] = {}
+        for n, pull in enumerate(pulls):
+            field = f"pulls[{n}]"
+            config = readable_topic(self._topics, f"{field}.topic", pull.topic)
+            check_read_queue(config, f"{field}.queue_id", pull.queue_id)
+            if pull.queue_offset < 0:
+                raise InvalidArgument(f"{field}.queue_offset: must not be negative, got "
+                                      f"{pull.queue_offset}")
+            check_subscription(f"{field}.subscription", pull.subscription)
+            first = seen.setdefault((pull.topic, pull.queue_id), n)
+            if first != n:
+                raise InvalidArgument(f"{field}: queue {pull.topic}:{pull.queue_id} is "
+                                      f"pulls[{first}] already")
+        await self._groups.require_consumable("consumer_group", request.consumer_group)
+        for pull in pulls:
+            self._commit(request.consumer_group, pull)
+        store_request = store_pb2.PullQueuesRequest(max_bytes=request.max_bytes, pulls=[
+            store_pb2.PullRequest(topic=pull.topic, queue_id=pull.queue_id,
+                                  queue_offset=pull.queue_offset,
+                                  max_messages=request.max_messages,
+                                  subscription=pull.subscription, raw_records=True)
+            for pull in pulls])
+        answer = await self._read_or_park(
+            lambda: self._store.pull_queues_answer(store_request),
+            [(pull.topic, pull.queue_id, pull.queue_offset) for pull in pulls],
+            lambda answer: all(parkable(response.status, pull.queue_offset)
+                               for response, pull in zip(answer.responses, pulls, strict=False)),
+            request.suspend_timeout_ms)
+        if any(self._far_behind(response) for response in answer.responses):
+            answer.suggest(REPLICA_SUGGESTED)
+        return answer
+
+    def _commit(self, group: str, pull: broker_pb2.BrokerPullRequest | broker_pb2.QueuePull
+                ) -> None:
+        """Commit the offset a pull carries for its queue, if it carries one."""
+        if pull.HasField("commit_offset") and pull.commit_offset >= 0:
+            self._offsets.commit(group, pull.topic, pull.queue_id, pull.commit_offset)
 
     def _far_behind(self, response: store_pb2.PullResponse) -> bool:
         """A master's consumer past the lag threshold, when replicas may serve reads."""
@@ -108,25 +166,30 @@ class PullProcessor:
             response.max_offset - response.next_begin_offset > \
             config.suggest_pulling_from_slave_lag_messages
 
-    async def _pull_or_park(self, request: store_pb2.PullRequest, suspend_ms: int
-                            ) -> PullAnswer:
+    async def _read_or_park(self, read: Callable[[], Awaitable[Answer]],
+                            queues: list[tuple[str, int, int]], idle: Callable[[Answer], bool],
+                            suspend_ms: int) -> Answer:
+        """``read()`` until its answer is not ``idle`` or ``suspend_ms`` (capped at
+        long_poll_max_ms) runs out, parked between reads until one of ``queues``
+        (``(topic, queue_id, queue_offset)``) passes its offset."""
         # Each pass is caused by an event (first call, an arrival, a stream
         # reconnect), never by a timer; the deadline only bounds the whole wait.
+        suspend_ms = min(suspend_ms, self._config.long_poll_max_ms)
         deadline = time.monotonic() + suspend_ms / 1000
         while True:
-            token = self._hub.token(request.topic, request.queue_id)
-            answer = await self._store.pull_answer(request)
-            if suspend_ms <= 0 or not parkable(answer.response.status, request.queue_offset):
+            tokens = [self._hub.token(topic, queue_id) for topic, queue_id, _ in queues]
+            answer = await read()
+            if suspend_ms <= 0 or not idle(answer):
                 return answer
-            woken = await self._hub.wait(request.topic, request.queue_id,
-                                         request.queue_offset, token,
-                                         deadline - time.monotonic())
+            woken = await self._hub.wait_any(
+                [(*queue, token) for queue, token in zip(queues, tokens, strict=True)],
+                deadline - time.monotonic())
             if not woken:
                 return answer
 
 
-def _check_numbers(request: broker_pb2.BrokerPullRequest) -> None:
-    for field in ("queue_offset", "max_messages", "max_bytes", "suspend_timeout_ms"):
+def _check_numbers(request: Any, fields: tuple[str, ...]) -> None:
+    for field in fields:
         value = getattr(request, field)
         if value < 0:
             raise InvalidArgument(f"{field}: must not be negative, got {value}")

@@ -36,11 +36,13 @@ class BrokerService:
         """Calls in progress at once (gRPC answers RESOURCE_EXHAUSTED beyond)."""
 
     def add_to(self, server: grpc.aio.Server) -> None:
-        """Register the servicer; PullMessage forwards the store's encoded answer."""
+        """Register the servicer; the pulls forward the store's encoded answers."""
         servicer = self.broker.servicer
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)
         runtime.answer_encoded(server, SERVICE_NAME, "PullMessage", servicer.PullMessage,
                                broker_pb2.BrokerPullRequest.FromString)
+        runtime.answer_encoded(server, SERVICE_NAME, "PullQueues", servicer.PullQueues,
+                               broker_pb2.BrokerPullQueuesRequest.FromString)
 
     def bound(self, port: int) -> None:
         """The real port (registries must be told it when the config says 0)."""

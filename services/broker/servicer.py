@@ -97,6 +97,21 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         return answer.encoded
 
     @_rpc
+    async def PullQueues(self, request: broker_pb2.BrokerPullQueuesRequest,
+                         context: grpc.aio.ServicerContext) -> bytes:
+        """Read several queues of one group, long-polling while none has anything new.
+
+        Answers the store's PullQueuesResponse encoding as it came, like PullMessage.
+        """
+        answer = await self._pull.pull_queues(request)
+        if self.metrics is not None:
+            for pull, response, size in zip(request.pulls, answer.responses, answer.sizes,
+                                            strict=False):  # fewer answers than pulls
+                self.metrics.pulled(pull.topic, pull.queue_id, response.record_count, size,
+                                    response.max_offset)
+        return answer.encoded
+
+    @_rpc
     async def Heartbeat(self, request: broker_pb2.HeartbeatRequest,
                         context: grpc.aio.ServicerContext) -> broker_pb2.HeartbeatResponse:
         """Record a client in its producer and consumer groups."""

@@ -31,11 +31,12 @@ from services.broker.errors import (
     StoreFailed,
     StoreUnavailable,
 )
-from services.store.pull_wire import PullAnswer
+from services.store.pull_wire import PullAnswer, QueuesAnswer
 from services.store.record_batch import RecordBatch
 
 STORE_SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_name
 PULL_METHOD = f"/{STORE_SERVICE_NAME}/Pull"
+PULL_QUEUES_METHOD = f"/{STORE_SERVICE_NAME}/PullQueues"
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -47,6 +48,9 @@ class StoreClient(StoreChannel):
         self._pull_encoded = self._channel.unary_unary(
             PULL_METHOD, request_serializer=store_pb2.PullRequest.SerializeToString)
         """Pull with the answer left as bytes (no response deserializer): see pull_answer."""
+        self._pull_queues_encoded = self._channel.unary_unary(
+            PULL_QUEUES_METHOD, request_serializer=store_pb2.PullQueuesRequest.SerializeToString)
+        """PullQueues with the answer left as bytes: see pull_queues_answer."""
         self._appends = AppendStream(self._stub.AppendStream, self._timeout_s,
                                      self.translate_status)
 
@@ -105,6 +109,15 @@ class StoreClient(StoreChannel):
             raise StoreFailed(grpc.StatusCode.INTERNAL,
                               f"store Pull answered bytes that are no PullResponse: {exc}"
                               ) from None
+
+    async def pull_queues_answer(self, request: store_pb2.PullQueuesRequest) -> QueuesAnswer:
+        """Several queues in one call, keeping the store's bytes like :meth:`pull_answer`."""
+        encoded: bytes = await self._call_on(self._pull_queues_encoded, "PullQueues", request)
+        try:
+            return QueuesAnswer.parse(encoded)
+        except DecodeError as exc:
+            raise StoreFailed(grpc.StatusCode.INTERNAL, "store PullQueues answered bytes that "
+                              f"are no PullQueuesResponse: {exc}") from None
 
     async def get(self, request: store_pb2.GetRequest) -> store_pb2.GetResponse:
         """One message by commitlog offset or message id."""

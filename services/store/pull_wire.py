@@ -26,6 +26,14 @@ records              | the records, back to back    | the store (views of the ma
 suggestion, optional | PullResponse(suggest_        | the broker, for a consumer far behind
                      | broker_id).encoding          | (appended: it replaces nothing)
 
+A PullQueues answer (``PullQueuesResponse``, several queues in one call) is built
+the same way, one level up: for each answer the answers key (0x0A), the
+length of that answer's encoding as a varint, and the answer's parts above;
+the broker may append ``PullQueuesResponse(suggest_broker_id)``. Broker and
+SDK parse it with protobuf: its answers are many and mostly small (one per
+queue, up to 1,024), and walking their framing in Python cost more than
+protobuf's copy of the records (bench/RESULTS.md, session 13).
+
 The rejected alternative, a second protobuf message type holding only the
 head, would still copy the records while parsing and adds a type clients must
 know. :func:`split_records` reads only the framing of the top-level fields
@@ -34,7 +42,7 @@ know. :func:`split_records` reads only the framing of the top-level fields
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -43,6 +51,9 @@ from google.protobuf.message import DecodeError
 from boltmq.v1 import store_pb2
 
 RECORDS_FIELD: Final = store_pb2.PullResponse.DESCRIPTOR.fields_by_name["records"].number
+ANSWERS_FIELD: Final = store_pb2.PullQueuesResponse.DESCRIPTOR.fields_by_name["answers"].number
+PULL_QUEUES_MAX: Final = 1_024
+"""Queues one PullQueues names at most (store and broker refuse more)."""
 WIRE_TYPE_VARINT: Final = 0
 WIRE_TYPE_I64: Final = 1
 WIRE_TYPE_LEN: Final = 2
@@ -50,7 +61,11 @@ WIRE_TYPE_LEN: Final = 2
 WIRE_TYPE_I32: Final = 5
 VARINT_MAX_BYTES: Final = 10
 RECORDS_KEY: Final = bytes([RECORDS_FIELD << 3 | WIRE_TYPE_LEN])
-assert RECORDS_FIELD < 16, "the records field's key must stay one byte"
+ANSWERS_KEY: Final = bytes([ANSWERS_FIELD << 3 | WIRE_TYPE_LEN])
+assert RECORDS_FIELD < 16 and ANSWERS_FIELD < 16, "the keys written here must stay one byte"
+
+Parts = list[bytes | memoryview]
+"""An encoding as pieces that ``b"".join`` makes whole (records stay views until then)."""
 
 
 def varint(value: int) -> bytes:
@@ -65,37 +80,46 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def encode_pull(head: store_pb2.PullResponse, records: Sequence[bytes | memoryview]) -> bytes:
-    """The encoding of ``head`` with ``records`` (joined) as its records field, in one copy.
+def pull_parts(head: store_pb2.PullResponse, records: Sequence[bytes | memoryview]) -> Parts:
+    """The encoding of ``head`` with ``records`` (joined) as its records field, in parts.
 
     ``head`` must not carry records itself: its own would be replaced, silently.
     """
     if head.records:
         raise ValueError("the head must not carry records: they are passed apart")
     if not records:
-        return head.SerializeToString()
+        return [head.SerializeToString()]
     length = sum(len(part) for part in records)
-    return b"".join((head.SerializeToString(), RECORDS_KEY, varint(length), *records))
+    return [head.SerializeToString(), RECORDS_KEY, varint(length), *records]
 
 
-def split_records(encoded: bytes) -> tuple[store_pb2.PullResponse, memoryview]:
-    """The answer parsed without its records, and the records as a view of ``encoded``.
+def encode_pull(head: store_pb2.PullResponse, records: Sequence[bytes | memoryview]) -> bytes:
+    """:func:`pull_parts` joined: one copy of the records."""
+    return b"".join(pull_parts(head, records))
 
-    What a consumer does with a raw pull's bytes: parsing them whole would copy
-    the records into the message and again out of it. This walks the top-level
-    fields of the encoding (a varint key, then by wire type a varint, 8 bytes, a
-    varint length and that many bytes, or 4 bytes), sets the records field
-    aside wherever it lies (the last one counts, as when protobuf parses it)
-    and parses the rest, a few dozen bytes. DecodeError for bytes that are not
-    a whole encoding.
+
+def encode_pull_queues(answers: Sequence[Parts]) -> bytes:
+    """A PullQueuesResponse of ``answers`` (each from :func:`pull_parts`), in one copy."""
+    parts: Parts = []
+    for answer in answers:
+        parts += (ANSWERS_KEY, varint(sum(len(part) for part in answer)), *answer)
+    return b"".join(parts)
+
+
+def _fields(encoded: bytes | memoryview) -> Iterator[tuple[int, int, int, int]]:
+    """The top-level fields of an encoding: ``(number, start, data start, end)`` each.
+
+    ``start`` is where the field's key begins, ``end`` where the next field does;
+    for a length-delimited field the data starts after its length (for the
+    others ``data start`` is where the value begins). Reads a varint key, then by
+    wire type a varint, 8 bytes, a varint length and that many bytes, or 4
+    bytes; DecodeError for bytes that are not a whole encoding.
     """
-    view = memoryview(encoded)
     end = len(encoded)
-    pieces: list[bytes] = []
-    records = view[0:0]
-    position = piece_start = 0
+    position = 0
     while position < end:
         key, at = _read_varint(encoded, position)
+        data_at = at
         wire_type = key & 7
         if wire_type == WIRE_TYPE_VARINT:
             at = _read_varint(encoded, at)[1]
@@ -106,20 +130,47 @@ def split_records(encoded: bytes) -> tuple[store_pb2.PullResponse, memoryview]:
         elif wire_type == WIRE_TYPE_LEN:
             length, data_at = _read_varint(encoded, at)
             at = data_at + length
-            if key >> 3 == RECORDS_FIELD and at <= end:
-                pieces.append(encoded[piece_start:position])
-                piece_start = at
-                records = view[data_at:at]
         else:
             raise DecodeError(f"wire type {wire_type} of the field at byte {position}")
         if at > end:
             raise DecodeError(f"the field at byte {position} runs past the end ({end} bytes)")
+        yield key >> 3, position, data_at, at
         position = at
-    pieces.append(encoded[piece_start:])
-    return store_pb2.PullResponse.FromString(b"".join(pieces)), records
 
 
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+def _set_aside(encoded: bytes | memoryview, number: int
+               ) -> tuple[bytes, list[memoryview]]:
+    """The encoding without its fields ``number`` (length-delimited), and their data as
+    views of ``encoded``, in order."""
+    view = memoryview(encoded)
+    pieces: list[bytes | memoryview] = []
+    taken: list[memoryview] = []
+    piece_start = 0
+    for field, start, data_at, end in _fields(encoded):
+        if field == number:
+            pieces.append(view[piece_start:start])
+            piece_start = end
+            taken.append(view[data_at:end])
+    pieces.append(view[piece_start:])
+    return b"".join(pieces), taken
+
+
+def split_records(encoded: bytes | memoryview) -> tuple[store_pb2.PullResponse, memoryview]:
+    """The answer parsed without its records, and the records as a view of ``encoded``.
+
+    What a consumer does with a raw pull's bytes: parsing them whole would copy
+    the records into the message and again out of it. This walks the top-level
+    fields of the encoding (:func:`_fields`), sets the records field aside
+    wherever it lies (the last one counts, as when protobuf parses it) and
+    parses the rest, a few dozen bytes. DecodeError for bytes that are not a
+    whole encoding.
+    """
+    rest, records = _set_aside(encoded, RECORDS_FIELD)
+    return store_pb2.PullResponse.FromString(rest), \
+        records[-1] if records else memoryview(b"")
+
+
+def _read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
     """The varint at ``position`` and where the next field starts; DecodeError if cut."""
     value = shift = 0
     for at in range(position, min(position + VARINT_MAX_BYTES, len(data))):
@@ -158,3 +209,31 @@ class PullAnswer:
     def record_count(self) -> int:
         """Records (raw pull) or messages in the answer."""
         return self.response.record_count or len(self.response.messages)
+
+
+@dataclass(slots=True)
+class QueuesAnswer:
+    """A store's PullQueues answer as the broker holds it, like :class:`PullAnswer`."""
+
+    responses: list[store_pb2.PullResponse]
+    """Each queue's answer, in the order of the request's pulls."""
+    sizes: list[int]
+    """Each queue's answer's encoded bytes."""
+    encoded: bytes
+    """The bytes to answer the client with: the store's, plus a suggestion if any."""
+
+    @classmethod
+    def parse(cls, encoded: bytes) -> QueuesAnswer:
+        """The answer from the store's bytes (DecodeError when they are not one)."""
+        answers = store_pb2.PullQueuesResponse.FromString(encoded).answers
+        return cls(list(answers), [answer.ByteSize() for answer in answers], encoded)
+
+    def suggest(self, broker_id: int) -> None:
+        """Ask the client to pull from ``broker_id`` for a while (appended to the bytes)."""
+        self.encoded += store_pb2.PullQueuesResponse(
+            suggest_broker_id=broker_id).SerializeToString()
+
+    @property
+    def record_count(self) -> int:
+        """Records in every answer."""
+        return sum(response.record_count for response in self.responses)

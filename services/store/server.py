@@ -50,10 +50,12 @@ class StoreService:
         self.servicer = StoreServicer(self.store, config)
 
     def add_to(self, server: grpc.aio.Server) -> None:
-        """Register the servicer on ``server``; Pull answers bytes it encoded itself."""
+        """Register the servicer on ``server``; the pulls answer bytes they encoded."""
         store_pb2_grpc.add_StoreServiceServicer_to_server(self.servicer, server)
         runtime.answer_encoded(server, SERVICE_NAME, "Pull", self.servicer.Pull,
                                store_pb2.PullRequest.FromString)
+        runtime.answer_encoded(server, SERVICE_NAME, "PullQueues", self.servicer.PullQueues,
+                               store_pb2.PullQueuesRequest.FromString)
 
     async def start(self) -> None:
         """Lock the root and recover (in a thread: recovery reads whole segments)."""

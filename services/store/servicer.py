@@ -47,7 +47,12 @@ from services.store.config_files import (
     validate_config_name,
 )
 from services.store.metrics import StoreMetrics
-from services.store.pull_wire import encode_pull
+from services.store.pull_wire import (
+    PULL_QUEUES_MAX,
+    encode_pull,
+    encode_pull_queues,
+    pull_parts,
+)
 from services.store.record import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
@@ -57,7 +62,7 @@ from services.store.record import (
 )
 from services.store.record_batch import RecordBatch
 from services.store.role import RoleChangeRefused
-from services.store.status import GetStatus, PutResult, PutStatus, StoredRun
+from services.store.status import GetResult, GetStatus, PutResult, PutStatus, StoredRun
 from services.store.store import MessageStore, StoreNotRunning
 from services.store.topic import (
     InvalidSubscription,
@@ -77,6 +82,8 @@ PULL_MESSAGES_MAX: Final = 8_192
 """Messages one Pull returns at most (larger max_messages is lowered to this)."""
 PULL_BYTES_MAX: Final = 32 * 1024 * 1024
 """Bytes one Pull returns at most (half the gRPC message limit)."""
+PULL_QUEUES_DEFAULT_BYTES: Final = 4 * 1024 * 1024
+"""Records of all answers of one PullQueues when its max_bytes is 0."""
 QUERY_DEFAULT_MAX_COUNT: Final = 32
 """Messages QueryByKey returns when max_count is 0."""
 QUERY_MAX_COUNT: Final = 1_024
@@ -711,29 +718,75 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         The answer is a PullResponse already encoded (:mod:`services.store.pull_wire`):
         raw records go from the mapped file into it in one copy.
         """
-        topic = _topic("topic", request.topic)
-        queue_id = _queue_id("queue_id", request.queue_id, self._config.max_queue_id)
-        queue_offset = _non_negative("queue_offset", request.queue_offset)
-        max_messages = _limit("max_messages", request.max_messages,
+        max_messages, max_bytes = self._check_pull(request, "")
+        head, result = self._get(request, max_messages, max_bytes, raw=request.raw_records)
+        if request.raw_records:
+            return encode_pull(head, result.raw)
+        head.messages.extend(messages_to_proto(result.messages))
+        return head.SerializeToString()
+
+    @_edge
+    async def PullQueues(self, request: store_pb2.PullQueuesRequest,
+                         context: grpc.aio.ServicerContext) -> bytes:
+        """Raw records of several queues, in the order asked, until max_bytes is reached.
+
+        Every pull is checked before any is read. A pull's own max_bytes is
+        lowered to what is left of the call's; each answered pull returns at
+        least one record when its queue has one, so the records may pass
+        max_bytes by one record, never more.
+        """
+        pulls = request.pulls
+        if not pulls:
+            raise BadRequest("pulls", "must name at least one queue")
+        if len(pulls) > PULL_QUEUES_MAX:
+            raise BadRequest("pulls", f"{len(pulls)} queues; at most {PULL_QUEUES_MAX} a call")
+        limits = []
+        seen: dict[tuple[str, int], int] = {}
+        for n, pull in enumerate(pulls):
+            limits.append(self._check_pull(pull, f"pulls[{n}]."))
+            first = seen.setdefault((pull.topic, pull.queue_id), n)
+            if first != n:
+                raise BadRequest(f"pulls[{n}]", f"queue {pull.topic}:{pull.queue_id} is "
+                                 f"pulls[{first}] already")
+        left = _limit("max_bytes", request.max_bytes, PULL_QUEUES_DEFAULT_BYTES, PULL_BYTES_MAX)
+        answers = []
+        for n, (pull, (max_messages, max_bytes)) in enumerate(zip(pulls, limits, strict=True)):
+            if n and left <= 0:
+                break
+            head, result = self._get(pull, max_messages, min(max_bytes, max(left, 1)), raw=True)
+            left -= sum(len(record) for record in result.raw)
+            answers.append(pull_parts(head, result.raw))
+        return encode_pull_queues(answers)
+
+    def _check_pull(self, request: store_pb2.PullRequest, prefix: str) -> tuple[int, int]:
+        """``(max_messages, max_bytes)`` of a pull whose fields are valid; BadRequest
+        naming the field (after ``prefix``) otherwise."""
+        _topic(f"{prefix}topic", request.topic)
+        _queue_id(f"{prefix}queue_id", request.queue_id, self._config.max_queue_id)
+        _non_negative(f"{prefix}queue_offset", request.queue_offset)
+        max_messages = _limit(f"{prefix}max_messages", request.max_messages,
                               self._config.max_transfer_count_on_message_in_memory,
                               PULL_MESSAGES_MAX)
-        max_bytes = _limit("max_bytes", request.max_bytes,
+        max_bytes = _limit(f"{prefix}max_bytes", request.max_bytes,
                            self._config.max_transfer_bytes_on_message_in_memory, PULL_BYTES_MAX)
         try:
             parse_subscription(request.subscription)
         except InvalidSubscription as exc:
-            raise BadRequest("subscription", str(exc)) from None
-        store = self._running_store()
-        result = store.get_messages(topic, queue_id, queue_offset, max_messages,
-                                    request.subscription, max_bytes, raw=request.raw_records)
-        response = store_pb2.PullResponse(
+            raise BadRequest(f"{prefix}subscription", str(exc)) from None
+        return max_messages, max_bytes
+
+    def _get(self, request: store_pb2.PullRequest, max_messages: int, max_bytes: int, *,
+             raw: bool) -> tuple[store_pb2.PullResponse, GetResult]:
+        """A checked pull read: its answer without messages or records, and what was read."""
+        result = self._running_store().get_messages(
+            request.topic, request.queue_id, request.queue_offset, max_messages,
+            request.subscription, max_bytes, raw=raw)
+        head = store_pb2.PullResponse(
             status=GET_STATUS_TO_PROTO[result.status], next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset, max_offset=result.max_offset)
-        if request.raw_records:
-            response.record_count = result.raw_count
-            return encode_pull(response, result.raw)
-        response.messages.extend(messages_to_proto(result.messages))
-        return response.SerializeToString()
+        if raw:
+            head.record_count = result.raw_count
+        return head, result
 
     @_edge
     async def QueryByKey(self, request: store_pb2.QueryByKeyRequest,

@@ -219,6 +219,59 @@ def test_a_raw_pull_answer_is_the_stores_encoding_with_the_records_last_forwarde
     assert [bytes(r.body) for r in decode_records(parsed.records)] == bodies
 
 
+def queue_pull(topic: str, queue_id: int, offset: int = 0, **fields: object
+               ) -> broker_pb2.QueuePull:
+    return broker_pb2.QueuePull(topic=topic, queue_id=queue_id, queue_offset=offset,
+                                **fields)  # type: ignore[arg-type]
+
+
+def test_pull_queues_answers_each_queue_as_the_store_does_and_commits_offsets(
+        cluster: Cluster) -> None:
+    stub = cluster.stub
+    upsert(stub, "orders", queues=4)
+    upsert(stub, "audit", queues=2)
+    send(stub, *(msg("orders", f"o1-{n}".encode(), 1) for n in range(3)))
+    send(stub, msg("audit", b"a0", 0))
+    request = broker_pb2.BrokerPullQueuesRequest(consumer_group="cg", max_messages=2, pulls=[
+        queue_pull("audit", 0), queue_pull("orders", 1, 1, commit_offset=1),
+        queue_pull("orders", 3)])
+    with sync_channel(cluster.broker.address) as chan:  # the bytes as the broker sent them
+        encoded = chan.unary_unary("/boltmq.v1.BrokerService/PullQueues", request_serializer=(
+            broker_pb2.BrokerPullQueuesRequest.SerializeToString))(request, timeout=RPC_TIMEOUT_S)
+    answer = store_pb2.PullQueuesResponse.FromString(encoded)
+    assert [[bytes(r.body) for r in decode_records(a.records)] for a in answer.answers] == \
+        [[b"a0"], [b"o1-1", b"o1-2"], []]
+    assert [a.status for a in answer.answers][:2] == [message_pb2.FOUND] * 2
+    assert answer.answers[2].status in EMPTY
+    with sync_channel(cluster.store.address) as chan:  # forwarded as the store answered
+        assert encoded == chan.unary_unary(
+            "/boltmq.v1.StoreService/PullQueues",
+            request_serializer=store_pb2.PullQueuesRequest.SerializeToString)(
+            store_pb2.PullQueuesRequest(pulls=[store_pb2.PullRequest(
+                topic=p.topic, queue_id=p.queue_id, queue_offset=p.queue_offset,
+                max_messages=2, raw_records=True) for p in request.pulls]),
+            timeout=RPC_TIMEOUT_S)
+    committed = stub.QueryConsumerOffset(broker_pb2.QueryConsumerOffsetRequest(
+        group="cg", topic="orders", queue_id=1), timeout=RPC_TIMEOUT_S)
+    assert (committed.found, committed.offset) == (True, 1)
+
+
+def test_a_parked_pull_of_several_queues_is_woken_by_a_send_to_any(cluster: Cluster) -> None:
+    stub = cluster.stub
+    upsert(stub, "wake", queues=3)
+    started = time.monotonic()
+    parked = stub.PullQueues.future(broker_pb2.BrokerPullQueuesRequest(
+        consumer_group="cg", suspend_timeout_ms=LONG_SUSPEND_MS,
+        pulls=[queue_pull("wake", n) for n in range(3)]), timeout=RPC_TIMEOUT_S)
+    time.sleep(0.5)  # let the pull reach the store and park; it must still be waiting
+    assert not parked.done(), "empty queues answered at once instead of parking"
+    send(stub, msg("wake", b"hello", 2))
+    answer = parked.result()
+    assert (time.monotonic() - started) * 1000 < LONG_SUSPEND_MS, "not woken by the send"
+    assert [a.record_count for a in answer.answers] == [0, 0, 1]
+    assert [bytes(r.body) for r in decode_records(answer.answers[2].records)] == [b"hello"]
+
+
 def test_a_batch_is_appended_whole_to_one_queue_and_queues_rotate(cluster: Cluster) -> None:
     stub = cluster.stub
     upsert(stub, "batch", queues=3)
@@ -451,6 +504,26 @@ def bad_requests() -> list[tuple[str, object, grpc.StatusCode, str]]:
          "consumer_group"),
         ("PullMessage", broker_pb2.BrokerPullRequest(**pull_base, subscription="A ||"),  # type: ignore
          invalid, "subscription"),
+        ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="cg"), invalid,
+         "pulls:"),
+        ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="cg", pulls=[
+            queue_pull("orders", n % 4, n) for n in range(1025)]), invalid, "pulls:"),
+        ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="cg", pulls=[
+            queue_pull("orders", 0), queue_pull("nope", 0)]), not_found, "pulls[1].topic"),
+        ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="cg", pulls=[
+            queue_pull("orders", 9)]), invalid, "pulls[0].queue_id"),
+        ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="cg", pulls=[
+            queue_pull("orders", 0, -1)]), invalid, "pulls[0].queue_offset"),
+        ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="cg", pulls=[
+            queue_pull("orders", 0, subscription="A ||")]), invalid, "pulls[0].subscription"),
+        ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="cg", pulls=[
+            queue_pull("orders", 0), queue_pull("orders", 0, 5)]), invalid,
+         "pulls[1]: queue orders:0 is pulls[0] already"),
+        ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="cg", max_bytes=-1,
+                                                          pulls=[queue_pull("orders", 0)]),
+         invalid, "max_bytes"),
+        ("PullQueues", broker_pb2.BrokerPullQueuesRequest(pulls=[queue_pull("orders", 0)]),
+         invalid, "consumer_group"),
         ("Heartbeat", broker_pb2.HeartbeatRequest(), invalid, "client_id"),
         ("Heartbeat", broker_pb2.HeartbeatRequest(client_id="c", consumer_groups=[
             broker_pb2.ConsumerGroupHeartbeat(group="g", model="SOMETIMES")]), invalid,

@@ -32,6 +32,7 @@ from boltmq import (
     MessageQueue,
     Producer,
     PullConsumer,
+    PullError,
     PullStatus,
     PushConsumer,
     ReceivedMessage,
@@ -515,6 +516,49 @@ def test_pull_consumer_pulls_commits_and_long_polls(cluster: Cluster, producer: 
         poller.join(DEADLINE_S)
         assert parked and parked[0].status is PullStatus.FOUND
         assert [bytes(m.body) for m in parked[0].messages] == [b"wake-up"]
+
+
+def test_pull_queues_reads_many_queues_in_one_call_and_long_polls_on_all(
+        cluster: Cluster, producer: Producer) -> None:
+    first = producer.send_batch([Message(topic="many-a", body=b) for b in bodies("a", 5)])
+    second = producer.send_batch([Message(topic="many-b", body=b, tags="blue")
+                                  for b in bodies("b", 3)])
+    with PullConsumer(cluster.registry.address, "cg-many") as puller:
+        queues = puller.queues("many-a") + puller.queues("many-b")
+        offsets = dict.fromkeys(queues, 0)
+        offsets[first[0].queue] = 2
+        results = puller.pull_queues(offsets, max_messages=2,
+                                     subscriptions={"many-b": "blue || red"})
+        assert set(results) == set(queues)  # every queue answered: far below the budget
+        assert [bytes(m.body) for m in results[first[0].queue].messages] == bodies("a", 5)[2:4]
+        assert results[first[0].queue].next_begin_offset == 4
+        assert [bytes(m.body) for m in results[second[0].queue].messages] == bodies("b", 3)[:2]
+        assert {r.status for q, r in results.items()
+                if q not in (first[0].queue, second[0].queue)} == {PullStatus.NO_NEW_MSG}
+        # A byte budget of one: the first queue alone answers, with one message.
+        cut = puller.pull_queues({second[0].queue: 2, first[0].queue: 4}, max_bytes=1)
+        assert list(cut) == [second[0].queue]
+        assert [bytes(m.body) for m in cut[second[0].queue].messages] == bodies("b", 3)[2:]
+
+        # Parked on every queue's end, the call is answered by a send to any of them.
+        ends = {q: r.max_offset for q, r in puller.pull_queues(offsets).items()}
+        parked: list[Any] = []
+        poller = threading.Thread(target=lambda: parked.append(
+            puller.pull_queues(ends, wait_ms=20_000)), daemon=True)
+        poller.start()
+        time.sleep(0.3)  # let the call park; it must still be waiting
+        assert not parked
+        woken = producer.send(Message(topic="many-b", body=b"wake-up")).queue
+        poller.join(DEADLINE_S)
+        assert parked, "the parked call was not woken by the send"
+        assert [bytes(m.body) for m in parked[0][woken].messages] == [b"wake-up"]
+
+        with pytest.raises(ValueError, match="at least one queue"):
+            puller.pull_queues({})
+        with pytest.raises(ValueError, match="offsets >= 0"):
+            puller.pull_queues({queues[0]: -1})
+        with pytest.raises(PullError, match=r"pulls\[0\].subscription"):
+            puller.pull_queues({queues[0]: 0}, subscriptions={"many-a": "A ||"})
 
 
 def _send_to(producer: Producer, queue: MessageQueue, body: bytes) -> None:

@@ -21,7 +21,7 @@ import pytest
 from boltmq.runtime import channel, sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 from services.store import MessageStore, StoreConfig
-from services.store.record import MAGIC_BLANK, decode_record
+from services.store.record import MAGIC_BLANK, decode_record, decode_records
 from services.store.server import create_server
 from services.store.servicer import WATCHING_METADATA
 from tests.integration.procs import ServiceProcess
@@ -409,6 +409,38 @@ def test_config_files_round_trip_backup_and_names(spawn: Spawn, connect, tmp_pat
 
 
 # =========================================================================== bad input
+def test_pull_queues_answers_each_queue_in_order_until_the_byte_budget(
+        spawn: Spawn, connect, tmp_path: Path) -> None:
+    stub = connect(start_store(spawn, tmp_path / "s"))
+    append(stub, *(msg("T", 0, f"t0-{n}".encode()) for n in range(3)))
+    append(stub, *(msg("T", 1, b"x" * 2000) for _ in range(2)))
+    append(stub, msg("U", 0, b"u0", tags="red"), msg("U", 0, b"u1", tags="blue"))
+    append(stub, *(msg("V", 0, b"v") for _ in range(3)))
+    pulls = [store_pb2.PullRequest(topic="T", queue_id=1),
+             store_pb2.PullRequest(topic="T", queue_id=0, queue_offset=1),
+             store_pb2.PullRequest(topic="U", queue_id=0, subscription="blue"),
+             store_pb2.PullRequest(topic="T", queue_id=2),
+             store_pb2.PullRequest(topic="V", queue_id=0, queue_offset=3)]
+    answer = stub.PullQueues(store_pb2.PullQueuesRequest(pulls=pulls))
+    assert [a.status for a in answer.answers] == [
+        message_pb2.FOUND, message_pb2.FOUND, message_pb2.FOUND,
+        message_pb2.NO_MATCHED_LOGIC_QUEUE, message_pb2.OFFSET_OVERFLOW_ONE]
+    assert [bodies(decode_records(a.records)) for a in answer.answers] == [
+        [b"x" * 2000] * 2, [b"t0-1", b"t0-2"], [b"u1"], [], []]
+    assert [(a.record_count, a.next_begin_offset, a.max_offset) for a in answer.answers] == [
+        (2, 2, 2), (2, 3, 3), (1, 2, 2), (0, 0, 0), (0, 3, 3)]
+    # The same reads one by one answer the same.
+    for pull, queue_answer in zip(pulls, answer.answers, strict=True):
+        pull.raw_records = True
+        assert stub.Pull(pull) == queue_answer
+    # 2,500 bytes: one 2 KB record, then what is left for the queues after it.
+    cut = stub.PullQueues(store_pb2.PullQueuesRequest(pulls=pulls, max_bytes=2500))
+    assert [a.record_count for a in cut.answers] == [1, 2, 1, 0, 0]
+    # A budget smaller than one record answers the first queue with one, and no other.
+    one = stub.PullQueues(store_pb2.PullQueuesRequest(pulls=pulls, max_bytes=1000))
+    assert [bodies(decode_records(a.records)) for a in one.answers] == [[b"x" * 2000]]
+
+
 def test_every_bad_request_names_its_field(spawn: Spawn, connect, tmp_path: Path) -> None:
     stub = connect(start_store(spawn, tmp_path / "s"))
     append(stub, msg("T", 0, b"x"))
@@ -430,6 +462,23 @@ def test_every_bad_request_names_its_field(spawn: Spawn, connect, tmp_path: Path
         (stub.Pull, s.PullRequest(topic="T", max_messages=-1), "max_messages"),
         (stub.Pull, s.PullRequest(topic="T", max_bytes=-1), "max_bytes"),
         (stub.Pull, s.PullRequest(topic="T", subscription="a || "), "subscription"),
+        (stub.PullQueues, s.PullQueuesRequest(), "pulls"),
+        (stub.PullQueues, s.PullQueuesRequest(pulls=[s.PullRequest(topic="T", queue_id=n)
+                                                     for n in range(1025)]), "pulls"),
+        (stub.PullQueues, s.PullQueuesRequest(pulls=[s.PullRequest(topic="T"),
+                                                     s.PullRequest(topic="../T")]),
+         "pulls[1].topic"),
+        (stub.PullQueues, s.PullQueuesRequest(pulls=[s.PullRequest(topic="T", queue_offset=-1)]),
+         "pulls[0].queue_offset"),
+        (stub.PullQueues, s.PullQueuesRequest(pulls=[s.PullRequest(topic="T", max_bytes=-1)]),
+         "pulls[0].max_bytes"),
+        (stub.PullQueues, s.PullQueuesRequest(pulls=[s.PullRequest(topic="T", subscription="||")]),
+         "pulls[0].subscription"),
+        (stub.PullQueues, s.PullQueuesRequest(pulls=[s.PullRequest(topic="T"),
+                                                     s.PullRequest(topic="T", queue_offset=3)]),
+         "pulls[1]"),
+        (stub.PullQueues, s.PullQueuesRequest(pulls=[s.PullRequest(topic="T")], max_bytes=-1),
+         "max_bytes"),
         (stub.QueryByKey, s.QueryByKeyRequest(topic="T", key=""), "key"),
         (stub.QueryByKey, s.QueryByKeyRequest(topic="T" * 128, key="k"), "topic"),
         (stub.QueryByKey, s.QueryByKeyRequest(topic="T", key="k", max_count=-1), "max_count"),

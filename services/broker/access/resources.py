@@ -8,8 +8,8 @@ read its retries.
 
 Call kind    | Calls
 -------------+-----------------------------------------------------------------
-PUB / SUB    | SendMessage (topic PUB); PullMessage, offsets, locks, heartbeat,
-             | send-back, dead-letter listing, key queries (group / topic SUB)
+PUB / SUB    | SendMessage (topic PUB); PullMessage, PullQueues, offsets, locks,
+             | heartbeat, send-back, dead-letter listing, key queries (group / topic SUB)
 ANY ACCOUNT  | read-only cluster views (ListTopics, TopicStatus, ListGroups,
              | GroupProgress, GetBrokerInfo) and transactions (EndTransaction,
              | TransactionChecks: the half message's topic was checked on send)
@@ -73,6 +73,12 @@ def _pull(request: Any) -> Iterator[Need]:
     yield topic_need(request.topic, Perm.SUB)
 
 
+def _pull_queues(request: Any) -> Iterator[Need]:
+    yield group_need(request.consumer_group)
+    for topic in sorted({pull.topic for pull in request.pulls}):
+        yield topic_need(topic, Perm.SUB)
+
+
 def _group_and_topic(request: Any) -> Iterator[Need]:
     yield group_need(request.group)
     yield topic_need(request.topic, Perm.SUB)
@@ -111,6 +117,7 @@ def _nothing(request: Any) -> Iterator[Need]:
 NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "SendMessage": _send,
     "PullMessage": _pull,
+    "PullQueues": _pull_queues,
     "Heartbeat": _heartbeat,
     "UnregisterClient": _unregister,
     "GetConsumerList": _group,

@@ -127,3 +127,40 @@ def test_the_store_is_told_of_each_queue_a_pull_waits_on() -> None:
         assert await other is True
         assert len(told) == 4
     run(scenario())
+
+
+def test_a_pull_of_several_queues_wakes_on_an_arrival_on_any_of_them() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        waits = [("orders", 0, 5, hub.token("orders", 0)),
+                 ("payments", 2, 0, hub.token("payments", 2))]
+        task = asyncio.create_task(hub.wait_any(waits, LONG_S))
+        await asyncio.sleep(0)
+        assert hub.parked_count == 1  # one client call, however many queues
+        assert hub.notify("orders", 0, 5) == 0  # not past its offset
+        assert hub.notify("payments", 2, 1) == 1
+        assert await task is True
+        assert hub.parked_count == 0
+        assert hub.notify("orders", 0, 9) == 0  # its other queue holds nothing any more
+    run(scenario())
+
+
+def test_a_pull_of_several_queues_returns_at_once_after_an_arrival_on_one() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        waits = [(topic, 0, 0, hub.token(topic, 0)) for topic in ("a", "b", "c")]
+        hub.notify("c", 0, 1)  # between the store's answer and parking
+        assert await hub.wait_any(waits, LONG_S) is True
+    run(scenario())
+
+
+def test_a_pull_of_several_queues_times_out_and_leaves_nothing_parked() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        told: list[tuple[str, int, int]] = []
+        hub.on_wait = lambda topic, queue_id, offset: told.append((topic, queue_id, offset))
+        waits = [(topic, 1, 4, hub.token(topic, 1)) for topic in ("a", "b")]
+        assert await hub.wait_any(waits, 0.01) is False
+        assert told == [("a", 1, 4), ("b", 1, 4)] and hub.parked_count == 0
+        assert hub.notify("a", 1, 9) == 0 and hub.notify("b", 1, 9) == 0
+    run(scenario())

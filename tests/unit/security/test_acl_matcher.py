@@ -80,6 +80,13 @@ def test_deny_grants_nothing_and_named_entries_replace_defaults() -> None:
      "allowed"),
     ("PullMessage", broker_pb2.BrokerPullRequest(consumer_group="g", topic="%RETRY%legacy"),
      "denied"),
+    ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="g", pulls=[
+        broker_pb2.QueuePull(topic="orders"), broker_pb2.QueuePull(topic="%RETRY%g")]),
+     "allowed"),
+    ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="g", pulls=[
+        broker_pb2.QueuePull(topic="orders"), broker_pb2.QueuePull(topic="audit")]), "denied"),
+    ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="legacy", pulls=[
+        broker_pb2.QueuePull(topic="orders")]), "denied"),
     ("Heartbeat", broker_pb2.HeartbeatRequest(consumer_groups=[broker_pb2.ConsumerGroupHeartbeat(
         group="g", subscriptions=[broker_pb2.ConsumerSubscription(topic="audit")])]), "denied"),
     ("ListTopics", broker_pb2.ListTopicsRequest(), "allowed"),

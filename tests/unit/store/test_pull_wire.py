@@ -8,7 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boltmq.v1 import message_pb2, store_pb2
-from services.store.pull_wire import PullAnswer, encode_pull, split_records, varint
+from services.store.pull_wire import (
+    PullAnswer,
+    QueuesAnswer,
+    encode_pull,
+    encode_pull_queues,
+    pull_parts,
+    split_records,
+    varint,
+)
 
 # The records length varint's edges: 1 to 4 bytes (a pull is at most 4 MiB).
 LENGTH_EDGES = (1, 127, 128, 16_383, 16_384, (1 << 21) - 1, 1 << 21, 4 << 20)
@@ -122,3 +130,38 @@ def test_split_records_of_an_answer_without_records_is_an_empty_view() -> None:
 def test_split_records_of_damaged_bytes_raises_decode_error(encoded: bytes) -> None:
     with pytest.raises(DecodeError):
         split_records(encoded)
+
+
+# ------------------------------------------------------------------ PullQueues answers
+@given(queues=st.lists(st.tuples(st.lists(st.binary(max_size=200), max_size=4),
+                                 st.integers(min_value=0, max_value=(1 << 40))),
+                       min_size=1, max_size=6))
+def test_a_pull_queues_answer_parses_as_protobufs_message(
+        queues: list[tuple[list[bytes], int]]) -> None:
+    answers = [pull_parts(store_pb2.PullResponse(next_begin_offset=offset,
+                                                 record_count=len(parts)), parts)
+               for parts, offset in queues]
+    parsed = store_pb2.PullQueuesResponse.FromString(encode_pull_queues(answers))
+    assert [(a.records, a.next_begin_offset, a.record_count) for a in parsed.answers] == \
+        [(b"".join(parts), offset, len(parts)) for parts, offset in queues]
+
+
+def test_queues_answer_keeps_each_head_and_size_and_appends_a_suggestion() -> None:
+    encoded = encode_pull_queues([pull_parts(head(), [b"xyz"]), pull_parts(head(), [])])
+    answer = QueuesAnswer.parse(encoded)
+    assert [r.record_count for r in answer.responses] == [3, 3] and answer.record_count == 6
+    assert answer.sizes == [len(b"".join(pull_parts(head(), [b"xyz"]))),
+                            len(head().SerializeToString())]
+    answer.suggest(1)
+    parsed = store_pb2.PullQueuesResponse.FromString(answer.encoded)
+    assert parsed.suggest_broker_id == 1 and parsed.answers[0].records == b"xyz"
+
+
+@pytest.mark.parametrize("encoded", [
+    b"\x0a\x05ab",  # an answer longer than the bytes left
+    b"\x0a\x02\x08",  # an answer whose own varint field is cut
+    b"\x10",  # suggest_broker_id without its value
+])
+def test_damaged_pull_queues_answers_raise_decode_error(encoded: bytes) -> None:
+    with pytest.raises(DecodeError):
+        QueuesAnswer.parse(encoded)
