@@ -1,0 +1,42 @@
+"""The comparison's BoltMQ consumer for many topics reads every message exactly once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from bench.compare.boltmq_peer import BoltMQPeer, BoltMQSweepConsumer
+
+DEADLINE_S = 60.0
+WARM_UP_PER_TOPIC = 5
+"""create_topics sends one message to auto-create a topic, then one to each of its 4 queues."""
+
+
+def test_the_many_topic_consumer_reads_every_message_once_and_can_start_at_the_ends(
+        tmp_path: Path) -> None:
+    peer = BoltMQPeer()
+    peer.start(tmp_path)
+    try:
+        topics = peer.create_topics("peer", 3)
+        producer = peer.producer()
+        for n, topic in enumerate(topics):
+            assert producer.send_batch(topic, [f"{topic}-{i}".encode() for i in range(40 + n)])
+        producer.close()
+        consumer = peer.consumer(topics, from_start=True)
+        assert isinstance(consumer, BoltMQSweepConsumer)
+        bodies: list[bytes] = []
+        deadline = time.monotonic() + DEADLINE_S
+        expected = sum(40 + n + WARM_UP_PER_TOPIC for n in range(3))
+        while len(bodies) < expected and time.monotonic() < deadline:
+            bodies += consumer.poll()
+        assert consumer.poll() == []  # nothing more, after a long poll on every queue
+        consumer.close()
+        assert len(bodies) == expected
+        for n, topic in enumerate(topics):
+            assert sorted(b for b in bodies if b.startswith(f"{topic}-".encode())) == \
+                sorted(f"{topic}-{i}".encode() for i in range(40 + n))
+        late = peer.consumer(topics, from_start=False)
+        assert late.poll() == []
+        late.close()
+    finally:
+        peer.stop()
