@@ -8,6 +8,11 @@ suspend, the pull is parked in the :class:`LongPollHub` until an arrival
 passes its offset or the suspend (capped at ``long_poll_max_ms``) runs out.
 A timed-out pull is answered with the store's empty response, so the client
 sees the same status it would have seen at once.
+
+PullQueues does the same for up to PULL_QUEUES_MAX queues of one group in one
+call: every queue is checked first, and the call is parked only when every
+answered queue holds nothing new, on all of them at once (one parked pull,
+woken by an arrival on any).
 """
 
 from __future__ import annotations
