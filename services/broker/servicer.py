@@ -105,10 +105,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         """
         answer = await self._pull.pull_queues(request)
         if self.metrics is not None:
-            for pull, response, size in zip(request.pulls, answer.responses, answer.sizes,
-                                            strict=False):  # fewer answers than pulls
-                self.metrics.pulled(pull.topic, pull.queue_id, response.record_count, size,
-                                    response.max_offset)
+            for pull, response in zip(request.pulls, answer.responses,
+                                      strict=False):  # fewer answers than pulls
+                self.metrics.pulled(pull.topic, pull.queue_id, response.record_count,
+                                    response.ByteSize(), response.max_offset)
         return answer.encoded
 
     @_rpc

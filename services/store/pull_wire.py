@@ -42,7 +42,7 @@ know. :func:`split_records` reads only the framing of the top-level fields
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -106,20 +106,24 @@ def encode_pull_queues(answers: Sequence[Parts]) -> bytes:
     return b"".join(parts)
 
 
-def _fields(encoded: bytes | memoryview) -> Iterator[tuple[int, int, int, int]]:
-    """The top-level fields of an encoding: ``(number, start, data start, end)`` each.
+def split_records(encoded: bytes) -> tuple[store_pb2.PullResponse, memoryview]:
+    """The answer parsed without its records, and the records as a view of ``encoded``.
 
-    ``start`` is where the field's key begins, ``end`` where the next field does;
-    for a length-delimited field the data starts after its length (for the
-    others ``data start`` is where the value begins). Reads a varint key, then by
-    wire type a varint, 8 bytes, a varint length and that many bytes, or 4
-    bytes; DecodeError for bytes that are not a whole encoding.
+    What a consumer does with a raw pull's bytes: parsing them whole would copy
+    the records into the message and again out of it. This walks the top-level
+    fields of the encoding (a varint key, then by wire type a varint, 8 bytes, a
+    varint length and that many bytes, or 4 bytes), sets the records field
+    aside wherever it lies (the last one counts, as when protobuf parses it)
+    and parses the rest, a few dozen bytes. DecodeError for bytes that are not
+    a whole encoding.
     """
+    view = memoryview(encoded)
     end = len(encoded)
-    position = 0
+    pieces: list[bytes] = []
+    records = view[0:0]
+    position = piece_start = 0
     while position < end:
         key, at = _read_varint(encoded, position)
-        data_at = at
         wire_type = key & 7
         if wire_type == WIRE_TYPE_VARINT:
             at = _read_varint(encoded, at)[1]
@@ -130,47 +134,20 @@ def _fields(encoded: bytes | memoryview) -> Iterator[tuple[int, int, int, int]]:
         elif wire_type == WIRE_TYPE_LEN:
             length, data_at = _read_varint(encoded, at)
             at = data_at + length
+            if key >> 3 == RECORDS_FIELD and at <= end:
+                pieces.append(encoded[piece_start:position])
+                piece_start = at
+                records = view[data_at:at]
         else:
             raise DecodeError(f"wire type {wire_type} of the field at byte {position}")
         if at > end:
             raise DecodeError(f"the field at byte {position} runs past the end ({end} bytes)")
-        yield key >> 3, position, data_at, at
         position = at
+    pieces.append(encoded[piece_start:])
+    return store_pb2.PullResponse.FromString(b"".join(pieces)), records
 
 
-def _set_aside(encoded: bytes | memoryview, number: int
-               ) -> tuple[bytes, list[memoryview]]:
-    """The encoding without its fields ``number`` (length-delimited), and their data as
-    views of ``encoded``, in order."""
-    view = memoryview(encoded)
-    pieces: list[bytes | memoryview] = []
-    taken: list[memoryview] = []
-    piece_start = 0
-    for field, start, data_at, end in _fields(encoded):
-        if field == number:
-            pieces.append(view[piece_start:start])
-            piece_start = end
-            taken.append(view[data_at:end])
-    pieces.append(view[piece_start:])
-    return b"".join(pieces), taken
-
-
-def split_records(encoded: bytes | memoryview) -> tuple[store_pb2.PullResponse, memoryview]:
-    """The answer parsed without its records, and the records as a view of ``encoded``.
-
-    What a consumer does with a raw pull's bytes: parsing them whole would copy
-    the records into the message and again out of it. This walks the top-level
-    fields of the encoding (:func:`_fields`), sets the records field aside
-    wherever it lies (the last one counts, as when protobuf parses it) and
-    parses the rest, a few dozen bytes. DecodeError for bytes that are not a
-    whole encoding.
-    """
-    rest, records = _set_aside(encoded, RECORDS_FIELD)
-    return store_pb2.PullResponse.FromString(rest), \
-        records[-1] if records else memoryview(b"")
-
-
-def _read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
     """The varint at ``position`` and where the next field starts; DecodeError if cut."""
     value = shift = 0
     for at in range(position, min(position + VARINT_MAX_BYTES, len(data))):
@@ -217,23 +194,15 @@ class QueuesAnswer:
 
     responses: list[store_pb2.PullResponse]
     """Each queue's answer, in the order of the request's pulls."""
-    sizes: list[int]
-    """Each queue's answer's encoded bytes."""
     encoded: bytes
     """The bytes to answer the client with: the store's, plus a suggestion if any."""
 
     @classmethod
     def parse(cls, encoded: bytes) -> QueuesAnswer:
         """The answer from the store's bytes (DecodeError when they are not one)."""
-        answers = store_pb2.PullQueuesResponse.FromString(encoded).answers
-        return cls(list(answers), [answer.ByteSize() for answer in answers], encoded)
+        return cls(list(store_pb2.PullQueuesResponse.FromString(encoded).answers), encoded)
 
     def suggest(self, broker_id: int) -> None:
         """Ask the client to pull from ``broker_id`` for a while (appended to the bytes)."""
         self.encoded += store_pb2.PullQueuesResponse(
             suggest_broker_id=broker_id).SerializeToString()
-
-    @property
-    def record_count(self) -> int:
-        """Records in every answer."""
-        return sum(response.record_count for response in self.responses)

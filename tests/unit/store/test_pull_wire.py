@@ -146,12 +146,12 @@ def test_a_pull_queues_answer_parses_as_protobufs_message(
         [(b"".join(parts), offset, len(parts)) for parts, offset in queues]
 
 
-def test_queues_answer_keeps_each_head_and_size_and_appends_a_suggestion() -> None:
+def test_queues_answer_keeps_each_answer_and_appends_a_suggestion() -> None:
     encoded = encode_pull_queues([pull_parts(head(), [b"xyz"]), pull_parts(head(), [])])
     answer = QueuesAnswer.parse(encoded)
-    assert [r.record_count for r in answer.responses] == [3, 3] and answer.record_count == 6
-    assert answer.sizes == [len(b"".join(pull_parts(head(), [b"xyz"]))),
-                            len(head().SerializeToString())]
+    assert [r.record_count for r in answer.responses] == [3, 3]
+    assert [r.ByteSize() for r in answer.responses] == [
+        len(b"".join(pull_parts(head(), [b"xyz"]))), len(head().SerializeToString())]
     answer.suggest(1)
     parsed = store_pb2.PullQueuesResponse.FromString(answer.encoded)
     assert parsed.suggest_broker_id == 1 and parsed.answers[0].records == b"xyz"
