@@ -730,10 +730,11 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                          context: grpc.aio.ServicerContext) -> bytes:
         """Raw records of several queues, in the order asked, until max_bytes is reached.
 
-        Every pull is checked before any is read. A pull's own max_bytes is
-        lowered to what is left of the call's; each answered pull returns at
-        least one record when its queue has one, so the records may pass
-        max_bytes by one record, never more.
+        Every pull is checked before any is read. A pull's own max_bytes (0:
+        no limit of its own, not the store's per-pull default) is lowered to
+        what is left of the call's; each answered pull returns at least one
+        record when its queue has one, so the records may pass max_bytes by one
+        record, never more.
         """
         pulls = request.pulls
         if not pulls:
@@ -753,7 +754,8 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         for n, (pull, (max_messages, max_bytes)) in enumerate(zip(pulls, limits, strict=True)):
             if n and left <= 0:
                 break
-            head, result = self._get(pull, max_messages, min(max_bytes, max(left, 1)), raw=True)
+            own = max_bytes if pull.max_bytes else PULL_BYTES_MAX
+            head, result = self._get(pull, max_messages, min(own, max(left, 1)), raw=True)
             left -= sum(len(record) for record in result.raw)
             answers.append(pull_parts(head, result.raw))
         return encode_pull_queues(answers)

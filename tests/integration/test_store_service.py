@@ -441,6 +441,28 @@ def test_pull_queues_answers_each_queue_in_order_until_the_byte_budget(
     assert [bodies(decode_records(a.records)) for a in one.answers] == [[b"x" * 2000]]
 
 
+def test_a_pull_in_pull_queues_without_max_bytes_is_bounded_by_the_calls_budget_only(
+        spawn: Spawn, connect, tmp_path: Path) -> None:
+    # A Pull without max_bytes gets the store's 256 KiB (maxTransferBytesOnMessageInMemory);
+    # inside PullQueues the same pull gets what is left of the call's budget (4 MiB).
+    stub = connect(start_store(spawn, tmp_path / "s"))
+    for _ in range(4):
+        append(stub, *(msg("T", 0, bytes(1024)) for _ in range(100)))
+    pull = store_pb2.PullRequest(topic="T", queue_id=0, max_messages=400, raw_records=True)
+    alone = stub.Pull(pull)
+    assert 200 < alone.record_count < 256
+    whole = stub.PullQueues(store_pb2.PullQueuesRequest(pulls=[pull]))
+    assert [(a.record_count, a.next_begin_offset) for a in whole.answers] == [(400, 400)]
+    assert len(whole.answers[0].records) > 400 * 1024
+    # A pull's own max_bytes still holds, and so does the call's.
+    pull.max_bytes = 10 * 1024
+    own = stub.PullQueues(store_pb2.PullQueuesRequest(pulls=[pull]))
+    assert 5 <= own.answers[0].record_count <= 10
+    pull.max_bytes = 0
+    call = stub.PullQueues(store_pb2.PullQueuesRequest(pulls=[pull], max_bytes=20 * 1024))
+    assert 10 <= call.answers[0].record_count <= 20
+
+
 def test_every_bad_request_names_its_field(spawn: Spawn, connect, tmp_path: Path) -> None:
     stub = connect(start_store(spawn, tmp_path / "s"))
     append(stub, msg("T", 0, b"x"))
