@@ -9,6 +9,7 @@ many messages costs one gRPC call and one decode per record.
 from __future__ import annotations
 
 import enum
+import queue as queue_module
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -117,12 +118,22 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
 
 def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueue, int], *,
                 max_messages: int, subscriptions: Mapping[str, str], wait_ms: int,
-                max_bytes: int = 0) -> dict[MessageQueue, PullResult]:
+                max_bytes: int = 0,
+                track: Callable[[list[grpc.Future] | None], None] | None = None,
+                failures: dict[MessageQueue, Exception] | None = None
+                ) -> dict[MessageQueue, PullResult]:
     """PullQueues calls, one per broker (and per PULL_QUEUES_MAX queues), all in flight at once.
 
     A result for every queue a broker answered; the queues a call's ``max_bytes``
-    left out are absent. ``subscriptions`` maps each topic to its expression
-    (a topic missing from it: ``*``).
+    left out are absent. With ``wait_ms``, the first call answering messages
+    ends the wait: the calls still parked are cancelled and their queues are
+    absent too (else one idle broker would hold back another's messages until
+    its long poll ran out). ``subscriptions`` maps each topic to its expression
+    (a topic missing from it: ``*``). A failed call raises PullError, or, when
+    ``failures`` is given, puts the error there under each of its queues and
+    the other calls' results are still returned. ``track`` receives the calls
+    in flight (and None when they are over), as in :func:`pull_queue`; a
+    cancelled call raises PullError (CANCELLED).
     """
     calls: dict[str, list[MessageQueue]] = {}
     addresses: dict[tuple[str, str], str] = {}  # by (topic, broker): not asked per queue
@@ -132,8 +143,9 @@ def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueu
         calls.setdefault(address, []).append(queue)
     pending = []
     for address, queues in calls.items():
-        for start in range(0, len(queues), PULL_QUEUES_MAX):
-            chunk = queues[start:start + PULL_QUEUES_MAX]
+        size = -(-len(queues) // -(-len(queues) // PULL_QUEUES_MAX))  # calls of equal size
+        for start in range(0, len(queues), size):
+            chunk = queues[start:start + size]
             request = broker_pb2.BrokerPullQueuesRequest(
                 consumer_group=group, max_messages=max_messages, max_bytes=max_bytes,
                 suspend_timeout_ms=wait_ms, pulls=[broker_pb2.QueuePull(
@@ -141,26 +153,59 @@ def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueu
                     subscription=subscriptions.get(q.topic, "*")) for q in chunk])
             pending.append((chunk, client.pull_queues_encoded(address).future(
                 request, timeout=client.rpc_timeout_s + wait_ms / 1000)))
-    results: dict[MessageQueue, PullResult] = {}
+    if track is not None:
+        track([call for _, call in pending])
+    finished: queue_module.SimpleQueue[tuple[list[MessageQueue], grpc.Future]] = \
+        queue_module.SimpleQueue()
     for chunk, call in pending:
-        what = f"pull of {len(chunk)} queues from {chunk[0]} on"
-        try:
-            encoded = call.result()
-        except grpc.RpcError as exc:
-            for _, other in pending:
-                other.cancel()
-            raise _failed(client, chunk, what, exc) from None
-        try:  # protobuf parses many small answers faster than split_records (pull_wire)
-            answer = store_pb2.PullQueuesResponse.FromString(encoded)
-        except DecodeError as exc:
-            raise PullError(f"{what}: the broker's answer is not a PullQueuesResponse: {exc}",
-                            grpc.StatusCode.INTERNAL) from None
-        for queue, response in zip(chunk, answer.answers, strict=False):  # fewer: budget
-            results[queue] = _result(response, response.records)
-        if answer.suggest_broker_id:  # one queue far behind: read the group elsewhere
-            for broker_name in {queue.broker_name for queue in chunk}:
-                client.read_from_replica(broker_name)
-    return results
+        call.add_done_callback(lambda done, chunk=chunk: finished.put((chunk, done)))
+    try:
+        results: dict[MessageQueue, PullResult] = {}
+        withdrawn = False  # the parked calls were cancelled here: messages came
+        for _ in pending:
+            chunk, call = finished.get()
+            try:
+                answered = _queues_answer(client, chunk, call)
+            except PullError as exc:
+                if withdrawn and exc.code is grpc.StatusCode.CANCELLED:
+                    continue
+                if failures is None or exc.code is grpc.StatusCode.CANCELLED:
+                    for _, other in pending:
+                        other.cancel()
+                    raise
+                failures.update(dict.fromkeys(chunk, exc))
+                continue
+            results.update(answered)
+            if wait_ms and not withdrawn and any(r.messages for r in answered.values()):
+                withdrawn = True
+                for _, other in pending:
+                    other.cancel()
+        return results
+    finally:
+        if track is not None:
+            track(None)
+
+
+def _queues_answer(client: ClientInstance, chunk: list[MessageQueue], call: grpc.Future
+                   ) -> dict[MessageQueue, PullResult]:
+    """The results of one PullQueues call (PullError if it failed or was cancelled)."""
+    what = f"pull of {len(chunk)} queues from {chunk[0]} on"
+    try:
+        encoded = call.result()
+    except grpc.FutureCancelledError:
+        raise PullError(f"{what} cancelled", grpc.StatusCode.CANCELLED) from None
+    except grpc.RpcError as exc:
+        raise _failed(client, chunk, what, exc) from None
+    try:  # protobuf parses many small answers faster than split_records (pull_wire)
+        answer = store_pb2.PullQueuesResponse.FromString(encoded)
+    except DecodeError as exc:
+        raise PullError(f"{what}: the broker's answer is not a PullQueuesResponse: {exc}",
+                        grpc.StatusCode.INTERNAL) from None
+    if answer.suggest_broker_id:  # one queue far behind: read the group elsewhere
+        for broker_name in {queue.broker_name for queue in chunk}:
+            client.read_from_replica(broker_name)
+    return {queue: _result(response, response.records)  # fewer answers: the budget ran out
+            for queue, response in zip(chunk, answer.answers, strict=False)}
 
 
 def _failed(client: ClientInstance, queues: Sequence[MessageQueue], what: str,
@@ -217,7 +262,9 @@ class PullConsumer:
         together (0: the store's default, 4 MiB): the queues past it are absent from
         the result, to be pulled again. With ``wait_ms``, a broker with nothing new
         in any of its queues answers when one of them gets a message or the time
-        is up. ``subscriptions``: tag expression by topic (default ``*``).
+        is up; the first answer with messages ends the wait for all (the queues of
+        calls still waiting are absent). ``subscriptions``: tag expression by topic
+        (default ``*``).
         """
         if not offsets:
             raise ValueError("name at least one queue")
