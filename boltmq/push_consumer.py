@@ -41,6 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
@@ -64,8 +65,10 @@ PULL_MAX_BYTES = 4 * 1024 * 1024
 pull of 256 x 1 KiB messages short)."""
 CONSUME_THREADS = 4
 """Threads that pull and call the listener; each serves every n-th owned queue."""
-QUERIES_AT_ONCE = 256
-"""Committed offsets asked for at once when queues are taken over."""
+ROUTE_LOOKUPS_AT_ONCE = 8
+"""Registry lookups in flight at once when the consumer starts (one per topic)."""
+OFFSETS_PER_QUERY = 4096
+"""Queues one QueryConsumerOffsets names (the broker's QUERY_OFFSETS_MAX)."""
 PULL_BACKOFF_S = 1.0
 """Pause after a failed pull (broker down, route changing) before the next one."""
 RETRY_PREFIX = "%RETRY%"
@@ -281,8 +284,8 @@ class PushConsumer:
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> PushConsumer:
         """Heartbeat, take queues and start consuming."""
-        for topic in self.subscriptions:
-            self.client.route(topic)  # an unknown topic fails here, clearly
+        with ThreadPoolExecutor(ROUTE_LOOKUPS_AT_ONCE, "boltmq-route") as lookups:
+            list(lookups.map(self.client.route, self.subscriptions))  # unknown topics fail here
         self._heartbeat()
         for puller in self._pullers:
             puller.start()
@@ -495,18 +498,23 @@ class PushConsumer:
 
     def _start_offsets(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         """Where each of ``queues`` starts: its committed offset (CLUSTERING), else
-        ``consume_from``. QUERIES_AT_ONCE queries are in flight at once (a
-        consumer of 1,024 topics starts 4,096 queues)."""
+        ``consume_from``. One QueryConsumerOffsets per broker (and per
+        OFFSETS_PER_QUERY queues), all in flight at once: a consumer of 1,024
+        topics takes 4,096 queues at start."""
         timeout = self.client.rpc_timeout_s
         starts: dict[MessageQueue, int] = {}
-        for first in range(0, len(queues) if self.model == "CLUSTERING" else 0, QUERIES_AT_ONCE):
-            calls = [(queue, self.client.broker(self.client.address_of(queue))
-                      .QueryConsumerOffset.future(broker_pb2.QueryConsumerOffsetRequest(
-                          group=self.group, topic=queue.topic, queue_id=queue.queue_id),
-                          timeout=timeout))
-                     for queue in queues[first:first + QUERIES_AT_ONCE]]
-            for queue, call in calls:
-                found = call.result()
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for queue in queues if self.model == "CLUSTERING" else ():
+            by_broker.setdefault(self.client.address_of(queue), []).append(queue)
+        calls = [(chunk, self.client.broker(address).QueryConsumerOffsets.future(
+            broker_pb2.QueryConsumerOffsetsRequest(group=self.group, queues=[
+                broker_pb2.QueueId(topic=q.topic, queue_id=q.queue_id) for q in chunk]),
+            timeout=timeout))
+            for address, owned in by_broker.items()
+            for chunk in (owned[n:n + OFFSETS_PER_QUERY]
+                          for n in range(0, len(owned), OFFSETS_PER_QUERY))]
+        for chunk, call in calls:
+            for queue, found in zip(chunk, call.result().offsets, strict=True):
                 if found.found:
                     starts[queue] = int(found.offset)
         rest = [queue for queue in queues if queue not in starts]

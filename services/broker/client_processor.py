@@ -22,6 +22,8 @@ MAX_GROUPS_PER_HEARTBEAT = 1024
 """Producer plus consumer groups one heartbeat may carry."""
 MAX_QUEUES_PER_LOCK = 4096
 """Queues one LockQueues / UnlockQueues request may name."""
+QUERY_OFFSETS_MAX = 4096
+"""Queues one QueryConsumerOffsets names at most."""
 
 
 class ClientProcessor:
@@ -75,6 +77,23 @@ class ClientProcessor:
             raise InvalidArgument(f"offset: must not be negative, got {request.offset}")
         await self._groups.require("group", request.group)
         self._offsets.commit(request.group, request.topic, request.queue_id, request.offset)
+
+    def query_offsets(self, request: broker_pb2.QueryConsumerOffsetsRequest
+                      ) -> list[int | None]:
+        """A group's committed offsets on several queues, in the order asked (None: none).
+
+        Every queue is checked before any is answered."""
+        group = check_group("group", request.group)
+        if not request.queues:
+            raise InvalidArgument("queues: must name at least one queue")
+        if len(request.queues) > QUERY_OFFSETS_MAX:
+            raise InvalidArgument(f"queues: {len(request.queues)} queues; at most "
+                                  f"{QUERY_OFFSETS_MAX} a call")
+        for n, queue in enumerate(request.queues):
+            config = readable_topic(self._topics, f"queues[{n}].topic", queue.topic)
+            check_read_queue(config, f"queues[{n}].queue_id", queue.queue_id)
+        return [self._offsets.query(group, queue.topic, queue.queue_id)
+                for queue in request.queues]
 
     def query_offset(self, request: broker_pb2.QueryConsumerOffsetRequest) -> int | None:
         """A group's committed offset on one queue, or None."""

@@ -146,10 +146,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
                                   context: grpc.aio.ServicerContext
                                   ) -> broker_pb2.QueryConsumerOffsetResponse:
         """A group's committed offset on one queue (found false: none)."""
-        offset = self._clients.query_offset(request)
-        if offset is None:
-            return broker_pb2.QueryConsumerOffsetResponse(found=False, offset=-1)
-        return broker_pb2.QueryConsumerOffsetResponse(found=True, offset=offset)
+        return _offset_answer(self._clients.query_offset(request))
+
+    @_rpc
+    async def QueryConsumerOffsets(self, request: broker_pb2.QueryConsumerOffsetsRequest,
+                                   context: grpc.aio.ServicerContext
+                                   ) -> broker_pb2.QueryConsumerOffsetsResponse:
+        """A group's committed offsets on several queues, in the order asked."""
+        return broker_pb2.QueryConsumerOffsetsResponse(
+            offsets=[_offset_answer(offset) for offset in self._clients.query_offsets(request)])
 
     @_rpc
     async def LockQueues(self, request: broker_pb2.LockQueuesRequest,
@@ -313,3 +318,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         """Copies of dead letters back to the topics they first failed on."""
         assert self.dead_letters is not None, "the broker sets dead_letters"
         return await self.dead_letters.resend(request)
+
+
+def _offset_answer(offset: int | None) -> broker_pb2.QueryConsumerOffsetResponse:
+    """A committed offset as answered (None: found false, offset -1)."""
+    if offset is None:
+        return broker_pb2.QueryConsumerOffsetResponse(found=False, offset=-1)
+    return broker_pb2.QueryConsumerOffsetResponse(found=True, offset=offset)

@@ -357,6 +357,10 @@ def test_committed_offsets_and_topics_survive_a_broker_restart(
     never = restarted.QueryConsumerOffset(broker_pb2.QueryConsumerOffsetRequest(
         group="cg", topic="durable", queue_id=0))
     assert not never.found
+    batch = restarted.QueryConsumerOffsets(broker_pb2.QueryConsumerOffsetsRequest(
+        group="cg", queues=[broker_pb2.QueueId(topic="durable", queue_id=n)
+                            for n in (1, 0, 1)]))
+    assert [(o.found, o.offset) for o in batch.offsets] == [(True, 3), (False, -1), (True, 3)]
     assert len(pull(restarted, "durable", queue_id=1).messages) == 5
     progress = restarted.GroupProgress(broker_pb2.GroupProgressRequest(group="cg")).queues
     queue1 = next(q for q in progress if q.queue_id == 1)
@@ -532,6 +536,17 @@ def bad_requests() -> list[tuple[str, object, grpc.StatusCode, str]]:
             group="g", topic="orders", offset=-5), invalid, "offset"),
         ("QueryConsumerOffset", broker_pb2.QueryConsumerOffsetRequest(group="g", topic="nope"),
          not_found, "topic"),
+        ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="g"), invalid,
+         "queues: must name at least one queue"),
+        ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="g", queues=[
+            broker_pb2.QueueId(topic="orders", queue_id=0)] * 4097), invalid, "at most 4096"),
+        ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(queues=[
+            broker_pb2.QueueId(topic="orders", queue_id=0)]), invalid, "group"),
+        ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="g", queues=[
+            broker_pb2.QueueId(topic="orders", queue_id=0),
+            broker_pb2.QueueId(topic="nope", queue_id=0)]), not_found, "queues[1].topic"),
+        ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="g", queues=[
+            broker_pb2.QueueId(topic="orders", queue_id=4)]), invalid, "queues[0].queue_id"),
         ("LockQueues", broker_pb2.LockQueuesRequest(group="g", client_id="c", queues=[
             broker_pb2.QueueId(topic="orders", queue_id=-1)]), invalid, "queues[0].queue_id"),
         ("UpsertTopic", broker_pb2.UpsertTopicRequest(topic=registry_pb2.TopicConfig(

@@ -43,7 +43,7 @@ from boltmq import (
 )
 from boltmq.message import batch_records
 from boltmq.runtime import sync_channel
-from boltmq.v1 import broker_pb2, broker_pb2_grpc
+from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2
 from tests.integration.conftest import Cluster
 from tests.integration.procs import REPO_ROOT
 from tests.waiting import wait_until
@@ -280,6 +280,58 @@ def test_sharding_key_keeps_each_key_in_order_for_an_orderly_consumer(
         steps[key].append(int(step))
     for key in keys:
         assert steps[key] == list(range(20)), (key, steps[key])
+
+
+def test_one_thread_serves_many_queues_and_a_failing_queue_holds_back_only_itself(
+        producer: Producer, consumers: Callable[..., PushConsumer]) -> None:
+    # Orderly: a failed message is retried in place. With one consume thread every queue
+    # of both topics is pulled and delivered by that thread.
+    stuck_until = threading.Event()
+
+    def outcome(messages: list[ReceivedMessage]) -> ConsumeResult:
+        if messages[0].topic == "stuck" and not stuck_until.is_set():
+            return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+
+    stuck = send_all(producer, "stuck", bodies("s", 3))
+    flowing = send_all(producer, "flowing", bodies("f", 12))
+    collector = Collector(outcome)
+    consumer = consumers("cg-one-thread", {"stuck": "*", "flowing": "*"}, collector,
+                         orderly=True, consume_threads=1)
+    assert len({r.queue for r in flowing}) > 1
+    collector.wait_for(set(bodies("f", 12)), "the other queues of the thread")
+    assert len(consumer.assigned) == 2 * QUEUES
+    stuck_offered = [b for b in collector.bodies() if b.startswith(b"s")]
+    assert stuck_offered and set(stuck_offered) <= set(bodies("s", 3))
+    stuck_until.set()
+    collector.wait_for(set(bodies("s", 3)), "the failing queue, once its listener succeeds")
+    for queue_id in {r.queue.queue_id for r in stuck}:  # each queue in order, nothing lost
+        offered = [g.body for g in collector.got
+                   if g.body.startswith(b"s") and g.queue_id == queue_id]
+        firsts = list(dict.fromkeys(offered))
+        assert firsts == [b for b, r in zip(bodies("s", 3), stuck, strict=True)
+                          if r.queue.queue_id == queue_id]
+
+
+def test_pull_queues_of_several_calls_stops_waiting_at_the_first_answer_with_messages(
+        cluster: Cluster, producer: Producer) -> None:
+    # 1,200 queues of one broker take two calls (at most 1,024 queues a call): 600 each.
+    # A message in the first call's queues ends the wait: the second call, parked on its
+    # empty queues, is withdrawn, and its queues are absent from the result.
+    with sync_channel(cluster.broker.address) as chan:
+        admin = broker_pb2_grpc.BrokerServiceStub(chan)
+        for topic in ("wide-a", "wide-b"):
+            admin.UpsertTopic(broker_pb2.UpsertTopicRequest(topic=registry_pb2.TopicConfig(
+                name=topic, read_queue_nums=600, write_queue_nums=600, perm=6)), timeout=10)
+    sent = producer.send(Message(topic="wide-a", body=b"first"))
+    with PullConsumer(cluster.registry.address, "cg-wide") as puller:
+        first, second = puller.queues("wide-a"), puller.queues("wide-b")
+        assert len(first) == len(second) == 600
+        results = puller.pull_queues(dict.fromkeys(first + second, 0), wait_ms=60_000)
+        assert set(results) == set(first)
+        assert [bytes(m.body) for m in results[sent.queue].messages] == [b"first"]
+        assert {r.status for q, r in results.items() if q != sent.queue} == {
+            PullStatus.NO_NEW_MSG}
 
 
 # ===================================================================== groups
@@ -615,6 +667,10 @@ def test_bad_sdk_inputs_raise_clear_named_errors(cluster: Cluster, producer: Pro
         PushConsumer(registry, "cg", {"t": "A ||"}, lambda msgs: None)
     with pytest.raises(ValueError, match="model"):
         PushConsumer(registry, "cg", {"t": "*"}, lambda msgs: None, model="SOMETIMES")
+    for option in ("consume_threads", "pull_batch_size", "pull_max_bytes"):
+        for value in (0, -1):
+            with pytest.raises(ValueError, match="must be positive"):
+                PushConsumer(registry, "cg", {"t": "*"}, lambda msgs: None, **{option: value})
     with pytest.raises(ValueError, match="registry"):
         Producer("no-port-here")
     never = PushConsumer(registry, "cg-none", {"no-such-topic": "*"}, lambda msgs: None)

@@ -96,7 +96,7 @@ def _unregister(request: Any) -> Iterator[Need]:
         yield group_need(group)
 
 
-def _locks(request: Any) -> Iterator[Need]:
+def _group_and_queues(request: Any) -> Iterator[Need]:
     yield group_need(request.group)
     for topic in sorted({q.topic for q in request.queues}):
         yield topic_need(topic, Perm.SUB)
@@ -123,8 +123,9 @@ NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "GetConsumerList": _group,
     "UpdateConsumerOffset": _group_and_topic,
     "QueryConsumerOffset": _group_and_topic,
-    "LockQueues": _locks,
-    "UnlockQueues": _locks,
+    "QueryConsumerOffsets": _group_and_queues,
+    "LockQueues": _group_and_queues,
+    "UnlockQueues": _group_and_queues,
     "QueryMessageByKey": _key_query,
     "ConsumerSendBack": _group,
     "ListDeadLetters": _group,

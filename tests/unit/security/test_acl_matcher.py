@@ -87,6 +87,12 @@ def test_deny_grants_nothing_and_named_entries_replace_defaults() -> None:
         broker_pb2.QueuePull(topic="orders"), broker_pb2.QueuePull(topic="audit")]), "denied"),
     ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="legacy", pulls=[
         broker_pb2.QueuePull(topic="orders")]), "denied"),
+    ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="g", queues=[
+        broker_pb2.QueueId(topic="orders"), broker_pb2.QueueId(topic="%RETRY%g")]), "allowed"),
+    ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="g", queues=[
+        broker_pb2.QueueId(topic="orders"), broker_pb2.QueueId(topic="audit")]), "denied"),
+    ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="legacy", queues=[
+        broker_pb2.QueueId(topic="orders")]), "denied"),
     ("Heartbeat", broker_pb2.HeartbeatRequest(consumer_groups=[broker_pb2.ConsumerGroupHeartbeat(
         group="g", subscriptions=[broker_pb2.ConsumerSubscription(topic="audit")])]), "denied"),
     ("ListTopics", broker_pb2.ListTopicsRequest(), "allowed"),
