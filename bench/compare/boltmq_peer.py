@@ -5,10 +5,10 @@ port 0 and the data in the round's temporary directory, and reads the
 registry's address from its output. Durability: ASYNC_FLUSH (a send is
 acknowledged once its bytes are in the memory-mapped CommitLog; the flusher
 writes them to disk every 500 ms). Producers are SDK ``Producer``s
-(``send_batch`` / ``send``); the consumer is a ``PushConsumer`` pulling 1024
-messages per call, as ``boltmq bench consume`` does, for one topic; for more,
-one thread reads every queue with one PullQueues call per broker
-(:class:`BoltMQSweepConsumer`).
+(``send_batch`` / ``send``); the consumer is a ``PushConsumer`` taking up to
+1024 messages of a queue per pull, as ``boltmq bench consume`` does, for any
+number of topics (its 4 threads each pull their share of the queues in one
+PullQueues call).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from pathlib import Path
 from bench.compare.peer import START_TIMEOUT_S, PeerFailed, stop_process
 from boltmq import allocator
 from boltmq.launcher import REPO_ROOT
-from boltmq.message import Message, MessageQueue, ReceivedMessage, SendStatus
+from boltmq.message import Message, ReceivedMessage, SendStatus
 from boltmq.producer import Producer
-from boltmq.pull_consumer import PullConsumer
 from boltmq.push_consumer import PushConsumer
 from boltmq.registry_client import TopicNotFound
 
@@ -43,15 +42,6 @@ five times as often.)"""
 PULL_BATCH = 1024
 ROUTE_WAIT_S = 30.0
 POLL_WAIT_S = 0.1
-QUEUES_PER_TOPIC = 4
-"""The broker's ``default_topic_queue_nums``: what an auto-created topic gets."""
-PUSH_QUEUES_MAX = QUEUES_PER_TOPIC
-"""Above this many queues (one topic) the consumer is :class:`BoltMQSweepConsumer`.
-
-A PushConsumer pulls each queue on its own thread: the fastest for one topic's
-4 queues (1,024 messages a pull). For 64 topics one PullQueues call per broker
-read 87,564 msg/s where 256 PushConsumer threads read 50,486 (bench/RESULTS.md,
-session 13)."""
 
 
 class BoltMQProducer:
@@ -96,50 +86,6 @@ class BoltMQConsumer:
         return bodies
 
     def close(self) -> None:
-        self.consumer.shutdown()
-
-
-class BoltMQSweepConsumer:
-    """A ``PullConsumer`` reading every queue in one call per broker (``pull_queues``).
-
-    The PushConsumer runs a thread per queue; with 1,024 topics of 4 queues that is
-    4,096 threads long-polling at once, which drove this 2-core machine's load average
-    past 500 and starved the servers. Each call starts at the first queue the call
-    before left unanswered (its byte budget ran out), so every queue gets its turn.
-    Offsets are committed at close.
-    """
-
-    def __init__(self, registry: str, topics: Sequence[str], from_start: bool) -> None:
-        self.consumer = PullConsumer(registry, f"CMP_C_{uuid.uuid4().hex[:8]}")
-        self.queues = [q for topic in topics for q in self.consumer.queues(topic)]
-        self.offsets = dict.fromkeys(self.queues, 0) if from_start else self._ends()
-        self.turn = 0
-
-    def _ends(self) -> dict[MessageQueue, int]:
-        """Where each queue ends now (calls until every queue was answered)."""
-        ends: dict[MessageQueue, int] = {}
-        while len(ends) < len(self.queues):
-            rest = {q: 0 for q in self.queues if q not in ends}
-            ends.update((q, pulled.max_offset) for q, pulled in
-                        self.consumer.pull_queues(rest, max_messages=1).items())
-        return ends
-
-    def poll(self) -> list[bytes]:
-        turn = self.turn % len(self.queues)
-        order = self.queues[turn:] + self.queues[:turn]
-        results = self.consumer.pull_queues({q: self.offsets[q] for q in order},
-                                            max_messages=PULL_BATCH,
-                                            wait_ms=int(POLL_WAIT_S * 1000))
-        self.turn += len(results)
-        bodies: list[bytes] = []
-        for mq, pulled in results.items():
-            self.offsets[mq] = pulled.next_begin_offset
-            bodies += [bytes(m.body) for m in pulled.messages]
-        return bodies
-
-    def close(self) -> None:
-        for mq, offset in self.offsets.items():
-            self.consumer.commit(mq, offset)
         self.consumer.shutdown()
 
 
@@ -211,8 +157,5 @@ class BoltMQPeer:
     def producer(self) -> BoltMQProducer:
         return BoltMQProducer(self.registry)
 
-    def consumer(self, topics: Sequence[str], from_start: bool
-                 ) -> BoltMQConsumer | BoltMQSweepConsumer:
-        if len(topics) * QUEUES_PER_TOPIC > PUSH_QUEUES_MAX:
-            return BoltMQSweepConsumer(self.registry, topics, from_start)
+    def consumer(self, topics: Sequence[str], from_start: bool) -> BoltMQConsumer:
         return BoltMQConsumer(self.registry, topics, from_start)
