@@ -209,9 +209,15 @@ class StoreClient(StoreChannel):
 
 
 async def _send_interests(call: Any, interests: asyncio.Queue[store_pb2.QueueInterest]) -> None:
-    """Write each interest to the WatchQueues call until it ends (its reader reports why)."""
+    """Write the interests to the WatchQueues call until it ends (its reader reports why):
+    all those waiting in ``interests`` in one message (the first, the rest as ``more``)."""
     try:
         while True:
-            await call.write(await interests.get())
+            message = await interests.get()
+            more = []
+            while not interests.empty():
+                more.append(interests.get_nowait())
+            message.more.extend(more)
+            await call.write(message)
     except Exception:  # grpc's error type differs by where the call died
         return  # the stream's reader reports why it ended

@@ -916,8 +916,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                           context: grpc.aio.ServicerContext) -> AsyncIterator[store_pb2.Arrival]:
         """Arrivals on the queues the client names, one per interest (see store.proto).
 
-        A malformed interest (a bad topic or queue id, a negative offset) ends
-        the stream with INVALID_ARGUMENT naming the field.
+        A message names its queue and those in ``more``. A malformed interest
+        (a bad topic or queue id, a negative offset, a ``more`` inside ``more``)
+        ends the stream with INVALID_ARGUMENT naming the field.
         """
         store = self._running_store()
         arrivals = _InterestQueue(asyncio.get_running_loop(),
@@ -926,15 +927,19 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
 
         async def read_interests() -> None:
             try:
-                async for interest in requests:
-                    topic = _topic("topic", interest.topic)
-                    queue_id = _queue_id("queue_id", interest.queue_id,
-                                         self._config.max_queue_id)
-                    after = _non_negative("after_offset", interest.after_offset)
-                    arrivals.want(topic, queue_id)  # named first, then the offset read
-                    max_offset = store.max_offset(topic, queue_id)
-                    if max_offset > after:
-                        arrivals.offer(topic, queue_id, max_offset)
+                async for request in requests:
+                    for n, interest in enumerate((request, *request.more)):
+                        prefix = f"more[{n - 1}]." if n else ""
+                        if n and interest.more:
+                            raise BadRequest(f"{prefix}more", "must be empty (one level only)")
+                        topic = _topic(f"{prefix}topic", interest.topic)
+                        queue_id = _queue_id(f"{prefix}queue_id", interest.queue_id,
+                                             self._config.max_queue_id)
+                        after = _non_negative(f"{prefix}after_offset", interest.after_offset)
+                        arrivals.want(topic, queue_id)  # named first, then the offset read
+                        max_offset = store.max_offset(topic, queue_id)
+                        if max_offset > after:
+                            arrivals.offer(topic, queue_id, max_offset)
             except _REFUSALS as exc:  # a bad interest, or the store stopping
                 refused.append(exc)
                 arrivals.event.set()

@@ -265,10 +265,25 @@ def test_watch_queues_answers_only_what_is_waited_on(spawn: Spawn, connect,
     append(stub, msg("Q", 2, b"d"))
     arrival = next(watch)
     assert (arrival.topic, arrival.queue_id, arrival.max_offset) == ("Q", 2, 1)
+    # One message naming three queues (``more``): each is watched as if named alone.
+    interests.put(store_pb2.QueueInterest(topic="Q", queue_id=3, after_offset=0, more=[
+        store_pb2.QueueInterest(topic="Q", queue_id=0, after_offset=1),
+        store_pb2.QueueInterest(topic="R", queue_id=1, after_offset=0)]))
+    arrival = next(watch)  # queue 0 already ends past 1
+    assert (arrival.topic, arrival.queue_id, arrival.max_offset) == ("Q", 0, 3)
+    append(stub, msg("R", 1, b"e"))
+    append(stub, msg("Q", 3, b"f"))
+    assert {(a.topic, a.queue_id, a.max_offset) for a in (next(watch), next(watch))} == {
+        ("R", 1, 1), ("Q", 3, 1)}
     # A malformed interest ends the stream, naming the field.
+    inner = store_pb2.QueueInterest(topic="Q")
     for bad, field in ((store_pb2.QueueInterest(topic="a/b"), "topic"),
                        (store_pb2.QueueInterest(topic="Q", queue_id=-1), "queue_id"),
-                       (store_pb2.QueueInterest(topic="Q", after_offset=-1), "after_offset")):
+                       (store_pb2.QueueInterest(topic="Q", after_offset=-1), "after_offset"),
+                       (store_pb2.QueueInterest(topic="Q", more=[
+                           inner, store_pb2.QueueInterest(topic="..")]), "more[1].topic"),
+                       (store_pb2.QueueInterest(topic="Q", more=[store_pb2.QueueInterest(
+                           topic="Q", more=[inner])]), "more[0].more")):
         stream = stub.WatchQueues(iter([bad]))
         with pytest.raises(grpc.RpcError) as info:
             next(stream)
