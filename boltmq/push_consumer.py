@@ -61,8 +61,8 @@ Listener = Callable[[list[ReceivedMessage]], ConsumeResult | None]
 MODELS = ("CLUSTERING", "BROADCASTING")
 CONSUME_FROM = ("FIRST", "LAST")
 PULL_MAX_BYTES = 4 * 1024 * 1024
-"""Record bytes one pull may return (the store's own default, 256 KiB, would cut a
-pull of 256 x 1 KiB messages short)."""
+"""Record bytes one PullQueues call of a thread may return, all its queues together
+(``pull_max_bytes``); each queue gives at most ``pull_batch_size`` messages."""
 CONSUME_THREADS = 4
 """Threads that pull and call the listener; each serves every n-th owned queue."""
 ROUTE_LOOKUPS_AT_ONCE = 8
@@ -443,6 +443,8 @@ class PushConsumer:
                 self._shares = [owned[n::count] for n in range(count)]
             self._reassigning = False
             self._lock.notify_all()
+        if self._stop.is_set():
+            return []  # shutdown releases every queue
         if not held:
             log.warning("a listener is still busy: the queues are reassigned at the next "
                         "rebalance")
