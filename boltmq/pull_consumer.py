@@ -9,6 +9,7 @@ many messages costs one gRPC call and one decode per record.
 from __future__ import annotations
 
 import enum
+import math
 import queue as queue_module
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -143,7 +144,7 @@ def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueu
         calls.setdefault(address, []).append(queue)
     pending = []
     for address, queues in calls.items():
-        size = -(-len(queues) // -(-len(queues) // PULL_QUEUES_MAX))  # calls of equal size
+        size = math.ceil(len(queues) / math.ceil(len(queues) / PULL_QUEUES_MAX))  # equal calls
         for start in range(0, len(queues), size):
             chunk = queues[start:start + size]
             request = broker_pb2.BrokerPullQueuesRequest(
@@ -159,6 +160,11 @@ def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueu
         queue_module.SimpleQueue()
     for chunk, call in pending:
         call.add_done_callback(lambda done, chunk=chunk: finished.put((chunk, done)))
+
+    def cancel_all() -> None:
+        for _, other in pending:
+            other.cancel()
+
     try:
         results: dict[MessageQueue, PullResult] = {}
         withdrawn = False  # the parked calls were cancelled here: messages came
@@ -170,16 +176,14 @@ def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueu
                 if withdrawn and exc.code is grpc.StatusCode.CANCELLED:
                     continue
                 if failures is None or exc.code is grpc.StatusCode.CANCELLED:
-                    for _, other in pending:
-                        other.cancel()
+                    cancel_all()
                     raise
                 failures.update(dict.fromkeys(chunk, exc))
                 continue
             results.update(answered)
             if wait_ms and not withdrawn and any(r.messages for r in answered.values()):
                 withdrawn = True
-                for _, other in pending:
-                    other.cancel()
+                cancel_all()
         return results
     finally:
         if track is not None:

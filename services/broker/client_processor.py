@@ -13,7 +13,7 @@ from services.broker.consumer_offset import ConsumerOffsetManager
 from services.broker.errors import InvalidArgument
 from services.broker.group_access import GroupAccess
 from services.broker.names import check_client_id, check_group, check_subscription, check_topic
-from services.broker.pull_processor import check_read_queue, readable_topic
+from services.broker.pull_processor import check_queue_count, check_read_queue, readable_topic
 from services.broker.queue_lock import QueueKey, QueueLockManager
 from services.broker.retry_topic import RetryTopics
 from services.broker.topic_config import TopicConfigManager
@@ -84,11 +84,7 @@ class ClientProcessor:
 
         Every queue is checked before any is answered."""
         group = check_group("group", request.group)
-        if not request.queues:
-            raise InvalidArgument("queues: must name at least one queue")
-        if len(request.queues) > QUERY_OFFSETS_MAX:
-            raise InvalidArgument(f"queues: {len(request.queues)} queues; at most "
-                                  f"{QUERY_OFFSETS_MAX} a call")
+        check_queue_count("queues", len(request.queues), QUERY_OFFSETS_MAX)
         for n, queue in enumerate(request.queues):
             config = readable_topic(self._topics, f"queues[{n}].topic", queue.topic)
             check_read_queue(config, f"queues[{n}].queue_id", queue.queue_id)

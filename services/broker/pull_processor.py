@@ -67,6 +67,14 @@ def check_read_queue(config: TopicConfig, field: str, queue_id: int) -> int:
     return queue_id
 
 
+def check_queue_count(field: str, count: int, limit: int) -> None:
+    """A call naming ``count`` queues in ``field``: at least one, at most ``limit``."""
+    if not count:
+        raise InvalidArgument(f"{field}: must name at least one queue")
+    if count > limit:
+        raise InvalidArgument(f"{field}: {count} queues; at most {limit} a call")
+
+
 Answer = TypeVar("Answer")
 
 REPLICA_SUGGESTED = 1
@@ -120,11 +128,7 @@ class PullProcessor:
         keeps the store's encoding (StoreService.PullQueues).
         """
         pulls = request.pulls
-        if not pulls:
-            raise InvalidArgument("pulls: must name at least one queue")
-        if len(pulls) > PULL_QUEUES_MAX:
-            raise InvalidArgument(f"pulls: {len(pulls)} queues; at most {PULL_QUEUES_MAX} "
-                                  "a call")
+        check_queue_count("pulls", len(pulls), PULL_QUEUES_MAX)
         _check_numbers(request, ("max_messages", "max_bytes", "suspend_timeout_ms"))
         seen: dict[tuple[str, int], int] = {}
         for n, pull in enumerate(pulls):

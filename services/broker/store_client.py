@@ -214,10 +214,7 @@ async def _send_interests(call: Any, interests: asyncio.Queue[store_pb2.QueueInt
     try:
         while True:
             message = await interests.get()
-            more = []
-            while not interests.empty():
-                more.append(interests.get_nowait())
-            message.more.extend(more)
+            message.more.extend(interests.get_nowait() for _ in range(interests.qsize()))
             await call.write(message)
     except Exception:  # grpc's error type differs by where the call died
         return  # the stream's reader reports why it ended
