@@ -41,7 +41,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
@@ -49,7 +48,7 @@ from boltmq import telemetry
 from boltmq.client import BrokerUnavailable, ClientInstance, rpc_error_text
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
 from boltmq.pull_consumer import PullError, PullStatus, pull_queues
-from boltmq.registry_client import RegistryError
+from boltmq.registry_client import RegistryError, TopicNotFound
 from boltmq.signing import Credentials
 from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2
@@ -65,8 +64,6 @@ PULL_MAX_BYTES = 4 * 1024 * 1024
 (``pull_max_bytes``); each queue gives at most ``pull_batch_size`` messages."""
 CONSUME_THREADS = 4
 """Threads that pull and call the listener; each serves every n-th owned queue."""
-ROUTE_LOOKUPS_AT_ONCE = 8
-"""Registry lookups in flight at once when the consumer starts (one per topic)."""
 OFFSETS_PER_QUERY = 4096
 """Queues one QueryConsumerOffsets names (the broker's QUERY_OFFSETS_MAX)."""
 PULL_BACKOFF_S = 1.0
@@ -284,8 +281,10 @@ class PushConsumer:
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> PushConsumer:
         """Heartbeat, take queues and start consuming."""
-        with ThreadPoolExecutor(ROUTE_LOOKUPS_AT_ONCE, "boltmq-route") as lookups:
-            list(lookups.map(self.client.route, self.subscriptions))  # unknown topics fail here
+        missing = self.client.routes(self.subscriptions)
+        if missing:
+            raise TopicNotFound(missing[0], f"topic {missing[0]!r}: no live broker serves it"
+                                f"{f' (nor {len(missing) - 1} more)' if len(missing) > 1 else ''}")
         self._heartbeat()
         for puller in self._pullers:
             puller.start()
@@ -396,7 +395,13 @@ class PushConsumer:
     def _rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
         members: dict[str, list[str]] = {}  # the group's members, asked once a broker
-        for topic in self._topics():
+        topics = self._topics()
+        try:
+            self.client.routes(topics)  # stale routes in one call; unknown topics: below
+        except RegistryError as exc:
+            log.warning("rebalance skipped (the queues stay as they are): %s", exc)
+            return
+        for topic in topics:
             try:
                 queues = self.client.read_queues(topic)
             except RegistryError as exc:

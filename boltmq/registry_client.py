@@ -3,12 +3,13 @@
 Registries are independent and hold no shared state, so the two kinds of call
 treat the list of registries differently:
 
-- Look-ups (``get_route``, ``cluster_info``) ask one registry at a time,
+- Look-ups (``get_route``, ``get_routes``, ``cluster_info``) ask one registry at a time,
   starting with the last one that answered, and take the first answer. A
   registry that says NOT_FOUND may simply not have heard from the broker yet
   (it restarted less than one heartbeat ago), so the next one is asked too;
   :class:`TopicNotFound` is raised only when no reachable registry knows the
-  topic.
+  topic. ``get_routes`` asks the next registry for the topics the first one
+  did not know, and returns the ones none knew instead of raising.
 - Announcements (``register``, ``unregister``) go to every registry, because a
   broker must be known to all of them. The result says which accepted; only
   when none did is :class:`RegistryUnavailable` raised.
@@ -56,6 +57,9 @@ BACKOFF_MAX_S = 2.0
 """Longest pause between attempts."""
 RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 """Statuses that mean the registry could not answer, not that the answer is no."""
+
+ROUTES_PER_CALL = 4096
+"""Topics one GetRoutes call names (the registry's ROUTES_PER_CALL_MAX)."""
 
 T = TypeVar("T")
 
@@ -247,6 +251,47 @@ class RegistryClient(_ClientBase):
         route: registry_pb2.TopicRoute = self._ask_any(
             lambda stub: stub.GetRoute(request, timeout=self._rpc_timeout_s), topic)
         return route
+
+    def get_routes(self, topics: Iterable[str]
+                   ) -> tuple[dict[str, registry_pb2.TopicRoute], list[str]]:
+        """The routes of ``topics`` (GetRoutes calls of up to ROUTES_PER_CALL topics) and
+        the topics no reachable registry knows, in the order given."""
+        wanted = list(dict.fromkeys(topics))
+        routes: dict[str, registry_pb2.TopicRoute] = {}
+        for start in range(0, len(wanted), ROUTES_PER_CALL):
+            routes.update(self._routes_of(wanted[start:start + ROUTES_PER_CALL]))
+        return routes, [topic for topic in wanted if topic not in routes]
+
+    def _routes_of(self, topics: list[str]) -> dict[str, registry_pb2.TopicRoute]:
+        def walk() -> dict[str, registry_pb2.TopicRoute]:
+            progress = _Walk()
+            found: dict[str, registry_pb2.TopicRoute] = {}
+            remaining, answered = topics, False
+            for address in self._rotation():
+                request = registry_pb2.GetRoutesRequest(topics=remaining)
+                try:
+                    response = self._stub(address).GetRoutes(request,
+                                                             timeout=self._rpc_timeout_s)
+                except grpc.RpcError as exc:
+                    progress.failed(address, exc)
+                    continue
+                if not answered:
+                    self._answered(address)
+                    answered = True
+                asked = set(remaining)
+                found.update((route.topic, route) for route in response.routes
+                             if route.topic in asked)
+                remaining = [topic for topic in remaining if topic not in found]
+                if not remaining:
+                    break
+            if not answered:
+                progress.finish()
+            return found
+
+        try:
+            return Retrying(**self._retry_policy(_NoneReachable))(walk)
+        except _NoneReachable as exc:
+            raise RegistryUnavailable(exc.errors) from None
 
     def cluster_info(self) -> registry_pb2.ClusterInfo:
         """Live brokers as the first reachable registry sees them."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from services.store.topic import TOPIC_MAX_LENGTH, TOPIC_PATTERN, InvalidTopic, validate_topic
@@ -36,6 +36,8 @@ PERM_MAX = 7
 QUEUE_NUMS_MAX = 65_536
 """Largest read/write queue count accepted for one topic on one broker."""
 PORT_MAX = 65535
+ROUTES_PER_CALL_MAX = 4096
+"""Topics one GetRoutes call may name."""
 
 Clock = Callable[[], int]
 """A clock in milliseconds."""
@@ -224,6 +226,33 @@ def _group_settings(members: Mapping[int, _Entry], topic: str) -> TopicSettings 
     return None
 
 
+def _check_lookup(field_name: str, topic: str) -> None:
+    try:
+        validate_topic(topic)
+    except InvalidTopic as exc:
+        raise InvalidRequest(field_name, str(exc)) from None
+
+
+def _route(topic: str, groups: Mapping[tuple[str, str], Mapping[int, _Entry]]) -> Route | None:
+    """The topic's route over the live ``groups`` (:func:`_groups`); None if none serves it."""
+    queues: list[QueueRoute] = []
+    brokers: list[BrokerRoute] = []
+    order = False
+    for (cluster_name, broker_name), members in groups.items():
+        settings = _group_settings(members, topic)
+        if settings is None:
+            continue
+        queues.append(QueueRoute(broker_name, settings.read_queue_nums,
+                                 settings.write_queue_nums, settings.perm))
+        addresses = {broker_id: entry.registration.identity.address
+                     for broker_id, entry in members.items()}
+        brokers.append(BrokerRoute(cluster_name, broker_name, addresses))
+        order = order or settings.order
+    if not queues:
+        return None
+    return Route(topic, tuple(queues), tuple(brokers), order)
+
+
 def _groups(entries: Iterable[_Entry]) -> dict[tuple[str, str], dict[int, _Entry]]:
     """Live entries grouped by ``(cluster_name, broker_name)``, groups in sorted order."""
     groups: dict[tuple[str, str], dict[int, _Entry]] = {}
@@ -323,27 +352,30 @@ class RouteTable:
 
     def get_route(self, topic: str) -> Route | None:
         """The topic's route over live brokers, or None when no live broker serves it."""
-        try:
-            validate_topic(topic)
-        except InvalidTopic as exc:
-            raise InvalidRequest("topic", str(exc)) from None
+        _check_lookup("topic", topic)
         self.expire()
-        queues: list[QueueRoute] = []
-        brokers: list[BrokerRoute] = []
-        order = False
-        for (cluster_name, broker_name), members in _groups(self._brokers.values()).items():
-            settings = _group_settings(members, topic)
-            if settings is None:
-                continue
-            queues.append(QueueRoute(broker_name, settings.read_queue_nums,
-                                     settings.write_queue_nums, settings.perm))
-            addresses = {broker_id: entry.registration.identity.address
-                         for broker_id, entry in members.items()}
-            brokers.append(BrokerRoute(cluster_name, broker_name, addresses))
-            order = order or settings.order
-        if not queues:
-            return None
-        return Route(topic, tuple(queues), tuple(brokers), order)
+        return _route(topic, _groups(self._brokers.values()))
+
+    def get_routes(self, topics: Sequence[str]) -> tuple[list[Route], list[str]]:
+        """The routes of ``topics`` (each name once, in order) and the names no live
+        broker serves; InvalidRequest naming ``topics[i]`` for a bad name, or for
+        none or more than ROUTES_PER_CALL_MAX names."""
+        if not 0 < len(topics) <= ROUTES_PER_CALL_MAX:
+            raise InvalidRequest("topics", f"{len(topics)} topics; 1..{ROUTES_PER_CALL_MAX} "
+                                           f"in one call")
+        for index, topic in enumerate(topics):
+            _check_lookup(f"topics[{index}]", topic)
+        self.expire()
+        groups = _groups(self._brokers.values())
+        routes: list[Route] = []
+        missing: list[str] = []
+        for topic in dict.fromkeys(topics):
+            route = _route(topic, groups)
+            if route is None:
+                missing.append(topic)
+            else:
+                routes.append(route)
+        return routes, missing
 
     def cluster_info(self) -> list[BrokerLive]:
         """Every live broker, sorted by ``(cluster_name, broker_name, broker_id)``."""

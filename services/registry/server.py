@@ -158,6 +158,14 @@ class RegistryServicer(registry_pb2_grpc.RegistryServiceServicer):
         return route_to_proto(route)
 
     @_edge
+    async def GetRoutes(self, request: registry_pb2.GetRoutesRequest,
+                        context: grpc.aio.ServicerContext) -> registry_pb2.GetRoutesResponse:
+        """The routes of many topics; those no live broker serves are listed as missing."""
+        routes, missing = self._table.get_routes(request.topics)
+        return registry_pb2.GetRoutesResponse(routes=[route_to_proto(r) for r in routes],
+                                              missing=missing)
+
+    @_edge
     async def GetClusterInfo(self, request: registry_pb2.GetClusterInfoRequest,
                              context: grpc.aio.ServicerContext) -> registry_pb2.ClusterInfo:
         """Every live broker."""

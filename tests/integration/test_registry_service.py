@@ -132,6 +132,31 @@ def test_two_brokers_register_and_routes_follow_registration_and_unregistration(
         assert live_names(registry) == [("broker-a", 0), ("broker-a", 1)]
 
 
+def test_get_routes_answers_many_topics_at_once_and_lists_the_unserved(spawn: Spawn) -> None:
+    proc = spawn("registry")
+    with client(proc.address) as registry:
+        register_a(registry, topic("orders", 8), topic("only-a", 2))
+        register_b(registry, topic("orders", 4), topic("only-b", 1))
+
+        routes, missing = registry.get_routes(
+            ["only-b", "orders", "nobody-serves-this", "orders", "only-a", "gone"])
+
+        assert list(routes) == ["only-b", "orders", "only-a"]  # asked order, once each
+        assert missing == ["nobody-serves-this", "gone"]
+        for name in routes:  # each the same route GetRoute answers
+            assert routes[name] == registry.get_route(name)
+        assert [(q.broker_name, q.read_queue_nums) for q in routes["orders"].queues] == [
+            ("broker-a", 8), ("broker-b", 4)]
+        assert brokers_of(routes["only-b"]) == {"broker-b": {0: BROKER_B}}
+        assert registry.get_routes([]) == ({}, [])  # nothing asked: no call
+
+        many = [f"t-{n}" for n in range(5000)]  # more than one call's worth
+        register_a(registry, *(topic(name, 1) for name in many[::2]))
+        routes, missing = registry.get_routes(many)
+        assert list(routes) == many[::2]
+        assert missing == many[1::2]
+
+
 def test_re_registration_replaces_the_topic_set_so_deleted_topics_disappear(
         spawn: Spawn) -> None:
     proc = spawn("registry")
@@ -180,6 +205,13 @@ def test_two_registries_side_by_side_hold_independent_state(spawn: Spawn) -> Non
             only_second.get_route("orders")
         # A client of both asks the next registry when one does not know the topic.
         assert brokers_of(both.get_route("orders")) == {"broker-a": {0: BROKER_A}}
+        register_b(only_second, topic("only-b"))
+        routes, missing = both.get_routes(["orders", "only-b", "neither"])
+        assert {name: brokers_of(route) for name, route in routes.items()} == {
+            "orders": {"broker-a": {0: BROKER_A}}, "only-b": {"broker-b": {0: BROKER_B}}}
+        assert missing == ["neither"]
+        only_second.unregister(cluster_name=CLUSTER, broker_name="broker-b", broker_id=0,
+                               address=BROKER_B)
 
         result = both.register(cluster_name=CLUSTER, broker_name="broker-b", broker_id=0,
                                address=BROKER_B, topics=[topic("only-b")])
@@ -245,6 +277,18 @@ def test_bad_inputs_get_invalid_argument_naming_the_field_or_not_found(
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert caught.value.details().startswith("topic: ")
 
+    for topics, field in (([], "topics"), (["ok"] * 4097, "topics"),
+                          (["ok", "../x"], "topics[1]"), (["a" * 200], "topics[0]"),
+                          (["ok", "", "fine"], "topics[1]")):
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.GetRoutes(registry_pb2.GetRoutesRequest(topics=topics), timeout=RPC_TIMEOUT_S)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, topics[:3]
+        assert caught.value.details().startswith(f"{field}: "), caught.value.details()
+    with client(proc.address) as registry, pytest.raises(RegistryRejected, match=r"topics\[0\]"):
+        registry.get_routes(["bad/name"])
+    assert stub.GetRoutes(registry_pb2.GetRoutesRequest(topics=["nobody-serves-this"]),
+                          timeout=RPC_TIMEOUT_S).missing == ["nobody-serves-this"]
+
     with pytest.raises(grpc.RpcError) as caught:
         stub.GetRoute(registry_pb2.GetRouteRequest(topic="nobody-serves-this"),
                       timeout=RPC_TIMEOUT_S)
@@ -285,9 +329,14 @@ def test_clients_fail_over_past_a_stopped_registry_and_name_total_failure(
         assert list(result.failed) == [dead.address]
         assert brokers_of(registry.get_route("orders")) == {"broker-a": {0: BROKER_A}}
 
+        assert list(registry.get_routes(["orders"])[0]) == ["orders"]
+
     with client(dead.address) as registry:
         with pytest.raises(RegistryUnavailable) as caught:
             registry.get_route("orders")
+        assert dead.address in caught.value.errors
+        with pytest.raises(RegistryUnavailable) as caught:
+            registry.get_routes(["orders"])
         assert dead.address in caught.value.errors
         with pytest.raises(RegistryUnavailable):
             register_a(registry, topic("orders"))

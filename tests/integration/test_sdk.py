@@ -677,6 +677,14 @@ def test_bad_sdk_inputs_raise_clear_named_errors(cluster: Cluster, producer: Pro
     with pytest.raises(TopicNotFound, match="no-such-topic"):
         never.start()
     never.shutdown()  # a consumer that failed to start still closes quietly
+    producer.send(Message(topic="known", body=b"x"))  # the broker creates it
+    wait_until(lambda: "known" not in producer.client.routes(["known"]), "the route of known")
+    several = PushConsumer(registry, "cg-several", dict.fromkeys(
+        ["known", "no-such-a", "no-such-b", "no-such-c"], "*"), lambda msgs: None)
+    with pytest.raises(TopicNotFound, match=r"'no-such-a'.*nor 2 more") as caught:
+        several.start()  # one registry call named them all; the first is named
+    assert caught.value.topic == "no-such-a"
+    several.shutdown()
     with PullConsumer(registry, "cg") as puller, pytest.raises(TopicNotFound):
         puller.queues("no-such-topic")
     idle = Producer(registry)
