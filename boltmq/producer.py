@@ -20,7 +20,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
 import grpc
@@ -103,7 +103,13 @@ class Producer:
         self._requester: Requester | None = None
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self) -> Producer:
+    def start(self, topics: Iterable[str] = ()) -> Producer:
+        """Start sending. ``topics``: those this producer will send to, whose routes are
+        fetched now in one registry call; otherwise each topic's first send looks its
+        route up on its own (1,024 topics: ~1 s of lookups spread over the first sends).
+        A topic no broker serves yet is left to its first send, which may auto-create
+        it. RegistryUnavailable when topics are given and no registry answers."""
+        self.client.routes(topics)
         self._running = True
         self._sender = threading.Thread(target=self._send_loop, name="boltmq-producer",
                                         daemon=True)

@@ -45,10 +45,11 @@ POLL_WAIT_S = 0.1
 
 
 class BoltMQProducer:
-    """One SDK Producer."""
+    """One SDK Producer, started with the round's topics (their routes fetched at once,
+    before the timed run, not by the first send to each inside it)."""
 
-    def __init__(self, registry: str) -> None:
-        self.producer = Producer(registry, f"CMP_P_{uuid.uuid4().hex[:8]}").start()
+    def __init__(self, registry: str, topics: Sequence[str]) -> None:
+        self.producer = Producer(registry, f"CMP_P_{uuid.uuid4().hex[:8]}").start(topics)
 
     def send_batch(self, topic: str, bodies: Sequence[bytes]) -> int:
         results = self.producer.send_batch([Message(topic=topic, body=b) for b in bodies])
@@ -154,8 +155,8 @@ class BoltMQPeer:
                         raise PeerFailed(f"the registry never learnt topic {topic}") from None
                     time.sleep(0.2)
 
-    def producer(self) -> BoltMQProducer:
-        return BoltMQProducer(self.registry)
+    def producer(self, topics: Sequence[str]) -> BoltMQProducer:
+        return BoltMQProducer(self.registry, topics)
 
     def consumer(self, topics: Sequence[str], from_start: bool) -> BoltMQConsumer:
         return BoltMQConsumer(self.registry, topics, from_start)

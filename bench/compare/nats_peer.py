@@ -141,7 +141,7 @@ class NatsPeer:
             setup.close()
         return topics
 
-    def producer(self) -> NatsProducer:
+    def producer(self, topics: Sequence[str]) -> NatsProducer:
         return NatsProducer(self.url)
 
     def consumer(self, topics: Sequence[str], from_start: bool) -> NatsConsumer:

@@ -72,7 +72,9 @@ class Peer(Protocol):
     def create_topics(self, round_name: str, count: int) -> list[str]:
         """Make ``count`` topics for one round (each holds one warm-up message); their names."""
 
-    def producer(self) -> ProducerClient: ...
+    def producer(self, topics: Sequence[str]) -> ProducerClient:
+        """A producer that will send to ``topics``, ready before the timed run starts
+        (BoltMQ's fetches their routes in one registry call; the others connect)."""
 
     def consumer(self, topics: Sequence[str], from_start: bool) -> ConsumerClient:
         """A consumer of a new group: from the first message, or only new ones."""

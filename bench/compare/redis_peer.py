@@ -121,7 +121,7 @@ class RedisPeer:
             producer.close()
         return topics
 
-    def producer(self) -> RedisProducer:
+    def producer(self, topics: Sequence[str]) -> RedisProducer:
         return RedisProducer(self.port)
 
     def consumer(self, topics: Sequence[str], from_start: bool) -> RedisConsumer:

@@ -3,9 +3,10 @@
 A round has ``topics`` topics (1, 64 or 1,024), freshly made, each holding one
 warm-up message. In each round, in this order:
 
-- ``produce``: ``producers`` threads (1 or 4), each with its own client, send
-  for ``seconds``: ``batched`` sends ``batch`` bodies per call to one topic
-  (the next topic each call, round-robin, threads starting apart);
+- ``produce``: ``producers`` threads (1 or 4), each with its own client
+  (made before the clock starts, told the round's topics), send for
+  ``seconds``: ``batched`` sends ``batch`` bodies per call to one topic (the
+  next topic each call, round-robin, threads starting apart);
   ``one-at-a-time`` sends one body per call and waits for its ack. msg/s
   counts acknowledged messages; latency is per call.
 - ``consume``: a new group reads the round's first ``consume_messages``
@@ -126,7 +127,7 @@ def _send_loop(client: ProducerClient, work: Workload, topics: Sequence[str], st
 def _producers(peer: Peer, work: Workload, topics: Sequence[str], count: int, mode: str,
                stop: threading.Event) -> tuple[float, int, list[int]]:
     """``count`` producer threads until ``stop``; (seconds, acked, latency samples)."""
-    clients = [peer.producer() for _ in range(count)]
+    clients = [peer.producer(topics) for _ in range(count)]
     results: list[tuple[int, list[int]]] = [(0, [])] * count
     errors: list[BaseException] = []
     spread = max(1, len(topics) // count)
@@ -167,7 +168,7 @@ def produce(peer: Peer, work: Workload, topics: Sequence[str], producers: int,
 
 
 def _top_up(peer: Peer, work: Workload, topics: Sequence[str], missing: int) -> None:
-    client = peer.producer()
+    client = peer.producer(topics)
     try:
         n = 0
         while missing > 0:

@@ -18,7 +18,7 @@ def test_the_consumer_of_several_topics_reads_every_message_once_and_can_start_a
     peer.start(tmp_path)
     try:
         topics = peer.create_topics("peer", 3)
-        producer = peer.producer()
+        producer = peer.producer(topics)
         for n, topic in enumerate(topics):
             assert producer.send_batch(topic, [f"{topic}-{i}".encode() for i in range(40 + n)])
         producer.close()

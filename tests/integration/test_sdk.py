@@ -687,6 +687,13 @@ def test_bad_sdk_inputs_raise_clear_named_errors(cluster: Cluster, producer: Pro
     several.shutdown()
     with PullConsumer(registry, "cg") as puller, pytest.raises(TopicNotFound):
         puller.queues("no-such-topic")
+    told = Producer(registry, "pg-told").start(["known", "not-yet"])
+    try:  # the known topic's route came with start; the unknown one is created by its send
+        assert [r.status for r in told.send_batch(
+            [Message(topic="not-yet", body=b"x")])] == [SendStatus.SEND_OK]
+        assert told.send(Message(topic="known", body=b"y")).status is SendStatus.SEND_OK
+    finally:
+        told.shutdown()
     idle = Producer(registry)
     with pytest.raises(BoltMQError, match="not started"):
         idle.send(Message(topic="t", body=b"x"))
@@ -696,6 +703,10 @@ def test_an_unreachable_registry_raises_registry_unavailable(cluster: Cluster) -
     dead = "127.0.0.1:1"
     with Producer(dead, "pg") as producer, pytest.raises(RegistryUnavailable, match=dead):
         producer.send(Message(topic="t", body=b"x"))
+    told = Producer(dead, "pg")
+    with pytest.raises(RegistryUnavailable, match=dead):  # the topics' routes, at start
+        told.start(["t", "u"])
+    told.shutdown()
     with pytest.raises(RegistryUnavailable, match=dead):
         PushConsumer(dead, "cg", {"t": "*"}, lambda msgs: None).start()
     with PullConsumer(dead, "cg") as puller, pytest.raises(RegistryUnavailable, match=dead):
