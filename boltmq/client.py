@@ -8,7 +8,6 @@ address is shared by every producer and consumer of the instance.
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import threading
@@ -93,10 +92,9 @@ class ClientInstance:
     # ---------------------------------------------------------------- routes
     def route(self, topic: str, *, refresh: bool = False) -> registry_pb2.TopicRoute:
         """The topic's route (cached); TopicNotFound / RegistryUnavailable otherwise."""
-        cached = self._routes.get(topic)
-        if cached is not None and not refresh and time.monotonic() - cached[1] < \
-                self.route_refresh_s:
-            return cached[0]
+        cached = None if refresh else self._fresh(topic, time.monotonic())
+        if cached is not None:
+            return cached
         route = self.registry.get_route(topic)
         self._routes[topic] = (route, time.monotonic())
         return route
@@ -106,8 +104,7 @@ class ClientInstance:
         at a time costs a call each: ~0.6 s for 1,024 topics); return the topics no
         registry knows. RegistryUnavailable when none answers."""
         now = time.monotonic()
-        stale = [topic for topic in topics
-                 if now - self._routes.get(topic, (None, -math.inf))[1] >= self.route_refresh_s]
+        stale = [topic for topic in topics if self._fresh(topic, now) is None]
         if not stale:
             return []
         found, missing = self.registry.get_routes(stale)
@@ -115,6 +112,13 @@ class ClientInstance:
         for topic, route in found.items():
             self._routes[topic] = (route, now)
         return missing
+
+    def _fresh(self, topic: str, now: float) -> registry_pb2.TopicRoute | None:
+        """The cached route of ``topic`` if younger than ``route_refresh_s``."""
+        cached = self._routes.get(topic)
+        if cached is None or now - cached[1] >= self.route_refresh_s:
+            return None
+        return cached[0]
 
     def forget_route(self, topic: str) -> None:
         self._routes.pop(topic, None)

@@ -283,8 +283,8 @@ class PushConsumer:
         """Heartbeat, take queues and start consuming."""
         missing = self.client.routes(self.subscriptions)
         if missing:
-            raise TopicNotFound(missing[0], f"topic {missing[0]!r}: no live broker serves it"
-                                f"{f' (nor {len(missing) - 1} more)' if len(missing) > 1 else ''}")
+            more = f" (nor {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise TopicNotFound(missing[0], f"topic {missing[0]!r}: no live broker serves it{more}")
         self._heartbeat()
         for puller in self._pullers:
             puller.start()

@@ -28,7 +28,6 @@ from boltmq.launcher import REPO_ROOT
 from boltmq.message import Message, ReceivedMessage, SendStatus
 from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
-from boltmq.registry_client import TopicNotFound
 
 DEV_SETTINGS = ("--store-set", "disk_max_used_space_ratio=100",
                 "--store-set", "disk_space_clean_forcibly_ratio=100",
@@ -144,16 +143,13 @@ class BoltMQPeer:
 
     @staticmethod
     def _await_routes(producer: Producer, topics: Sequence[str]) -> None:
+        """Until the registry routes every topic (one GetRoutes call a try)."""
         deadline = time.monotonic() + ROUTE_WAIT_S
-        for topic in topics:
-            while True:
-                try:
-                    producer.client.route(topic, refresh=True)
-                    break
-                except TopicNotFound:
-                    if time.monotonic() > deadline:
-                        raise PeerFailed(f"the registry never learnt topic {topic}") from None
-                    time.sleep(0.2)
+        while missing := producer.client.routes(topics):
+            if time.monotonic() > deadline:
+                raise PeerFailed(f"the registry never learnt topic {missing[0]} "
+                                 f"(and {len(missing) - 1} more)")
+            time.sleep(0.2)
 
     def producer(self, topics: Sequence[str]) -> BoltMQProducer:
         return BoltMQProducer(self.registry, topics)
