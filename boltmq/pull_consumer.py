@@ -26,7 +26,7 @@ from boltmq.signing import Credentials
 from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from services.store.pull_wire import PULL_QUEUES_MAX, split_records
-from services.store.record import decode_records as decode_record_run
+from services.store.record_heads import decode_pulled
 
 PULL_MAX_MESSAGES = 32
 """Default messages per pull (RocketMQ's pullBatchSize)."""
@@ -73,7 +73,7 @@ class PullResult:
 
 def decode_records(data: bytes | memoryview) -> list[ReceivedMessage]:
     """Decode records laid back to back (a pull's ``records``); CorruptRecord if damaged."""
-    return decode_record_run(data, check_crc=True)
+    return decode_pulled(data, check_crc=True)
 
 
 def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: int, *,

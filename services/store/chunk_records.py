@@ -47,8 +47,8 @@ from services.store.record import (
     SHORT,
     TOTAL_AND_MAGIC,
     CorruptRecord,
-    _topic_name,
     crc32,
+    topic_name,
 )
 from services.store.record_batch import RAW_HEAD, derive_properties
 from services.store.record_heads import gather_heads
@@ -159,7 +159,7 @@ def _tail(raw: bytes) -> Tail:
         raise _SlowPath  # its tag code is the delivery time, which depends on the record
     topic_end = _TOPIC_LENGTH_BYTES + raw[0]
     try:
-        topic = _topic_name(raw[_TOPIC_LENGTH_BYTES:topic_end])
+        topic = topic_name(raw[_TOPIC_LENGTH_BYTES:topic_end])
         code, index_keys = derive_properties(raw[topic_end + SHORT.size:])
     except CorruptRecord:
         raise _SlowPath from None

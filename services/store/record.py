@@ -464,7 +464,7 @@ def read_total_and_magic(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
 _topic_names: dict[bytes, str] = {}
 
 
-def _topic_name(raw: bytes) -> str:
+def topic_name(raw: bytes) -> str:
     name = _topic_names.get(raw)
     if name is None:
         try:
@@ -519,7 +519,7 @@ def decode_record(
         cursor += 2
     if cursor + topic_len + 2 > end:
         raise CorruptRecord(f"bad topic_length {topic_len} at {pos}")
-    topic = _topic_name(bytes(buf[cursor : cursor + topic_len]))
+    topic = topic_name(bytes(buf[cursor : cursor + topic_len]))
     cursor += topic_len + 2
     if cursor + SHORT.unpack_from(buf, cursor - 2)[0] != end:
         raise CorruptRecord(f"record at {pos}: its sections do not add up to total_size {total}")
@@ -569,7 +569,7 @@ def decode_records(data: bytes | memoryview, *, check_crc: bool = True) -> list[
             raise CorruptRecord(f"bad topic_length {view[body_end]} at {position}")
         if view[body_end + 1:topic_end] != topic_raw:
             topic_raw = bytes(view[body_end + 1:topic_end])
-            topic = _topic_name(topic_raw)
+            topic = topic_name(topic_raw)
         if topic_end + 2 + short(view, topic_end)[0] != end:
             raise CorruptRecord(f"record at {position}: its sections do not add up to "
                                 f"total_size {head[_H_TOTAL]}")

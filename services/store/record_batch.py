@@ -153,7 +153,7 @@ def _tail(topic_field: bytes, properties_raw: bytes) -> bytes:
 # --------------------------------------------------------------------------- framing
 
 
-def _uniform_positions(records: bytes | memoryview, count: int) -> list[int] | None:
+def uniform_positions(records: bytes | memoryview, count: int) -> list[int] | None:
     """The positions when every record has the same size (fixed-size messages: each
     total_size field compared bytewise in C), else None (then the sizes are followed)."""
     end = len(records)
@@ -176,7 +176,7 @@ def frame_records(records: bytes | memoryview, count: int) -> list[int]:
     """
     if not 0 < count <= RECORDS_MAX:
         raise MalformedBatch(f"record_count: {count} is not 1..{RECORDS_MAX}")
-    uniform = _uniform_positions(records, count)
+    uniform = uniform_positions(records, count)
     if uniform is not None:
         return uniform
     end = len(records)

@@ -53,7 +53,7 @@ from services.store.record_batch import (
     encode_send_record,
     frame_records,
 )
-from services.store.record_heads import check_batch
+from services.store.record_heads import check_batch, decode_pulled
 from services.store.record_scan import check_chunk, whole_records_end
 from tests.reliability.scale import FUZZ_EXAMPLES
 
@@ -117,6 +117,14 @@ def run_of(records: list[bytes]) -> bytes:
 
 
 valid_runs = st.lists(valid_records, min_size=1, max_size=4).map(run_of)
+pull_runs = st.builds(
+    lambda topic, bodies, tags: run_of([record(topic, body, {"TAGS": tags} if tags else {})
+                                        for body in bodies]),
+    names, st.lists(st.binary(min_size=1, max_size=40), min_size=16, max_size=40)
+    | st.integers(16, 40).flatmap(lambda n: st.lists(st.just(b"x" * 20), min_size=n,
+                                                      max_size=n)),
+    st.sampled_from(("", "t")))
+"""A pull's records: 16-40 of one topic (enough for the bulk checks), same size or not."""
 
 
 @st.composite
@@ -164,6 +172,23 @@ def test_decode_records_of_a_pull_raises_corrupt_record_only(data: bytes) -> Non
     if views is not None:
         assert sum(v.total_size for v in views) == len(data)
     named_error_only(lambda: [m.properties for m in sdk_decode_records(data)], CorruptRecord)
+
+
+def outcome(decode: Callable[[], list[Any]]) -> object:
+    """What a records decoder made of a run: its records' fields, or its error's text."""
+    try:
+        return [(m.total_size, m.topic, bytes(m.body), m.properties, m.queue_offset)
+                for m in decode()]
+    except CorruptRecord as exc:
+        return str(exc)
+
+
+@SETTINGS
+@given(st.one_of(mutated(pull_runs), pull_runs))
+def test_decode_pulled_agrees_with_decode_records_record_for_record_and_error_for_error(
+        data: bytes) -> None:
+    with hang_guard():
+        assert outcome(lambda: decode_pulled(data)) == outcome(lambda: decode_records(data))
 
 
 @SETTINGS

@@ -1,4 +1,5 @@
-"""decode_records: a raw pull's records decoded in one loop, with decode_record's checks."""
+"""decode_records: a raw pull's records decoded in one loop, with decode_record's checks;
+decode_pulled: the same records and errors, the checks of long runs made in bulk."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import struct
 
 import pytest
 
+from services.store import record_heads
 from services.store.record import (
     BODY_CRC_OFFSET,
     SYS_FLAG_BORN_HOST_V6,
@@ -15,6 +17,7 @@ from services.store.record import (
     decode_records,
 )
 from services.store.record_batch import RAW_HEAD, encode_send_record
+from services.store.record_heads import decode_pulled
 
 INT = struct.Struct(">i")
 
@@ -92,3 +95,69 @@ def test_a_pull_leaves_one_collector_tracked_object_per_record() -> None:
     assert [bytes(r.body)[:1] for r in records[:3]] == [b"\x00", b"\x01", b"\x02"]
     assert records[-1].tags == "t" and records[-1].keys == ["k"]
     assert records[-1].total_size == len(data) // count and records[-1].topic == "A"
+
+
+def fields(records: list) -> list[tuple]:  # type: ignore[type-arg]
+    return [(m.total_size, m.topic, bytes(m.body), m.properties, m.queue_offset, m.msg_id,
+             m.sys_flag) for m in records]
+
+
+RUNS = {
+    "same size": [encode_send_record("A", bytes([n]) * 1024) for n in range(40)],
+    "sizes differ, tags and keys": [encode_send_record("A", b"b" * n, tags="t", keys=["k"])
+                                    for n in range(1, 41)],
+    "fewer than 16": [encode_send_record("A", b"b" * n) for n in range(1, 9)],
+    "two topics": [encode_send_record("AB"[n % 2], b"b") for n in range(40)],
+    "an IPv6 host": [encode_send_record("B", b"b")] * 20 + [ipv6_record(b"6")],
+    "a long topic": [encode_send_record("L" * 200, b"b")] * 20,
+}
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_decode_pulled_gives_what_decode_records_gives(run: str) -> None:
+    data = b"".join(RUNS[run])
+    assert fields(decode_pulled(data)) == fields(decode_records(data))
+    assert len(decode_pulled(data)) == len(RUNS[run])
+
+
+@pytest.mark.parametrize("case", sorted(damaged()))
+def test_decode_pulled_refuses_a_damaged_record_in_a_long_run_as_decode_records_does(
+        case: str) -> None:
+    good = b"".join(encode_send_record("A", b"body") for _ in range(30))
+    data = good + damaged()[case] + good
+    with pytest.raises(CorruptRecord) as loop:
+        decode_records(data)
+    with pytest.raises(CorruptRecord) as bulk:
+        decode_pulled(data)
+    assert str(bulk.value) == str(loop.value)
+
+
+def test_decode_pulled_checks_a_long_run_of_one_topic_without_the_record_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def loop(data: object, check_crc: bool = True) -> list:  # type: ignore[type-arg]
+        raise AssertionError("the run went to the record by record loop")
+
+    monkeypatch.setattr(record_heads, "decode_records", loop)
+    for run in ("same size", "sizes differ, tags and keys"):
+        assert len(decode_pulled(b"".join(RUNS[run]))) == 40
+    bad_crc = b"".join(RUNS["same size"][:20] + [with_int(RUNS["same size"][20],
+                                                           BODY_CRC_OFFSET, 1)])
+    with pytest.raises(AssertionError, match="record by record"):
+        decode_pulled(bad_crc)  # a refusal is the loop's, word for word
+    assert bytes(decode_pulled(bad_crc, check_crc=False)[20].body) == bytes([20]) * 1024
+
+
+def test_decode_pulled_leaves_one_collector_tracked_object_per_record() -> None:
+    count = 1000
+    data = b"".join(encode_send_record("A", bytes([n % 251]) * 100, tags="t")
+                    for n in range(count))
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        records = decode_pulled(data)
+        made = len(gc.get_objects()) - before
+    finally:
+        gc.enable()
+    assert len(records) == count and records[-1].tags == "t"
+    assert made <= count + 10, f"{made} tracked objects for {count} records"
