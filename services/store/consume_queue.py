@@ -221,6 +221,26 @@ class ConsumeQueue:
 
     def entries(self, queue_offset: int, max_entries: int) -> Iterator[tuple[int, int, int]]:
         """Consecutive entries from ``queue_offset``, within one file per call site loop."""
+        for run in self._entry_runs(queue_offset, max_entries):
+            yield from ENTRY.iter_unpack(run)
+
+    def entry_columns(self, queue_offset: int, max_entries: int
+                      ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """:meth:`entries`' commitlog offsets and sizes as two arrays (a pull's bulk read)."""
+        offsets, sizes = [], []
+        for run in self._entry_runs(queue_offset, max_entries):
+            entries = np.frombuffer(run, dtype=ENTRY_DTYPE)
+            offsets.append(entries["commitlog_offset"].astype(np.int64))
+            sizes.append(entries["size"].astype(np.int64))
+        if len(offsets) == 1:
+            return offsets[0], sizes[0]
+        empty = np.zeros(0, dtype=np.int64)
+        return (np.concatenate(offsets) if offsets else empty,
+                np.concatenate(sizes) if sizes else empty)
+
+    def _entry_runs(self, queue_offset: int, max_entries: int) -> Iterator[bytes]:
+        """The bytes of up to ``max_entries`` entries from ``queue_offset``, one copy per
+        file (no view of a file outlives its hold)."""
         position = queue_offset * ENTRY_SIZE
         remaining = max_entries
         while remaining > 0:
@@ -232,10 +252,11 @@ class ConsumeQueue:
                 stop = min(mf.wrote_position, relative + remaining * ENTRY_SIZE)
                 if stop <= relative:
                     return
-                yield from ENTRY.iter_unpack(mf.view[relative:stop])
                 count = (stop - relative) // ENTRY_SIZE
+                run = bytes(mf.view[relative:relative + count * ENTRY_SIZE])
             finally:
                 mf.release()
+            yield run
             remaining -= count
             position += count * ENTRY_SIZE
             if stop < mf.file_size:

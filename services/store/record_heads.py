@@ -433,8 +433,8 @@ class VerifiedRuns:
         self.refused: list[CorruptRecord] = []
 
 
-def verified_runs(view: memoryview, positions: Sequence[int], sizes: Sequence[int], *,
-                  check_crc: bool) -> VerifiedRuns:
+def verified_runs(view: memoryview, positions: Sequence[int] | Int64s,
+                  sizes: Sequence[int] | Int64s, *, check_crc: bool) -> VerifiedRuns:
     """The records at ``positions`` of ``view`` (``sizes`` from the consume queue), each
     checked as :func:`verified_record` checks one, in bulk.
 
@@ -449,57 +449,59 @@ def verified_runs(view: memoryview, positions: Sequence[int], sizes: Sequence[in
     count = len(positions)
     if not count:
         return found
-    good, body_lengths, crcs = _vector_checks(view, positions, sizes, count)
-    run_start = run_end = -1
-    for index in range(count):
-        position, size = positions[index], sizes[index]
-        if good[index]:
-            if check_crc:
-                body = position + RAW_HEAD.size
-                if body_crc(view[body:body + body_lengths[index]]) != crcs[index]:
-                    found.refused.append(CorruptRecord(f"body CRC mismatch at {position}"))
-                    continue
-        else:
+    starts = np.asarray(positions, dtype=np.int64)
+    totals = np.asarray(sizes, dtype=np.int64)
+    good, body_lengths, crcs = _vector_checks(view, starts, totals, count)
+    refused: dict[int, CorruptRecord] = {}
+    if check_crc:
+        checked = np.flatnonzero(good)
+        bodies = starts[checked] + RAW_HEAD.size
+        computed = [crc32(view[begin:end]) & 0x7FFFFFFF for begin, end in
+                    zip(bodies.tolist(), (bodies + body_lengths[checked]).tolist(), strict=True)]
+        for index in checked[np.asarray(computed, dtype=np.int64) != crcs[checked]].tolist():
+            good[index] = False
+            refused[index] = CorruptRecord(f"body CRC mismatch at {int(starts[index])}")
+    for index in np.flatnonzero(~good).tolist():
+        if index not in refused:
             try:
-                verified_record(view, position, size, check_crc=check_crc)
+                verified_record(view, int(starts[index]), int(totals[index]),
+                                check_crc=check_crc)
+                good[index] = True
             except CorruptRecord as exc:
-                found.refused.append(exc)
-                continue
-        found.count += 1
-        if position == run_end:
-            run_end += size
-            continue
-        if run_end >= 0:
-            found.views.append(view[run_start:run_end])
-        run_start, run_end = position, position + size
-    if run_end >= 0:
-        found.views.append(view[run_start:run_end])
+                refused[index] = exc
+    found.refused = [refused[index] for index in sorted(refused)]
+    kept = np.flatnonzero(good)
+    found.count = len(kept)
+    if found.count:
+        run_starts, run_ends = starts[kept], starts[kept] + totals[kept]
+        joined = np.zeros(len(kept), dtype=bool)
+        joined[1:] = run_starts[1:] == run_ends[:-1]  # back to back with the one before
+        found.views = [view[begin:end] for begin, end in zip(
+            run_starts[~joined].tolist(), run_ends[np.append(~joined[1:], True)].tolist(),
+            strict=True)]
     return found
 
 
-def _vector_checks(view: memoryview, positions: Sequence[int], sizes: Sequence[int],
-                   count: int) -> tuple[list[bool], list[int], list[int]]:
-    """Per record: passed the head checks, body length, body CRC field (lists)."""
+def _vector_checks(view: memoryview, starts: Int64s, totals: Int64s, count: int
+                   ) -> tuple[npt.NDArray[np.bool_], Int64s, Int64s]:
+    """Per record: passed the head checks, body length, body CRC field."""
+    good = np.zeros(count, dtype=bool)
+    lengths = np.zeros(count, dtype=np.int64)
+    crcs = np.zeros(count, dtype=np.int64)
     if count < SMALL_BATCH:
-        return [False] * count, [0] * count, [0] * count  # all to verified_record
+        return good, lengths, crcs  # all to verified_record
     data = np.frombuffer(view, dtype=np.uint8)
-    starts = np.asarray(positions, dtype=np.int64)
-    totals = np.asarray(sizes, dtype=np.int64)
     readable = (starts >= 0) & (starts + FIXED_OVERHEAD_IPV4 <= len(data))
     inside = np.flatnonzero(readable)
     heads = gather_heads(data, starts[inside])
     body_len = heads["body_length"].astype(np.int64)
-    passed = ((heads["total_size"] == totals[inside]) & np.isin(heads["magic"], _MAGICS)
-              & (starts[inside] + totals[inside] <= len(data))
-              & ((heads["sys_flag"] & HOST_V6_BITS) == 0)
-              & (body_len >= 0) & (RAW_HEAD.size + body_len + 3 <= totals[inside]))
-    good = np.zeros(count, dtype=bool)
-    good[inside] = passed
-    lengths = np.zeros(count, dtype=np.int64)
+    good[inside] = ((heads["total_size"] == totals[inside]) & np.isin(heads["magic"], _MAGICS)
+                    & (starts[inside] + totals[inside] <= len(data))
+                    & ((heads["sys_flag"] & HOST_V6_BITS) == 0)
+                    & (body_len >= 0) & (RAW_HEAD.size + body_len + 3 <= totals[inside]))
     lengths[inside] = body_len
-    crcs = np.zeros(count, dtype=np.int64)
     crcs[inside] = heads["body_crc"]
-    return good.tolist(), lengths.tolist(), crcs.tolist()
+    return good, lengths, crcs
 
 
 def decode_pulled(data: bytes | memoryview, *, check_crc: bool = True) -> list[RecordView]:

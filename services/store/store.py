@@ -19,6 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from services.store.checkpoint import Checkpoint, CheckpointState
 from services.store.cleaner import Cleaner, DiskUsageProbe, disk_usage_percent
 from services.store.commitlog import CommitLog, PropertiesTooLarge
@@ -599,51 +602,34 @@ class MessageStore:
                      result: GetResult) -> None:
         """Every record from ``queue_offset`` as raw bytes, checked in bulk per segment.
 
-        The consume queue decides which records are taken (count and byte
-        limits); :func:`verified_runs` checks them, and a corrupt one is
-        logged and left out, as on the per-record path.
+        The consume queue decides which records are taken (:func:`_taken`);
+        :func:`verified_runs` checks them, and a corrupt one is logged and left
+        out, as on the per-record path.
         """
-        check_crc = self.config.check_crc_on_read
-        scanned = accepted = total_bytes = missing = 0
-        positions: list[int] = []
-        sizes: list[int] = []
-        mf = None
-        mf_from = mf_end = 0
-
-        def verify() -> None:
-            nonlocal missing
-            assert mf is not None
-            found = verified_runs(mf.view, positions, sizes, check_crc=check_crc)
+        physicals, sizes = cq.entry_columns(queue_offset, max(count, 1))
+        taken = _taken(sizes, count, byte_limit)
+        missing = at = 0
+        while at < taken:
+            mf = self._hold_segment(int(physicals[at]))
+            if mf is None:  # cleaned away
+                missing += 1
+                at += 1
+                continue
+            try:
+                rest = physicals[at:taken]
+                beyond = np.flatnonzero((rest < mf.file_from_offset) | (rest >= mf.file_end_offset))
+                stop = at + (int(beyond[0]) if len(beyond) else len(rest))
+                found = verified_runs(mf.view, physicals[at:stop] - mf.file_from_offset,
+                                      sizes[at:stop], check_crc=self.config.check_crc_on_read)
+            finally:
+                mf.release()
             result.raw.extend(found.views)
             result.raw_count += found.count
             for exc in found.refused:
                 log.error("refusing to serve a corrupt record: %s", exc)
             missing += len(found.refused)
-            positions.clear()
-            sizes.clear()
-
-        try:
-            for physical, size, _code in cq.entries(queue_offset, max(count, 1)):
-                if accepted >= count or (accepted and total_bytes + size > byte_limit):
-                    break
-                scanned += 1
-                if not mf_from <= physical < mf_end:
-                    if positions:
-                        verify()
-                    mf, mf_from, mf_end = self._next_segment(mf, physical)
-                    if mf is None:
-                        missing += 1
-                        continue
-                positions.append(physical - mf_from)
-                sizes.append(size)
-                accepted += 1
-                total_bytes += size
-            if positions:
-                verify()
-        finally:
-            if mf is not None:
-                mf.release()
-        result.next_begin_offset = queue_offset + scanned
+            at = stop
+        result.next_begin_offset = queue_offset + taken
         if result.raw:
             result.status = GetStatus.FOUND
         elif missing:
@@ -772,3 +758,13 @@ def _mark(results: Sequence[PutResult], status: PutStatus, unless: frozenset[Put
     for r in results:
         if r.status not in unless:
             r.status = status
+
+
+def _taken(sizes: npt.NDArray[np.int64], count: int, byte_limit: int) -> int:
+    """How many of a queue's next entries (their record ``sizes``) a raw read takes: at
+    most ``count``, the first always, the others while the sizes add up to at most
+    ``byte_limit`` (as the per-record path counts them)."""
+    if count <= 0 or not len(sizes):
+        return 0
+    head = np.maximum(sizes[:count], 0)  # a damaged entry's size: refused when read
+    return max(1, int(np.searchsorted(np.cumsum(head), byte_limit, side="right")))
