@@ -14,6 +14,12 @@ never let one through that it would refuse).
 
 Record ``i`` starts at ``positions[i]`` and ends where the next one starts
 (the last at the end of the bytes): :func:`frame_records` has tiled them.
+
+Reads use the same heads: the store checks the records a pull serves
+(:func:`verified_runs`, as :func:`verified_record` checks one) and a consumer
+decodes a pull's records (:func:`decode_pulled`, as :func:`decode_records`
+does). In each, what the arrays do not pass goes to the scalar function,
+whose error is the refusal; only the CRCs are computed one record at a time.
 """
 
 from __future__ import annotations
