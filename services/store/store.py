@@ -763,7 +763,8 @@ def _mark(results: Sequence[PutResult], status: PutStatus, unless: frozenset[Put
 def _taken(sizes: npt.NDArray[np.int64], count: int, byte_limit: int) -> int:
     """How many of a queue's next entries (their record ``sizes``) a raw read takes: at
     most ``count``, the first always, the others while the sizes add up to at most
-    ``byte_limit`` (as the per-record path counts them)."""
+    ``byte_limit``. An entry whose record is gone or refused counts too (the per-record
+    path skips it and reads on; here the next pull does)."""
     if count <= 0 or not len(sizes):
         return 0
     head = np.maximum(sizes[:count], 0)  # a damaged entry's size: refused when read
