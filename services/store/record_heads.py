@@ -182,6 +182,15 @@ def gather_rows(data: npt.NDArray[np.uint8], starts: Int64s, width: int
     return _windows(data, width, writeable=False)[starts]
 
 
+def _tiles(positions: Sequence[int], size: int) -> tuple[Int64s, Int64s]:
+    """Where each record starts and ends, records tiling ``size`` bytes from ``positions``."""
+    starts = np.asarray(positions, dtype=np.int64)
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1] = size
+    return starts, ends
+
+
 def _windows(data: npt.NDArray[np.uint8], width: int, *, writeable: bool
              ) -> npt.NDArray[np.uint8]:
     """``data`` as overlapping rows of ``width`` bytes: row ``i`` is ``data[i:i + width]``."""
@@ -195,10 +204,7 @@ def check_heads(records: bytes | memoryview, positions: Sequence[int], topic_fie
     if len(positions) < SMALL_BATCH:
         return _check_one_by_one(records, positions, topic_field, magic, max_body_bytes)
     data = np.frombuffer(records, dtype=np.uint8)
-    starts = np.asarray(positions, dtype=np.int64)
-    ends = np.empty_like(starts)
-    ends[:-1] = starts[1:]
-    ends[-1] = len(data)
+    starts, ends = _tiles(positions, len(data))
     heads = gather_heads(data, starts)
     body_len = heads["body_length"].astype(np.int64)
     topic_starts = starts + RAW_HEAD.size + body_len
@@ -527,10 +533,7 @@ def decode_pulled(data: bytes | memoryview, *, check_crc: bool = True) -> list[R
     if positions is None or len(positions) < SMALL_BATCH:
         return decode_records(view, check_crc=check_crc)
     array = np.frombuffer(view, dtype=np.uint8)
-    starts = np.asarray(positions, dtype=np.int64)
-    ends = np.empty_like(starts)
-    ends[:-1] = starts[1:]
-    ends[-1] = len(array)
+    starts, ends = _tiles(positions, len(array))
     heads = gather_heads(array, starts)
     body_starts = starts + RAW_HEAD.size
     body_ends = body_starts + heads["body_length"].astype(np.int64)

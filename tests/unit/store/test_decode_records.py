@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import struct
+from collections.abc import Callable
 
 import pytest
 
@@ -13,6 +14,7 @@ from services.store.record import (
     BODY_CRC_OFFSET,
     SYS_FLAG_BORN_HOST_V6,
     CorruptRecord,
+    RecordView,
     decode_record,
     decode_records,
 )
@@ -35,6 +37,20 @@ def ipv6_record(body: bytes) -> bytes:
     INT.pack_into(data, 0, len(data))
     INT.pack_into(data, 36, SYS_FLAG_BORN_HOST_V6)
     return bytes(data)
+
+
+def tracked_objects_made(decode: Callable[[bytes], list[RecordView]], data: bytes
+                         ) -> tuple[list[RecordView], int]:
+    """``decode(data)`` and how many objects the cyclic collector tracks after it that it
+    did not before (the collector off meanwhile)."""
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        records = decode(data)
+        return records, len(gc.get_objects()) - before
+    finally:
+        gc.enable()
 
 
 def test_every_record_and_topic_comes_back_in_order() -> None:
@@ -82,14 +98,7 @@ def test_a_pull_leaves_one_collector_tracked_object_per_record() -> None:
     count = 1000
     data = b"".join(encode_send_record("A", bytes([n % 251]) * 100, tags="t", keys=["k"])
                     for n in range(count))
-    gc.collect()
-    gc.disable()
-    try:
-        before = len(gc.get_objects())
-        records = decode_records(data)
-        made = len(gc.get_objects()) - before
-    finally:
-        gc.enable()
+    records, made = tracked_objects_made(decode_records, data)
     assert len(records) == count
     assert made <= count + 10, f"{made} tracked objects for {count} records"
     assert [bytes(r.body)[:1] for r in records[:3]] == [b"\x00", b"\x01", b"\x02"]
@@ -151,13 +160,6 @@ def test_decode_pulled_leaves_one_collector_tracked_object_per_record() -> None:
     count = 1000
     data = b"".join(encode_send_record("A", bytes([n % 251]) * 100, tags="t")
                     for n in range(count))
-    gc.collect()
-    gc.disable()
-    try:
-        before = len(gc.get_objects())
-        records = decode_pulled(data)
-        made = len(gc.get_objects()) - before
-    finally:
-        gc.enable()
+    records, made = tracked_objects_made(decode_pulled, data)
     assert len(records) == count and records[-1].tags == "t"
     assert made <= count + 10, f"{made} tracked objects for {count} records"
