@@ -24,6 +24,14 @@ them back in from disk, as after any eviction; every ``sweep_interval_s``
 (at the flusher's next round, whether anything was written or not) the whole
 released range is released again so such reads do not accumulate.
 ``window_bytes`` 0 turns the window off.
+
+Such a reader would fault the released pages back in as its copy reaches
+them, each fault waiting for a disk read inside the store's serving thread: a
+consumer reading 1 KiB messages behind the window cost the store
+3.2 us a message instead of 1.4 (bench/RESULTS.md, session 17). So a raw read
+that starts behind the window first asks the kernel for its whole range and
+READ_AHEAD_BYTES past it (``POSIX_FADV_WILLNEED``, which does not wait):
+:meth:`PageCacheWindow.read_ahead`. The sweep drops what was read ahead too.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ RELEASE_ALIGN_BYTES = 2 * 1024 * 1024
 files in folios of up to 2 MiB (a PMD on x86-64), aligned to their size, and a folio is
 dropped only when the range covers all of it: a range ending mid-folio would leave that
 folio cached, and the next round, starting mid-folio too, would leave it again."""
+READ_AHEAD_BYTES = 16 * 1024 * 1024
+"""How far past a read of released pages :meth:`PageCacheWindow.read_ahead` asks for."""
 SWEEP_INTERVAL_S = 10.0
 """How often the whole released range is released again (pages brought back by readers)."""
 
@@ -55,6 +65,8 @@ class PageCacheWindow:
         self.released_to = 0
         """Everything before this offset has been released at least once."""
         self._last_sweep = time.monotonic()
+        self._ahead = (0, 0)
+        """The range the last read ahead asked for (nothing yet)."""
 
     @property
     def enabled(self) -> bool:
@@ -70,6 +82,7 @@ class PageCacheWindow:
         if now - self._last_sweep >= self.sweep_interval_s:
             self._last_sweep = now
             start = 0
+            self._ahead = (0, 0)  # what was read ahead goes too
         if target <= start:
             return 0
         released = 0
@@ -80,6 +93,36 @@ class PageCacheWindow:
                 released += mf.drop_cached(low - mf.file_from_offset, high - mf.file_from_offset)
         self.released_to = max(self.released_to, target)
         return released
+
+    def read_ahead(self, offset: int, end: int) -> int:
+        """A reader is about to read ``[offset, end)``: when that lies behind the window,
+        ask the kernel for it and for READ_AHEAD_BYTES past it, all at once; returns
+        the bytes asked for.
+
+        Nothing is asked when the read starts inside the window (its pages are
+        cached) or when the last read ahead covers it and half a step more (one
+        consumer's next pulls); a read that goes on from the last read ahead asks
+        only for what follows it.
+        """
+        released_to = self.released_to
+        if not self.enabled or offset >= released_to:
+            return 0
+        ahead_from, ahead_to = self._ahead
+        if ahead_from <= offset < ahead_to:
+            if end + READ_AHEAD_BYTES // 2 <= ahead_to:
+                return 0
+            start = ahead_to  # the step after the last one
+        else:
+            start = ahead_from = offset
+        stop = min(end + READ_AHEAD_BYTES, released_to)
+        asked = 0
+        for mf in self.files.files:
+            low = max(start, mf.file_from_offset)
+            high = min(stop, mf.file_end_offset)
+            if low < high:
+                asked += mf.read_ahead(low - mf.file_from_offset, high - mf.file_from_offset)
+        self._ahead = (ahead_from, max(stop, start))
+        return asked
 
     def _aligned(self, offset: int) -> int:
         """``offset`` moved back to a release boundary of its segment."""

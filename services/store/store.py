@@ -569,6 +569,7 @@ class MessageStore:
                 if not matches_all and code not in codes:
                     continue
                 if not mf_from <= physical < mf_end:
+                    self.commitlog.page_cache.read_ahead(physical, physical + size)
                     mf, mf_from, mf_end = self._next_segment(mf, physical)
                     if mf is None:
                         missing += 1
@@ -608,6 +609,9 @@ class MessageStore:
         """
         physicals, sizes = cq.entry_columns(queue_offset, max(count, 1))
         taken = _taken(sizes, count, byte_limit)
+        if taken:
+            self.commitlog.page_cache.read_ahead(int(physicals[0]),
+                                                 int(physicals[taken - 1] + sizes[taken - 1]))
         missing = at = 0
         while at < taken:
             mf = self._hold_segment(int(physicals[at]))

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from boltmq.config import ConfigError
-from services.store import Message, MessageStore
+from services.store import Message, MessageStore, page_cache
 from services.store.mapped_file import PAGE_SIZE, MappedFile, file_name
 from services.store.mapped_file_queue import MappedFileQueue
 from services.store.page_cache import RELEASE_ALIGN_BYTES, PageCacheWindow
+from services.store.status import GetStatus
 from tests.conftest import read_queue, small_config
 from tests.page_residency import resident_pages
 from tests.waiting import wait_until
@@ -169,3 +170,108 @@ def test_store_releases_old_segments_and_still_serves_every_message(
     window.sweep_interval_s = 0.05
     wait_until(lambda: not any(resident_pages(store.commitlog.files.files[0].path)),
                "the sweep to release the pages the reads brought back")
+
+
+def test_read_ahead_brings_released_pages_back_without_touching_them(tmp_path: Path) -> None:
+    mf = written_segment(tmp_path, 16 * PAGE_SIZE)
+    mf.drop_cached(0, 16 * PAGE_SIZE)
+    assert not any(resident_pages(mf.path)[:16])
+
+    assert mf.read_ahead(2 * PAGE_SIZE + 100, 6 * PAGE_SIZE) == 4 * PAGE_SIZE
+
+    wait_until(lambda: all(resident_pages(mf.path)[2:6]), "the kernel to read pages 2-5")
+    assert not any(resident_pages(mf.path)[6:16])  # only what was asked for
+    assert mf.read_ahead(5 * PAGE_SIZE, 5 * PAGE_SIZE) == 0
+    assert mf.read_ahead(SEGMENT_BYTES - PAGE_SIZE, 2 * SEGMENT_BYTES) == PAGE_SIZE  # file end
+    mf.destroy()
+    assert mf.read_ahead(0, PAGE_SIZE) == 0
+
+
+def released_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kwargs: float
+                    ) -> tuple[MappedFileQueue, PageCacheWindow]:
+    """Three segments, the first two released; reads ahead of four pages."""
+    monkeypatch.setattr(page_cache, "READ_AHEAD_BYTES", 4 * PAGE_SIZE)
+    queue = filled_queue(tmp_path, 3)
+    window = PageCacheWindow(queue, window_bytes=SEGMENT_BYTES, **kwargs)
+    window.release_behind(3 * SEGMENT_BYTES)
+    assert window.released_to == 2 * SEGMENT_BYTES
+    return queue, window
+
+
+def test_window_reads_ahead_of_a_read_behind_it(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    queue, window = released_window(tmp_path, monkeypatch)
+    first = queue.files[0]
+
+    assert window.read_ahead(0, PAGE_SIZE) == 5 * PAGE_SIZE  # the read and 4 pages past it
+
+    wait_until(lambda: all(resident_pages(first.path)[:5]), "the kernel to read ahead")
+    assert not any(resident_pages(first.path)[5:])
+    assert not any(resident_pages(queue.files[1].path))
+    queue.close()
+
+
+def test_window_asks_once_per_step_of_one_reader(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    queue, window = released_window(tmp_path, monkeypatch)
+    assert window.read_ahead(0, PAGE_SIZE) == 5 * PAGE_SIZE
+    # The next read lies in what was asked for, with half a step to spare: nothing.
+    assert window.read_ahead(PAGE_SIZE, 3 * PAGE_SIZE) == 0
+    # Closer to the end of it: only the pages after it, up to a step past the read.
+    assert window.read_ahead(3 * PAGE_SIZE, 4 * PAGE_SIZE) == 3 * PAGE_SIZE
+    # A read elsewhere starts over from where it begins, across segments.
+    assert window.read_ahead(SEGMENT_BYTES - PAGE_SIZE, SEGMENT_BYTES) == 5 * PAGE_SIZE
+    queue.close()
+
+
+def test_window_reads_ahead_only_what_it_released(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    queue, window = released_window(tmp_path, monkeypatch)
+    assert window.read_ahead(2 * SEGMENT_BYTES, 2 * SEGMENT_BYTES + PAGE_SIZE) == 0  # cached
+    # The step past a read just behind the window ends at the window's start.
+    assert window.read_ahead(2 * SEGMENT_BYTES - PAGE_SIZE, 2 * SEGMENT_BYTES) == PAGE_SIZE
+    off = PageCacheWindow(queue, window_bytes=0)
+    assert off.read_ahead(0, PAGE_SIZE) == 0
+    queue.close()
+
+
+def test_window_sweep_forgets_what_was_read_ahead(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    queue, window = released_window(tmp_path, monkeypatch, sweep_interval_s=0.0)
+    assert window.read_ahead(0, PAGE_SIZE) == 5 * PAGE_SIZE
+    wait_until(lambda: all(resident_pages(queue.files[0].path)[:5]), "the read ahead")
+
+    window.release_behind(3 * SEGMENT_BYTES)  # the sweep drops the pages read ahead
+
+    assert not any(resident_pages(queue.files[0].path))
+    assert window.read_ahead(PAGE_SIZE, 2 * PAGE_SIZE) == 5 * PAGE_SIZE  # so they are asked again
+    queue.close()
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["raw", "decoded"])
+def test_store_reads_ahead_of_a_read_behind_the_window(
+        make_store: Callable[..., MessageStore], raw: bool) -> None:
+    store = make_store(commitlog_page_cache_window_bytes=SEGMENT_BYTES,
+                       flush_interval_commitlog_ms=20)
+    bodies = [f"message-{i}|".encode() * 60 for i in range(400)]  # ~300 KiB: five segments
+    for body in bodies:
+        store.put_message(Message(topic="Ahead", queue_id=0, body=body))
+    window = store.commitlog.page_cache
+    wait_until(lambda: window.released_to >= 3 * SEGMENT_BYTES,
+               "the flusher to release three segments")
+    asked: list[tuple[int, int, int]] = []
+    read_ahead = window.read_ahead
+
+    def recording(offset: int, end: int) -> int:
+        got = read_ahead(offset, end)
+        asked.append((offset, end, got))
+        return got
+    window.read_ahead = recording  # type: ignore[method-assign]
+
+    got = store.get_messages("Ahead", 0, 0, 8, raw=raw)
+
+    assert got.status is GetStatus.FOUND and (got.raw_count if raw else len(got.messages)) == 8
+    assert asked[0][0] == 0 and asked[0][2] > 0  # from the first record (offset 0) on
+    later = store.get_messages("Ahead", 0, 399, 1, raw=raw)  # inside the window: not asked
+    assert later.status is GetStatus.FOUND and asked[-1][2] == 0
+    assert [body for _, _, body in read_queue(store, "Ahead", 0)] == bodies
