@@ -29,9 +29,9 @@ Such a reader would fault the released pages back in as its copy reaches
 them, each fault waiting for a disk read inside the store's serving thread: a
 consumer reading 1 KiB messages behind the window cost the store
 3.2 us a message instead of 1.4 (bench/RESULTS.md, session 17). So a raw read
-that starts behind the window first asks the kernel for its whole range and
-READ_AHEAD_BYTES past it (``POSIX_FADV_WILLNEED``, which does not wait):
-:meth:`PageCacheWindow.read_ahead`. The sweep drops what was read ahead too.
+that starts behind the window first asks the kernel for its first
+READ_AHEAD_BYTES and as many past them (``POSIX_FADV_WILLNEED``, which does not
+wait): :meth:`PageCacheWindow.read_ahead`. The sweep drops what was read ahead too.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ files in folios of up to 2 MiB (a PMD on x86-64), aligned to their size, and a f
 dropped only when the range covers all of it: a range ending mid-folio would leave that
 folio cached, and the next round, starting mid-folio too, would leave it again."""
 READ_AHEAD_BYTES = 16 * 1024 * 1024
-"""How far past a read of released pages :meth:`PageCacheWindow.read_ahead` asks for."""
+"""One step of :meth:`PageCacheWindow.read_ahead`: it asks for at most this much of a read
+of released pages and this much past it."""
 SWEEP_INTERVAL_S = 10.0
 """How often the whole released range is released again (pages brought back by readers)."""
 
@@ -96,25 +97,28 @@ class PageCacheWindow:
 
     def read_ahead(self, offset: int, end: int) -> int:
         """A reader is about to read ``[offset, end)``: when that lies behind the window,
-        ask the kernel for it and for READ_AHEAD_BYTES past it, all at once; returns
-        the bytes asked for.
+        ask the kernel for its first READ_AHEAD_BYTES and READ_AHEAD_BYTES past those, all
+        at once; returns the bytes asked for.
 
-        Nothing is asked when the read starts inside the window (its pages are
-        cached) or when the last read ahead covers it and half a step more (one
-        consumer's next pulls); a read that goes on from the last read ahead asks
-        only for what follows it.
+        At most two steps from ``offset``: the records of one queue may lie far apart
+        (its topic one of many), and the bytes between them are other queues'. Nothing
+        is asked when the read starts inside the window (its pages are cached) or when
+        the last read ahead covers what this one would ask for but half a step (one
+        consumer's next pulls); a read that goes on from the last read ahead asks only
+        for what follows it.
         """
         released_to = self.released_to
         if not self.enabled or offset >= released_to:
             return 0
+        wanted = min(end, offset + READ_AHEAD_BYTES) + READ_AHEAD_BYTES
         ahead_from, ahead_to = self._ahead
         if ahead_from <= offset < ahead_to:
-            if end + READ_AHEAD_BYTES // 2 <= ahead_to:
+            if wanted - READ_AHEAD_BYTES // 2 <= ahead_to:
                 return 0
             start = ahead_to  # the step after the last one
         else:
             start = ahead_from = offset
-        stop = min(end + READ_AHEAD_BYTES, released_to)
+        stop = min(wanted, released_to)
         asked = 0
         for mf in self.files.files:
             low = max(start, mf.file_from_offset)

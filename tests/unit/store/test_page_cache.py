@@ -224,6 +224,22 @@ def test_window_asks_once_per_step_of_one_reader(tmp_path: Path,
     queue.close()
 
 
+def test_window_reads_ahead_at_most_two_steps_of_a_sparse_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One queue's records can lie far apart (the bytes between are other topics'):
+    # a read from page 0 to page 40 asks for its first step and one more, not 44 pages.
+    queue, window = released_window(tmp_path, monkeypatch)
+    assert window.read_ahead(0, 40 * PAGE_SIZE) == 8 * PAGE_SIZE
+
+    wait_until(lambda: all(resident_pages(queue.files[0].path)[:8]), "the read ahead")
+    assert not any(resident_pages(queue.files[0].path)[8:])
+    # The next reads of that range: nothing while what was asked covers theirs but half
+    # a step, then only the pages after it, up to two steps past their start.
+    assert window.read_ahead(PAGE_SIZE, 40 * PAGE_SIZE) == 0
+    assert window.read_ahead(3 * PAGE_SIZE, 40 * PAGE_SIZE) == 3 * PAGE_SIZE
+    queue.close()
+
+
 def test_window_reads_ahead_only_what_it_released(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     queue, window = released_window(tmp_path, monkeypatch)
