@@ -27,11 +27,12 @@ released range is released again so such reads do not accumulate.
 
 Such a reader would fault the released pages back in as its copy reaches
 them, each fault waiting for a disk read inside the store's serving thread: a
-consumer reading 1 KiB messages behind the window cost the store
-3.2 us a message instead of 1.4 (bench/RESULTS.md, session 17). So a raw read
-that starts behind the window first asks the kernel for its first
-READ_AHEAD_BYTES and as many past them (``POSIX_FADV_WILLNEED``, which does not
-wait): :meth:`PageCacheWindow.read_ahead`. The sweep drops what was read ahead too.
+consumer reading 1 KiB messages behind the window cost the store 2.2-3.2 us a
+message instead of 1.4 (bench/RESULTS.md, session 17). So a read that starts
+behind the window (a pull's raw read, or the decoded path at each segment it
+enters) first asks the kernel for its first READ_AHEAD_BYTES and as many past
+them (``POSIX_FADV_WILLNEED``, which does not wait):
+:meth:`PageCacheWindow.read_ahead`. The sweep drops what was read ahead too.
 """
 
 from __future__ import annotations
