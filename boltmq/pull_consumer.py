@@ -137,10 +137,14 @@ def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueu
     cancelled call raises PullError (CANCELLED).
     """
     calls: dict[str, list[MessageQueue]] = {}
-    addresses: dict[tuple[str, str], str] = {}  # by (topic, broker): not asked per queue
+    # Asked once per broker, not per queue or topic: a broker's address (master, or a
+    # replica while it is skipped) is the same in every topic's route.
+    addresses: dict[str, str] = {}
     for queue in offsets:
-        key = (queue.topic, queue.broker_name)
-        address = addresses.get(key) or addresses.setdefault(key, client.read_address_of(queue))
+        broker = queue.broker_name
+        address = addresses.get(broker)
+        if address is None:
+            address = addresses[broker] = client.read_address_of(queue)
         calls.setdefault(address, []).append(queue)
     pending = []
     for address, queues in calls.items():
