@@ -38,8 +38,9 @@ them (``POSIX_FADV_WILLNEED``, which does not wait):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
-from services.store.mapped_file import PAGE_SIZE
+from services.store.mapped_file import PAGE_SIZE, MappedFile
 from services.store.mapped_file_queue import MappedFileQueue
 
 RELEASE_ALIGN_BYTES = 2 * 1024 * 1024
@@ -87,12 +88,7 @@ class PageCacheWindow:
             self._ahead = (0, 0)  # what was read ahead goes too
         if target <= start:
             return 0
-        released = 0
-        for mf in self.files.files:
-            low = max(start, mf.file_from_offset)
-            high = min(target, mf.file_end_offset)
-            if low < high:
-                released += mf.drop_cached(low - mf.file_from_offset, high - mf.file_from_offset)
+        released = self._each_segment(start, target, MappedFile.drop_cached)
         self.released_to = max(self.released_to, target)
         return released
 
@@ -120,14 +116,21 @@ class PageCacheWindow:
         else:
             start = ahead_from = offset
         stop = min(wanted, released_to)
-        asked = 0
+        asked = self._each_segment(start, stop, MappedFile.read_ahead)
+        self._ahead = (ahead_from, max(stop, start))
+        return asked
+
+    def _each_segment(self, start: int, stop: int,
+                      action: Callable[[MappedFile, int, int], int]) -> int:
+        """``action(segment, begin, end)`` on the part of ``[start, stop)`` in each segment
+        (positions within it); the sum of what it returns."""
+        total = 0
         for mf in self.files.files:
             low = max(start, mf.file_from_offset)
             high = min(stop, mf.file_end_offset)
             if low < high:
-                asked += mf.read_ahead(low - mf.file_from_offset, high - mf.file_from_offset)
-        self._ahead = (ahead_from, max(stop, start))
-        return asked
+                total += action(mf, low - mf.file_from_offset, high - mf.file_from_offset)
+        return total
 
     def _aligned(self, offset: int) -> int:
         """``offset`` moved back to a release boundary of its segment."""

@@ -148,17 +148,24 @@ def test_store_config_refuses_a_negative_window(tmp_path: Path) -> None:
         small_config(tmp_path, commitlog_page_cache_window_bytes=-4096)
 
 
-def test_store_releases_old_segments_and_still_serves_every_message(
-        make_store: Callable[..., MessageStore]) -> None:
+def released_store(make_store: Callable[..., MessageStore], topic: str
+                   ) -> tuple[MessageStore, list[bytes]]:
+    """A store of one-segment window holding 400 messages of ``topic`` (~300 KiB: five
+    segments), once its flusher has released the first three; the store and the bodies."""
     store = make_store(commitlog_page_cache_window_bytes=SEGMENT_BYTES,
                        flush_interval_commitlog_ms=20)
-    bodies = [f"message-{i}|".encode() * 60 for i in range(400)]  # ~300 KiB: five segments
+    bodies = [f"message-{i}|".encode() * 60 for i in range(400)]
     for body in bodies:
-        store.put_message(Message(topic="Window", queue_id=0, body=body))
-
-    window = store.commitlog.page_cache
-    wait_until(lambda: window.released_to >= 3 * SEGMENT_BYTES,
+        store.put_message(Message(topic=topic, queue_id=0, body=body))
+    wait_until(lambda: store.commitlog.page_cache.released_to >= 3 * SEGMENT_BYTES,
                "the flusher to release three segments")
+    return store, bodies
+
+
+def test_store_releases_old_segments_and_still_serves_every_message(
+        make_store: Callable[..., MessageStore]) -> None:
+    store, bodies = released_store(make_store, "Window")
+    window = store.commitlog.page_cache
     assert not any(resident_pages(store.commitlog.files.files[0].path))
 
     assert [body for _, _, body in read_queue(store, "Window", 0)] == bodies
@@ -267,14 +274,8 @@ def test_window_sweep_forgets_what_was_read_ahead(tmp_path: Path,
 @pytest.mark.parametrize("raw", [True, False], ids=["raw", "decoded"])
 def test_store_reads_ahead_of_a_read_behind_the_window(
         make_store: Callable[..., MessageStore], raw: bool) -> None:
-    store = make_store(commitlog_page_cache_window_bytes=SEGMENT_BYTES,
-                       flush_interval_commitlog_ms=20)
-    bodies = [f"message-{i}|".encode() * 60 for i in range(400)]  # ~300 KiB: five segments
-    for body in bodies:
-        store.put_message(Message(topic="Ahead", queue_id=0, body=body))
+    store, bodies = released_store(make_store, "Ahead")
     window = store.commitlog.page_cache
-    wait_until(lambda: window.released_to >= 3 * SEGMENT_BYTES,
-               "the flusher to release three segments")
     asked: list[tuple[int, int, int]] = []
     read_ahead = window.read_ahead
 
