@@ -18,6 +18,16 @@ the store, and :meth:`LongPollHub.wait` returns at once when any arrival for
 the queue (or a reconnect of the stream) happened since. Such a wake-up may be
 for a message the caller already saw; it then pulls once more and parks again,
 so a stale arrival costs one extra pull, never a lost wake-up.
+
+The store keeps a named queue until its next arrival (one arrival per
+interest), so the hub names a queue only when the store is not watching it
+already at or below the offset (``_watched``): a consumer of 1,024 queues
+that parks again after each answer sends nothing for the 1,023 that stayed
+quiet. While the store watches a queue, nothing can have arrived on it unseen,
+so the store's last "nothing new" answer for it (:meth:`LongPollHub.remember_idle`)
+still holds; a PullQueues pass takes it instead of asking the store again
+(:meth:`LongPollHub.idle_answer`) and reads only the queues that may have news.
+An arrival, a reconnect of the stream and :meth:`close` forget both.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +70,10 @@ class LongPollHub:
         self._parked: dict[QueueKey, list[_Parked]] = {}
         self._parked_count = 0
         self._closed = False
+        self._watched: dict[QueueKey, int] = {}
+        """Queues the store watches for the hub (named, no arrival since): the offset named."""
+        self._idle: dict[QueueKey, tuple[int, Any]] = {}
+        """The store's last "nothing new" answer of a queue, with the offset it answered."""
 
     @property
     def parked_count(self) -> int:
@@ -69,10 +84,28 @@ class LongPollHub:
         """Take before asking the store; pass to :meth:`wait`."""
         return ArrivalToken(self._epoch, self._arrivals.get((topic, queue_id), 0))
 
+    def remember_idle(self, topic: str, queue_id: int, queue_offset: int,
+                      token: ArrivalToken, answer: Any) -> None:
+        """Keep the store's answer "nothing new at ``queue_offset``", read after ``token``
+        was taken, unless an arrival came since (then it may be out of date already)."""
+        if token == self.token(topic, queue_id):
+            self._idle[(topic, queue_id)] = (queue_offset, answer)
+
+    def idle_answer(self, topic: str, queue_id: int, queue_offset: int) -> Any:
+        """The answer kept by :meth:`remember_idle` for this offset while it still holds
+        (the store watches the queue from that offset, no arrival since); else None."""
+        key = (topic, queue_id)
+        if self._watched.get(key) != queue_offset:
+            return None
+        kept = self._idle.get(key)
+        return kept[1] if kept is not None and kept[0] == queue_offset else None
+
     def notify(self, topic: str, queue_id: int, max_offset: int) -> int:
         """The queue now ends at ``max_offset``: wake the pulls parked below it."""
         key = (topic, queue_id)
         self._arrivals[key] = self._arrivals.get(key, 0) + 1
+        self._watched.pop(key, None)  # the store forgets a queue at its arrival
+        self._idle.pop(key, None)
         parked = self._parked.get(key)
         if not parked:
             return 0
@@ -80,21 +113,21 @@ class LongPollHub:
         woken = _resolve([p for p in parked if p.queue_offset < max_offset], True)
         if waiting:
             self._parked[key] = waiting
-            self.on_wait(topic, queue_id, min(p.queue_offset for p in waiting))
+            self._watch(key, min(p.queue_offset for p in waiting))
         else:
             del self._parked[key]
         return woken
 
     def wake_all(self) -> int:
         """Wake every parked pull to pull again (arrivals may have been missed)."""
-        self._epoch += 1
+        self._forget_store()
         parked, self._parked = self._parked, {}
         return sum(_resolve(entries, True) for entries in parked.values())
 
     def close(self) -> None:
         """Answer every parked pull now and park no more (shutdown)."""
         self._closed = True
-        self._epoch += 1
+        self._forget_store()
         parked, self._parked = self._parked, {}
         for entries in parked.values():
             _resolve(entries, False)
@@ -127,12 +160,11 @@ class LongPollHub:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entries = []
         for topic, queue_id, queue_offset, _ in waits:
+            key = (topic, queue_id)
             entry = _Parked(queue_offset, future)
-            parked = self._parked.setdefault((topic, queue_id), [])
-            if not parked or queue_offset < min(p.queue_offset for p in parked):
-                self.on_wait(topic, queue_id, queue_offset)
-            parked.append(entry)
-            entries.append(((topic, queue_id), entry))
+            self._watch(key, queue_offset)
+            self._parked.setdefault(key, []).append(entry)
+            entries.append((key, entry))
         self._parked_count += counted
         try:
             return await asyncio.wait_for(future, timeout_s)
@@ -142,6 +174,19 @@ class LongPollHub:
             self._parked_count -= counted
             for key, entry in entries:
                 self._forget(key, entry)
+
+    def _watch(self, key: QueueKey, queue_offset: int) -> None:
+        """Have the store watch the queue past ``queue_offset`` unless it does from lower."""
+        named = self._watched.get(key)
+        if named is None or queue_offset < named:
+            self._watched[key] = queue_offset
+            self.on_wait(key[0], key[1], queue_offset)
+
+    def _forget_store(self) -> None:
+        """A new stream (or none): the store watches nothing; earlier arrivals may be unseen."""
+        self._epoch += 1
+        self._watched.clear()
+        self._idle.clear()
 
     def _forget(self, key: QueueKey, entry: _Parked) -> None:
         entries = self._parked.get(key)

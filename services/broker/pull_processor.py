@@ -12,13 +12,17 @@ sees the same status it would have seen at once.
 PullQueues does the same for up to PULL_QUEUES_MAX queues of one group in one
 call: every queue is checked first, and the call is parked only when every
 answered queue holds nothing new, on all of them at once (one parked pull,
-woken by an arrival on any).
+woken by an arrival on any). A pass asks the store only of the queues that
+may have news: a queue the store still watches from the pull's offset is
+answered as the store last answered it (:meth:`PullProcessor._read_queues`),
+so a consumer of 1,024 queues woken by one arrival costs the store one
+queue's read, not 1,024.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
@@ -26,12 +30,12 @@ from services.broker.config import BrokerConfig
 from services.broker.consumer_offset import ConsumerOffsetManager
 from services.broker.errors import InvalidArgument, NotFound, PermissionDenied
 from services.broker.group_access import GroupAccess
-from services.broker.long_poll import LongPollHub
+from services.broker.long_poll import ArrivalToken, LongPollHub
 from services.broker.names import check_subscription, check_topic
 from services.broker.store_client import StoreClient
 from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfig, TopicConfigManager
-from services.store.pull_wire import PULL_QUEUES_MAX, PullAnswer, QueuesAnswer
+from services.store.pull_wire import PULL_QUEUES_MAX, PullAnswer, QueuesAnswer, answer_frame
 
 PARKABLE = frozenset((message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.NO_MESSAGE_IN_QUEUE))
 """Store answers meaning "nothing yet at this offset": the pull may wait for an arrival."""
@@ -113,7 +117,7 @@ class PullProcessor:
             subscription=request.subscription, raw_records=request.raw_records)
         offset = request.queue_offset
         answer = await self._read_or_park(
-            lambda: self._store.pull_answer(store_request),
+            lambda _tokens: self._store.pull_answer(store_request),
             [(request.topic, request.queue_id, offset)],
             lambda answer: parkable(answer.response.status, offset),
             request.suspend_timeout_ms)
@@ -146,14 +150,13 @@ class PullProcessor:
         await self._groups.require_consumable("consumer_group", request.consumer_group)
         for pull in pulls:
             self._commit(request.consumer_group, pull)
-        store_request = store_pb2.PullQueuesRequest(max_bytes=request.max_bytes, pulls=[
-            store_pb2.PullRequest(topic=pull.topic, queue_id=pull.queue_id,
-                                  queue_offset=pull.queue_offset,
-                                  max_messages=request.max_messages,
-                                  subscription=pull.subscription, raw_records=True)
-            for pull in pulls])
+        store_pulls = [store_pb2.PullRequest(topic=pull.topic, queue_id=pull.queue_id,
+                                             queue_offset=pull.queue_offset,
+                                             max_messages=request.max_messages,
+                                             subscription=pull.subscription, raw_records=True)
+                       for pull in pulls]
         answer = await self._read_or_park(
-            lambda: self._store.pull_queues_answer(store_request),
+            lambda tokens: self._read_queues(pulls, store_pulls, request.max_bytes, tokens),
             [(pull.topic, pull.queue_id, pull.queue_offset) for pull in pulls],
             lambda answer: all(parkable(response.status, pull.queue_offset)
                                for response, pull in zip(answer.responses, pulls, strict=False)),
@@ -161,6 +164,35 @@ class PullProcessor:
         if any(self._far_behind(response) for response in answer.responses):
             answer.suggest(REPLICA_SUGGESTED)
         return answer
+
+    async def _read_queues(self, pulls: Sequence[broker_pb2.QueuePull],
+                           store_pulls: list[store_pb2.PullRequest], max_bytes: int,
+                           tokens: list[ArrivalToken]) -> QueuesAnswer:
+        """The store's answer to ``store_pulls``, asking it only of the queues that may have
+        news: one the store watches from the pull's offset has had no arrival since it last
+        answered "nothing new" there, and that answer is given again
+        (:meth:`LongPollHub.idle_answer`). Answers stop where the store's stop (max_bytes)."""
+        hub = self._hub
+        kept = [hub.idle_answer(pull.topic, pull.queue_id, pull.queue_offset) for pull in pulls]
+        asked = [n for n, answer in enumerate(kept) if answer is None]
+        if not asked:
+            return QueuesAnswer.assemble(kept)
+        read = await self._store.pull_queues_answer(store_pb2.PullQueuesRequest(
+            max_bytes=max_bytes, pulls=[store_pulls[n] for n in asked]))
+        for n, response in zip(asked, read.responses, strict=False):
+            pull = pulls[n]
+            if parkable(response.status, pull.queue_offset):
+                hub.remember_idle(pull.topic, pull.queue_id, pull.queue_offset, tokens[n],
+                                  (response, answer_frame(response)))
+        if len(asked) == len(pulls):
+            return read
+        fetched = iter(read.framed())
+        answers = []
+        for answer in kept:
+            if answer is None and (answer := next(fetched, None)) is None:
+                break  # the store's answers ran out of max_bytes here
+            answers.append(answer)
+        return QueuesAnswer.assemble(answers)
 
     def _commit(self, group: str, pull: broker_pb2.BrokerPullRequest | broker_pb2.QueuePull
                 ) -> None:
@@ -175,19 +207,20 @@ class PullProcessor:
             response.max_offset - response.next_begin_offset > \
             config.suggest_pulling_from_slave_lag_messages
 
-    async def _read_or_park(self, read: Callable[[], Awaitable[Answer]],
+    async def _read_or_park(self, read: Callable[[list[ArrivalToken]], Awaitable[Answer]],
                             queues: list[tuple[str, int, int]], idle: Callable[[Answer], bool],
                             suspend_ms: int) -> Answer:
-        """``read()`` until its answer is not ``idle`` or ``suspend_ms`` (capped at
+        """``read(tokens)`` until its answer is not ``idle`` or ``suspend_ms`` (capped at
         long_poll_max_ms) runs out, parked between reads until one of ``queues``
-        (``(topic, queue_id, queue_offset)``) passes its offset."""
+        (``(topic, queue_id, queue_offset)``) passes its offset; ``tokens`` are the
+        queues', taken before each read."""
         # Each pass is caused by an event (first call, an arrival, a stream
         # reconnect), never by a timer; the deadline only bounds the whole wait.
         suspend_ms = min(suspend_ms, self._config.long_poll_max_ms)
         deadline = time.monotonic() + suspend_ms / 1000
         while True:
             tokens = [self._hub.token(topic, queue_id) for topic, queue_id, _ in queues]
-            answer = await read()
+            answer = await read(tokens)
             if suspend_ms <= 0 or not idle(answer):
                 return answer
             woken = await self._hub.wait_any(

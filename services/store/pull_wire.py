@@ -42,7 +42,7 @@ know. :func:`split_records` reads only the framing of the top-level fields
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -111,20 +111,54 @@ def split_records(encoded: bytes) -> tuple[store_pb2.PullResponse, memoryview]:
 
     What a consumer does with a raw pull's bytes: parsing them whole would copy
     the records into the message and again out of it. This walks the top-level
-    fields of the encoding (a varint key, then by wire type a varint, 8 bytes, a
-    varint length and that many bytes, or 4 bytes), sets the records field
-    aside wherever it lies (the last one counts, as when protobuf parses it)
-    and parses the rest, a few dozen bytes. DecodeError for bytes that are not
-    a whole encoding.
+    fields of the encoding (:func:`_fields`), sets the records field aside
+    wherever it lies (the last one counts, as when protobuf parses it) and
+    parses the rest, a few dozen bytes. DecodeError for bytes that are not a
+    whole encoding.
     """
     view = memoryview(encoded)
-    end = len(encoded)
     pieces: list[bytes] = []
     records = view[0:0]
-    position = piece_start = 0
+    piece_start = 0
+    for number, start, data_at, end in _fields(encoded):
+        if number == RECORDS_FIELD and data_at >= 0:
+            pieces.append(encoded[piece_start:start])
+            piece_start = end
+            records = view[data_at:end]
+    pieces.append(encoded[piece_start:])
+    return store_pb2.PullResponse.FromString(b"".join(pieces)), records
+
+
+def answer_frames(encoded: bytes) -> list[memoryview]:
+    """Each answer of a PullQueuesResponse's encoding as its whole field (key, length and
+    answer), in order, as views of ``encoded``; other fields are left out. DecodeError for
+    bytes that are not a whole encoding."""
+    view = memoryview(encoded)
+    return [view[start:end] for number, start, data_at, end in _fields(encoded)
+            if number == ANSWERS_FIELD and data_at >= 0]
+
+
+def answer_frame(answer: store_pb2.PullResponse) -> bytes:
+    """``answer`` encoded as one answer field of a PullQueuesResponse (a small one: the
+    records, if any, are copied)."""
+    encoded = answer.SerializeToString()
+    return ANSWERS_KEY + varint(len(encoded)) + encoded
+
+
+def _fields(encoded: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """The top-level fields of a protobuf encoding: ``(number, start, data_at, end)``.
+
+    A field is a varint key, then by wire type a varint, 8 bytes, a varint length
+    and that many bytes, or 4 bytes; ``data_at`` is where a length-delimited
+    field's bytes start (-1 for the other types), ``end`` where the next field
+    starts. DecodeError for a field cut short or of an unknown wire type.
+    """
+    end = len(encoded)
+    position = 0
     while position < end:
         key, at = _read_varint(encoded, position)
         wire_type = key & 7
+        data_at = -1
         if wire_type == WIRE_TYPE_VARINT:
             at = _read_varint(encoded, at)[1]
         elif wire_type == WIRE_TYPE_I64:
@@ -134,17 +168,12 @@ def split_records(encoded: bytes) -> tuple[store_pb2.PullResponse, memoryview]:
         elif wire_type == WIRE_TYPE_LEN:
             length, data_at = _read_varint(encoded, at)
             at = data_at + length
-            if key >> 3 == RECORDS_FIELD and at <= end:
-                pieces.append(encoded[piece_start:position])
-                piece_start = at
-                records = view[data_at:at]
         else:
             raise DecodeError(f"wire type {wire_type} of the field at byte {position}")
         if at > end:
             raise DecodeError(f"the field at byte {position} runs past the end ({end} bytes)")
+        yield key >> 3, position, data_at, at
         position = at
-    pieces.append(encoded[piece_start:])
-    return store_pb2.PullResponse.FromString(b"".join(pieces)), records
 
 
 def _read_varint(data: bytes, position: int) -> tuple[int, int]:
@@ -201,6 +230,18 @@ class QueuesAnswer:
     def parse(cls, encoded: bytes) -> QueuesAnswer:
         """The answer from the store's bytes (DecodeError when they are not one)."""
         return cls(list(store_pb2.PullQueuesResponse.FromString(encoded).answers), encoded)
+
+    @classmethod
+    def assemble(cls, answers: Sequence[tuple[store_pb2.PullResponse, bytes | memoryview]]
+                 ) -> QueuesAnswer:
+        """An answer of ``(response, frame)`` pairs, frames as :meth:`framed` or
+        :func:`answer_frame` give them, joined in one copy."""
+        return cls([response for response, _ in answers],
+                   b"".join([frame for _, frame in answers]))
+
+    def framed(self) -> list[tuple[store_pb2.PullResponse, memoryview]]:
+        """Each queue's answer with its frame in :attr:`encoded`, in order."""
+        return list(zip(self.responses, answer_frames(self.encoded), strict=True))
 
     def suggest(self, broker_id: int) -> None:
         """Ask the client to pull from ``broker_id`` for a while (appended to the bytes)."""

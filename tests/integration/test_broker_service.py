@@ -272,6 +272,38 @@ def test_a_parked_pull_of_several_queues_is_woken_by_a_send_to_any(cluster: Clus
     assert [bytes(r.body) for r in decode_records(answer.answers[2].records)] == [b"hello"]
 
 
+def test_quiet_queues_pulled_again_answer_as_the_store_and_show_the_next_arrival(
+        cluster: Cluster) -> None:
+    """After a parked PullQueues times out, the broker answers the queues the store still
+    watches without asking it again: the answers must be the store's own, and a message
+    sent after them must show up in the next pull."""
+    stub = cluster.stub
+    upsert(stub, "hush", queues=3)
+    send(stub, msg("hush", b"first", 0))
+    pulls = [queue_pull("hush", 0, 1), queue_pull("hush", 1), queue_pull("hush", 2)]
+    request = broker_pb2.BrokerPullQueuesRequest(consumer_group="cg", pulls=pulls,
+                                                 suspend_timeout_ms=300)
+    with sync_channel(cluster.store.address) as chan:
+        from_store = store_pb2.PullQueuesResponse.FromString(chan.unary_unary(
+            "/boltmq.v1.StoreService/PullQueues",
+            request_serializer=store_pb2.PullQueuesRequest.SerializeToString)(
+            store_pb2.PullQueuesRequest(pulls=[store_pb2.PullRequest(
+                topic=p.topic, queue_id=p.queue_id, queue_offset=p.queue_offset,
+                raw_records=True) for p in pulls]), timeout=RPC_TIMEOUT_S))
+    assert [a.status for a in from_store.answers][0] == message_pb2.OFFSET_OVERFLOW_ONE
+    for _ in range(3):  # the first parks and times out; the others find every queue watched
+        assert stub.PullQueues(request, timeout=RPC_TIMEOUT_S) == from_store
+    send(stub, msg("hush", b"second", 1))
+    answer = stub.PullQueues(request, timeout=RPC_TIMEOUT_S)
+    assert [a.record_count for a in answer.answers] == [0, 1, 0]
+    assert [bytes(r.body) for r in decode_records(answer.answers[1].records)] == [b"second"]
+    assert (answer.answers[0], answer.answers[2]) == (from_store.answers[0],
+                                                      from_store.answers[2])
+    send(stub, msg("hush", b"third", 0))  # a queue answered from what was kept, then written
+    answer = stub.PullQueues(request, timeout=RPC_TIMEOUT_S)
+    assert [bytes(r.body) for r in decode_records(answer.answers[0].records)] == [b"third"]
+
+
 def test_a_batch_is_appended_whole_to_one_queue_and_queues_rotate(cluster: Cluster) -> None:
     stub = cluster.stub
     upsert(stub, "batch", queues=3)

@@ -164,3 +164,61 @@ def test_a_pull_of_several_queues_times_out_and_leaves_nothing_parked() -> None:
         assert told == [("a", 1, 4), ("b", 1, 4)] and hub.parked_count == 0
         assert hub.notify("a", 1, 9) == 0 and hub.notify("b", 1, 9) == 0
     run(scenario())
+
+
+def test_a_queue_the_store_still_watches_is_not_named_again() -> None:
+    """The store keeps a named queue until its next arrival: a pull that parks again on a
+    quiet queue (after a timeout) names nothing; one below the named offset, an arrival
+    or a reconnect of the stream make the hub name it again."""
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        told: list[tuple[str, int, int]] = []
+        hub.on_wait = lambda topic, queue_id, offset: told.append((topic, queue_id, offset))
+        assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
+        assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
+        assert await hub.wait("orders", 0, 7, hub.token("orders", 0), 0.01) is False
+        assert told == [("orders", 0, 5)]
+        assert await hub.wait("orders", 0, 3, hub.token("orders", 0), 0.01) is False
+        assert told[-1] == ("orders", 0, 3)
+        hub.notify("orders", 0, 4)
+        assert await hub.wait("orders", 0, 4, hub.token("orders", 0), 0.01) is False
+        assert told[-1] == ("orders", 0, 4)
+        hub.wake_all()
+        assert await hub.wait("orders", 0, 4, hub.token("orders", 0), 0.01) is False
+        assert told == [("orders", 0, 5), ("orders", 0, 3), ("orders", 0, 4), ("orders", 0, 4)]
+    run(scenario())
+
+
+def test_an_idle_answer_is_given_again_only_while_the_store_watches_from_its_offset() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        token = hub.token("orders", 0)
+        hub.remember_idle("orders", 0, 5, token, "empty at 5")
+        assert hub.idle_answer("orders", 0, 5) is None  # not watched yet: may be stale
+        assert await hub.wait("orders", 0, 5, token, 0.01) is False
+        assert hub.idle_answer("orders", 0, 5) == "empty at 5"
+        assert hub.idle_answer("orders", 0, 6) is None  # another offset: ask the store
+        assert hub.idle_answer("orders", 1, 5) is None
+        hub.notify("orders", 0, 6)  # an arrival: the answer no longer holds
+        assert hub.idle_answer("orders", 0, 5) is None
+        for forget in (hub.wake_all, hub.close):
+            token = hub.token("orders", 0)
+            hub.remember_idle("orders", 0, 6, token, "empty at 6")
+            if forget is hub.wake_all:
+                assert await hub.wait("orders", 0, 6, token, 0.01) is False
+                assert hub.idle_answer("orders", 0, 6) == "empty at 6"
+            forget()
+            assert hub.idle_answer("orders", 0, 6) is None
+    run(scenario())
+
+
+def test_an_idle_answer_read_before_an_arrival_is_not_kept() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
+        token = hub.token("orders", 0)  # taken, then the store is asked ...
+        hub.notify("orders", 0, 6)      # ... and a message arrives meanwhile
+        assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
+        hub.remember_idle("orders", 0, 5, token, "empty at 5")
+        assert hub.idle_answer("orders", 0, 5) is None
+    run(scenario())

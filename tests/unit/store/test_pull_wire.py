@@ -11,6 +11,8 @@ from boltmq.v1 import message_pb2, store_pb2
 from services.store.pull_wire import (
     PullAnswer,
     QueuesAnswer,
+    answer_frame,
+    answer_frames,
     encode_pull,
     encode_pull_queues,
     pull_parts,
@@ -165,3 +167,29 @@ def test_queues_answer_keeps_each_answer_and_appends_a_suggestion() -> None:
 def test_damaged_pull_queues_answers_raise_decode_error(encoded: bytes) -> None:
     with pytest.raises(DecodeError):
         QueuesAnswer.parse(encoded)
+
+
+def test_an_answer_is_framed_and_assembled_back_into_a_pull_queues_answer() -> None:
+    """What the broker does when some queues' answers come from the store and some were kept:
+    the frames of the store's answer (views of it, a suggestion left out) and frames of
+    kept answers join into one PullQueuesResponse, in the order given."""
+    store_answer = QueuesAnswer.parse(
+        encode_pull_queues([pull_parts(head(), [b"abc", b"de"]), pull_parts(head(), [])])
+        + store_pb2.PullQueuesResponse(suggest_broker_id=1).SerializeToString())
+    framed = store_answer.framed()
+    assert [bytes(frame) for _, frame in framed] == [
+        bytes(frame) for frame in answer_frames(store_answer.encoded)]
+    kept = store_pb2.PullResponse(status=message_pb2.OFFSET_OVERFLOW_ONE, next_begin_offset=4,
+                                  min_offset=0, max_offset=4)
+    assembled = QueuesAnswer.assemble([framed[1], (kept, answer_frame(kept)), framed[0]])
+    parsed = store_pb2.PullQueuesResponse.FromString(assembled.encoded)
+    assert list(parsed.answers) == [store_answer.responses[1], kept, store_answer.responses[0]]
+    assert parsed.answers[2].records == b"abcde" and parsed.suggest_broker_id == 0
+    assert assembled.responses == [store_answer.responses[1], kept, store_answer.responses[0]]
+    assert QueuesAnswer.assemble([]).encoded == b""
+
+
+@pytest.mark.parametrize("encoded", [b"\x0a\x05ab", b"\x0a", b"\x0b"])
+def test_damaged_answers_cannot_be_framed(encoded: bytes) -> None:
+    with pytest.raises(DecodeError):
+        answer_frames(encoded)

@@ -1,0 +1,109 @@
+"""PullProcessor._read_queues: the store is asked only of queues that may have news.
+
+A queue the store watches from the pull's offset (a parked pull named it, no
+arrival since) is answered with the store's last "nothing new" answer; the
+others are asked of the store, and the answers are put back in the request's
+order. The store here is a stand-in that records what it was asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from services.broker.config import BrokerConfig
+from services.broker.long_poll import LongPollHub
+from services.broker.pull_processor import PullProcessor
+from services.store.pull_wire import QueuesAnswer, encode_pull_queues, pull_parts
+
+
+class RecordingStore:
+    """Answers PullQueues from ``queues`` ((topic, queue_id) -> records), noting each call."""
+
+    def __init__(self, queues: dict[tuple[str, int], list[bytes]], answers_max: int = 1024
+                 ) -> None:
+        self.queues = queues
+        self.asked: list[list[tuple[str, int, int]]] = []
+        self.answers_max = answers_max
+        """Answers at most this many pulls, as a store whose max_bytes ran out."""
+
+    async def pull_queues_answer(self, request: store_pb2.PullQueuesRequest) -> QueuesAnswer:
+        self.asked.append([(p.topic, p.queue_id, p.queue_offset) for p in request.pulls])
+        answers = []
+        for pull in request.pulls[:self.answers_max]:
+            records = self.queues.get((pull.topic, pull.queue_id), [])
+            found = records[pull.queue_offset:]
+            status = message_pb2.FOUND if found else message_pb2.OFFSET_OVERFLOW_ONE
+            answers.append(pull_parts(store_pb2.PullResponse(
+                status=status, next_begin_offset=pull.queue_offset + len(found),
+                max_offset=len(records), record_count=len(found)), found))
+        return QueuesAnswer.parse(encode_pull_queues(answers))
+
+
+def processor(store: RecordingStore, hub: LongPollHub) -> PullProcessor:
+    unused = cast(Any, None)  # topics, groups, offsets and role play no part in a read
+    return PullProcessor(BrokerConfig(), unused, unused, unused, cast(Any, store), hub, unused)
+
+
+def read(pulls: list[broker_pb2.QueuePull], store: RecordingStore, hub: LongPollHub
+         ) -> store_pb2.PullQueuesResponse:
+    async def scenario() -> QueuesAnswer:
+        tokens = [hub.token(p.topic, p.queue_id) for p in pulls]
+        store_pulls = [store_pb2.PullRequest(topic=p.topic, queue_id=p.queue_id,
+                                             queue_offset=p.queue_offset, raw_records=True)
+                       for p in pulls]
+        answer = await processor(store, hub)._read_queues(pulls, store_pulls, 0, tokens)
+        return answer
+    answer = asyncio.run(scenario())
+    parsed = store_pb2.PullQueuesResponse.FromString(answer.encoded)
+    assert list(parsed.answers) == answer.responses
+    return parsed
+
+
+def watch(hub: LongPollHub, pulls: list[broker_pb2.QueuePull]) -> None:
+    """Park the pulls once and let them time out: the store now watches their queues."""
+    async def park() -> bool:
+        return await hub.wait_any([(p.topic, p.queue_id, p.queue_offset,
+                                    hub.token(p.topic, p.queue_id)) for p in pulls], 0.01)
+    assert asyncio.run(park()) is False
+
+
+def pull(queue_id: int, offset: int) -> broker_pb2.QueuePull:
+    return broker_pb2.QueuePull(topic="t", queue_id=queue_id, queue_offset=offset)
+
+
+def test_only_queues_that_may_have_news_are_asked_and_answers_keep_the_request_order(
+        ) -> None:
+    store = RecordingStore({("t", 0): [b"a"], ("t", 1): [], ("t", 2): [b"b", b"c"]})
+    hub = LongPollHub(max_parked=10)
+    pulls = [pull(0, 1), pull(1, 0), pull(2, 2)]
+    first = read(pulls, store, hub)  # nothing watched yet: every queue is asked
+    assert store.asked == [[("t", 0, 1), ("t", 1, 0), ("t", 2, 2)]]
+    watch(hub, pulls)
+    assert read(pulls, store, hub) == first  # every queue watched and quiet: none asked
+    assert len(store.asked) == 1
+    store.queues[("t", 1)].append(b"new")
+    hub.notify("t", 1, 1)  # the store reports the arrival
+    answer = read(pulls, store, hub)
+    assert store.asked[-1] == [("t", 1, 0)]
+    assert [a.record_count for a in answer.answers] == [0, 1, 0]
+    assert (answer.answers[0], answer.answers[2]) == (first.answers[0], first.answers[2])
+    other = [pull(0, 0), pull(1, 1), pull(2, 2)]  # offsets the store watches not from
+    read(other, store, hub)
+    assert store.asked[-1] == [("t", 0, 0), ("t", 1, 1)]
+
+
+def test_answers_stop_where_the_stores_stop() -> None:
+    store = RecordingStore({("t", n): [b"x"] for n in range(4)})
+    hub = LongPollHub(max_parked=10)
+    pulls = [pull(0, 1), pull(1, 0), pull(2, 1), pull(3, 0)]
+    read([pulls[0], pulls[2]], store, hub)  # queues 0 and 2 are quiet at offset 1
+    watch(hub, [pulls[0], pulls[2]])
+    store.asked.clear()
+    store.answers_max = 1
+    answer = read(pulls, store, hub)
+    assert store.asked == [[("t", 1, 0), ("t", 3, 0)]]
+    # queue 1 answered, queue 3 not (max_bytes ran out): the answer ends before it
+    assert [a.status for a in answer.answers] == [
+        message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.FOUND, message_pb2.OFFSET_OVERFLOW_ONE]
