@@ -26,7 +26,7 @@ that parks again after each answer sends nothing for the 1,023 that stayed
 quiet. While the store watches a queue, nothing can have arrived on it unseen,
 so the store's last "nothing new" answer for it (:meth:`LongPollHub.remember_idle`)
 still holds; a PullQueues pass takes it instead of asking the store again
-(:meth:`LongPollHub.idle_answer`) and reads only the queues that may have news.
+(:meth:`LongPollHub.idle_answers`) and reads only the queues that may have news.
 An arrival, a reconnect of the stream and :meth:`close` forget both.
 """
 
@@ -44,12 +44,9 @@ QueueKey = tuple[str, int]
 """``(topic, queue_id)``."""
 
 
-@dataclass(frozen=True, slots=True)
-class ArrivalToken:
-    """What the hub had seen of a queue when a pull asked the store."""
-
-    epoch: int
-    arrivals: int
+ArrivalToken = tuple[int, int]
+"""What the hub had seen of a queue when a pull asked the store: ``(epoch, arrivals)``
+(a plain tuple: a pull of 1,024 queues takes one per queue and pass)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -82,7 +79,12 @@ class LongPollHub:
 
     def token(self, topic: str, queue_id: int) -> ArrivalToken:
         """Take before asking the store; pass to :meth:`wait`."""
-        return ArrivalToken(self._epoch, self._arrivals.get((topic, queue_id), 0))
+        return self._epoch, self._arrivals.get((topic, queue_id), 0)
+
+    def tokens(self, queues: Sequence[tuple[str, int, int]]) -> list[ArrivalToken]:
+        """:meth:`token` of each ``(topic, queue_id, queue_offset)``."""
+        epoch, arrivals = self._epoch, self._arrivals
+        return [(epoch, arrivals.get((topic, queue_id), 0)) for topic, queue_id, _ in queues]
 
     def remember_idle(self, topic: str, queue_id: int, queue_offset: int,
                       token: ArrivalToken, answer: Any) -> None:
@@ -91,14 +93,17 @@ class LongPollHub:
         if token == self.token(topic, queue_id):
             self._idle[(topic, queue_id)] = (queue_offset, answer)
 
-    def idle_answer(self, topic: str, queue_id: int, queue_offset: int) -> Any:
-        """The answer kept by :meth:`remember_idle` for this offset while it still holds
-        (the store watches the queue from that offset, no arrival since); else None."""
-        key = (topic, queue_id)
-        if self._watched.get(key) != queue_offset:
-            return None
-        kept = self._idle.get(key)
-        return kept[1] if kept is not None and kept[0] == queue_offset else None
+    def idle_answers(self, queues: Sequence[tuple[str, int, int]]) -> list[Any]:
+        """For each ``(topic, queue_id, queue_offset)``, the answer kept by
+        :meth:`remember_idle` for that offset while it still holds (the store watches
+        the queue from that offset, no arrival since); else None."""
+        watched, idle = self._watched, self._idle
+        answers = []
+        for topic, queue_id, queue_offset in queues:
+            key = (topic, queue_id)
+            kept = idle.get(key) if watched.get(key) == queue_offset else None
+            answers.append(kept[1] if kept is not None and kept[0] == queue_offset else None)
+        return answers
 
     def notify(self, topic: str, queue_id: int, max_offset: int) -> int:
         """The queue now ends at ``max_offset``: wake the pulls parked below it."""
@@ -159,11 +164,14 @@ class LongPollHub:
             return False
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entries = []
+        watched, parked = self._watched, self._parked
         for topic, queue_id, queue_offset, _ in waits:
             key = (topic, queue_id)
             entry = _Parked(queue_offset, future)
-            self._watch(key, queue_offset)
-            self._parked.setdefault(key, []).append(entry)
+            named = watched.get(key)
+            if named is None or queue_offset < named:
+                self._watch(key, queue_offset)
+            parked.setdefault(key, []).append(entry)
             entries.append((key, entry))
         self._parked_count += counted
         try:

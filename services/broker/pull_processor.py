@@ -37,6 +37,8 @@ from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfig, TopicConfigManager
 from services.store.pull_wire import PULL_QUEUES_MAX, PullAnswer, QueuesAnswer, answer_frame
 
+MATCH_ALL = frozenset(("", "*"))
+"""Subscription expressions that need no check (every message matches)."""
 PARKABLE = frozenset((message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.NO_MESSAGE_IN_QUEUE))
 """Store answers meaning "nothing yet at this offset": the pull may wait for an arrival."""
 
@@ -116,11 +118,12 @@ class PullProcessor:
             max_messages=request.max_messages, max_bytes=request.max_bytes,
             subscription=request.subscription, raw_records=request.raw_records)
         offset = request.queue_offset
-        answer = await self._read_or_park(
-            lambda _tokens: self._store.pull_answer(store_request),
-            [(request.topic, request.queue_id, offset)],
-            lambda answer: parkable(answer.response.status, offset),
-            request.suspend_timeout_ms)
+        async def read(_tokens: list[ArrivalToken]) -> tuple[PullAnswer, bool]:
+            answer = await self._store.pull_answer(store_request)
+            return answer, parkable(answer.response.status, offset)
+
+        answer = await self._read_or_park(read, [(request.topic, request.queue_id, offset)],
+                                          request.suspend_timeout_ms)
         if self._far_behind(answer.response):
             answer.suggest(REPLICA_SUGGESTED)
         return answer
@@ -134,65 +137,73 @@ class PullProcessor:
         pulls = request.pulls
         check_queue_count("pulls", len(pulls), PULL_QUEUES_MAX)
         _check_numbers(request, ("max_messages", "max_bytes", "suspend_timeout_ms"))
+        configs: dict[str, TopicConfig] = {}  # a topic's queues are checked against it once
         seen: dict[tuple[str, int], int] = {}
         for n, pull in enumerate(pulls):
-            field = f"pulls[{n}]"
-            config = readable_topic(self._topics, f"{field}.topic", pull.topic)
-            check_read_queue(config, f"{field}.queue_id", pull.queue_id)
+            topic, queue_id = pull.topic, pull.queue_id
+            config = configs.get(topic)
+            if config is None:
+                config = configs[topic] = readable_topic(self._topics, f"pulls[{n}].topic",
+                                                         topic)
+            if not 0 <= queue_id < config.read_queue_nums:
+                check_read_queue(config, f"pulls[{n}].queue_id", queue_id)
             if pull.queue_offset < 0:
-                raise InvalidArgument(f"{field}.queue_offset: must not be negative, got "
+                raise InvalidArgument(f"pulls[{n}].queue_offset: must not be negative, got "
                                       f"{pull.queue_offset}")
-            check_subscription(f"{field}.subscription", pull.subscription)
-            first = seen.setdefault((pull.topic, pull.queue_id), n)
+            if pull.subscription not in MATCH_ALL:
+                check_subscription(f"pulls[{n}].subscription", pull.subscription)
+            first = seen.setdefault((topic, queue_id), n)
             if first != n:
-                raise InvalidArgument(f"{field}: queue {pull.topic}:{pull.queue_id} is "
+                raise InvalidArgument(f"pulls[{n}]: queue {topic}:{queue_id} is "
                                       f"pulls[{first}] already")
         await self._groups.require_consumable("consumer_group", request.consumer_group)
         for pull in pulls:
             self._commit(request.consumer_group, pull)
-        store_pulls = [store_pb2.PullRequest(topic=pull.topic, queue_id=pull.queue_id,
-                                             queue_offset=pull.queue_offset,
-                                             max_messages=request.max_messages,
-                                             subscription=pull.subscription, raw_records=True)
-                       for pull in pulls]
+        queues = [(pull.topic, pull.queue_id, pull.queue_offset) for pull in pulls]
         answer = await self._read_or_park(
-            lambda tokens: self._read_queues(pulls, store_pulls, request.max_bytes, tokens),
-            [(pull.topic, pull.queue_id, pull.queue_offset) for pull in pulls],
-            lambda answer: all(parkable(response.status, pull.queue_offset)
-                               for response, pull in zip(answer.responses, pulls, strict=False)),
-            request.suspend_timeout_ms)
+            lambda tokens: self._read_queues(pulls, queues, request.max_messages,
+                                             request.max_bytes, tokens),
+            queues, request.suspend_timeout_ms)
         if any(self._far_behind(response) for response in answer.responses):
             answer.suggest(REPLICA_SUGGESTED)
         return answer
 
     async def _read_queues(self, pulls: Sequence[broker_pb2.QueuePull],
-                           store_pulls: list[store_pb2.PullRequest], max_bytes: int,
-                           tokens: list[ArrivalToken]) -> QueuesAnswer:
-        """The store's answer to ``store_pulls``, asking it only of the queues that may have
-        news: one the store watches from the pull's offset has had no arrival since it last
+                           queues: list[tuple[str, int, int]], max_messages: int,
+                           max_bytes: int, tokens: list[ArrivalToken]
+                           ) -> tuple[QueuesAnswer, bool]:
+        """The store's answer to ``pulls`` (``queues`` their (topic, queue_id, offset)), and
+        whether no queue has anything new; the store is asked only of the queues that may
+        have news: one it watches from the pull's offset has had no arrival since it last
         answered "nothing new" there, and that answer is given again
-        (:meth:`LongPollHub.idle_answer`). Answers stop where the store's stop (max_bytes)."""
+        (:meth:`LongPollHub.idle_answers`). Answers stop where the store's stop (max_bytes)."""
         hub = self._hub
-        kept = [hub.idle_answer(pull.topic, pull.queue_id, pull.queue_offset) for pull in pulls]
+        kept = hub.idle_answers(queues)
         asked = [n for n, answer in enumerate(kept) if answer is None]
         if not asked:
-            return QueuesAnswer.assemble(kept)
+            return QueuesAnswer.assemble(kept), True
         read = await self._store.pull_queues_answer(store_pb2.PullQueuesRequest(
-            max_bytes=max_bytes, pulls=[store_pulls[n] for n in asked]))
+            max_bytes=max_bytes, pulls=[store_pb2.PullRequest(
+                topic=pulls[n].topic, queue_id=pulls[n].queue_id,
+                queue_offset=pulls[n].queue_offset, max_messages=max_messages,
+                subscription=pulls[n].subscription, raw_records=True) for n in asked]))
+        idle = True
         for n, response in zip(asked, read.responses, strict=False):
-            pull = pulls[n]
-            if parkable(response.status, pull.queue_offset):
-                hub.remember_idle(pull.topic, pull.queue_id, pull.queue_offset, tokens[n],
+            topic, queue_id, queue_offset = queues[n]
+            if parkable(response.status, queue_offset):
+                hub.remember_idle(topic, queue_id, queue_offset, tokens[n],
                                   (response, answer_frame(response)))
+            else:
+                idle = False
         if len(asked) == len(pulls):
-            return read
+            return read, idle
         fetched = iter(read.framed())
         answers = []
         for answer in kept:
             if answer is None and (answer := next(fetched, None)) is None:
                 break  # the store's answers ran out of max_bytes here
             answers.append(answer)
-        return QueuesAnswer.assemble(answers)
+        return QueuesAnswer.assemble(answers), idle
 
     def _commit(self, group: str, pull: broker_pb2.BrokerPullRequest | broker_pb2.QueuePull
                 ) -> None:
@@ -207,21 +218,21 @@ class PullProcessor:
             response.max_offset - response.next_begin_offset > \
             config.suggest_pulling_from_slave_lag_messages
 
-    async def _read_or_park(self, read: Callable[[list[ArrivalToken]], Awaitable[Answer]],
-                            queues: list[tuple[str, int, int]], idle: Callable[[Answer], bool],
-                            suspend_ms: int) -> Answer:
-        """``read(tokens)`` until its answer is not ``idle`` or ``suspend_ms`` (capped at
-        long_poll_max_ms) runs out, parked between reads until one of ``queues``
-        (``(topic, queue_id, queue_offset)``) passes its offset; ``tokens`` are the
-        queues', taken before each read."""
+    async def _read_or_park(self, read: Callable[[list[ArrivalToken]],
+                                                 Awaitable[tuple[Answer, bool]]],
+                            queues: list[tuple[str, int, int]], suspend_ms: int) -> Answer:
+        """``read(tokens)`` until it answers ``(answer, False)`` (something new) or
+        ``suspend_ms`` (capped at long_poll_max_ms) runs out, parked between reads until
+        one of ``queues`` (``(topic, queue_id, queue_offset)``) passes its offset;
+        ``tokens`` are the queues', taken before each read."""
         # Each pass is caused by an event (first call, an arrival, a stream
         # reconnect), never by a timer; the deadline only bounds the whole wait.
         suspend_ms = min(suspend_ms, self._config.long_poll_max_ms)
         deadline = time.monotonic() + suspend_ms / 1000
         while True:
-            tokens = [self._hub.token(topic, queue_id) for topic, queue_id, _ in queues]
-            answer = await read(tokens)
-            if suspend_ms <= 0 or not idle(answer):
+            tokens = self._hub.tokens(queues)
+            answer, idle = await read(tokens)
+            if suspend_ms <= 0 or not idle:
                 return answer
             woken = await self._hub.wait_any(
                 [(*queue, token) for queue, token in zip(queues, tokens, strict=True)],

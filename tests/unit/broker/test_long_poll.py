@@ -194,21 +194,21 @@ def test_an_idle_answer_is_given_again_only_while_the_store_watches_from_its_off
         hub = LongPollHub(max_parked=10)
         token = hub.token("orders", 0)
         hub.remember_idle("orders", 0, 5, token, "empty at 5")
-        assert hub.idle_answer("orders", 0, 5) is None  # not watched yet: may be stale
+        assert hub.idle_answers([("orders", 0, 5)])[0] is None  # not watched yet: may be stale
         assert await hub.wait("orders", 0, 5, token, 0.01) is False
-        assert hub.idle_answer("orders", 0, 5) == "empty at 5"
-        assert hub.idle_answer("orders", 0, 6) is None  # another offset: ask the store
-        assert hub.idle_answer("orders", 1, 5) is None
+        assert hub.idle_answers([("orders", 0, 5)])[0] == "empty at 5"
+        assert hub.idle_answers([("orders", 0, 6)])[0] is None  # another offset: ask the store
+        assert hub.idle_answers([("orders", 1, 5)])[0] is None
         hub.notify("orders", 0, 6)  # an arrival: the answer no longer holds
-        assert hub.idle_answer("orders", 0, 5) is None
+        assert hub.idle_answers([("orders", 0, 5)])[0] is None
         for forget in (hub.wake_all, hub.close):
             token = hub.token("orders", 0)
             hub.remember_idle("orders", 0, 6, token, "empty at 6")
             if forget is hub.wake_all:
                 assert await hub.wait("orders", 0, 6, token, 0.01) is False
-                assert hub.idle_answer("orders", 0, 6) == "empty at 6"
+                assert hub.idle_answers([("orders", 0, 6)])[0] == "empty at 6"
             forget()
-            assert hub.idle_answer("orders", 0, 6) is None
+            assert hub.idle_answers([("orders", 0, 6)])[0] is None
     run(scenario())
 
 
@@ -220,5 +220,5 @@ def test_an_idle_answer_read_before_an_arrival_is_not_kept() -> None:
         hub.notify("orders", 0, 6)      # ... and a message arrives meanwhile
         assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
         hub.remember_idle("orders", 0, 5, token, "empty at 5")
-        assert hub.idle_answer("orders", 0, 5) is None
+        assert hub.idle_answers([("orders", 0, 5)])[0] is None
     run(scenario())

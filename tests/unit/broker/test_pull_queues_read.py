@@ -49,11 +49,11 @@ def processor(store: RecordingStore, hub: LongPollHub) -> PullProcessor:
 def read(pulls: list[broker_pb2.QueuePull], store: RecordingStore, hub: LongPollHub
          ) -> store_pb2.PullQueuesResponse:
     async def scenario() -> QueuesAnswer:
-        tokens = [hub.token(p.topic, p.queue_id) for p in pulls]
-        store_pulls = [store_pb2.PullRequest(topic=p.topic, queue_id=p.queue_id,
-                                             queue_offset=p.queue_offset, raw_records=True)
-                       for p in pulls]
-        answer = await processor(store, hub)._read_queues(pulls, store_pulls, 0, tokens)
+        queues = [(p.topic, p.queue_id, p.queue_offset) for p in pulls]
+        answer, idle = await processor(store, hub)._read_queues(pulls, queues, 0, 0,
+                                                                hub.tokens(queues))
+        assert idle == all(r.status == message_pb2.OFFSET_OVERFLOW_ONE
+                           for r in answer.responses)
         return answer
     answer = asyncio.run(scenario())
     parsed = store_pb2.PullQueuesResponse.FromString(answer.encoded)
