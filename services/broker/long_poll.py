@@ -27,7 +27,8 @@ quiet. While the store watches a queue, nothing can have arrived on it unseen,
 so the store's last "nothing new" answer for it (:meth:`LongPollHub.remember_idle`)
 still holds; a PullQueues pass takes it instead of asking the store again
 (:meth:`LongPollHub.idle_answers`) and reads only the queues that may have news.
-An arrival, a reconnect of the stream and :meth:`close` forget both.
+An arrival (which the store also reports for a queue a replica's truncation
+shortened), a reconnect of the stream and :meth:`close` forget both.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ class Dispatcher:
                     if self._waiters:
                         with self._progress:
                             self._progress.notify_all()
-                    self._notify(touched)
+                    self.notify(touched)
                     return
                 # The thread is part-way through: catch up here, so a put still
                 # returns only once its records are dispatched (read-your-writes).
@@ -149,7 +149,7 @@ class Dispatcher:
         if done:
             with self._progress:
                 self._progress.notify_all()
-            self._notify(touched)
+            self.notify(touched)
         return done
 
     def _take_pending(self) -> AppendBatch | None:
@@ -221,7 +221,8 @@ class Dispatcher:
                     self.index.build_index(run.topic, keys, physicals[at], run.store_timestamp)
         self.last_store_timestamp = run.store_timestamp
 
-    def _notify(self, touched: dict[tuple[str, int], None]) -> None:
+    def notify(self, touched: dict[tuple[str, int], None]) -> None:
+        """Tell the arrival listeners each touched queue's max offset now."""
         if not self.listeners:
             return
         for topic, queue_id in touched:

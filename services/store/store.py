@@ -476,13 +476,16 @@ class MessageStore:
             return 0
         with commitlog.lock, self.dispatcher.paused():
             cut = commitlog.files.truncate_to(offset)
-            for cq in self.queues:
-                cq.truncate_past(offset)
+            shortened = {(cq.topic, cq.queue_id): None for cq in self.queues
+                         if cq.truncate_past(offset)}
             notes = self.index.truncate_past(offset)
             self.dispatcher.rewind(offset)
             finish_queue_offsets(commitlog, self.queues)
             if self.flusher is not None and self.flusher.flushed_offset > offset:
                 self.flusher.gate.reset(offset)
+        # Watchers hear of every queue that lost entries as of an arrival: what they knew
+        # of its end (a broker's kept "nothing new" answer) no longer holds.
+        self.dispatcher.notify(shortened)
         for note in notes:
             log.warning("truncate: %s", note)
         log.warning("CommitLog truncated to %d: %d bytes cut", offset, cut)

@@ -210,10 +210,16 @@ def test_truncate_drops_the_tail_with_its_queue_and_index_entries(
     assert replica.wait_dispatched()
     cut_at = offsets[100]
     assert replica.commitlog.is_record_start(cut_at)
+    heard: list[tuple[str, int, int]] = []
+    replica.add_arrival_listener(lambda topic, queue_id, end: heard.append(
+        (topic, queue_id, end)))
     cut = replica.truncate(cut_at)
     assert cut == master.commitlog.max_offset - cut_at
     assert replica.commitlog.max_offset == cut_at
     assert sum(replica.max_offset("T", q) for q in range(4)) == 100
+    # watchers hear each shortened queue's new end, as of an arrival (a broker's kept
+    # "nothing new at the old end" answer must not outlive the cut)
+    assert sorted(heard) == [("T", q, replica.max_offset("T", q)) for q in range(4)]
     assert replica.query_messages("T", "k150") == []
     assert replica.verify() == []
     assert commitlog_bytes(replica) == commitlog_bytes(master)[:cut_at]
