@@ -165,13 +165,11 @@ class LongPollHub:
             return False
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entries = []
-        watched, parked = self._watched, self._parked
+        parked = self._parked
         for topic, queue_id, queue_offset, _ in waits:
             key = (topic, queue_id)
             entry = _Parked(queue_offset, future)
-            named = watched.get(key)
-            if named is None or queue_offset < named:
-                self._watch(key, queue_offset)
+            self._watch(key, queue_offset)
             parked.setdefault(key, []).append(entry)
             entries.append((key, entry))
         self._parked_count += counted

@@ -37,8 +37,6 @@ from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfig, TopicConfigManager
 from services.store.pull_wire import PULL_QUEUES_MAX, PullAnswer, QueuesAnswer, answer_frame
 
-MATCH_ALL = frozenset(("", "*"))
-"""Subscription expressions that need no check (every message matches)."""
 PARKABLE = frozenset((message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.NO_MESSAGE_IN_QUEUE))
 """Store answers meaning "nothing yet at this offset": the pull may wait for an arrival."""
 
@@ -150,8 +148,7 @@ class PullProcessor:
             if pull.queue_offset < 0:
                 raise InvalidArgument(f"pulls[{n}].queue_offset: must not be negative, got "
                                       f"{pull.queue_offset}")
-            if pull.subscription not in MATCH_ALL:
-                check_subscription(f"pulls[{n}].subscription", pull.subscription)
+            check_subscription(f"pulls[{n}].subscription", pull.subscription)
             first = seen.setdefault((topic, queue_id), n)
             if first != n:
                 raise InvalidArgument(f"pulls[{n}]: queue {topic}:{queue_id} is "
