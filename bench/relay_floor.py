@@ -11,7 +11,11 @@ the same way. This script builds that path from bare parts and times it:
 - the client: ``--producers`` threads, each with its own channel, calling
   ``Send`` with ``--batch`` bodies of ``--size`` bytes joined into one
   message, for ``--seconds`` (the bodies are built per call, as
-  ``bench/compare`` builds them).
+  ``bench/compare`` builds them). ``--call stream`` sends each request as
+  one message on an open bidi stream of the relay (``SendStream``) instead
+  of a unary call each: the cheapest call Python gRPC has, so with
+  ``--batch 1`` it is the floor under any one-at-a-time send, whatever the
+  protocol.
 
 Each process sets the allocator as BoltMQ's servers do
 (:func:`boltmq.allocator.keep_freed_memory`). No protobuf, no checks, no
@@ -29,10 +33,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import queue
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -43,6 +49,7 @@ from boltmq.soak_report import percentile_ms
 
 UNLIMITED = (("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1))
 SEND_METHOD = "/floor.Relay/Send"
+SEND_STREAM_METHOD = "/floor.Relay/SendStream"
 STREAM_METHOD = "/floor.Sink/Stream"
 WARM_UP_S = 1.0
 
@@ -90,9 +97,14 @@ async def serve_relay(sink_port: int) -> None:
             await call.write(request)
         return await answer
 
+    async def send_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        async for request in requests:
+            yield await send(request, context)
+
     try:
         await _serve("floor.Relay", {
-            "Send": grpc.unary_unary_rpc_method_handler(send, _bytes, _bytes)})
+            "Send": grpc.unary_unary_rpc_method_handler(send, _bytes, _bytes),
+            "SendStream": grpc.stream_stream_rpc_method_handler(send_stream, _bytes, _bytes)})
     finally:
         reader.cancel()
 
@@ -109,6 +121,19 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], int]:
     return proc, int(proc.stdout.readline())
 
 
+def _stream_sender(channel: grpc.Channel) -> Callable[[bytes], bytes]:
+    """A function sending one request on an open SendStream and returning its answer."""
+    requests: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    answers = channel.stream_stream(SEND_STREAM_METHOD, _bytes, _bytes)(
+        iter(requests.get, b""))  # the stream stays open while the channel does
+
+    def send(request: bytes) -> bytes:
+        requests.put(request)
+        return next(answers)  # type: ignore[no-any-return]
+
+    return send
+
+
 def run(args: argparse.Namespace) -> str:
     push = args.direction == "push"
     batch_bytes = args.batch * args.size
@@ -122,7 +147,8 @@ def run(args: argparse.Namespace) -> str:
 
         def worker(n: int) -> None:
             with grpc.insecure_channel(f"127.0.0.1:{relay_port}", options=UNLIMITED) as channel:
-                send = channel.unary_unary(SEND_METHOD, _bytes, _bytes)
+                send = (_stream_sender(channel) if args.call == "stream"
+                        else channel.unary_unary(SEND_METHOD, _bytes, _bytes))
                 pull = batch_bytes.to_bytes(8, "big")
                 while not stop_at[0] or time.monotonic() < stop_at[0]:
                     t0 = time.perf_counter_ns()
@@ -158,7 +184,7 @@ def run(args: argparse.Namespace) -> str:
     lat = [s for per in samples for s in per]
     per_msg = [(b - a) / messages * 1e6 for a, b in zip(cpu0, cpu1, strict=True)]
     return (f"{args.direction} batch {args.batch} x {args.size} B, {args.producers} "
-            f"producer(s): {messages / elapsed:,.0f} msg/s, "
+            f"producer(s), {args.call} calls: {messages / elapsed:,.0f} msg/s, "
             f"{messages * args.size / elapsed / 1e6:.1f} MB/s, p50 {percentile_ms(lat, 0.5)} "
             f"ms, p99 {percentile_ms(lat, 0.99)} ms per call; CPU per message: relay "
             f"{per_msg[0]:.1f} us, sink {per_msg[1]:.1f} us, client {per_msg[2]:.1f} us")
@@ -172,6 +198,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--reply-bytes", type=int, default=4096)
     parser.add_argument("--direction", choices=("push", "pull"), default="push")
+    parser.add_argument("--call", choices=("unary", "stream"), default="unary",
+                        help="client -> relay: a unary call a request (as the SDK), or one "
+                             "message a request on an open bidi stream")
     parser.add_argument("--serve", choices=("sink", "relay"), help=argparse.SUPPRESS)
     parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
