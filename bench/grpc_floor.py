@@ -65,14 +65,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _stream_round_trip(channel: grpc.Channel) -> Callable[[Any], Any]:
-    """``send(request)``: one message out and its echo back on one open stream."""
-    outgoing: queue.Queue[bytes] = queue.Queue()
-    replies = channel.stream_stream(STREAM_METHOD)(iter(outgoing.get, None))
+def stream_round_trip(channel: grpc.Channel, method: str) -> Callable[[bytes], bytes]:
+    """``send(request)``: one message out on one open bidi stream of ``method`` and the
+    answer back, as bytes both ways (bench/relay_floor.py's ``--call stream`` too)."""
+    outgoing: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    replies = channel.stream_stream(method)(iter(outgoing.get, None))
 
-    def send(request: Any) -> Any:
-        outgoing.put(request.SerializeToString())
-        return next(replies)
+    def send(request: bytes) -> bytes:
+        outgoing.put(request)
+        return next(replies)  # type: ignore[no-any-return]
     return send
 
 
@@ -84,7 +85,10 @@ def measure(kind: str, calls: int, stream: bool = False) -> str:
         port = int(server.stdout.readline())
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             if stream:
-                check = _stream_round_trip(channel)
+                send = stream_round_trip(channel, STREAM_METHOD)
+
+                def check(request: Any) -> Any:
+                    return send(request.SerializeToString())
             else:
                 check = health_pb2_grpc.HealthStub(channel).Check
             request = health_pb2.HealthCheckRequest()

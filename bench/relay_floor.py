@@ -33,16 +33,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import queue
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import grpc
 import psutil
+from grpc_floor import stream_round_trip  # bench/, beside this script
 
 from boltmq import allocator
 from boltmq.soak_report import percentile_ms
@@ -121,19 +120,6 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], int]:
     return proc, int(proc.stdout.readline())
 
 
-def _stream_sender(channel: grpc.Channel) -> Callable[[bytes], bytes]:
-    """A function sending one request on an open SendStream and returning its answer."""
-    requests: queue.SimpleQueue[bytes] = queue.SimpleQueue()
-    answers = channel.stream_stream(SEND_STREAM_METHOD, _bytes, _bytes)(
-        iter(requests.get, b""))  # the stream stays open while the channel does
-
-    def send(request: bytes) -> bytes:
-        requests.put(request)
-        return next(answers)  # type: ignore[no-any-return]
-
-    return send
-
-
 def run(args: argparse.Namespace) -> str:
     push = args.direction == "push"
     batch_bytes = args.batch * args.size
@@ -147,7 +133,7 @@ def run(args: argparse.Namespace) -> str:
 
         def worker(n: int) -> None:
             with grpc.insecure_channel(f"127.0.0.1:{relay_port}", options=UNLIMITED) as channel:
-                send = (_stream_sender(channel) if args.call == "stream"
+                send = (stream_round_trip(channel, SEND_STREAM_METHOD) if args.call == "stream"
                         else channel.unary_unary(SEND_METHOD, _bytes, _bytes))
                 pull = batch_bytes.to_bytes(8, "big")
                 while not stop_at[0] or time.monotonic() < stop_at[0]:
