@@ -55,7 +55,7 @@ lint: install proto
 	$(VENV)/bin/mypy boltmq services pipelines
 
 bench: install proto
-	$(VENV)/bin/boltmq bench store
+	$(PY) -m bench store
 
 # The example Spark jobs (pipelines/README.md) end to end against a temporary `boltmq dev`.
 pipeline-demo: install proto
@@ -65,7 +65,7 @@ SOAK_SECONDS ?= 600
 
 # Steady load on a local cluster; fails unless memory and file handles stay flat.
 soak: install proto
-	$(VENV)/bin/boltmq bench soak --seconds $(SOAK_SECONDS) --out bench/soak
+	$(PY) -m bench soak --seconds $(SOAK_SECONDS) --out bench/soak
 
 # BoltMQ vs Redis Streams vs NATS JetStream (COMPARE_ARGS=--quick for a short run).
 COMPARE_ARGS ?=

@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from boltmq.wire.record_batch import RecordBatch, encode_send_record
 from services.store.config import StoreConfig
-from services.store.record_batch import RecordBatch, encode_send_record
 from services.store.store import MessageStore
 
 BATCH = 1024
@@ -43,10 +43,15 @@ def main() -> None:
     if args.warm_bytes < 0 or args.window_bytes < 0 or args.batches < 1:
         parser.error("--warm-bytes and --window-bytes must be >= 0 and --batches >= 1")
     root = Path(tempfile.mkdtemp(prefix="append-cpu-"))
-    store = MessageStore(StoreConfig(root_dir=root, flush_disk_type="ASYNC_FLUSH",
-                                     warm_mapped_file_ahead_bytes=args.warm_bytes,
-                                     commitlog_page_cache_window_bytes=args.window_bytes,
-                                     mapped_file_size_commitlog=SEGMENT_BYTES))
+    store = MessageStore(
+        StoreConfig(
+            root_dir=root,
+            flush_disk_type="ASYNC_FLUSH",
+            warm_mapped_file_ahead_bytes=args.warm_bytes,
+            commitlog_page_cache_window_bytes=args.window_bytes,
+            mapped_file_size_commitlog=SEGMENT_BYTES,
+        )
+    )
     try:
         store.start()
         records = encode_send_record("Bench", b"x" * 1024) * BATCH
@@ -56,9 +61,11 @@ def main() -> None:
             store.put_messages(RecordBatch(records, BATCH, "Bench", 0))
             if n % SLICE_BATCHES == 0:
                 now = _cpu_s()
-                print(f"  batches {n - SLICE_BATCHES:>6,}-{n:<6,} "
-                      f"{(now - slice_cpu) / (SLICE_BATCHES * BATCH) * 1e6:.2f} us CPU per record",
-                      flush=True)
+                print(
+                    f"  batches {n - SLICE_BATCHES:>6,}-{n:<6,} "
+                    f"{(now - slice_cpu) / (SLICE_BATCHES * BATCH) * 1e6:.2f} us CPU per record",
+                    flush=True,
+                )
                 slice_cpu = now
         wall = time.perf_counter() - started
         after = _cpu_s()
@@ -67,8 +74,10 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     count = args.batches * BATCH
     cpu = after - before
-    print(f"warm {args.warm_bytes}, window {args.window_bytes}: {count / wall:,.0f} msg/s (wall), "
-          f"{cpu / count * 1e6:.2f} us CPU per record ({cpu:.1f} s for {count:,} records)")
+    print(
+        f"warm {args.warm_bytes}, window {args.window_bytes}: {count / wall:,.0f} msg/s (wall), "
+        f"{cpu / count * 1e6:.2f} us CPU per record ({cpu:.1f} s for {count:,} records)"
+    )
 
 
 def _cpu_s() -> float:

@@ -54,8 +54,11 @@ def main() -> None:
             if args.keep_files and n >= args.keep_files:
                 _drop(paths[n - args.keep_files])
             if n % REPORT_EVERY_FILES == 0:
-                print(f"{n * FILE_BYTES // 2**20:>7,} MiB written: "
-                      f"{seconds * 1000 / (FILE_BYTES // WRITE_BYTES):.3f} ms per MiB", flush=True)
+                print(
+                    f"{n * FILE_BYTES // 2**20:>7,} MiB written: "
+                    f"{seconds * 1000 / (FILE_BYTES // WRITE_BYTES):.3f} ms per MiB",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -53,8 +53,13 @@ async def _echo(requests: Any, context: grpc.aio.ServicerContext) -> Any:
 async def serve_aio() -> None:
     server = grpc.aio.server()
     health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Echo", {
-        "Stream": grpc.stream_stream_rpc_method_handler(_echo)}),))
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "floor.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(_echo)}
+            ),
+        )
+    )
     print(server.add_insecure_port("127.0.0.1:0"), flush=True)
     await server.start()
     await server.wait_for_termination()
@@ -74,12 +79,14 @@ def stream_round_trip(channel: grpc.Channel, method: str) -> Callable[[bytes], b
     def send(request: bytes) -> bytes:
         outgoing.put(request)
         return next(replies)  # type: ignore[no-any-return]
+
     return send
 
 
 def measure(kind: str, calls: int, stream: bool = False) -> str:
-    server = subprocess.Popen([sys.executable, __file__, "--serve", kind],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", kind], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
@@ -106,9 +113,11 @@ def measure(kind: str, calls: int, stream: bool = False) -> str:
         server.wait()
     if stream:
         kind = f"{kind}, bidi stream"
-    return (f"{kind:<8} {calls} calls: round trip {elapsed / calls * 1e6:5.0f} us, "
-            f"client CPU {client_cpu / calls * 1e6:4.0f} us, "
-            f"server CPU {server_cpu / calls * 1e6:4.0f} us per call")
+    return (
+        f"{kind:<8} {calls} calls: round trip {elapsed / calls * 1e6:5.0f} us, "
+        f"client CPU {client_cpu / calls * 1e6:4.0f} us, "
+        f"server CPU {server_cpu / calls * 1e6:4.0f} us per call"
+    )
 
 
 def main() -> None:

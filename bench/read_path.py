@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from boltmq.wire.record import decode_records
+from boltmq.wire.record_batch import RecordBatch, encode_send_record
+from boltmq.wire.record_heads import decode_pulled
 from services.store.config import StoreConfig
-from services.store.record import decode_records
-from services.store.record_batch import RecordBatch, encode_send_record
-from services.store.record_heads import decode_pulled
 from services.store.status import GetResult
 from services.store.store import MessageStore
 
@@ -51,8 +51,10 @@ def main() -> None:
         store.start()
         for start in range(0, args.messages, APPEND_BATCH):
             count = min(APPEND_BATCH, args.messages - start)
-            records = b"".join(encode_send_record("Bench", bytes([n % 251]) * 1024)
-                               for n in range(start, start + count))
+            records = b"".join(
+                encode_send_record("Bench", bytes([n % 251]) * 1024)
+                for n in range(start, start + count)
+            )
             store.put_messages(RecordBatch(records, count, "Bench", 0))
         store.wait_dispatched()
 
@@ -61,12 +63,15 @@ def main() -> None:
 
         data = b"".join(read().raw)
         if len(decode_pulled(data)) != args.batch:
-            raise SystemExit(f"the store read {len(decode_pulled(data))} messages, "
-                             f"not {args.batch}")
+            raise SystemExit(
+                f"the store read {len(decode_pulled(data))} messages, not {args.batch}"
+            )
         print(f"{args.batch:,} x 1 KiB messages a read, best of {ROUNDS} x {args.reads:,}:")
-        for name, step in (("store read", read),
-                           ("decode, record by record", lambda: decode_records(data)),
-                           ("decode, in bulk", lambda: decode_pulled(data))):
+        for name, step in (
+            ("store read", read),
+            ("decode, record by record", lambda: decode_records(data)),
+            ("decode, in bulk", lambda: decode_pulled(data)),
+        ):
             print(f"  {name:<26} {_best_us(step, args.reads) / args.batch:6.3f} us a message")
     finally:
         store.shutdown()

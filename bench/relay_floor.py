@@ -18,7 +18,7 @@ the same way. This script builds that path from bare parts and times it:
   protocol.
 
 Each process sets the allocator as BoltMQ's servers do
-(:func:`boltmq.allocator.keep_freed_memory`). No protobuf, no checks, no
+(:func:`boltmq.kernel.allocator.keep_freed_memory`). No protobuf, no checks, no
 files: the bytes are passed as they are (identity serializers).
 ``--direction pull`` sends a small request and has the sink answer with the
 batch instead (a consumer's pull). It prints msg/s, MB/s and
@@ -43,8 +43,8 @@ import grpc
 import psutil
 from grpc_floor import stream_round_trip  # bench/, beside this script
 
-from boltmq import allocator
-from boltmq.soak_report import percentile_ms
+from bench.soak_report import percentile_ms
+from boltmq.kernel import allocator
 
 UNLIMITED = (("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1))
 SEND_METHOD = "/floor.Relay/Send"
@@ -73,8 +73,9 @@ async def serve_sink(reply_bytes: int) -> None:
         async for request in requests:
             yield reply if len(request) > 64 else bytes(int.from_bytes(request, "big"))
 
-    await _serve("floor.Sink", {
-        "Stream": grpc.stream_stream_rpc_method_handler(stream, _bytes, _bytes)})
+    await _serve(
+        "floor.Sink", {"Stream": grpc.stream_stream_rpc_method_handler(stream, _bytes, _bytes)}
+    )
 
 
 async def serve_relay(sink_port: int) -> None:
@@ -101,9 +102,13 @@ async def serve_relay(sink_port: int) -> None:
             yield await send(request, context)
 
     try:
-        await _serve("floor.Relay", {
-            "Send": grpc.unary_unary_rpc_method_handler(send, _bytes, _bytes),
-            "SendStream": grpc.stream_stream_rpc_method_handler(send_stream, _bytes, _bytes)})
+        await _serve(
+            "floor.Relay",
+            {
+                "Send": grpc.unary_unary_rpc_method_handler(send, _bytes, _bytes),
+                "SendStream": grpc.stream_stream_rpc_method_handler(send_stream, _bytes, _bytes),
+            },
+        )
     finally:
         reader.cancel()
 
@@ -123,8 +128,9 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], int]:
 def run(args: argparse.Namespace) -> str:
     push = args.direction == "push"
     batch_bytes = args.batch * args.size
-    sink, sink_port = _start("--serve", "sink", "--reply-bytes",
-                             str(args.reply_bytes if push else batch_bytes))
+    sink, sink_port = _start(
+        "--serve", "sink", "--reply-bytes", str(args.reply_bytes if push else batch_bytes)
+    )
     relay, relay_port = _start("--serve", "relay", "--sink-port", str(sink_port))
     try:
         counts = [0] * args.producers
@@ -133,19 +139,25 @@ def run(args: argparse.Namespace) -> str:
 
         def worker(n: int) -> None:
             with grpc.insecure_channel(f"127.0.0.1:{relay_port}", options=UNLIMITED) as channel:
-                send = (stream_round_trip(channel, SEND_STREAM_METHOD) if args.call == "stream"
-                        else channel.unary_unary(SEND_METHOD, _bytes, _bytes))
+                send = (
+                    stream_round_trip(channel, SEND_STREAM_METHOD)
+                    if args.call == "stream"
+                    else channel.unary_unary(SEND_METHOD, _bytes, _bytes)
+                )
                 pull = batch_bytes.to_bytes(8, "big")
                 while not stop_at[0] or time.monotonic() < stop_at[0]:
                     t0 = time.perf_counter_ns()
                     if push:
-                        request = b"".join(time.perf_counter_ns().to_bytes(8, "big")
-                                           + b"x" * (args.size - 8) for _ in range(args.batch))
+                        request = b"".join(
+                            time.perf_counter_ns().to_bytes(8, "big") + b"x" * (args.size - 8)
+                            for _ in range(args.batch)
+                        )
                         send(request)
                     else:
                         answer = send(pull)
-                        bodies = [answer[i:i + args.size]
-                                  for i in range(0, len(answer), args.size)]
+                        bodies = [
+                            answer[i : i + args.size] for i in range(0, len(answer), args.size)
+                        ]
                         assert len(bodies) == args.batch
                     if stop_at[0]:
                         samples[n].append(time.perf_counter_ns() - t0)
@@ -169,11 +181,13 @@ def run(args: argparse.Namespace) -> str:
     messages = sum(counts)
     lat = [s for per in samples for s in per]
     per_msg = [(b - a) / messages * 1e6 for a, b in zip(cpu0, cpu1, strict=True)]
-    return (f"{args.direction} batch {args.batch} x {args.size} B, {args.producers} "
-            f"producer(s), {args.call} calls: {messages / elapsed:,.0f} msg/s, "
-            f"{messages * args.size / elapsed / 1e6:.1f} MB/s, p50 {percentile_ms(lat, 0.5)} "
-            f"ms, p99 {percentile_ms(lat, 0.99)} ms per call; CPU per message: relay "
-            f"{per_msg[0]:.1f} us, sink {per_msg[1]:.1f} us, client {per_msg[2]:.1f} us")
+    return (
+        f"{args.direction} batch {args.batch} x {args.size} B, {args.producers} "
+        f"producer(s), {args.call} calls: {messages / elapsed:,.0f} msg/s, "
+        f"{messages * args.size / elapsed / 1e6:.1f} MB/s, p50 {percentile_ms(lat, 0.5)} "
+        f"ms, p99 {percentile_ms(lat, 0.99)} ms per call; CPU per message: relay "
+        f"{per_msg[0]:.1f} us, sink {per_msg[1]:.1f} us, client {per_msg[2]:.1f} us"
+    )
 
 
 def main() -> None:
@@ -184,9 +198,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--reply-bytes", type=int, default=4096)
     parser.add_argument("--direction", choices=("push", "pull"), default="push")
-    parser.add_argument("--call", choices=("unary", "stream"), default="unary",
-                        help="client -> relay: a unary call a request (as the SDK), or one "
-                             "message a request on an open bidi stream")
+    parser.add_argument(
+        "--call",
+        choices=("unary", "stream"),
+        default="unary",
+        help="client -> relay: a unary call a request (as the SDK), or one "
+        "message a request on an open bidi stream",
+    )
     parser.add_argument("--serve", choices=("sink", "relay"), help=argparse.SUPPRESS)
     parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -28,13 +28,13 @@ from collections.abc import Callable
 import grpc
 
 from bench.compare.workload import body
-from boltmq import allocator
+from bench.soak_report import percentile_ms
 from boltmq.client import BoltMQError
+from boltmq.kernel import allocator
+from boltmq.kernel.registry_client import RegistryError
+from boltmq.kernel.runtime import sync_channel
 from boltmq.message import Message, batch_records, send_results
 from boltmq.producer import Producer
-from boltmq.registry_client import RegistryError
-from boltmq.runtime import sync_channel
-from boltmq.soak_report import percentile_ms
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 
 SEND_METHOD = "/boltmq.v1.BrokerService/SendMessage"
@@ -51,8 +51,10 @@ def _timed(name: str, send: Callable[[], object], calls: int, batch: int) -> Non
         samples.append(time.perf_counter_ns() - t0)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     messages = calls * batch
-    print(f"{name:16s} {messages / wall:10,.0f} msg/s  client CPU {cpu / messages * 1e6:5.2f} "
-          f"us/msg  p50={percentile_ms(samples, 0.5)}ms p99={percentile_ms(samples, 0.99)}ms")
+    print(
+        f"{name:16s} {messages / wall:10,.0f} msg/s  client CPU {cpu / messages * 1e6:5.2f} "
+        f"us/msg  p50={percentile_ms(samples, 0.5)}ms p99={percentile_ms(samples, 0.99)}ms"
+    )
 
 
 def main() -> None:
@@ -72,8 +74,7 @@ def main() -> None:
     except (BoltMQError, RegistryError) as exc:
         raise SystemExit(f"send_split: {exc}") from None
     except grpc.RpcError as exc:
-        raise SystemExit(f"send_split: send failed: {exc.code().name}: {exc.details()}"
-                         ) from None
+        raise SystemExit(f"send_split: send failed: {exc.code().name}: {exc.details()}") from None
 
 
 def _split(args: argparse.Namespace) -> None:
@@ -88,16 +89,22 @@ def _send_each_way(producer: Producer, args: argparse.Namespace) -> None:
     topic, batch = args.topic, args.batch
 
     def sdk() -> object:
-        return producer.send_batch([Message(topic=topic, body=body(args.size))
-                                    for _ in range(batch)])
+        return producer.send_batch(
+            [Message(topic=topic, body=body(args.size)) for _ in range(batch)]
+        )
 
     sdk()  # creates the topic and caches its route
     queue = producer.client.write_queues(topic)[0]
-    records = batch_records([Message(topic=topic, body=body(args.size)) for _ in range(batch)],
-                            0, {})
-    request = broker_pb2.SendRequest(producer_group="SEND_SPLIT", records=records,
-                                     record_count=batch, topic=topic,
-                                     queue_id=queue.queue_id)
+    records = batch_records(
+        [Message(topic=topic, body=body(args.size)) for _ in range(batch)], 0, {}
+    )
+    request = broker_pb2.SendRequest(
+        producer_group="SEND_SPLIT",
+        records=records,
+        record_count=batch,
+        topic=topic,
+        queue_id=queue.queue_id,
+    )
     raw = request.SerializeToString()
     channel = sync_channel(producer.client.address_of(queue))
     try:
@@ -106,8 +113,7 @@ def _send_each_way(producer: Producer, args: argparse.Namespace) -> None:
         ways: dict[str, Callable[[], object]] = {
             "sdk": sdk,
             "request": lambda: stub.SendMessage(request, timeout=TIMEOUT_S),
-            "request+results": lambda: send_results(stub.SendMessage(request,
-                                                                     timeout=TIMEOUT_S)),
+            "request+results": lambda: send_results(stub.SendMessage(request, timeout=TIMEOUT_S)),
             "raw": lambda: raw_send(raw, timeout=TIMEOUT_S),
         }
         for _ in range(args.rounds):

@@ -24,19 +24,20 @@ def main() -> None:
     store.start()
     try:
         store.put_message(Message(topic="WarmUp", body=b"", queue_id=0))
-        messages = [Message(topic="Probe", body=b"x" * 1024, queue_id=i % 16)
-                    for i in range(COUNT)]
+        messages = [Message(topic="Probe", body=b"x" * 1024, queue_id=i % 16) for i in range(COUNT)]
         slow = []
         start = time.perf_counter()
         for i in range(0, COUNT, BATCH):
             t0 = time.perf_counter()
-            store.put_messages(messages[i:i + BATCH])
+            store.put_messages(messages[i : i + BATCH])
             took = time.perf_counter() - t0
             if took > SLOW_S:
                 slow.append(f"{t0 - start:.3f}s:{took * 1000:.1f}ms")
         seconds = time.perf_counter() - start
-        print(f"{COUNT / seconds:,.0f} msg/s; batches over {SLOW_S * 1000:.0f} ms: "
-              f"{len(slow)}: {' '.join(slow)}")
+        print(
+            f"{COUNT / seconds:,.0f} msg/s; batches over {SLOW_S * 1000:.0f} ms: "
+            f"{len(slow)}: {' '.join(slow)}"
+        )
     finally:
         store.shutdown()
         shutil.rmtree(root, ignore_errors=True)

@@ -34,8 +34,8 @@ _EXPORTS = {
     "LocalTransactionState": "boltmq.transaction_producer",
     "BoltMQError": "boltmq.client",
     "BrokerUnavailable": "boltmq.client",
-    "TopicNotFound": "boltmq.registry_client",
-    "RegistryUnavailable": "boltmq.registry_client",
+    "TopicNotFound": "boltmq.kernel.registry_client",
+    "RegistryUnavailable": "boltmq.kernel.registry_client",
 }
 __all__ = [
     "BoltMQError",
@@ -65,6 +65,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from boltmq.client import BoltMQError, BrokerUnavailable
+    from boltmq.kernel.registry_client import RegistryUnavailable, TopicNotFound
     from boltmq.message import (
         ConsumeResult,
         Message,
@@ -77,7 +78,6 @@ if TYPE_CHECKING:
     from boltmq.producer import Producer, SendError
     from boltmq.pull_consumer import PullConsumer, PullError, PullResult, PullStatus
     from boltmq.push_consumer import PushConsumer
-    from boltmq.registry_client import RegistryUnavailable, TopicNotFound
     from boltmq.request_reply import RequestTimeout, reply
     from boltmq.transaction_producer import (
         LocalTransactionState,

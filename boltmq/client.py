@@ -1,6 +1,6 @@
 """What producers and consumers share: identity, routes and broker connections.
 
-Routes come from the registries (:mod:`boltmq.registry_client`) and are cached
+Routes come from the registries (:mod:`boltmq.kernel.registry_client`) and are cached
 for ``route_refresh_ms``; a failure that suggests a stale route (a broker gone)
 drops the cached entry so the next call asks again. One gRPC channel per broker
 address is shared by every producer and consumer of the instance.
@@ -17,11 +17,11 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 
-from boltmq import runtime
+from boltmq.kernel import runtime
+from boltmq.kernel.registry_client import RegistryClient, RegistryUnavailable, TopicNotFound
+from boltmq.kernel.signing import Credentials, RequestSigner
+from boltmq.kernel.tls import ClientTLS
 from boltmq.message import MessageQueue
-from boltmq.registry_client import RegistryClient, RegistryUnavailable, TopicNotFound
-from boltmq.signing import Credentials, RequestSigner
-from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2
 
 PERM_READ = 4
@@ -32,8 +32,13 @@ REPLICA_READS_S = 5.0
 DEFAULT_TOPIC = "TBW102"
 """The auto-create template: a send to an unknown topic goes to the brokers that serve it."""
 
-__all__ = ["BoltMQError", "ClientInstance", "RegistryUnavailable", "TopicNotFound",
-           "BrokerUnavailable"]
+__all__ = [
+    "BoltMQError",
+    "ClientInstance",
+    "RegistryUnavailable",
+    "TopicNotFound",
+    "BrokerUnavailable",
+]
 
 
 class BoltMQError(Exception):
@@ -69,9 +74,15 @@ def new_client_id() -> str:
 class ClientInstance:
     """Routes and broker stubs for one producer or consumer."""
 
-    def __init__(self, registry: str | Sequence[str], *, route_refresh_ms: int = 30_000,
-                 rpc_timeout_s: float = 5.0, tls: ClientTLS | None = None,
-                 credentials: Credentials | None = None) -> None:
+    def __init__(
+        self,
+        registry: str | Sequence[str],
+        *,
+        route_refresh_ms: int = 30_000,
+        rpc_timeout_s: float = 5.0,
+        tls: ClientTLS | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.client_id = new_client_id()
         self.tls = tls
         """TLS of every channel (registries and brokers); None: plaintext."""
@@ -124,8 +135,9 @@ class ClientInstance:
         self._routes.pop(topic, None)
 
     @staticmethod
-    def broker_address(route: registry_pb2.TopicRoute, broker_name: str,
-                       *, master_only: bool = True) -> str | None:
+    def broker_address(
+        route: registry_pb2.TopicRoute, broker_name: str, *, master_only: bool = True
+    ) -> str | None:
         for broker in route.brokers:
             if broker.broker_name == broker_name:
                 if MASTER_ID in broker.addresses:
@@ -134,15 +146,17 @@ class ClientInstance:
                     return broker.addresses[min(broker.addresses)]
         return None
 
-    def write_queues(self, topic: str, route: registry_pb2.TopicRoute | None = None
-                     ) -> list[MessageQueue]:
+    def write_queues(
+        self, topic: str, route: registry_pb2.TopicRoute | None = None
+    ) -> list[MessageQueue]:
         """Writable queues of the topic on brokers with a live master."""
         route = route or self.route(topic)
         queues = []
         for data in sorted(route.queues, key=lambda q: q.broker_name):
             if data.perm & PERM_WRITE and self.broker_address(route, data.broker_name):
-                queues += [MessageQueue(topic, data.broker_name, q)
-                           for q in range(data.write_queue_nums)]
+                queues += [
+                    MessageQueue(topic, data.broker_name, q) for q in range(data.write_queue_nums)
+                ]
         return queues
 
     def read_queues(self, topic: str) -> list[MessageQueue]:
@@ -151,8 +165,9 @@ class ClientInstance:
         queues = []
         for data in route.queues:
             if data.perm & PERM_READ:
-                queues += [MessageQueue(topic, data.broker_name, q)
-                           for q in range(data.read_queue_nums)]
+                queues += [
+                    MessageQueue(topic, data.broker_name, q) for q in range(data.read_queue_nums)
+                ]
         return sorted(queues)
 
     def read_address_of(self, queue: MessageQueue) -> str:
@@ -169,8 +184,7 @@ class ClientInstance:
                 continue
             down_until = self._master_down.get(queue.broker_name, 0.0)
             replicas = sorted(i for i in broker.addresses if i != MASTER_ID)
-            if MASTER_ID in broker.addresses and (not replicas or
-                                                  time.monotonic() >= down_until):
+            if MASTER_ID in broker.addresses and (not replicas or time.monotonic() >= down_until):
                 return broker.addresses[MASTER_ID]
             if replicas:
                 return broker.addresses[replicas[0]]
@@ -181,12 +195,12 @@ class ClientInstance:
         self._master_down[broker_name] = time.monotonic() + REPLICA_READS_S
 
     def address_of(self, queue: MessageQueue, *, master_only: bool = True) -> str:
-        address = self.broker_address(self.route(queue.topic), queue.broker_name,
-                                      master_only=master_only)
+        address = self.broker_address(
+            self.route(queue.topic), queue.broker_name, master_only=master_only
+        )
         if address is None:
             self.forget_route(queue.topic)
-            raise BrokerUnavailable(f"no live broker {queue.broker_name!r} serves "
-                                    f"{queue.topic!r}")
+            raise BrokerUnavailable(f"no live broker {queue.broker_name!r} serves {queue.topic!r}")
         return address
 
     def brokers_of(self, topics: Sequence[str]) -> set[str]:
@@ -211,25 +225,27 @@ class ClientInstance:
                     self._channels[address] = runtime.sync_channel(address, self.tls)
                     channel = self._signed(self._channels[address])
                     self._pulls[address] = channel.unary_unary(
-                        PULL_METHOD, request_serializer=broker_pb2.BrokerPullRequest.
-                        SerializeToString)  # no response deserializer: see pull_encoded
+                        PULL_METHOD,
+                        request_serializer=broker_pb2.BrokerPullRequest.SerializeToString,
+                    )  # no response deserializer: see pull_encoded
                     self._pull_queues[address] = channel.unary_unary(
-                        PULL_QUEUES_METHOD, request_serializer=broker_pb2.
-                        BrokerPullQueuesRequest.SerializeToString)
+                        PULL_QUEUES_METHOD,
+                        request_serializer=broker_pb2.BrokerPullQueuesRequest.SerializeToString,
+                    )
                     stub = broker_pb2_grpc.BrokerServiceStub(channel)
                     self._stubs[address] = stub
         return stub
 
     def pull_encoded(self, address: str) -> grpc.UnaryUnaryMultiCallable:
         """PullMessage on the broker at ``address``, answering the response's bytes
-        unparsed (:func:`services.store.pull_wire.split_records` sets the records
+        unparsed (:func:`boltmq.wire.pull_answer.split_records` sets the records
         aside without copying them)."""
         self.broker(address)
         return self._pulls[address]
 
     def pull_queues_encoded(self, address: str) -> grpc.UnaryUnaryMultiCallable:
         """PullQueues on the broker at ``address``, answering the response's bytes as the
-        store encoded them (:mod:`services.store.pull_wire`), as :meth:`pull_encoded`."""
+        store encoded them (:mod:`boltmq.wire.pull_answer`), as :meth:`pull_encoded`."""
         self.broker(address)
         return self._pull_queues[address]
 
@@ -252,8 +268,11 @@ class ClientInstance:
 def is_retryable(exc: grpc.RpcError) -> bool:
     """Transport failures worth another broker: unavailable, timed out, overloaded."""
     code = exc.code() if hasattr(exc, "code") else None
-    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED)
+    return code in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
 
 
 def rpc_error_text(exc: grpc.RpcError) -> str:

@@ -1,6 +1,6 @@
 """The SDK's message model: what a producer sends and what it gets back.
 
-A received message is a :class:`services.store.record.RecordView` decoded from
+A received message is a :class:`boltmq.wire.record.RecordView` decoded from
 the raw CommitLog records the broker returns (``raw_records``): every record
 field is an attribute (topic, queue_id, queue_offset, commitlog_offset,
 msg_id, body, tags, keys, properties, born/store timestamps and hosts,
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from boltmq.v1 import broker_pb2, message_pb2
-from services.store.record import InvalidMessage, RecordView
-from services.store.record_batch import send_record_parts
+from boltmq.wire.record import InvalidMessage, RecordView
+from boltmq.wire.record_batch import send_record_parts
 
 MAX_DELAY_LEVEL = 18
 """Delay levels a broker may have (queues of SCHEDULE_TOPIC_XXXX); the broker checks its own."""
@@ -55,23 +55,27 @@ class Message:
         if isinstance(self.keys, str):
             raise MessageError("message keys must be a list of strings, not one string")
         delay_level, deliver_at_ms = self.delay_level, self.deliver_at_ms
-        if type(delay_level) is not int or type(deliver_at_ms) is not int \
-                or delay_level < 0 or deliver_at_ms < 0:
+        if (
+            type(delay_level) is not int
+            or type(deliver_at_ms) is not int
+            or delay_level < 0
+            or deliver_at_ms < 0
+        ):
             for name, value in (("delay_level", delay_level), ("deliver_at_ms", deliver_at_ms)):
                 if type(value) is not int or value < 0:
-                    raise MessageError(f"message {name} must be a non-negative int, not "
-                                       f"{value!r}")
+                    raise MessageError(f"message {name} must be a non-negative int, not {value!r}")
         if not delay_level and not deliver_at_ms:
             return
         if delay_level and deliver_at_ms:
             raise MessageError("set delay_level or deliver_at_ms, not both")
         if self.delay_level > MAX_DELAY_LEVEL:
-            raise MessageError(f"message delay_level {self.delay_level} is not 1.."
-                               f"{MAX_DELAY_LEVEL}")
+            raise MessageError(
+                f"message delay_level {self.delay_level} is not 1..{MAX_DELAY_LEVEL}"
+            )
 
     def _properties(self, trace_context: Mapping[str, str] | None = None) -> Mapping[str, str]:
         """User properties plus the delay ones (RocketMQ's DELAY / TIMER_DELIVER_MS) and
-        the producer span's trace context (:mod:`boltmq.telemetry`)."""
+        the producer span's trace context (:mod:`boltmq.kernel.telemetry`)."""
         if not self.delay_level and not self.deliver_at_ms and not trace_context:
             return self.properties
         merged = dict(self.properties)
@@ -83,8 +87,9 @@ class Message:
             merged[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_at_ms)
         return merged
 
-    def to_record(self, born_timestamp_ms: int = 0,
-                  trace_context: Mapping[str, str] | None = None) -> bytes:
+    def to_record(
+        self, born_timestamp_ms: int = 0, trace_context: Mapping[str, str] | None = None
+    ) -> bytes:
         """The message as a CommitLog record, the form the SDK sends (encoded once, here).
 
         ``trace_context``: ``traceparent`` / ``tracestate`` properties to add
@@ -96,43 +101,67 @@ class Message:
         """
         return b"".join(self.record_parts(born_timestamp_ms, trace_context))
 
-    def record_parts(self, born_timestamp_ms: int = 0,
-                     trace_context: Mapping[str, str] | None = None
-                     ) -> tuple[bytes, bytes, bytes]:
+    def record_parts(
+        self, born_timestamp_ms: int = 0, trace_context: Mapping[str, str] | None = None
+    ) -> tuple[bytes, bytes, bytes]:
         """:meth:`to_record` in three parts (head, body, tail): a batch joins every
         message's parts at once (:func:`batch_records`).
 
         The common message (bytes body, tags at most, no keys, properties, delay or
         trace context) skips the checks and merges below (~0.5 us of ~1.2 us); one
         that send_record_parts refuses takes the full path, which names the error."""
-        body, topic, delay_level, deliver_at_ms = (self.body, self.topic, self.delay_level,
-                                                   self.deliver_at_ms)
-        if (not trace_context and type(body) is bytes and type(topic) is str and topic
-                and type(self.keys) is tuple and not self.keys and not self.properties
-                and type(delay_level) is int and type(deliver_at_ms) is int
-                and not (delay_level or deliver_at_ms)):
+        body, topic, delay_level, deliver_at_ms = (
+            self.body,
+            self.topic,
+            self.delay_level,
+            self.deliver_at_ms,
+        )
+        if (
+            not trace_context
+            and type(body) is bytes
+            and type(topic) is str
+            and topic
+            and type(self.keys) is tuple
+            and not self.keys
+            and not self.properties
+            and type(delay_level) is int
+            and type(deliver_at_ms) is int
+            and not (delay_level or deliver_at_ms)
+        ):
             try:
-                return send_record_parts(topic, body, self.tags or None, None, None,
-                                         self.flag, born_timestamp_ms)
+                return send_record_parts(
+                    topic, body, self.tags or None, None, None, self.flag, born_timestamp_ms
+                )
             except (InvalidMessage, TypeError, struct.error):
                 pass
         self._check()
         try:
-            return send_record_parts(self.topic, body if type(body) is bytes else bytes(body),
-                                     self.tags or None, self.keys,
-                                     self._properties(trace_context), self.flag,
-                                     born_timestamp_ms)
+            return send_record_parts(
+                self.topic,
+                body if type(body) is bytes else bytes(body),
+                self.tags or None,
+                self.keys,
+                self._properties(trace_context),
+                self.flag,
+                born_timestamp_ms,
+            )
         except (InvalidMessage, TypeError) as exc:
             raise MessageError(f"message to {self.topic[:60]!r}: {exc}") from None
         except struct.error as exc:  # flag outside int32
-            raise MessageError(f"message to {self.topic[:60]!r}: flag {self.flag!r}: "
-                               f"{exc}") from None
+            raise MessageError(
+                f"message to {self.topic[:60]!r}: flag {self.flag!r}: {exc}"
+            ) from None
 
     def to_proto(self, queue_id: int = -1) -> message_pb2.Message:
         """The message as a protobuf Message (the per-message form other clients send)."""
         self._check()
-        proto = message_pb2.Message(topic=self.topic, queue_id=queue_id, body=bytes(self.body),
-                                    flag=self.flag, tags=self.tags or "")
+        proto = message_pb2.Message(
+            topic=self.topic,
+            queue_id=queue_id,
+            body=bytes(self.body),
+            flag=self.flag,
+            tags=self.tags or "",
+        )
         if self.keys:  # empty containers are skipped: most messages have neither
             proto.keys.extend(self.keys)
         properties = self._properties()
@@ -141,8 +170,11 @@ class Message:
         return proto
 
 
-def batch_records(msgs: Sequence[Message], born_timestamp_ms: int = 0,
-                  trace_context: Mapping[str, str] | None = None) -> bytes:
+def batch_records(
+    msgs: Sequence[Message],
+    born_timestamp_ms: int = 0,
+    trace_context: Mapping[str, str] | None = None,
+) -> bytes:
     """Every message as a CommitLog record, back to back: the body of a batch send
     (the bytes of ``to_record`` of each, joined; the same MessageError)."""
     parts: list[bytes] = []
@@ -209,7 +241,6 @@ class SendResult(NamedTuple):
     """The store's PutMessageStatus name (why a SEND_FAILED failed)."""
 
 
-
 def send_results(response: broker_pb2.SendResponse) -> list[SendResult]:
     """One SendResult per message of a SendResponse (packed arrays, in order)."""
     queue = MessageQueue(response.topic, response.broker_name, response.queue_id)
@@ -219,11 +250,26 @@ def send_results(response: broker_pb2.SendResponse) -> list[SendResult]:
     put_name = _PUT_STATUS_NAMES
     make = SendResult._make
     return [
-        make((status_of[status], f"{prefix}{offset:016X}" if offset >= 0 else "", queue,
-              queue_offset, offset, errors.get(index, "") if errors else "", put_name[put_status]))
-        for index, (status, put_status, queue_offset, offset) in enumerate(zip(
-            response.statuses, response.put_statuses, response.queue_offsets,
-            response.commitlog_offsets, strict=True))
+        make(
+            (
+                status_of[status],
+                f"{prefix}{offset:016X}" if offset >= 0 else "",
+                queue,
+                queue_offset,
+                offset,
+                errors.get(index, "") if errors else "",
+                put_name[put_status],
+            )
+        )
+        for index, (status, put_status, queue_offset, offset) in enumerate(
+            zip(
+                response.statuses,
+                response.put_statuses,
+                response.queue_offsets,
+                response.commitlog_offsets,
+                strict=True,
+            )
+        )
     ]
 
 

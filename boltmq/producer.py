@@ -26,7 +26,6 @@ from concurrent.futures import Future
 import grpc
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from boltmq import telemetry
 from boltmq.client import (
     DEFAULT_TOPIC,
     BoltMQError,
@@ -35,6 +34,10 @@ from boltmq.client import (
     is_retryable,
     rpc_error_text,
 )
+from boltmq.kernel import telemetry
+from boltmq.kernel.registry_client import TopicNotFound
+from boltmq.kernel.signing import Credentials
+from boltmq.kernel.tls import ClientTLS
 from boltmq.message import (
     Message,
     MessageQueue,
@@ -44,12 +47,9 @@ from boltmq.message import (
     batch_records,
     send_results,
 )
-from boltmq.registry_client import TopicNotFound
 from boltmq.request_reply import Requester
-from boltmq.signing import Credentials
-from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2
-from services.store.record import java_string_hash
+from boltmq.wire.record import java_string_hash
 
 log = logging.getLogger(__name__)
 
@@ -71,20 +71,36 @@ class _Retry(Exception):
 class Producer:
     """A producer of one producer group (see the module docstring)."""
 
-    def __init__(self, registry: str | Sequence[str], group: str = "DEFAULT_PRODUCER", *,
-                 send_timeout_ms: int = 3_000, retry_times: int = 2, batch_size: int = 256,
-                 linger_ms: int = 5, max_pending: int = 100_000,
-                 default_topic_queue_nums: int = 4, route_refresh_ms: int = 30_000,
-                 tls: ClientTLS | None = None, credentials: Credentials | None = None) -> None:
+    def __init__(
+        self,
+        registry: str | Sequence[str],
+        group: str = "DEFAULT_PRODUCER",
+        *,
+        send_timeout_ms: int = 3_000,
+        retry_times: int = 2,
+        batch_size: int = 256,
+        linger_ms: int = 5,
+        max_pending: int = 100_000,
+        default_topic_queue_nums: int = 4,
+        route_refresh_ms: int = 30_000,
+        tls: ClientTLS | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
         if batch_size < 1 or linger_ms < 0 or retry_times < 0 or send_timeout_ms <= 0:
-            raise ValueError("batch_size >= 1, linger_ms >= 0, retry_times >= 0 and "
-                             "send_timeout_ms > 0 are required")
+            raise ValueError(
+                "batch_size >= 1, linger_ms >= 0, retry_times >= 0 and "
+                "send_timeout_ms > 0 are required"
+            )
         self.group = group
-        self.client = ClientInstance(registry, route_refresh_ms=route_refresh_ms,
-                                     rpc_timeout_s=send_timeout_ms / 1000, tls=tls,
-                                     credentials=credentials)
+        self.client = ClientInstance(
+            registry,
+            route_refresh_ms=route_refresh_ms,
+            rpc_timeout_s=send_timeout_ms / 1000,
+            tls=tls,
+            credentials=credentials,
+        )
         self.send_timeout_s = send_timeout_ms / 1000
         self.retry_times = retry_times
         self.batch_size = batch_size
@@ -94,8 +110,7 @@ class Producer:
         # A random start: short-lived producers (one CLI send each) still spread out.
         self._counter = itertools.count(random.randrange(1 << 16))
         # topic -> (encoded record, future, callback) of each queued async message
-        self._pending: dict[str, list[tuple[bytes, Future[SendResult],
-                                            SendCallback | None]]] = {}
+        self._pending: dict[str, list[tuple[bytes, Future[SendResult], SendCallback | None]]] = {}
         self._pending_count = 0
         self._cond = threading.Condition()
         self._sender: threading.Thread | None = None
@@ -111,8 +126,7 @@ class Producer:
         it. RegistryUnavailable when topics are given and no registry answers."""
         self.client.routes(topics)
         self._running = True
-        self._sender = threading.Thread(target=self._send_loop, name="boltmq-producer",
-                                        daemon=True)
+        self._sender = threading.Thread(target=self._send_loop, name="boltmq-producer", daemon=True)
         self._sender.start()
         return self
 
@@ -144,12 +158,14 @@ class Producer:
         """Send one message and wait for the broker's answer; SendError if refused."""
         result = self.send_batch([msg], sharding_key=sharding_key)[0]
         if result.status is SendStatus.SEND_FAILED:
-            raise SendError(f"send to {msg.topic!r} refused: {result.put_status}: "
-                            f"{result.error}", result)
+            raise SendError(
+                f"send to {msg.topic!r} refused: {result.put_status}: {result.error}", result
+            )
         return result
 
-    def send_batch(self, msgs: Sequence[Message], sharding_key: str | None = None
-                   ) -> list[SendResult]:
+    def send_batch(
+        self, msgs: Sequence[Message], sharding_key: str | None = None
+    ) -> list[SendResult]:
         """Send messages of one topic as one request to one queue; one result each."""
         self._check_running()
         if not msgs:
@@ -165,8 +181,9 @@ class Producer:
             telemetry.record_send(span, results)
         return results
 
-    def send_records(self, topic: str, records: bytes, count: int,
-                     sharding_key: str | None = None) -> list[SendResult]:
+    def send_records(
+        self, topic: str, records: bytes, count: int, sharding_key: str | None = None
+    ) -> list[SendResult]:
         """Send ``count`` messages already encoded as CommitLog records, back to back
         (:meth:`Message.record_parts` of each, joined; all of ``topic``), as one request
         to one queue; one result each.
@@ -183,33 +200,41 @@ class Producer:
             telemetry.record_send(span, results)
         return results
 
-    def _send_records(self, topic: str, records: bytes, count: int,
-                      sharding_key: str | None) -> list[SendResult]:
+    def _send_records(
+        self, topic: str, records: bytes, count: int, sharding_key: str | None
+    ) -> list[SendResult]:
         tried: set[str] = set()
-        retrying = Retrying(stop=stop_after_attempt(self.retry_times + 1),
-                            wait=wait_exponential(multiplier=0.05, max=1.0),
-                            retry=retry_if_exception(lambda e: isinstance(e, _Retry)),
-                            reraise=True)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retry_times + 1),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception(lambda e: isinstance(e, _Retry)),
+            reraise=True,
+        )
         try:
             for attempt in retrying:
                 with attempt:
                     return self._send_once(topic, records, count, sharding_key, tried)
         except _Retry as exc:
-            raise SendError(f"send to {topic!r} failed after {self.retry_times + 1} "
-                            f"attempts: {exc}") from None
+            raise SendError(
+                f"send to {topic!r} failed after {self.retry_times + 1} attempts: {exc}"
+            ) from None
         raise AssertionError("unreachable")
 
-    def _send_once(self, topic: str, records: bytes, count: int, sharding_key: str | None,
-                   tried: set[str]) -> list[SendResult]:
+    def _send_once(
+        self, topic: str, records: bytes, count: int, sharding_key: str | None, tried: set[str]
+    ) -> list[SendResult]:
         queue, address = self._pick(topic, sharding_key, tried)
         # The records go as they are to any queue: the store writes the queue id.
-        request = broker_pb2.SendRequest(producer_group=self.group, records=records,
-                                         record_count=count, topic=topic,
-                                         queue_id=queue.queue_id,
-                                         default_topic_queue_nums=self.default_topic_queue_nums)
+        request = broker_pb2.SendRequest(
+            producer_group=self.group,
+            records=records,
+            record_count=count,
+            topic=topic,
+            queue_id=queue.queue_id,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+        )
         try:
-            response = self.client.broker(address).SendMessage(request,
-                                                               timeout=self.send_timeout_s)
+            response = self.client.broker(address).SendMessage(request, timeout=self.send_timeout_s)
         except grpc.RpcError as exc:
             tried.add(queue.broker_name)
             if is_retryable(exc):
@@ -223,8 +248,9 @@ class Producer:
             raise _Retry(f"{address}: {failed[0].error}")
         return results
 
-    def _pick(self, topic: str, sharding_key: str | None, tried: set[str]
-              ) -> tuple[MessageQueue, str]:
+    def _pick(
+        self, topic: str, sharding_key: str | None, tried: set[str]
+    ) -> tuple[MessageQueue, str]:
         route_topic = topic
         try:
             queues = self.client.write_queues(topic)
@@ -241,8 +267,9 @@ class Producer:
             fresh = [q for q in candidates if q.broker_name not in tried]
             queue = (fresh or candidates)[0]
         try:
-            return queue, self.client.address_of(MessageQueue(route_topic, queue.broker_name,
-                                                              queue.queue_id))
+            return queue, self.client.address_of(
+                MessageQueue(route_topic, queue.broker_name, queue.queue_id)
+            )
         except BrokerUnavailable as exc:
             raise _Retry(str(exc)) from None
 
@@ -251,8 +278,9 @@ class Producer:
         try:
             route = self.client.route(DEFAULT_TOPIC)
         except TopicNotFound:
-            raise SendError(f"topic {topic!r} does not exist and no broker auto-creates "
-                            f"topics") from None
+            raise SendError(
+                f"topic {topic!r} does not exist and no broker auto-creates topics"
+            ) from None
         template = self.client.write_queues(DEFAULT_TOPIC, route)
         brokers = sorted({q.broker_name for q in template})
         count = self.default_topic_queue_nums
@@ -268,8 +296,7 @@ class Producer:
         return self._requester.request(msg, timeout_ms)
 
     # ---------------------------------------------------------------- async sends
-    def send_async(self, msg: Message, callback: SendCallback | None = None
-                   ) -> Future[SendResult]:
+    def send_async(self, msg: Message, callback: SendCallback | None = None) -> Future[SendResult]:
         """Queue ``msg`` for the sender thread; ``callback(result, error)`` when done."""
         self._check_running()
         context = telemetry.create_context(msg.topic, msg.body)  # {} without tracing
@@ -306,7 +333,7 @@ class Producer:
                         return
                     continue
                 topic, items = next(iter(self._pending.items()))
-                batch, rest = items[:self.batch_size], items[self.batch_size:]
+                batch, rest = items[: self.batch_size], items[self.batch_size :]
                 if rest:
                     self._pending[topic] = rest
                 else:
@@ -316,12 +343,13 @@ class Producer:
                 self._pending_count -= len(batch)
                 self._cond.notify_all()
 
-    def _send_accumulated(self, topic: str,
-                          batch: list[tuple[bytes, Future[SendResult], SendCallback | None]]
-                          ) -> None:
+    def _send_accumulated(
+        self, topic: str, batch: list[tuple[bytes, Future[SendResult], SendCallback | None]]
+    ) -> None:
         try:
-            results = self._send_records(topic, b"".join([r for r, _, _ in batch]), len(batch),
-                                         None)
+            results = self._send_records(
+                topic, b"".join([r for r, _, _ in batch]), len(batch), None
+            )
         except BaseException as exc:  # every waiter must hear how its message ended
             for _, future, callback in batch:
                 future.set_exception(exc)
@@ -334,8 +362,9 @@ class Producer:
             _call(callback, result, None)
 
 
-def _call(callback: SendCallback | None, result: SendResult | None,
-          error: BaseException | None) -> None:
+def _call(
+    callback: SendCallback | None, result: SendResult | None, error: BaseException | None
+) -> None:
     if callback is None:
         return
     try:

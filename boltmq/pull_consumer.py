@@ -19,14 +19,14 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from boltmq import telemetry
 from boltmq.client import BoltMQError, ClientInstance, rpc_error_text
+from boltmq.kernel import telemetry
+from boltmq.kernel.signing import Credentials
+from boltmq.kernel.tls import ClientTLS
 from boltmq.message import MessageQueue, ReceivedMessage
-from boltmq.signing import Credentials
-from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
-from services.store.pull_wire import PULL_QUEUES_MAX, split_records
-from services.store.record_heads import decode_pulled
+from boltmq.wire.pull_answer import PULL_QUEUES_MAX, split_records
+from boltmq.wire.record_heads import decode_pulled
 
 PULL_MAX_MESSAGES = 32
 """Default messages per pull (RocketMQ's pullBatchSize)."""
@@ -76,10 +76,20 @@ def decode_records(data: bytes | memoryview) -> list[ReceivedMessage]:
     return decode_pulled(data, check_crc=True)
 
 
-def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: int, *,
-               max_messages: int, subscription: str, wait_ms: int, commit_offset: int = -1,
-               max_bytes: int = 0, timeout_s: float | None = None,
-               track: Callable[[grpc.Future | None], None] | None = None) -> PullResult:
+def pull_queue(
+    client: ClientInstance,
+    group: str,
+    queue: MessageQueue,
+    offset: int,
+    *,
+    max_messages: int,
+    subscription: str,
+    wait_ms: int,
+    commit_offset: int = -1,
+    max_bytes: int = 0,
+    timeout_s: float | None = None,
+    track: Callable[[grpc.Future | None], None] | None = None,
+) -> PullResult:
     """One PullMessage call to the queue's broker (shared by both consumers).
 
     ``max_bytes`` bounds the records' bytes (0: the store's default, 256 KiB).
@@ -87,9 +97,16 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
     consumer shutting down can cancel a parked long poll at once.
     """
     request = broker_pb2.BrokerPullRequest(
-        consumer_group=group, topic=queue.topic, queue_id=queue.queue_id, queue_offset=offset,
-        max_messages=max_messages, max_bytes=max_bytes, subscription=subscription,
-        suspend_timeout_ms=wait_ms, raw_records=True)
+        consumer_group=group,
+        topic=queue.topic,
+        queue_id=queue.queue_id,
+        queue_offset=offset,
+        max_messages=max_messages,
+        max_bytes=max_bytes,
+        subscription=subscription,
+        suspend_timeout_ms=wait_ms,
+        raw_records=True,
+    )
     if commit_offset >= 0:
         request.commit_offset = commit_offset
     deadline = timeout_s if timeout_s is not None else client.rpc_timeout_s + wait_ms / 1000
@@ -110,19 +127,27 @@ def pull_queue(client: ClientInstance, group: str, queue: MessageQueue, offset: 
     try:
         response, records = split_records(encoded)
     except DecodeError as exc:
-        raise PullError(f"pull {queue}: the broker's answer is not a PullResponse: {exc}",
-                        grpc.StatusCode.INTERNAL) from None
+        raise PullError(
+            f"pull {queue}: the broker's answer is not a PullResponse: {exc}",
+            grpc.StatusCode.INTERNAL,
+        ) from None
     if response.suggest_broker_id:  # far behind: the master asks us to read elsewhere
         client.read_from_replica(queue.broker_name)
     return _result(response, records)
 
 
-def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueue, int], *,
-                max_messages: int, subscriptions: Mapping[str, str], wait_ms: int,
-                max_bytes: int = 0,
-                track: Callable[[list[grpc.Future] | None], None] | None = None,
-                failures: dict[MessageQueue, Exception] | None = None
-                ) -> dict[MessageQueue, PullResult]:
+def pull_queues(
+    client: ClientInstance,
+    group: str,
+    offsets: Mapping[MessageQueue, int],
+    *,
+    max_messages: int,
+    subscriptions: Mapping[str, str],
+    wait_ms: int,
+    max_bytes: int = 0,
+    track: Callable[[list[grpc.Future] | None], None] | None = None,
+    failures: dict[MessageQueue, Exception] | None = None,
+) -> dict[MessageQueue, PullResult]:
     """PullQueues calls, one per broker (and per PULL_QUEUES_MAX queues), all in flight at once.
 
     A result for every queue a broker answered; the queues a call's ``max_bytes``
@@ -150,18 +175,35 @@ def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueu
     for address, queues in calls.items():
         size = math.ceil(len(queues) / math.ceil(len(queues) / PULL_QUEUES_MAX))  # equal calls
         for start in range(0, len(queues), size):
-            chunk = queues[start:start + size]
+            chunk = queues[start : start + size]
             request = broker_pb2.BrokerPullQueuesRequest(
-                consumer_group=group, max_messages=max_messages, max_bytes=max_bytes,
-                suspend_timeout_ms=wait_ms, pulls=[broker_pb2.QueuePull(
-                    topic=q.topic, queue_id=q.queue_id, queue_offset=offsets[q],
-                    subscription=subscriptions.get(q.topic, "*")) for q in chunk])
-            pending.append((chunk, client.pull_queues_encoded(address).future(
-                request, timeout=client.rpc_timeout_s + wait_ms / 1000)))
+                consumer_group=group,
+                max_messages=max_messages,
+                max_bytes=max_bytes,
+                suspend_timeout_ms=wait_ms,
+                pulls=[
+                    broker_pb2.QueuePull(
+                        topic=q.topic,
+                        queue_id=q.queue_id,
+                        queue_offset=offsets[q],
+                        subscription=subscriptions.get(q.topic, "*"),
+                    )
+                    for q in chunk
+                ],
+            )
+            pending.append(
+                (
+                    chunk,
+                    client.pull_queues_encoded(address).future(
+                        request, timeout=client.rpc_timeout_s + wait_ms / 1000
+                    ),
+                )
+            )
     if track is not None:
         track([call for _, call in pending])
-    finished: queue_module.SimpleQueue[tuple[list[MessageQueue], grpc.Future]] = \
+    finished: queue_module.SimpleQueue[tuple[list[MessageQueue], grpc.Future]] = (
         queue_module.SimpleQueue()
+    )
     for chunk, call in pending:
         call.add_done_callback(lambda done, chunk=chunk: finished.put((chunk, done)))
 
@@ -194,8 +236,9 @@ def pull_queues(client: ClientInstance, group: str, offsets: Mapping[MessageQueu
             track(None)
 
 
-def _queues_answer(client: ClientInstance, chunk: list[MessageQueue], call: grpc.Future
-                   ) -> dict[MessageQueue, PullResult]:
+def _queues_answer(
+    client: ClientInstance, chunk: list[MessageQueue], call: grpc.Future
+) -> dict[MessageQueue, PullResult]:
     """The results of one PullQueues call (PullError if it failed or was cancelled)."""
     what = f"pull of {len(chunk)} queues from {chunk[0]} on"
     try:
@@ -207,17 +250,22 @@ def _queues_answer(client: ClientInstance, chunk: list[MessageQueue], call: grpc
     try:  # protobuf parses many small answers faster than split_records (pull_wire)
         answer = store_pb2.PullQueuesResponse.FromString(encoded)
     except DecodeError as exc:
-        raise PullError(f"{what}: the broker's answer is not a PullQueuesResponse: {exc}",
-                        grpc.StatusCode.INTERNAL) from None
+        raise PullError(
+            f"{what}: the broker's answer is not a PullQueuesResponse: {exc}",
+            grpc.StatusCode.INTERNAL,
+        ) from None
     if answer.suggest_broker_id:  # one queue far behind: read the group elsewhere
         for broker_name in {queue.broker_name for queue in chunk}:
             client.read_from_replica(broker_name)
-    return {queue: _result(response, response.records)  # fewer answers: the budget ran out
-            for queue, response in zip(chunk, answer.answers, strict=False)}
+    return {
+        queue: _result(response, response.records)  # fewer answers: the budget ran out
+        for queue, response in zip(chunk, answer.answers, strict=False)
+    }
 
 
-def _failed(client: ClientInstance, queues: Sequence[MessageQueue], what: str,
-            exc: grpc.RpcError) -> PullError:
+def _failed(
+    client: ClientInstance, queues: Sequence[MessageQueue], what: str, exc: grpc.RpcError
+) -> PullError:
     """The error for a pull call that failed; a broker that did not answer is
     skipped for a while, for reads from a replica."""
     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -231,39 +279,67 @@ def _failed(client: ClientInstance, queues: Sequence[MessageQueue], what: str,
 def _result(response: store_pb2.PullResponse, records: bytes | memoryview) -> PullResult:
     """A pull's result from its answer and its records (decoded; CorruptRecord if damaged)."""
     messages = decode_records(records) if records else []
-    return PullResult(_STATUS.get(response.status, PullStatus.NO_MATCHED_MSG),
-                      response.next_begin_offset, response.min_offset, response.max_offset,
-                      messages)
+    return PullResult(
+        _STATUS.get(response.status, PullStatus.NO_MATCHED_MSG),
+        response.next_begin_offset,
+        response.min_offset,
+        response.max_offset,
+        messages,
+    )
 
 
 class PullConsumer:
     """A consumer that pulls explicitly (see the module docstring)."""
 
-    def __init__(self, registry: str | Sequence[str], group: str, *,
-                 rpc_timeout_ms: int = 5_000, tls: ClientTLS | None = None,
-                 credentials: Credentials | None = None) -> None:
+    def __init__(
+        self,
+        registry: str | Sequence[str],
+        group: str,
+        *,
+        rpc_timeout_ms: int = 5_000,
+        tls: ClientTLS | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
         self.group = group
-        self.client = ClientInstance(registry, rpc_timeout_s=rpc_timeout_ms / 1000, tls=tls,
-                                     credentials=credentials)
+        self.client = ClientInstance(
+            registry, rpc_timeout_s=rpc_timeout_ms / 1000, tls=tls, credentials=credentials
+        )
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """Every readable queue of ``topic``."""
         return self.client.read_queues(topic)
 
-    def pull(self, queue: MessageQueue, offset: int, max_messages: int = PULL_MAX_MESSAGES,
-             subscription: str = "*", wait_ms: int = 0) -> PullResult:
+    def pull(
+        self,
+        queue: MessageQueue,
+        offset: int,
+        max_messages: int = PULL_MAX_MESSAGES,
+        subscription: str = "*",
+        wait_ms: int = 0,
+    ) -> PullResult:
         """Messages of ``queue`` from ``offset``; with ``wait_ms`` long-poll for new ones."""
         if offset < 0 or max_messages <= 0 or wait_ms < 0:
             raise ValueError("offset >= 0, max_messages > 0 and wait_ms >= 0 are required")
-        return pull_queue(self.client, self.group, queue, offset, max_messages=max_messages,
-                          subscription=subscription, wait_ms=wait_ms)
+        return pull_queue(
+            self.client,
+            self.group,
+            queue,
+            offset,
+            max_messages=max_messages,
+            subscription=subscription,
+            wait_ms=wait_ms,
+        )
 
-    def pull_queues(self, offsets: Mapping[MessageQueue, int],
-                    max_messages: int = PULL_MAX_MESSAGES,
-                    subscriptions: Mapping[str, str] | None = None, wait_ms: int = 0,
-                    max_bytes: int = 0) -> dict[MessageQueue, PullResult]:
+    def pull_queues(
+        self,
+        offsets: Mapping[MessageQueue, int],
+        max_messages: int = PULL_MAX_MESSAGES,
+        subscriptions: Mapping[str, str] | None = None,
+        wait_ms: int = 0,
+        max_bytes: int = 0,
+    ) -> dict[MessageQueue, PullResult]:
         """Several queues at once, each from its offset: one call per broker (PullQueues).
 
         ``max_messages`` applies to each queue, ``max_bytes`` to each call's records
@@ -276,29 +352,42 @@ class PullConsumer:
         """
         if not offsets:
             raise ValueError("name at least one queue")
-        if any(offset < 0 for offset in offsets.values()) or max_messages <= 0 or \
-                wait_ms < 0 or max_bytes < 0:
-            raise ValueError("offsets >= 0, max_messages > 0, wait_ms >= 0 and "
-                             "max_bytes >= 0 are required")
-        return pull_queues(self.client, self.group, offsets, max_messages=max_messages,
-                           subscriptions=subscriptions or {}, wait_ms=wait_ms,
-                           max_bytes=max_bytes)
+        if (
+            any(offset < 0 for offset in offsets.values())
+            or max_messages <= 0
+            or wait_ms < 0
+            or max_bytes < 0
+        ):
+            raise ValueError(
+                "offsets >= 0, max_messages > 0, wait_ms >= 0 and max_bytes >= 0 are required"
+            )
+        return pull_queues(
+            self.client,
+            self.group,
+            offsets,
+            max_messages=max_messages,
+            subscriptions=subscriptions or {},
+            wait_ms=wait_ms,
+            max_bytes=max_bytes,
+        )
 
     def processing(self, messages: Sequence[ReceivedMessage]) -> AbstractContextManager[Any]:
         """``with consumer.processing(result.messages): ...``: the work as a ``process``
-        span of the producers' traces (:mod:`boltmq.telemetry`; nothing without tracing)."""
+        span of the producers' traces (:mod:`boltmq.kernel.telemetry`; nothing without tracing)."""
         return telemetry.process_span(messages, self.group)
 
     def commit(self, queue: MessageQueue, offset: int) -> None:
         """Record ``offset`` (the next message to consume) for the group."""
-        request = broker_pb2.UpdateConsumerOffsetRequest(group=self.group, topic=queue.topic,
-                                                         queue_id=queue.queue_id, offset=offset)
+        request = broker_pb2.UpdateConsumerOffsetRequest(
+            group=self.group, topic=queue.topic, queue_id=queue.queue_id, offset=offset
+        )
         self._call(queue, "UpdateConsumerOffset", request)
 
     def committed(self, queue: MessageQueue) -> int:
         """The group's committed offset of ``queue``; -1 when it has none."""
-        request = broker_pb2.QueryConsumerOffsetRequest(group=self.group, topic=queue.topic,
-                                                        queue_id=queue.queue_id)
+        request = broker_pb2.QueryConsumerOffsetRequest(
+            group=self.group, topic=queue.topic, queue_id=queue.queue_id
+        )
         response = self._call(queue, "QueryConsumerOffset", request)
         return response.offset if response.found else -1
 
@@ -307,8 +396,9 @@ class PullConsumer:
         try:
             return getattr(stub, method)(request, timeout=self.client.rpc_timeout_s)
         except grpc.RpcError as exc:
-            raise PullError(f"{method} for {queue} failed: {rpc_error_text(exc)}",
-                            exc.code()) from None
+            raise PullError(
+                f"{method} for {queue} failed: {rpc_error_text(exc)}", exc.code()
+            ) from None
 
     def shutdown(self) -> None:
         self.client.close()

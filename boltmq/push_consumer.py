@@ -44,15 +44,15 @@ from collections.abc import Callable, Mapping, Sequence
 
 import grpc
 
-from boltmq import telemetry
 from boltmq.client import BrokerUnavailable, ClientInstance, rpc_error_text
+from boltmq.kernel import telemetry
+from boltmq.kernel.registry_client import RegistryError, TopicNotFound
+from boltmq.kernel.signing import Credentials
+from boltmq.kernel.tls import ClientTLS
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
 from boltmq.pull_consumer import PullError, PullStatus, pull_queues
-from boltmq.registry_client import RegistryError, TopicNotFound
-from boltmq.signing import Credentials
-from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2
-from services.store.topic import InvalidSubscription, parse_subscription
+from boltmq.wire.topic import InvalidSubscription, parse_subscription
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,9 @@ RETRY_PREFIX = "%RETRY%"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 
 
-def allocate_average(queues: Sequence[MessageQueue], members: Sequence[str], me: str
-                     ) -> list[MessageQueue]:
+def allocate_average(
+    queues: Sequence[MessageQueue], members: Sequence[str], me: str
+) -> list[MessageQueue]:
     """My contiguous share of ``queues`` among sorted ``members`` (RocketMQ's average)."""
     if me not in members or not queues:
         return []
@@ -85,7 +86,7 @@ def allocate_average(queues: Sequence[MessageQueue], members: Sequence[str], me:
     else:
         size = total // count + 1 if mod > 0 and index < mod else total // count
     start = index * size if mod > 0 and index < mod else index * size + mod
-    return list(queues[start:start + min(size, total - start)]) if start < total else []
+    return list(queues[start : start + min(size, total - start)]) if start < total else []
 
 
 class _QueueState:
@@ -118,8 +119,9 @@ class _Puller:
         self.wake = threading.Event()
         """Set to end the current wait or long poll (cleared by :meth:`PushConsumer.share`)."""
         self._calls: list[grpc.Future] | None = None
-        self._thread = threading.Thread(target=self._run, name=f"boltmq-consume-{index}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"boltmq-consume-{index}", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -170,17 +172,27 @@ class _Puller:
         failures: dict[MessageQueue, Exception] = {}
         try:
             results = pull_queues(
-                owner.client, owner.group, {q: s.offset for q, s in ready.items()},
-                max_messages=owner.pull_batch_size, subscriptions=owner.expressions,
+                owner.client,
+                owner.group,
+                {q: s.offset for q, s in ready.items()},
+                max_messages=owner.pull_batch_size,
+                subscriptions=owner.expressions,
                 wait_ms=int(min(owner.long_poll_ms, wait_s * 1000)),
-                max_bytes=owner.pull_max_bytes, track=self._track, failures=failures)
+                max_bytes=owner.pull_max_bytes,
+                track=self._track,
+                failures=failures,
+            )
         except (PullError, RegistryError, OSError) as exc:
             if isinstance(exc, PullError) and exc.code is grpc.StatusCode.CANCELLED:
                 return
             failures, results = dict.fromkeys(ready, exc), {}
         if failures:
-            log.warning("%s (%d queue(s) wait %.1f s)", next(iter(failures.values())),
-                        len(failures), PULL_BACKOFF_S)
+            log.warning(
+                "%s (%d queue(s) wait %.1f s)",
+                next(iter(failures.values())),
+                len(failures),
+                PULL_BACKOFF_S,
+            )
             for queue in failures:
                 ready[queue].due = time.monotonic() + PULL_BACKOFF_S
         for queue, result in results.items():
@@ -203,10 +215,10 @@ class _Puller:
             if not owner.deliver(chunk):
                 left = owner.send_back(state.queue, chunk) if owner.sends_back else chunk
                 if left:  # retried in place: the queue's offset does not pass them
-                    state.pending[:len(chunk)] = left
+                    state.pending[: len(chunk)] = left
                     state.due = time.monotonic() + owner.suspend_on_failure_s
                     return
-            del state.pending[:len(chunk)]
+            del state.pending[: len(chunk)]
             state.offset = chunk[-1].queue_offset + 1
         if not state.pending:
             state.offset = state.after
@@ -215,15 +227,29 @@ class _Puller:
 class PushConsumer:
     """A consumer whose listener is called with messages (see the module docstring)."""
 
-    def __init__(self, registry: str | Sequence[str], group: str,
-                 subscriptions: Mapping[str, str], listener: Listener, *,
-                 model: str = "CLUSTERING", orderly: bool = False, consume_from: str = "FIRST",
-                 pull_batch_size: int = 32, pull_max_bytes: int = PULL_MAX_BYTES,
-                 consume_batch_max_size: int = 32, consume_threads: int = CONSUME_THREADS,
-                 long_poll_ms: int = 15_000, rebalance_interval_ms: int = 20_000,
-                 commit_interval_ms: int = 5_000, suspend_on_failure_ms: int = 1_000,
-                 rpc_timeout_ms: int = 5_000, max_reconsume_times: int = 0,
-                 tls: ClientTLS | None = None, credentials: Credentials | None = None) -> None:
+    def __init__(
+        self,
+        registry: str | Sequence[str],
+        group: str,
+        subscriptions: Mapping[str, str],
+        listener: Listener,
+        *,
+        model: str = "CLUSTERING",
+        orderly: bool = False,
+        consume_from: str = "FIRST",
+        pull_batch_size: int = 32,
+        pull_max_bytes: int = PULL_MAX_BYTES,
+        consume_batch_max_size: int = 32,
+        consume_threads: int = CONSUME_THREADS,
+        long_poll_ms: int = 15_000,
+        rebalance_interval_ms: int = 20_000,
+        commit_interval_ms: int = 5_000,
+        suspend_on_failure_ms: int = 1_000,
+        rpc_timeout_ms: int = 5_000,
+        max_reconsume_times: int = 0,
+        tls: ClientTLS | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
         if model not in MODELS:
@@ -239,9 +265,19 @@ class PushConsumer:
                 raise ValueError(f"subscription of {topic!r}: {exc}") from None
         if not callable(listener):
             raise ValueError("listener must be callable")
-        if min(pull_batch_size, pull_max_bytes, consume_batch_max_size, consume_threads,
-               rebalance_interval_ms, commit_interval_ms) <= 0 or long_poll_ms < 0 or \
-                suspend_on_failure_ms < 0:
+        if (
+            min(
+                pull_batch_size,
+                pull_max_bytes,
+                consume_batch_max_size,
+                consume_threads,
+                rebalance_interval_ms,
+                commit_interval_ms,
+            )
+            <= 0
+            or long_poll_ms < 0
+            or suspend_on_failure_ms < 0
+        ):
             raise ValueError("batch sizes and intervals must be positive")
         if type(max_reconsume_times) is not int or max_reconsume_times < 0:
             raise ValueError("max_reconsume_times must be a non-negative int (0: the group's)")
@@ -264,8 +300,9 @@ class PushConsumer:
         self.rebalance_interval_s = rebalance_interval_ms / 1000
         self.commit_interval_s = commit_interval_ms / 1000
         self.suspend_on_failure_s = suspend_on_failure_ms / 1000
-        self.client = ClientInstance(registry, rpc_timeout_s=rpc_timeout_ms / 1000, tls=tls,
-                                     credentials=credentials)
+        self.client = ClientInstance(
+            registry, rpc_timeout_s=rpc_timeout_ms / 1000, tls=tls, credentials=credentials
+        )
         self.expressions = {topic: self.expression_of(topic) for topic in self._topics()}
         self.states: dict[MessageQueue, _QueueState] = {}
         """The owned queues (held under ``_lock``; their pullers change the states)."""
@@ -289,8 +326,9 @@ class PushConsumer:
         for puller in self._pullers:
             puller.start()
         self.rebalance()
-        self._thread = threading.Thread(target=self._housekeeping, name="boltmq-rebalance",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._housekeeping, name="boltmq-rebalance", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -338,20 +376,27 @@ class PushConsumer:
         """The subscription expression of ``topic`` (every tag of the retry topic)."""
         return self.subscriptions.get(topic, "*")
 
-    def send_back(self, queue: MessageQueue, messages: list[ReceivedMessage]
-                  ) -> list[ReceivedMessage]:
+    def send_back(
+        self, queue: MessageQueue, messages: list[ReceivedMessage]
+    ) -> list[ReceivedMessage]:
         """Send failed messages back to the broker; return those it did not take."""
         kept = []
         for message in messages:
             try:
                 self.client.broker(self.client.address_of(queue)).ConsumerSendBack(
                     broker_pb2.ConsumerSendBackRequest(
-                        group=self.group, commitlog_offset=message.commitlog_offset,
-                        max_reconsume_times=self.max_reconsume_times),
-                    timeout=self.client.rpc_timeout_s)
+                        group=self.group,
+                        commitlog_offset=message.commitlog_offset,
+                        max_reconsume_times=self.max_reconsume_times,
+                    ),
+                    timeout=self.client.rpc_timeout_s,
+                )
             except (grpc.RpcError, RegistryError, BrokerUnavailable) as exc:
-                log.warning("send-back of %s failed (consuming it again here later): %s",
-                            message.msg_id, exc)
+                log.warning(
+                    "send-back of %s failed (consuming it again here later): %s",
+                    message.msg_id,
+                    exc,
+                )
                 kept.append(message)
         return kept
 
@@ -364,8 +409,9 @@ class PushConsumer:
             with telemetry.process_span(messages, self.group):  # no-op without tracing
                 outcome = self.listener(messages)
         except Exception:
-            log.exception("listener failed on %d message(s); they will be offered again",
-                          len(messages))
+            log.exception(
+                "listener failed on %d message(s); they will be offered again", len(messages)
+            )
             return False
         return outcome is None or outcome is ConsumeResult.SUCCESS
 
@@ -412,8 +458,9 @@ class PushConsumer:
             if self.model == "BROADCASTING":
                 wanted.update(queues)
                 continue
-            wanted.update(allocate_average(queues, self._members(topic, members),
-                                           self.client.client_id))
+            wanted.update(
+                allocate_average(queues, self._members(topic, members), self.client.client_id)
+            )
         if self.orderly:
             wanted = self._lock_queues(wanted)
         starts = self._start_offsets(sorted(wanted - set(self.states)))
@@ -437,8 +484,10 @@ class PushConsumer:
             self._reassigning = True
             for puller in self._pullers:
                 puller.kick()
-            held = self._lock.wait_for(lambda: self._stop.is_set() or all(
-                p.parked for p in self._pullers), self.client.rpc_timeout_s + 1)
+            held = self._lock.wait_for(
+                lambda: self._stop.is_set() or all(p.parked for p in self._pullers),
+                self.client.rpc_timeout_s + 1,
+            )
             if held and not self._stop.is_set():
                 for state in gone:
                     del self.states[state.queue]
@@ -451,8 +500,7 @@ class PushConsumer:
         if self._stop.is_set():
             return []  # shutdown releases every queue
         if not held:
-            log.warning("a listener is still busy: the queues are reassigned at the next "
-                        "rebalance")
+            log.warning("a listener is still busy: the queues are reassigned at the next rebalance")
             return []
         return gone
 
@@ -476,7 +524,8 @@ class PushConsumer:
             try:
                 response = self.client.broker(address).GetConsumerList(
                     broker_pb2.GetConsumerListRequest(group=self.group),
-                    timeout=self.client.rpc_timeout_s)
+                    timeout=self.client.rpc_timeout_s,
+                )
             except grpc.RpcError as exc:
                 log.warning("consumer list from %s: %s", address, rpc_error_text(exc))
                 continue
@@ -491,11 +540,14 @@ class PushConsumer:
             by_broker.setdefault(self.client.address_of(queue), []).append(queue)
         for address, queues in by_broker.items():
             request = broker_pb2.LockQueuesRequest(
-                group=self.group, client_id=self.client.client_id,
-                queues=[broker_pb2.QueueId(topic=q.topic, queue_id=q.queue_id) for q in queues])
+                group=self.group,
+                client_id=self.client.client_id,
+                queues=[broker_pb2.QueueId(topic=q.topic, queue_id=q.queue_id) for q in queues],
+            )
             try:
                 response = self.client.broker(address).LockQueues(
-                    request, timeout=self.client.rpc_timeout_s)
+                    request, timeout=self.client.rpc_timeout_s
+                )
             except grpc.RpcError as exc:
                 log.warning("lock queues on %s: %s", address, rpc_error_text(exc))
                 continue
@@ -513,13 +565,24 @@ class PushConsumer:
         by_broker: dict[str, list[MessageQueue]] = {}
         for queue in queues if self.model == "CLUSTERING" else ():
             by_broker.setdefault(self.client.address_of(queue), []).append(queue)
-        calls = [(chunk, self.client.broker(address).QueryConsumerOffsets.future(
-            broker_pb2.QueryConsumerOffsetsRequest(group=self.group, queues=[
-                broker_pb2.QueueId(topic=q.topic, queue_id=q.queue_id) for q in chunk]),
-            timeout=timeout))
+        calls = [
+            (
+                chunk,
+                self.client.broker(address).QueryConsumerOffsets.future(
+                    broker_pb2.QueryConsumerOffsetsRequest(
+                        group=self.group,
+                        queues=[
+                            broker_pb2.QueueId(topic=q.topic, queue_id=q.queue_id) for q in chunk
+                        ],
+                    ),
+                    timeout=timeout,
+                ),
+            )
             for address, owned in by_broker.items()
-            for chunk in (owned[n:n + OFFSETS_PER_QUERY]
-                          for n in range(0, len(owned), OFFSETS_PER_QUERY))]
+            for chunk in (
+                owned[n : n + OFFSETS_PER_QUERY] for n in range(0, len(owned), OFFSETS_PER_QUERY)
+            )
+        ]
         for chunk, call in calls:
             for queue, found in zip(chunk, call.result().offsets, strict=True):
                 if found.found:
@@ -532,9 +595,9 @@ class PushConsumer:
             address = self.client.address_of(queue)
             if (queue.topic, address) not in ends:
                 status = self.client.broker(address).TopicStatus(
-                    broker_pb2.TopicStatusRequest(topic=queue.topic), timeout=timeout)
-                ends[queue.topic, address] = {q.queue_id: int(q.max_offset)
-                                              for q in status.queues}
+                    broker_pb2.TopicStatusRequest(topic=queue.topic), timeout=timeout
+                )
+                ends[queue.topic, address] = {q.queue_id: int(q.max_offset) for q in status.queues}
             starts[queue] = ends[queue.topic, address].get(queue.queue_id, 0)
         return starts
 
@@ -553,8 +616,10 @@ class PushConsumer:
             try:
                 self.client.broker(self.client.address_of(queue)).UpdateConsumerOffset(
                     broker_pb2.UpdateConsumerOffsetRequest(
-                        group=self.group, topic=queue.topic, queue_id=queue.queue_id,
-                        offset=offset), timeout=self.client.rpc_timeout_s)
+                        group=self.group, topic=queue.topic, queue_id=queue.queue_id, offset=offset
+                    ),
+                    timeout=self.client.rpc_timeout_s,
+                )
                 state.committed = offset
             except (grpc.RpcError, RegistryError) as exc:
                 log.warning("commit %s@%d failed: %s", queue, offset, exc)
@@ -570,9 +635,12 @@ class PushConsumer:
             try:
                 self.client.broker(self.client.address_of(queue)).UnlockQueues(
                     broker_pb2.LockQueuesRequest(
-                        group=self.group, client_id=self.client.client_id,
-                        queues=[broker_pb2.QueueId(topic=queue.topic, queue_id=queue.queue_id)]),
-                    timeout=self.client.rpc_timeout_s)
+                        group=self.group,
+                        client_id=self.client.client_id,
+                        queues=[broker_pb2.QueueId(topic=queue.topic, queue_id=queue.queue_id)],
+                    ),
+                    timeout=self.client.rpc_timeout_s,
+                )
             except (grpc.RpcError, RegistryError) as exc:
                 log.warning("unlock %s failed: %s", queue, exc)
 
@@ -580,11 +648,18 @@ class PushConsumer:
     def _heartbeat(self) -> None:
         request = broker_pb2.HeartbeatRequest(
             client_id=self.client.client_id,
-            consumer_groups=[broker_pb2.ConsumerGroupHeartbeat(
-                group=self.group, model=self.model, orderly=self.orderly,
-                subscriptions=[broker_pb2.ConsumerSubscription(topic=t,
-                                                               expression=self.expression_of(t))
-                               for t in self._topics()])])
+            consumer_groups=[
+                broker_pb2.ConsumerGroupHeartbeat(
+                    group=self.group,
+                    model=self.model,
+                    orderly=self.orderly,
+                    subscriptions=[
+                        broker_pb2.ConsumerSubscription(topic=t, expression=self.expression_of(t))
+                        for t in self._topics()
+                    ],
+                )
+            ],
+        )
         for address in self.client.brokers_of(list(self.subscriptions)):
             try:
                 self.client.broker(address).Heartbeat(request, timeout=self.client.rpc_timeout_s)
@@ -592,8 +667,9 @@ class PushConsumer:
                 log.warning("heartbeat to %s: %s", address, rpc_error_text(exc))
 
     def _unregister(self) -> None:
-        request = broker_pb2.UnregisterClientRequest(client_id=self.client.client_id,
-                                                     consumer_groups=[self.group])
+        request = broker_pb2.UnregisterClientRequest(
+            client_id=self.client.client_id, consumer_groups=[self.group]
+        )
         for address in self.client.brokers_of(list(self.subscriptions)):
             try:
                 self.client.broker(address).UnregisterClient(request, timeout=2.0)

@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING
 import grpc
 
 from boltmq.client import DEFAULT_TOPIC, BoltMQError
+from boltmq.kernel.registry_client import TopicNotFound
 from boltmq.message import Message, MessageError, MessageQueue, ReceivedMessage, SendResult
 from boltmq.pull_consumer import PullError, PullStatus, pull_queue
-from boltmq.registry_client import TopicNotFound
 
 if TYPE_CHECKING:
     from boltmq.producer import Producer
@@ -67,26 +67,40 @@ class RequestTimeout(BoltMQError):
     """No reply within the request's timeout."""
 
 
-def reply(producer: Producer, request: ReceivedMessage, body: bytes,
-          properties: Mapping[str, str] | None = None) -> SendResult:
+def reply(
+    producer: Producer,
+    request: ReceivedMessage,
+    body: bytes,
+    properties: Mapping[str, str] | None = None,
+) -> SendResult:
     """Send ``body`` as the reply to ``request`` (a message that came from
     ``Producer.request``) through its cluster's reply topic; MessageError when
     ``request`` is not a request message."""
     props = request.properties
-    missing = [k for k in (PROPERTY_CORRELATION_ID, PROPERTY_REPLY_TO_CLIENT, PROPERTY_CLUSTER)
-               if not props.get(k)]
+    missing = [
+        k
+        for k in (PROPERTY_CORRELATION_ID, PROPERTY_REPLY_TO_CLIENT, PROPERTY_CLUSTER)
+        if not props.get(k)
+    ]
     if missing:
         raise MessageError(f"not a request message: no {', '.join(missing)} property")
     reply_properties = dict(properties or {})
-    reply_properties.update({
-        PROPERTY_CORRELATION_ID: props[PROPERTY_CORRELATION_ID],
-        PROPERTY_REPLY_TO_CLIENT: props[PROPERTY_REPLY_TO_CLIENT],
-        PROPERTY_MESSAGE_TTL: props.get(PROPERTY_MESSAGE_TTL, ""),
-        PROPERTY_MESSAGE_TYPE: "reply",
-    })
-    return producer.send(Message(topic=props[PROPERTY_CLUSTER] + REPLY_TOPIC_SUFFIX, body=body,
-                                 tags=props[PROPERTY_REPLY_TO_CLIENT],
-                                 properties=reply_properties))
+    reply_properties.update(
+        {
+            PROPERTY_CORRELATION_ID: props[PROPERTY_CORRELATION_ID],
+            PROPERTY_REPLY_TO_CLIENT: props[PROPERTY_REPLY_TO_CLIENT],
+            PROPERTY_MESSAGE_TTL: props.get(PROPERTY_MESSAGE_TTL, ""),
+            PROPERTY_MESSAGE_TYPE: "reply",
+        }
+    )
+    return producer.send(
+        Message(
+            topic=props[PROPERTY_CLUSTER] + REPLY_TOPIC_SUFFIX,
+            body=body,
+            tags=props[PROPERTY_REPLY_TO_CLIENT],
+            properties=reply_properties,
+        )
+    )
 
 
 class Requester:
@@ -117,21 +131,25 @@ class Requester:
         self._listen(cluster)
         correlation_id = uuid.uuid4().hex
         properties = dict(msg.properties)
-        properties.update({
-            PROPERTY_CORRELATION_ID: correlation_id,
-            PROPERTY_REPLY_TO_CLIENT: self._client.client_id,
-            PROPERTY_MESSAGE_TTL: str(timeout_ms),
-            PROPERTY_CLUSTER: cluster,
-            PROPERTY_MESSAGE_TYPE: "request",
-        })
+        properties.update(
+            {
+                PROPERTY_CORRELATION_ID: correlation_id,
+                PROPERTY_REPLY_TO_CLIENT: self._client.client_id,
+                PROPERTY_MESSAGE_TTL: str(timeout_ms),
+                PROPERTY_CLUSTER: cluster,
+                PROPERTY_MESSAGE_TYPE: "request",
+            }
+        )
         future: Future[ReceivedMessage] = Future()
         self._waiting[correlation_id] = future
         try:
             self._producer.send(dataclasses.replace(msg, properties=properties))
             return future.result(timeout=timeout_ms / 1000)
         except FutureTimeout:
-            raise RequestTimeout(f"no reply to the request to {msg.topic!r} within "
-                                 f"{timeout_ms} ms (correlation id {correlation_id})") from None
+            raise RequestTimeout(
+                f"no reply to the request to {msg.topic!r} within "
+                f"{timeout_ms} ms (correlation id {correlation_id})"
+            ) from None
         finally:
             self._waiting.pop(correlation_id, None)
 
@@ -161,25 +179,42 @@ class Requester:
             queues = self._client.read_queues(cluster + REPLY_TOPIC_SUFFIX)
             starts = [self._end_of(queue) for queue in queues]
             for queue, start in zip(queues, starts, strict=True):
-                thread = threading.Thread(target=self._poll, args=(queue, start), daemon=True,
-                                          name=f"boltmq-reply-{queue}")
+                thread = threading.Thread(
+                    target=self._poll,
+                    args=(queue, start),
+                    daemon=True,
+                    name=f"boltmq-reply-{queue}",
+                )
                 thread.start()
                 self._threads.append(thread)
             self._listening.add(cluster)
 
     def _end_of(self, queue: MessageQueue) -> int:
-        result = pull_queue(self._client, REPLY_CONSUMER_GROUP, queue, 0, max_messages=1,
-                            subscription=self._client.client_id, wait_ms=0)
+        result = pull_queue(
+            self._client,
+            REPLY_CONSUMER_GROUP,
+            queue,
+            0,
+            max_messages=1,
+            subscription=self._client.client_id,
+            wait_ms=0,
+        )
         return result.max_offset
 
     def _poll(self, queue: MessageQueue, offset: int) -> None:
         client_id = self._client.client_id
         while not self._stop.is_set():
             try:
-                result = pull_queue(self._client, REPLY_CONSUMER_GROUP, queue, offset,
-                                    max_messages=REPLY_PULL_MAX_MESSAGES, subscription=client_id,
-                                    wait_ms=REPLY_LONG_POLL_MS,
-                                    track=lambda call: self._calls.__setitem__(queue, call))
+                result = pull_queue(
+                    self._client,
+                    REPLY_CONSUMER_GROUP,
+                    queue,
+                    offset,
+                    max_messages=REPLY_PULL_MAX_MESSAGES,
+                    subscription=client_id,
+                    wait_ms=REPLY_LONG_POLL_MS,
+                    track=lambda call: self._calls.__setitem__(queue, call),
+                )
             except PullError as exc:
                 if self._stop.is_set():
                     return
@@ -200,7 +235,9 @@ class Requester:
         future = self._waiting.pop(props.get(PROPERTY_CORRELATION_ID, ""), None)
         if future is None:
             self.late_replies += 1
-            log.debug("reply %s came after its request gave up; dropped",
-                      props.get(PROPERTY_CORRELATION_ID))
+            log.debug(
+                "reply %s came after its request gave up; dropped",
+                props.get(PROPERTY_CORRELATION_ID),
+            )
             return
         future.set_result(message)

@@ -33,13 +33,13 @@ from typing import Protocol
 import grpc
 
 from boltmq.client import DEFAULT_TOPIC, rpc_error_text
+from boltmq.kernel.registry_client import RegistryError, TopicNotFound
+from boltmq.kernel.signing import Credentials
+from boltmq.kernel.tls import ClientTLS
 from boltmq.message import Message, MessageQueue, SendResult, SendStatus, send_results
 from boltmq.producer import Producer, SendError
-from boltmq.registry_client import RegistryError, TopicNotFound
-from boltmq.signing import Credentials
-from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2, message_pb2
-from services.store.record import SYS_FLAG_TRANSACTION_PREPARED
+from boltmq.wire.record import SYS_FLAG_TRANSACTION_PREPARED
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +90,19 @@ def _state_of(run: Callable[[], object], what: str) -> LocalTransactionState:
 class TransactionProducer:
     """A producer of one group that sends messages in transactions (module docstring)."""
 
-    def __init__(self, registry: str | Sequence[str], group: str,
-                 listener: TransactionListener, *, send_timeout_ms: int = 3_000,
-                 tls: ClientTLS | None = None, credentials: Credentials | None = None) -> None:
-        self.producer = Producer(registry, group, send_timeout_ms=send_timeout_ms, tls=tls,
-                                 credentials=credentials)
+    def __init__(
+        self,
+        registry: str | Sequence[str],
+        group: str,
+        listener: TransactionListener,
+        *,
+        send_timeout_ms: int = 3_000,
+        tls: ClientTLS | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
+        self.producer = Producer(
+            registry, group, send_timeout_ms=send_timeout_ms, tls=tls, credentials=credentials
+        )
         self.group = group
         self.listener = listener
         self._timeout_s = send_timeout_ms / 1000
@@ -109,8 +117,9 @@ class TransactionProducer:
         """Start the producer and open check streams to the cluster's masters."""
         self.producer.start()
         self._open_streams()
-        watcher = threading.Thread(target=self._watch_brokers, daemon=True,
-                                   name="boltmq-tx-brokers")
+        watcher = threading.Thread(
+            target=self._watch_brokers, daemon=True, name="boltmq-tx-brokers"
+        )
         watcher.start()
         self._threads.append(watcher)
         return self
@@ -133,28 +142,33 @@ class TransactionProducer:
         self.shutdown()
 
     # ---------------------------------------------------------------- send
-    def send_in_transaction(self, msg: Message,
-                            local_fn: Callable[[Message], LocalTransactionState]
-                            ) -> TransactionSendResult:
+    def send_in_transaction(
+        self, msg: Message, local_fn: Callable[[Message], LocalTransactionState]
+    ) -> TransactionSendResult:
         """Send ``msg`` as a half message, run ``local_fn(msg)``, end the transaction."""
         transaction_id = uuid.uuid4().hex.upper()
         proto = msg.to_proto()
         proto.sys_flag = SYS_FLAG_TRANSACTION_PREPARED
-        proto.properties.update({"TRAN_MSG": "true", "PGROUP": self.group,
-                                 "UNIQ_KEY": transaction_id})
+        proto.properties.update(
+            {"TRAN_MSG": "true", "PGROUP": self.group, "UNIQ_KEY": transaction_id}
+        )
         queue, address = self._pick(msg.topic)
         request = broker_pb2.SendRequest(producer_group=self.group, messages=[proto])
         request.messages[0].queue_id = queue.queue_id
         try:
             response = self.producer.client.broker(address).SendMessage(
-                request, timeout=self._timeout_s)
+                request, timeout=self._timeout_s
+            )
         except grpc.RpcError as exc:
-            raise SendError(f"half message to {msg.topic!r} refused: "
-                            f"{rpc_error_text(exc)}") from None
+            raise SendError(
+                f"half message to {msg.topic!r} refused: {rpc_error_text(exc)}"
+            ) from None
         result = send_results(response)[0]
         if result.status is SendStatus.SEND_FAILED:
-            raise SendError(f"half message to {msg.topic!r} refused: {result.put_status}: "
-                            f"{result.error}", result)
+            raise SendError(
+                f"half message to {msg.topic!r} refused: {result.put_status}: {result.error}",
+                result,
+            )
         state = _state_of(lambda: local_fn(msg), "local transaction")
         if state is not LocalTransactionState.UNKNOWN:
             self._end(address, result.commitlog_offset, state, from_check=False)
@@ -167,26 +181,36 @@ class TransactionProducer:
             queues = client.write_queues(topic)
         except TopicNotFound:  # auto-created by the template's brokers (queue 0 exists)
             route_topic = DEFAULT_TOPIC
-            queues = [MessageQueue(topic, q.broker_name, 0)
-                      for q in client.write_queues(DEFAULT_TOPIC)]
+            queues = [
+                MessageQueue(topic, q.broker_name, 0) for q in client.write_queues(DEFAULT_TOPIC)
+            ]
         if not queues:
             raise SendError(f"no writable queue for topic {topic!r}")
         queue = queues[next(self._counter) % len(queues)]
-        return queue, client.address_of(MessageQueue(route_topic, queue.broker_name,
-                                                     queue.queue_id))
+        return queue, client.address_of(
+            MessageQueue(route_topic, queue.broker_name, queue.queue_id)
+        )
 
-    def _end(self, address: str, offset: int, state: LocalTransactionState, *,
-             from_check: bool) -> None:
+    def _end(
+        self, address: str, offset: int, state: LocalTransactionState, *, from_check: bool
+    ) -> None:
         """EndTransaction; a failure is logged (the broker's check-back decides later)."""
         request = broker_pb2.EndTransactionRequest(
-            producer_group=self.group, prepared_commitlog_offset=offset,
-            decision=state.value, from_check=from_check)
+            producer_group=self.group,
+            prepared_commitlog_offset=offset,
+            decision=state.value,
+            from_check=from_check,
+        )
         try:
-            self.producer.client.broker(address).EndTransaction(request,
-                                                                timeout=self._timeout_s)
+            self.producer.client.broker(address).EndTransaction(request, timeout=self._timeout_s)
         except grpc.RpcError as exc:
-            log.warning("EndTransaction %s of %d at %s failed (the broker will check back): "
-                        "%s", state.name, offset, address, rpc_error_text(exc))
+            log.warning(
+                "EndTransaction %s of %d at %s failed (the broker will check back): %s",
+                state.name,
+                offset,
+                address,
+                rpc_error_text(exc),
+            )
 
     # ---------------------------------------------------------------- check-back
     def _watch_brokers(self) -> None:
@@ -206,15 +230,20 @@ class TransactionProducer:
                 if broker.address in self._streams or self._stop.is_set():
                     continue
                 self._streams[broker.address] = None
-            thread = threading.Thread(target=self._stream, args=(broker.address,),
-                                      daemon=True, name=f"boltmq-tx-checks-{broker.address}")
+            thread = threading.Thread(
+                target=self._stream,
+                args=(broker.address,),
+                daemon=True,
+                name=f"boltmq-tx-checks-{broker.address}",
+            )
             thread.start()
             self._threads.append(thread)
 
     def _stream(self, address: str) -> None:
         """Answer the checks one broker pushes, reopening the stream when it ends."""
-        request = broker_pb2.TransactionChecksRequest(producer_group=self.group,
-                                                      client_id=self.producer.client.client_id)
+        request = broker_pb2.TransactionChecksRequest(
+            producer_group=self.group, client_id=self.producer.client.client_id
+        )
         while not self._stop.is_set():
             call = self.producer.client.broker(address).TransactionChecks(request)
             with self._lock:
@@ -230,7 +259,8 @@ class TransactionProducer:
             self._stop.wait(STREAM_RETRY_PAUSE_S)
 
     def _answer(self, address: str, check: broker_pb2.TransactionCheck) -> None:
-        state = _state_of(lambda: self.listener.check_local_transaction(check.message),
-                          "check_local_transaction")
+        state = _state_of(
+            lambda: self.listener.check_local_transaction(check.message), "check_local_transaction"
+        )
         if state is not LocalTransactionState.UNKNOWN:
             self._end(address, check.prepared_commitlog_offset, state, from_check=True)

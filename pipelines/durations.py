@@ -13,8 +13,13 @@ from dataclasses import dataclass
 from typing import Final
 
 UNIT_MS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_SPARK_UNIT: Final = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours",
-                      "d": "days"}
+_SPARK_UNIT: Final = {
+    "ms": "milliseconds",
+    "s": "seconds",
+    "m": "minutes",
+    "h": "hours",
+    "d": "days",
+}
 _PATTERN: Final = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 FORM: Final = "a whole number and a unit: 500ms, 30s, 5m, 1h or 2d"
 

@@ -50,21 +50,28 @@ class Event:
         return json.dumps(fields).encode()
 
 
-def sample_events(count: int, *, keys: int, tags: Sequence[str], start_ms: int, span_ms: int,
-                  seed: int) -> list[Event]:
+def sample_events(
+    count: int, *, keys: int, tags: Sequence[str], start_ms: int, span_ms: int, seed: int
+) -> list[Event]:
     """``count`` events with event times spread over ``[start_ms, start_ms + span_ms)``.
 
     Values are whole numbers from 1 to 100 so sums are exact in any order.
     """
     rng = random.Random(seed)
-    return [Event(key=f"key-{rng.randrange(keys)}", tag=rng.choice(tags),
-                  event_time_ms=start_ms + rng.randrange(span_ms), value=rng.randint(1, 100))
-            for _ in range(count)]
+    return [
+        Event(
+            key=f"key-{rng.randrange(keys)}",
+            tag=rng.choice(tags),
+            event_time_ms=start_ms + rng.randrange(span_ms),
+            value=rng.randint(1, 100),
+        )
+        for _ in range(count)
+    ]
 
 
 def _batches(events: Sequence[Event]) -> Iterator[Sequence[Event]]:
     for low in range(0, len(events), SEND_BATCH_MAX):
-        yield events[low:low + SEND_BATCH_MAX]
+        yield events[low : low + SEND_BATCH_MAX]
 
 
 def send_events(registry: str, topic: str, events: Iterable[Event]) -> int:
@@ -75,12 +82,15 @@ def send_events(registry: str, topic: str, events: Iterable[Event]) -> int:
     sent = 0
     with Producer(registry, "PIPELINE_EVENTS") as producer:
         for batch in _batches(list(events)):
-            messages = [Message(topic=topic, body=e.body(), tags=e.tag, keys=[e.key])
-                        for e in batch]
+            messages = [
+                Message(topic=topic, body=e.body(), tags=e.tag, keys=[e.key]) for e in batch
+            ]
             for result in producer.send_batch(messages):
                 if result.status is SendStatus.SEND_FAILED:
-                    raise SendError(f"an event to {topic!r} was refused: {result.put_status} "
-                                    f"{result.error}", result)
+                    raise SendError(
+                        f"an event to {topic!r} was refused: {result.put_status} {result.error}",
+                        result,
+                    )
             sent += len(batch)
     return sent
 
@@ -88,15 +98,21 @@ def send_events(registry: str, topic: str, events: Iterable[Event]) -> int:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.events",
-        description="Send sample events (key, tag, JSON body with event time and value).")
+        description="Send sample events (key, tag, JSON body with event time and value).",
+    )
     parser.add_argument("--registry", required=True, help="host:port of the name registry")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--count", type=positive_int_arg, default=500)
-    parser.add_argument("--keys", type=positive_int_arg, default=4,
-                        help="distinct keys (key-0, key-1, ...)")
+    parser.add_argument(
+        "--keys", type=positive_int_arg, default=4, help="distinct keys (key-0, key-1, ...)"
+    )
     parser.add_argument("--tags", default="click,view,buy", help="comma list of tags")
-    parser.add_argument("--span", type=duration_arg, default=Duration(10, "m"),
-                        help="event times spread over this span, ending now (default 10m)")
+    parser.add_argument(
+        "--span",
+        type=duration_arg,
+        default=Duration(10, "m"),
+        help="event times spread over this span, ending now (default 10m)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     args.tags = [tag.strip() for tag in args.tags.split(",") if tag.strip()]
@@ -111,8 +127,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     now_ms = int(time.time() * 1000)
-    events = sample_events(args.count, keys=args.keys, tags=args.tags,
-                           start_ms=now_ms - args.span.ms, span_ms=args.span.ms, seed=args.seed)
+    events = sample_events(
+        args.count,
+        keys=args.keys,
+        tags=args.tags,
+        start_ms=now_ms - args.span.ms,
+        span_ms=args.span.ms,
+        seed=args.seed,
+    )
     try:
         sent = send_events(args.registry, args.topic, events)
     except BoltMQError as exc:

@@ -15,7 +15,9 @@ from typing import Final
 
 _OWN_ERROR: Final = re.compile(
     r"^\s*(?:[\w.]+\.)?(OptionError|DataLossError|CorruptCommitLog|WriteError|"
-    r"BoltMQSparkError|SendError|PullError|BoltMQError):\s*(.+)$", re.MULTILINE)
+    r"BoltMQSparkError|SendError|PullError|BoltMQError):\s*(.+)$",
+    re.MULTILINE,
+)
 
 
 def failure_line(exc: BaseException) -> str:

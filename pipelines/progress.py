@@ -67,10 +67,15 @@ class SparkProgress:
         )
 
         self._context = spark.sparkContext
-        self._bar = Progress(TextColumn("{task.description:<24}"), BarColumn(),
-                             MofNCompleteColumn(), TextColumn("tasks"),
-                             TextColumn("{task.fields[jobs]} jobs"), TimeElapsedColumn(),
-                             disable=not enabled)
+        self._bar = Progress(
+            TextColumn("{task.description:<24}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("tasks"),
+            TextColumn("{task.fields[jobs]} jobs"),
+            TimeElapsedColumn(),
+            disable=not enabled,
+        )
         self._steps = 0
 
     def __enter__(self) -> SparkProgress:
@@ -107,5 +112,6 @@ class SparkProgress:
         self._bar.update(task, completed=count.total, total=count.total)
 
     def _show(self, task: Any, count: TaskCount) -> None:
-        self._bar.update(task, completed=count.completed, total=count.total or None,
-                         jobs=count.jobs)
+        self._bar.update(
+            task, completed=count.completed, total=count.total or None, jobs=count.jobs
+        )

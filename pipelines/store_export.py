@@ -57,15 +57,16 @@ class ExportJob:
 
         segment_files(str(self.store))  # OptionError: not a store, or no segments
         if self.largest < 1:
-            raise ValueError(f"largest messages per topic must be at least 1, not "
-                             f"{self.largest}")
+            raise ValueError(f"largest messages per topic must be at least 1, not {self.largest}")
         if self.corrupt_records not in ("fail", "mark"):
             raise ValueError(f"corrupt records {self.corrupt_records!r}: expected fail or mark")
         if self.output.exists() and not self.output.is_dir():
             raise ValueError(f"output {str(self.output)!r} exists and is not a directory")
         if self.output.is_dir() and any(self.output.iterdir()) and not self.overwrite:
-            raise ValueError(f"output {str(self.output)!r} is not empty: pass --overwrite to "
-                             f"replace its {MESSAGES_DIR}/, {STATS_DIR}/ and {STATS_JSON}")
+            raise ValueError(
+                f"output {str(self.output)!r} is not empty: pass --overwrite to "
+                f"replace its {MESSAGES_DIR}/, {STATS_DIR}/ and {STATS_JSON}"
+            )
         if self.output.resolve().is_relative_to(self.store.resolve()):
             raise ValueError("the output must not be inside the store directory")
 
@@ -89,8 +90,11 @@ def read_store(spark: Any, job: ExportJob) -> Any:
     """The store's messages with ``body_bytes``; ``--topics`` pushed down to the reader."""
     from pyspark.sql import functions as F
 
-    frame = (spark.read.format("boltmq-commitlog")
-             .option("corruptRecords", job.corrupt_records).load(str(job.store)))
+    frame = (
+        spark.read.format("boltmq-commitlog")
+        .option("corruptRecords", job.corrupt_records)
+        .load(str(job.store))
+    )
     if job.topics:
         frame = frame.where(F.col("topic").isin(list(job.topics)))
     return frame.withColumn("body_bytes", F.length("body").cast("long"))
@@ -108,8 +112,7 @@ def export(spark: Any, job: ExportJob) -> ExportResult:
         # Statistics from the dataset just written: it has body_bytes, so no body is read.
         written = spark.read.schema(messages.schema).parquet(str(messages_path))
         with progress.step("topic statistics"):
-            topic_stats(written, job.largest).coalesce(1).write.mode(mode) \
-                .parquet(str(stats_path))
+            topic_stats(written, job.largest).coalesce(1).write.mode(mode).parquet(str(stats_path))
         with progress.step("collect statistics"):
             stats = collect_records(spark.read.parquet(str(stats_path)).orderBy("topic"))
     json_path = job.output / STATS_JSON
@@ -124,24 +127,39 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ExportJob, str]:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.store_export",
         description="Turn a store directory into a Parquet dataset partitioned by topic, "
-                    "with per-topic statistics.")
+        "with per-topic statistics.",
+    )
     parser.add_argument("store", type=Path, help="store root (holding commitlog/)")
     parser.add_argument("--output", type=Path, required=True, help="output directory")
     parser.add_argument("--topics", default="", help="comma list: export only these topics")
-    parser.add_argument("--largest", type=positive_int_arg, default=LARGEST_DEFAULT,
-                        help=f"largest messages listed per topic (default {LARGEST_DEFAULT})")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace a previous export in OUTPUT")
+    parser.add_argument(
+        "--largest",
+        type=positive_int_arg,
+        default=LARGEST_DEFAULT,
+        help=f"largest messages listed per topic (default {LARGEST_DEFAULT})",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a previous export in OUTPUT"
+    )
     parser.add_argument("--corrupt-records", choices=("fail", "mark"), default="fail")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("--master", default=DEFAULT_MASTER,
-                        help=f"Spark master when no session is active (default {DEFAULT_MASTER})")
+    parser.add_argument(
+        "--master",
+        default=DEFAULT_MASTER,
+        help=f"Spark master when no session is active (default {DEFAULT_MASTER})",
+    )
     args = parser.parse_args(argv)
     topics = tuple(t.strip() for t in args.topics.split(",") if t.strip())
     try:
-        job = ExportJob(store=args.store, output=args.output, largest=args.largest,
-                        topics=topics, overwrite=args.overwrite,
-                        corrupt_records=args.corrupt_records, progress=not args.no_progress)
+        job = ExportJob(
+            store=args.store,
+            output=args.output,
+            largest=args.largest,
+            topics=topics,
+            overwrite=args.overwrite,
+            corrupt_records=args.corrupt_records,
+            progress=not args.no_progress,
+        )
     except (OptionError, ValueError) as exc:
         parser.error(str(exc))
     return job, args.master
@@ -155,8 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = export(spark, job)
         except Exception as exc:
             return report_failure("store_export", exc)
-    print_table(result.stats, f"{job.store}: {result.messages:,} messages in "
-                              f"{len(result.stats)} topics (times UTC)")
+    print_table(
+        result.stats,
+        f"{job.store}: {result.messages:,} messages in {len(result.stats)} topics (times UTC)",
+    )
     print(f"dataset    {result.messages_path}  (Parquet, partitioned by topic)")
     print(f"statistics {result.stats_path}  and  {result.json_path}")
     return 0

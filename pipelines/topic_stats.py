@@ -41,31 +41,63 @@ def topic_stats(messages: Any, top: int) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    per_minute = (messages.groupBy("topic", F.date_trunc("minute", "store_timestamp"))
-                  .agg(F.count(F.lit(1)).alias("messages"),
-                       F.sum("body_bytes").alias("body_bytes"),
-                       F.min("store_timestamp").alias("first_store_time"),
-                       F.max("store_timestamp").alias("last_store_time")))
-    span_ms = F.greatest(F.unix_millis("last_store_time") - F.unix_millis("first_store_time"),
-                         F.lit(MINUTE_MS))
-    totals = (per_minute.groupBy("topic")
-              .agg(F.sum("messages").alias("messages"), F.sum("body_bytes").alias("body_bytes"),
-                   F.min("first_store_time").alias("first_store_time"),
-                   F.max("last_store_time").alias("last_store_time"),
-                   F.max("messages").alias("peak_per_minute"))
-              .withColumn("rate_per_minute", F.col("messages") * MINUTE_MS / span_ms))
+    per_minute = messages.groupBy("topic", F.date_trunc("minute", "store_timestamp")).agg(
+        F.count(F.lit(1)).alias("messages"),
+        F.sum("body_bytes").alias("body_bytes"),
+        F.min("store_timestamp").alias("first_store_time"),
+        F.max("store_timestamp").alias("last_store_time"),
+    )
+    span_ms = F.greatest(
+        F.unix_millis("last_store_time") - F.unix_millis("first_store_time"), F.lit(MINUTE_MS)
+    )
+    totals = (
+        per_minute.groupBy("topic")
+        .agg(
+            F.sum("messages").alias("messages"),
+            F.sum("body_bytes").alias("body_bytes"),
+            F.min("first_store_time").alias("first_store_time"),
+            F.max("last_store_time").alias("last_store_time"),
+            F.max("messages").alias("peak_per_minute"),
+        )
+        .withColumn("rate_per_minute", F.col("messages") * MINUTE_MS / span_ms)
+    )
     order = Window.partitionBy("topic").orderBy(F.col("body_bytes").desc(), "commitlog_offset")
-    largest = (messages.select("topic", "msg_id", "queue_id", "queue_offset", "commitlog_offset",
-                               "body_bytes")
-               .withColumn("rank", F.row_number().over(order)).where(F.col("rank") <= top)
-               .groupBy("topic")
-               .agg(F.sort_array(F.collect_list(F.struct(
-                   "rank", "msg_id", "queue_id", "queue_offset", "commitlog_offset",
-                   "body_bytes"))).alias("largest")))
-    return (totals.join(largest, "topic")
-            .select("topic", "messages", "body_bytes", "first_store_time", "last_store_time",
-                    "rate_per_minute", "peak_per_minute", "largest")
-            .orderBy("topic"))
+    largest = (
+        messages.select(
+            "topic", "msg_id", "queue_id", "queue_offset", "commitlog_offset", "body_bytes"
+        )
+        .withColumn("rank", F.row_number().over(order))
+        .where(F.col("rank") <= top)
+        .groupBy("topic")
+        .agg(
+            F.sort_array(
+                F.collect_list(
+                    F.struct(
+                        "rank",
+                        "msg_id",
+                        "queue_id",
+                        "queue_offset",
+                        "commitlog_offset",
+                        "body_bytes",
+                    )
+                )
+            ).alias("largest")
+        )
+    )
+    return (
+        totals.join(largest, "topic")
+        .select(
+            "topic",
+            "messages",
+            "body_bytes",
+            "first_store_time",
+            "last_store_time",
+            "rate_per_minute",
+            "peak_per_minute",
+            "largest",
+        )
+        .orderBy("topic")
+    )
 
 
 def collect_records(stats: Any) -> list[dict[str, Any]]:
@@ -77,8 +109,9 @@ def collect_records(stats: Any) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
 
     times = ("first_store_time", "last_store_time")
-    flat = stats.select(*[F.unix_millis(c).alias(f"{c}_ms") if c in times else c
-                          for c in stats.columns])
+    flat = stats.select(
+        *[F.unix_millis(c).alias(f"{c}_ms") if c in times else c for c in stats.columns]
+    )
     return [row.asDict(recursive=True) for row in flat.collect()]
 
 
@@ -109,15 +142,28 @@ def print_table(records: Sequence[dict[str, Any]], title: str) -> None:
 
     table = Table(title=title)
     table.add_column("topic", no_wrap=True)
-    for name in ("messages", "body bytes", "first stored", "last stored", "rate/min",
-                 "peak/min", "largest (queue@offset)"):
+    for name in (
+        "messages",
+        "body bytes",
+        "first stored",
+        "last stored",
+        "rate/min",
+        "peak/min",
+        "largest (queue@offset)",
+    ):
         table.add_column(name, justify="right", no_wrap=True)
     for r in records:
         top = r["largest"][0]
-        table.add_row(r["topic"], f"{r['messages']:,}", _size(r["body_bytes"]),
-                      _time(r["first_store_time_ms"]), _time(r["last_store_time_ms"]),
-                      f"{r['rate_per_minute']:,.1f}", f"{r['peak_per_minute']:,}",
-                      f"{_size(top['body_bytes'])} q{top['queue_id']}@{top['queue_offset']}")
+        table.add_row(
+            r["topic"],
+            f"{r['messages']:,}",
+            _size(r["body_bytes"]),
+            _time(r["first_store_time_ms"]),
+            _time(r["last_store_time_ms"]),
+            f"{r['rate_per_minute']:,.1f}",
+            f"{r['peak_per_minute']:,}",
+            f"{_size(top['body_bytes'])} q{top['queue_id']}@{top['queue_offset']}",
+        )
     console = Console()
     if not console.is_terminal:  # a pipe or a log: 80 columns would cut the cells short
         console = Console(width=PIPE_WIDTH)

@@ -70,11 +70,15 @@ class WindowJob:
             if not getattr(self, name).strip():
                 raise ValueError(f"{name.replace('_', ' ')} must not be empty")
         if self.input_topic == self.output_topic:
-            raise ValueError(f"input and output are both {self.input_topic!r}: the job "
-                             "would read its own aggregates")
+            raise ValueError(
+                f"input and output are both {self.input_topic!r}: the job "
+                "would read its own aggregates"
+            )
         if self.slide.ms > self.window.ms:
-            raise ValueError(f"slide {self.slide} is longer than window {self.window}: "
-                             "events between windows would be lost")
+            raise ValueError(
+                f"slide {self.slide} is longer than window {self.window}: "
+                "events between windows would be lost"
+            )
 
 
 def parse_events(frame: Any) -> Any:
@@ -82,12 +86,16 @@ def parse_events(frame: Any) -> Any:
     from pyspark.sql import functions as F
 
     parsed = frame.select(
-        F.get("keys", 0).alias("key"), F.col("tags").alias("tag"),
-        F.from_json(F.col("body").cast("string"), EVENT_SCHEMA).alias("event"))
-    return (parsed.where(F.col("key").isNotNull() & F.col("event.event_time_ms").isNotNull())
-            .select("key", "tag",
-                    F.timestamp_millis("event.event_time_ms").alias("event_time"),
-                    F.col("event.value").alias("value")))
+        F.get("keys", 0).alias("key"),
+        F.col("tags").alias("tag"),
+        F.from_json(F.col("body").cast("string"), EVENT_SCHEMA).alias("event"),
+    )
+    return parsed.where(F.col("key").isNotNull() & F.col("event.event_time_ms").isNotNull()).select(
+        "key",
+        "tag",
+        F.timestamp_millis("event.event_time_ms").alias("event_time"),
+        F.col("event.value").alias("value"),
+    )
 
 
 def aggregate(events: Any, job: WindowJob) -> Any:
@@ -95,10 +103,16 @@ def aggregate(events: Any, job: WindowJob) -> Any:
     from pyspark.sql import functions as F
 
     window = F.window("event_time", job.window.spark, job.slide.spark)
-    return (events.withWatermark("event_time", job.watermark.spark)
-            .groupBy(window.alias("window"), "key", "tag")
-            .agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum"),
-                 F.min("value").alias("min"), F.max("value").alias("max")))
+    return (
+        events.withWatermark("event_time", job.watermark.spark)
+        .groupBy(window.alias("window"), "key", "tag")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.sum("value").alias("sum"),
+            F.min("value").alias("min"),
+            F.max("value").alias("max"),
+        )
+    )
 
 
 def as_messages(aggregates: Any) -> Any:
@@ -106,29 +120,42 @@ def as_messages(aggregates: Any) -> Any:
     from pyspark.sql import functions as F
 
     body = F.struct(
-        "key", "tag",
+        "key",
+        "tag",
         F.unix_millis("window.start").alias("window_start_ms"),
         F.unix_millis("window.end").alias("window_end_ms"),
-        "count", "sum", "min", "max")
+        "count",
+        "sum",
+        "min",
+        "max",
+    )
     return aggregates.select(
         F.to_json(body, {"ignoreNullFields": "false"}).alias("body"),
-        F.col("tag").alias("tags"), F.array("key").alias("keys"),
-        F.col("key").alias("sharding_key"))
+        F.col("tag").alias("tags"),
+        F.array("key").alias("keys"),
+        F.col("key").alias("sharding_key"),
+    )
 
 
 def start(spark: Any, job: WindowJob) -> Any:
     """Start the query (read, parse, aggregate, write); the StreamingQuery."""
-    reader = (spark.readStream.format("boltmq").option("registry", job.registry)
-              .option("topics", job.input_topic)
-              .option("startingOffsets", job.starting_offsets))
+    reader = (
+        spark.readStream.format("boltmq")
+        .option("registry", job.registry)
+        .option("topics", job.input_topic)
+        .option("startingOffsets", job.starting_offsets)
+    )
     if job.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(job.max_offsets_per_trigger))
     messages = as_messages(aggregate(parse_events(reader.load()), job))
-    writer = (messages.writeStream.format("boltmq").option("registry", job.registry)
-              .option("topic", job.output_topic)
-              .option("checkpointLocation", job.checkpoint)
-              .outputMode("append")
-              .queryName(f"window_aggregates_{job.output_topic}"))
+    writer = (
+        messages.writeStream.format("boltmq")
+        .option("registry", job.registry)
+        .option("topic", job.output_topic)
+        .option("checkpointLocation", job.checkpoint)
+        .outputMode("append")
+        .queryName(f"window_aggregates_{job.output_topic}")
+    )
     if job.available_now:
         writer = writer.trigger(availableNow=True)
     else:
@@ -156,8 +183,9 @@ def run(spark: Any, job: WindowJob) -> RunSummary:
         if query.isActive:  # interrupted (Ctrl-C): stop between micro-batches
             query.stop()
     progress = query.recentProgress
-    return RunSummary(batches=len(progress),
-                      input_rows=sum(int(p["numInputRows"]) for p in progress))
+    return RunSummary(
+        batches=len(progress), input_rows=sum(int(p["numInputRows"]) for p in progress)
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[WindowJob, str]:
@@ -165,37 +193,65 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[WindowJob, str]:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.window_aggregates",
         description="Aggregate a topic's events per key and tag over event-time windows "
-                    "into another topic.")
+        "into another topic.",
+    )
     parser.add_argument("--registry", required=True, help="host:port of the name registry")
     parser.add_argument("--input", required=True, help="topic of events")
     parser.add_argument("--output", required=True, help="topic the window aggregates go to")
-    parser.add_argument("--checkpoint", required=True,
-                        help="Spark checkpoint directory (offsets and window state)")
-    parser.add_argument("--window", type=duration_arg, default=Duration(1, "m"),
-                        help="window length (default 1m)")
-    parser.add_argument("--slide", type=duration_arg,
-                        help="slide of sliding windows (default: the window: tumbling)")
-    parser.add_argument("--watermark", type=duration_arg, default=Duration(30, "s"),
-                        help="how late an event may arrive (default 30s)")
+    parser.add_argument(
+        "--checkpoint", required=True, help="Spark checkpoint directory (offsets and window state)"
+    )
+    parser.add_argument(
+        "--window", type=duration_arg, default=Duration(1, "m"), help="window length (default 1m)"
+    )
+    parser.add_argument(
+        "--slide",
+        type=duration_arg,
+        help="slide of sliding windows (default: the window: tumbling)",
+    )
+    parser.add_argument(
+        "--watermark",
+        type=duration_arg,
+        default=Duration(30, "s"),
+        help="how late an event may arrive (default 30s)",
+    )
     trigger = parser.add_mutually_exclusive_group()
-    trigger.add_argument("--available-now", action="store_true",
-                         help="read what the topic holds now, then stop")
-    trigger.add_argument("--processing-time", type=duration_arg, default=Duration(10, "s"),
-                         help="micro-batch interval when running continuously (default 10s)")
-    parser.add_argument("--starting-offsets", choices=("earliest", "latest"),
-                        default="earliest", help="where a new checkpoint starts reading")
+    trigger.add_argument(
+        "--available-now", action="store_true", help="read what the topic holds now, then stop"
+    )
+    trigger.add_argument(
+        "--processing-time",
+        type=duration_arg,
+        default=Duration(10, "s"),
+        help="micro-batch interval when running continuously (default 10s)",
+    )
+    parser.add_argument(
+        "--starting-offsets",
+        choices=("earliest", "latest"),
+        default="earliest",
+        help="where a new checkpoint starts reading",
+    )
     parser.add_argument("--max-offsets-per-trigger", type=positive_int_arg)
-    parser.add_argument("--master", default=DEFAULT_MASTER,
-                        help=f"Spark master when no session is active (default {DEFAULT_MASTER})")
+    parser.add_argument(
+        "--master",
+        default=DEFAULT_MASTER,
+        help=f"Spark master when no session is active (default {DEFAULT_MASTER})",
+    )
     args = parser.parse_args(argv)
     try:
         job = WindowJob(
-            registry=args.registry, input_topic=args.input, output_topic=args.output,
-            checkpoint=args.checkpoint, window=args.window, slide=args.slide or args.window,
+            registry=args.registry,
+            input_topic=args.input,
+            output_topic=args.output,
+            checkpoint=args.checkpoint,
+            window=args.window,
+            slide=args.slide or args.window,
             watermark=args.watermark,
-            available_now=args.available_now, processing_time=args.processing_time,
+            available_now=args.available_now,
+            processing_time=args.processing_time,
             starting_offsets=args.starting_offsets,
-            max_offsets_per_trigger=args.max_offsets_per_trigger)
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+        )
     except ValueError as exc:
         parser.error(str(exc))
     return job, args.master
@@ -209,8 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary = run(spark, job)
         except Exception as exc:
             return report_failure("window_aggregates", exc)
-    print(f"window_aggregates: {summary.batches} micro-batches, {summary.input_rows} messages "
-          f"read from {job.input_topic}, aggregates in {job.output_topic}")
+    print(
+        f"window_aggregates: {summary.batches} micro-batches, {summary.input_rows} messages "
+        f"read from {job.input_topic}, aggregates in {job.output_topic}"
+    )
     return 0
 
 

@@ -71,8 +71,9 @@ def read_aggregates(registry: str, topic: str) -> list[WindowAggregate]:
                     if seen is None or seen[0] < message.queue_offset:
                         newest[aggregate.identity] = (message.queue_offset, aggregate)
                 offset = result.next_begin_offset
-    return sorted((a for _, a in newest.values()),
-                  key=lambda a: (a.window_start_ms, a.key, a.tag or ""))
+    return sorted(
+        (a for _, a in newest.values()), key=lambda a: (a.window_start_ms, a.key, a.tag or "")
+    )
 
 
 def _window(start_ms: int, end_ms: int) -> str:
@@ -94,21 +95,33 @@ def print_table(topic: str, aggregates: Sequence[WindowAggregate]) -> None:
 
     table = Table(title=f"{topic}: {len(aggregates)} window aggregates (UTC)")
     for name in ("window", "key", "tag", "count", "sum", "min", "max"):
-        table.add_column(name, no_wrap=True, justify="right"
-                         if name in ("count", "sum", "min", "max") else "left")
+        table.add_column(
+            name,
+            no_wrap=True,
+            justify="right" if name in ("count", "sum", "min", "max") else "left",
+        )
     for a in aggregates:
-        table.add_row(_window(a.window_start_ms, a.window_end_ms), a.key, a.tag or "-",
-                      str(a.count), _number(a.sum), _number(a.min), _number(a.max))
+        table.add_row(
+            _window(a.window_start_ms, a.window_end_ms),
+            a.key,
+            a.tag or "-",
+            str(a.count),
+            _number(a.sum),
+            _number(a.min),
+            _number(a.max),
+        )
     Console().print(table)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: print the table; one line of error and exit 1 when the topic cannot be read."""
     from boltmq.client import BoltMQError
-    from boltmq.registry_client import RegistryError
+    from boltmq.kernel.registry_client import RegistryError
 
-    parser = argparse.ArgumentParser(prog="python -m pipelines.window_report",
-                                     description="Print the window aggregates of a topic.")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.window_report",
+        description="Print the window aggregates of a topic.",
+    )
     parser.add_argument("--registry", required=True, help="host:port of the name registry")
     parser.add_argument("--topic", required=True)
     args = parser.parse_args(argv)

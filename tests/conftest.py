@@ -54,8 +54,9 @@ def make_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
     def factory(root: Path | None = None, **overrides: object) -> MessageStore:
         # The machine's real disk usage must not decide a test's outcome: on a
         # disk above 75 % the cleaner would delete segments the test wrote.
-        store = MessageStore(small_config(root or tmp_path / "store", **overrides),
-                             disk_usage=quiet_disk)
+        store = MessageStore(
+            small_config(root or tmp_path / "store", **overrides), disk_usage=quiet_disk
+        )
         store.start()
         stores.append(store)
         return store

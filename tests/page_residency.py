@@ -23,8 +23,9 @@ def resident_pages(path: Path) -> list[bool]:
         try:
             base = ctypes.c_char.from_buffer(mm)
             vec = (ctypes.c_ubyte * pages)()
-            failed = _libc.mincore(ctypes.c_void_p(ctypes.addressof(base)),
-                                   ctypes.c_size_t(size), vec)
+            failed = _libc.mincore(
+                ctypes.c_void_p(ctypes.addressof(base)), ctypes.c_size_t(size), vec
+            )
             del base
             if failed:
                 raise OSError(ctypes.get_errno(), f"mincore of {path} failed")

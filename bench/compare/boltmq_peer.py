@@ -6,7 +6,7 @@ registry's address from its output. Durability: ASYNC_FLUSH (a send is
 acknowledged once its bytes are in the memory-mapped CommitLog; the flusher
 writes them to disk every 500 ms). Producers are SDK ``Producer``s
 (``send_batch`` / ``send``); the consumer is a ``PushConsumer`` taking up to
-1024 messages of a queue per pull, as ``boltmq bench consume`` does, for any
+1024 messages of a queue per pull, as ``python -m bench consume`` does, for any
 number of topics (its 4 threads each pull their share of the queues in one
 PullQueues call).
 """
@@ -23,16 +23,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.compare.peer import START_TIMEOUT_S, PeerFailed, stop_process
-from boltmq import allocator
-from boltmq.launcher import REPO_ROOT
+from boltmq.cli.dev.launcher import REPO_ROOT
+from boltmq.kernel import allocator
 from boltmq.message import Message, ReceivedMessage, SendStatus
 from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
 
-DEV_SETTINGS = ("--store-set", "disk_max_used_space_ratio=100",
-                "--store-set", "disk_space_clean_forcibly_ratio=100",
-                "--store-set", "disk_space_warning_level_ratio=100",
-                "--store-set", f"mapped_file_size_consume_queue={60_000 * 20}")
+DEV_SETTINGS = (
+    "--store-set",
+    "disk_max_used_space_ratio=100",
+    "--store-set",
+    "disk_space_clean_forcibly_ratio=100",
+    "--store-set",
+    "disk_space_warning_level_ratio=100",
+    "--store-set",
+    f"mapped_file_size_consume_queue={60_000 * 20}",
+)
 """How full this machine's disk is must not make the cleaner delete a round's data.
 Consume queue files of 60,000 entries (1.2 MB) instead of the default 300,000 (6 MB):
 each file is allocated in full, and 1,024 topics of 4 queues would take 24 GB of the
@@ -68,10 +74,16 @@ class BoltMQConsumer:
     def __init__(self, registry: str, topics: Sequence[str], from_start: bool) -> None:
         self.delivered: queue.SimpleQueue[list[bytes]] = queue.SimpleQueue()
         self.consumer = PushConsumer(
-            registry, f"CMP_C_{uuid.uuid4().hex[:8]}", dict.fromkeys(topics, "*"),
-            self._listen, consume_from="FIRST" if from_start else "LAST",
-            pull_batch_size=PULL_BATCH, consume_batch_max_size=PULL_BATCH, long_poll_ms=1000,
-            rebalance_interval_ms=60_000).start()
+            registry,
+            f"CMP_C_{uuid.uuid4().hex[:8]}",
+            dict.fromkeys(topics, "*"),
+            self._listen,
+            consume_from="FIRST" if from_start else "LAST",
+            pull_batch_size=PULL_BATCH,
+            consume_batch_max_size=PULL_BATCH,
+            long_poll_ms=1000,
+            rebalance_interval_ms=60_000,
+        ).start()
 
     def _listen(self, messages: list[ReceivedMessage]) -> None:
         self.delivered.put([bytes(m.body) for m in messages])
@@ -93,8 +105,10 @@ class BoltMQPeer:
     """``boltmq dev`` as a child process."""
 
     name = "BoltMQ"
-    durability = ("ASYNC_FLUSH (acked in the mmap'd CommitLog, flushed every 500 ms); "
-                  "consume queue files of 60,000 entries")
+    durability = (
+        "ASYNC_FLUSH (acked in the mmap'd CommitLog, flushed every 500 ms); "
+        "consume queue files of 60,000 entries"
+    )
     topic_unit = "RocketMQ-style topic of 4 queues"
 
     def __init__(self) -> None:
@@ -102,13 +116,30 @@ class BoltMQPeer:
         self.registry = ""
 
     def start(self, workdir: Path) -> None:
-        allocator.keep_freed_memory()  # as `boltmq bench` does for its own process
+        allocator.keep_freed_memory()  # as `python -m bench` does for its own process
         log = (workdir / "boltmq-dev.log").open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "boltmq.cli", "dev", "--data-dir", str(workdir / "boltmq"),
-             "--registry-port", "0", "--store-port", "0", "--broker-port", "0",
-             "--ha-port", "0", *DEV_SETTINGS],
-            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log)
+            [
+                sys.executable,
+                "-m",
+                "boltmq.cli",
+                "dev",
+                "--data-dir",
+                str(workdir / "boltmq"),
+                "--registry-port",
+                "0",
+                "--store-port",
+                "0",
+                "--broker-port",
+                "0",
+                "--ha-port",
+                "0",
+                *DEV_SETTINGS,
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
         self.registry = self._read_registry()
 
     def _read_registry(self) -> str:
@@ -147,8 +178,9 @@ class BoltMQPeer:
         deadline = time.monotonic() + ROUTE_WAIT_S
         while missing := producer.client.routes(topics):
             if time.monotonic() > deadline:
-                raise PeerFailed(f"the registry never learnt topic {missing[0]} "
-                                 f"(and {len(missing) - 1} more)")
+                raise PeerFailed(
+                    f"the registry never learnt topic {missing[0]} (and {len(missing) - 1} more)"
+                )
             time.sleep(0.2)
 
     def producer(self, topics: Sequence[str]) -> BoltMQProducer:

@@ -81,10 +81,15 @@ class NatsConsumer(_Loop):
         super().__init__(url)
         api = _nats().js.api
         config = api.ConsumerConfig(
-            ack_policy=api.AckPolicy.ALL, max_ack_pending=MAX_ACK_PENDING,
-            deliver_policy=api.DeliverPolicy.ALL if from_start else api.DeliverPolicy.NEW)
-        self.sub = self.run(self.js.pull_subscribe(f"{stream}.>", f"c{uuid.uuid4().hex[:8]}",
-                                                   stream=stream, config=config))
+            ack_policy=api.AckPolicy.ALL,
+            max_ack_pending=MAX_ACK_PENDING,
+            deliver_policy=api.DeliverPolicy.ALL if from_start else api.DeliverPolicy.NEW,
+        )
+        self.sub = self.run(
+            self.js.pull_subscribe(
+                f"{stream}.>", f"c{uuid.uuid4().hex[:8]}", stream=stream, config=config
+            )
+        )
         self.errors = _nats().errors
 
     def poll(self) -> list[bytes]:
@@ -117,8 +122,11 @@ class NatsPeer:
         data.mkdir(parents=True, exist_ok=True)
         port = free_port()
         log = self.log = data / "nats.log"
-        self.proc = start_server([binary, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd",
-                                  str(data), "-l", str(log)], port, log)
+        self.proc = start_server(
+            [binary, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(data), "-l", str(log)],
+            port,
+            log,
+        )
         self.url = f"nats://127.0.0.1:{port}"
 
     def stop(self) -> None:
@@ -133,8 +141,11 @@ class NatsPeer:
         setup = _Loop(self.url)
         try:
             api = _nats().js.api
-            setup.run(setup.js.add_stream(name=round_name, subjects=[f"{round_name}.>"],
-                                          storage=api.StorageType.FILE))
+            setup.run(
+                setup.js.add_stream(
+                    name=round_name, subjects=[f"{round_name}.>"], storage=api.StorageType.FILE
+                )
+            )
             for topic in topics:
                 setup.run(setup.js.publish(topic, b"warm-up"))
         finally:

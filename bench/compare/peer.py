@@ -84,12 +84,14 @@ def require_binary(program: str, package: str, install: bool) -> str:
     """The path of ``program``; with ``install``, apt-get installs ``package`` first."""
     found = shutil.which(program)
     if found is None and install:
-        subprocess.run(["apt-get", "install", "-y", "-q", package], check=False,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", package], check=False, stdout=subprocess.DEVNULL
+        )
         found = shutil.which(program)
     if found is None:
-        raise PeerUnavailable(f"{program} not found: apt-get install -y {package} "
-                              "(or run with --install as root)")
+        raise PeerUnavailable(
+            f"{program} not found: apt-get install -y {package} (or run with --install as root)"
+        )
     return found
 
 

@@ -66,8 +66,9 @@ class RedisConsumer:
         self.count = max(1, READ_MESSAGES // len(topics))
 
     def poll(self) -> list[bytes]:
-        replies = self.client.xreadgroup(self.group, "c", self.streams, count=self.count,
-                                         block=BLOCK_MS)
+        replies = self.client.xreadgroup(
+            self.group, "c", self.streams, count=self.count, block=BLOCK_MS
+        )
         bodies: list[bytes] = []
         if not replies:
             return bodies
@@ -102,9 +103,28 @@ class RedisPeer:
         self.port = free_port()
         log = data / "redis.log"
         self.proc = start_server(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(data),
-             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-             "--logfile", str(log), "--daemonize", "no"], self.port, log)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(data),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--logfile",
+                str(log),
+                "--daemonize",
+                "no",
+            ],
+            self.port,
+            log,
+        )
 
     def stop(self) -> None:
         code = stop_process(self.proc)

@@ -37,16 +37,19 @@ def _ms(value: float | None) -> str:
 
 def markdown_table(rows: Sequence[Row]) -> list[str]:
     """The table as Markdown lines, one row per scenario and system."""
-    lines = ["| scenario | mode | producers | topics | system | messages | msg/s | MB/s "
-             "| p50 ms | p99 ms | BoltMQ / this |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | mode | producers | topics | system | messages | msg/s | MB/s "
+        "| p50 ms | p99 ms | BoltMQ / this |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in sorted(rows, key=lambda r: (r.topics, r.scenario, r.mode, r.producers)):
         ratio = boltmq_ratio(row, rows)
         lines.append(
             f"| {row.scenario} | {row.mode} | {row.producers} | {row.topics} | {row.system} "
             f"| {row.messages:,} | {row.msgs_per_s:,.0f} | {row.mb_per_s:.1f} "
             f"| {_ms(row.p50_ms)} | {_ms(row.p99_ms)} "
-            f"| {'-' if ratio is None else f'{ratio:.2f}'} |")
+            f"| {'-' if ratio is None else f'{ratio:.2f}'} |"
+        )
     return lines
 
 
@@ -57,11 +60,13 @@ def replace_section(text: str, section: str) -> str:
         begin = lines.index(SECTION_TITLE)
     except ValueError:
         return text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    end = next((i for i in range(begin + 1, len(lines)) if lines[i].startswith("## ")),
-               len(lines))
+    end = next((i for i in range(begin + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     kept_after = lines[end:]
-    joined = "\n".join(lines[:begin] + section.rstrip("\n").splitlines()
-                       + ([""] + kept_after if kept_after else []))
+    joined = "\n".join(
+        lines[:begin]
+        + section.rstrip("\n").splitlines()
+        + ([""] + kept_after if kept_after else [])
+    )
     return joined + "\n"
 
 
@@ -86,12 +91,22 @@ def draw_charts(rows: Sequence[Row], out_dir: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(groups) + 2), 4.5))
         width = 0.8 / len(systems)
         for i, system in enumerate(systems):
-            values = [next((r.msgs_per_s for r in chosen
-                            if r.system == system and (r.topics, r.producers) == g), 0)
-                      for g in groups]
+            values = [
+                next(
+                    (
+                        r.msgs_per_s
+                        for r in chosen
+                        if r.system == system and (r.topics, r.producers) == g
+                    ),
+                    0,
+                )
+                for g in groups
+            ]
             ax.bar([g + i * width for g in range(len(groups))], values, width, label=system)
-        ax.set_xticks([g + width * (len(systems) - 1) / 2 for g in range(len(groups))],
-                      [f"{t} topics\n{p} prod." for t, p in groups])
+        ax.set_xticks(
+            [g + width * (len(systems) - 1) / 2 for g in range(len(groups))],
+            [f"{t} topics\n{p} prod." for t, p in groups],
+        )
         ax.set_ylabel("msg/s (1 KiB)")
         ax.set_title(f"{scenario}, {mode}")
         ax.legend()
@@ -104,8 +119,11 @@ def draw_charts(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     return written
 
 
-TARGETS = (("produce", "batched", 1.5), ("consume", "batched", 1.5),
-           ("produce", "one-at-a-time", 1.0))
+TARGETS = (
+    ("produce", "batched", 1.5),
+    ("consume", "batched", 1.5),
+    ("produce", "one-at-a-time", 1.0),
+)
 """(scenario, mode, least BoltMQ / peer): issue 8's target."""
 
 
@@ -115,12 +133,16 @@ def target_lines(rows: Sequence[Row]) -> list[str]:
     peers = [s for s in dict.fromkeys(r.system for r in rows) if s != BOLTMQ]
     for scenario, mode, least in TARGETS:
         for peer in peers:
-            chosen = [r for r in rows if r.system == peer and (r.scenario, r.mode) ==
-                      (scenario, mode)]
+            chosen = [
+                r for r in rows if r.system == peer and (r.scenario, r.mode) == (scenario, mode)
+            ]
             ratios = [(r, boltmq_ratio(r, rows)) for r in chosen]
             met = sum(1 for _, ratio in ratios if ratio is not None and ratio >= least)
-            detail = ", ".join(f"{r.producers}p/{r.topics}t {'-' if x is None else f'{x:.2f}'}"
-                               for r, x in ratios)
-            lines.append(f"- {scenario} {mode}, BoltMQ >= {least}x {peer}: met in {met} of "
-                         f"{len(ratios)} ({detail})")
+            detail = ", ".join(
+                f"{r.producers}p/{r.topics}t {'-' if x is None else f'{x:.2f}'}" for r, x in ratios
+            )
+            lines.append(
+                f"- {scenario} {mode}, BoltMQ >= {least}x {peer}: met in {met} of "
+                f"{len(ratios)} ({detail})"
+            )
     return lines

@@ -49,9 +49,13 @@ def make_peer(system: str, install: bool) -> Peer:
     return NatsPeer(install)
 
 
-def compare(systems: Sequence[str], work: Workload, install: bool = False,
-            progress: Callable[[Row], None] = lambda row: None,
-            workdir: Path | None = None) -> Comparison:
+def compare(
+    systems: Sequence[str],
+    work: Workload,
+    install: bool = False,
+    progress: Callable[[Row], None] = lambda row: None,
+    workdir: Path | None = None,
+) -> Comparison:
     """Run ``work`` on each system in turn; PeerFailed if a started system fails."""
     result = Comparison(work)
     for system in systems:
@@ -76,53 +80,105 @@ def section(result: Comparison, command: str) -> str:
     """The Markdown section written into bench/RESULTS.md."""
     work = result.work
     load = os.getloadavg()
-    lines = [report.SECTION_TITLE, "", "```", command, "```", "",
-             f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.node() or 'this host'} "
-             f"({os.cpu_count()} CPUs, Python {platform.python_version()}); load average at "
-             f"the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min). **The "
-             "machine may be shared with other engineers' test runs**: a load average above "
-             "the CPU count means the figures are lower and noisier than on an idle machine. "
-             f"Each timed run lasts {work.seconds:g} s; consume reads "
-             f"{work.consume_messages:,} messages; batches are {work.batch} messages; bodies "
-             f"{work.size} bytes. Servers, producers and consumers all run on the same cores; "
-             "every client is that system's Python client in one process. p50/p99 are per "
-             "send call for produce (a whole batch when batched) and send-to-delivery for "
-             "produce+consume.", "", "Durability:"]
+    lines = [
+        report.SECTION_TITLE,
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.node() or 'this host'} "
+        f"({os.cpu_count()} CPUs, Python {platform.python_version()}); load average at "
+        f"the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min). **The "
+        "machine may be shared with other engineers' test runs**: a load average above "
+        "the CPU count means the figures are lower and noisier than on an idle machine. "
+        f"Each timed run lasts {work.seconds:g} s; consume reads "
+        f"{work.consume_messages:,} messages; batches are {work.batch} messages; bodies "
+        f"{work.size} bytes. Servers, producers and consumers all run on the same cores; "
+        "every client is that system's Python client in one process. p50/p99 are per "
+        "send call for produce (a whole batch when batched) and send-to-delivery for "
+        "produce+consume.",
+        "",
+        "Durability:",
+    ]
     lines += [f"- {name}: {text}" for name, text in result.durability.items()]
     lines += [f"- {name}: not run ({reason})" for name, reason in result.skipped.items()]
-    lines += ["", *report.markdown_table(result.rows), "",
-              "Issue 8 target (BoltMQ / this column):", *report.target_lines(result.rows), ""]
+    lines += [
+        "",
+        *report.markdown_table(result.rows),
+        "",
+        "Issue 8 target (BoltMQ / this column):",
+        *report.target_lines(result.rows),
+        "",
+    ]
     return "\n".join(lines)
 
 
 @click.command()
 @click.option("--quick", is_flag=True, help="1 s runs, 20,000 messages consumed.")
 @click.option("--seconds", type=click.FloatRange(min=0.1), help="Length of each timed run.")
-@click.option("--consume-messages", type=click.IntRange(min=1),
-              help="Messages the consume scenario reads.")
-@click.option("--system", "systems", multiple=True, type=click.Choice(SYSTEMS),
-              help="Systems to run (default: all three).")
-@click.option("--topics", "topic_counts", multiple=True, type=click.IntRange(1, 4096),
-              help="Topic counts (default: 1, 64, 1024).")
-@click.option("--producers", "producer_counts", multiple=True, type=click.IntRange(1, 64),
-              help="Producer counts (default: 1, 4).")
-@click.option("--install", is_flag=True, help="apt-get install a missing redis-server or "
-              "nats-server (root).")
-@click.option("--results", type=click.Path(dir_okay=False, path_type=Path),
-              default=BENCH_DIR / "RESULTS.md", show_default=True,
-              help="Results file whose side-by-side section is replaced.")
-@click.option("--charts-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=BENCH_DIR, show_default=True, help="Where compare-*.png go.")
+@click.option(
+    "--consume-messages", type=click.IntRange(min=1), help="Messages the consume scenario reads."
+)
+@click.option(
+    "--system",
+    "systems",
+    multiple=True,
+    type=click.Choice(SYSTEMS),
+    help="Systems to run (default: all three).",
+)
+@click.option(
+    "--topics",
+    "topic_counts",
+    multiple=True,
+    type=click.IntRange(1, 4096),
+    help="Topic counts (default: 1, 64, 1024).",
+)
+@click.option(
+    "--producers",
+    "producer_counts",
+    multiple=True,
+    type=click.IntRange(1, 64),
+    help="Producer counts (default: 1, 4).",
+)
+@click.option(
+    "--install", is_flag=True, help="apt-get install a missing redis-server or nats-server (root)."
+)
+@click.option(
+    "--results",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=BENCH_DIR / "RESULTS.md",
+    show_default=True,
+    help="Results file whose side-by-side section is replaced.",
+)
+@click.option(
+    "--charts-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=BENCH_DIR,
+    show_default=True,
+    help="Where compare-*.png go.",
+)
 @click.option("--no-write", is_flag=True, help="Print the table only.")
-def main(quick: bool, seconds: float | None, consume_messages: int | None,
-         systems: tuple[str, ...], topic_counts: tuple[int, ...],
-         producer_counts: tuple[int, ...], install: bool, results: Path, charts_dir: Path,
-         no_write: bool) -> None:
+def main(
+    quick: bool,
+    seconds: float | None,
+    consume_messages: int | None,
+    systems: tuple[str, ...],
+    topic_counts: tuple[int, ...],
+    producer_counts: tuple[int, ...],
+    install: bool,
+    results: Path,
+    charts_dir: Path,
+    no_write: bool,
+) -> None:
     """Run BoltMQ, Redis Streams and NATS JetStream through the same workload."""
     base = QUICK if quick else Workload()
-    work = Workload(seconds or base.seconds, consume_messages or base.consume_messages,
-                    topic_counts=topic_counts or base.topic_counts,
-                    producer_counts=producer_counts or base.producer_counts)
+    work = Workload(
+        seconds or base.seconds,
+        consume_messages or base.consume_messages,
+        topic_counts=topic_counts or base.topic_counts,
+        producer_counts=producer_counts or base.producer_counts,
+    )
     try:
         result = compare(systems or SYSTEMS, work, install, progress=_show)
     except PeerFailed as exc:
@@ -139,6 +195,8 @@ def main(quick: bool, seconds: float | None, consume_messages: int | None,
 
 
 def _show(row: Row) -> None:
-    click.echo(f"{row.system:<15} {row.scenario:<16} {row.mode:<14} {row.producers}p "
-               f"{row.topics:>5}t {row.messages:>9,} msgs {row.msgs_per_s:>10,.0f} msg/s",
-               err=True)
+    click.echo(
+        f"{row.system:<15} {row.scenario:<16} {row.mode:<14} {row.producers}p "
+        f"{row.topics:>5}t {row.messages:>9,} msgs {row.msgs_per_s:>10,.0f} msg/s",
+        err=True,
+    )

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bench.compare.peer import ConsumerClient, Peer, PeerFailed, ProducerClient
-from boltmq.soak_report import percentile_ms
+from bench.soak_report import percentile_ms
 
 BODY_HEADER = struct.Struct(">q")
 DRAIN_TIMEOUT_S = 120.0
@@ -87,8 +87,9 @@ def body(size: int) -> bytes:
     return BODY_HEADER.pack(time.perf_counter_ns()) + b"x" * (size - BODY_HEADER.size)
 
 
-def run_round(peer: Peer, work: Workload, topics: Sequence[str],
-              progress: Callable[[Row], None]) -> list[Row]:
+def run_round(
+    peer: Peer, work: Workload, topics: Sequence[str], progress: Callable[[Row], None]
+) -> list[Row]:
     """Every scenario of one round on ``peer``, in the order of the module docstring."""
     rows = []
     stored = len(topics)  # the warm-up messages
@@ -108,8 +109,14 @@ def run_round(peer: Peer, work: Workload, topics: Sequence[str],
     return rows
 
 
-def _send_loop(client: ProducerClient, work: Workload, topics: Sequence[str], start: int,
-               mode: str, until: Callable[[], bool]) -> tuple[int, list[int]]:
+def _send_loop(
+    client: ProducerClient,
+    work: Workload,
+    topics: Sequence[str],
+    start: int,
+    mode: str,
+    until: Callable[[], bool],
+) -> tuple[int, list[int]]:
     """Send until ``until()``; (acknowledged messages, per-call latency ns)."""
     acked, samples, n = 0, [], start
     while not until():
@@ -124,8 +131,9 @@ def _send_loop(client: ProducerClient, work: Workload, topics: Sequence[str], st
     return acked, samples
 
 
-def _producers(peer: Peer, work: Workload, topics: Sequence[str], count: int, mode: str,
-               stop: threading.Event) -> tuple[float, int, list[int]]:
+def _producers(
+    peer: Peer, work: Workload, topics: Sequence[str], count: int, mode: str, stop: threading.Event
+) -> tuple[float, int, list[int]]:
     """``count`` producer threads until ``stop``; (seconds, acked, latency samples)."""
     clients = [peer.producer(topics) for _ in range(count)]
     results: list[tuple[int, list[int]]] = [(0, [])] * count
@@ -159,12 +167,20 @@ def _timer(seconds: float) -> threading.Event:
     return stop
 
 
-def produce(peer: Peer, work: Workload, topics: Sequence[str], producers: int,
-            mode: str) -> Row:
-    seconds, acked, samples = _producers(peer, work, topics, producers, mode,
-                                         _timer(work.seconds))
-    return Row(peer.name, "produce", mode, producers, len(topics), acked, seconds, work.size,
-               percentile_ms(samples, 0.50), percentile_ms(samples, 0.99))
+def produce(peer: Peer, work: Workload, topics: Sequence[str], producers: int, mode: str) -> Row:
+    seconds, acked, samples = _producers(peer, work, topics, producers, mode, _timer(work.seconds))
+    return Row(
+        peer.name,
+        "produce",
+        mode,
+        producers,
+        len(topics),
+        acked,
+        seconds,
+        work.size,
+        percentile_ms(samples, 0.50),
+        percentile_ms(samples, 0.99),
+    )
 
 
 def _top_up(peer: Peer, work: Workload, topics: Sequence[str], missing: int) -> None:
@@ -172,15 +188,20 @@ def _top_up(peer: Peer, work: Workload, topics: Sequence[str], missing: int) -> 
     try:
         n = 0
         while missing > 0:
-            missing -= client.send_batch(topics[n % len(topics)],
-                                         [body(work.size)] * min(work.batch, missing))
+            missing -= client.send_batch(
+                topics[n % len(topics)], [body(work.size)] * min(work.batch, missing)
+            )
             n += 1
     finally:
         client.close()
 
 
-def _receive(consumer: ConsumerClient, wanted: Callable[[int], bool], timeout_s: float,
-             on_bodies: Callable[[list[bytes]], None] | None = None) -> tuple[int, float]:
+def _receive(
+    consumer: ConsumerClient,
+    wanted: Callable[[int], bool],
+    timeout_s: float,
+    on_bodies: Callable[[list[bytes]], None] | None = None,
+) -> tuple[int, float]:
     """Poll until ``wanted(received)`` is False; (received, time of the last delivery)."""
     received, last = 0, time.perf_counter()
     deadline = time.monotonic() + timeout_s
@@ -200,16 +221,13 @@ def consume(peer: Peer, work: Workload, topics: Sequence[str]) -> Row:
     start = time.perf_counter()
     consumer = peer.consumer(topics, from_start=True)
     try:
-        received, last = _receive(consumer, lambda n: n < work.consume_messages,
-                                  CONSUME_TIMEOUT_S)
+        received, last = _receive(consumer, lambda n: n < work.consume_messages, CONSUME_TIMEOUT_S)
     finally:
         consumer.close()
-    return Row(peer.name, "consume", "batched", 1, len(topics), received, last - start,
-               work.size)
+    return Row(peer.name, "consume", "batched", 1, len(topics), received, last - start, work.size)
 
 
-def produce_and_consume(peer: Peer, work: Workload, topics: Sequence[str],
-                        producers: int) -> Row:
+def produce_and_consume(peer: Peer, work: Workload, topics: Sequence[str], producers: int) -> Row:
     consumer = peer.consumer(topics, from_start=False)
     latencies: list[int] = []
     done = threading.Event()
@@ -218,20 +236,23 @@ def produce_and_consume(peer: Peer, work: Workload, topics: Sequence[str],
 
     def stamp(bodies: list[bytes]) -> None:
         now = time.perf_counter_ns()
-        latencies.extend(now - BODY_HEADER.unpack_from(b)[0] for b in bodies
-                         if len(b) >= BODY_HEADER.size)
+        latencies.extend(
+            now - BODY_HEADER.unpack_from(b)[0] for b in bodies if len(b) >= BODY_HEADER.size
+        )
 
     def wanted(received: int) -> bool:
         return not done.is_set() or received < acked_total[0]
 
-    reader = threading.Thread(target=lambda: outcome.append(
-        _receive(consumer, wanted, work.seconds + DRAIN_TIMEOUT_S, stamp)))
+    reader = threading.Thread(
+        target=lambda: outcome.append(
+            _receive(consumer, wanted, work.seconds + DRAIN_TIMEOUT_S, stamp)
+        )
+    )
     try:
         time.sleep(1.0)  # the consumer's first polls are parked before anything is sent
         start = time.perf_counter()
         reader.start()
-        _, acked, _ = _producers(peer, work, topics, producers, "batched",
-                                 _timer(work.seconds))
+        _, acked, _ = _producers(peer, work, topics, producers, "batched", _timer(work.seconds))
         acked_total.append(acked)
         done.set()
         reader.join()
@@ -241,6 +262,15 @@ def produce_and_consume(peer: Peer, work: Workload, topics: Sequence[str],
     if not outcome:
         raise PeerFailed(f"{peer.name}: the consumer did not receive every acked message")
     received, last = outcome[0]
-    return Row(peer.name, "produce+consume", "batched", producers, len(topics), received,
-               last - start, work.size, percentile_ms(latencies, 0.50),
-               percentile_ms(latencies, 0.99))
+    return Row(
+        peer.name,
+        "produce+consume",
+        "batched",
+        producers,
+        len(topics),
+        received,
+        last - start,
+        work.size,
+        percentile_ms(latencies, 0.50),
+        percentile_ms(latencies, 0.99),
+    )

@@ -21,8 +21,14 @@ from boltmq.spark.errors import (
     WriteError,
 )
 
-__all__ = ["register", "BoltMQSparkError", "CorruptCommitLog", "DataLossError", "OptionError",
-           "WriteError"]
+__all__ = [
+    "register",
+    "BoltMQSparkError",
+    "CorruptCommitLog",
+    "DataLossError",
+    "OptionError",
+    "WriteError",
+]
 
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 

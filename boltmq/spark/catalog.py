@@ -17,9 +17,9 @@ from typing import Any
 import grpc
 
 from boltmq.client import PERM_READ, rpc_error_text
+from boltmq.kernel.registry_client import RegistryError, TopicNotFound
 from boltmq.message import MessageQueue
 from boltmq.pull_consumer import pull_queue
-from boltmq.registry_client import RegistryError, TopicNotFound
 from boltmq.spark.errors import OptionError
 from boltmq.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, queue_key
 from boltmq.v1 import broker_pb2, registry_pb2
@@ -74,14 +74,18 @@ class Catalog:
         try:
             return self.client.route(topic)
         except TopicNotFound:
-            raise OptionError(f"topic {topic!r} does not exist (the registry at "
-                              f"{self.options.registry} knows no route for it)") from None
+            raise OptionError(
+                f"topic {topic!r} does not exist (the registry at "
+                f"{self.options.registry} knows no route for it)"
+            ) from None
         except RegistryError as exc:
             raise self._unreachable(exc) from None
 
     def _unreachable(self, exc: RegistryError) -> OptionError:
-        return OptionError(f"registry {self.options.registry} cannot be reached: {exc}"
-                           f"{self.options.security.unreachable_hint()}")
+        return OptionError(
+            f"registry {self.options.registry} cannot be reached: {exc}"
+            f"{self.options.security.unreachable_hint()}"
+        )
 
     def _all_topics(self) -> set[str]:
         try:
@@ -102,30 +106,39 @@ class Catalog:
         ranges: list[QueueRange] = []
         for topic in topics:
             route = self._route(topic)
-            readable = {q.broker_name: q.read_queue_nums for q in route.queues
-                        if q.perm & PERM_READ}
+            readable = {
+                q.broker_name: q.read_queue_nums for q in route.queues if q.perm & PERM_READ
+            }
             for broker_name, count in sorted(readable.items()):
                 address = self.client.broker_address(route, broker_name)
                 if address is None:
-                    raise OptionError(f"broker {broker_name} of topic {topic!r} has no live "
-                                      f"master")
-                status = self._call(address, "TopicStatus",
-                                    broker_pb2.TopicStatusRequest(topic=topic))
+                    raise OptionError(f"broker {broker_name} of topic {topic!r} has no live master")
+                status = self._call(
+                    address, "TopicStatus", broker_pb2.TopicStatusRequest(topic=topic)
+                )
                 for info in status.queues:
                     if info.queue_id < count:
-                        ranges.append(QueueRange(topic, broker_name, info.queue_id,
-                                                 info.min_offset, info.max_offset))
+                        ranges.append(
+                            QueueRange(
+                                topic, broker_name, info.queue_id, info.min_offset, info.max_offset
+                            )
+                        )
         return ranges
 
     def _call(self, address: str, method: str, request: object) -> Any:
         try:
             return getattr(self.client.broker(address), method)(
-                request, timeout=self.client.rpc_timeout_s)
+                request, timeout=self.client.rpc_timeout_s
+            )
         except grpc.RpcError as exc:
-            hint = self.options.security.unreachable_hint() \
-                if exc.code() == grpc.StatusCode.UNAVAILABLE else ""  # type: ignore[attr-defined]
-            raise OptionError(f"broker {address} {method} failed: {rpc_error_text(exc)}"
-                              f"{hint}") from None
+            hint = (
+                self.options.security.unreachable_hint()
+                if exc.code() == grpc.StatusCode.UNAVAILABLE
+                else ""
+            )  # type: ignore[attr-defined]
+            raise OptionError(
+                f"broker {address} {method} failed: {rpc_error_text(exc)}{hint}"
+            ) from None
 
     # ------------------------------------------------------------------ offsets
     def offset_at(self, queue: QueueRange, timestamp_ms: int) -> int:
@@ -137,8 +150,15 @@ class Catalog:
         low, high = queue.min_offset, queue.max_offset
         while low < high:
             middle = (low + high) // 2
-            result = pull_queue(self.client, self.options.group, queue.queue, middle,
-                                max_messages=1, subscription="*", wait_ms=0)
+            result = pull_queue(
+                self.client,
+                self.options.group,
+                queue.queue,
+                middle,
+                max_messages=1,
+                subscription="*",
+                wait_ms=0,
+            )
             if not result.messages:
                 low = max(middle + 1, result.next_begin_offset)
                 continue
@@ -149,8 +169,14 @@ class Catalog:
                 low = found.queue_offset + 1
         return low
 
-    def resolve(self, spec: OffsetSpec, ranges: list[QueueRange], *, default: int,
-                timestamp_ms: int | None = None) -> Offsets:
+    def resolve(
+        self,
+        spec: OffsetSpec,
+        ranges: list[QueueRange],
+        *,
+        default: int,
+        timestamp_ms: int | None = None,
+    ) -> Offsets:
         """Concrete offsets of every queue from a spec (queues a JSON spec omits: ``default``)."""
         _check_named_queues(spec, ranges)
         offsets: Offsets = {}
@@ -185,5 +211,7 @@ def _check_named_queues(spec: OffsetSpec, ranges: list[QueueRange]) -> None:
         for key in queues:
             if (topic, key) not in known:
                 names = sorted(k for t, k in known if t == topic)
-                raise OptionError(f"offsets name queue {key} of topic {topic!r}, which does "
-                                  f"not exist (queues: {names})")
+                raise OptionError(
+                    f"offsets name queue {key} of topic {topic!r}, which does "
+                    f"not exist (queues: {names})"
+                )

@@ -3,7 +3,7 @@
 No service is needed: each task maps one segment read-only (``mmap``,
 ``ACCESS_READ``) and decodes a stretch of it in bulk
 (:mod:`boltmq.spark.record_columns`; anything unusual, damage included, goes
-through the store's own decoder, :mod:`services.store.record`). The store's
+through the store's own decoder, :mod:`boltmq.wire.record`). The store's
 lock is not taken, so a stopped store and a running one read the same way;
 segments are only read.
 
@@ -68,7 +68,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from boltmq.allocator import settle_garbage_collector_once
+from boltmq.kernel.allocator import settle_garbage_collector_once
 from boltmq.spark.errors import CorruptCommitLog, OptionError
 from boltmq.spark.options import option_bool, option_text, positive_int
 from boltmq.spark.record_columns import RecordBlock, record_starts
@@ -79,8 +79,7 @@ from boltmq.spark.schema import (
     RowBuffer,
     arrow_schema,
 )
-from services.store.mapped_file import FILE_NAME_DIGITS
-from services.store.record import (
+from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
     FIXED_OVERHEAD_IPV4,
     MAGIC_BLANK,
@@ -92,6 +91,7 @@ from services.store.record import (
     read_total_and_magic,
     store_timestamp_of,
 )
+from boltmq.wire.segment_name import is_segment_name
 
 TIME_MAX_MS = 1 << 62
 MIN_PARTITIONS_DEFAULT = 2
@@ -148,7 +148,8 @@ def push(wanted: RecordFilter, item: Filter) -> bool:
         wanted.queue_ids = _intersect(wanted.queue_ids, values)
         return True
     if column != "store_timestamp" or not isinstance(
-            item, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual):
+        item, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual
+    ):
         return False
     if not isinstance(value, datetime) or value.microsecond % 1000:
         return False  # sub-millisecond bounds: leave them to Spark
@@ -183,8 +184,9 @@ class CommitLogPartition(InputPartition):
         self.ranges = tuple(ranges)
 
 
-def plan_partitions(segments: Sequence[SegmentRange], used: Sequence[int], max_bytes: int,
-                    min_partitions: int) -> list[CommitLogPartition]:
+def plan_partitions(
+    segments: Sequence[SegmentRange], used: Sequence[int], max_bytes: int, min_partitions: int
+) -> list[CommitLogPartition]:
     """``segments`` (whole, ``used[i]`` bytes of data each) cut into tasks of equal bytes.
 
     The cuts are at ``k * total / count`` of the data laid end to end, ``count`` being
@@ -199,8 +201,10 @@ def plan_partitions(segments: Sequence[SegmentRange], used: Sequence[int], max_b
     tasks: list[list[SegmentRange]] = [[] for _ in range(len(cuts) + 1)]
     base = 0
     for segment, size in zip(segments, used, strict=True):
-        inside = [cut - base for cut in cuts[bisect.bisect_right(cuts, base):
-                                             bisect.bisect_left(cuts, base + size)]]
+        inside = [
+            cut - base
+            for cut in cuts[bisect.bisect_right(cuts, base) : bisect.bisect_left(cuts, base + size)]
+        ]
         for begin, end in zip([0, *inside], [*inside, None], strict=True):
             task = bisect.bisect_right(cuts, base + begin)
             tasks[task].append(SegmentRange(segment.path, segment.start_offset, begin, end))
@@ -213,10 +217,15 @@ def segment_files(root: str) -> list[Path]:
     base = Path(root)
     directory = base / "commitlog" if (base / "commitlog").is_dir() else base
     if not directory.is_dir():
-        raise OptionError(f"boltmq-commitlog: {root!r} is not a store directory (expected "
-                          f"<root>/commitlog/ with segment files)")
-    files = sorted(p for p in directory.iterdir()
-                   if len(p.name) == FILE_NAME_DIGITS and p.name.isdigit() and p.is_file())
+        raise OptionError(
+            f"boltmq-commitlog: {root!r} is not a store directory (expected "
+            f"<root>/commitlog/ with segment files)"
+        )
+    files = sorted(
+        p
+        for p in directory.iterdir()
+        if is_segment_name(p.name) and p.is_file()
+    )
     if not files and directory == base:
         raise OptionError(f"boltmq-commitlog: {root!r} holds no CommitLog segment files")
     return files
@@ -268,7 +277,7 @@ def plan_segments(root: str, wanted: RecordFilter) -> list[SegmentRange]:
     parts = []
     for index, path in enumerate(files):
         begin = firsts[index]
-        after = next((t for t in firsts[index + 1:] if t is not None), None)
+        after = next((t for t in firsts[index + 1 :] if t is not None), None)
         if begin is not None and begin >= wanted.store_until_ms:
             continue
         if after is not None and after < wanted.store_from_ms:
@@ -304,8 +313,14 @@ def next_record(mapped: Any, start_offset: int, position: int) -> int:
         search = at + BLANK_MARKER_SIZE // 2 + 1
 
 
-def read_segment(partition: SegmentRange, spark_schema: Any, wanted: RecordFilter, *,
-                 include_body: bool, mark_corrupt: bool) -> Iterator[Any]:
+def read_segment(
+    partition: SegmentRange,
+    spark_schema: Any,
+    wanted: RecordFilter,
+    *,
+    include_body: bool,
+    mark_corrupt: bool,
+) -> Iterator[Any]:
     """The range's records as Arrow batches (see the module docstring for damage)."""
     schema = arrow_schema(spark_schema)
     size = os.path.getsize(partition.path)
@@ -319,37 +334,62 @@ def read_segment(partition: SegmentRange, spark_schema: Any, wanted: RecordFilte
     view = memoryview(mapped)
     data = np.frombuffer(mapped, dtype=np.uint8)
     position = next_record(mapped, partition.start_offset, partition.begin)
-    until = size if partition.end is None else \
-        next_record(mapped, partition.start_offset, partition.end)
+    until = (
+        size
+        if partition.end is None
+        else next_record(mapped, partition.start_offset, partition.end)
+    )
     where = Path(partition.path).name
     if 0 < position < until:
         _check_split(view, where, partition.start_offset, position)
     while position < until:
         starts, stop = record_starts(view, position, size, BATCH_ROWS_MAX, until)
         if not starts:
-            total, magic = _TOTAL_MAGIC.unpack_from(view, position) \
-                if position + BLANK_MARKER_SIZE <= size else (0, 0)
+            total, magic = (
+                _TOTAL_MAGIC.unpack_from(view, position)
+                if position + BLANK_MARKER_SIZE <= size
+                else (0, 0)
+            )
             if magic == MAGIC_BLANK or (total == 0 and magic == 0):
                 return  # the segment's data ends here
             # Damage: the record-by-record path names it.
-            yield from _one_by_one(view, partition, schema, wanted, position, size,
-                                   include_body=include_body, mark_corrupt=mark_corrupt)
+            yield from _one_by_one(
+                view,
+                partition,
+                schema,
+                wanted,
+                position,
+                size,
+                include_body=include_body,
+                mark_corrupt=mark_corrupt,
+            )
             return
         block = RecordBlock(data, starts)
-        if block.plain and np.array_equal(block.heads["commitlog_offset"],
-                                          partition.start_offset + block.starts):
+        if block.plain and np.array_equal(
+            block.heads["commitlog_offset"], partition.start_offset + block.starts
+        ):
             batch = _selected(block, schema, wanted, where, mark_corrupt, include_body)
             if batch.num_rows:
                 yield batch
         else:
-            yield from _one_by_one(view, partition, schema, wanted, position, stop,
-                                   include_body=include_body, mark_corrupt=mark_corrupt)
+            yield from _one_by_one(
+                view,
+                partition,
+                schema,
+                wanted,
+                position,
+                stop,
+                include_body=include_body,
+                mark_corrupt=mark_corrupt,
+            )
         position = stop
     if position != until and until < size:
-        raise CorruptCommitLog(f"segment {where}: the records do not line up with the split "
-                               f"at commitlog offset {partition.start_offset + until} "
-                               f"(a record's body looks like a record header there); read "
-                               f"with maxPartitionBytes of at least the segment's size")
+        raise CorruptCommitLog(
+            f"segment {where}: the records do not line up with the split "
+            f"at commitlog offset {partition.start_offset + until} "
+            f"(a record's body looks like a record header there); read "
+            f"with maxPartitionBytes of at least the segment's size"
+        )
 
 
 def _check_split(view: memoryview, where: str, start_offset: int, position: int) -> None:
@@ -358,20 +398,29 @@ def _check_split(view: memoryview, where: str, start_offset: int, position: int)
     try:
         decode_record(view, position, check_crc=True)
     except CorruptRecord as exc:
-        raise CorruptCommitLog(f"segment {where}: the split at commitlog offset {offset} "
-                               f"starts at no valid record ({exc}): damage, or a body that "
-                               f"looks like a record header; read with maxPartitionBytes of "
-                               f"at least the segment's size") from None
+        raise CorruptCommitLog(
+            f"segment {where}: the split at commitlog offset {offset} "
+            f"starts at no valid record ({exc}): damage, or a body that "
+            f"looks like a record header; read with maxPartitionBytes of "
+            f"at least the segment's size"
+        ) from None
 
 
-def _selected(block: RecordBlock, schema: pa.Schema, wanted: RecordFilter, where: str,
-              mark_corrupt: bool, include_body: bool) -> pa.RecordBatch:
+def _selected(
+    block: RecordBlock,
+    schema: pa.Schema,
+    wanted: RecordFilter,
+    where: str,
+    mark_corrupt: bool,
+    include_body: bool,
+) -> pa.RecordBatch:
     """The block's records that pass ``wanted``, CRC checked, as one batch."""
     heads = block.heads
     keep = np.ones(len(block), dtype=bool)
     if wanted.topics is not None:
-        keep &= pc.is_in(block.topics, value_set=pa.array(sorted(wanted.topics), pa.string())) \
-            .to_numpy(zero_copy_only=False)
+        keep &= pc.is_in(
+            block.topics, value_set=pa.array(sorted(wanted.topics), pa.string())
+        ).to_numpy(zero_copy_only=False)
     if wanted.queue_ids is not None:
         keep &= np.isin(heads["queue_id"], np.fromiter(wanted.queue_ids, dtype=np.int64))
     if wanted.store_from_ms > 0 or wanted.store_until_ms < TIME_MAX_MS:
@@ -383,24 +432,45 @@ def _selected(block: RecordBlock, schema: pa.Schema, wanted: RecordFilter, where
     if crc_bad.any() and not mark_corrupt:
         first = int(np.argmax(crc_bad))
         head = block.heads[first]
-        _crc_failure(where, int(head["commitlog_offset"]), block.topics[first].as_py(),
-                     int(head["queue_id"]), int(head["queue_offset"]))
-    return block.to_batch(schema, None, include_body=include_body, commitlog_extras=True,
-                          corrupt=crc_bad if mark_corrupt else None)
+        _crc_failure(
+            where,
+            int(head["commitlog_offset"]),
+            block.topics[first].as_py(),
+            int(head["queue_id"]),
+            int(head["queue_offset"]),
+        )
+    return block.to_batch(
+        schema,
+        None,
+        include_body=include_body,
+        commitlog_extras=True,
+        corrupt=crc_bad if mark_corrupt else None,
+    )
 
 
 def _crc_failure(where: str, offset: int, topic: str, queue_id: int, queue_offset: int) -> None:
-    raise CorruptCommitLog(f"segment {where}: body CRC mismatch at commitlog offset {offset} "
-                           f"(topic {topic}, queue {queue_id}, queue offset {queue_offset}); "
-                           f"read with corruptRecords=mark to see such records flagged")
+    raise CorruptCommitLog(
+        f"segment {where}: body CRC mismatch at commitlog offset {offset} "
+        f"(topic {topic}, queue {queue_id}, queue offset {queue_offset}); "
+        f"read with corruptRecords=mark to see such records flagged"
+    )
 
 
-def _one_by_one(view: memoryview, partition: SegmentRange, schema: pa.Schema,
-                wanted: RecordFilter, position: int, stop: int, *, include_body: bool,
-                mark_corrupt: bool) -> Iterator[pa.RecordBatch]:
+def _one_by_one(
+    view: memoryview,
+    partition: SegmentRange,
+    schema: pa.Schema,
+    wanted: RecordFilter,
+    position: int,
+    stop: int,
+    *,
+    include_body: bool,
+    mark_corrupt: bool,
+) -> Iterator[pa.RecordBatch]:
     """Records starting in ``[position, stop)`` decoded one at a time (the exact path)."""
-    rows = RowBuffer(schema, None, include_body=include_body, commitlog_extras=True,
-                     corrupt_column=mark_corrupt)
+    rows = RowBuffer(
+        schema, None, include_body=include_body, commitlog_extras=True, corrupt_column=mark_corrupt
+    )
     for record, corrupt in _records(view, partition, wanted, mark_corrupt, position, stop):
         rows.add(record, corrupt)
         if len(rows) >= BATCH_ROWS_MAX:
@@ -409,8 +479,14 @@ def _one_by_one(view: memoryview, partition: SegmentRange, schema: pa.Schema,
         yield rows.take()
 
 
-def _records(view: memoryview, partition: SegmentRange, wanted: RecordFilter,
-             mark_corrupt: bool, position: int, stop: int) -> Iterator[tuple[Any, bool]]:
+def _records(
+    view: memoryview,
+    partition: SegmentRange,
+    wanted: RecordFilter,
+    mark_corrupt: bool,
+    position: int,
+    stop: int,
+) -> Iterator[tuple[Any, bool]]:
     """``(record, crc_bad)`` for the records starting in ``[position, stop)`` that pass
     ``wanted``."""
     size = len(view)
@@ -424,11 +500,14 @@ def _records(view: memoryview, partition: SegmentRange, wanted: RecordFilter,
         try:
             record = decode_record(view, position, check_crc=False)
         except CorruptRecord as exc:
-            raise CorruptCommitLog(f"segment {where}: no valid record at commitlog offset "
-                                   f"{offset} ({exc})") from None
+            raise CorruptCommitLog(
+                f"segment {where}: no valid record at commitlog offset {offset} ({exc})"
+            ) from None
         if record.commitlog_offset != offset:
-            raise CorruptCommitLog(f"segment {where}: the record at commitlog offset {offset} "
-                                   f"says it is at {record.commitlog_offset}")
+            raise CorruptCommitLog(
+                f"segment {where}: the record at commitlog offset {offset} "
+                f"says it is at {record.commitlog_offset}"
+            )
         position += total
         if topics is not None and record.topic not in topics:
             continue
@@ -445,9 +524,16 @@ def _records(view: memoryview, partition: SegmentRange, wanted: RecordFilter,
 class CommitLogReader(DataSourceReader):
     """Batch reader of one store directory."""
 
-    def __init__(self, root: str, schema: Any, *, include_body: bool,
-                 mark_corrupt: bool, partition_bytes: int | None = None,
-                 min_partitions: int = MIN_PARTITIONS_DEFAULT) -> None:
+    def __init__(
+        self,
+        root: str,
+        schema: Any,
+        *,
+        include_body: bool,
+        mark_corrupt: bool,
+        partition_bytes: int | None = None,
+        min_partitions: int = MIN_PARTITIONS_DEFAULT,
+    ) -> None:
         self.root = root
         self.schema = schema
         self.include_body = include_body
@@ -463,17 +549,24 @@ class CommitLogReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         segments = plan_segments(self.root, self.wanted)
-        return plan_partitions(segments, [data_bytes(segment.path) for segment in segments],
-                               self.partition_bytes or PARTITION_BYTES_DEFAULT,
-                               self.min_partitions)
+        return plan_partitions(
+            segments,
+            [data_bytes(segment.path) for segment in segments],
+            self.partition_bytes or PARTITION_BYTES_DEFAULT,
+            self.min_partitions,
+        )
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, CommitLogPartition)
-        settle_garbage_collector_once()  # a Spark worker's heap (boltmq/allocator.py)
+        settle_garbage_collector_once()  # a Spark worker's heap (boltmq/kernel/allocator.py)
         for part in partition.ranges:
-            yield from read_segment(part, self.schema, self.wanted,
-                                    include_body=self.include_body,
-                                    mark_corrupt=self.mark_corrupt)
+            yield from read_segment(
+                part,
+                self.schema,
+                self.wanted,
+                include_body=self.include_body,
+                mark_corrupt=self.mark_corrupt,
+            )
 
 
 class CommitLogDataSource(DataSource):
@@ -500,11 +593,16 @@ class CommitLogDataSource(DataSource):
     def reader(self, schema: Any) -> DataSourceReader:
         root = option_text(self.options, "path")
         if root is None:
-            raise OptionError("boltmq-commitlog needs a store directory: "
-                              "spark.read.format('boltmq-commitlog').load('/path/to/store')")
+            raise OptionError(
+                "boltmq-commitlog needs a store directory: "
+                "spark.read.format('boltmq-commitlog').load('/path/to/store')"
+            )
         return CommitLogReader(
-            root, schema, include_body=option_bool(self.options, "includeBody", True),
+            root,
+            schema,
+            include_body=option_bool(self.options, "includeBody", True),
             mark_corrupt=self._mark(),
             partition_bytes=positive_int(self.options, "maxPartitionBytes", None),
-            min_partitions=positive_int(self.options, "minPartitions",
-                                        MIN_PARTITIONS_DEFAULT) or MIN_PARTITIONS_DEFAULT)
+            min_partitions=positive_int(self.options, "minPartitions", MIN_PARTITIONS_DEFAULT)
+            or MIN_PARTITIONS_DEFAULT,
+        )

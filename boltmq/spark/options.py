@@ -16,7 +16,7 @@ from typing import Final
 from boltmq.spark.errors import OptionError
 from boltmq.spark.security import OPTIONS as SECURITY_OPTIONS
 from boltmq.spark.security import ClientSecurity, client_security
-from services.store.record_batch import RECORDS_MAX
+from boltmq.wire.record_batch import RECORDS_MAX
 
 EARLIEST: Final = -2
 """JSON offset meaning "the queue's first offset" (Kafka's convention)."""
@@ -87,21 +87,27 @@ def parse_offsets(name: str, value: str | None, default: str) -> OffsetSpec:
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise OptionError(f"option {name} is not valid JSON ({exc.msg} at char {exc.pos}); "
-                          f"expected {_OFFSETS_FORM}") from None
+        raise OptionError(
+            f"option {name} is not valid JSON ({exc.msg} at char {exc.pos}); "
+            f"expected {_OFFSETS_FORM}"
+        ) from None
     if not isinstance(parsed, dict) or not parsed:
         raise OptionError(f"option {name}: expected {_OFFSETS_FORM}")
     spec: dict[str, dict[str, int]] = {}
     for topic, queues in parsed.items():
         if not isinstance(queues, dict):
-            raise OptionError(f"option {name}: topic {topic!r} must map queues to offsets; "
-                              f"expected {_OFFSETS_FORM}")
+            raise OptionError(
+                f"option {name}: topic {topic!r} must map queues to offsets; "
+                f"expected {_OFFSETS_FORM}"
+            )
         spec[topic] = {}
         for key, offset in queues.items():
             split_queue_key(key)
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
-                raise OptionError(f"option {name}: offset {offset!r} of {topic} {key} must be "
-                                  f"an integer >= 0, or -2 (earliest) / -1 (latest)")
+                raise OptionError(
+                    f"option {name}: offset {offset!r} of {topic} {key} must be "
+                    f"an integer >= 0, or -2 (earliest) / -1 (latest)"
+                )
             spec[topic][key] = offset
     return spec
 
@@ -136,8 +142,10 @@ class SourceOptions:
 def _registry(options: Mapping[str, str]) -> str:
     registry = option_text(options, "registry")
     if registry is None:
-        raise OptionError("option registry is required: the name registry's host:port "
-                          "(e.g. .option('registry', '127.0.0.1:9876'))")
+        raise OptionError(
+            "option registry is required: the name registry's host:port "
+            "(e.g. .option('registry', '127.0.0.1:9876'))"
+        )
     from boltmq.client import parse_addresses
 
     try:
@@ -156,14 +164,17 @@ def _topics(options: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
     topics = option_text(options, "topics") or option_text(options, "topic")
     pattern = option_text(options, "topicPattern")
     if (topics is None) == (pattern is None):
-        raise OptionError("give exactly one of the options topics (a comma list) and "
-                          "topicPattern (a regular expression)")
+        raise OptionError(
+            "give exactly one of the options topics (a comma list) and "
+            "topicPattern (a regular expression)"
+        )
     if pattern is not None:
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise OptionError(f"option topicPattern={pattern!r} is not a regular expression: "
-                              f"{exc}") from None
+            raise OptionError(
+                f"option topicPattern={pattern!r} is not a regular expression: {exc}"
+            ) from None
         return (), pattern
     names = tuple(dict.fromkeys(t.strip() for t in (topics or "").split(",") if t.strip()))
     if not names:
@@ -175,16 +186,23 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
     """Parse and check a ``boltmq`` read's options (batch or streaming)."""
     registry = _registry(options)
     topics, pattern = _topics(options)
-    starting = parse_offsets("startingOffsets", option_text(options, "startingOffsets"),
-                             "latest" if streaming else "earliest")
+    starting = parse_offsets(
+        "startingOffsets",
+        option_text(options, "startingOffsets"),
+        "latest" if streaming else "earliest",
+    )
     ending = parse_offsets("endingOffsets", option_text(options, "endingOffsets"), "latest")
     if streaming and option_text(options, "endingOffsets") is not None:
-        raise OptionError("option endingOffsets is for batch reads only; a streaming query "
-                          "reads until stopped (use trigger(availableNow=True) to stop at "
-                          "the end)")
+        raise OptionError(
+            "option endingOffsets is for batch reads only; a streaming query "
+            "reads until stopped (use trigger(availableNow=True) to stop at "
+            "the end)"
+        )
     if not streaming and starting == "latest":
-        raise OptionError("startingOffsets=latest would read nothing in a batch query; use "
-                          "earliest, JSON offsets or startingTimestamp")
+        raise OptionError(
+            "startingOffsets=latest would read nothing in a batch query; use "
+            "earliest, JSON offsets or startingTimestamp"
+        )
     if ending == "earliest":
         raise OptionError("endingOffsets=earliest would read nothing; use latest or JSON")
     for label, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
@@ -196,18 +214,25 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
     starting_ms = None
     if timestamp is not None:
         if not timestamp.isdigit():
-            raise OptionError(f"option startingTimestamp={timestamp!r}: expected "
-                              f"milliseconds since the epoch")
+            raise OptionError(
+                f"option startingTimestamp={timestamp!r}: expected milliseconds since the epoch"
+            )
         starting_ms = int(timestamp)
     return SourceOptions(
-        registry=registry, topics=topics, topic_pattern=pattern, starting=starting,
-        ending=ending, starting_timestamp_ms=starting_ms,
+        registry=registry,
+        topics=topics,
+        topic_pattern=pattern,
+        starting=starting,
+        ending=ending,
+        starting_timestamp_ms=starting_ms,
         subscription=option_text(options, "subscription") or "*",
         include_body=option_bool(options, "includeBody", True),
         fail_on_data_loss=option_bool(options, "failOnDataLoss", True),
         max_offsets_per_trigger=positive_int(options, "maxOffsetsPerTrigger", None),
-        max_offsets_per_partition=positive_int(options, "maxOffsetsPerPartition",
-                                                PARTITION_OFFSETS_MAX) or PARTITION_OFFSETS_MAX,
+        max_offsets_per_partition=positive_int(
+            options, "maxOffsetsPerPartition", PARTITION_OFFSETS_MAX
+        )
+        or PARTITION_OFFSETS_MAX,
         group=option_text(options, "group") or DEFAULT_GROUP,
         rpc_timeout_ms=positive_int(options, "rpcTimeoutMs", 10_000) or 10_000,
         security=security_options(options),
@@ -238,17 +263,21 @@ def sink_options(options: Mapping[str, str], column_names: list[str]) -> SinkOpt
     registry = _registry(options)
     topic = option_text(options, "topic")
     if "body" not in column_names:
-        raise OptionError(f"a boltmq write needs a body column (binary or string); the "
-                          f"DataFrame has {column_names}")
+        raise OptionError(
+            f"a boltmq write needs a body column (binary or string); the "
+            f"DataFrame has {column_names}"
+        )
     if topic is None and "topic" not in column_names:
-        raise OptionError("a boltmq write needs a topic: a topic column or "
-                          ".option('topic', ...)")
+        raise OptionError("a boltmq write needs a topic: a topic column or .option('topic', ...)")
     batch_size = positive_int(options, "batchSize", SEND_BATCH_MAX) or SEND_BATCH_MAX
     if batch_size > RECORDS_MAX:
-        raise OptionError(f"option batchSize={batch_size}: at most {RECORDS_MAX} messages go "
-                          f"in one send")
+        raise OptionError(
+            f"option batchSize={batch_size}: at most {RECORDS_MAX} messages go in one send"
+        )
     return SinkOptions(
-        registry=registry, topic=topic, batch_size=batch_size,
+        registry=registry,
+        topic=topic,
+        batch_size=batch_size,
         in_flight=positive_int(options, "maxInFlight", SENDS_IN_FLIGHT) or SENDS_IN_FLIGHT,
         group=option_text(options, "producerGroup") or DEFAULT_PRODUCER_GROUP,
         send_timeout_ms=positive_int(options, "sendTimeoutMs", 10_000) or 10_000,

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from boltmq.allocator import settle_garbage_collector_once
 from boltmq.client import ClientInstance, rpc_error_text
+from boltmq.kernel.allocator import settle_garbage_collector_once
 from boltmq.message import MessageQueue
 from boltmq.pull_consumer import PullError, decode_records
 from boltmq.spark.errors import DataLossError
@@ -39,10 +39,15 @@ PULL_MESSAGES_MAX = 4096
 """Messages asked for per pull (one Arrow batch each)."""
 PULL_BYTES_MAX = 8 * 1024 * 1024
 """Record bytes asked for per pull (the store's own default is 256 KiB)."""
-QUEUE_ENDED = frozenset((
-    message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.NO_MESSAGE_IN_QUEUE,
-    message_pb2.NO_MATCHED_LOGIC_QUEUE, message_pb2.OFFSET_OVERFLOW_BADLY,
-    message_pb2.OFFSET_TOO_SMALL))
+QUEUE_ENDED = frozenset(
+    (
+        message_pb2.OFFSET_OVERFLOW_ONE,
+        message_pb2.NO_MESSAGE_IN_QUEUE,
+        message_pb2.NO_MATCHED_LOGIC_QUEUE,
+        message_pb2.OFFSET_OVERFLOW_BADLY,
+        message_pb2.OFFSET_TOO_SMALL,
+    )
+)
 """Pull statuses that mean the queue holds nothing at or after the offset asked for
 (the SDK's NO_NEW_MSG and OFFSET_ILLEGAL)."""
 
@@ -51,8 +56,7 @@ class QueuePartition(InputPartition):
     """Offsets ``[start, end)`` of one queue; ``start`` may be EARLIEST (a queue first seen
     by a streaming query: read from wherever the queue begins, no data-loss check)."""
 
-    def __init__(self, topic: str, broker_name: str, queue_id: int, start: int,
-                 end: int) -> None:
+    def __init__(self, topic: str, broker_name: str, queue_id: int, start: int, end: int) -> None:
         super().__init__((topic, broker_name, queue_id, start, end))
         self.topic = topic
         self.broker_name = broker_name
@@ -61,19 +65,23 @@ class QueuePartition(InputPartition):
         self.end = end
 
 
-def split_range(topic: str, broker_name: str, queue_id: int, start: int, end: int,
-                step: int) -> list[QueuePartition]:
+def split_range(
+    topic: str, broker_name: str, queue_id: int, start: int, end: int, step: int
+) -> list[QueuePartition]:
     """One partition per ``step`` offsets of ``[start, end)``; empty when nothing to read."""
     if start == EARLIEST:
         return [QueuePartition(topic, broker_name, queue_id, start, end)] if end > 0 else []
-    return [QueuePartition(topic, broker_name, queue_id, low, min(low + step, end))
-            for low in range(start, end, step)]
+    return [
+        QueuePartition(topic, broker_name, queue_id, low, min(low + step, end))
+        for low in range(start, end, step)
+    ]
 
 
-def read_partition(options: SourceOptions, spark_schema: Any,
-                   partition: QueuePartition) -> Iterator[Any]:
+def read_partition(
+    options: SourceOptions, spark_schema: Any, partition: QueuePartition
+) -> Iterator[Any]:
     """The partition's messages as Arrow record batches (DataLossError per the options)."""
-    settle_garbage_collector_once()  # a Spark worker's heap (boltmq/allocator.py)
+    settle_garbage_collector_once()  # a Spark worker's heap (boltmq/kernel/allocator.py)
     schema = arrow_schema(spark_schema)
     queue = MessageQueue(partition.topic, partition.broker_name, partition.queue_id)
     client = options.security.client(options.registry, options.rpc_timeout_ms / 1000)
@@ -82,8 +90,9 @@ def read_partition(options: SourceOptions, spark_schema: Any,
         check_loss = offset != EARLIEST
         offset = max(offset, 0)
         while offset < partition.end:
-            result = _pull(client, options, queue, offset,
-                           min(PULL_MESSAGES_MAX, partition.end - offset))
+            result = _pull(
+                client, options, queue, offset, min(PULL_MESSAGES_MAX, partition.end - offset)
+            )
             if offset < result.min_offset:
                 if check_loss:
                     _data_lost(options, queue, offset, result.min_offset)
@@ -93,8 +102,12 @@ def read_partition(options: SourceOptions, spark_schema: Any,
             if not records and result.status in QUEUE_ENDED:
                 _shorter(options, queue, partition, offset, result.max_offset)
                 break
-            if check_loss and options.subscription == "*" and not records and \
-                    offset < min(result.next_begin_offset, partition.end):
+            if (
+                check_loss
+                and options.subscription == "*"
+                and not records
+                and offset < min(result.next_begin_offset, partition.end)
+            ):
                 # Every entry matches "*": entries passed over without a message point
                 # at CommitLog bytes retention removed before the queue's minimum moved.
                 _data_lost(options, queue, offset, result.next_begin_offset)
@@ -109,13 +122,21 @@ def read_partition(options: SourceOptions, spark_schema: Any,
         client.close()
 
 
-def _pull(client: ClientInstance, options: SourceOptions, queue: MessageQueue, offset: int,
-          count: int) -> Any:
+def _pull(
+    client: ClientInstance, options: SourceOptions, queue: MessageQueue, offset: int, count: int
+) -> Any:
     """One PullMessage call for raw records (a ``store_pb2.PullResponse``)."""
     request = broker_pb2.BrokerPullRequest(
-        consumer_group=options.group, topic=queue.topic, queue_id=queue.queue_id,
-        queue_offset=offset, max_messages=count, max_bytes=PULL_BYTES_MAX,
-        subscription=options.subscription, suspend_timeout_ms=0, raw_records=True)
+        consumer_group=options.group,
+        topic=queue.topic,
+        queue_id=queue.queue_id,
+        queue_offset=offset,
+        max_messages=count,
+        max_bytes=PULL_BYTES_MAX,
+        subscription=options.subscription,
+        suspend_timeout_ms=0,
+        raw_records=True,
+    )
     address = client.read_address_of(queue)
     try:
         response = client.broker(address).PullMessage(request, timeout=client.rpc_timeout_s)
@@ -126,8 +147,9 @@ def _pull(client: ClientInstance, options: SourceOptions, queue: MessageQueue, o
     return response
 
 
-def _batch(records: bytes, schema: pa.Schema, partition: QueuePartition,
-           include_body: bool) -> pa.RecordBatch:
+def _batch(
+    records: bytes, schema: pa.Schema, partition: QueuePartition, include_body: bool
+) -> pa.RecordBatch:
     """A pull's records below the partition's end, in bulk when they are plain."""
     starts, stop = record_starts(records, 0, len(records), len(records))
     block = RecordBlock(np.frombuffer(records, dtype=np.uint8), starts)
@@ -144,18 +166,26 @@ def _batch(records: bytes, schema: pa.Schema, partition: QueuePartition,
 
 
 def _data_lost(options: SourceOptions, queue: MessageQueue, wanted: int, first: int) -> None:
-    message = (f"{queue}: offsets {wanted}..{first - 1} are gone (retention removed them; "
-               f"the queue now starts at {first})")
+    message = (
+        f"{queue}: offsets {wanted}..{first - 1} are gone (retention removed them; "
+        f"the queue now starts at {first})"
+    )
     if options.fail_on_data_loss:
         raise DataLossError(message + ". Set failOnDataLoss=false to skip ahead instead.")
     log.warning("%s; skipping ahead (failOnDataLoss=false)", message)
 
 
-def _shorter(options: SourceOptions, queue: MessageQueue, partition: QueuePartition,
-             offset: int, max_offset: int) -> None:
+def _shorter(
+    options: SourceOptions,
+    queue: MessageQueue,
+    partition: QueuePartition,
+    offset: int,
+    max_offset: int,
+) -> None:
     """The queue ends before the planned range does: truncated or recreated."""
-    message = (f"{queue}: planned to read up to offset {partition.end} but the queue ends at "
-               f"{max_offset}")
+    message = (
+        f"{queue}: planned to read up to offset {partition.end} but the queue ends at {max_offset}"
+    )
     if options.fail_on_data_loss:
         raise DataLossError(message + ". Set failOnDataLoss=false to go on.")
     log.warning("%s (failOnDataLoss=false)", message)

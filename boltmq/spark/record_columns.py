@@ -6,9 +6,9 @@ row in Python; here only two loops stay per record (:func:`record_starts`
 follows the size fields, :meth:`RecordBlock.crc_bad` runs the body CRC) and
 every field is taken for all records at once:
 
-- the 88-byte heads (the IPv4 layout of :mod:`services.store.record`) are
+- the 88-byte heads (the IPv4 layout of :mod:`boltmq.wire.record`) are
   gathered into one numpy array and read through the store's
-  :data:`services.store.record_heads.HEAD_DTYPE`, a
+  :data:`boltmq.wire.record_heads.HEAD_DTYPE`, a
   big-endian structured view of the same fields;
 - topics and property blocks are gathered into Arrow string buffers, and the
   properties are split into tags, keys and the rest with Arrow compute;
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zlib_ng.zlib_ng import crc32
 
-from services.store.record import (
+from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
     FIXED_OVERHEAD_IPV4,
     HOST_V6_BITS,
@@ -45,8 +45,8 @@ from services.store.record import (
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
 )
-from services.store.record_batch import RAW_HEAD
-from services.store.record_heads import gather_heads, gather_rows
+from boltmq.wire.record_batch import RAW_HEAD
+from boltmq.wire.record_heads import gather_heads, gather_rows
 
 HEAD_SIZE = RAW_HEAD.size
 """Bytes from total_size to body_length with IPv4 hosts (88)."""
@@ -60,8 +60,9 @@ _INLINE_MAX = 12
 _TOTAL_AND_MAGIC = struct.Struct(">iI")
 
 
-def record_starts(view: memoryview | bytes, position: int, size: int, limit: int,
-                  until: int | None = None) -> tuple[list[int], int]:
+def record_starts(
+    view: memoryview | bytes, position: int, size: int, limit: int, until: int | None = None
+) -> tuple[list[int], int]:
     """Where up to ``limit`` records start, from ``position`` on, following size fields.
 
     Records must end by ``size``; only those starting before ``until`` (default
@@ -82,8 +83,11 @@ def record_starts(view: memoryview | bytes, position: int, size: int, limit: int
         append(position)
         position += total
         if total == previous:  # a run of equal sizes: check the next ones at once
-            most = min(limit - len(starts), (min(end, size - total + 1) - position + total - 1)
-                       // total, _EQUAL_RUN_MAX)
+            most = min(
+                limit - len(starts),
+                (min(end, size - total + 1) - position + total - 1) // total,
+                _EQUAL_RUN_MAX,
+            )
             run = _equal_run(view, position, total, most) if most > 1 else 0
             starts.extend(range(position, position + run * total, total))
             position += run * total
@@ -195,8 +199,11 @@ class RecordBlock:
             return True
         self._topics = _strings(self.data, self.topic_starts, self.topic_lengths)
         self._raw_properties = _strings(self.data, self.property_starts, self.property_lengths)
-        return self._topics is not None and self._raw_properties is not None and \
-            self._split_properties()
+        return (
+            self._topics is not None
+            and self._raw_properties is not None
+            and self._split_properties()
+        )
 
     # ------------------------------------------------------------------ selection
     @property
@@ -211,8 +218,14 @@ class RecordBlock:
         block.starts = self.starts[keep]
         block.heads = self.heads[keep]
         block.plain = True
-        for name in ("body_starts", "body_lengths", "topic_starts", "topic_lengths",
-                     "property_starts", "property_lengths"):
+        for name in (
+            "body_starts",
+            "body_lengths",
+            "topic_starts",
+            "topic_lengths",
+            "property_starts",
+            "property_lengths",
+        ):
             setattr(block, name, getattr(self, name)[keep])
         mask = pa.array(keep)
         block._topics = self.topics.filter(mask)
@@ -222,8 +235,10 @@ class RecordBlock:
 
     def crc_bad(self) -> np.ndarray:
         """Per record: does the body's CRC differ from the stored one?"""
-        bodies = map(self.data.data.__getitem__, map(
-            slice, self.body_starts.tolist(), (self.body_starts + self.body_lengths).tolist()))
+        bodies = map(
+            self.data.data.__getitem__,
+            map(slice, self.body_starts.tolist(), (self.body_starts + self.body_lengths).tolist()),
+        )
         crcs = np.fromiter(map(crc32, bodies), dtype=np.int64, count=len(self))  # in C
         return (crcs & 0x7FFFFFFF) != self.heads["body_crc"]
 
@@ -261,7 +276,9 @@ class RecordBlock:
         rest = ~(is_tags | is_keys)
         properties = pa.MapArray.from_arrays(
             _counts_to_offsets(np.bincount(parents[rest], minlength=count)),
-            names.filter(pa.array(rest)), values.filter(pa.array(rest)))
+            names.filter(pa.array(rest)),
+            values.filter(pa.array(rest)),
+        )
         self._properties = (tags, keys, properties)
         return True
 
@@ -272,14 +289,15 @@ class RecordBlock:
     # ------------------------------------------------------------------ output
     def msg_ids(self) -> pa.StringArray:
         """Offset MessageIds: store host, port and commitlog offset as uppercase hex."""
-        raw = np.concatenate([gather_rows(self.data, self.starts + low, high - low)
-                              for low, high in _MSG_ID_PARTS], axis=1)
+        raw = np.concatenate(
+            [gather_rows(self.data, self.starts + low, high - low) for low, high in _MSG_ID_PARTS],
+            axis=1,
+        )
         text = np.empty((len(self), raw.shape[1] * 2), dtype=np.uint8)
         text[:, 0::2] = _HEX[raw >> 4]
         text[:, 1::2] = _HEX[raw & 0x0F]
         offsets = np.arange(0, text.size + 1, text.shape[1], dtype=np.int32)
-        return pa.StringArray.from_buffers(len(self), pa.py_buffer(offsets),
-                                           pa.py_buffer(text))
+        return pa.StringArray.from_buffers(len(self), pa.py_buffer(offsets), pa.py_buffer(text))
 
     def bodies(self) -> pa.Array:
         """The bodies, copied out of the buffer in one pass."""
@@ -301,31 +319,43 @@ class RecordBlock:
         views[long, 1] = gather_rows(self.data, self.body_starts[long], 4).view("<i4")[:, 0]
         views[long, 2] = 0
         views[long, 3] = self.body_starts[long] - low
-        array = pa.Array.from_buffers(pa.binary_view(), count, [
-            None, pa.py_buffer(views), pa.py_buffer(self.data[low:high])])
+        array = pa.Array.from_buffers(
+            pa.binary_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.data[low:high])]
+        )
         return array.cast(pa.binary())
 
-    def to_batch(self, schema: pa.Schema, broker_name: str | None, *, include_body: bool,
-                 commitlog_extras: bool = False, corrupt: np.ndarray | None = None
-                 ) -> pa.RecordBatch:
+    def to_batch(
+        self,
+        schema: pa.Schema,
+        broker_name: str | None,
+        *,
+        include_body: bool,
+        commitlog_extras: bool = False,
+        corrupt: np.ndarray | None = None,
+    ) -> pa.RecordBatch:
         """The records in ``schema``'s columns (as :class:`~boltmq.spark.schema.RowBuffer`)."""
         heads, count = self.heads, len(self)
         types = schema.types
         tags, keys, properties = self._split()
         columns: list[Any] = [
-            self.topics, pa.array([broker_name] * count, pa.string()),
+            self.topics,
+            pa.array([broker_name] * count, pa.string()),
             pa.array(heads["queue_id"].astype(np.int32)),
             pa.array(heads["queue_offset"].astype(np.int64)),
             pa.array(heads["commitlog_offset"].astype(np.int64)),
             self.msg_ids(),
             pa.array(heads["born_timestamp"].astype(np.int64) * _US_PER_MS, types[6]),
             pa.array(heads["store_timestamp"].astype(np.int64) * _US_PER_MS, types[7]),
-            tags, keys.cast(types[9]), properties.cast(types[10]),
+            tags,
+            keys.cast(types[9]),
+            properties.cast(types[10]),
             self.bodies() if include_body else pa.nulls(count, pa.binary()),
         ]
         if commitlog_extras:
-            columns += [pa.array(heads["sys_flag"].astype(np.int32)),
-                        pa.array(heads["reconsume_times"].astype(np.int32))]
+            columns += [
+                pa.array(heads["sys_flag"].astype(np.int32)),
+                pa.array(heads["reconsume_times"].astype(np.int32)),
+            ]
         if corrupt is not None:
             columns.append(pa.array(corrupt))
         return pa.RecordBatch.from_arrays(columns, schema=schema)

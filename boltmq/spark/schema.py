@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from services.store.record import PROPERTY_KEYS, PROPERTY_TAGS, RecordView
+from boltmq.wire.record import PROPERTY_KEYS, PROPERTY_TAGS, RecordView
 
 MESSAGE_COLUMNS = (
     "topic string, broker_name string, queue_id int, queue_offset long, "
@@ -47,8 +47,15 @@ def arrow_schema(spark_schema: Any) -> pa.Schema:
 class RowBuffer:
     """Columns of decoded records, appended record by record and emitted as one batch."""
 
-    def __init__(self, schema: pa.Schema, broker_name: str | None, *, include_body: bool,
-                 commitlog_extras: bool = False, corrupt_column: bool = False) -> None:
+    def __init__(
+        self,
+        schema: pa.Schema,
+        broker_name: str | None,
+        *,
+        include_body: bool,
+        commitlog_extras: bool = False,
+        corrupt_column: bool = False,
+    ) -> None:
         self.schema = schema
         self.broker_name = broker_name
         self.include_body = include_body
@@ -87,8 +94,7 @@ class RowBuffer:
         properties = record.properties
         self.tags.append(properties.get(PROPERTY_TAGS))
         self.keys.append(record.keys)
-        self.properties.append([item for item in properties.items()
-                                if item[0] not in _OWN_COLUMNS])
+        self.properties.append([item for item in properties.items() if item[0] not in _OWN_COLUMNS])
         self.bodies.append(bytes(record.body) if self.include_body else None)
         if self.commitlog_extras:
             self.sys_flags.append(record.sys_flag)
@@ -104,15 +110,23 @@ class RowBuffer:
         """The buffered rows as one record batch; the buffer starts empty again."""
         types = self.schema.types
         columns: list[Any] = [
-            self.topics, [self.broker_name] * len(self.topics), self.queue_ids,
-            self.queue_offsets, self.commitlog_offsets, self.msg_ids, self.born_us,
-            self.store_us, self.tags, self.keys, self.properties, self.bodies,
+            self.topics,
+            [self.broker_name] * len(self.topics),
+            self.queue_ids,
+            self.queue_offsets,
+            self.commitlog_offsets,
+            self.msg_ids,
+            self.born_us,
+            self.store_us,
+            self.tags,
+            self.keys,
+            self.properties,
+            self.bodies,
         ]
         if self.commitlog_extras:
             columns += [self.sys_flags, self.reconsume]
         if self.corrupt_column:
             columns.append(self.corrupt)
-        arrays = [pa.array(values, type=kind) for values, kind in zip(columns, types,
-                                                                       strict=True)]
+        arrays = [pa.array(values, type=kind) for values, kind in zip(columns, types, strict=True)]
         self._clear()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)

@@ -30,12 +30,12 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from boltmq.allocator import settle_garbage_collector_once
+from boltmq.kernel.allocator import settle_garbage_collector_once
 from boltmq.message import SendStatus
 from boltmq.spark.errors import OptionError, WriteError
 from boltmq.spark.options import SinkOptions
-from services.store.record import InvalidMessage
-from services.store.record_batch import send_record_parts
+from boltmq.wire.record import InvalidMessage
+from boltmq.wire.record_batch import send_record_parts
 
 SAVE_MODE_HELP = (
     "A boltmq write only appends: use df.write.format('boltmq').mode('append').save(). "
@@ -84,8 +84,9 @@ Key = tuple[str, "str | None"]
 """(topic, sharding key): the rows sent together."""
 
 
-def _records(options: SinkOptions, batch: Any, born_ms: int
-             ) -> Iterator[tuple[Key, tuple[bytes, bytes, bytes]]]:
+def _records(
+    options: SinkOptions, batch: Any, born_ms: int
+) -> Iterator[tuple[Key, tuple[bytes, bytes, bytes]]]:
     """``((topic, sharding_key), record parts)`` for every row of an Arrow record batch,
     encoded straight from the columns (no Message objects: ~1 us a row instead of ~3.5),
     refused as :meth:`boltmq.Message.to_record` refuses a message."""
@@ -104,12 +105,17 @@ def _records(options: SinkOptions, batch: Any, born_ms: int
             raise WriteError(f"row {row}: topic is null and no topic option was given")
         props = properties[row]
         try:
-            parts = send_record_parts(topic, _body(bodies[row], row), _text(tags[row]) or None,
-                                      keys[row] or (), dict(props) if props else None, 0,
-                                      born_ms)
+            parts = send_record_parts(
+                topic,
+                _body(bodies[row], row),
+                _text(tags[row]) or None,
+                keys[row] or (),
+                dict(props) if props else None,
+                0,
+                born_ms,
+            )
         except (InvalidMessage, TypeError, struct.error) as exc:
-            raise WriteError(f"row {row}: a message to {topic[:60]!r} is invalid: "
-                             f"{exc}") from None
+            raise WriteError(f"row {row}: a message to {topic[:60]!r} is invalid: {exc}") from None
         yield (topic, _text(sharding[row])), parts
 
 
@@ -117,11 +123,17 @@ def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
     """Send every row of ``batches``; WriteError on the first refusal (the task fails)."""
     from boltmq.producer import Producer
 
-    settle_garbage_collector_once()  # a Spark worker's heap (boltmq/allocator.py)
-    with Producer(options.registry, options.group, send_timeout_ms=options.send_timeout_ms,
-                  tls=options.security.tls, credentials=options.security.credentials
-                  ) as producer, \
-            _Sends(producer, options.in_flight, options.security.unreachable_hint()) as sends:
+    settle_garbage_collector_once()  # a Spark worker's heap (boltmq/kernel/allocator.py)
+    with (
+        Producer(
+            options.registry,
+            options.group,
+            send_timeout_ms=options.send_timeout_ms,
+            tls=options.security.tls,
+            credentials=options.security.credentials,
+        ) as producer,
+        _Sends(producer, options.in_flight, options.security.unreachable_hint()) as sends,
+    ):
         pending: dict[Key, list[bytes]] = {}
         full = PARTS_PER_RECORD * options.batch_size
         for batch in batches:
@@ -138,7 +150,7 @@ def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
 
 
 PARTS_PER_RECORD = 3
-"""head, body and tail (:func:`services.store.record_batch.send_record_parts`)."""
+"""head, body and tail (:func:`boltmq.wire.record_batch.send_record_parts`)."""
 
 
 class _Sends:
@@ -173,8 +185,14 @@ class _Sends:
             self._settle(previous)  # keep a sharding key's batches in order
         while len(self._flying) >= self.limit:
             self._settle(self._flying[0])
-        future = self._pool.submit(_send, self.producer, key, b"".join(parts),
-                                   len(parts) // PARTS_PER_RECORD, self.unreachable_hint)
+        future = self._pool.submit(
+            _send,
+            self.producer,
+            key,
+            b"".join(parts),
+            len(parts) // PARTS_PER_RECORD,
+            self.unreachable_hint,
+        )
         self._flying.append(future)
         self._last[key] = future
 
@@ -192,12 +210,12 @@ def _send(producer: Any, key: Key, records: bytes, count: int, unreachable_hint:
         # The SDK's errors carry the gRPC code's name; UNAVAILABLE is where a TLS
         # mismatch shows (the handshake failure itself is not reported).
         hint = unreachable_hint if "UNAVAILABLE" in str(exc) else ""
-        raise WriteError(f"sending {count} messages to {topic!r} failed: "
-                         f"{exc}{hint}") from exc
+        raise WriteError(f"sending {count} messages to {topic!r} failed: {exc}{hint}") from exc
     for result in results:
         if result.status is SendStatus.SEND_FAILED:
-            raise WriteError(f"the broker refused a message to {topic!r}: "
-                             f"{result.put_status} {result.error}")
+            raise WriteError(
+                f"the broker refused a message to {topic!r}: {result.put_status} {result.error}"
+            )
     return len(results)
 
 

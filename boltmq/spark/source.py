@@ -38,15 +38,25 @@ class BoltMQBatchReader(DataSourceReader):
         options = self.options
         with Catalog(options) as catalog:
             ranges = catalog.ranges(catalog.topics())
-            starts = catalog.resolve(options.starting, ranges, default=EARLIEST,
-                                     timestamp_ms=options.starting_timestamp_ms)
+            starts = catalog.resolve(
+                options.starting,
+                ranges,
+                default=EARLIEST,
+                timestamp_ms=options.starting_timestamp_ms,
+            )
             ends = catalog.resolve(options.ending, ranges, default=LATEST)
         parts: list[InputPartition] = []
         for queue in ranges:
             start = starts[queue.topic][queue.key]
             end = min(ends[queue.topic][queue.key], queue.max_offset)
-            parts += split_range(queue.topic, queue.broker_name, queue.queue_id, start, end,
-                                 options.max_offsets_per_partition)
+            parts += split_range(
+                queue.topic,
+                queue.broker_name,
+                queue.queue_id,
+                start,
+                end,
+                options.max_offsets_per_partition,
+            )
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -63,8 +63,12 @@ class BoltMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with Catalog(self.options) as catalog:
             ranges = catalog.ranges(catalog.topics())
             default = LATEST if self.options.starting == "latest" else EARLIEST
-            return catalog.resolve(self.options.starting, ranges, default=default,
-                                   timestamp_ms=self.options.starting_timestamp_ms)
+            return catalog.resolve(
+                self.options.starting,
+                ranges,
+                default=default,
+                timestamp_ms=self.options.starting_timestamp_ms,
+            )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is None:
@@ -106,8 +110,14 @@ class BoltMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if begin == stop:
                     continue
                 broker_name, queue_id = split_queue_key(key)
-                parts += split_range(topic, broker_name, queue_id, begin, stop,
-                                     self.options.max_offsets_per_partition)
+                parts += split_range(
+                    topic,
+                    broker_name,
+                    queue_id,
+                    begin,
+                    stop,
+                    self.options.max_offsets_per_partition,
+                )
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

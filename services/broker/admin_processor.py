@@ -19,10 +19,18 @@ from services.broker.topic_publisher import TopicPublisher
 class AdminProcessor:
     """Operator-facing reads and writes of topics, groups and messages."""
 
-    def __init__(self, config: BrokerConfig, topics: TopicConfigManager,
-                 groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager,
-                 clients: ClientManager, store: StoreClient, publisher: TopicPublisher,
-                 role: StoreRole, persister: MetadataPersister) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        clients: ClientManager,
+        store: StoreClient,
+        publisher: TopicPublisher,
+        role: StoreRole,
+        persister: MetadataPersister,
+    ) -> None:
         self._config = config
         self._role = role
         self._persister = persister
@@ -39,9 +47,13 @@ class AdminProcessor:
         """Who this broker is and what its store reports."""
         config = self._config
         return broker_pb2.BrokerInfo(
-            cluster_name=config.cluster_name, broker_name=config.broker_name,
-            broker_id=self._role.broker_id, address=self.advertised_address,
-            store_address=config.store_address, store=await self._store.store_info())
+            cluster_name=config.cluster_name,
+            broker_name=config.broker_name,
+            broker_id=self._role.broker_id,
+            address=self.advertised_address,
+            store_address=config.store_address,
+            store=await self._store.store_info(),
+        )
 
     def metadata(self) -> broker_pb2.GetMetadataResponse:
         """Every metadata document as the broker holds it now (replicas copy them)."""
@@ -56,8 +68,10 @@ class AdminProcessor:
 
     def _require_master(self, what: str) -> None:
         if not self._role.is_master:
-            raise FailedPrecondition(f"this broker's store is a replica: {what} on the group's "
-                                     f"master (replicas copy its metadata)")
+            raise FailedPrecondition(
+                f"this broker's store is a replica: {what} on the group's "
+                f"master (replicas copy its metadata)"
+            )
 
     async def upsert_topic(self, request: broker_pb2.UpsertTopicRequest) -> TopicConfig:
         """Create or change a topic, save it and register it everywhere."""
@@ -65,19 +79,20 @@ class AdminProcessor:
         wire = request.topic
         name = check_topic("topic.name", wire.name)
         if self._topics.is_system(name):
-            raise FailedPrecondition(f"topic.name: {name} is a system topic; it cannot be "
-                                     f"changed")
+            raise FailedPrecondition(f"topic.name: {name} is a system topic; it cannot be changed")
         limit = self._config.max_topic_queue_nums
         for field in ("read_queue_nums", "write_queue_nums"):
             value = getattr(wire, field)
             if not 1 <= value <= limit:
-                raise InvalidArgument(f"topic.{field}: must be between 1 and {limit}, "
-                                      f"got {value}")
+                raise InvalidArgument(f"topic.{field}: must be between 1 and {limit}, got {value}")
         if not 0 <= wire.perm <= PERM_ALL:
-            raise InvalidArgument(f"topic.perm: must be a combination of READ 4, WRITE 2 and "
-                                  f"INHERIT 1, got {wire.perm}")
-        config = TopicConfig(name, wire.read_queue_nums, wire.write_queue_nums, wire.perm,
-                             wire.order)
+            raise InvalidArgument(
+                f"topic.perm: must be a combination of READ 4, WRITE 2 and "
+                f"INHERIT 1, got {wire.perm}"
+            )
+        config = TopicConfig(
+            name, wire.read_queue_nums, wire.write_queue_nums, wire.perm, wire.order
+        )
         if self._topics.get(name) != config:
             self._topics.upsert(config)
             await self._publisher.publish()
@@ -98,18 +113,25 @@ class AdminProcessor:
         """Every topic, sorted by name."""
         return self._topics.all()
 
-    async def topic_status(self, request: broker_pb2.TopicStatusRequest
-                           ) -> list[store_pb2.QueueInfo]:
+    async def topic_status(
+        self, request: broker_pb2.TopicStatusRequest
+    ) -> list[store_pb2.QueueInfo]:
         """Min and max offsets of every queue of a topic (0/0 for queues not yet written)."""
         name = check_topic("topic", request.topic)
         config = self._topics.get(name)
         if config is None:
             raise NotFound(f"topic: topic {name!r} does not exist")
         stored = {q.queue_id: q for q in await self._store.list_queues(name)}
-        count = max([config.read_queue_nums, config.write_queue_nums,
-                     *(queue_id + 1 for queue_id in stored)])
-        return [stored.get(qid) or store_pb2.QueueInfo(topic=name, queue_id=qid)
-                for qid in range(count)]
+        count = max(
+            [
+                config.read_queue_nums,
+                config.write_queue_nums,
+                *(queue_id + 1 for queue_id in stored),
+            ]
+        )
+        return [
+            stored.get(qid) or store_pb2.QueueInfo(topic=name, queue_id=qid) for qid in range(count)
+        ]
 
     def list_groups(self) -> list[broker_pb2.GroupInfo]:
         """Every group known from settings, offsets or live heartbeats."""
@@ -119,15 +141,20 @@ class AdminProcessor:
         for name in sorted(names):
             live = self._clients.consumer_group(name)
             settings = self._groups.get(name)
-            orderly = live.orderly if live else bool(settings and
-                                                     settings.consume_message_orderly)
-            groups.append(broker_pb2.GroupInfo(
-                group=name, client_ids=live.client_ids if live else (),
-                model=live.model if live else "", orderly=orderly))
+            orderly = live.orderly if live else bool(settings and settings.consume_message_orderly)
+            groups.append(
+                broker_pb2.GroupInfo(
+                    group=name,
+                    client_ids=live.client_ids if live else (),
+                    model=live.model if live else "",
+                    orderly=orderly,
+                )
+            )
         return groups
 
-    async def group_progress(self, request: broker_pb2.GroupProgressRequest
-                             ) -> list[broker_pb2.QueueProgress]:
+    async def group_progress(
+        self, request: broker_pb2.GroupProgressRequest
+    ) -> list[broker_pb2.QueueProgress]:
         """Per queue of every topic the group commits on or subscribes to: max, committed, lag."""
         group = check_group("group", request.group)
         committed = self._offsets.offsets_of_group(group)
@@ -152,8 +179,9 @@ class AdminProcessor:
             raise InvalidArgument("msg_id: must not be empty")
         return await self._store.get(request)
 
-    async def query_by_key(self, request: store_pb2.QueryByKeyRequest
-                           ) -> store_pb2.QueryByKeyResponse:
+    async def query_by_key(
+        self, request: store_pb2.QueryByKeyRequest
+    ) -> store_pb2.QueryByKeyResponse:
         """Messages of a topic with a key, newest first, at most ``max_query_messages``."""
         name = check_topic("topic", request.topic)
         if self._topics.get(name) is None:
@@ -169,11 +197,16 @@ class AdminProcessor:
         return await self._store.query_by_key(forwarded)
 
 
-def _queue_progress(queue: store_pb2.QueueInfo, committed: dict[int, int]
-                    ) -> broker_pb2.QueueProgress:
+def _queue_progress(
+    queue: store_pb2.QueueInfo, committed: dict[int, int]
+) -> broker_pb2.QueueProgress:
     consumer_offset = committed.get(queue.queue_id, -1)
     # No commit yet: the group would start from the queue's first message.
     start = consumer_offset if consumer_offset >= 0 else queue.min_offset
     return broker_pb2.QueueProgress(
-        topic=queue.topic, queue_id=queue.queue_id, broker_offset=queue.max_offset,
-        consumer_offset=consumer_offset, lag=max(0, queue.max_offset - start))
+        topic=queue.topic,
+        queue_id=queue.queue_id,
+        broker_offset=queue.max_offset,
+        consumer_offset=consumer_offset,
+        lag=max(0, queue.max_offset - start),
+    )

@@ -58,8 +58,9 @@ class _OpenCall:
 class AppendStream:
     """Appends multiplexed on one AppendStream call (see the module docstring)."""
 
-    def __init__(self, open_call: Callable[[], Any], timeout_s: float,
-                 translate: Translate) -> None:
+    def __init__(
+        self, open_call: Callable[[], Any], timeout_s: float, translate: Translate
+    ) -> None:
         self._open_call = open_call
         self._timeout_s = timeout_s
         self._translate = translate
@@ -77,8 +78,9 @@ class AppendStream:
             async with asyncio.timeout(self._timeout_s):
                 response = await answered  # a broken call fails it (_break)
         except TimeoutError:
-            raise self._translate(METHOD, grpc.StatusCode.DEADLINE_EXCEEDED,
-                                  f"no answer within {self._timeout_s:g} s") from None
+            raise self._translate(
+                METHOD, grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {self._timeout_s:g} s"
+            ) from None
         finally:
             opened.waiting.pop(request_id, None)
         if response.error_code:
@@ -91,8 +93,9 @@ class AppendStream:
         opened, self._open = self._open, None
         if opened is not None:
             self._break(opened)
-            await asyncio.gather(*(task for task in (opened.writer, opened.reader) if task),
-                                 return_exceptions=True)
+            await asyncio.gather(
+                *(task for task in (opened.writer, opened.reader) if task), return_exceptions=True
+            )
 
     def _current(self) -> _OpenCall:
         opened = self._open
@@ -113,8 +116,9 @@ class AppendStream:
             # The write found the call broken or closed (grpc reports a write racing
             # the call's end as INTERNAL): the stream is gone, the store unreachable.
             details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-            self._break(opened, (grpc.StatusCode.UNAVAILABLE,
-                                 f"the append stream broke: {details}"))
+            self._break(
+                opened, (grpc.StatusCode.UNAVAILABLE, f"the append stream broke: {details}")
+            )
 
     async def _read(self, opened: _OpenCall) -> None:
         code, details = grpc.StatusCode.UNAVAILABLE, "the store ended the stream"
@@ -134,8 +138,7 @@ class AppendStream:
             details = f"the append stream broke: {exc}"
         self._break(opened, (code, details))
 
-    def _break(self, opened: _OpenCall,
-               failure: tuple[grpc.StatusCode, str] | None = None) -> None:
+    def _break(self, opened: _OpenCall, failure: tuple[grpc.StatusCode, str] | None = None) -> None:
         """Mark the call broken (the next append opens another); fail what waits on it.
 
         Each waiting append gets its own error. One whose caller is gone

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 
-from boltmq import runtime
+from boltmq.kernel import runtime
 from boltmq.v1 import store_pb2
 from services.broker.errors import BrokerError
 from services.broker.long_poll import LongPollHub
@@ -54,8 +54,9 @@ class ArrivalWatcher:
     def _wait_on(self, topic: str, queue_id: int, queue_offset: int) -> None:
         # Without an open stream nothing is sent: opening one wakes every parked pull.
         if self._interests is not None:
-            self._interests.put_nowait(store_pb2.QueueInterest(
-                topic=topic, queue_id=queue_id, after_offset=queue_offset))
+            self._interests.put_nowait(
+                store_pb2.QueueInterest(topic=topic, queue_id=queue_id, after_offset=queue_offset)
+            )
 
     def _open(self, interests: asyncio.Queue[store_pb2.QueueInterest]) -> None:
         # Wake everything parked: arrivals before this moment were not seen, and
@@ -71,7 +72,8 @@ class ArrivalWatcher:
             interests: asyncio.Queue[store_pb2.QueueInterest] = asyncio.Queue()
             try:
                 async for arrival in self._store.watch_queues(
-                        interests, functools.partial(self._open, interests)):
+                    interests, functools.partial(self._open, interests)
+                ):
                     self._hub.notify(arrival.topic, arrival.queue_id, arrival.max_offset)
                 reason = "the store ended the stream"
             except BrokerError as exc:
@@ -83,7 +85,8 @@ class ArrivalWatcher:
             self._hub.wake_all()
             failures += 1
             if failures == 1 or failures % 100 == 0:
-                log.warning("arrival stream from %s closed (%s); reopening",
-                            self._store.address, reason)
+                log.warning(
+                    "arrival stream from %s closed (%s); reopening", self._store.address, reason
+                )
             await asyncio.sleep(pause_s)
             pause_s = min(pause_s * 2, self._reconnect_max_s)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from boltmq import runtime, tls
-from boltmq.signing import Credentials
+from boltmq.kernel import runtime, tls
+from boltmq.kernel.signing import Credentials
 from services.broker.access.acl_admin import AclAdmin
 from services.broker.access.acl_table import AclTable, read_seed_file
 from services.broker.access.authorizer import Authorizer
@@ -65,8 +65,9 @@ class Broker:
         self.config = config
         client_tls = tls.client_tls(config)  # the broker's own calls: store, registry, HA
         self.store = StoreClient(config.store_address, config.store_timeout_ms, client_tls)
-        self.topics = TopicConfigManager(config.cluster_name, config.broker_name,
-                                         config.auto_create_topic_enable)
+        self.topics = TopicConfigManager(
+            config.cluster_name, config.broker_name, config.auto_create_topic_enable
+        )
         self.groups = SubscriptionGroupManager(config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager()
         self.clients = ClientManager(config.client_expiry_ms)
@@ -74,33 +75,70 @@ class Broker:
         self.hub = LongPollHub(config.long_poll_max_parked)
         self.watcher = ArrivalWatcher(self.store, self.hub, config.watch_reconnect_max_ms)
         self.delay_offsets = DelayOffsetManager()
-        self.persister = MetadataPersister(self.store, self.topics, self.groups, self.offsets,
-                                           config.offset_persist_interval_ms, self.delay_offsets)
-        self.role = StoreRole(self.store, config.broker_id, config.ha_address,
-                              config.role_check_interval_ms, tls=client_tls)
+        self.persister = MetadataPersister(
+            self.store,
+            self.topics,
+            self.groups,
+            self.offsets,
+            config.offset_persist_interval_ms,
+            self.delay_offsets,
+        )
+        self.role = StoreRole(
+            self.store,
+            config.broker_id,
+            config.ha_address,
+            config.role_check_interval_ms,
+            tls=client_tls,
+        )
         identity = BrokerIdentity(config.cluster_name, config.broker_name, config.ha_address)
-        self.registrar = Registrar(identity, self.role, config.registry_address_list,
-                                   self.topics, config.register_interval_ms,
-                                   config.registry_timeout_ms, client_tls)
+        self.registrar = Registrar(
+            identity,
+            self.role,
+            config.registry_address_list,
+            self.topics,
+            config.register_interval_ms,
+            config.registry_timeout_ms,
+            client_tls,
+        )
         self.role.on_change = self.registrar.register_all
-        self.sync = MetadataSync(config.cluster_name, config.broker_name, self.role,
-                                 config.registry_address_list, self.persister, self.topics,
-                                 self.groups, self.offsets, config.metadata_sync_interval_ms,
-                                 config.store_timeout_ms, client_tls)
+        self.sync = MetadataSync(
+            config.cluster_name,
+            config.broker_name,
+            self.role,
+            config.registry_address_list,
+            self.persister,
+            self.topics,
+            self.groups,
+            self.offsets,
+            config.metadata_sync_interval_ms,
+            config.store_timeout_ms,
+            client_tls,
+        )
         publisher = TopicPublisher(self.persister, self.registrar)
         group_access = GroupAccess(self.groups, self.persister)
-        self.admin = AdminProcessor(config, self.topics, self.groups, self.offsets,
-                                    self.clients, self.store, publisher, self.role,
-                                    self.persister)
+        self.admin = AdminProcessor(
+            config,
+            self.topics,
+            self.groups,
+            self.offsets,
+            self.clients,
+            self.store,
+            publisher,
+            self.role,
+            self.persister,
+        )
         self.transactions = TransactionService(config, self.store, self.role, CheckChannels())
         send = SendProcessor(config, self.topics, self.store, publisher)
         send.transactions = self.transactions
         self.servicer = BrokerServicer(
             send,
-            PullProcessor(config, self.topics, group_access, self.offsets, self.store,
-                          self.hub, self.role),
+            PullProcessor(
+                config, self.topics, group_access, self.offsets, self.store, self.hub, self.role
+            ),
             ClientProcessor(self.topics, group_access, self.clients, self.offsets, self.locks),
-            self.admin, self.transactions)
+            self.admin,
+            self.transactions,
+        )
         self.metrics = BrokerMetrics(self.hub, self.offsets)
         self.servicer.metrics = self.metrics
         send.metrics = self.metrics
@@ -108,13 +146,16 @@ class Broker:
         self._wire_retry_and_delay(config, group_access, publisher)
         self._wire_access(config)
 
-    def _wire_retry_and_delay(self, config: BrokerConfig, group_access: GroupAccess,
-                              publisher: TopicPublisher) -> None:
+    def _wire_retry_and_delay(
+        self, config: BrokerConfig, group_access: GroupAccess, publisher: TopicPublisher
+    ) -> None:
         """Send-back, dead letters, retry topics on heartbeats and the delay scheduler."""
-        self.schedule = ScheduleService(levels_of(config), self.store, self.delay_offsets,
-                                        self.hub, self.role)
-        self.servicer.send_back = SendBackProcessor(config, self.topics, group_access,
-                                                    self.store, publisher)
+        self.schedule = ScheduleService(
+            levels_of(config), self.store, self.delay_offsets, self.hub, self.role
+        )
+        self.servicer.send_back = SendBackProcessor(
+            config, self.topics, group_access, self.store, publisher
+        )
         self.servicer.dead_letters = DeadLetterProcessor(config, self.topics, self.store)
         self.servicer._clients.retry_topics = RetryTopics(self.topics, publisher)
 
@@ -126,11 +167,20 @@ class Broker:
         self.sync.acl = self.acl
         if config.access_key:
             self.sync.credentials = Credentials(config.access_key, config.secret_key)
-        authorizer = (Authorizer(lambda: self.acl.document, config.acl_signature_max_skew_ms)
-                      if config.acl_enable else None)
-        limits = (ClientLimits(config.client_request_rate_per_s, config.client_request_burst,
-                               config.client_in_flight_max)
-                  if config.client_request_rate_per_s or config.client_in_flight_max else None)
+        authorizer = (
+            Authorizer(lambda: self.acl.document, config.acl_signature_max_skew_ms)
+            if config.acl_enable
+            else None
+        )
+        limits = (
+            ClientLimits(
+                config.client_request_rate_per_s,
+                config.client_request_burst,
+                config.client_in_flight_max,
+            )
+            if config.client_request_rate_per_s or config.client_in_flight_max
+            else None
+        )
         self.gate = BrokerGate(authorizer, limits) if authorizer or limits else None
         """The server interceptor in front of every call (None: nothing to enforce)."""
 
@@ -151,10 +201,16 @@ class Broker:
         self.transactions.start()
         await self.registrar.start(advertised_address)
         self._scanner = asyncio.create_task(self._scan_clients(), name="client-scanner")
-        log.info("broker %s/%s id %d serving %d topics at %s (store %s, %s)",
-                 self.config.cluster_name, self.config.broker_name, self.role.broker_id,
-                 len(self.topics.all()), advertised_address, self.config.store_address,
-                 "master" if self.role.is_master else "replica")
+        log.info(
+            "broker %s/%s id %d serving %d topics at %s (store %s, %s)",
+            self.config.cluster_name,
+            self.config.broker_name,
+            self.role.broker_id,
+            len(self.topics.all()),
+            advertised_address,
+            self.config.store_address,
+            "master" if self.role.is_master else "replica",
+        )
 
     async def stop(self) -> None:
         """Answer parked pulls, unregister, save offsets, close connections."""

@@ -27,7 +27,8 @@ class CheckChannel:
     group: str
     client_id: str
     queue: asyncio.Queue[broker_pb2.TransactionCheck] = field(
-        default_factory=lambda: asyncio.Queue(CHECK_CHANNEL_QUEUE_MAX))
+        default_factory=lambda: asyncio.Queue(CHECK_CHANNEL_QUEUE_MAX)
+    )
 
 
 class CheckChannels:

@@ -60,8 +60,12 @@ class ClientManager:
         self._producers: dict[str, dict[str, int]] = {}
         self._consumers: dict[str, _Group] = {}
 
-    def heartbeat(self, client_id: str, producer_groups: Iterable[str],
-                  consumer_groups: Iterable[ConsumerGroupHeartbeat]) -> list[str]:
+    def heartbeat(
+        self,
+        client_id: str,
+        producer_groups: Iterable[str],
+        consumer_groups: Iterable[ConsumerGroupHeartbeat],
+    ) -> list[str]:
         """Record a heartbeat; return the consumer groups whose member list changed."""
         now = self._clock_ms()
         for group in producer_groups:
@@ -76,8 +80,9 @@ class ClientManager:
             entry.subscriptions.update(beat.subscriptions)
         return changed
 
-    def unregister(self, client_id: str, producer_groups: Iterable[str],
-                   consumer_groups: Iterable[str]) -> list[str]:
+    def unregister(
+        self, client_id: str, producer_groups: Iterable[str], consumer_groups: Iterable[str]
+    ) -> list[str]:
         """Remove a client from groups; return the consumer groups it left."""
         for group in producer_groups:
             _remove(self._producers, group, client_id)
@@ -107,8 +112,13 @@ class ClientManager:
         ids = self._live(entry.last_seen_ms)
         if not ids:
             return None
-        return ConsumerGroupView(group, tuple(ids), entry.model, entry.orderly,
-                                 tuple(sorted(entry.subscriptions.items())))
+        return ConsumerGroupView(
+            group,
+            tuple(ids),
+            entry.model,
+            entry.orderly,
+            tuple(sorted(entry.subscriptions.items())),
+        )
 
     def consumer_groups(self) -> list[str]:
         """Consumer groups with at least one live member, sorted."""

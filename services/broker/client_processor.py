@@ -29,8 +29,14 @@ QUERY_OFFSETS_MAX = 4096
 class ClientProcessor:
     """Heartbeats, membership, offsets and orderly-consumption locks."""
 
-    def __init__(self, topics: TopicConfigManager, groups: GroupAccess, clients: ClientManager,
-                 offsets: ConsumerOffsetManager, locks: QueueLockManager) -> None:
+    def __init__(
+        self,
+        topics: TopicConfigManager,
+        groups: GroupAccess,
+        clients: ClientManager,
+        offsets: ConsumerOffsetManager,
+        locks: QueueLockManager,
+    ) -> None:
         self._topics = topics
         self._groups = groups
         self._clients = clients
@@ -43,8 +49,9 @@ class ClientProcessor:
         """Record the client in each group it names (consumer groups are created on demand)."""
         client_id = check_client_id("client_id", request.client_id)
         if len(request.producer_groups) + len(request.consumer_groups) > MAX_GROUPS_PER_HEARTBEAT:
-            raise InvalidArgument(f"consumer_groups: at most {MAX_GROUPS_PER_HEARTBEAT} groups "
-                                  f"per heartbeat")
+            raise InvalidArgument(
+                f"consumer_groups: at most {MAX_GROUPS_PER_HEARTBEAT} groups per heartbeat"
+            )
         for index, group in enumerate(request.producer_groups):
             check_group(f"producer_groups[{index}]", group)
         beats = [_consumer_beat(index, beat) for index, beat in enumerate(request.consumer_groups)]
@@ -78,8 +85,7 @@ class ClientProcessor:
         await self._groups.require("group", request.group)
         self._offsets.commit(request.group, request.topic, request.queue_id, request.offset)
 
-    def query_offsets(self, request: broker_pb2.QueryConsumerOffsetsRequest
-                      ) -> list[int | None]:
+    def query_offsets(self, request: broker_pb2.QueryConsumerOffsetsRequest) -> list[int | None]:
         """A group's committed offsets on several queues, in the order asked (None: none).
 
         Every queue is checked before any is answered."""
@@ -88,8 +94,7 @@ class ClientProcessor:
         for n, queue in enumerate(request.queues):
             config = readable_topic(self._topics, f"queues[{n}].topic", queue.topic)
             check_read_queue(config, f"queues[{n}].queue_id", queue.queue_id)
-        return [self._offsets.query(group, queue.topic, queue.queue_id)
-                for queue in request.queues]
+        return [self._offsets.query(group, queue.topic, queue.queue_id) for queue in request.queues]
 
     def query_offset(self, request: broker_pb2.QueryConsumerOffsetRequest) -> int | None:
         """A group's committed offset on one queue, or None."""
@@ -109,14 +114,14 @@ class ClientProcessor:
         return self._locks.unlock(group, client_id, queues)
 
 
-def _consumer_beat(index: int, beat: broker_pb2.ConsumerGroupHeartbeat
-                   ) -> ConsumerGroupHeartbeat:
+def _consumer_beat(index: int, beat: broker_pb2.ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeat:
     field = f"consumer_groups[{index}]"
     check_group(f"{field}.group", beat.group)
     model = beat.model or CLUSTERING
     if model not in MESSAGE_MODELS:
-        raise InvalidArgument(f"{field}.model: {beat.model[:40]!r} is not one of "
-                              f"{', '.join(MESSAGE_MODELS)}")
+        raise InvalidArgument(
+            f"{field}.model: {beat.model[:40]!r} is not one of {', '.join(MESSAGE_MODELS)}"
+        )
     subscriptions = []
     for number, sub in enumerate(beat.subscriptions):
         check_topic(f"{field}.subscriptions[{number}].topic", sub.topic)

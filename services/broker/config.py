@@ -1,6 +1,6 @@
 """BrokerConfig: every setting of the broker, RocketMQ's names in snake_case with units.
 
-Loaded through :func:`boltmq.config.load_config` (defaults, TOML file,
+Loaded through :func:`boltmq.kernel.config.load_config` (defaults, TOML file,
 ``BOLTMQ_*`` environment, flags). Validation happens in ``__post_init__`` so a
 bad value is one clear error at start-up, never a surprise at run time.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from boltmq.config import ConfigError, ServerSettings
-from boltmq.signing import Credentials, SigningError
+from boltmq.kernel.config import ConfigError, ServerSettings
+from boltmq.kernel.signing import Credentials, SigningError
 from services.broker.delay_level import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
     InvalidDelayLevels,
@@ -142,8 +142,9 @@ class BrokerConfig(ServerSettings):
         for name in ("cluster_name", "broker_name"):
             value = getattr(self, name)
             if not NAME_PATTERN.match(value):
-                raise ConfigError(f"{name} {value!r} may only use 1-127 letters, digits, "
-                                  f"'%', '|', '_' and '-'")
+                raise ConfigError(
+                    f"{name} {value!r} may only use 1-127 letters, digits, '%', '|', '_' and '-'"
+                )
         for address in (self.store_address, *self.registry_address_list):
             _check_address("store_address / registry_addresses", address)
         if self.advertised_address:
@@ -155,19 +156,37 @@ class BrokerConfig(ServerSettings):
         self._check_positive()
         self._check_security()
         if not 1 <= self.default_topic_queue_nums <= self.max_topic_queue_nums:
-            raise ConfigError("default_topic_queue_nums must be between 1 and "
-                              f"max_topic_queue_nums ({self.max_topic_queue_nums})")
+            raise ConfigError(
+                "default_topic_queue_nums must be between 1 and "
+                f"max_topic_queue_nums ({self.max_topic_queue_nums})"
+            )
 
     def _check_positive(self) -> None:
-        for name in ("register_interval_ms", "registry_timeout_ms", "store_timeout_ms",
-                     "store_connect_timeout_ms", "watch_reconnect_max_ms",
-                     "offset_persist_interval_ms", "client_expiry_ms", "client_scan_interval_ms",
-                     "long_poll_max_ms", "long_poll_max_parked", "queue_lock_expiry_ms",
-                     "max_message_size_bytes", "max_batch_messages", "max_query_messages",
-                     "role_check_interval_ms", "metadata_sync_interval_ms",
-                     "suggest_pulling_from_slave_lag_messages", "deliver_at_max_delay_ms",
-                     "max_topic_queue_nums", "transaction_timeout_ms", "transaction_check_max",
-                     "transaction_check_interval_ms", "transaction_decided_cache_max"):
+        for name in (
+            "register_interval_ms",
+            "registry_timeout_ms",
+            "store_timeout_ms",
+            "store_connect_timeout_ms",
+            "watch_reconnect_max_ms",
+            "offset_persist_interval_ms",
+            "client_expiry_ms",
+            "client_scan_interval_ms",
+            "long_poll_max_ms",
+            "long_poll_max_parked",
+            "queue_lock_expiry_ms",
+            "max_message_size_bytes",
+            "max_batch_messages",
+            "max_query_messages",
+            "role_check_interval_ms",
+            "metadata_sync_interval_ms",
+            "suggest_pulling_from_slave_lag_messages",
+            "deliver_at_max_delay_ms",
+            "max_topic_queue_nums",
+            "transaction_timeout_ms",
+            "transaction_check_max",
+            "transaction_check_interval_ms",
+            "transaction_decided_cache_max",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 
@@ -184,11 +203,14 @@ class BrokerConfig(ServerSettings):
         if self.max_concurrent_rpcs < 0 or self.client_in_flight_max < 0:
             raise ConfigError("max_concurrent_rpcs and client_in_flight_max must be >= 0")
         if self.max_concurrent_rpcs and self.long_poll_max_parked >= self.max_concurrent_rpcs:
-            raise ConfigError("long_poll_max_parked must be below max_concurrent_rpcs, or parked "
-                              "pulls could take every call slot")
+            raise ConfigError(
+                "long_poll_max_parked must be below max_concurrent_rpcs, or parked "
+                "pulls could take every call slot"
+            )
         if self.client_request_rate_per_s < 0 or self.client_request_burst < 1:
-            raise ConfigError("client_request_rate_per_s must be >= 0 and "
-                              "client_request_burst >= 1")
+            raise ConfigError(
+                "client_request_rate_per_s must be >= 0 and client_request_burst >= 1"
+            )
 
     @property
     def registry_address_list(self) -> tuple[str, ...]:

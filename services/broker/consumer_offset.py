@@ -84,8 +84,10 @@ class ConsumerOffsetManager:
 
     def to_json(self) -> bytes:
         """consumerOffset.json as written to the store."""
-        table = {key: {str(q): off for q, off in sorted(queues.items())}
-                 for key, queues in sorted(self._table.items())}
+        table = {
+            key: {str(q): off for q, off in sorted(queues.items())}
+            for key, queues in sorted(self._table.items())
+        }
         return json_document.dump({"offsetTable": table})
 
     def load_json(self, data: bytes) -> None:
@@ -98,8 +100,7 @@ class ConsumerOffsetManager:
             _check_key(key)
             if not isinstance(queues, dict):
                 raise CorruptMetadata(f"{file}: {key}: queues are not an object")
-            table[key] = {_queue_id(key, q): json_document.get_int(file, queues, q)
-                          for q in queues}
+            table[key] = {_queue_id(key, q): json_document.get_int(file, queues, q) for q in queues}
         self._table = table
         self.version += 1
 

@@ -28,18 +28,20 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
     """The delays of ``text`` in ms, level 1 first; InvalidDelayLevels naming the bad part."""
     parts = text.split()
     if not 1 <= len(parts) <= MAX_LEVELS:
-        raise InvalidDelayLevels(f"message_delay_level: 1..{MAX_LEVELS} delays, got "
-                                 f"{len(parts)}")
+        raise InvalidDelayLevels(f"message_delay_level: 1..{MAX_LEVELS} delays, got {len(parts)}")
     delays = []
     for part in parts:
         match = _DELAY.match(part)
         if match is None:
-            raise InvalidDelayLevels(f"message_delay_level: {part!r:.20} is not a number with "
-                                     f"a unit ({', '.join(_UNIT_MS)})")
+            raise InvalidDelayLevels(
+                f"message_delay_level: {part!r:.20} is not a number with "
+                f"a unit ({', '.join(_UNIT_MS)})"
+            )
         delays.append(int(match.group(1)) * _UNIT_MS[match.group(2)])
     if any(d <= 0 for d in delays) or any(b <= a for a, b in zip(delays, delays[1:], strict=False)):
-        raise InvalidDelayLevels("message_delay_level: delays must be positive and grow "
-                                 "strictly from level to level")
+        raise InvalidDelayLevels(
+            "message_delay_level: delays must be positive and grow strictly from level to level"
+        )
     return tuple(delays)
 
 

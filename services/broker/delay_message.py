@@ -32,10 +32,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from boltmq.v1 import broker_pb2, message_pb2
-from services.broker.config import BrokerConfig
-from services.broker.delay_level import DelayLevels
-from services.broker.errors import InvalidArgument
-from services.store.record import (
+from boltmq.wire.record import (
     PROPERTY_DELAY,
     PROPERTY_DELAY_MS,
     PROPERTY_REAL_QID,
@@ -45,12 +42,22 @@ from services.store.record import (
     CorruptRecord,
     decode_record,
 )
-from services.store.record_batch import frame_records
+from boltmq.wire.record_batch import frame_records
+from services.broker.config import BrokerConfig
+from services.broker.delay_level import DelayLevels
+from services.broker.errors import InvalidArgument
 
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_SCHEDULE_SOURCE = "SCHEDULE_SOURCE"
-SCHEDULING_PROPERTIES = frozenset((PROPERTY_DELAY, PROPERTY_DELAY_MS, PROPERTY_REAL_TOPIC,
-                                   PROPERTY_REAL_QID, PROPERTY_TIMER_DELIVER_MS))
+SCHEDULING_PROPERTIES = frozenset(
+    (
+        PROPERTY_DELAY,
+        PROPERTY_DELAY_MS,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QID,
+        PROPERTY_TIMER_DELIVER_MS,
+    )
+)
 """Properties that exist only while a message waits; none reaches a consumer."""
 _MAX_DIGITS = 18
 
@@ -67,8 +74,14 @@ def _number(field: str, value: str, what: str) -> int:
     return int(text)
 
 
-def first_hop(field: str, properties: Mapping[str, str], levels: DelayLevels, now_ms: int,
-              max_delay_ms: int, past_tolerance_ms: int) -> tuple[int, int] | None:
+def first_hop(
+    field: str,
+    properties: Mapping[str, str],
+    levels: DelayLevels,
+    now_ms: int,
+    max_delay_ms: int,
+    past_tolerance_ms: int,
+) -> tuple[int, int] | None:
     """``(level, delay_ms)`` of a delayed message's first hop, None to deliver it at once.
 
     InvalidArgument naming ``field`` for a level outside 1..n, both properties
@@ -88,11 +101,15 @@ def first_hop(field: str, properties: Mapping[str, str], levels: DelayLevels, no
     deliver_at = _number(field, deliver_text, "deliver_at_ms")
     remaining = deliver_at - now_ms
     if remaining > max_delay_ms:
-        raise InvalidArgument(f"{field}: deliver_at_ms {deliver_at} is {remaining} ms ahead, "
-                              f"at most {max_delay_ms} (deliver_at_max_delay_ms)")
+        raise InvalidArgument(
+            f"{field}: deliver_at_ms {deliver_at} is {remaining} ms ahead, "
+            f"at most {max_delay_ms} (deliver_at_max_delay_ms)"
+        )
     if remaining < -past_tolerance_ms:
-        raise InvalidArgument(f"{field}: deliver_at_ms {deliver_at} is {-remaining} ms in the "
-                              f"past (a delivery time is ms since the epoch)")
+        raise InvalidArgument(
+            f"{field}: deliver_at_ms {deliver_at} is {-remaining} ms in the "
+            f"past (a delivery time is ms since the epoch)"
+        )
     if remaining <= 0:
         return None
     return levels.hop(remaining)
@@ -129,16 +146,22 @@ def source_of(entry: message_pb2.MessageExt) -> str:
     return f"{entry.queue_id}:{entry.queue_offset}"
 
 
-def next_copy(entry: message_pb2.MessageExt, levels: DelayLevels, now_ms: int
-              ) -> message_pb2.Message:
+def next_copy(
+    entry: message_pb2.MessageExt, levels: DelayLevels, now_ms: int
+) -> message_pb2.Message:
     """What a due entry becomes: its real message, or its next hop towards
     ``TIMER_DELIVER_MS`` when that is still ahead."""
     props = dict(entry.properties)
     copy = message_pb2.Message(
-        topic=props.get(PROPERTY_REAL_TOPIC, ""), queue_id=int(props.get(PROPERTY_REAL_QID, "0")),
-        body=entry.body, flag=entry.flag, sys_flag=entry.sys_flag,
-        born_timestamp=entry.born_timestamp_ms, reconsume_times=entry.reconsume_times,
-        prepared_transaction_offset=entry.prepared_transaction_offset)
+        topic=props.get(PROPERTY_REAL_TOPIC, ""),
+        queue_id=int(props.get(PROPERTY_REAL_QID, "0")),
+        body=entry.body,
+        flag=entry.flag,
+        sys_flag=entry.sys_flag,
+        born_timestamp=entry.born_timestamp_ms,
+        reconsume_times=entry.reconsume_times,
+        prepared_transaction_offset=entry.prepared_transaction_offset,
+    )
     props[PROPERTY_SCHEDULE_SOURCE] = source_of(entry)
     deliver_text = props.get(PROPERTY_TIMER_DELIVER_MS, "")
     remaining = int(deliver_text) - now_ms if deliver_text.lstrip("-").isdigit() else 0
@@ -159,7 +182,8 @@ def levels_of(config: BrokerConfig) -> DelayLevels:
     levels = _LEVELS_BY_TEXT.get(config.message_delay_level)
     if levels is None:
         levels = _LEVELS_BY_TEXT[config.message_delay_level] = DelayLevels.parse(
-            config.message_delay_level)
+            config.message_delay_level
+        )
     return levels
 
 
@@ -171,8 +195,14 @@ def schedule_delayed(messages: Iterable[message_pb2.Message], config: BrokerConf
         props = message.properties
         if not is_delayed(props):
             continue
-        hop = first_hop(f"messages[{index}].properties", props, levels_of(config), now_ms,
-                        config.deliver_at_max_delay_ms, config.deliver_at_past_tolerance_ms)
+        hop = first_hop(
+            f"messages[{index}].properties",
+            props,
+            levels_of(config),
+            now_ms,
+            config.deliver_at_max_delay_ms,
+            config.deliver_at_past_tolerance_ms,
+        )
         if hop is None:
             deliver_now(message)
         else:
@@ -189,8 +219,9 @@ def may_ask_for_delay(properties_raw: bytes | memoryview) -> bool:
     return any(marker in data for marker in DELAY_MARKERS)
 
 
-def records_as_messages(request: broker_pb2.SendRequest, records: bytes
-                        ) -> broker_pb2.SendRequest | None:
+def records_as_messages(
+    request: broker_pb2.SendRequest, records: bytes
+) -> broker_pb2.SendRequest | None:
     """A raw batch with a delayed record as the per-message request; None when no record
     asks for a delay (the raw path then goes on untouched).
 
@@ -202,19 +233,31 @@ def records_as_messages(request: broker_pb2.SendRequest, records: bytes
     try:
         positions = frame_records(records, request.record_count)
         view = memoryview(records)
-        decoded = [decode_record(view, position, check_crc=True, copy_body=True)
-                   for position in positions]
+        decoded = [
+            decode_record(view, position, check_crc=True, copy_body=True) for position in positions
+        ]
         properties = [d.properties for d in decoded]
     except CorruptRecord as exc:
         raise InvalidArgument(f"records: {exc}") from None
     if not any(is_delayed(p) for p in properties):
         return None
-    messages = [message_pb2.Message(
-        topic=request.topic, queue_id=request.queue_id, body=bytes(d.body), flag=d.flag,
-        properties=p, born_timestamp=d.born_timestamp, sys_flag=d.sys_flag,
-        reconsume_times=d.reconsume_times,
-        prepared_transaction_offset=d.prepared_transaction_offset)
-        for d, p in zip(decoded, properties, strict=True)]
+    messages = [
+        message_pb2.Message(
+            topic=request.topic,
+            queue_id=request.queue_id,
+            body=bytes(d.body),
+            flag=d.flag,
+            properties=p,
+            born_timestamp=d.born_timestamp,
+            sys_flag=d.sys_flag,
+            reconsume_times=d.reconsume_times,
+            prepared_transaction_offset=d.prepared_transaction_offset,
+        )
+        for d, p in zip(decoded, properties, strict=True)
+    ]
     return broker_pb2.SendRequest(
-        producer_group=request.producer_group, messages=messages, born_host=request.born_host,
-        default_topic_queue_nums=request.default_topic_queue_nums)
+        producer_group=request.producer_group,
+        messages=messages,
+        born_host=request.born_host,
+        default_topic_queue_nums=request.default_topic_queue_nums,
+    )

@@ -39,13 +39,13 @@ class DelayOffsetManager:
     def to_json(self) -> bytes:
         """delayOffset.json as written to the store."""
         return json_document.dump(
-            {"offsetTable": {str(level): offset for level, offset in sorted(self._table.items())}})
+            {"offsetTable": {str(level): offset for level, offset in sorted(self._table.items())}}
+        )
 
     def load_json(self, data: bytes) -> None:
         """Replace the table with the file's content."""
         file = DELAY_OFFSET_FILE
-        raw = json_document.get_object(file, json_document.parse_object(file, data),
-                                       "offsetTable")
+        raw = json_document.get_object(file, json_document.parse_object(file, data), "offsetTable")
         table = {}
         for key in raw:
             if not (key.isascii() and key.isdigit()) or not 1 <= int(key) <= 1000:

@@ -27,8 +27,10 @@ class GroupAccess:
         if config is None:
             config = self._groups.find_or_create(group)
             if config is None:
-                raise NotFound(f"{field}: consumer group {group!r} does not exist "
-                               f"(auto_create_subscription_group is off)")
+                raise NotFound(
+                    f"{field}: consumer group {group!r} does not exist "
+                    f"(auto_create_subscription_group is off)"
+                )
             await self._persister.save_groups()
         return config
 
@@ -36,6 +38,8 @@ class GroupAccess:
         """As :meth:`require`, and the group must be allowed to consume."""
         config = await self.require(field, group)
         if not config.consume_enable:
-            raise PermissionDenied(f"{field}: consumer group {group!r} is not allowed to "
-                                   f"consume (consumeEnable is false)")
+            raise PermissionDenied(
+                f"{field}: consumer group {group!r} is not allowed to "
+                f"consume (consumeEnable is false)"
+            )
         return config

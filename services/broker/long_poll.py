@@ -87,8 +87,9 @@ class LongPollHub:
         epoch, arrivals = self._epoch, self._arrivals
         return [(epoch, arrivals.get((topic, queue_id), 0)) for topic, queue_id, _ in queues]
 
-    def remember_idle(self, topic: str, queue_id: int, queue_offset: int,
-                      token: ArrivalToken, answer: Any) -> None:
+    def remember_idle(
+        self, topic: str, queue_id: int, queue_offset: int, token: ArrivalToken, answer: Any
+    ) -> None:
         """Keep the store's answer "nothing new at ``queue_offset``", read after ``token``
         was taken, unless an arrival came since (then it may be out of date already)."""
         if token == self.token(topic, queue_id):
@@ -138,8 +139,16 @@ class LongPollHub:
         for entries in parked.values():
             _resolve(entries, False)
 
-    async def wait(self, topic: str, queue_id: int, queue_offset: int, token: ArrivalToken,
-                   timeout_s: float, *, counted: bool = True) -> bool:
+    async def wait(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        token: ArrivalToken,
+        timeout_s: float,
+        *,
+        counted: bool = True,
+    ) -> bool:
         """Park until the queue passes ``queue_offset``; True to pull again, False on timeout.
 
         Returns True at once when an arrival or reconnect happened since ``token``
@@ -148,11 +157,17 @@ class LongPollHub:
         level): they hold no client call, so they neither count against
         ``max_parked`` nor are refused by it.
         """
-        return await self.wait_any([(topic, queue_id, queue_offset, token)], timeout_s,
-                                   counted=counted)
+        return await self.wait_any(
+            [(topic, queue_id, queue_offset, token)], timeout_s, counted=counted
+        )
 
-    async def wait_any(self, waits: Sequence[tuple[str, int, int, ArrivalToken]],
-                       timeout_s: float, *, counted: bool = True) -> bool:
+    async def wait_any(
+        self,
+        waits: Sequence[tuple[str, int, int, ArrivalToken]],
+        timeout_s: float,
+        *,
+        counted: bool = True,
+    ) -> bool:
         """:meth:`wait` on several queues at once (``(topic, queue_id, queue_offset, token)``
         each): True as soon as one of them passes its offset; one parked pull."""
         if self._closed or timeout_s <= 0:
@@ -160,8 +175,7 @@ class LongPollHub:
         if any(token != self.token(topic, queue_id) for topic, queue_id, _, token in waits):
             return True
         if counted and self._parked_count >= self._max_parked:
-            log.warning("long poll: %d pulls parked already; answering at once",
-                        self._parked_count)
+            log.warning("long poll: %d pulls parked already; answering at once", self._parked_count)
             return False
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entries = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from boltmq import runtime
+from boltmq.kernel import runtime
 from services.broker.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from services.broker.delay_offset import DELAY_OFFSET_FILE, DelayOffsetManager
 from services.broker.errors import BrokerError
@@ -32,10 +32,15 @@ log = logging.getLogger(__name__)
 class MetadataPersister:
     """Moves the three metadata tables between memory and the store."""
 
-    def __init__(self, store: StoreClient, topics: TopicConfigManager,
-                 groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager,
-                 offset_persist_interval_ms: int,
-                 delay_offsets: DelayOffsetManager | None = None) -> None:
+    def __init__(
+        self,
+        store: StoreClient,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        offset_persist_interval_ms: int,
+        delay_offsets: DelayOffsetManager | None = None,
+    ) -> None:
         self._store = store
         self._delay_offsets = delay_offsets or DelayOffsetManager()
         self._saved_delay_version = 0
@@ -43,9 +48,15 @@ class MetadataPersister:
         self._groups = groups
         self._offsets = offsets
         self._interval_s = offset_persist_interval_ms / 1000
-        self._locks = {name: asyncio.Lock()
-                       for name in (TOPICS_FILE, SUBSCRIPTION_GROUP_FILE, CONSUMER_OFFSET_FILE,
-                                    DELAY_OFFSET_FILE)}
+        self._locks = {
+            name: asyncio.Lock()
+            for name in (
+                TOPICS_FILE,
+                SUBSCRIPTION_GROUP_FILE,
+                CONSUMER_OFFSET_FILE,
+                DELAY_OFFSET_FILE,
+            )
+        }
         self._saved_offsets_version = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -95,10 +106,12 @@ class MetadataPersister:
 
     def documents(self) -> dict[str, bytes]:
         """Every table as the JSON document it is saved as, by file name."""
-        return {TOPICS_FILE: self._topics.to_json(),
-                SUBSCRIPTION_GROUP_FILE: self._groups.to_json(),
-                CONSUMER_OFFSET_FILE: self._offsets.to_json(),
-                DELAY_OFFSET_FILE: self._delay_offsets.to_json()}
+        return {
+            TOPICS_FILE: self._topics.to_json(),
+            SUBSCRIPTION_GROUP_FILE: self._groups.to_json(),
+            CONSUMER_OFFSET_FILE: self._offsets.to_json(),
+            DELAY_OFFSET_FILE: self._delay_offsets.to_json(),
+        }
 
     async def save_topics(self) -> None:
         """Write topics.json now."""

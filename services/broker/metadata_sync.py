@@ -19,10 +19,10 @@ import logging
 
 import grpc
 
-from boltmq import runtime
-from boltmq.registry_client import AsyncRegistryClient, RegistryError
-from boltmq.signing import AsyncRequestSigner, Credentials
-from boltmq.tls import ClientTLS
+from boltmq.kernel import runtime
+from boltmq.kernel.registry_client import AsyncRegistryClient, RegistryError
+from boltmq.kernel.signing import AsyncRequestSigner, Credentials
+from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from services.broker.access.acl_file import ACL_FILE
 from services.broker.access.acl_table import AclTable
@@ -46,16 +46,23 @@ class MetadataSyncFailed(BrokerError):
     admin call, so the replica signs with an admin account's keys.
     """
 
-    def __init__(self, master: str, code: grpc.StatusCode, details: str,
-                 credentials: Credentials | None) -> None:
+    def __init__(
+        self, master: str, code: grpc.StatusCode, details: str, credentials: Credentials | None
+    ) -> None:
         hint = ""
         if code in _ACL_REFUSALS:
-            signed = (f"signed as {credentials.access_key}" if credentials
-                      else "unsigned: this broker has no access_key")
-            hint = (f" (call {signed}; the master enforces its ACL and needs an admin "
-                    "account's credentials: set this broker's access_key / secret_key)")
-        super().__init__(f"GetMetadata on master broker {master} failed: {code.name}: "
-                         f"{details}{hint}")
+            signed = (
+                f"signed as {credentials.access_key}"
+                if credentials
+                else "unsigned: this broker has no access_key"
+            )
+            hint = (
+                f" (call {signed}; the master enforces its ACL and needs an admin "
+                "account's credentials: set this broker's access_key / secret_key)"
+            )
+        super().__init__(
+            f"GetMetadata on master broker {master} failed: {code.name}: {details}{hint}"
+        )
         self.code = code
         self.kind = f"{master} {code.name}"
         """What a repeat of this failure has in common with it (the details may carry a
@@ -65,17 +72,30 @@ class MetadataSyncFailed(BrokerError):
 class MetadataSync:
     """The replica side's periodic copy of the master broker's tables."""
 
-    def __init__(self, cluster_name: str, broker_name: str, role: StoreRole,
-                 registry_addresses: tuple[str, ...], persister: MetadataPersister,
-                 topics: TopicConfigManager, groups: SubscriptionGroupManager,
-                 offsets: ConsumerOffsetManager, interval_ms: int, timeout_ms: int,
-                 tls: ClientTLS | None = None) -> None:
+    def __init__(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        role: StoreRole,
+        registry_addresses: tuple[str, ...],
+        persister: MetadataPersister,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        interval_ms: int,
+        timeout_ms: int,
+        tls: ClientTLS | None = None,
+    ) -> None:
         self._group = (cluster_name, broker_name)
         self._tls = tls
         self._role = role
-        self._registry = (AsyncRegistryClient(registry_addresses, attempts_max=1,
-                                              rpc_timeout_s=timeout_ms / 1000, tls=tls)
-                          if registry_addresses else None)
+        self._registry = (
+            AsyncRegistryClient(
+                registry_addresses, attempts_max=1, rpc_timeout_s=timeout_ms / 1000, tls=tls
+            )
+            if registry_addresses
+            else None
+        )
         self._persister = persister
         self._topics = topics
         self._groups = groups
@@ -122,8 +142,10 @@ class MetadataSync:
             return None
         info = await self._registry.cluster_info()
         for broker in info.brokers:
-            if (broker.cluster_name, broker.broker_name) == self._group and \
-                    broker.broker_id == MASTER_ID:
+            if (
+                broker.cluster_name,
+                broker.broker_name,
+            ) == self._group and broker.broker_id == MASTER_ID:
                 return broker.address
         return None
 
@@ -132,15 +154,20 @@ class MetadataSync:
         address = await self.master_address()
         if address is None:
             return False
-        signer = ([AsyncRequestSigner(self.credentials, f"broker@{self._group[1]}")]
-                  if self.credentials else [])
+        signer = (
+            [AsyncRequestSigner(self.credentials, f"broker@{self._group[1]}")]
+            if self.credentials
+            else []
+        )
         channel = runtime.channel(address, self._tls, signer)
         try:
             response = await broker_pb2_grpc.BrokerServiceStub(channel).GetMetadata(
-                broker_pb2.GetMetadataRequest(), timeout=self._timeout_s)
+                broker_pb2.GetMetadataRequest(), timeout=self._timeout_s
+            )
         except grpc.aio.AioRpcError as exc:
-            raise MetadataSyncFailed(address, exc.code(), exc.details() or "",
-                                     self.credentials) from None
+            raise MetadataSyncFailed(
+                address, exc.code(), exc.details() or "", self.credentials
+            ) from None
         finally:
             await channel.close()
         documents = dict(response.documents)

@@ -23,7 +23,7 @@ collection time was rejected: collection runs on the scrape thread, which has
 no event loop to call the store with).
 
 Instruments come from the global meter provider (set by
-:func:`boltmq.telemetry.configure`) unless one is passed; without a provider
+:func:`boltmq.kernel.telemetry.configure`) unless one is passed; without a provider
 they are no-ops.
 """
 
@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
-from boltmq import telemetry
+from boltmq.kernel import telemetry
 from services.broker.consumer_offset import ConsumerOffsetManager
 from services.broker.long_poll import LongPollHub
 
@@ -43,32 +43,50 @@ METER_NAME = "boltmq.broker"
 class BrokerMetrics:
     """The broker's instruments; processors call :meth:`sent` and :meth:`pulled`."""
 
-    def __init__(self, hub: LongPollHub, offsets: ConsumerOffsetManager,
-                 meter_provider: MeterProvider | None = None) -> None:
+    def __init__(
+        self,
+        hub: LongPollHub,
+        offsets: ConsumerOffsetManager,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
         self._hub = hub
         self._offsets = offsets
         self._queue_ends: dict[tuple[str, int], int] = {}
         meter = telemetry.meter(METER_NAME, meter_provider)
         self._messages_in = meter.create_counter(
-            "boltmq.broker.in.messages", unit="{message}",
-            description="Messages stored through this broker")
+            "boltmq.broker.in.messages",
+            unit="{message}",
+            description="Messages stored through this broker",
+        )
         self._bytes_in = meter.create_counter(
-            "boltmq.broker.in.bytes", unit="By",
-            description="Encoded bytes of the messages sent to the store")
+            "boltmq.broker.in.bytes",
+            unit="By",
+            description="Encoded bytes of the messages sent to the store",
+        )
         self._messages_out = meter.create_counter(
-            "boltmq.broker.out.messages", unit="{message}",
-            description="Messages returned to consumers' pulls")
+            "boltmq.broker.out.messages",
+            unit="{message}",
+            description="Messages returned to consumers' pulls",
+        )
         self._bytes_out = meter.create_counter(
-            "boltmq.broker.out.bytes", unit="By", description="Bytes of the pull answers")
+            "boltmq.broker.out.bytes", unit="By", description="Bytes of the pull answers"
+        )
         meter.create_observable_gauge(
-            "boltmq.broker.consumer.lag", callbacks=[self._observe_lag], unit="{message}",
-            description="Messages in a queue after the group's committed offset")
+            "boltmq.broker.consumer.lag",
+            callbacks=[self._observe_lag],
+            unit="{message}",
+            description="Messages in a queue after the group's committed offset",
+        )
         meter.create_observable_gauge(
-            "boltmq.broker.long_polls.parked", callbacks=[self._observe_parked],
-            unit="{request}", description="Pulls parked until a message arrives")
+            "boltmq.broker.long_polls.parked",
+            callbacks=[self._observe_parked],
+            unit="{request}",
+            description="Pulls parked until a message arrives",
+        )
 
-    def sent(self, topic: str, queue_id: int, stored: int, encoded_bytes: int,
-             queue_end: int) -> None:
+    def sent(
+        self, topic: str, queue_id: int, stored: int, encoded_bytes: int, queue_end: int
+    ) -> None:
         """One send request: ``stored`` messages, the queue now ends at ``queue_end``."""
         attributes = {"topic": topic}
         self._messages_in.add(stored, attributes)
@@ -76,8 +94,9 @@ class BrokerMetrics:
         if queue_end > 0:
             self._queue_ends[(topic, queue_id)] = queue_end
 
-    def pulled(self, topic: str, queue_id: int, returned: int, answer_bytes: int,
-               queue_end: int) -> None:
+    def pulled(
+        self, topic: str, queue_id: int, returned: int, answer_bytes: int, queue_end: int
+    ) -> None:
         """One answered pull: ``returned`` messages; the store said the queue ends here."""
         if returned:
             attributes = {"topic": topic}
@@ -94,9 +113,12 @@ class BrokerMetrics:
             for queue_id, committed in queues.items():
                 end = ends.get((topic, queue_id))
                 if end is not None:
-                    observations.append(Observation(
-                        max(0, end - committed),
-                        {"consumer_group": group, "topic": topic, "queue_id": queue_id}))
+                    observations.append(
+                        Observation(
+                            max(0, end - committed),
+                            {"consumer_group": group, "topic": topic, "queue_id": queue_id},
+                        )
+                    )
         return observations
 
     def _observe_parked(self, options: CallbackOptions) -> Iterable[Observation]:

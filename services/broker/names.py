@@ -27,8 +27,9 @@ def check_topic(field: str, topic: str) -> str:
     if not topic:
         raise InvalidArgument(f"{field}: a topic name is required")
     if len(topic) > TOPIC_MAX_LENGTH:
-        raise InvalidArgument(f"{field}: topic is {len(topic)} characters, "
-                              f"at most {TOPIC_MAX_LENGTH}")
+        raise InvalidArgument(
+            f"{field}: topic is {len(topic)} characters, at most {TOPIC_MAX_LENGTH}"
+        )
     if not TOPIC_PATTERN.match(topic):
         raise InvalidArgument(f"{field}: topic {topic[:60]!r} may only use {_ALLOWED}")
     return topic
@@ -39,8 +40,9 @@ def check_group(field: str, group: str) -> str:
     if not group:
         raise InvalidArgument(f"{field}: a group name is required")
     if len(group) > GROUP_MAX_LENGTH:
-        raise InvalidArgument(f"{field}: group is {len(group)} characters, "
-                              f"at most {GROUP_MAX_LENGTH}")
+        raise InvalidArgument(
+            f"{field}: group is {len(group)} characters, at most {GROUP_MAX_LENGTH}"
+        )
     if not GROUP_PATTERN.match(group):
         raise InvalidArgument(f"{field}: group {group[:60]!r} may only use {_ALLOWED}")
     return group
@@ -51,8 +53,9 @@ def check_client_id(field: str, client_id: str) -> str:
     if not client_id:
         raise InvalidArgument(f"{field}: a client id is required")
     if len(client_id) > CLIENT_ID_MAX_LENGTH or not client_id.isprintable():
-        raise InvalidArgument(f"{field}: client id must be at most {CLIENT_ID_MAX_LENGTH} "
-                              f"printable characters")
+        raise InvalidArgument(
+            f"{field}: client id must be at most {CLIENT_ID_MAX_LENGTH} printable characters"
+        )
     return client_id
 
 
@@ -64,6 +67,7 @@ def check_subscription(field: str, expression: str) -> str:
     if text in ("", "*"):
         return expression
     if any(not part.strip() for part in text.split("||")):
-        raise InvalidArgument(f"{field}: empty tag in expression {expression[:60]!r} "
-                              f"(use '*' or 'tagA || tagB')")
+        raise InvalidArgument(
+            f"{field}: empty tag in expression {expression[:60]!r} (use '*' or 'tagA || tagB')"
+        )
     return expression

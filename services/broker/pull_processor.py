@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from boltmq.wire.pull_answer import PULL_QUEUES_MAX, PullAnswer, QueuesAnswer, answer_frame
 from services.broker.config import BrokerConfig
 from services.broker.consumer_offset import ConsumerOffsetManager
 from services.broker.errors import InvalidArgument, NotFound, PermissionDenied
@@ -35,7 +36,6 @@ from services.broker.names import check_subscription, check_topic
 from services.broker.store_client import StoreClient
 from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfig, TopicConfigManager
-from services.store.pull_wire import PULL_QUEUES_MAX, PullAnswer, QueuesAnswer, answer_frame
 
 PARKABLE = frozenset((message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.NO_MESSAGE_IN_QUEUE))
 """Store answers meaning "nothing yet at this offset": the pull may wait for an arrival."""
@@ -48,8 +48,9 @@ def parkable(status: int, queue_offset: int) -> bool:
     (NO_MATCHED_LOGIC_QUEUE); a pull from its start waits like one on an empty
     queue, as RocketMQ answers both with PULL_NOT_FOUND and suspends.
     """
-    return status in PARKABLE or (status == message_pb2.NO_MATCHED_LOGIC_QUEUE
-                                  and queue_offset == 0)
+    return status in PARKABLE or (
+        status == message_pb2.NO_MATCHED_LOGIC_QUEUE and queue_offset == 0
+    )
 
 
 def readable_topic(topics: TopicConfigManager, field: str, topic: str) -> TopicConfig:
@@ -66,8 +67,10 @@ def readable_topic(topics: TopicConfigManager, field: str, topic: str) -> TopicC
 def check_read_queue(config: TopicConfig, field: str, queue_id: int) -> int:
     """``queue_id`` when it is one of the topic's read queues; raise naming ``field``."""
     if not 0 <= queue_id < config.read_queue_nums:
-        raise InvalidArgument(f"{field}: {queue_id} is not a read queue of topic "
-                              f"{config.name!r} (0..{config.read_queue_nums - 1})")
+        raise InvalidArgument(
+            f"{field}: {queue_id} is not a read queue of topic "
+            f"{config.name!r} (0..{config.read_queue_nums - 1})"
+        )
     return queue_id
 
 
@@ -88,9 +91,16 @@ REPLICA_SUGGESTED = 1
 class PullProcessor:
     """Serves pulls, parking the empty ones."""
 
-    def __init__(self, config: BrokerConfig, topics: TopicConfigManager, groups: GroupAccess,
-                 offsets: ConsumerOffsetManager, store: StoreClient, hub: LongPollHub,
-                 role: StoreRole) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicConfigManager,
+        groups: GroupAccess,
+        offsets: ConsumerOffsetManager,
+        store: StoreClient,
+        hub: LongPollHub,
+        role: StoreRole,
+    ) -> None:
         self._config = config
         self._role = role
         self._topics = topics
@@ -106,22 +116,28 @@ class PullProcessor:
         """
         config = readable_topic(self._topics, "topic", request.topic)
         check_read_queue(config, "queue_id", request.queue_id)
-        _check_numbers(request, ("queue_offset", "max_messages", "max_bytes",
-                                 "suspend_timeout_ms"))
+        _check_numbers(request, ("queue_offset", "max_messages", "max_bytes", "suspend_timeout_ms"))
         check_subscription("subscription", request.subscription)
         await self._groups.require_consumable("consumer_group", request.consumer_group)
         self._commit(request.consumer_group, request)
         store_request = store_pb2.PullRequest(
-            topic=request.topic, queue_id=request.queue_id, queue_offset=request.queue_offset,
-            max_messages=request.max_messages, max_bytes=request.max_bytes,
-            subscription=request.subscription, raw_records=request.raw_records)
+            topic=request.topic,
+            queue_id=request.queue_id,
+            queue_offset=request.queue_offset,
+            max_messages=request.max_messages,
+            max_bytes=request.max_bytes,
+            subscription=request.subscription,
+            raw_records=request.raw_records,
+        )
         offset = request.queue_offset
+
         async def read(_tokens: list[ArrivalToken]) -> tuple[PullAnswer, bool]:
             answer = await self._store.pull_answer(store_request)
             return answer, parkable(answer.response.status, offset)
 
-        answer = await self._read_or_park(read, [(request.topic, request.queue_id, offset)],
-                                          request.suspend_timeout_ms)
+        answer = await self._read_or_park(
+            read, [(request.topic, request.queue_id, offset)], request.suspend_timeout_ms
+        )
         if self._far_behind(answer.response):
             answer.suggest(REPLICA_SUGGESTED)
         return answer
@@ -141,34 +157,42 @@ class PullProcessor:
             topic, queue_id = pull.topic, pull.queue_id
             config = configs.get(topic)
             if config is None:
-                config = configs[topic] = readable_topic(self._topics, f"pulls[{n}].topic",
-                                                         topic)
+                config = configs[topic] = readable_topic(self._topics, f"pulls[{n}].topic", topic)
             if not 0 <= queue_id < config.read_queue_nums:
                 check_read_queue(config, f"pulls[{n}].queue_id", queue_id)
             if pull.queue_offset < 0:
-                raise InvalidArgument(f"pulls[{n}].queue_offset: must not be negative, got "
-                                      f"{pull.queue_offset}")
+                raise InvalidArgument(
+                    f"pulls[{n}].queue_offset: must not be negative, got {pull.queue_offset}"
+                )
             check_subscription(f"pulls[{n}].subscription", pull.subscription)
             first = seen.setdefault((topic, queue_id), n)
             if first != n:
-                raise InvalidArgument(f"pulls[{n}]: queue {topic}:{queue_id} is "
-                                      f"pulls[{first}] already")
+                raise InvalidArgument(
+                    f"pulls[{n}]: queue {topic}:{queue_id} is pulls[{first}] already"
+                )
         await self._groups.require_consumable("consumer_group", request.consumer_group)
         for pull in pulls:
             self._commit(request.consumer_group, pull)
         queues = [(pull.topic, pull.queue_id, pull.queue_offset) for pull in pulls]
         answer = await self._read_or_park(
-            lambda tokens: self._read_queues(pulls, queues, request.max_messages,
-                                             request.max_bytes, tokens),
-            queues, request.suspend_timeout_ms)
+            lambda tokens: self._read_queues(
+                pulls, queues, request.max_messages, request.max_bytes, tokens
+            ),
+            queues,
+            request.suspend_timeout_ms,
+        )
         if any(self._far_behind(response) for response in answer.responses):
             answer.suggest(REPLICA_SUGGESTED)
         return answer
 
-    async def _read_queues(self, pulls: Sequence[broker_pb2.QueuePull],
-                           queues: list[tuple[str, int, int]], max_messages: int,
-                           max_bytes: int, tokens: list[ArrivalToken]
-                           ) -> tuple[QueuesAnswer, bool]:
+    async def _read_queues(
+        self,
+        pulls: Sequence[broker_pb2.QueuePull],
+        queues: list[tuple[str, int, int]],
+        max_messages: int,
+        max_bytes: int,
+        tokens: list[ArrivalToken],
+    ) -> tuple[QueuesAnswer, bool]:
         """The store's answer to ``pulls`` (``queues`` their (topic, queue_id, offset)), and
         whether no queue has anything new; the store is asked only of the queues that may
         have news: one it watches from the pull's offset has had no arrival since it last
@@ -179,17 +203,29 @@ class PullProcessor:
         asked = [n for n, answer in enumerate(kept) if answer is None]
         if not asked:
             return QueuesAnswer.assemble(kept), True
-        read = await self._store.pull_queues_answer(store_pb2.PullQueuesRequest(
-            max_bytes=max_bytes, pulls=[store_pb2.PullRequest(
-                topic=pulls[n].topic, queue_id=pulls[n].queue_id,
-                queue_offset=pulls[n].queue_offset, max_messages=max_messages,
-                subscription=pulls[n].subscription, raw_records=True) for n in asked]))
+        read = await self._store.pull_queues_answer(
+            store_pb2.PullQueuesRequest(
+                max_bytes=max_bytes,
+                pulls=[
+                    store_pb2.PullRequest(
+                        topic=pulls[n].topic,
+                        queue_id=pulls[n].queue_id,
+                        queue_offset=pulls[n].queue_offset,
+                        max_messages=max_messages,
+                        subscription=pulls[n].subscription,
+                        raw_records=True,
+                    )
+                    for n in asked
+                ],
+            )
+        )
         idle = True
         for n, response in zip(asked, read.responses, strict=False):
             topic, queue_id, queue_offset = queues[n]
             if parkable(response.status, queue_offset):
-                hub.remember_idle(topic, queue_id, queue_offset, tokens[n],
-                                  (response, answer_frame(response)))
+                hub.remember_idle(
+                    topic, queue_id, queue_offset, tokens[n], (response, answer_frame(response))
+                )
             else:
                 idle = False
         if len(asked) == len(pulls):
@@ -202,8 +238,9 @@ class PullProcessor:
             answers.append(answer)
         return QueuesAnswer.assemble(answers), idle
 
-    def _commit(self, group: str, pull: broker_pb2.BrokerPullRequest | broker_pb2.QueuePull
-                ) -> None:
+    def _commit(
+        self, group: str, pull: broker_pb2.BrokerPullRequest | broker_pb2.QueuePull
+    ) -> None:
         """Commit the offset a pull carries for its queue, if it carries one."""
         if pull.HasField("commit_offset") and pull.commit_offset >= 0:
             self._offsets.commit(group, pull.topic, pull.queue_id, pull.commit_offset)
@@ -211,13 +248,19 @@ class PullProcessor:
     def _far_behind(self, response: store_pb2.PullResponse) -> bool:
         """A master's consumer past the lag threshold, when replicas may serve reads."""
         config = self._config
-        return config.slave_read_enable and self._role.is_master and \
-            response.max_offset - response.next_begin_offset > \
-            config.suggest_pulling_from_slave_lag_messages
+        return (
+            config.slave_read_enable
+            and self._role.is_master
+            and response.max_offset - response.next_begin_offset
+            > config.suggest_pulling_from_slave_lag_messages
+        )
 
-    async def _read_or_park(self, read: Callable[[list[ArrivalToken]],
-                                                 Awaitable[tuple[Answer, bool]]],
-                            queues: list[tuple[str, int, int]], suspend_ms: int) -> Answer:
+    async def _read_or_park(
+        self,
+        read: Callable[[list[ArrivalToken]], Awaitable[tuple[Answer, bool]]],
+        queues: list[tuple[str, int, int]],
+        suspend_ms: int,
+    ) -> Answer:
         """``read(tokens)`` until it answers ``(answer, False)`` (something new) or
         ``suspend_ms`` (capped at long_poll_max_ms) runs out, parked between reads until
         one of ``queues`` (``(topic, queue_id, queue_offset)``) passes its offset;
@@ -233,7 +276,8 @@ class PullProcessor:
                 return answer
             woken = await self._hub.wait_any(
                 [(*queue, token) for queue, token in zip(queues, tokens, strict=True)],
-                deadline - time.monotonic())
+                deadline - time.monotonic(),
+            )
             if not woken:
                 return answer
 

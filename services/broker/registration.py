@@ -16,9 +16,9 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from boltmq import runtime
-from boltmq.registry_client import AsyncRegistryClient, RegistrationResult, RegistryError
-from boltmq.tls import ClientTLS
+from boltmq.kernel import runtime
+from boltmq.kernel.registry_client import AsyncRegistryClient, RegistrationResult, RegistryError
+from boltmq.kernel.tls import ClientTLS
 from services.broker.errors import BrokerError
 from services.broker.store_role import StoreRole
 from services.broker.topic_config import TopicConfigManager
@@ -39,17 +39,28 @@ class BrokerIdentity:
 class Registrar:
     """Registers with every registry periodically and on demand."""
 
-    def __init__(self, identity: BrokerIdentity, role: StoreRole,
-                 registry_addresses: tuple[str, ...], topics: TopicConfigManager,
-                 interval_ms: int, timeout_ms: int, tls: ClientTLS | None = None) -> None:
+    def __init__(
+        self,
+        identity: BrokerIdentity,
+        role: StoreRole,
+        registry_addresses: tuple[str, ...],
+        topics: TopicConfigManager,
+        interval_ms: int,
+        timeout_ms: int,
+        tls: ClientTLS | None = None,
+    ) -> None:
         self._identity = identity
         self._role = role
         self._registered_id: int | None = None
         self._topics = topics
         self._interval_s = interval_ms / 1000
-        self._client = (AsyncRegistryClient(registry_addresses, rpc_timeout_s=timeout_ms / 1000,
-                                            attempts_max=1, tls=tls)
-                        if registry_addresses else None)
+        self._client = (
+            AsyncRegistryClient(
+                registry_addresses, rpc_timeout_s=timeout_ms / 1000, attempts_max=1, tls=tls
+            )
+            if registry_addresses
+            else None
+        )
         self._failing: dict[str, str] = {}
         """Registries whose last registration failed, with why (to warn once per outage)."""
         self._address = ""
@@ -120,10 +131,15 @@ class Registrar:
             # The counter is the table's version: it only grows, and it survives
             # restarts because it is saved in topics.json with the table.
             result = await self._client.register(
-                cluster_name=identity.cluster_name, broker_name=identity.broker_name,
-                broker_id=broker_id, address=self._address, ha_address=identity.ha_address,
-                data_version=self._topics.data_version.counter, epoch=role.epoch,
-                topics=[topic_to_proto(t) for t in self._topics.all()])
+                cluster_name=identity.cluster_name,
+                broker_name=identity.broker_name,
+                broker_id=broker_id,
+                address=self._address,
+                ha_address=identity.ha_address,
+                data_version=self._topics.data_version.counter,
+                epoch=role.epoch,
+                topics=[topic_to_proto(t) for t in self._topics.all()],
+            )
         except RegistryError as exc:
             self._note_failures({address: str(exc) for address in self._client.addresses})
             return None
@@ -145,12 +161,14 @@ class Registrar:
         if self._client is None or not self._address:
             return
         identity = self._identity
-        broker_id = self._registered_id if self._registered_id is not None \
-            else self._role.broker_id
+        broker_id = self._registered_id if self._registered_id is not None else self._role.broker_id
         try:
             result = await self._client.unregister(
-                cluster_name=identity.cluster_name, broker_name=identity.broker_name,
-                broker_id=broker_id, address=self._address)
+                cluster_name=identity.cluster_name,
+                broker_name=identity.broker_name,
+                broker_id=broker_id,
+                address=self._address,
+            )
         except RegistryError as exc:
             log.warning("cannot unregister from any registry: %s", exc)
             return

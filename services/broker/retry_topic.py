@@ -36,8 +36,9 @@ def dlq_topic(group: str) -> str:
     return DLQ_PREFIX + group
 
 
-async def ensure_retry_topic(topics: TopicConfigManager, publisher: TopicPublisher,
-                             group: SubscriptionGroupConfig) -> TopicConfig:
+async def ensure_retry_topic(
+    topics: TopicConfigManager, publisher: TopicPublisher, group: SubscriptionGroupConfig
+) -> TopicConfig:
     """The group's retry topic, created (and registered) when missing."""
     name = retry_topic(group.group_name)
     config = topics.get(name)
@@ -48,8 +49,9 @@ async def ensure_retry_topic(topics: TopicConfigManager, publisher: TopicPublish
     return config
 
 
-async def ensure_dlq_topic(topics: TopicConfigManager, publisher: TopicPublisher,
-                           group: str) -> TopicConfig:
+async def ensure_dlq_topic(
+    topics: TopicConfigManager, publisher: TopicPublisher, group: str
+) -> TopicConfig:
     """The group's dead-letter topic, created (and registered) when missing."""
     name = dlq_topic(group)
     config = topics.get(name)
@@ -68,6 +70,8 @@ class RetryTopics:
 
     async def ensure_retry(self, group: SubscriptionGroupConfig) -> None:
         """Create the group's retry topic when missing (a clustering consumer's heartbeat)."""
-        if self._topics.get(retry_topic(group.group_name)) is None and \
-                len(retry_topic(group.group_name)) <= RETRY_TOPIC_MAX_LENGTH:
+        if (
+            self._topics.get(retry_topic(group.group_name)) is None
+            and len(retry_topic(group.group_name)) <= RETRY_TOPIC_MAX_LENGTH
+        ):
             await ensure_retry_topic(self._topics, self._publisher, group)

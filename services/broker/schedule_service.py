@@ -31,8 +31,9 @@ import asyncio
 import logging
 import time
 
-from boltmq import runtime
+from boltmq.kernel import runtime
 from boltmq.v1 import message_pb2, store_pb2
+from boltmq.wire.record import PROPERTY_UNIQ_KEY, SCHEDULE_TOPIC
 from services.broker.delay_level import DelayLevels
 from services.broker.delay_message import (
     PROPERTY_SCHEDULE_SOURCE,
@@ -45,7 +46,6 @@ from services.broker.errors import BrokerError, InvalidArgument
 from services.broker.long_poll import LongPollHub
 from services.broker.store_client import StoreClient
 from services.broker.store_role import StoreRole
-from services.store.record import PROPERTY_UNIQ_KEY, SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,14 @@ DUPLICATE_QUERY_MAX = 64
 """Copies of one UNIQ_KEY looked at by the duplicate check."""
 DISPATCH_WAIT_MAX_S = 10.0
 """Longest wait for the store to index what it holds before a duplicate check."""
-_STORED = frozenset((message_pb2.PUT_OK, message_pb2.FLUSH_DISK_TIMEOUT,
-                     message_pb2.FLUSH_SLAVE_TIMEOUT, message_pb2.SLAVE_NOT_AVAILABLE))
+_STORED = frozenset(
+    (
+        message_pb2.PUT_OK,
+        message_pb2.FLUSH_DISK_TIMEOUT,
+        message_pb2.FLUSH_SLAVE_TIMEOUT,
+        message_pb2.SLAVE_NOT_AVAILABLE,
+    )
+)
 """Statuses under which the copy is in the CommitLog."""
 _REFUSED_FOR_GOOD = frozenset((message_pb2.MESSAGE_ILLEGAL, message_pb2.PROPERTIES_SIZE_EXCEEDED))
 """Statuses no retry can change: the entry is logged and skipped."""
@@ -71,8 +77,14 @@ _REFUSED_FOR_GOOD = frozenset((message_pb2.MESSAGE_ILLEGAL, message_pb2.PROPERTI
 class ScheduleService:
     """Delivers due delay messages, one task per level."""
 
-    def __init__(self, levels: DelayLevels, store: StoreClient, offsets: DelayOffsetManager,
-                 hub: LongPollHub, role: StoreRole) -> None:
+    def __init__(
+        self,
+        levels: DelayLevels,
+        store: StoreClient,
+        offsets: DelayOffsetManager,
+        hub: LongPollHub,
+        role: StoreRole,
+    ) -> None:
         self._levels = levels
         self._store = store
         self._offsets = offsets
@@ -87,8 +99,10 @@ class ScheduleService:
 
     def start(self) -> None:
         """One task per level, in the background."""
-        self._tasks = [asyncio.create_task(self._run(level), name=f"schedule-level-{level}")
-                       for level in range(1, self._levels.count + 1)]
+        self._tasks = [
+            asyncio.create_task(self._run(level), name=f"schedule-level-{level}")
+            for level in range(1, self._levels.count + 1)
+        ]
 
     async def stop(self) -> None:
         """Cancel every level's task (progress is saved by the persister)."""
@@ -117,9 +131,14 @@ class ScheduleService:
         queue_id = level - 1
         offset = self._offsets.get(level)
         token = self._hub.token(SCHEDULE_TOPIC, queue_id)
-        response = await self._store.pull(store_pb2.PullRequest(
-            topic=SCHEDULE_TOPIC, queue_id=queue_id, queue_offset=offset,
-            max_messages=PULL_BATCH_MESSAGES))
+        response = await self._store.pull(
+            store_pb2.PullRequest(
+                topic=SCHEDULE_TOPIC,
+                queue_id=queue_id,
+                queue_offset=offset,
+                max_messages=PULL_BATCH_MESSAGES,
+            )
+        )
         if response.status == message_pb2.FOUND:
             for entry in response.messages:
                 if not await self._wait_due(entry):
@@ -130,13 +149,18 @@ class ScheduleService:
                 self._offsets.advance(level, response.next_begin_offset)
             return
         if response.next_begin_offset != offset and response.status in (
-                message_pb2.OFFSET_TOO_SMALL, message_pb2.OFFSET_OVERFLOW_BADLY):
-            log.warning("delay level %d: offset %d is outside the queue; continuing at %d",
-                        level, offset, response.next_begin_offset)
+            message_pb2.OFFSET_TOO_SMALL,
+            message_pb2.OFFSET_OVERFLOW_BADLY,
+        ):
+            log.warning(
+                "delay level %d: offset %d is outside the queue; continuing at %d",
+                level,
+                offset,
+                response.next_begin_offset,
+            )
             self._offsets.advance(level, response.next_begin_offset)
             return
-        await self._hub.wait(SCHEDULE_TOPIC, queue_id, offset, token, IDLE_WAIT_S,
-                              counted=False)
+        await self._hub.wait(SCHEDULE_TOPIC, queue_id, offset, token, IDLE_WAIT_S, counted=False)
 
     async def _wait_due(self, entry: message_pb2.MessageExt) -> bool:
         """Sleep until ``entry`` is due; False when the broker stopped being the master."""
@@ -153,14 +177,21 @@ class ScheduleService:
         try:
             copy = next_copy(entry, self._levels, time.time_ns() // 1_000_000)
         except ValueError as exc:
-            log.error("delay level %d: entry %d is not a delay message (%s); skipped", level,
-                      entry.queue_offset, exc)
+            log.error(
+                "delay level %d: entry %d is not a delay message (%s); skipped",
+                level,
+                entry.queue_offset,
+                exc,
+            )
             return
         if self._checking[level]:
             if await self._already_delivered(copy, entry):
                 self.skipped_duplicates += 1
-                log.info("delay level %d: entry %d was delivered before a restart; skipped",
-                         level, entry.queue_offset)
+                log.info(
+                    "delay level %d: entry %d was delivered before a restart; skipped",
+                    level,
+                    entry.queue_offset,
+                )
                 return
             self._checking[level] = False
         self._checking[level] = True  # until the store says how the append ended
@@ -168,8 +199,12 @@ class ScheduleService:
             response = await self._store.append([copy], entry.born_host)
         except InvalidArgument as exc:
             self._checking[level] = False
-            log.error("delay level %d: entry %d refused by the store (%s); skipped", level,
-                      entry.queue_offset, exc)
+            log.error(
+                "delay level %d: entry %d refused by the store (%s); skipped",
+                level,
+                entry.queue_offset,
+                exc,
+            )
             return
         status = response.statuses[0] if response.statuses else message_pb2.UNKNOWN_ERROR
         if status in _STORED:
@@ -178,26 +213,36 @@ class ScheduleService:
             return
         if status in _REFUSED_FOR_GOOD:
             self._checking[level] = False
-            log.error("delay level %d: entry %d refused by the store (%s: %s); skipped", level,
-                      entry.queue_offset, message_pb2.PutMessageStatus.Name(status),
-                      response.errors.get(0, ""))
+            log.error(
+                "delay level %d: entry %d refused by the store (%s: %s); skipped",
+                level,
+                entry.queue_offset,
+                message_pb2.PutMessageStatus.Name(status),
+                response.errors.get(0, ""),
+            )
             return
-        raise BrokerError(f"entry {entry.queue_offset} not delivered: "
-                          f"{message_pb2.PutMessageStatus.Name(status)}")
+        raise BrokerError(
+            f"entry {entry.queue_offset} not delivered: {message_pb2.PutMessageStatus.Name(status)}"
+        )
 
-    async def _already_delivered(self, copy: message_pb2.Message,
-                                 entry: message_pb2.MessageExt) -> bool:
+    async def _already_delivered(
+        self, copy: message_pb2.Message, entry: message_pb2.MessageExt
+    ) -> bool:
         """Whether the target topic holds a copy made from ``entry`` (the index by UNIQ_KEY)."""
         key = entry.properties.get(PROPERTY_UNIQ_KEY)
         if not key:
             return False
         await self._wait_dispatched()
-        found = await self._store.query_by_key(store_pb2.QueryByKeyRequest(
-            topic=copy.topic, key=key, max_count=DUPLICATE_QUERY_MAX,
-            begin_ms=entry.store_timestamp_ms))
+        found = await self._store.query_by_key(
+            store_pb2.QueryByKeyRequest(
+                topic=copy.topic,
+                key=key,
+                max_count=DUPLICATE_QUERY_MAX,
+                begin_ms=entry.store_timestamp_ms,
+            )
+        )
         source = source_of(entry)
-        return any(m.properties.get(PROPERTY_SCHEDULE_SOURCE) == source
-                   for m in found.messages)
+        return any(m.properties.get(PROPERTY_SCHEDULE_SOURCE) == source for m in found.messages)
 
     async def _wait_dispatched(self) -> None:
         deadline = time.monotonic() + DISPATCH_WAIT_MAX_S

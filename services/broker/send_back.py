@@ -45,15 +45,27 @@ RETRY_BASE_LEVEL = 3
 """A retry waits level 3 + reconsume_times (10 s, 30 s, 1 m, ... with the default levels)."""
 TO_DLQ = -1
 """delay_level asking for the dead-letter queue at once."""
-_STORED = frozenset((message_pb2.PUT_OK, message_pb2.FLUSH_DISK_TIMEOUT,
-                     message_pb2.FLUSH_SLAVE_TIMEOUT, message_pb2.SLAVE_NOT_AVAILABLE))
+_STORED = frozenset(
+    (
+        message_pb2.PUT_OK,
+        message_pb2.FLUSH_DISK_TIMEOUT,
+        message_pb2.FLUSH_SLAVE_TIMEOUT,
+        message_pb2.SLAVE_NOT_AVAILABLE,
+    )
+)
 
 
 class SendBackProcessor:
     """Serves ConsumerSendBack."""
 
-    def __init__(self, config: BrokerConfig, topics: TopicConfigManager, groups: GroupAccess,
-                 store: StoreClient, publisher: TopicPublisher) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicConfigManager,
+        groups: GroupAccess,
+        store: StoreClient,
+        publisher: TopicPublisher,
+    ) -> None:
         self._config = config
         self._topics = topics
         self._groups = groups
@@ -61,21 +73,25 @@ class SendBackProcessor:
         self._publisher = publisher
         self._round_robin = itertools.count()
 
-    async def send_back(self, request: broker_pb2.ConsumerSendBackRequest
-                        ) -> broker_pb2.ConsumerSendBackResponse:
+    async def send_back(
+        self, request: broker_pb2.ConsumerSendBackRequest
+    ) -> broker_pb2.ConsumerSendBackResponse:
         """Store the failed message again, in the retry topic or the DLQ."""
         group_config = await self._groups.require_consumable("group", request.group)
         check_topic("group", dlq_topic(request.group))  # both topic names must be valid
         levels = levels_of(self._config)
         if request.delay_level < TO_DLQ or request.delay_level > levels.count:
-            raise InvalidArgument(f"delay_level: {request.delay_level} is not -1 (DLQ), 0 "
-                                  f"(the broker's choice) or 1..{levels.count}")
+            raise InvalidArgument(
+                f"delay_level: {request.delay_level} is not -1 (DLQ), 0 "
+                f"(the broker's choice) or 1..{levels.count}"
+            )
         if request.max_reconsume_times < 0:
             raise InvalidArgument("max_reconsume_times: must not be negative")
         if request.commitlog_offset < 0:
             raise InvalidArgument("commitlog_offset: must not be negative")
-        found = await self._store.get(store_pb2.GetRequest(
-            commitlog_offset=request.commitlog_offset))
+        found = await self._store.get(
+            store_pb2.GetRequest(commitlog_offset=request.commitlog_offset)
+        )
         if not found.found:
             raise NotFound(f"commitlog_offset: no message at {request.commitlog_offset}")
         original = found.message
@@ -92,28 +108,41 @@ class SendBackProcessor:
             copy.reconsume_times = original.reconsume_times + 1
             copy.properties[PROPERTY_RECONSUME_TIME] = str(copy.reconsume_times)
             copy.properties[PROPERTY_MAX_RECONSUME_TIMES] = str(max_times)
-            delay_level = levels.clamp(request.delay_level or
-                                       RETRY_BASE_LEVEL + original.reconsume_times)
+            delay_level = levels.clamp(
+                request.delay_level or RETRY_BASE_LEVEL + original.reconsume_times
+            )
             schedule(copy, delay_level, levels.delay_ms(delay_level))
         response = await self._store.append([copy], original.born_host)
         status = response.statuses[0] if response.statuses else message_pb2.UNKNOWN_ERROR
         if status not in _STORED:
-            raise StoreFailed(grpc.StatusCode.UNAVAILABLE,
-                              f"the store did not take the message back: "
-                              f"{message_pb2.PutMessageStatus.Name(status)} "
-                              f"{response.errors.get(0, '')}".rstrip())
+            raise StoreFailed(
+                grpc.StatusCode.UNAVAILABLE,
+                f"the store did not take the message back: "
+                f"{message_pb2.PutMessageStatus.Name(status)} "
+                f"{response.errors.get(0, '')}".rstrip(),
+            )
         return broker_pb2.ConsumerSendBackResponse(
-            topic=config.name, dead_letter=delay_level == 0,
-            reconsume_times=copy.reconsume_times, delay_level=delay_level,
-            msg_id=f"{response.msg_id_prefix}{response.commitlog_offsets[0]:016X}")
+            topic=config.name,
+            dead_letter=delay_level == 0,
+            reconsume_times=copy.reconsume_times,
+            delay_level=delay_level,
+            msg_id=f"{response.msg_id_prefix}{response.commitlog_offsets[0]:016X}",
+        )
 
 
 def _retry_copy(original: message_pb2.MessageExt) -> message_pb2.Message:
     """The message as it goes back: same body, flag, born time and user properties."""
-    props = {k: v for k, v in original.properties.items()
-             if k not in SCHEDULING_PROPERTIES and k != PROPERTY_SCHEDULE_SOURCE}
+    props = {
+        k: v
+        for k, v in original.properties.items()
+        if k not in SCHEDULING_PROPERTIES and k != PROPERTY_SCHEDULE_SOURCE
+    }
     props.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
     props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, original.msg_id)
     return message_pb2.Message(
-        body=original.body, flag=original.flag, properties=props,
-        born_timestamp=original.born_timestamp_ms, reconsume_times=original.reconsume_times)
+        body=original.body,
+        flag=original.flag,
+        properties=props,
+        born_timestamp=original.born_timestamp_ms,
+        reconsume_times=original.reconsume_times,
+    )

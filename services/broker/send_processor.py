@@ -3,7 +3,7 @@
 Two forms of a batch: protobuf ``messages`` (any client) or ``records`` the
 producer encoded in the CommitLog format (the Python SDK): those the broker
 checks header by header and forwards as one opaque ``bytes``
-(:mod:`services.store.record_batch`).
+(:mod:`boltmq.wire.record_batch`).
 
 A batch is one topic and one queue (queue_id -1: the broker picks the next
 queue round-robin), so the store appends it under one lock (DESIGN 11). Every
@@ -20,8 +20,19 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from boltmq import telemetry
+from boltmq.kernel import telemetry
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from boltmq.wire.record import (
+    SYS_FLAG_TRANSACTION_MASK,
+    encode_topic,
+)
+from boltmq.wire.record_batch import (
+    MalformedBatch,
+    RecordBatch,
+    frame_records,
+    select,
+)
+from boltmq.wire.record_heads import check_heads, sections_contain
 from services.broker.config import BrokerConfig
 from services.broker.delay_message import (
     DELAY_MARKERS,
@@ -40,24 +51,14 @@ from services.broker.topic_config import (
     TopicConfigManager,
 )
 from services.broker.topic_publisher import TopicPublisher
-from services.store.record import (
-    SYS_FLAG_TRANSACTION_MASK,
-    encode_topic,
-)
-from services.store.record_batch import (
-    MalformedBatch,
-    RecordBatch,
-    frame_records,
-    select,
-)
-from services.store.record_heads import check_heads, sections_contain
 
 if TYPE_CHECKING:
     from services.broker.metrics import BrokerMetrics
     from services.broker.transaction_service import TransactionService
 
-NOT_SENDABLE_TOPICS = frozenset((AUTO_CREATE_TEMPLATE_TOPIC, SCHEDULE_TOPIC, TRANS_HALF_TOPIC,
-                                 TRANS_OP_HALF_TOPIC))
+NOT_SENDABLE_TOPICS = frozenset(
+    (AUTO_CREATE_TEMPLATE_TOPIC, SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC)
+)
 """Only the broker writes these: TBW102 is a template, the schedule topic holds delay messages."""
 
 _SEND_STATUS = {
@@ -72,8 +73,13 @@ _SEND_STATUS = {
 class SendProcessor:
     """Turns SendRequests into store appends."""
 
-    def __init__(self, config: BrokerConfig, topics: TopicConfigManager, store: StoreClient,
-                 publisher: TopicPublisher) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicConfigManager,
+        store: StoreClient,
+        publisher: TopicPublisher,
+    ) -> None:
         self._config = config
         self._topics = topics
         self._store = store
@@ -84,18 +90,18 @@ class SendProcessor:
         self.metrics: BrokerMetrics | None = None
         """Traffic counters; set by the broker."""
 
-    async def send(self, request: broker_pb2.SendRequest, peer_address: str
-                   ) -> broker_pb2.SendResponse:
+    async def send(
+        self, request: broker_pb2.SendRequest, peer_address: str
+    ) -> broker_pb2.SendResponse:
         """Validate, pick the queue, append the batch, and map the store's results."""
         records = request.records  # each access copies the bytes: once only
         if records or request.record_count:
-            return self._observed(await self._send_records(request, records, peer_address),
-                                  len(records))
-        return self._observed(await self._send_messages(request, peer_address),
-                              request.ByteSize())
+            return self._observed(
+                await self._send_records(request, records, peer_address), len(records)
+            )
+        return self._observed(await self._send_messages(request, peer_address), request.ByteSize())
 
-    def _observed(self, response: broker_pb2.SendResponse, size: int
-                  ) -> broker_pb2.SendResponse:
+    def _observed(self, response: broker_pb2.SendResponse, size: int) -> broker_pb2.SendResponse:
         """Count a batch (metrics), describe it on the current span; return ``response``.
 
         ``size``: the records' bytes, or the request's for protobuf messages
@@ -104,46 +110,58 @@ class SendProcessor:
         statuses, offsets = response.statuses, response.queue_offsets
         telemetry.annotate(response.topic, response.queue_id, len(statuses), size)
         if self.metrics is not None and offsets:
-            self.metrics.sent(response.topic, response.queue_id,
-                              len(statuses) - len(response.errors), size, offsets[-1] + 1)
+            self.metrics.sent(
+                response.topic,
+                response.queue_id,
+                len(statuses) - len(response.errors),
+                size,
+                offsets[-1] + 1,
+            )
         return response
 
-    async def _send_messages(self, request: broker_pb2.SendRequest, peer_address: str
-                             ) -> broker_pb2.SendResponse:
+    async def _send_messages(
+        self, request: broker_pb2.SendRequest, peer_address: str
+    ) -> broker_pb2.SendResponse:
         """The per-message path: protobuf messages, and raw batches holding a delay."""
         topic, queue_id = self._check_batch(request)
         queue_id = await self._writable_queue(request, topic, queue_id, "messages[0].topic")
         if any(m.sys_flag & SYS_FLAG_TRANSACTION_MASK for m in request.messages):
             if self.transactions is None:
                 raise PermissionDenied("messages[0].sys_flag: this broker takes no transactions")
-            return await self.transactions.prepare(request, topic, queue_id,
-                                                   request.born_host or peer_address)
+            return await self.transactions.prepare(
+                request, topic, queue_id, request.born_host or peer_address
+            )
         for message in request.messages:
             message.queue_id = queue_id
         schedule_delayed(request.messages, self._config)
-        response = await self._store.append(request.messages,
-                                            request.born_host or peer_address)
+        response = await self._store.append(request.messages, request.born_host or peer_address)
         if len(response.statuses) != len(request.messages):
-            raise StoreFailed(grpc.StatusCode.INTERNAL, f"store answered {len(response.statuses)} "
-                              f"results for {len(request.messages)} messages")
+            raise StoreFailed(
+                grpc.StatusCode.INTERNAL,
+                f"store answered {len(response.statuses)} "
+                f"results for {len(request.messages)} messages",
+            )
         return to_send_response(response, topic, queue_id, self._config.broker_name)
 
-    async def _writable_queue(self, request: broker_pb2.SendRequest, topic: str,
-                              queue_id: int, field: str) -> int:
+    async def _writable_queue(
+        self, request: broker_pb2.SendRequest, topic: str, queue_id: int, field: str
+    ) -> int:
         """The queue a batch goes to, once its topic exists (or was auto-created) and
         may be written."""
         if topic in NOT_SENDABLE_TOPICS:
-            raise PermissionDenied(f"{field}: {topic} is a system topic; "
-                                   f"clients may not send to it")
+            raise PermissionDenied(
+                f"{field}: {topic} is a system topic; clients may not send to it"
+            )
         config = self._topics.get(topic) or await self._auto_create(
-            topic, request.default_topic_queue_nums, field)
+            topic, request.default_topic_queue_nums, field
+        )
         if not config.writable:
-            raise PermissionDenied(f"{field}: topic {topic!r} is not writable "
-                                   f"(perm {config.perm})")
+            raise PermissionDenied(f"{field}: topic {topic!r} is not writable (perm {config.perm})")
         return self._choose_queue(config, queue_id)
 
-    async def _send_records(self, request: broker_pb2.SendRequest, records: bytes,
-                            peer_address: str) -> broker_pb2.SendResponse:
+    async def _send_records(
+        self, request: broker_pb2.SendRequest, records: bytes, peer_address: str
+    ) -> broker_pb2.SendResponse:
         """The raw path: records the producer encoded, forwarded as one ``bytes``.
 
         The broker reads each record's header (framing, topic, body size;
@@ -157,8 +175,9 @@ class SendProcessor:
         try:
             positions = frame_records(batch.records, batch.count)
         except MalformedBatch as exc:
-            return _refused_response(batch.count, str(exc), topic, queue_id,
-                                     self._config.broker_name)
+            return _refused_response(
+                batch.count, str(exc), topic, queue_id, self._config.broker_name
+            )
         refused, delayed = self._check_headers(batch, positions)
         if delayed:  # the broker rewrites topic and queue: the per-message path does
             as_messages = records_as_messages(request, records)
@@ -166,27 +185,38 @@ class SendProcessor:
                 return await self._send_messages(as_messages, peer_address)
         if refused:
             if len(refused) == batch.count:
-                return _merge_refused(store_pb2.AppendResponse(), refused, batch.count, topic,
-                                      queue_id, self._config.broker_name)
+                return _merge_refused(
+                    store_pb2.AppendResponse(),
+                    refused,
+                    batch.count,
+                    topic,
+                    queue_id,
+                    self._config.broker_name,
+                )
             batch = select(batch, positions, (i for i in range(batch.count) if i not in refused))
         response = await self._store.append_records(batch, request.born_host or peer_address)
         if len(response.statuses) != batch.count:
-            raise StoreFailed(grpc.StatusCode.INTERNAL, f"store answered {len(response.statuses)} "
-                              f"results for {batch.count} records")
+            raise StoreFailed(
+                grpc.StatusCode.INTERNAL,
+                f"store answered {len(response.statuses)} results for {batch.count} records",
+            )
         if refused:
-            return _merge_refused(response, refused, request.record_count, topic, queue_id,
-                                  self._config.broker_name)
+            return _merge_refused(
+                response, refused, request.record_count, topic, queue_id, self._config.broker_name
+            )
         return to_send_response(response, topic, queue_id, self._config.broker_name)
 
-    def _check_records_request(self, request: broker_pb2.SendRequest, records: bytes
-                               ) -> tuple[str, int]:
+    def _check_records_request(
+        self, request: broker_pb2.SendRequest, records: bytes
+    ) -> tuple[str, int]:
         """Return (topic, queue_id) of a well-formed raw request; raise naming the bad field."""
         if request.messages:
             raise InvalidArgument("records: send messages or records, not both")
         count = request.record_count
         if not 0 < count <= self._config.max_batch_messages:
-            raise InvalidArgument(f"record_count: {count} records in one batch; 1.."
-                                  f"{self._config.max_batch_messages}")
+            raise InvalidArgument(
+                f"record_count: {count} records in one batch; 1..{self._config.max_batch_messages}"
+            )
         if not records:
             raise InvalidArgument(f"records: empty, but record_count is {count}")
         if request.producer_group:
@@ -198,8 +228,9 @@ class SendProcessor:
             raise InvalidArgument(f"queue_id: {request.queue_id} is neither -1 nor a queue")
         return topic, request.queue_id
 
-    def _check_headers(self, batch: RecordBatch, positions: list[int]
-                       ) -> tuple[dict[int, str], bool]:
+    def _check_headers(
+        self, batch: RecordBatch, positions: list[int]
+    ) -> tuple[dict[int, str], bool]:
         """Why each record whose header is wrong is refused, by index; and whether any
         record's properties may ask for a delay.
 
@@ -208,21 +239,25 @@ class SendProcessor:
         over the whole batch cost ~0.8 ms per MB of bodies).
         """
         topic_field, magic = encode_topic(batch.topic)
-        checked = check_heads(batch.records, positions, topic_field, magic,
-                              self._config.max_message_size_bytes)
+        checked = check_heads(
+            batch.records, positions, topic_field, magic, self._config.max_message_size_bytes
+        )
         refused = {index: f"records[{index}]: {exc}" for index, exc in checked.refused.items()}
         starts, ends = checked.properties_starts, checked.ends
         if refused:
-            starts, ends = ([x for i, x in enumerate(column) if i not in refused]
-                            for column in (starts, ends))
+            starts, ends = (
+                [x for i, x in enumerate(column) if i not in refused] for column in (starts, ends)
+            )
         delayed = sections_contain(batch.records, starts, ends, DELAY_MARKERS)
         for index, sys_flag in enumerate(checked.sys_flags()):
             if sys_flag & SYS_FLAG_TRANSACTION_MASK and index not in refused:
                 # Half messages go through the transaction service, and markers are the
                 # broker's own records: a client setting these bits would commit or
                 # hide messages behind its back.
-                refused[index] = (f"records[{index}]: sys_flag has transaction bits; send "
-                                  f"transactional messages with TransactionProducer")
+                refused[index] = (
+                    f"records[{index}]: sys_flag has transaction bits; send "
+                    f"transactional messages with TransactionProducer"
+                )
         return refused, delayed
 
     def _check_batch(self, request: broker_pb2.SendRequest) -> tuple[str, int]:
@@ -231,8 +266,10 @@ class SendProcessor:
         if not messages:
             raise InvalidArgument("messages: at least one message is required")
         if len(messages) > self._config.max_batch_messages:
-            raise InvalidArgument(f"messages: {len(messages)} messages in one batch, at most "
-                                  f"{self._config.max_batch_messages}")
+            raise InvalidArgument(
+                f"messages: {len(messages)} messages in one batch, at most "
+                f"{self._config.max_batch_messages}"
+            )
         if request.producer_group:
             check_group("producer_group", request.producer_group)
         if request.default_topic_queue_nums < 0:
@@ -243,11 +280,15 @@ class SendProcessor:
             raise InvalidArgument(f"messages[0].queue_id: {queue_id} is neither -1 nor a queue")
         for index, message in enumerate(messages):
             if message.topic != topic:
-                raise InvalidArgument(f"messages[{index}].topic: a batch goes to one topic "
-                                      f"({message.topic[:60]!r} is not {topic!r})")
+                raise InvalidArgument(
+                    f"messages[{index}].topic: a batch goes to one topic "
+                    f"({message.topic[:60]!r} is not {topic!r})"
+                )
             if message.queue_id != queue_id:
-                raise InvalidArgument(f"messages[{index}].queue_id: a batch goes to one "
-                                      f"queue ({message.queue_id} is not {queue_id})")
+                raise InvalidArgument(
+                    f"messages[{index}].queue_id: a batch goes to one "
+                    f"queue ({message.queue_id} is not {queue_id})"
+                )
             self._check_body(index, message)
         return topic, queue_id
 
@@ -256,38 +297,45 @@ class SendProcessor:
         if size == 0:
             raise InvalidArgument(f"messages[{index}].body: must not be empty")
         if size > self._config.max_message_size_bytes:
-            raise InvalidArgument(f"messages[{index}].body: {size} bytes, at most "
-                                  f"{self._config.max_message_size_bytes}")
+            raise InvalidArgument(
+                f"messages[{index}].body: {size} bytes, at most "
+                f"{self._config.max_message_size_bytes}"
+            )
 
-    async def _auto_create(self, topic: str, requested_queue_nums: int, field: str
-                           ) -> TopicConfig:
+    async def _auto_create(self, topic: str, requested_queue_nums: int, field: str) -> TopicConfig:
         if not self._config.auto_create_topic_enable:
-            raise NotFound(f"{field}: topic {topic!r} does not exist "
-                           f"(auto_create_topic_enable is off)")
+            raise NotFound(
+                f"{field}: topic {topic!r} does not exist (auto_create_topic_enable is off)"
+            )
         created = self._topics.create_from_template(
-            topic, requested_queue_nums or self._config.default_topic_queue_nums)
+            topic, requested_queue_nums or self._config.default_topic_queue_nums
+        )
         if created is None:
-            raise NotFound(f"{field}: topic {topic!r} does not exist and "
-                           f"{AUTO_CREATE_TEMPLATE_TOPIC} cannot be inherited")
+            raise NotFound(
+                f"{field}: topic {topic!r} does not exist and "
+                f"{AUTO_CREATE_TEMPLATE_TOPIC} cannot be inherited"
+            )
         await self._publisher.publish()
         return created
 
     def _choose_queue(self, config: TopicConfig, queue_id: int) -> int:
         if config.write_queue_nums <= 0:
-            raise PermissionDenied(f"messages[0].topic: topic {config.name!r} has no write "
-                                   f"queues")
+            raise PermissionDenied(f"messages[0].topic: topic {config.name!r} has no write queues")
         if queue_id == -1:
             counter = self._round_robin.setdefault(config.name, itertools.count())
             return next(counter) % config.write_queue_nums
         if queue_id >= config.write_queue_nums:
-            raise InvalidArgument(f"messages[0].queue_id: {queue_id} is not below "
-                                  f"write_queue_nums {config.write_queue_nums} of topic "
-                                  f"{config.name!r}")
+            raise InvalidArgument(
+                f"messages[0].queue_id: {queue_id} is not below "
+                f"write_queue_nums {config.write_queue_nums} of topic "
+                f"{config.name!r}"
+            )
         return queue_id
 
 
-def to_send_response(response: store_pb2.AppendResponse, topic: str, queue_id: int,
-                     broker_name: str) -> broker_pb2.SendResponse:
+def to_send_response(
+    response: store_pb2.AppendResponse, topic: str, queue_id: int, broker_name: str
+) -> broker_pb2.SendResponse:
     """The client's view of a batch's appends: stored statuses keep their meaning, the
     rest fail (with the store's reason, or its status name when it gave none)."""
     send_status = _SEND_STATUS
@@ -295,23 +343,45 @@ def to_send_response(response: store_pb2.AppendResponse, topic: str, queue_id: i
     errors = dict(response.errors)
     for index, status in enumerate(statuses):
         if status == broker_pb2.SEND_FAILED and index not in errors:
-            errors[index] = (f"store refused the message: "
-                             f"{message_pb2.PutMessageStatus.Name(response.statuses[index])}")
+            errors[index] = (
+                f"store refused the message: "
+                f"{message_pb2.PutMessageStatus.Name(response.statuses[index])}"
+            )
     return broker_pb2.SendResponse(
-        statuses=statuses, put_statuses=response.statuses, queue_offsets=response.queue_offsets,
-        commitlog_offsets=response.commitlog_offsets, topic=topic, broker_name=broker_name,
-        queue_id=queue_id, msg_id_prefix=response.msg_id_prefix, errors=errors)
+        statuses=statuses,
+        put_statuses=response.statuses,
+        queue_offsets=response.queue_offsets,
+        commitlog_offsets=response.commitlog_offsets,
+        topic=topic,
+        broker_name=broker_name,
+        queue_id=queue_id,
+        msg_id_prefix=response.msg_id_prefix,
+        errors=errors,
+    )
 
 
-def _refused_response(count: int, error: str, topic: str, queue_id: int, broker_name: str
-                      ) -> broker_pb2.SendResponse:
+def _refused_response(
+    count: int, error: str, topic: str, queue_id: int, broker_name: str
+) -> broker_pb2.SendResponse:
     """Every record of a batch refused with one reason (its records cannot be told apart)."""
-    return _merge_refused(store_pb2.AppendResponse(), dict.fromkeys(range(count), error),
-                          count, topic, queue_id, broker_name)
+    return _merge_refused(
+        store_pb2.AppendResponse(),
+        dict.fromkeys(range(count), error),
+        count,
+        topic,
+        queue_id,
+        broker_name,
+    )
 
 
-def _merge_refused(stored: store_pb2.AppendResponse, refused: dict[int, str], count: int,
-                   topic: str, queue_id: int, broker_name: str) -> broker_pb2.SendResponse:
+def _merge_refused(
+    stored: store_pb2.AppendResponse,
+    refused: dict[int, str],
+    count: int,
+    topic: str,
+    queue_id: int,
+    broker_name: str,
+) -> broker_pb2.SendResponse:
     """The store's results for the records it got, with the broker's refusals put back in
     their places (MESSAGE_ILLEGAL, nothing stored)."""
     statuses, commitlog_offsets, queue_offsets = [], [], []
@@ -331,7 +401,11 @@ def _merge_refused(stored: store_pb2.AppendResponse, refused: dict[int, str], co
             errors[index] = stored.errors[stored_index]
         stored_index += 1
     merged = store_pb2.AppendResponse(
-        statuses=statuses, commitlog_offsets=commitlog_offsets, queue_offsets=queue_offsets,
-        store_timestamp_ms=stored.store_timestamp_ms, msg_id_prefix=stored.msg_id_prefix,
-        errors=errors)
+        statuses=statuses,
+        commitlog_offsets=commitlog_offsets,
+        queue_offsets=queue_offsets,
+        store_timestamp_ms=stored.store_timestamp_ms,
+        msg_id_prefix=stored.msg_id_prefix,
+        errors=errors,
+    )
     return to_send_response(merged, topic, queue_id, broker_name)

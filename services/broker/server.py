@@ -1,7 +1,7 @@
 """The broker process: ``boltmq serve broker`` runs :func:`serve` with a BrokerConfig.
 
 Start-up, health, reflection and graceful shutdown come from the shared
-:mod:`boltmq.runtime`; this module only adapts the :class:`Broker` to its
+:mod:`boltmq.kernel.runtime`; this module only adapts the :class:`Broker` to its
 ``Service`` protocol.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from boltmq import runtime, tls
+from boltmq.kernel import runtime, tls
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from services.broker.broker import Broker
 from services.broker.config import BrokerConfig
@@ -18,9 +18,8 @@ CONFIG_CLASS = BrokerConfig
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name
 
 
-
 class BrokerService:
-    """The broker as a :class:`boltmq.runtime.Service`."""
+    """The broker as a :class:`boltmq.kernel.runtime.Service`."""
 
     name = "broker"
     service_names: tuple[str, ...] = (SERVICE_NAME,)
@@ -39,10 +38,20 @@ class BrokerService:
         """Register the servicer; the pulls forward the store's encoded answers."""
         servicer = self.broker.servicer
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)
-        runtime.answer_encoded(server, SERVICE_NAME, "PullMessage", servicer.PullMessage,
-                               broker_pb2.BrokerPullRequest.FromString)
-        runtime.answer_encoded(server, SERVICE_NAME, "PullQueues", servicer.PullQueues,
-                               broker_pb2.BrokerPullQueuesRequest.FromString)
+        runtime.answer_encoded(
+            server,
+            SERVICE_NAME,
+            "PullMessage",
+            servicer.PullMessage,
+            broker_pb2.BrokerPullRequest.FromString,
+        )
+        runtime.answer_encoded(
+            server,
+            SERVICE_NAME,
+            "PullQueues",
+            servicer.PullQueues,
+            broker_pb2.BrokerPullQueuesRequest.FromString,
+        )
 
     def bound(self, port: int) -> None:
         """The real port (registries must be told it when the config says 0)."""
@@ -54,8 +63,9 @@ class BrokerService:
 
     def advertised_address(self) -> str:
         """``host:port`` announced to registries: the configured one, else host and bound port."""
-        return runtime.advertised_address(self.config.advertised_address,
-                                          self.config.listen_host, self.bound_port)
+        return runtime.advertised_address(
+            self.config.advertised_address, self.config.listen_host, self.bound_port
+        )
 
     async def start(self) -> None:
         """Load metadata from the store and register with the registries."""
@@ -77,13 +87,19 @@ async def create_server(config: BrokerConfig) -> tuple[grpc.aio.Server, int]:
     returns; ``server.stop()`` answers parked pulls first and stops the broker
     (offsets saved, unregistered) after.
     """
-    return await runtime.create_in_process(BrokerService(config), config.listen_host,
-                                           config.listen_port, tls.server_tls(config))
+    return await runtime.create_in_process(
+        BrokerService(config), config.listen_host, config.listen_port, tls.server_tls(config)
+    )
 
 
 async def serve(config: BrokerConfig) -> None:
     """Run the broker until SIGTERM/SIGINT (what ``boltmq serve broker`` calls)."""
     server_tls = tls.server_tls(config)  # a bad file fails before anything starts
-    await runtime.serve(BrokerService(config), config.listen_host, config.listen_port,
-                        grace_s=config.shutdown_grace_ms / 1000, tls=server_tls,
-                        health_port=config.health_port)
+    await runtime.serve(
+        BrokerService(config),
+        config.listen_host,
+        config.listen_port,
+        grace_s=config.shutdown_grace_ms / 1000,
+        tls=server_tls,
+        health_port=config.health_port,
+    )

@@ -20,9 +20,11 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry import trace
 
-from boltmq.store_channel import StoreChannel
-from boltmq.tls import ClientTLS
+from boltmq.kernel.store_channel import StoreChannel
+from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import message_pb2, store_pb2
+from boltmq.wire.pull_answer import PullAnswer, QueuesAnswer
+from boltmq.wire.record_batch import RecordBatch
 from services.broker.append_stream import AppendStream
 from services.broker.errors import (
     BrokerError,
@@ -31,8 +33,6 @@ from services.broker.errors import (
     StoreFailed,
     StoreUnavailable,
 )
-from services.store.pull_wire import PullAnswer, QueuesAnswer
-from services.store.record_batch import RecordBatch
 
 STORE_SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_name
 PULL_METHOD = f"/{STORE_SERVICE_NAME}/Pull"
@@ -46,13 +46,16 @@ class StoreClient(StoreChannel):
     def __init__(self, address: str, timeout_ms: int, tls: ClientTLS | None = None) -> None:
         super().__init__(address, timeout_ms, tls)
         self._pull_encoded = self._channel.unary_unary(
-            PULL_METHOD, request_serializer=store_pb2.PullRequest.SerializeToString)
+            PULL_METHOD, request_serializer=store_pb2.PullRequest.SerializeToString
+        )
         """Pull with the answer left as bytes (no response deserializer): see pull_answer."""
         self._pull_queues_encoded = self._channel.unary_unary(
-            PULL_QUEUES_METHOD, request_serializer=store_pb2.PullQueuesRequest.SerializeToString)
+            PULL_QUEUES_METHOD, request_serializer=store_pb2.PullQueuesRequest.SerializeToString
+        )
         """PullQueues with the answer left as bytes: see pull_queues_answer."""
-        self._appends = AppendStream(self._stub.AppendStream, self._timeout_s,
-                                     self.translate_status)
+        self._appends = AppendStream(
+            self._stub.AppendStream, self._timeout_s, self.translate_status
+        )
 
     async def close(self) -> None:
         """Close the append stream, then the channel (pending calls fail)."""
@@ -63,30 +66,35 @@ class StoreClient(StoreChannel):
         """The broker error for a failed store call."""
         return self.translate_status(method, exc.code(), exc.details() or "")
 
-    def translate_status(self, method: str, code: grpc.StatusCode, details: str
-                         ) -> BrokerError:
+    def translate_status(self, method: str, code: grpc.StatusCode, details: str) -> BrokerError:
         """The broker error for a store call that failed with ``code``."""
         if code in _UNREACHABLE:
-            return StoreUnavailable(f"store at {self.address} is unavailable ({method}: "
-                                    f"{code.name.lower()}: {details})")
+            return StoreUnavailable(
+                f"store at {self.address} is unavailable ({method}: {code.name.lower()}: {details})"
+            )
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return InvalidArgument(details)
         if code == grpc.StatusCode.NOT_FOUND:
             return NotFound(details)
         return StoreFailed(code, f"store {method} failed: {code.name}: {details}")
 
-    async def append(self, messages: Iterable[message_pb2.Message], born_host: str
-                     ) -> store_pb2.AppendResponse:
+    async def append(
+        self, messages: Iterable[message_pb2.Message], born_host: str
+    ) -> store_pb2.AppendResponse:
         """Append one batch under the store's lock; one result per message."""
-        return await self._append(store_pb2.AppendRequest(messages=messages,
-                                                          born_host=born_host))
+        return await self._append(store_pb2.AppendRequest(messages=messages, born_host=born_host))
 
-    async def append_records(self, batch: RecordBatch, born_host: str
-                             ) -> store_pb2.AppendResponse:
+    async def append_records(self, batch: RecordBatch, born_host: str) -> store_pb2.AppendResponse:
         """Append client-encoded records (one ``bytes``) under the store's lock."""
-        return await self._append(store_pb2.AppendRequest(
-            records=batch.records, record_count=batch.count, topic=batch.topic,
-            queue_id=batch.queue_id, born_host=born_host))
+        return await self._append(
+            store_pb2.AppendRequest(
+                records=batch.records,
+                record_count=batch.count,
+                topic=batch.topic,
+                queue_id=batch.queue_id,
+                born_host=born_host,
+            )
+        )
 
     async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
         """On the append stream; a traced append as a unary call, so its trace shows the store."""
@@ -106,9 +114,10 @@ class StoreClient(StoreChannel):
         try:
             return PullAnswer.parse(encoded)
         except DecodeError as exc:
-            raise StoreFailed(grpc.StatusCode.INTERNAL,
-                              f"store Pull answered bytes that are no PullResponse: {exc}"
-                              ) from None
+            raise StoreFailed(
+                grpc.StatusCode.INTERNAL,
+                f"store Pull answered bytes that are no PullResponse: {exc}",
+            ) from None
 
     async def pull_queues_answer(self, request: store_pb2.PullQueuesRequest) -> QueuesAnswer:
         """Several queues in one call, keeping the store's bytes like :meth:`pull_answer`."""
@@ -116,16 +125,19 @@ class StoreClient(StoreChannel):
         try:
             return QueuesAnswer.parse(encoded)
         except DecodeError as exc:
-            raise StoreFailed(grpc.StatusCode.INTERNAL, "store PullQueues answered bytes that "
-                              f"are no PullQueuesResponse: {exc}") from None
+            raise StoreFailed(
+                grpc.StatusCode.INTERNAL,
+                f"store PullQueues answered bytes that are no PullQueuesResponse: {exc}",
+            ) from None
 
     async def get(self, request: store_pb2.GetRequest) -> store_pb2.GetResponse:
         """One message by commitlog offset or message id."""
         response: store_pb2.GetResponse = await self._call("Get", request)
         return response
 
-    async def query_by_key(self, request: store_pb2.QueryByKeyRequest
-                           ) -> store_pb2.QueryByKeyResponse:
+    async def query_by_key(
+        self, request: store_pb2.QueryByKeyRequest
+    ) -> store_pb2.QueryByKeyResponse:
         """Messages of a topic whose key matches, through the index."""
         response: store_pb2.QueryByKeyResponse = await self._call("QueryByKey", request)
         return response
@@ -138,7 +150,8 @@ class StoreClient(StoreChannel):
     async def store_info(self) -> store_pb2.StoreInfo:
         """Offsets, role and disk usage of the store."""
         response: store_pb2.StoreInfo = await self._call(
-            "GetStoreInfo", store_pb2.GetStoreInfoRequest())
+            "GetStoreInfo", store_pb2.GetStoreInfoRequest()
+        )
         return response
 
     async def set_role(self, request: store_pb2.SetRoleRequest) -> store_pb2.StoreInfo:
@@ -148,8 +161,9 @@ class StoreClient(StoreChannel):
 
     async def get_config(self, name: str) -> bytes | None:
         """A metadata file's content, or None when the store has none."""
-        response = await self._call("GetConfig", store_pb2.GetConfigRequest(name=name),
-                                    wait_for_ready=True)
+        response = await self._call(
+            "GetConfig", store_pb2.GetConfigRequest(name=name), wait_for_ready=True
+        )
         return bytes(response.content) if response.found else None
 
     async def put_config(self, name: str, content: bytes) -> None:
@@ -159,8 +173,9 @@ class StoreClient(StoreChannel):
         metadata, consumer offsets above all, must not be dropped because the
         store restarted a moment ago; sends and pulls fail fast instead.
         """
-        await self._call("PutConfig", store_pb2.PutConfigRequest(name=name, content=content),
-                         wait_for_ready=True)
+        await self._call(
+            "PutConfig", store_pb2.PutConfigRequest(name=name, content=content), wait_for_ready=True
+        )
 
     async def wait_until_serving(self, timeout_s: float) -> None:
         """Wait (without polling) until the store's health says SERVING, at most ``timeout_s``.
@@ -169,8 +184,11 @@ class StoreClient(StoreChannel):
         it has, so "reachable" is not enough at start-up.
         """
         stub = health_pb2_grpc.HealthStub(self._channel)
-        call = stub.Watch(health_pb2.HealthCheckRequest(service=STORE_SERVICE_NAME),
-                          timeout=timeout_s, wait_for_ready=True)
+        call = stub.Watch(
+            health_pb2.HealthCheckRequest(service=STORE_SERVICE_NAME),
+            timeout=timeout_s,
+            wait_for_ready=True,
+        )
         try:
             async for status in call:
                 if status.status == health_pb2.HealthCheckResponse.SERVING:
@@ -181,8 +199,9 @@ class StoreClient(StoreChannel):
         finally:
             call.cancel()
 
-    async def watch_queues(self, interests: asyncio.Queue[store_pb2.QueueInterest],
-                           on_open: Callable[[], None]) -> AsyncIterator[store_pb2.Arrival]:
+    async def watch_queues(
+        self, interests: asyncio.Queue[store_pb2.QueueInterest], on_open: Callable[[], None]
+    ) -> AsyncIterator[store_pb2.Arrival]:
         """Arrivals on the queues put in ``interests``; ``on_open`` runs once the store watches.
 
         The store sends its initial metadata only after it registered the
@@ -195,8 +214,9 @@ class StoreClient(StoreChannel):
         writer: asyncio.Task[None] | None = None
         try:
             await call.initial_metadata()
-            writer = asyncio.create_task(_send_interests(call, interests),
-                                         name="watch-queues-writer")
+            writer = asyncio.create_task(
+                _send_interests(call, interests), name="watch-queues-writer"
+            )
             on_open()
             async for arrival in call:
                 yield arrival

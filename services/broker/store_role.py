@@ -25,8 +25,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from boltmq import runtime
-from boltmq.tls import ClientTLS
+from boltmq.kernel import runtime
+from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
 from services.broker.errors import BrokerError, FailedPrecondition, StoreUnavailable
 from services.broker.store_client import StoreClient
@@ -40,10 +40,15 @@ HA_STATUS_TIMEOUT_S = 3.0
 class StoreRole:
     """The broker's cached view of its store's role, epoch and registered id."""
 
-    def __init__(self, store: StoreClient, configured_broker_id: int, ha_address: str,
-                 check_interval_ms: int,
-                 on_change: Callable[[], Awaitable[object]] | None = None,
-                 tls: ClientTLS | None = None) -> None:
+    def __init__(
+        self,
+        store: StoreClient,
+        configured_broker_id: int,
+        ha_address: str,
+        check_interval_ms: int,
+        on_change: Callable[[], Awaitable[object]] | None = None,
+        tls: ClientTLS | None = None,
+    ) -> None:
         self._store = store
         self._tls = tls
         self._configured_id = configured_broker_id
@@ -94,9 +99,12 @@ class StoreRole:
             except BrokerError:
                 continue  # the store is restarting: keep the last known role
             if changed:
-                log.warning("store role is now %s (epoch %d): registering as broker id %d",
-                            "MASTER" if self.is_master else "REPLICA", self.epoch,
-                            self.broker_id)
+                log.warning(
+                    "store role is now %s (epoch %d): registering as broker id %d",
+                    "MASTER" if self.is_master else "REPLICA",
+                    self.epoch,
+                    self.broker_id,
+                )
                 if self.on_change is not None:
                     await self.on_change()
 
@@ -110,36 +118,49 @@ class StoreRole:
             if lag > max_lag_bytes:
                 raise FailedPrecondition(
                     f"the store is {lag} bytes behind its master (max_lag_bytes "
-                    f"{max_lag_bytes}); let it catch up or pass max_lag_bytes 0")
-        info = await self._store.set_role(store_pb2.SetRoleRequest(role=store_pb2.MASTER,
-                                                                   broker_id=MASTER_ID))
+                    f"{max_lag_bytes}); let it catch up or pass max_lag_bytes 0"
+                )
+        info = await self._store.set_role(
+            store_pb2.SetRoleRequest(role=store_pb2.MASTER, broker_id=MASTER_ID)
+        )
         self._apply(info)
-        log.warning("promoted: the store is the master of epoch %d from offset %d", info.epoch,
-                    info.commitlog_max_offset)
+        log.warning(
+            "promoted: the store is the master of epoch %d from offset %d",
+            info.epoch,
+            info.commitlog_max_offset,
+        )
         if self.on_change is not None:
             await self.on_change()
 
     async def _replication_lag(self) -> int:
         """Master end (as the HA service last heard it) minus the store's end."""
         if not self._ha_address:
-            raise FailedPrecondition("no ha_address configured: cannot tell how far behind the "
-                                     "store is; pass max_lag_bytes 0 to promote anyway")
+            raise FailedPrecondition(
+                "no ha_address configured: cannot tell how far behind the "
+                "store is; pass max_lag_bytes 0 to promote anyway"
+            )
         channel = runtime.channel(self._ha_address, self._tls)
         try:
             status = await ha_pb2_grpc.HAServiceStub(channel).Status(
-                ha_pb2.HAStatusRequest(), timeout=HA_STATUS_TIMEOUT_S)
+                ha_pb2.HAStatusRequest(), timeout=HA_STATUS_TIMEOUT_S
+            )
         except Exception as exc:  # grpc.aio.AioRpcError and friends
-            raise StoreUnavailable(f"HA service at {self._ha_address} did not answer: "
-                                   f"{exc}") from None
+            raise StoreUnavailable(
+                f"HA service at {self._ha_address} did not answer: {exc}"
+            ) from None
         finally:
             await channel.close()
         return max(0, status.master_max_offset - status.max_offset)
 
     async def demote(self, suggested_broker_id: int, master_address: str) -> None:
         """A newer-epoch master leads the group: become its replica under a free id."""
-        info = await self._store.set_role(store_pb2.SetRoleRequest(
-            role=store_pb2.REPLICA, broker_id=max(1, suggested_broker_id)))
+        info = await self._store.set_role(
+            store_pb2.SetRoleRequest(role=store_pb2.REPLICA, broker_id=max(1, suggested_broker_id))
+        )
         self._apply(info)
-        log.warning("demoted: %s leads the group with a newer epoch; this store is now replica "
-                    "id %d and its HA service follows the master", master_address,
-                    self.broker_id)
+        log.warning(
+            "demoted: %s leads the group with a newer epoch; this store is now replica "
+            "id %d and its HA service follows the master",
+            master_address,
+            self.broker_id,
+        )

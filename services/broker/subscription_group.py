@@ -79,8 +79,9 @@ class SubscriptionGroupConfig:
             value = entry[key]
             expected = bool if isinstance(field.default, bool) else int
             if type(value) is not expected:
-                raise CorruptMetadata(f"{SUBSCRIPTION_GROUP_FILE}: group {name}: {key} "
-                                      f"is not a {expected.__name__}")
+                raise CorruptMetadata(
+                    f"{SUBSCRIPTION_GROUP_FILE}: group {name}: {key} is not a {expected.__name__}"
+                )
             values[field.name] = value
         return cls(**values)
 
@@ -126,8 +127,9 @@ class SubscriptionGroupManager:
     def to_json(self) -> bytes:
         """subscriptionGroup.json as written to the store."""
         table = {name: self._groups[name].to_dict() for name in sorted(self._groups)}
-        return json_document.dump({"subscriptionGroupTable": table,
-                                   "dataVersion": self.data_version.to_dict()})
+        return json_document.dump(
+            {"subscriptionGroupTable": table, "dataVersion": self.data_version.to_dict()}
+        )
 
     def load_json(self, data: bytes) -> None:
         """Replace the table with the file's content."""
@@ -137,5 +139,7 @@ class SubscriptionGroupManager:
         groups = [SubscriptionGroupConfig.from_dict(entry) for entry in table.values()]
         self._groups = {g.group_name: g for g in groups}
         version = json_document.get_object(file, document, "dataVersion")
-        self.data_version = DataVersion(json_document.get_int(file, version, "timestamp"),
-                                        json_document.get_int(file, version, "counter"))
+        self.data_version = DataVersion(
+            json_document.get_int(file, version, "timestamp"),
+            json_document.get_int(file, version, "counter"),
+        )

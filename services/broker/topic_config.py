@@ -78,8 +78,13 @@ class TopicConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The topics.json entry."""
-        return {"topicName": self.name, "readQueueNums": self.read_queue_nums,
-                "writeQueueNums": self.write_queue_nums, "perm": self.perm, "order": self.order}
+        return {
+            "topicName": self.name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "order": self.order,
+        }
 
     @classmethod
     def from_dict(cls, entry: object) -> TopicConfig:
@@ -89,11 +94,15 @@ class TopicConfig:
         name = entry.get("topicName")
         if not isinstance(name, str) or not TOPIC_PATTERN.match(name):
             raise CorruptMetadata(f"{TOPICS_FILE}: bad topicName {name!r:.80}")
-        read, write, perm = (json_document.get_int(f"{TOPICS_FILE}: topic {name}", entry, key, -1)
-                             for key in ("readQueueNums", "writeQueueNums", "perm"))
+        read, write, perm = (
+            json_document.get_int(f"{TOPICS_FILE}: topic {name}", entry, key, -1)
+            for key in ("readQueueNums", "writeQueueNums", "perm")
+        )
         if min(read, write, perm) < 0:
-            raise CorruptMetadata(f"{TOPICS_FILE}: topic {name}: readQueueNums, writeQueueNums "
-                                  f"and perm must be present and non-negative")
+            raise CorruptMetadata(
+                f"{TOPICS_FILE}: topic {name}: readQueueNums, writeQueueNums "
+                f"and perm must be present and non-negative"
+            )
         return cls(name, read, write, perm, bool(entry.get("order", False)))
 
 
@@ -113,8 +122,9 @@ class DataVersion:
         return {"timestamp": self.timestamp_ms, "counter": self.counter}
 
 
-def system_topics(cluster_name: str, broker_name: str, auto_create_enable: bool
-                  ) -> list[TopicConfig]:
+def system_topics(
+    cluster_name: str, broker_name: str, auto_create_enable: bool
+) -> list[TopicConfig]:
     """The topics every broker creates on start (RocketMQ's TopicConfigManager constructor)."""
     topics = [
         TopicConfig(SELF_TEST_TOPIC, 1, 1),
@@ -130,21 +140,28 @@ def system_topics(cluster_name: str, broker_name: str, auto_create_enable: bool
     # TBW102 only when auto-creation is on: registries route producers of unknown topics
     # to brokers that serve TBW102, so announcing it without honouring it would misroute them.
     if auto_create_enable:
-        topics.append(TopicConfig(AUTO_CREATE_TEMPLATE_TOPIC, TEMPLATE_QUEUE_NUMS,
-                                  TEMPLATE_QUEUE_NUMS, PERM_ALL))
+        topics.append(
+            TopicConfig(
+                AUTO_CREATE_TEMPLATE_TOPIC, TEMPLATE_QUEUE_NUMS, TEMPLATE_QUEUE_NUMS, PERM_ALL
+            )
+        )
     return topics
 
 
 class TopicConfigManager:
     """The broker's topic table: lookups, upserts, deletes, auto-creation, JSON."""
 
-    def __init__(self, cluster_name: str, broker_name: str, auto_create_enable: bool,
-                 clock_ms: Clock = wall_clock_ms) -> None:
+    def __init__(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        auto_create_enable: bool,
+        clock_ms: Clock = wall_clock_ms,
+    ) -> None:
         self._clock_ms = clock_ms
         self._auto_create_enable = auto_create_enable
         defaults = system_topics(cluster_name, broker_name, auto_create_enable)
-        self._system_names = frozenset(
-            [t.name for t in defaults] + [AUTO_CREATE_TEMPLATE_TOPIC])
+        self._system_names = frozenset([t.name for t in defaults] + [AUTO_CREATE_TEMPLATE_TOPIC])
         self._topics: dict[str, TopicConfig] = {t.name: t for t in defaults}
         self.data_version = DataVersion(clock_ms(), 0)
 
@@ -187,8 +204,9 @@ class TopicConfigManager:
         if template is None or not template.inheritable:
             return None
         queue_nums = max(1, min(requested_queue_nums, template.write_queue_nums))
-        return self.upsert(TopicConfig(name, queue_nums, queue_nums,
-                                       template.perm & ~PERM_INHERIT, template.order))
+        return self.upsert(
+            TopicConfig(name, queue_nums, queue_nums, template.perm & ~PERM_INHERIT, template.order)
+        )
 
     def _bump(self) -> None:
         self.data_version = self.data_version.next(self._clock_ms())
@@ -196,8 +214,9 @@ class TopicConfigManager:
     def to_json(self) -> bytes:
         """topics.json as written to the store."""
         table = {name: self._topics[name].to_dict() for name in sorted(self._topics)}
-        return json_document.dump({"topicConfigTable": table,
-                                   "dataVersion": self.data_version.to_dict()})
+        return json_document.dump(
+            {"topicConfigTable": table, "dataVersion": self.data_version.to_dict()}
+        )
 
     def load_json(self, data: bytes) -> None:
         """Overlay topics.json on the system topics (the file wins, as in RocketMQ)."""
@@ -205,8 +224,10 @@ class TopicConfigManager:
         table = json_document.get_object(TOPICS_FILE, document, "topicConfigTable")
         self._load_entries(table.values())
         version = json_document.get_object(TOPICS_FILE, document, "dataVersion")
-        self.data_version = DataVersion(json_document.get_int(TOPICS_FILE, version, "timestamp"),
-                                        json_document.get_int(TOPICS_FILE, version, "counter"))
+        self.data_version = DataVersion(
+            json_document.get_int(TOPICS_FILE, version, "timestamp"),
+            json_document.get_int(TOPICS_FILE, version, "counter"),
+        )
         if not self._auto_create_enable:
             self._topics.pop(AUTO_CREATE_TEMPLATE_TOPIC, None)
 

@@ -52,6 +52,14 @@ from typing import TypeAlias
 import grpc
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from boltmq.wire.record import (
+    SYS_FLAG_BORN_HOST_V6,
+    SYS_FLAG_STORE_HOST_V6,
+    SYS_FLAG_TRANSACTION_COMMIT,
+    SYS_FLAG_TRANSACTION_MASK,
+    SYS_FLAG_TRANSACTION_PREPARED,
+    SYS_FLAG_TRANSACTION_ROLLBACK,
+)
 from services.broker.check_channel import CheckChannels
 from services.broker.clock import Clock, wall_clock_ms
 from services.broker.config import BrokerConfig
@@ -67,14 +75,6 @@ from services.broker.send_processor import to_send_response
 from services.broker.store_client import StoreClient
 from services.broker.store_role import StoreRole
 from services.broker.topic_config import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from services.store.record import (
-    SYS_FLAG_BORN_HOST_V6,
-    SYS_FLAG_STORE_HOST_V6,
-    SYS_FLAG_TRANSACTION_COMMIT,
-    SYS_FLAG_TRANSACTION_MASK,
-    SYS_FLAG_TRANSACTION_PREPARED,
-    SYS_FLAG_TRANSACTION_ROLLBACK,
-)
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +91,17 @@ OP_ROLLBACK = "ROLLBACK"
 OP_CHECK = "CHECK"
 _OP_OF = {broker_pb2.TRANSACTION_COMMIT: OP_COMMIT, broker_pb2.TRANSACTION_ROLLBACK: OP_ROLLBACK}
 _DECISION_OF: dict[str, Decision] = {op: decision for decision, op in _OP_OF.items()}
-_MARKER_FLAG = {broker_pb2.TRANSACTION_COMMIT: SYS_FLAG_TRANSACTION_COMMIT,
-                broker_pb2.TRANSACTION_ROLLBACK: SYS_FLAG_TRANSACTION_ROLLBACK}
+_MARKER_FLAG = {
+    broker_pb2.TRANSACTION_COMMIT: SYS_FLAG_TRANSACTION_COMMIT,
+    broker_pb2.TRANSACTION_ROLLBACK: SYS_FLAG_TRANSACTION_ROLLBACK,
+}
 _DECISION_OF_FLAG: dict[int, Decision] = {flag: decision for decision, flag in _MARKER_FLAG.items()}
-_STORED = (message_pb2.PUT_OK, message_pb2.FLUSH_DISK_TIMEOUT, message_pb2.FLUSH_SLAVE_TIMEOUT,
-           message_pb2.SLAVE_NOT_AVAILABLE)
+_STORED = (
+    message_pb2.PUT_OK,
+    message_pb2.FLUSH_DISK_TIMEOUT,
+    message_pb2.FLUSH_SLAVE_TIMEOUT,
+    message_pb2.SLAVE_NOT_AVAILABLE,
+)
 """PutMessageStatuses under which the record is in the CommitLog."""
 
 LOAD_PULL_MAX_MESSAGES = 1024
@@ -124,8 +130,14 @@ class Half:
 class TransactionService:
     """The undecided half messages of one broker, their decisions and checks."""
 
-    def __init__(self, config: BrokerConfig, store: StoreClient, role: StoreRole,
-                 channels: CheckChannels, clock_ms: Clock = wall_clock_ms) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: StoreClient,
+        role: StoreRole,
+        channels: CheckChannels,
+        clock_ms: Clock = wall_clock_ms,
+    ) -> None:
         self._config = config
         self._store = store
         self._role = role
@@ -161,18 +173,23 @@ class TransactionService:
                 log.exception("transaction check round failed")
 
     # ---------------------------------------------------------------- prepare
-    async def prepare(self, request: broker_pb2.SendRequest, topic: str, queue_id: int,
-                      born_host: str) -> broker_pb2.SendResponse:
+    async def prepare(
+        self, request: broker_pb2.SendRequest, topic: str, queue_id: int, born_host: str
+    ) -> broker_pb2.SendResponse:
         """Store a half message (see the module docstring); its SendResponse names the
         real topic and queue and the half's commitlog offset."""
         if len(request.messages) != 1:
-            raise InvalidArgument("messages: a transaction (half) message is sent alone, "
-                                  f"not in a batch of {len(request.messages)}")
+            raise InvalidArgument(
+                "messages: a transaction (half) message is sent alone, "
+                f"not in a batch of {len(request.messages)}"
+            )
         group = check_group("producer_group", request.producer_group)
         message = request.messages[0]
         if message.sys_flag & SYS_FLAG_TRANSACTION_MASK != SYS_FLAG_TRANSACTION_PREPARED:
-            raise InvalidArgument("messages[0].sys_flag: clients send PREPARED (0x4) half "
-                                  "messages only; COMMIT and ROLLBACK come from EndTransaction")
+            raise InvalidArgument(
+                "messages[0].sys_flag: clients send PREPARED (0x4) half "
+                "messages only; COMMIT and ROLLBACK come from EndTransaction"
+            )
         await self._ensure_loaded()
         half = message_pb2.Message()
         half.CopyFrom(message)
@@ -190,16 +207,22 @@ class TransactionService:
             raise StoreFailed(grpc.StatusCode.INTERNAL, "store answered no result for the half")
         if response.statuses[0] in _STORED:
             offset = response.commitlog_offsets[0]
-            self._pending[offset] = Half(offset, group, topic, properties[PROPERTY_UNIQ_KEY],
-                                         response.store_timestamp_ms or self._clock_ms())
+            self._pending[offset] = Half(
+                offset,
+                group,
+                topic,
+                properties[PROPERTY_UNIQ_KEY],
+                response.store_timestamp_ms or self._clock_ms(),
+            )
         # The half's queue offset is in the system topic: meaningless to the producer.
         del response.queue_offsets[:]
         response.queue_offsets.append(-1)
         return to_send_response(response, topic, queue_id, self._config.broker_name)
 
     # ---------------------------------------------------------------- decide
-    async def end(self, request: broker_pb2.EndTransactionRequest
-                  ) -> broker_pb2.EndTransactionResponse:
+    async def end(
+        self, request: broker_pb2.EndTransactionRequest
+    ) -> broker_pb2.EndTransactionResponse:
         """Commit or roll back a half message once; a repeat answers the first decision."""
         group = check_group("producer_group", request.producer_group)
         if request.decision not in _OP_OF:
@@ -212,30 +235,38 @@ class TransactionService:
         if half is None:
             return await self._not_pending(offset, group)
         if half.group != group:
-            raise InvalidArgument(f"producer_group: the half message at {offset} belongs to "
-                                  f"group {half.group!r}, not {group!r}")
+            raise InvalidArgument(
+                f"producer_group: the half message at {offset} belongs to "
+                f"group {half.group!r}, not {group!r}"
+            )
         marker = await self._settle(half, request.decision)
-        return broker_pb2.EndTransactionResponse(decision=request.decision,
-                                                 marker_commitlog_offset=marker)
+        return broker_pb2.EndTransactionResponse(
+            decision=request.decision, marker_commitlog_offset=marker
+        )
 
     async def _not_pending(self, offset: int, group: str) -> broker_pb2.EndTransactionResponse:
         """A decided half answers its decision; anything else is the caller's mistake."""
         got = await self._store.get(store_pb2.GetRequest(commitlog_offset=offset))
         if not got.found or got.message.commitlog_offset != offset:
-            raise NotFound(f"prepared_commitlog_offset: no message at commitlog offset "
-                           f"{offset}")
+            raise NotFound(f"prepared_commitlog_offset: no message at commitlog offset {offset}")
         message = got.message
         if message.topic != TRANS_HALF_TOPIC:
-            raise FailedPrecondition(f"prepared_commitlog_offset: the message at {offset} "
-                                     f"(topic {message.topic[:60]!r}) is not a prepared "
-                                     f"transaction message")
+            raise FailedPrecondition(
+                f"prepared_commitlog_offset: the message at {offset} "
+                f"(topic {message.topic[:60]!r}) is not a prepared "
+                f"transaction message"
+            )
         owner = message.properties.get(PROPERTY_PGROUP, "")
         if owner != group:
-            raise InvalidArgument(f"producer_group: the half message at {offset} belongs to "
-                                  f"group {owner!r}, not {group!r}")
+            raise InvalidArgument(
+                f"producer_group: the half message at {offset} belongs to "
+                f"group {owner!r}, not {group!r}"
+            )
         return broker_pb2.EndTransactionResponse(
             decision=self._decided.get(offset, broker_pb2.TRANSACTION_UNKNOWN),
-            already_decided=True, marker_commitlog_offset=-1)
+            already_decided=True,
+            marker_commitlog_offset=-1,
+        )
 
     async def _settle(self, half: Half, decision: Decision) -> int:
         """Append the marker, then the op record; the marker's commitlog offset.
@@ -257,33 +288,43 @@ class TransactionService:
     async def _append_marker(self, half: Half, decision: Decision) -> int:
         got = await self._store.get(store_pb2.GetRequest(commitlog_offset=half.offset))
         if not got.found:
-            raise FailedPrecondition(f"the half message at {half.offset} is no longer in the "
-                                     f"store")
-        response = await self._store.append([marker_message(got.message, decision,
-                                                            half.offset)],
-                                            got.message.born_host)
+            raise FailedPrecondition(f"the half message at {half.offset} is no longer in the store")
+        response = await self._store.append(
+            [marker_message(got.message, decision, half.offset)], got.message.born_host
+        )
         if not response.statuses or response.statuses[0] not in _STORED:
             why = response.errors.get(0) or (
                 message_pb2.PutMessageStatus.Name(response.statuses[0])
-                if response.statuses else "no result")
-            raise StoreFailed(grpc.StatusCode.UNAVAILABLE,
-                              f"store refused the transaction marker: {why}")
+                if response.statuses
+                else "no result"
+            )
+            raise StoreFailed(
+                grpc.StatusCode.UNAVAILABLE, f"store refused the transaction marker: {why}"
+            )
         return int(response.commitlog_offsets[0])
 
     async def _append_op(self, offset: int, op: str) -> None:
         """Record a decision or a check; a failure is logged (see the module docstring:
         a lost decision op is repaired from the marker at the next rebuild)."""
-        record = message_pb2.Message(topic=TRANS_OP_HALF_TOPIC, queue_id=0,
-                                     body=str(offset).encode(), tags="d",
-                                     properties={PROPERTY_TRAN_OP: op})
+        record = message_pb2.Message(
+            topic=TRANS_OP_HALF_TOPIC,
+            queue_id=0,
+            body=str(offset).encode(),
+            tags="d",
+            properties={PROPERTY_TRAN_OP: op},
+        )
         try:
             response = await self._store.append([record], "")
         except BrokerError as exc:
             log.error("op record %s of half message %d not stored: %s", op, offset, exc)
             return
         if not response.statuses or response.statuses[0] not in _STORED:
-            log.error("op record %s of half message %d refused: %s", op, offset,
-                      response.errors.get(0, "no result"))
+            log.error(
+                "op record %s of half message %d refused: %s",
+                op,
+                offset,
+                response.errors.get(0, "no result"),
+            )
 
     def _remember(self, offset: int, decision: Decision) -> None:
         self._decided[offset] = decision
@@ -305,8 +346,12 @@ class TransactionService:
             if self._pending.get(half.offset) is not half:
                 continue  # decided while this round awaited
             if half.check_times >= self._config.transaction_check_max:
-                log.warning("half message %d of group %s still undecided after %d checks: "
-                            "rolled back", half.offset, half.group, half.check_times)
+                log.warning(
+                    "half message %d of group %s still undecided after %d checks: rolled back",
+                    half.offset,
+                    half.group,
+                    half.check_times,
+                )
                 await self._settle(half, broker_pb2.TRANSACTION_ROLLBACK)
             else:
                 await self._check(half, now)
@@ -315,13 +360,19 @@ class TransactionService:
     async def _check(self, half: Half, now: int) -> None:
         got = await self._store.get(store_pb2.GetRequest(commitlog_offset=half.offset))
         if not got.found:
-            log.warning("half message %d of group %s is gone from the store; forgotten",
-                        half.offset, half.group)
+            log.warning(
+                "half message %d of group %s is gone from the store; forgotten",
+                half.offset,
+                half.group,
+            )
             self._pending.pop(half.offset, None)
             return
         check = broker_pb2.TransactionCheck(
-            prepared_commitlog_offset=half.offset, message=real_message(got.message),
-            check_times=half.check_times + 1, transaction_id=half.transaction_id)
+            prepared_commitlog_offset=half.offset,
+            message=real_message(got.message),
+            check_times=half.check_times + 1,
+            transaction_id=half.transaction_id,
+        )
         client_id = self.channels.push(half.group, check)
         if client_id is None:
             log.debug("no producer of group %s listens for checks", half.group)
@@ -361,9 +412,14 @@ class TransactionService:
                 self._remember(offset, decided[offset])
                 continue
             props = message.properties
-            half = Half(offset, props.get(PROPERTY_PGROUP, ""),
-                        props.get(PROPERTY_REAL_TOPIC, ""), props.get(PROPERTY_UNIQ_KEY, ""),
-                        message.store_timestamp_ms, checks[offset])
+            half = Half(
+                offset,
+                props.get(PROPERTY_PGROUP, ""),
+                props.get(PROPERTY_REAL_TOPIC, ""),
+                props.get(PROPERTY_UNIQ_KEY, ""),
+                message.store_timestamp_ms,
+                checks[offset],
+            )
             decision = await self._find_marker(half)
             if decision is None:
                 pending[offset] = half
@@ -371,15 +427,20 @@ class TransactionService:
                 self._remember(offset, decision)
                 await self._append_op(offset, _OP_OF[decision])
         self._pending = pending
-        log.info("transactions: %d undecided half messages, %d decided", len(pending),
-                 len(decided))
+        log.info("transactions: %d undecided half messages, %d decided", len(pending), len(decided))
 
     async def _read_queue(self, topic: str) -> AsyncIterator[message_pb2.MessageExt]:
         offset = 0
         while True:
-            response = await self._store.pull(store_pb2.PullRequest(
-                topic=topic, queue_id=0, queue_offset=offset,
-                max_messages=LOAD_PULL_MAX_MESSAGES, subscription="*"))
+            response = await self._store.pull(
+                store_pb2.PullRequest(
+                    topic=topic,
+                    queue_id=0,
+                    queue_offset=offset,
+                    max_messages=LOAD_PULL_MAX_MESSAGES,
+                    subscription="*",
+                )
+            )
             for message in response.messages:
                 yield message
             if response.next_begin_offset <= offset:
@@ -392,8 +453,11 @@ class TransactionService:
         """The decision of a marker already stored for ``half``, or None."""
         if not half.topic or not half.transaction_id:
             return None
-        found = await self._store.query_by_key(store_pb2.QueryByKeyRequest(
-            topic=half.topic, key=half.transaction_id, max_count=MARKER_QUERY_MAX))
+        found = await self._store.query_by_key(
+            store_pb2.QueryByKeyRequest(
+                topic=half.topic, key=half.transaction_id, max_count=MARKER_QUERY_MAX
+            )
+        )
         for message in found.messages:
             kind = message.sys_flag & SYS_FLAG_TRANSACTION_MASK
             if message.prepared_transaction_offset == half.offset and kind in _DECISION_OF_FLAG:
@@ -410,18 +474,29 @@ def real_message(half: message_pb2.MessageExt) -> message_pb2.MessageExt:
     return message
 
 
-def marker_message(half: message_pb2.MessageExt, decision: Decision, offset: int
-                   ) -> message_pb2.Message:
+def marker_message(
+    half: message_pb2.MessageExt, decision: Decision, offset: int
+) -> message_pb2.Message:
     """The COMMIT record (the real message, now visible) or ROLLBACK record (no body)
     of the half message at ``offset``."""
-    properties = {k: v for k, v in half.properties.items()
-                  if k not in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID)}
-    sys_flag = half.sys_flag & ~(SYS_FLAG_TRANSACTION_MASK | SYS_FLAG_BORN_HOST_V6
-                                 | SYS_FLAG_STORE_HOST_V6)
+    properties = {
+        k: v
+        for k, v in half.properties.items()
+        if k not in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID)
+    }
+    sys_flag = half.sys_flag & ~(
+        SYS_FLAG_TRANSACTION_MASK | SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6
+    )
     commit = decision == broker_pb2.TRANSACTION_COMMIT
     return message_pb2.Message(
         topic=half.properties.get(PROPERTY_REAL_TOPIC, ""),
         queue_id=int(half.properties.get(PROPERTY_REAL_QID, "0")),
-        body=half.body if commit else b"", flag=half.flag, tags=half.tags, keys=half.keys,
-        properties=properties, born_timestamp=half.born_timestamp_ms,
-        sys_flag=sys_flag | _MARKER_FLAG[decision], prepared_transaction_offset=offset)
+        body=half.body if commit else b"",
+        flag=half.flag,
+        tags=half.tags,
+        keys=half.keys,
+        properties=properties,
+        born_timestamp=half.born_timestamp_ms,
+        sys_flag=sys_flag | _MARKER_FLAG[decision],
+        prepared_transaction_offset=offset,
+    )

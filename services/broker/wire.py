@@ -12,9 +12,13 @@ from services.broker.topic_config import TopicConfig
 
 def topic_to_proto(config: TopicConfig) -> registry_pb2.TopicConfig:
     """The wire form of a topic's configuration."""
-    return registry_pb2.TopicConfig(name=config.name, read_queue_nums=config.read_queue_nums,
-                                    write_queue_nums=config.write_queue_nums, perm=config.perm,
-                                    order=config.order)
+    return registry_pb2.TopicConfig(
+        name=config.name,
+        read_queue_nums=config.read_queue_nums,
+        write_queue_nums=config.write_queue_nums,
+        perm=config.perm,
+        order=config.order,
+    )
 
 
 def queues_to_proto(queues: list[QueueKey]) -> list[broker_pb2.QueueId]:

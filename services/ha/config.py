@@ -1,6 +1,6 @@
 """HAConfig: every setting of one HA service process (DESIGN 7).
 
-Loaded through :func:`boltmq.config.load_config` (defaults, TOML file,
+Loaded through :func:`boltmq.kernel.config.load_config` (defaults, TOML file,
 ``BOLTMQ_*`` environment, flags). Validation happens in ``__post_init__`` so a
 bad value is one clear error at start-up, never a surprise at run time.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from boltmq.config import ConfigError, ServerSettings
+from boltmq.kernel.config import ConfigError, ServerSettings
 
 PORT_MAX = 65535
 REPLICA_START_MODES = ("LAST_SEGMENT", "FIRST_SEGMENT")
@@ -69,8 +69,9 @@ class HAConfig(ServerSettings):
         for name in ("cluster_name", "broker_name"):
             value = getattr(self, name)
             if not NAME_PATTERN.match(value):
-                raise ConfigError(f"{name} {value!r} may only use 1-127 letters, digits, "
-                                  f"'%', '|', '_' and '-'")
+                raise ConfigError(
+                    f"{name} {value!r} may only use 1-127 letters, digits, '%', '|', '_' and '-'"
+                )
         _check_address("store_address", self.store_address)
         for address in self.registry_address_list:
             _check_address("registry_addresses", address)
@@ -78,13 +79,21 @@ class HAConfig(ServerSettings):
             if getattr(self, name):
                 _check_address(name, getattr(self, name))
         if self.replica_start not in REPLICA_START_MODES:
-            raise ConfigError(f"replica_start must be one of {REPLICA_START_MODES}, "
-                              f"got {self.replica_start!r}")
+            raise ConfigError(
+                f"replica_start must be one of {REPLICA_START_MODES}, got {self.replica_start!r}"
+            )
         if not 1 <= self.max_chunk_bytes <= MAX_CHUNK_BYTES_LIMIT:
             raise ConfigError(f"max_chunk_bytes must be between 1 and {MAX_CHUNK_BYTES_LIMIT}")
-        for name in ("heartbeat_interval_ms", "housekeeping_interval_ms",
-                     "role_check_interval_ms", "store_timeout_ms", "registry_timeout_ms",
-                     "reconnect_min_ms", "reconnect_max_ms", "unacked_chunks_max"):
+        for name in (
+            "heartbeat_interval_ms",
+            "housekeeping_interval_ms",
+            "role_check_interval_ms",
+            "store_timeout_ms",
+            "registry_timeout_ms",
+            "reconnect_min_ms",
+            "reconnect_max_ms",
+            "unacked_chunks_max",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.reconnect_max_ms < self.reconnect_min_ms:

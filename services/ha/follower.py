@@ -29,8 +29,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from boltmq import runtime
-from boltmq.tls import ClientTLS
+from boltmq.kernel import runtime
+from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
 from services.ha.config import HAConfig
 from services.ha.errors import (
@@ -70,8 +70,14 @@ class FollowerStatus:
 class Follower:
     """Runs sessions against the master until stopped (the store was promoted)."""
 
-    def __init__(self, config: HAConfig, store: HAStoreClient, locator: MasterLocator,
-                 own_address: str, tls: ClientTLS | None = None) -> None:
+    def __init__(
+        self,
+        config: HAConfig,
+        store: HAStoreClient,
+        locator: MasterLocator,
+        own_address: str,
+        tls: ClientTLS | None = None,
+    ) -> None:
         self._config = config
         self._tls = tls
         self._store = store
@@ -108,14 +114,19 @@ class Follower:
         config = self._config
         while True:
             retrying = AsyncRetrying(
-                wait=wait_exponential_jitter(initial=config.reconnect_min_ms / 1000,
-                                             max=config.reconnect_max_ms / 1000,
-                                             jitter=config.reconnect_min_ms / 1000),
+                wait=wait_exponential_jitter(
+                    initial=config.reconnect_min_ms / 1000,
+                    max=config.reconnect_max_ms / 1000,
+                    jitter=config.reconnect_min_ms / 1000,
+                ),
                 # Any failure is retried (a bug in one session must not end replication
                 # for good); cancellation (the store was promoted) is not an Exception.
-                retry=(retry_if_exception_type(Exception)
-                       & retry_if_not_exception_type(_Progressed)),
-                before_sleep=self._log_retry, reraise=True)
+                retry=(
+                    retry_if_exception_type(Exception) & retry_if_not_exception_type(_Progressed)
+                ),
+                before_sleep=self._log_retry,
+                reraise=True,
+            )
             with contextlib.suppress(_Progressed):
                 await retrying(self._session)
 
@@ -143,8 +154,9 @@ class Follower:
             try:
                 await call.write(self._report(info.commitlog_max_offset))
             except grpc.aio.AioRpcError as exc:
-                raise MasterUnreachable(f"master {master_address}: {exc.code().name}: "
-                                        f"{exc.details()}") from None
+                raise MasterUnreachable(
+                    f"master {master_address}: {exc.code().name}: {exc.details()}"
+                ) from None
             handshake = await self._read(call, master_address)
             if handshake is None:
                 raise MasterUnreachable(f"master {master_address} ended the stream at once")
@@ -161,61 +173,79 @@ class Follower:
         raise MasterUnreachable(f"master {master_address} ended the stream")
 
     def _report(self, max_offset: int) -> ha_pb2.ReplicaReport:
-        return ha_pb2.ReplicaReport(max_offset=max_offset, replica_address=self._own_address,
-                                    epoch=self._epoch)
+        return ha_pb2.ReplicaReport(
+            max_offset=max_offset, replica_address=self._own_address, epoch=self._epoch
+        )
 
-    async def _read(self, call: grpc.aio.StreamStreamCall, master_address: str
-                    ) -> store_pb2.CommitLogChunk | None:
+    async def _read(
+        self, call: grpc.aio.StreamStreamCall, master_address: str
+    ) -> store_pb2.CommitLogChunk | None:
         """The next message from the master; None at the end of the stream."""
         silence_s = self._config.housekeeping_interval_ms / 1000
         try:
             message = await asyncio.wait_for(call.read(), silence_s)
         except TimeoutError:
-            raise StreamSilent(f"nothing from master {master_address} for {silence_s:g} s"
-                               ) from None
+            raise StreamSilent(
+                f"nothing from master {master_address} for {silence_s:g} s"
+            ) from None
         except grpc.aio.AioRpcError as exc:
-            raise MasterUnreachable(f"master {master_address}: {exc.code().name}: "
-                                    f"{exc.details()}") from None
+            raise MasterUnreachable(
+                f"master {master_address}: {exc.code().name}: {exc.details()}"
+            ) from None
         if message is grpc.aio.EOF:
             return None
         assert isinstance(message, store_pb2.CommitLogChunk)
         return message
 
-    async def _apply_handshake(self, handshake: store_pb2.CommitLogChunk,
-                               info: store_pb2.StoreInfo, master_address: str) -> int:
+    async def _apply_handshake(
+        self, handshake: store_pb2.CommitLogChunk, info: store_pb2.StoreInfo, master_address: str
+    ) -> int:
         """Check and apply the master's handshake; the offset the first chunk must have."""
         if not handshake.handshake:
             raise HandshakeRefused(f"master {master_address} sent data before its handshake")
         if handshake.segment_bytes != info.segment_bytes:
-            log.error("refusing master %s: its segments are %d bytes, this store's %d; both "
-                      "must use the same mapped_file_size_commitlog", master_address,
-                      handshake.segment_bytes, info.segment_bytes)
-            raise HandshakeRefused(f"segment size {handshake.segment_bytes} != "
-                                   f"{info.segment_bytes}")
+            log.error(
+                "refusing master %s: its segments are %d bytes, this store's %d; both "
+                "must use the same mapped_file_size_commitlog",
+                master_address,
+                handshake.segment_bytes,
+                info.segment_bytes,
+            )
+            raise HandshakeRefused(
+                f"segment size {handshake.segment_bytes} != {info.segment_bytes}"
+            )
         end = info.commitlog_max_offset
         if handshake.truncate_to >= 0:
             cut = await self._store.truncate(handshake.truncate_to)
-            log.warning("truncated the CommitLog from %d to %d (%d bytes cut): master %s "
-                        "(epoch %d) does not have them", end, cut.max_offset, cut.cut_bytes,
-                        master_address, handshake.master_epoch)
+            log.warning(
+                "truncated the CommitLog from %d to %d (%d bytes cut): master %s "
+                "(epoch %d) does not have them",
+                end,
+                cut.max_offset,
+                cut.cut_bytes,
+                master_address,
+                handshake.master_epoch,
+            )
             end = cut.max_offset
         current = await self._store.store_info()
         if current.role != "REPLICA":  # promoted meanwhile: never demote it back
             raise HandshakeRefused(f"the store became {current.role}; not following")
-        await self._store.set_role(store_pb2.REPLICA, handshake.master_epoch, -1,
-                                  handshake.epochs)
+        await self._store.set_role(store_pb2.REPLICA, handshake.master_epoch, -1, handshake.epochs)
         self._epoch = handshake.master_epoch
         self.status.master_max_offset = handshake.master_max_offset
         self.status.store_max_offset = end
         if end == 0:
             return handshake.offset  # an empty store starts where the master says
         if handshake.offset != end:
-            raise OffsetMismatch(f"master {master_address} resumes at {handshake.offset}, "
-                                 f"but this store ends at {end}")
+            raise OffsetMismatch(
+                f"master {master_address} resumes at {handshake.offset}, "
+                f"but this store ends at {end}"
+            )
         return end
 
-    async def _follow(self, call: grpc.aio.StreamStreamCall, master_address: str,
-                      expected: int) -> bool:
+    async def _follow(
+        self, call: grpc.aio.StreamStreamCall, master_address: str, expected: int
+    ) -> bool:
         """Append chunks until a stream ends; True when anything was appended.
 
         The chunks go to the store over one AppendRawStream, up to
@@ -229,13 +259,14 @@ class Follower:
         self._appended = False
         reporter = asyncio.create_task(self._report_loop(call), name="ha-reports")
         sender = asyncio.create_task(
-            self._send_chunks(call, appends, master_address, expected), name="ha-send")
-        answers = asyncio.create_task(self._take_answers(appends, master_address),
-                                      name="ha-answers")
+            self._send_chunks(call, appends, master_address, expected), name="ha-send"
+        )
+        answers = asyncio.create_task(
+            self._take_answers(appends, master_address), name="ha-answers"
+        )
         self._report_due.set()  # the state after the handshake, at once
         try:
-            done, _ = await asyncio.wait((sender, answers),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait((sender, answers), return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()  # raises why the session ended
             return self._appended
@@ -244,8 +275,13 @@ class Follower:
                 await runtime.cancel_and_wait(task)
             appends.cancel()
 
-    async def _send_chunks(self, call: grpc.aio.StreamStreamCall, appends: RawAppends,
-                           master_address: str, expected: int) -> None:
+    async def _send_chunks(
+        self,
+        call: grpc.aio.StreamStreamCall,
+        appends: RawAppends,
+        master_address: str,
+        expected: int,
+    ) -> None:
         """Pass every chunk from the master on to the store until the master's stream ends."""
         while True:
             chunk = await self._read(call, master_address)
@@ -256,9 +292,11 @@ class Follower:
             self.status.master_max_offset = chunk.master_max_offset
             # Passed on as it came: chunk.data is never read here (each read is a copy).
             if chunk.offset != expected or chunk.end_offset < chunk.offset:
-                raise OffsetMismatch(f"master {master_address} sent a chunk at "
-                                     f"[{chunk.offset}, {chunk.end_offset}), but this store "
-                                     f"ends at {expected}")
+                raise OffsetMismatch(
+                    f"master {master_address} sent a chunk at "
+                    f"[{chunk.offset}, {chunk.end_offset}), but this store "
+                    f"ends at {expected}"
+                )
             if chunk.end_offset == chunk.offset:
                 continue  # a heartbeat
             await self._window.acquire()
@@ -275,13 +313,20 @@ class Follower:
             offset, end = self._in_flight.popleft()
             self._window.release()
             if not result.ok:
-                log.error("store refused %d bytes at %d from master %s: %s", end - offset,
-                          offset, master_address, result.error)
+                log.error(
+                    "store refused %d bytes at %d from master %s: %s",
+                    end - offset,
+                    offset,
+                    master_address,
+                    result.error,
+                )
                 raise ChunkRefused(f"chunk at {offset} refused: {result.error}")
             self._appended = True
             if result.max_offset != end:  # the store took data of another size than the chunk said
-                raise OffsetMismatch(f"chunk [{offset}, {end}) from master {master_address} "
-                                     f"left this store ending at {result.max_offset}")
+                raise OffsetMismatch(
+                    f"chunk [{offset}, {end}) from master {master_address} "
+                    f"left this store ending at {result.max_offset}"
+                )
             self.status.store_max_offset = result.max_offset
             self._report_due.set()
 

@@ -37,18 +37,26 @@ class NotMaster(CannotResume):
 
 def master_view(info: store_pb2.StoreInfo) -> MasterView:
     """The resume planner's input from the master store's GetStoreInfo."""
-    return MasterView(min_offset=info.commitlog_min_offset,
-                      max_offset=info.commitlog_max_offset, epoch=info.epoch,
-                      epochs=[(e.epoch, e.start_offset) for e in info.epochs],
-                      segment_bytes=info.segment_bytes)
+    return MasterView(
+        min_offset=info.commitlog_min_offset,
+        max_offset=info.commitlog_max_offset,
+        epoch=info.epoch,
+        epochs=[(e.epoch, e.start_offset) for e in info.epochs],
+        segment_bytes=info.segment_bytes,
+    )
 
 
 def handshake_chunk(info: store_pb2.StoreInfo, plan: ResumePlan) -> store_pb2.CommitLogChunk:
     """The first message of a Replicate stream."""
     return store_pb2.CommitLogChunk(
-        offset=plan.start_offset, master_max_offset=info.commitlog_max_offset,
-        master_epoch=info.epoch, epochs=list(info.epochs), truncate_to=plan.truncate_to,
-        segment_bytes=info.segment_bytes, handshake=True)
+        offset=plan.start_offset,
+        master_max_offset=info.commitlog_max_offset,
+        master_epoch=info.epoch,
+        epochs=list(info.epochs),
+        truncate_to=plan.truncate_to,
+        segment_bytes=info.segment_bytes,
+        handshake=True,
+    )
 
 
 class AckWindow:
@@ -80,7 +88,8 @@ class AckWindow:
         if offset not in self._points:
             raise OffsetMismatch(
                 f"replica reports its CommitLog end at {offset}, but it can only be at "
-                f"{self.acked_offset} or the end of a chunk sent (up to {self.sent_end})")
+                f"{self.acked_offset} or the end of a chunk sent (up to {self.sent_end})"
+            )
         while self._points.popleft() != offset:
             pass
         self.acked_offset = offset
@@ -90,8 +99,13 @@ class AckWindow:
 class MasterSide:
     """Serves Replicate streams while the store is a master."""
 
-    def __init__(self, config: HAConfig, store: HAStoreClient, tracker: ReplicaTracker,
-                 forwarder: ProgressForwarder) -> None:
+    def __init__(
+        self,
+        config: HAConfig,
+        store: HAStoreClient,
+        tracker: ReplicaTracker,
+        forwarder: ProgressForwarder,
+    ) -> None:
         self._config = config
         self._store = store
         self._tracker = tracker
@@ -111,8 +125,9 @@ class MasterSide:
             session.close(reason)
         self._tracker.clear()
 
-    async def replicate(self, reports: AsyncIterator[ha_pb2.ReplicaReport], peer: str
-                        ) -> AsyncGenerator[store_pb2.CommitLogChunk, None]:
+    async def replicate(
+        self, reports: AsyncIterator[ha_pb2.ReplicaReport], peer: str
+    ) -> AsyncGenerator[store_pb2.CommitLogChunk, None]:
         """The chunks of one Replicate stream (handshake first)."""
         first = await _first_report(reports, self._config.housekeeping_interval_ms / 1000)
         if first is None:
@@ -125,16 +140,29 @@ class MasterSide:
         self._tracker.note_master_max(info.commitlog_max_offset)
         address = first.replica_address or peer
         try:
-            plan = plan_resume(first.max_offset, first.epoch, master_view(info),
-                               self._config.replica_start)
+            plan = plan_resume(
+                first.max_offset, first.epoch, master_view(info), self._config.replica_start
+            )
         except CannotResume as exc:
             log.error("replica %s cannot be served: %s", address, exc)
             raise
-        log.info("replica %s (end %d, epoch %d) resumes at %d%s", address, first.max_offset,
-                 first.epoch, plan.start_offset,
-                 f" after truncating to {plan.truncate_to}" if plan.truncate_to >= 0 else "")
-        session = ReplicaSession(self._config, self._store, self._tracker, self._forwarder,
-                                 address, first.max_offset, plan)
+        log.info(
+            "replica %s (end %d, epoch %d) resumes at %d%s",
+            address,
+            first.max_offset,
+            first.epoch,
+            plan.start_offset,
+            f" after truncating to {plan.truncate_to}" if plan.truncate_to >= 0 else "",
+        )
+        session = ReplicaSession(
+            self._config,
+            self._store,
+            self._tracker,
+            self._forwarder,
+            address,
+            first.max_offset,
+            plan,
+        )
         self._sessions.add(session)
         try:
             yield handshake_chunk(info, plan)
@@ -145,8 +173,9 @@ class MasterSide:
             session.finish()
 
 
-async def _first_report(reports: AsyncIterator[ha_pb2.ReplicaReport], timeout_s: float
-                        ) -> ha_pb2.ReplicaReport | None:
+async def _first_report(
+    reports: AsyncIterator[ha_pb2.ReplicaReport], timeout_s: float
+) -> ha_pb2.ReplicaReport | None:
     """The replica's first report; None when it hung up first."""
     try:
         return await asyncio.wait_for(anext(reports), timeout_s)
@@ -159,9 +188,16 @@ async def _first_report(reports: AsyncIterator[ha_pb2.ReplicaReport], timeout_s:
 class ReplicaSession:
     """One replica's stream: chunks out, reports in."""
 
-    def __init__(self, config: HAConfig, store: HAStoreClient, tracker: ReplicaTracker,
-                 forwarder: ProgressForwarder, address: str, reported_offset: int,
-                 plan: ResumePlan) -> None:
+    def __init__(
+        self,
+        config: HAConfig,
+        store: HAStoreClient,
+        tracker: ReplicaTracker,
+        forwarder: ProgressForwarder,
+        address: str,
+        reported_offset: int,
+        plan: ResumePlan,
+    ) -> None:
         self._config = config
         self._store = store
         self._tracker = tracker
@@ -191,12 +227,14 @@ class ReplicaSession:
         if not self._ended.done():
             self._ended.set_result(error)
 
-    async def stream(self, reports: AsyncIterator[ha_pb2.ReplicaReport]
-                     ) -> AsyncIterator[store_pb2.CommitLogChunk]:
+    async def stream(
+        self, reports: AsyncIterator[ha_pb2.ReplicaReport]
+    ) -> AsyncIterator[store_pb2.CommitLogChunk]:
         """The store's chunks from the resume offset until the stream ends or breaks."""
         reader = asyncio.create_task(self._read_reports(reports), name=f"ha-reports-{self.address}")
-        chunks = self._store.read_commitlog(self.plan.start_offset, self._config.max_chunk_bytes,
-                                            self._config.heartbeat_interval_ms)
+        chunks = self._store.read_commitlog(
+            self.plan.start_offset, self._config.max_chunk_bytes, self._config.heartbeat_interval_ms
+        )
         try:
             while True:
                 if not await self._window_open():
@@ -229,8 +267,9 @@ class ReplicaSession:
                 return False
         return not self._ended.done()
 
-    async def _next_or_end(self, chunks: AsyncGenerator[store_pb2.CommitLogChunk, None]
-                           ) -> store_pb2.CommitLogChunk | None:
+    async def _next_or_end(
+        self, chunks: AsyncGenerator[store_pb2.CommitLogChunk, None]
+    ) -> store_pb2.CommitLogChunk | None:
         """The store's next chunk, or None when the stream ended (either side)."""
         read: asyncio.Future[object] = asyncio.ensure_future(anext(chunks))
         ended: asyncio.Future[object] = self._ended  # type: ignore[assignment]
@@ -262,8 +301,9 @@ class ReplicaSession:
                     self._end(None)
                     return
                 except TimeoutError:
-                    raise StreamSilent(f"replica {self.address} sent no report for "
-                                       f"{silence_s:g} s") from None
+                    raise StreamSilent(
+                        f"replica {self.address} sent no report for {silence_s:g} s"
+                    ) from None
                 if self._window.ack(report.max_offset):
                     self._tracker.report(self.address, self._session, report.max_offset)
                     self._forwarder.acked(self.address, report.max_offset)

@@ -17,7 +17,7 @@ import logging
 
 from opentelemetry.metrics import MeterProvider
 
-from boltmq import runtime, tls
+from boltmq.kernel import runtime, tls
 from boltmq.v1 import ha_pb2, store_pb2
 from services.ha.config import HAConfig
 from services.ha.errors import HAError
@@ -130,8 +130,9 @@ class HANode:
                 self.follower.start()
                 log.info("the store is a replica (epoch %d): following", info.epoch)
         elif info.role != previous:
-            log.warning("the store reports an unknown role %r: neither serving nor following",
-                        info.role)
+            log.warning(
+                "the store reports an unknown role %r: neither serving nor following", info.role
+            )
 
     def _end_master_side(self, reason: str) -> None:
         if not self.master.active:
@@ -154,8 +155,12 @@ class HANode:
         except HAError:
             info = self.info if self.info is not None else store_pb2.StoreInfo()
         self.tracker.note_master_max(info.commitlog_max_offset if info.role == MASTER else 0)
-        status = ha_pb2.HAStatus(role=info.role, store_address=self.store.address,
-                                 max_offset=info.commitlog_max_offset, epoch=info.epoch)
+        status = ha_pb2.HAStatus(
+            role=info.role,
+            store_address=self.store.address,
+            max_offset=info.commitlog_max_offset,
+            epoch=info.epoch,
+        )
         if self.master.active:
             status.replicas.extend(lag.to_proto() for lag in self.tracker.lags())
         follower = self.follower

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
-from boltmq import runtime
+from boltmq.kernel import runtime
 from boltmq.v1 import store_pb2
 from services.ha.errors import HAError
 from services.ha.store_client import HAStoreClient

@@ -38,9 +38,12 @@ class ReplicaLag:
     def to_proto(self) -> store_pb2.ReplicaState:
         """The wire form (``ReplicaState``)."""
         return store_pb2.ReplicaState(
-            replica_address=self.replica_address, acked_offset=self.acked_offset,
-            lag_bytes=self.lag_bytes, lag_seconds=self.lag_seconds,
-            last_report_ms=self.last_report_ms)
+            replica_address=self.replica_address,
+            acked_offset=self.acked_offset,
+            lag_bytes=self.lag_bytes,
+            lag_seconds=self.lag_seconds,
+            last_report_ms=self.last_report_ms,
+        )
 
 
 class ReplicaTracker:
@@ -51,8 +54,11 @@ class ReplicaTracker:
     newest one's reports and disconnect count.
     """
 
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic,
-                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+    def __init__(
+        self,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
         self._monotonic = monotonic
         self._wall_ms = wall_ms
         self._replicas: dict[str, _Replica] = {}
@@ -108,6 +114,9 @@ class ReplicaTracker:
             replica = self._replicas[address]
             lag_bytes = max(0, master_max - replica.acked_offset)
             lag_seconds = 0.0 if lag_bytes == 0 else max(0.0, now - replica.caught_up_at_s)
-            result.append(ReplicaLag(address, replica.acked_offset, lag_bytes, lag_seconds,
-                                     replica.last_report_ms))
+            result.append(
+                ReplicaLag(
+                    address, replica.acked_offset, lag_bytes, lag_seconds, replica.last_report_ms
+                )
+            )
         return result

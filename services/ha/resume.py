@@ -54,8 +54,12 @@ class ResumePlan:
     truncate_to: int = NO_TRUNCATION
 
 
-def plan_resume(replica_max_offset: int, replica_epoch: int, master: MasterView,
-                replica_start: str = LAST_SEGMENT) -> ResumePlan:
+def plan_resume(
+    replica_max_offset: int,
+    replica_epoch: int,
+    master: MasterView,
+    replica_start: str = LAST_SEGMENT,
+) -> ResumePlan:
     """The resume plan for a replica; CannotResume when there is none."""
     if replica_max_offset < 0:
         raise CannotResume(f"replica reported a negative max offset {replica_max_offset}")
@@ -64,7 +68,8 @@ def plan_resume(replica_max_offset: int, replica_epoch: int, master: MasterView,
     if replica_epoch > master.epoch:
         raise CannotResume(
             f"replica holds data of epoch {replica_epoch}, newer than this master's epoch "
-            f"{master.epoch}: it must follow the current master, not this one")
+            f"{master.epoch}: it must follow the current master, not this one"
+        )
     plan = ResumePlan(replica_max_offset)
     if replica_epoch < master.epoch:
         diverged_at = first_newer_epoch_start(master.epochs, replica_epoch)
@@ -76,7 +81,8 @@ def plan_resume(replica_max_offset: int, replica_epoch: int, master: MasterView,
         raise CannotResume(
             f"replica's CommitLog ends at {plan.start_offset}, but the master's now starts at "
             f"{master.min_offset} (older segments were deleted): empty the replica store and "
-            f"start it again to copy from the master's segments")
+            f"start it again to copy from the master's segments"
+        )
     return plan
 
 

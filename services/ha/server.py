@@ -1,7 +1,7 @@
 """The HA service process: ``boltmq serve ha`` runs :func:`serve` with an HAConfig.
 
 Start-up, health, reflection and graceful shutdown come from the shared
-:mod:`boltmq.runtime`. Health turns SERVING (and ``READY ha host:port`` is
+:mod:`boltmq.kernel.runtime`. Health turns SERVING (and ``READY ha host:port`` is
 printed) only once the store beside it has answered GetStoreInfo, so a
 process that is READY knows its role. On SIGTERM every replica's stream is
 ended first (``before_stop``), then the follower and the role watcher stop.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import grpc
 from opentelemetry.metrics import MeterProvider
 
-from boltmq import runtime, tls
+from boltmq.kernel import runtime, tls
 from boltmq.v1 import ha_pb2, ha_pb2_grpc
 from services.ha.config import HAConfig
 from services.ha.node import HANode
@@ -25,7 +25,7 @@ SERVICE_NAME: str = ha_pb2.DESCRIPTOR.services_by_name["HAService"].full_name
 
 
 class HAService:
-    """The HA node as a :class:`boltmq.runtime.Service`."""
+    """The HA node as a :class:`boltmq.kernel.runtime.Service`."""
 
     name = "ha"
     service_names: tuple[str, ...] = (SERVICE_NAME,)
@@ -47,8 +47,9 @@ class HAService:
 
     def advertised_address(self) -> str:
         """``host:port`` this service names itself with: the configured one, else host and port."""
-        return runtime.advertised_address(self.config.advertised_address,
-                                          self.config.listen_host, self.bound_port)
+        return runtime.advertised_address(
+            self.config.advertised_address, self.config.listen_host, self.bound_port
+        )
 
     async def start(self) -> None:
         """Wait for the store's first answer and take up its role."""
@@ -63,21 +64,30 @@ class HAService:
         await self.node.stop()
 
 
-async def create_server(config: HAConfig, meter_provider: MeterProvider | None = None
-                        ) -> tuple[grpc.aio.Server, int]:
+async def create_server(
+    config: HAConfig, meter_provider: MeterProvider | None = None
+) -> tuple[grpc.aio.Server, int]:
     """An HA server bound to ``listen_host:listen_port``, its node started, not yet started.
 
     For in-process use (tests); ``server.stop()`` ends replica streams first and
     stops the node after.
     """
-    return await runtime.create_in_process(HAService(config, meter_provider),
-                                           config.listen_host, config.listen_port,
-                                           tls.server_tls(config))
+    return await runtime.create_in_process(
+        HAService(config, meter_provider),
+        config.listen_host,
+        config.listen_port,
+        tls.server_tls(config),
+    )
 
 
 async def serve(config: HAConfig) -> None:
     """Run the HA service until SIGTERM/SIGINT (what ``boltmq serve ha`` calls)."""
     server_tls = tls.server_tls(config)  # a bad file fails before anything starts
-    await runtime.serve(HAService(config), config.listen_host, config.listen_port,
-                        grace_s=config.shutdown_grace_ms / 1000, tls=server_tls,
-                        health_port=config.health_port)
+    await runtime.serve(
+        HAService(config),
+        config.listen_host,
+        config.listen_port,
+        grace_s=config.shutdown_grace_ms / 1000,
+        tls=server_tls,
+        health_port=config.health_port,
+    )

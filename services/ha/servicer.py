@@ -51,8 +51,11 @@ class HAServicer(ha_pb2_grpc.HAServiceServicer):
     def __init__(self, node: HANode) -> None:
         self._node = node
 
-    async def Replicate(self, request_iterator: AsyncIterator[ha_pb2.ReplicaReport],
-                        context: grpc.aio.ServicerContext) -> None:
+    async def Replicate(
+        self,
+        request_iterator: AsyncIterator[ha_pb2.ReplicaReport],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
         """Handshake, then the master's CommitLog from where the replica resumes.
 
         Chunks are written with ``context.write`` rather than yielded, so a
@@ -71,7 +74,8 @@ class HAServicer(ha_pb2_grpc.HAServiceServicer):
         except HAError as exc:
             await context.abort(status_code(exc), str(exc))
 
-    async def Status(self, request: ha_pb2.HAStatusRequest, context: grpc.aio.ServicerContext
-                     ) -> ha_pb2.HAStatus:
+    async def Status(
+        self, request: ha_pb2.HAStatusRequest, context: grpc.aio.ServicerContext
+    ) -> ha_pb2.HAStatus:
         """Role, offsets and replication state of this HA service."""
         return await self._node.status()

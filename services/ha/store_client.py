@@ -15,12 +15,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 
 import grpc
 
-from boltmq.store_channel import StoreChannel
+from boltmq.kernel.store_channel import StoreChannel
 from boltmq.v1 import store_pb2
 from services.ha.errors import HAError, StoreFailed, StoreUnavailable
 
-_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                grpc.StatusCode.CANCELLED)
+_UNREACHABLE = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+)
 
 
 class RawAppends:
@@ -34,8 +37,9 @@ class RawAppends:
     :class:`StoreUnavailable` or :class:`StoreFailed`.
     """
 
-    def __init__(self, client: HAStoreClient, call: grpc.aio.StreamStreamCall,
-                 timeout_s: float) -> None:
+    def __init__(
+        self, client: HAStoreClient, call: grpc.aio.StreamStreamCall, timeout_s: float
+    ) -> None:
         self._client = client
         self._call = call
         self._timeout_s = timeout_s
@@ -45,8 +49,9 @@ class RawAppends:
         try:
             await asyncio.wait_for(self._call.write(chunk), self._timeout_s)
         except TimeoutError:
-            raise StoreUnavailable(f"store at {self._client.address} took no append for "
-                                   f"{self._timeout_s:g} s") from None
+            raise StoreUnavailable(
+                f"store at {self._client.address} took no append for {self._timeout_s:g} s"
+            ) from None
         except grpc.aio.AioRpcError as exc:
             raise self._client.translate("AppendRawStream", exc) from None
 
@@ -55,8 +60,10 @@ class RawAppends:
         try:
             response = await asyncio.wait_for(self._call.read(), self._timeout_s)
         except TimeoutError:
-            raise StoreUnavailable(f"store at {self._client.address} did not answer an append "
-                                   f"for {self._timeout_s:g} s") from None
+            raise StoreUnavailable(
+                f"store at {self._client.address} did not answer an append "
+                f"for {self._timeout_s:g} s"
+            ) from None
         except grpc.aio.AioRpcError as exc:
             raise self._client.translate("AppendRawStream", exc) from None
         if response is grpc.aio.EOF:
@@ -76,14 +83,16 @@ class HAStoreClient(StoreChannel):
         """The HA error for a failed store call."""
         code, details = exc.code(), exc.details() or ""
         if code in _UNREACHABLE:
-            return StoreUnavailable(f"store at {self.address} is unavailable ({method}: "
-                                    f"{code.name.lower()}: {details})")
+            return StoreUnavailable(
+                f"store at {self.address} is unavailable ({method}: {code.name.lower()}: {details})"
+            )
         return StoreFailed(code, f"store {method} failed: {code.name}: {details}")
 
     async def store_info(self, *, wait_for_ready: bool = False) -> store_pb2.StoreInfo:
         """Offsets, role, epochs and segment size of the store."""
         info: store_pb2.StoreInfo = await self._call(
-            "GetStoreInfo", store_pb2.GetStoreInfoRequest(), wait_for_ready=wait_for_ready)
+            "GetStoreInfo", store_pb2.GetStoreInfoRequest(), wait_for_ready=wait_for_ready
+        )
         return info
 
     def raw_appends(self) -> RawAppends:
@@ -93,11 +102,17 @@ class HAStoreClient(StoreChannel):
     async def truncate(self, offset: int) -> store_pb2.TruncateResponse:
         """Cut the replica store's CommitLog (and what derives from it) back to ``offset``."""
         response: store_pb2.TruncateResponse = await self._call(
-            "Truncate", store_pb2.TruncateRequest(offset=offset))
+            "Truncate", store_pb2.TruncateRequest(offset=offset)
+        )
         return response
 
-    async def set_role(self, role: store_pb2.StoreRole.ValueType, epoch: int, broker_id: int,
-                       epochs: Iterable[store_pb2.EpochStart] = ()) -> store_pb2.StoreInfo:
+    async def set_role(
+        self,
+        role: store_pb2.StoreRole.ValueType,
+        epoch: int,
+        broker_id: int,
+        epochs: Iterable[store_pb2.EpochStart] = (),
+    ) -> store_pb2.StoreInfo:
         """Change the store's role and epoch (durable in the store).
 
         A replica passes its master's ``epochs``: the history it adopts, so a
@@ -106,20 +121,33 @@ class HAStoreClient(StoreChannel):
         promotion between the follower's role check and this call stands.
         """
         info: store_pb2.StoreInfo = await self._call(
-            "SetRole", store_pb2.SetRoleRequest(role=role, epoch=epoch, broker_id=broker_id,
-                                                epochs=list(epochs), only_if_replica=True))
+            "SetRole",
+            store_pb2.SetRoleRequest(
+                role=role,
+                epoch=epoch,
+                broker_id=broker_id,
+                epochs=list(epochs),
+                only_if_replica=True,
+            ),
+        )
         return info
 
-    async def read_commitlog(self, offset: int, max_chunk_bytes: int, heartbeat_ms: int
-                             ) -> AsyncGenerator[store_pb2.CommitLogChunk, None]:
+    async def read_commitlog(
+        self, offset: int, max_chunk_bytes: int, heartbeat_ms: int
+    ) -> AsyncGenerator[store_pb2.CommitLogChunk, None]:
         """Follow the CommitLog from ``offset``: whole records, then heartbeats while idle.
 
         No deadline: the stream lives as long as the replica it feeds. The call
         is cancelled when the caller stops iterating.
         """
-        call = self._stub.ReadCommitLog(store_pb2.ReadCommitLogRequest(
-            offset=offset, max_chunk_bytes=max_chunk_bytes, follow=True,
-            heartbeat_ms=heartbeat_ms))
+        call = self._stub.ReadCommitLog(
+            store_pb2.ReadCommitLogRequest(
+                offset=offset,
+                max_chunk_bytes=max_chunk_bytes,
+                follow=True,
+                heartbeat_ms=heartbeat_ms,
+            )
+        )
         try:
             async for chunk in call:
                 yield chunk

@@ -1,6 +1,6 @@
 """RegistryConfig: every setting of one name registry (DESIGN 6).
 
-Loaded through :func:`boltmq.config.load_config` (defaults, TOML file,
+Loaded through :func:`boltmq.kernel.config.load_config` (defaults, TOML file,
 ``BOLTMQ_*`` environment, flags). Validation happens in ``__post_init__`` so a
 bad value is one clear error at start-up, never a surprise at run time.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from boltmq.config import ConfigError, ServerSettings
+from boltmq.kernel.config import ConfigError, ServerSettings
 
 PORT_MAX = 65535
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from services.store.topic import TOPIC_MAX_LENGTH, TOPIC_PATTERN, InvalidTopic, validate_topic
+from boltmq.wire.topic import TOPIC_MAX_LENGTH, TOPIC_PATTERN, InvalidTopic, validate_topic
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,11 @@ def _check_name(field_name: str, value: str) -> None:
     if not value:
         raise InvalidRequest(field_name, "must not be empty")
     if len(value) > TOPIC_MAX_LENGTH or not TOPIC_PATTERN.match(value):
-        raise InvalidRequest(field_name, f"{value[:60]!r} must be at most {TOPIC_MAX_LENGTH} "
-                                         f"letters, digits, '%', '|', '_' or '-'")
+        raise InvalidRequest(
+            field_name,
+            f"{value[:60]!r} must be at most {TOPIC_MAX_LENGTH} "
+            f"letters, digits, '%', '|', '_' or '-'",
+        )
 
 
 def _check_address(field_name: str, value: str) -> None:
@@ -118,8 +121,10 @@ def _check_topic(index: int, topic: TopicSettings) -> None:
         validate_topic(topic.name)
     except InvalidTopic as exc:
         raise InvalidRequest(f"{prefix}.name", str(exc)) from None
-    for name, value in (("read_queue_nums", topic.read_queue_nums),
-                        ("write_queue_nums", topic.write_queue_nums)):
+    for name, value in (
+        ("read_queue_nums", topic.read_queue_nums),
+        ("write_queue_nums", topic.write_queue_nums),
+    ):
         if not 0 <= value <= QUEUE_NUMS_MAX:
             raise InvalidRequest(f"{prefix}.{name}", f"must be 0..{QUEUE_NUMS_MAX}, got {value}")
     if not 0 <= topic.perm <= PERM_MAX:
@@ -242,10 +247,14 @@ def _route(topic: str, groups: Mapping[tuple[str, str], Mapping[int, _Entry]]) -
         settings = _group_settings(members, topic)
         if settings is None:
             continue
-        queues.append(QueueRoute(broker_name, settings.read_queue_nums,
-                                 settings.write_queue_nums, settings.perm))
-        addresses = {broker_id: entry.registration.identity.address
-                     for broker_id, entry in members.items()}
+        queues.append(
+            QueueRoute(
+                broker_name, settings.read_queue_nums, settings.write_queue_nums, settings.perm
+            )
+        )
+        addresses = {
+            broker_id: entry.registration.identity.address for broker_id, entry in members.items()
+        }
         brokers.append(BrokerRoute(cluster_name, broker_name, addresses))
         order = order or settings.order
     if not queues:
@@ -266,8 +275,9 @@ def _groups(entries: Iterable[_Entry]) -> dict[tuple[str, str], dict[int, _Entry
 class RouteTable:
     """Live brokers by ``(cluster_name, broker_name, broker_id)`` and the routes they serve."""
 
-    def __init__(self, broker_expiry_ms: int, clock_ms: Clock = monotonic_ms,
-                 wall_clock_ms: Clock = wall_ms) -> None:
+    def __init__(
+        self, broker_expiry_ms: int, clock_ms: Clock = monotonic_ms, wall_clock_ms: Clock = wall_ms
+    ) -> None:
         if broker_expiry_ms <= 0:
             raise ValueError("broker_expiry_ms must be positive")
         self._broker_expiry_ms = broker_expiry_ms
@@ -292,11 +302,17 @@ class RouteTable:
             return None
         self.expire()
         current = self._brokers.get(identity.key)
-        if current is None or current.registration.identity.address == identity.address or \
-                current.registration.epoch <= registration.epoch:
+        if (
+            current is None
+            or current.registration.identity.address == identity.address
+            or current.registration.epoch <= registration.epoch
+        ):
             return None
-        used = {key[2] for key in self._brokers
-                if key[:2] == (identity.cluster_name, identity.broker_name)}
+        used = {
+            key[2]
+            for key in self._brokers
+            if key[:2] == (identity.cluster_name, identity.broker_name)
+        }
         free = next(i for i in range(1, len(used) + 2) if i not in used)
         return Superseded(_live(current), free)
 
@@ -339,15 +355,23 @@ class RouteTable:
     def expire(self) -> list[BrokerLive]:
         """Drop every broker silent for longer than ``broker_expiry_ms``; return them."""
         now_ms = self._clock_ms()
-        expired = [key for key, entry in self._brokers.items()
-                   if now_ms - entry.seen_ms > self._broker_expiry_ms]
+        expired = [
+            key
+            for key, entry in self._brokers.items()
+            if now_ms - entry.seen_ms > self._broker_expiry_ms
+        ]
         dropped = [_live(self._brokers[key]) for key in expired]
         for key in expired:
             self._remove(key)
         for broker in dropped:
-            log.warning("broker %s/%s/%d at %s expired (silent > %d ms), routes dropped",
-                        broker.cluster_name, broker.broker_name, broker.broker_id,
-                        broker.address, self._broker_expiry_ms)
+            log.warning(
+                "broker %s/%s/%d at %s expired (silent > %d ms), routes dropped",
+                broker.cluster_name,
+                broker.broker_name,
+                broker.broker_id,
+                broker.address,
+                self._broker_expiry_ms,
+            )
         return dropped
 
     def get_route(self, topic: str) -> Route | None:
@@ -361,8 +385,9 @@ class RouteTable:
         broker serves; InvalidRequest naming ``topics[i]`` for a bad name, or for
         none or more than ROUTES_PER_CALL_MAX names."""
         if not 0 < len(topics) <= ROUTES_PER_CALL_MAX:
-            raise InvalidRequest("topics", f"{len(topics)} topics; 1..{ROUTES_PER_CALL_MAX} "
-                                           f"in one call")
+            raise InvalidRequest(
+                "topics", f"{len(topics)} topics; 1..{ROUTES_PER_CALL_MAX} in one call"
+            )
         for index, topic in enumerate(topics):
             _check_lookup(f"topics[{index}]", topic)
         self.expire()
@@ -392,6 +417,14 @@ class RouteTable:
 def _live(entry: _Entry) -> BrokerLive:
     registration = entry.registration
     identity = registration.identity
-    return BrokerLive(identity.cluster_name, identity.broker_name, identity.broker_id,
-                      identity.address, registration.ha_address, entry.updated_wall_ms,
-                      registration.data_version, len(registration.topics), registration.epoch)
+    return BrokerLive(
+        identity.cluster_name,
+        identity.broker_name,
+        identity.broker_id,
+        identity.address,
+        registration.ha_address,
+        entry.updated_wall_ms,
+        registration.data_version,
+        len(registration.topics),
+        registration.epoch,
+    )

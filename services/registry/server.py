@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from boltmq import runtime, tls
+from boltmq.kernel import runtime, tls
 from boltmq.v1 import registry_pb2, registry_pb2_grpc
 from services.registry.config import RegistryConfig
 from services.registry.route_table import (
@@ -72,27 +72,38 @@ def _edge(method: _Method[_Response]) -> _Method[_Response]:
 
 def identity_from_proto(request: Any) -> BrokerIdentity:
     """The broker named by a Register/UnregisterBrokerRequest (validated)."""
-    return BrokerIdentity(request.cluster_name, request.broker_name, request.broker_id,
-                          request.address)
+    return BrokerIdentity(
+        request.cluster_name, request.broker_name, request.broker_id, request.address
+    )
 
 
 def registration_from_proto(request: registry_pb2.RegisterBrokerRequest) -> Registration:
     """A validated Registration from the wire."""
-    topics = tuple(TopicSettings(t.name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order)
-                   for t in request.topics)
-    return Registration(identity_from_proto(request), request.ha_address, topics,
-                        request.data_version, request.epoch)
+    topics = tuple(
+        TopicSettings(t.name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order)
+        for t in request.topics
+    )
+    return Registration(
+        identity_from_proto(request),
+        request.ha_address,
+        topics,
+        request.data_version,
+        request.epoch,
+    )
 
 
 def route_to_proto(route: Route) -> registry_pb2.TopicRoute:
     """The wire form of a topic route."""
     message = registry_pb2.TopicRoute(topic=route.topic, order=route.order)
     for queue in route.queues:
-        message.queues.add(broker_name=queue.broker_name, read_queue_nums=queue.read_queue_nums,
-                           write_queue_nums=queue.write_queue_nums, perm=queue.perm)
+        message.queues.add(
+            broker_name=queue.broker_name,
+            read_queue_nums=queue.read_queue_nums,
+            write_queue_nums=queue.write_queue_nums,
+            perm=queue.perm,
+        )
     for broker in route.brokers:
-        data = message.brokers.add(cluster_name=broker.cluster_name,
-                                   broker_name=broker.broker_name)
+        data = message.brokers.add(cluster_name=broker.cluster_name, broker_name=broker.broker_name)
         data.addresses.update(broker.addresses)
     return message
 
@@ -100,10 +111,16 @@ def route_to_proto(route: Route) -> registry_pb2.TopicRoute:
 def live_to_proto(broker: BrokerLive) -> registry_pb2.BrokerLiveInfo:
     """The wire form of one live broker."""
     return registry_pb2.BrokerLiveInfo(
-        cluster_name=broker.cluster_name, broker_name=broker.broker_name,
-        broker_id=broker.broker_id, address=broker.address, ha_address=broker.ha_address,
-        last_update_ms=broker.last_update_ms, data_version=broker.data_version,
-        topic_count=broker.topic_count, epoch=broker.epoch)
+        cluster_name=broker.cluster_name,
+        broker_name=broker.broker_name,
+        broker_id=broker.broker_id,
+        address=broker.address,
+        ha_address=broker.ha_address,
+        last_update_ms=broker.last_update_ms,
+        data_version=broker.data_version,
+        topic_count=broker.topic_count,
+        epoch=broker.epoch,
+    )
 
 
 class RegistryServicer(registry_pb2_grpc.RegistryServiceServicer):
@@ -113,68 +130,94 @@ class RegistryServicer(registry_pb2_grpc.RegistryServiceServicer):
         self._table = table
 
     @_edge
-    async def RegisterBroker(self, request: registry_pb2.RegisterBrokerRequest,
-                             context: grpc.aio.ServicerContext
-                             ) -> registry_pb2.RegisterBrokerResponse:
+    async def RegisterBroker(
+        self, request: registry_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.RegisterBrokerResponse:
         """Store or replace a broker's registration (its heartbeat)."""
         registration = registration_from_proto(request)
         identity = registration.identity
         refused = self._table.superseded(registration)
         if refused is not None:
             master = refused.master
-            log.warning("broker %s/%s at %s (epoch %d) refused as master: %s holds it with "
-                        "epoch %d; it should rejoin as replica %d", identity.cluster_name,
-                        identity.broker_name, identity.address, registration.epoch,
-                        master.address, master.epoch, refused.suggested_broker_id)
+            log.warning(
+                "broker %s/%s at %s (epoch %d) refused as master: %s holds it with "
+                "epoch %d; it should rejoin as replica %d",
+                identity.cluster_name,
+                identity.broker_name,
+                identity.address,
+                registration.epoch,
+                master.address,
+                master.epoch,
+                refused.suggested_broker_id,
+            )
             return registry_pb2.RegisterBrokerResponse(
-                superseded=True, master_address=master.address,
-                master_ha_address=master.ha_address, master_epoch=master.epoch,
-                suggested_broker_id=refused.suggested_broker_id)
+                superseded=True,
+                master_address=master.address,
+                master_ha_address=master.ha_address,
+                master_epoch=master.epoch,
+                suggested_broker_id=refused.suggested_broker_id,
+            )
         if self._table.register(registration):
-            log.info("broker %s/%s/%d registered from %s with %d topics", identity.cluster_name,
-                     identity.broker_name, identity.broker_id, identity.address,
-                     len(registration.topics))
+            log.info(
+                "broker %s/%s/%d registered from %s with %d topics",
+                identity.cluster_name,
+                identity.broker_name,
+                identity.broker_id,
+                identity.address,
+                len(registration.topics),
+            )
         return registry_pb2.RegisterBrokerResponse()
 
     @_edge
-    async def UnregisterBroker(self, request: registry_pb2.UnregisterBrokerRequest,
-                               context: grpc.aio.ServicerContext
-                               ) -> registry_pb2.UnregisterBrokerResponse:
+    async def UnregisterBroker(
+        self, request: registry_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.UnregisterBrokerResponse:
         """Drop a broker at once (its clean shutdown); unknown brokers are not an error."""
         identity = identity_from_proto(request)
         if self._table.unregister(identity):
-            log.info("broker %s/%s/%d at %s unregistered", identity.cluster_name,
-                     identity.broker_name, identity.broker_id, identity.address)
+            log.info(
+                "broker %s/%s/%d at %s unregistered",
+                identity.cluster_name,
+                identity.broker_name,
+                identity.broker_id,
+                identity.address,
+            )
         return registry_pb2.UnregisterBrokerResponse()
 
     @_edge
-    async def GetRoute(self, request: registry_pb2.GetRouteRequest,
-                       context: grpc.aio.ServicerContext) -> registry_pb2.TopicRoute:
+    async def GetRoute(
+        self, request: registry_pb2.GetRouteRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.TopicRoute:
         """The topic's route; NOT_FOUND when no live broker serves it."""
         route = self._table.get_route(request.topic)
         if route is None:
-            raise _Rejected(grpc.StatusCode.NOT_FOUND,
-                            f"topic {request.topic!r}: no live broker serves it")
+            raise _Rejected(
+                grpc.StatusCode.NOT_FOUND, f"topic {request.topic!r}: no live broker serves it"
+            )
         return route_to_proto(route)
 
     @_edge
-    async def GetRoutes(self, request: registry_pb2.GetRoutesRequest,
-                        context: grpc.aio.ServicerContext) -> registry_pb2.GetRoutesResponse:
+    async def GetRoutes(
+        self, request: registry_pb2.GetRoutesRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.GetRoutesResponse:
         """The routes of many topics; those no live broker serves are listed as missing."""
         routes, missing = self._table.get_routes(request.topics)
-        return registry_pb2.GetRoutesResponse(routes=[route_to_proto(r) for r in routes],
-                                              missing=missing)
+        return registry_pb2.GetRoutesResponse(
+            routes=[route_to_proto(r) for r in routes], missing=missing
+        )
 
     @_edge
-    async def GetClusterInfo(self, request: registry_pb2.GetClusterInfoRequest,
-                             context: grpc.aio.ServicerContext) -> registry_pb2.ClusterInfo:
+    async def GetClusterInfo(
+        self, request: registry_pb2.GetClusterInfoRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.ClusterInfo:
         """Every live broker."""
         return registry_pb2.ClusterInfo(
-            brokers=[live_to_proto(b) for b in self._table.cluster_info()])
+            brokers=[live_to_proto(b) for b in self._table.cluster_info()]
+        )
 
 
 class RegistryService:
-    """The registry as a :class:`boltmq.runtime.Service`: servicer plus expiry task."""
+    """The registry as a :class:`boltmq.kernel.runtime.Service`: servicer plus expiry task."""
 
     name: str = "registry"
     service_names: tuple[str, ...] = (SERVICE_NAME,)
@@ -217,13 +260,19 @@ async def create_server(config: RegistryConfig) -> tuple[grpc.aio.Server, int]:
     For in-process use (tests, an embedded cluster); ``server.stop()`` also
     stops the expiry task.
     """
-    return await runtime.create_in_process(RegistryService(config), config.listen_host,
-                                           config.listen_port, tls.server_tls(config))
+    return await runtime.create_in_process(
+        RegistryService(config), config.listen_host, config.listen_port, tls.server_tls(config)
+    )
 
 
 async def serve(config: RegistryConfig) -> None:
     """Run one registry until SIGTERM/SIGINT (``boltmq serve registry``)."""
     server_tls = tls.server_tls(config)  # a bad file fails before anything starts
-    await runtime.serve(RegistryService(config), config.listen_host, config.listen_port,
-                        grace_s=config.shutdown_grace_ms / 1000, tls=server_tls,
-                        health_port=config.health_port)
+    await runtime.serve(
+        RegistryService(config),
+        config.listen_host,
+        config.listen_port,
+        grace_s=config.shutdown_grace_ms / 1000,
+        tls=server_tls,
+        health_port=config.health_port,
+    )

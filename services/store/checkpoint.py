@@ -60,8 +60,12 @@ class CheckpointState:
 
 def encode_checkpoint(state: CheckpointState) -> bytes:
     """The whole 4 KiB file."""
-    body = BODY.pack(state.physic_msg_timestamp, state.logics_msg_timestamp,
-                     state.index_msg_timestamp, CHECKPOINT_VERSION)
+    body = BODY.pack(
+        state.physic_msg_timestamp,
+        state.logics_msg_timestamp,
+        state.index_msg_timestamp,
+        CHECKPOINT_VERSION,
+    )
     page = bytearray(CHECKPOINT_FILE_SIZE)
     page[:CHECKPOINT_CRC_OFFSET] = body
     CRC.pack_into(page, CHECKPOINT_CRC_OFFSET, zlib.crc32(body))

@@ -36,7 +36,7 @@ from typing import Final
 
 import numpy as np
 
-from services.store.record import (
+from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
     FIXED_OVERHEAD_IPV4,
     HOST_V6_BITS,
@@ -50,8 +50,8 @@ from services.store.record import (
     crc32,
     topic_name,
 )
-from services.store.record_batch import RAW_HEAD, derive_properties
-from services.store.record_heads import gather_heads
+from boltmq.wire.record_batch import RAW_HEAD, derive_properties
+from boltmq.wire.record_heads import gather_heads
 
 SMALL_CHUNK: Final = 16
 """Below this many records the scalar check runs: numpy's fixed cost per chunk is more."""
@@ -72,8 +72,9 @@ class _SlowPath(Exception):
     """The chunk holds something the vector path does not handle: use the scalar check."""
 
 
-def chunk_requests(data: bytes | memoryview, offset: int, segment_bytes: int
-                   ) -> list[Request] | None:
+def chunk_requests(
+    data: bytes | memoryview, offset: int, segment_bytes: int
+) -> list[Request] | None:
     """The dispatch requests of a chunk that would be written at CommitLog ``offset``.
 
     A list only when every record passes what :func:`check_chunk` checks;
@@ -101,8 +102,11 @@ def _frame(view: memoryview, offset: int, segment_bytes: int) -> tuple[list[int]
     while position + BLANK_MARKER_SIZE <= size:
         total, magic = unpack(view, position)
         if magic not in MESSAGE_MAGICS:
-            if magic == MAGIC_BLANK and position + total == size and \
-                    (offset + size) % segment_bytes == 0:
+            if (
+                magic == MAGIC_BLANK
+                and position + total == size
+                and (offset + size) % segment_bytes == 0
+            ):
                 return starts, ends
             raise _SlowPath
         if total < FIXED_OVERHEAD_IPV4 or position + total > size:
@@ -115,8 +119,9 @@ def _frame(view: memoryview, offset: int, segment_bytes: int) -> tuple[list[int]
     return starts, ends
 
 
-def _vector_requests(view: memoryview, offset: int, start_list: list[int],
-                     end_list: list[int]) -> list[Request]:
+def _vector_requests(
+    view: memoryview, offset: int, start_list: list[int], end_list: list[int]
+) -> list[Request]:
     data = np.frombuffer(view, dtype=np.uint8)
     starts = np.asarray(start_list, dtype=np.int64)
     ends = np.asarray(end_list, dtype=np.int64)
@@ -124,9 +129,14 @@ def _vector_requests(view: memoryview, offset: int, start_list: list[int],
     totals = ends - starts
     body_len = heads["body_length"].astype(np.int64)
     topic_at = starts + RAW_HEAD.size + body_len
-    ok = ((heads["magic"] == MAGIC_MESSAGE) & ((heads["sys_flag"] & HOST_V6_BITS) == 0)
-          & (totals >= RAW_HEAD.size + 3) & (body_len >= 0) & (topic_at + 3 <= ends)
-          & (heads["commitlog_offset"] == starts + offset))
+    ok = (
+        (heads["magic"] == MAGIC_MESSAGE)
+        & ((heads["sys_flag"] & HOST_V6_BITS) == 0)
+        & (totals >= RAW_HEAD.size + 3)
+        & (body_len >= 0)
+        & (topic_at + 3 <= ends)
+        & (heads["commitlog_offset"] == starts + offset)
+    )
     if not ok.all():
         raise _SlowPath
     topic_len = data[topic_at].astype(np.int64)
@@ -138,16 +148,29 @@ def _vector_requests(view: memoryview, offset: int, start_list: list[int],
         raise _SlowPath
     body_starts = (starts + RAW_HEAD.size).tolist()
     body_ends = topic_at.tolist()
-    crcs = np.fromiter((crc32(view[a:b]) for a, b in zip(body_starts, body_ends, strict=True)),
-                       dtype=np.int64, count=len(body_starts))
+    crcs = np.fromiter(
+        (crc32(view[a:b]) for a, b in zip(body_starts, body_ends, strict=True)),
+        dtype=np.int64,
+        count=len(body_starts),
+    )
     if not ((crcs & _CRC_MASK) == heads["body_crc"]).all():
         raise _SlowPath
     tails = [_tail(bytes(view[a:b])) for a, b in zip(body_ends, end_list, strict=True)]
     topics, codes, index_keys = zip(*tails, strict=True)
-    return list(zip(topics, heads["queue_id"].tolist(), (starts + offset).tolist(),
-                    totals.tolist(), codes, heads["store_timestamp"].tolist(),
-                    heads["queue_offset"].tolist(), index_keys, heads["sys_flag"].tolist(),
-                    strict=True))
+    return list(
+        zip(
+            topics,
+            heads["queue_id"].tolist(),
+            (starts + offset).tolist(),
+            totals.tolist(),
+            codes,
+            heads["store_timestamp"].tolist(),
+            heads["queue_offset"].tolist(),
+            index_keys,
+            heads["sys_flag"].tolist(),
+            strict=True,
+        )
+    )
 
 
 def _tail(raw: bytes) -> Tail:
@@ -160,7 +183,7 @@ def _tail(raw: bytes) -> Tail:
     topic_end = _TOPIC_LENGTH_BYTES + raw[0]
     try:
         topic = topic_name(raw[_TOPIC_LENGTH_BYTES:topic_end])
-        code, index_keys = derive_properties(raw[topic_end + SHORT.size:])
+        code, index_keys = derive_properties(raw[topic_end + SHORT.size :])
     except CorruptRecord:
         raise _SlowPath from None
     tail = (topic, code, index_keys)

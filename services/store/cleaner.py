@@ -94,10 +94,16 @@ class CleanReport:
 class Cleaner:
     """Applies the deletion rules of the module docstring; optionally on a daemon thread."""
 
-    def __init__(self, config: StoreConfig, commitlog: CommitLog, queues: ConsumeQueueTable,
-                 index: IndexService | None, disk_usage: DiskUsageProbe = disk_usage_percent,
-                 clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        commitlog: CommitLog,
+        queues: ConsumeQueueTable,
+        index: IndexService | None,
+        disk_usage: DiskUsageProbe = disk_usage_percent,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.config = config
         self.commitlog = commitlog
         self.queues = queues
@@ -137,10 +143,20 @@ class Cleaner:
             if self.index is not None:
                 index_deleted = self.index.delete_files_below(min_offset, self._force_after_s)
             if commitlog_deleted:
-                log.info("cleaner: deleted %d CommitLog segment(s) (%s); min offset now %d",
-                         commitlog_deleted, reason, min_offset)
-            return CleanReport(commitlog_deleted, queue_deleted, index_deleted, usage,
-                               self.disk_full, reason if commitlog_deleted else "")
+                log.info(
+                    "cleaner: deleted %d CommitLog segment(s) (%s); min offset now %d",
+                    commitlog_deleted,
+                    reason,
+                    min_offset,
+                )
+            return CleanReport(
+                commitlog_deleted,
+                queue_deleted,
+                index_deleted,
+                usage,
+                self.disk_full,
+                reason if commitlog_deleted else "",
+            )
 
     def _measure(self) -> float:
         """Probe the disk and update ``disk_full``; logs when it flips."""
@@ -157,11 +173,17 @@ class Cleaner:
         self.disk_used_percent = usage
         full = usage > self.config.disk_space_warning_level_ratio
         if full and not self.disk_full:
-            log.warning("disk usage %.1f%% is above %d%%: refusing writes until it falls",
-                        usage, self.config.disk_space_warning_level_ratio)
+            log.warning(
+                "disk usage %.1f%% is above %d%%: refusing writes until it falls",
+                usage,
+                self.config.disk_space_warning_level_ratio,
+            )
         elif self.disk_full and not full:
-            log.warning("disk usage %.1f%% is back below %d%%: accepting writes",
-                        usage, self.config.disk_space_warning_level_ratio)
+            log.warning(
+                "disk usage %.1f%% is back below %d%%: accepting writes",
+                usage,
+                self.config.disk_space_warning_level_ratio,
+            )
         self.disk_full = full
         return usage
 
@@ -187,8 +209,9 @@ class Cleaner:
         files = self.commitlog.files
         pause_s = self.config.delete_commitlog_files_interval_ms / 1000
         deleted = 0
-        while deleted < self.config.delete_files_batch_max and _front_deletable(files.files,
-                                                                                predicate):
+        while deleted < self.config.delete_files_batch_max and _front_deletable(
+            files.files, predicate
+        ):
             if deleted:
                 if self._stop.is_set():
                     break  # shutting down: the rest waits for the next start

@@ -1,6 +1,6 @@
 """CommitLog: every message of every topic, appended to memory-mapped segments.
 
-Record layout: see :mod:`services.store.record`. Segments are named by their
+Record layout: see :mod:`boltmq.wire.record`. Segments are named by their
 20-digit start offset (:mod:`services.store.mapped_file_queue`). The CommitLog
 assigns queue offsets (one counter per topic/queue), physical offsets and the
 store timestamp while it holds the append lock, so a record is encoded once,
@@ -20,15 +20,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from services.store.chunk_records import chunk_requests
-from services.store.config import StoreConfig
-from services.store.dispatch_run import DispatchRun
-from services.store.mapped_file import MappedFile
-from services.store.mapped_file_queue import MappedFileQueue
-from services.store.message import MessageLike
-from services.store.page_cache import PageCacheWindow
-from services.store.page_warmer import PageWarmer
-from services.store.record import (
+from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
     HEADS,
     MAGIC_BLANK,
@@ -57,7 +49,7 @@ from services.store.record import (
     store_timestamp_of,
     tags_code,
 )
-from services.store.record_batch import (
+from boltmq.wire.record_batch import (
     H_BODY_LEN,
     H_BORN_TS,
     H_FLAG,
@@ -72,10 +64,18 @@ from services.store.record_batch import (
     derive_properties,
     index_keys_of,
 )
-from services.store.record_heads import CheckedColumns, check_batch, stamp_heads
+from boltmq.wire.record_heads import CheckedColumns, check_batch, stamp_heads
+from boltmq.wire.topic import validate_topic
+from services.store.chunk_records import chunk_requests
+from services.store.config import StoreConfig
+from services.store.dispatch_run import DispatchRun
+from services.store.mapped_file import MappedFile
+from services.store.mapped_file_queue import MappedFileQueue
+from services.store.message import MessageLike
+from services.store.page_cache import PageCacheWindow
+from services.store.page_warmer import PageWarmer
 from services.store.record_scan import check_chunk, whole_records_end
 from services.store.status import PutResult, PutStatus, StoredRun
-from services.store.topic import validate_topic
 
 
 class DispatchRequest(NamedTuple):
@@ -107,8 +107,24 @@ class AppendBatch:
 #  prepared_transaction_offset, body, crc, magic, tail, total_size, tags_code,
 #  index_keys, consumable). A plain tuple: NamedTuple construction is 5x slower
 # and this is built once per message on the hot path.
-_Encoded = tuple[str, int, int, int, int, bytes, int, int, bytes, int, int, bytes, int, int,
-                 tuple[str, ...], bool]
+_Encoded = tuple[
+    str,
+    int,
+    int,
+    int,
+    int,
+    bytes,
+    int,
+    int,
+    bytes,
+    int,
+    int,
+    bytes,
+    int,
+    int,
+    tuple[str, ...],
+    bool,
+]
 # The fields of DispatchRequest as a plain tuple, built by append().
 DispatchTuple = tuple[str, int, int, int, int, int, int, tuple[str, ...], int]
 
@@ -124,22 +140,35 @@ def dispatch_request_of(view: RecordView) -> DispatchRequest:
     if view.topic == SCHEDULE_TOPIC:  # the delivery time, which depends on the record
         code = scheduled_tags_code(view.topic, view.properties, view.store_timestamp, code)
     return DispatchRequest(
-        view.topic, view.queue_id, view.commitlog_offset, view.total_size,
-        code, view.store_timestamp, view.queue_offset, index_keys, view.sys_flag,
+        view.topic,
+        view.queue_id,
+        view.commitlog_offset,
+        view.total_size,
+        code,
+        view.store_timestamp,
+        view.queue_offset,
+        index_keys,
+        view.sys_flag,
     )
 
 
-def _with_delivery_codes(records: bytes, checked: Sequence[Checked], now_ms: int
-                         ) -> list[Checked]:
+def _with_delivery_codes(records: bytes, checked: Sequence[Checked], now_ms: int) -> list[Checked]:
     """Checked SCHEDULE_TOPIC_XXXX records with their delivery time as tag code."""
     topic_size = len(encode_topic(SCHEDULE_TOPIC)[0])
     out = []
     for position, total, head, code, index_keys, consumable in checked:
         start = position + RAW_HEAD.size + head[H_BODY_LEN] + topic_size + SHORT.size
-        props = decode_properties(records[start:position + total])
-        out.append((position, total, head,
-                    scheduled_tags_code(SCHEDULE_TOPIC, props, now_ms, code), index_keys,
-                    consumable))
+        props = decode_properties(records[start : position + total])
+        out.append(
+            (
+                position,
+                total,
+                head,
+                scheduled_tags_code(SCHEDULE_TOPIC, props, now_ms, code),
+                index_keys,
+                consumable,
+            )
+        )
     return out
 
 
@@ -154,8 +183,9 @@ class CommitLog:
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
-        self.files = MappedFileQueue(config.root_dir / "commitlog",
-                                     config.mapped_file_size_commitlog)
+        self.files = MappedFileQueue(
+            config.root_dir / "commitlog", config.mapped_file_size_commitlog
+        )
         self.files.preallocate = True
         self.lock = threading.Lock()
         # (topic, queue_id) -> the queue offset the next record gets.
@@ -241,15 +271,18 @@ class CommitLog:
             cached_tail = self._tail_cache.get((topic, tags))
             if cached_tail is None:
                 props = message_properties(tags, None, None)
-                cached_tail = (encode_tail_checked(topic_field, encode_properties(props)),
-                               tags_code(tags))
+                cached_tail = (
+                    encode_tail_checked(topic_field, encode_properties(props)),
+                    tags_code(tags),
+                )
                 if len(self._tail_cache) < 100_000:
                     self._tail_cache[(topic, tags)] = cached_tail
             tail, code = cached_tail
             index_keys = ()
         if born_host is None:  # a Message carries its own born host
-            born_host = self.encode_born_host(getattr(msg, "born_host", "127.0.0.1"),
-                                              getattr(msg, "born_port", 0))
+            born_host = self.encode_born_host(
+                getattr(msg, "born_host", "127.0.0.1"), getattr(msg, "born_port", 0)
+            )
         sys_flag = msg.sys_flag & ~(SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6)
         if len(born_host) == 20:
             sys_flag |= SYS_FLAG_BORN_HOST_V6
@@ -260,16 +293,28 @@ class CommitLog:
         if total > self.max_record_size:
             raise InvalidMessage(f"record of {total} bytes does not fit in a segment")
         return (
-            topic, queue_id, msg.flag, sys_flag, msg.born_timestamp or now_ms, born_host,
-            msg.reconsume_times, msg.prepared_transaction_offset,
-            body if type(body) is bytes else bytes(body), body_crc(body),
-            magic, tail, total, code, index_keys,
+            topic,
+            queue_id,
+            msg.flag,
+            sys_flag,
+            msg.born_timestamp or now_ms,
+            born_host,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            body if type(body) is bytes else bytes(body),
+            body_crc(body),
+            magic,
+            tail,
+            total,
+            code,
+            index_keys,
             sys_flag & SYS_FLAG_TRANSACTION_MASK in (0, SYS_FLAG_TRANSACTION_COMMIT),
         )
 
     # ---------------------------------------------------------------- append
-    def append(self, encoded: Sequence[_Encoded], now_ms: int
-               ) -> tuple[list[PutResult], AppendBatch]:
+    def append(
+        self, encoded: Sequence[_Encoded], now_ms: int
+    ) -> tuple[list[PutResult], AppendBatch]:
         """Append records in order under one lock; one slice copy per segment touched."""
         results: list[PutResult] = []
         requests: list[DispatchTuple] = []
@@ -282,14 +327,31 @@ class CommitLog:
             try:
                 mf = self.files.last_file_or_create(start_offset)
             except OSError as exc:
-                return _create_failed(len(encoded), exc), AppendBatch(start_offset,
-                                                                       start_offset, [])
+                return _create_failed(len(encoded), exc), AppendBatch(
+                    start_offset, start_offset, []
+                )
             chunk: list[bytes] = []
             chunk_start = mf.wrote_position
             position = chunk_start
             queue_offsets = self.queue_offsets
-            for (topic, queue_id, flag, sys_flag, born_ts, born_host, reconsume, prepared,
-                 body, crc, magic, tail, total, code, index_keys, consumable) in encoded:
+            for (
+                topic,
+                queue_id,
+                flag,
+                sys_flag,
+                born_ts,
+                born_host,
+                reconsume,
+                prepared,
+                body,
+                crc,
+                magic,
+                tail,
+                total,
+                code,
+                index_keys,
+                consumable,
+            ) in encoded:
                 if total + BLANK_MARKER_SIZE > mf.file_size - position:
                     remaining = mf.file_size - position
                     chunk.append(blank_marker(remaining))
@@ -313,16 +375,50 @@ class CommitLog:
                     queue_offset = 0
                 chunk += (
                     (head_struct_v6 if len(born_host) == 20 else head_struct).pack(
-                        total, magic, crc, queue_id, flag, queue_offset, physical, sys_flag,
-                        born_ts, born_host, now_ms, store_host, reconsume, prepared, len(body)),
-                    body, tail,
+                        total,
+                        magic,
+                        crc,
+                        queue_id,
+                        flag,
+                        queue_offset,
+                        physical,
+                        sys_flag,
+                        born_ts,
+                        born_host,
+                        now_ms,
+                        store_host,
+                        reconsume,
+                        prepared,
+                        len(body),
+                    ),
+                    body,
+                    tail,
                 )
                 position += total
-                results.append(PutResult(PutStatus.PUT_OK, f"{id_prefix}{physical:016X}",
-                                         physical, queue_offset, total, now_ms))
+                results.append(
+                    PutResult(
+                        PutStatus.PUT_OK,
+                        f"{id_prefix}{physical:016X}",
+                        physical,
+                        queue_offset,
+                        total,
+                        now_ms,
+                    )
+                )
                 # A DispatchRequest as a plain tuple (same fields, same order).
-                requests.append((topic, queue_id, physical, total, code, now_ms, queue_offset,
-                                 index_keys, sys_flag))
+                requests.append(
+                    (
+                        topic,
+                        queue_id,
+                        physical,
+                        total,
+                        code,
+                        now_ms,
+                        queue_offset,
+                        index_keys,
+                        sys_flag,
+                    )
+                )
             self._write_chunk(mf, chunk, chunk_start, now_ms)
             batch = self._appended(mf, start_offset, requests)
         return results, batch
@@ -340,22 +436,32 @@ class CommitLog:
             queue_id = batch.queue_id
             if not 0 <= queue_id <= self.config.max_queue_id:
                 raise InvalidMessage(f"queue_id {queue_id} must be 0..{self.config.max_queue_id}")
-            good, bad = check_batch(batch, self.config.max_message_size_bytes,
-                                    self.max_record_size)
+            good, bad = check_batch(batch, self.config.max_message_size_bytes, self.max_record_size)
         except (InvalidMessage, MalformedBatch) as exc:
             error = str(exc)
-            return [], {i: PutResult(PutStatus.MESSAGE_ILLEGAL, error=error)
-                        for i in range(batch.count)}
-        rejected = {index: PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED
-                                     if isinstance(exc, PropertiesTooLarge)
-                                     else PutStatus.MESSAGE_ILLEGAL,
-                                     error=f"records[{index}]: {exc}")
-                    for index, exc in bad.items()}
+            return [], {
+                i: PutResult(PutStatus.MESSAGE_ILLEGAL, error=error) for i in range(batch.count)
+            }
+        rejected = {
+            index: PutResult(
+                PutStatus.PROPERTIES_SIZE_EXCEEDED
+                if isinstance(exc, PropertiesTooLarge)
+                else PutStatus.MESSAGE_ILLEGAL,
+                error=f"records[{index}]: {exc}",
+            )
+            for index, exc in bad.items()
+        }
         return good, rejected
 
-    def append_records(self, records: bytes, checked: Sequence[Checked], topic: str,
-                       queue_id: int, born_host: bytes, now_ms: int
-                       ) -> tuple[Sequence[PutResult], AppendBatch]:
+    def append_records(
+        self,
+        records: bytes,
+        checked: Sequence[Checked],
+        topic: str,
+        queue_id: int,
+        born_host: bytes,
+        now_ms: int,
+    ) -> tuple[Sequence[PutResult], AppendBatch]:
         """Append checked raw records in order under one lock (see check_records).
 
         Runs of adjacent records go into the mapping with one slice assignment
@@ -385,16 +491,20 @@ class CommitLog:
             try:
                 mf = self.files.last_file_or_create(start_offset)
             except OSError as exc:
-                return _create_failed(len(checked), exc), AppendBatch(start_offset,
-                                                                       start_offset, [])
-            if (isinstance(checked, CheckedColumns) and checked.tiles(len(records))
-                    and bool(checked.consumable.all())
-                    and mf.wrote_position + len(records) + BLANK_MARKER_SIZE <= mf.file_size):
+                return _create_failed(len(checked), exc), AppendBatch(
+                    start_offset, start_offset, []
+                )
+            if (
+                isinstance(checked, CheckedColumns)
+                and checked.tiles(len(records))
+                and bool(checked.consumable.all())
+                and mf.wrote_position + len(records) + BLANK_MARKER_SIZE <= mf.file_size
+            ):
                 return self._append_bulk(mf, records, checked, key, fixed, start_offset, run)
             segment: _SegmentWrite | None = _SegmentWrite(mf, source, fixed)
             position = mf.wrote_position
             queue_offset = self.queue_offsets.get(key, 0)
-            for (source_position, total, head, code, index_keys, consumable) in checked:
+            for source_position, total, head, code, index_keys, consumable in checked:
                 if total + BLANK_MARKER_SIZE > mf.file_size - position:
                     segment.finish(position, blank=True)  # type: ignore[union-attr]
                     try:
@@ -412,31 +522,64 @@ class CommitLog:
                     queue_offset += 1
                 else:
                     this_offset = 0
-                segment.add(source_position, total, position, head,  # type: ignore[union-attr]
-                            this_offset, physical)
+                segment.add(  # type: ignore[union-attr]
+                    source_position,
+                    total,
+                    position,
+                    head,
+                    this_offset,
+                    physical,
+                )
                 position += total
                 physicals.append(physical)
                 queue_offsets.append(this_offset)
                 sizes.append(total)
-                requests.append((topic, queue_id, physical, total, code, now_ms, this_offset,
-                                 index_keys, head[H_SYS_FLAG]))
+                requests.append(
+                    (
+                        topic,
+                        queue_id,
+                        physical,
+                        total,
+                        code,
+                        now_ms,
+                        this_offset,
+                        index_keys,
+                        head[H_SYS_FLAG],
+                    )
+                )
             if segment is not None:
                 segment.finish(position, blank=False)
             self.queue_offsets[key] = queue_offset
             batch = self._appended(mf, start_offset, requests)
         return ([*run, *failed] if failed else run), batch
 
-    def _append_bulk(self, mf: MappedFile, records: bytes, checked: CheckedColumns,
-                     key: tuple[str, int], fixed: tuple[int, bytes, bytes, int],
-                     start_offset: int, run: StoredRun) -> tuple[StoredRun, AppendBatch]:
+    def _append_bulk(
+        self,
+        mf: MappedFile,
+        records: bytes,
+        checked: CheckedColumns,
+        key: tuple[str, int],
+        fixed: tuple[int, bytes, bytes, int],
+        start_offset: int,
+        run: StoredRun,
+    ) -> tuple[StoredRun, AppendBatch]:
         """append_records' bulk path (under the lock; the batch fits in ``mf``)."""
         queue_id, born_host, store_host, now_ms = fixed
         position = mf.wrote_position
         first = self.queue_offsets.get(key, 0)
         count = len(checked)
         stamped = bytearray(records)
-        physicals = stamp_heads(stamped, 0, mf.file_from_offset + position, checked,
-                                queue_id, first, born_host, store_host, now_ms)
+        physicals = stamp_heads(
+            stamped,
+            0,
+            mf.file_from_offset + position,
+            checked,
+            queue_id,
+            first,
+            born_host,
+            store_host,
+            now_ms,
+        )
         mf.write_at(position, stamped)
         mf.wrote_position = mf.committed_position = position + len(records)
         mf.store_timestamp = now_ms
@@ -444,13 +587,22 @@ class CommitLog:
         run.commitlog_offsets = physicals.tolist()
         run.queue_offsets = list(range(first, first + count))
         run.sizes = checked.totals.tolist()
-        requests = DispatchRun(key[0], queue_id, first, physicals, checked.totals,
-                               checked.codes, checked.index_keys, checked.heads["sys_flag"],
-                               now_ms)
+        requests = DispatchRun(
+            key[0],
+            queue_id,
+            first,
+            physicals,
+            checked.totals,
+            checked.codes,
+            checked.index_keys,
+            checked.heads["sys_flag"],
+            now_ms,
+        )
         return run, self._appended(mf, start_offset, requests)
 
-    def _appended(self, mf: MappedFile, start_offset: int, requests: Sequence[DispatchTuple]
-                  ) -> AppendBatch:
+    def _appended(
+        self, mf: MappedFile, start_offset: int, requests: Sequence[DispatchTuple]
+    ) -> AppendBatch:
         """After an append (under the lock): warm pages ahead, hand the batch to dispatch."""
         warmer = self.warmer
         if warmer.enabled:
@@ -489,11 +641,14 @@ class CommitLog:
         with self.lock:
             if self.files.files:
                 if offset != self.files.max_offset:
-                    raise ValueError(f"raw append at {offset}, but the CommitLog ends at "
-                                     f"{self.files.max_offset}")
+                    raise ValueError(
+                        f"raw append at {offset}, but the CommitLog ends at {self.files.max_offset}"
+                    )
             elif offset % segment_bytes:
-                raise ValueError(f"raw append at {offset} on an empty CommitLog must start a "
-                                 f"segment (a multiple of {segment_bytes})")
+                raise ValueError(
+                    f"raw append at {offset} on an empty CommitLog must start a "
+                    f"segment (a multiple of {segment_bytes})"
+                )
             mf = self.files.last_file_or_create(offset)
             position = offset - mf.file_from_offset
             mf.write_at(position, data)
@@ -551,8 +706,9 @@ class CommitLog:
             mf.release()
 
     # ---------------------------------------------------------------- walking
-    def walk(self, start_offset: int, *, check_crc: bool
-             ) -> Generator[tuple[int, RecordView | None], None, None]:
+    def walk(
+        self, start_offset: int, *, check_crc: bool
+    ) -> Generator[tuple[int, RecordView | None], None, None]:
         """Yield ``(offset, record)`` from ``start_offset`` to the end of valid data.
 
         A blank marker yields ``(offset, None)`` and moves to the next segment.
@@ -579,8 +735,9 @@ class CommitLog:
             offset = mf.file_end_offset
 
     @staticmethod
-    def _walk_segment(mf: MappedFile, offset: int, check_crc: bool
-                      ) -> Generator[tuple[int, RecordView | None], None, bool]:
+    def _walk_segment(
+        mf: MappedFile, offset: int, check_crc: bool
+    ) -> Generator[tuple[int, RecordView | None], None, bool]:
         """Records of one segment from ``offset``; True when it ended in a blank marker."""
         position = offset - mf.file_from_offset
         view = mf.view
@@ -628,23 +785,32 @@ class _SegmentWrite:
 
     __slots__ = ("mf", "source", "fixed", "runs", "patches")
 
-    def __init__(self, mf: MappedFile, source: memoryview,
-                 fixed: tuple[int, bytes, bytes, int]) -> None:
+    def __init__(
+        self, mf: MappedFile, source: memoryview, fixed: tuple[int, bytes, bytes, int]
+    ) -> None:
         self.mf = mf
         self.source = source
         self.fixed = fixed  # queue_id, born_host, store_host, now_ms
         self.runs: list[list[int]] = []  # [at, from, to]
         self.patches: list[tuple[int, int, int, int, int, int]] = []
 
-    def add(self, source_position: int, total: int, at: int, head: tuple,  # type: ignore[type-arg]
-            queue_offset: int, physical: int) -> None:
+    def add(
+        self,
+        source_position: int,
+        total: int,
+        at: int,
+        head: tuple,  # type: ignore[type-arg]
+        queue_offset: int,
+        physical: int,
+    ) -> None:
         runs = self.runs
         if runs and runs[-1][2] == source_position:
             runs[-1][2] += total
         else:
             runs.append([at, source_position, source_position + total])
-        self.patches.append((at, head[H_FLAG], queue_offset, physical, head[H_SYS_FLAG],
-                             head[H_BORN_TS]))
+        self.patches.append(
+            (at, head[H_FLAG], queue_offset, physical, head[H_SYS_FLAG], head[H_BORN_TS])
+        )
 
     def finish(self, end: int, *, blank: bool) -> None:
         """Copy, patch, write, then publish up to ``end`` (and a blank marker when ``blank``).
@@ -657,13 +823,24 @@ class _SegmentWrite:
         tail = blank_marker(mf.file_size - end) if blank else b""
         buf = bytearray(end - base + len(tail))
         for at, start, stop in self.runs:
-            buf[at - base:at - base + stop - start] = source[start:stop]
+            buf[at - base : at - base + stop - start] = source[start:stop]
         queue_id, born_host, store_host, now_ms = self.fixed
         patch = PATCH.pack_into
         for at, flag, queue_offset, physical, sys_flag, born_ts in self.patches:
-            patch(buf, at - base + PATCH_OFFSET, queue_id, flag, queue_offset, physical,
-                  sys_flag, born_ts or now_ms, born_host, now_ms, store_host)
-        buf[end - base:] = tail
+            patch(
+                buf,
+                at - base + PATCH_OFFSET,
+                queue_id,
+                flag,
+                queue_offset,
+                physical,
+                sys_flag,
+                born_ts or now_ms,
+                born_host,
+                now_ms,
+                store_host,
+            )
+        buf[end - base :] = tail
         if buf:
             mf.write_at(base, buf)
         if blank:
@@ -689,4 +866,3 @@ def _corrupt(offset: int, reason: str) -> CorruptRecord:
     exc = CorruptRecord(f"CommitLog offset {offset}: {reason}")
     exc.offset = offset  # type: ignore[attr-defined]
     return exc
-

@@ -1,6 +1,6 @@
 """StoreConfig: every setting of the message store, RocketMQ's names in snake_case.
 
-Loaded through :func:`boltmq.config.load_config` (defaults, TOML file,
+Loaded through :func:`boltmq.kernel.config.load_config` (defaults, TOML file,
 ``BOLTMQ_*`` environment, flags). Validation happens in ``__post_init__`` so a
 bad value is one clear error at start-up, never a surprise at run time.
 """
@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from boltmq.config import ConfigError, ServerSettings
+from boltmq.kernel.config import ConfigError, ServerSettings
 
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
@@ -124,9 +124,13 @@ class StoreConfig(ServerSettings):
             raise ConfigError("max_hash_slot_num must be >= 1 and max_index_num >= 2")
         if not _DELETE_WHEN.match(self.delete_when):
             raise ConfigError(
-                f"delete_when must look like '04' or '04;16', got {self.delete_when!r}")
-        ratios = (self.disk_max_used_space_ratio, self.disk_space_clean_forcibly_ratio,
-                  self.disk_space_warning_level_ratio)
+                f"delete_when must look like '04' or '04;16', got {self.delete_when!r}"
+            )
+        ratios = (
+            self.disk_max_used_space_ratio,
+            self.disk_space_clean_forcibly_ratio,
+            self.disk_space_warning_level_ratio,
+        )
         if not all(1 <= r <= 100 for r in ratios):
             raise ConfigError("disk ratios must be between 1 and 100")
         if self.max_message_size_bytes < 0:

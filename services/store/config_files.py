@@ -77,19 +77,21 @@ def validate_config_name(name: str) -> str:
     if len(name) > CONFIG_NAME_MAX_CHARS:
         raise InvalidConfigName(f"is {len(name)} characters, at most {CONFIG_NAME_MAX_CHARS}")
     if name in (".", "..") or not CONFIG_NAME_PATTERN.match(name):
-        raise InvalidConfigName(f"{name[:60]!r} may only use letters, digits, '_', '.' and '-' "
-                                f"and must not be '.' or '..'")
+        raise InvalidConfigName(
+            f"{name[:60]!r} may only use letters, digits, '_', '.' and '-' "
+            f"and must not be '.' or '..'"
+        )
     if name.endswith(_RESERVED_SUFFIXES):
         raise InvalidConfigName(
-            f"{name!r} ends in a reserved suffix ({' or '.join(_RESERVED_SUFFIXES)})")
+            f"{name!r} ends in a reserved suffix ({' or '.join(_RESERVED_SUFFIXES)})"
+        )
     return name
 
 
 def validate_config_content(content: bytes) -> None:
     """Raise InvalidConfigContent unless ``content`` is UTF-8 JSON within the size limit."""
     if len(content) > CONFIG_CONTENT_MAX_BYTES:
-        raise InvalidConfigContent(
-            f"is {len(content)} bytes, at most {CONFIG_CONTENT_MAX_BYTES}")
+        raise InvalidConfigContent(f"is {len(content)} bytes, at most {CONFIG_CONTENT_MAX_BYTES}")
     problem = _json_problem(content)
     if problem:
         raise InvalidConfigContent(problem)
@@ -128,7 +130,8 @@ class ConfigFiles:
             self.directory.mkdir(parents=True, exist_ok=True)
             if not path.exists() and self._count() >= CONFIG_FILES_MAX:
                 raise TooManyConfigFiles(
-                    f"config/ already holds {CONFIG_FILES_MAX} files; refusing {name!r}")
+                    f"config/ already holds {CONFIG_FILES_MAX} files; refusing {name!r}"
+                )
             tmp = path.with_name(name + TMP_SUFFIX)
             _write_synced(tmp, content)
             if _usable(path):
@@ -147,13 +150,14 @@ class ConfigFiles:
         fallback, backup_problem = _read(backup)
         if not backup_problem:
             if content is not None:
-                log.warning("config/%s %s; serving config/%s%s", name, problem, name,
-                            BACKUP_SUFFIX)
+                log.warning("config/%s %s; serving config/%s%s", name, problem, name, BACKUP_SUFFIX)
             return fallback
         if content is None and fallback is None:
             return None
-        raise ConfigCorrupt(f"config/{name} {problem or 'is missing'} and config/{name}"
-                            f"{BACKUP_SUFFIX} {backup_problem or 'is missing'}")
+        raise ConfigCorrupt(
+            f"config/{name} {problem or 'is missing'} and config/{name}"
+            f"{BACKUP_SUFFIX} {backup_problem or 'is missing'}"
+        )
 
     def _keep_backup(self, path: Path) -> None:
         """Make the current ``path`` the backup: link it as .bak.tmp, rename over .bak."""
@@ -164,8 +168,9 @@ class ConfigFiles:
         os.replace(link, backup)
 
     def _count(self) -> int:
-        return sum(1 for entry in os.scandir(self.directory)
-                   if not entry.name.endswith(_RESERVED_SUFFIXES))
+        return sum(
+            1 for entry in os.scandir(self.directory) if not entry.name.endswith(_RESERVED_SUFFIXES)
+        )
 
 
 def _write_synced(path: Path, content: bytes) -> None:
@@ -174,7 +179,7 @@ def _write_synced(path: Path, content: bytes) -> None:
     try:
         view = memoryview(content)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)

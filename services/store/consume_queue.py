@@ -25,8 +25,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from boltmq.wire.topic import InvalidTopic, validate_topic
 from services.store.mapped_file_queue import MappedFileQueue
-from services.store.topic import InvalidTopic, validate_topic
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE: Final = 20
@@ -34,8 +34,7 @@ assert ENTRY.size == ENTRY_SIZE
 ENTRY_COMMITLOG_OFFSET_OFFSET: Final = 0
 ENTRY_SIZE_OFFSET: Final = 8
 ENTRY_TAGS_CODE_OFFSET: Final = 12
-ENTRY_DTYPE: Final = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"),
-                               ("tags_code", ">i8")])
+ENTRY_DTYPE: Final = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 """``ENTRY`` as a numpy record (a run of entries written at once)."""
 assert ENTRY_DTYPE.itemsize == ENTRY_SIZE
 
@@ -129,8 +128,14 @@ class ConsumeQueue:
             self.max_physical_offset = last[0] + last[1] if last else -1
 
     # ---------------------------------------------------------------- write
-    def put(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int,
-            store_timestamp: int) -> None:
+    def put(
+        self,
+        queue_offset: int,
+        commitlog_offset: int,
+        size: int,
+        tags_code: int,
+        store_timestamp: int,
+    ) -> None:
         """Write the entry for ``queue_offset`` (the dispatcher's only write)."""
         position = queue_offset * ENTRY_SIZE
         files = self.files
@@ -144,8 +149,10 @@ class ConsumeQueue:
             mf = files.last_file_or_create(position)
         relative = position - mf.file_from_offset
         if relative < 0:
-            raise ValueError(f"{self.topic}/{self.queue_id}: entry {queue_offset} is below the "
-                             f"last file (already dispatched)")
+            raise ValueError(
+                f"{self.topic}/{self.queue_id}: entry {queue_offset} is below the "
+                f"last file (already dispatched)"
+            )
         if relative > mf.wrote_position:
             # A gap (entries lost with a truncated file): leave it as unwritten
             # space; readers see OFFSET_FOUND_NULL for it.
@@ -157,9 +164,14 @@ class ConsumeQueue:
         self.max_physical_offset = commitlog_offset + size
         self.last_store_timestamp = store_timestamp
 
-    def put_run(self, first_queue_offset: int, commitlog_offsets: npt.NDArray[np.int64],
-                sizes: npt.NDArray[np.int64], tags_codes: list[int],
-                store_timestamp: int) -> None:
+    def put_run(
+        self,
+        first_queue_offset: int,
+        commitlog_offsets: npt.NDArray[np.int64],
+        sizes: npt.NDArray[np.int64],
+        tags_codes: list[int],
+        store_timestamp: int,
+    ) -> None:
         """Write the entries of consecutive queue offsets from ``first_queue_offset`` (one
         append's records, back to back): the same as :meth:`put` for each, with one copy
         per file."""
@@ -182,10 +194,12 @@ class ConsumeQueue:
                 mf = files.last_file_or_create(position)
             relative = position - mf.file_from_offset
             if relative < 0:
-                raise ValueError(f"{self.topic}/{self.queue_id}: entry "
-                                 f"{position // ENTRY_SIZE} is below the last file "
-                                 f"(already dispatched)")
-            piece = data[done:done + mf.file_size - relative]
+                raise ValueError(
+                    f"{self.topic}/{self.queue_id}: entry "
+                    f"{position // ENTRY_SIZE} is below the last file "
+                    f"(already dispatched)"
+                )
+            piece = data[done : done + mf.file_size - relative]
             end = relative + len(piece)
             mf.mm[relative:end] = piece
             if end > mf.wrote_position:
@@ -224,8 +238,9 @@ class ConsumeQueue:
         for run in self._entry_runs(queue_offset, max_entries):
             yield from ENTRY.iter_unpack(run)
 
-    def entry_columns(self, queue_offset: int, max_entries: int
-                      ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    def entry_columns(
+        self, queue_offset: int, max_entries: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """:meth:`entries`' commitlog offsets and sizes as two arrays (a pull's bulk read)."""
         offsets, sizes = [], []
         for run in self._entry_runs(queue_offset, max_entries):
@@ -235,8 +250,10 @@ class ConsumeQueue:
         if len(offsets) == 1:
             return offsets[0], sizes[0]
         empty = np.zeros(0, dtype=np.int64)
-        return (np.concatenate(offsets) if offsets else empty,
-                np.concatenate(sizes) if sizes else empty)
+        return (
+            np.concatenate(offsets) if offsets else empty,
+            np.concatenate(sizes) if sizes else empty,
+        )
 
     def _entry_runs(self, queue_offset: int, max_entries: int) -> Iterator[bytes]:
         """The bytes of up to ``max_entries`` entries from ``queue_offset``, one copy per
@@ -253,7 +270,7 @@ class ConsumeQueue:
                 if stop <= relative:
                     return
                 count = (stop - relative) // ENTRY_SIZE
-                run = bytes(mf.view[relative:relative + count * ENTRY_SIZE])
+                run = bytes(mf.view[relative : relative + count * ENTRY_SIZE])
             finally:
                 mf.release()
             yield run
@@ -262,8 +279,9 @@ class ConsumeQueue:
             if stop < mf.file_size:
                 return
 
-    def offset_by_time(self, timestamp_ms: int, store_time_of: Callable[[int, int], int | None]
-                       ) -> int:
+    def offset_by_time(
+        self, timestamp_ms: int, store_time_of: Callable[[int, int], int | None]
+    ) -> int:
         """The first queue offset whose record was stored at or after ``timestamp_ms``.
 
         Binary search over entries by the store timestamp of the record each
@@ -306,6 +324,7 @@ class ConsumeQueue:
 
     def delete_files_below(self, commitlog_min_offset: int, force_after_s: float) -> int:
         """Destroy files whose every entry points below the CommitLog minimum."""
+
         def expired(mf) -> bool:  # type: ignore[no-untyped-def]
             last = ENTRY.unpack_from(mf.view, mf.file_size - ENTRY_SIZE)
             return mf.wrote_position >= mf.file_size and 0 <= last[0] < commitlog_min_offset

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from services.store.column_rows import ColumnRows
+from boltmq.wire.column_rows import ColumnRows
 
 # The fields of DispatchRequest as a plain tuple (services.store.commitlog.DispatchTuple).
 _Tuple = tuple[str, int, int, int, int, int, int, tuple[str, ...], int]
@@ -24,13 +24,30 @@ _Tuple = tuple[str, int, int, int, int, int, int, tuple[str, ...], int]
 class DispatchRun(ColumnRows[_Tuple]):
     """Records ``first_queue_offset ..`` of (``topic``, ``queue_id``), all consumable."""
 
-    __slots__ = ("topic", "queue_id", "first_queue_offset", "commitlog_offsets", "sizes",
-                 "tags_codes", "index_keys", "sys_flags", "store_timestamp")
+    __slots__ = (
+        "topic",
+        "queue_id",
+        "first_queue_offset",
+        "commitlog_offsets",
+        "sizes",
+        "tags_codes",
+        "index_keys",
+        "sys_flags",
+        "store_timestamp",
+    )
 
-    def __init__(self, topic: str, queue_id: int, first_queue_offset: int,
-                 commitlog_offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
-                 tags_codes: list[int], index_keys: list[tuple[str, ...]],
-                 sys_flags: npt.NDArray[np.int32], store_timestamp: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        commitlog_offsets: npt.NDArray[np.int64],
+        sizes: npt.NDArray[np.int64],
+        tags_codes: list[int],
+        index_keys: list[tuple[str, ...]],
+        sys_flags: npt.NDArray[np.int32],
+        store_timestamp: int,
+    ) -> None:
         super().__init__()
         self.topic = topic
         self.queue_id = queue_id
@@ -45,10 +62,19 @@ class DispatchRun(ColumnRows[_Tuple]):
     def _rows(self) -> list[_Tuple]:
         topic, queue_id, now_ms = self.topic, self.queue_id, self.store_timestamp
         first = self.first_queue_offset
-        return [(topic, queue_id, physical, size, code, now_ms, first + at, keys, sys_flag)
-                for at, (physical, size, code, keys, sys_flag) in enumerate(zip(
-                    self.commitlog_offsets.tolist(), self.sizes.tolist(), self.tags_codes,
-                    self.index_keys, self.sys_flags.tolist(), strict=True))]
+        return [
+            (topic, queue_id, physical, size, code, now_ms, first + at, keys, sys_flag)
+            for at, (physical, size, code, keys, sys_flag) in enumerate(
+                zip(
+                    self.commitlog_offsets.tolist(),
+                    self.sizes.tolist(),
+                    self.tags_codes,
+                    self.index_keys,
+                    self.sys_flags.tolist(),
+                    strict=True,
+                )
+            )
+        ]
 
     def __len__(self) -> int:
         return len(self.commitlog_offsets)

@@ -19,6 +19,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
+from boltmq.wire.record import (
+    SYS_FLAG_TRANSACTION_COMMIT,
+    SYS_FLAG_TRANSACTION_MASK,
+    CorruptRecord,
+)
 from services.store.commitlog import (
     AppendBatch,
     CommitLog,
@@ -29,11 +34,6 @@ from services.store.commitlog import (
 from services.store.consume_queue import ConsumeQueueTable
 from services.store.dispatch_run import DispatchRun
 from services.store.index_service import IndexService
-from services.store.record import (
-    SYS_FLAG_TRANSACTION_COMMIT,
-    SYS_FLAG_TRANSACTION_MASK,
-    CorruptRecord,
-)
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,14 @@ DISPATCH_DECODE_BATCH_MAX = 4096
 class Dispatcher:
     """The reput service: one background thread."""
 
-    def __init__(self, commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService,
-                 limit: Callable[[], int], check_crc: bool) -> None:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        queues: ConsumeQueueTable,
+        index: IndexService,
+        limit: Callable[[], int],
+        check_crc: bool,
+    ) -> None:
         self.commitlog = commitlog
         self.queues = queues
         self.index = index
@@ -185,8 +191,9 @@ class Dispatcher:
         self.reput_offset = max(self.reput_offset, end)
         return len(requests)
 
-    def _apply(self, requests: Iterable[DispatchTuple], touched: dict[tuple[str, int], None]
-               ) -> None:
+    def _apply(
+        self, requests: Iterable[DispatchTuple], touched: dict[tuple[str, int], None]
+    ) -> None:
         if isinstance(requests, DispatchRun):
             self._apply_run(requests, touched)
             return
@@ -194,8 +201,17 @@ class Dispatcher:
         index = self.index
         last_ts = self.last_store_timestamp
         get_queue = queues.queues.get
-        for (topic, queue_id, physical, size, code, store_ts, queue_offset, index_keys,
-             sys_flag) in requests:
+        for (
+            topic,
+            queue_id,
+            physical,
+            size,
+            code,
+            store_ts,
+            queue_offset,
+            index_keys,
+            sys_flag,
+        ) in requests:
             if sys_flag & SYS_FLAG_TRANSACTION_MASK in (0, SYS_FLAG_TRANSACTION_COMMIT):
                 key = (topic, queue_id)
                 cq = get_queue(key) or queues.get_or_create(topic, queue_id)
@@ -211,8 +227,13 @@ class Dispatcher:
         key = (run.topic, run.queue_id)
         queues = self.queues
         cq = queues.queues.get(key) or queues.get_or_create(*key)
-        cq.put_run(run.first_queue_offset, run.commitlog_offsets, run.sizes, run.tags_codes,
-                   run.store_timestamp)
+        cq.put_run(
+            run.first_queue_offset,
+            run.commitlog_offsets,
+            run.sizes,
+            run.tags_codes,
+            run.store_timestamp,
+        )
         touched[key] = None
         if any(run.index_keys):
             physicals = run.commitlog_offsets.tolist()
@@ -241,8 +262,9 @@ class Dispatcher:
         with self._progress:
             self._waiters += 1
             try:
-                self._progress.wait_for(lambda: self.reput_offset >= offset or self._stopped,
-                                        timeout_s)
+                self._progress.wait_for(
+                    lambda: self.reput_offset >= offset or self._stopped, timeout_s
+                )
             finally:
                 self._waiters -= 1
             return self.reput_offset >= offset

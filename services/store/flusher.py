@@ -35,8 +35,13 @@ log = logging.getLogger(__name__)
 class CommitLogFlusher:
     """Async flush or group commit for the CommitLog."""
 
-    def __init__(self, config: StoreConfig, commitlog: CommitLog, checkpoint: Checkpoint,
-                 on_flushed: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        commitlog: CommitLog,
+        checkpoint: Checkpoint,
+        on_flushed: Callable[[], None] | None = None,
+    ) -> None:
         self.config = config
         self.commitlog = commitlog
         self.checkpoint = checkpoint
@@ -89,8 +94,9 @@ class CommitLogFlusher:
     # ---------------------------------------------------------------- thread
     def start(self) -> None:
         self.gate.reset(self.commitlog.flushed_offset)
-        self._thread = threading.Thread(target=self._run, name="boltmq-flush-commitlog",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="boltmq-flush-commitlog", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:
@@ -133,8 +139,14 @@ class CommitLogFlusher:
 class ConsumeQueueFlusher:
     """Flushes consume queues and index files, then the checkpoint."""
 
-    def __init__(self, config: StoreConfig, queues: ConsumeQueueTable, index: IndexService,
-                 checkpoint: Checkpoint, dispatched_timestamp: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        queues: ConsumeQueueTable,
+        index: IndexService,
+        checkpoint: Checkpoint,
+        dispatched_timestamp: Callable[[], int],
+    ) -> None:
         self.config = config
         self.queues = queues
         self.index = index

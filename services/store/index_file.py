@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Final
 
+from boltmq.wire.record import java_string_hash
 from services.store.mapped_file import MappedFile
-from services.store.record import java_string_hash
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE: Final = 40
@@ -89,8 +89,14 @@ class IndexFile:
         self.mapped = MappedFile(path, index_file_size(slots, entries), create=create)
         self._entries_at = HEADER_SIZE + slots * SLOT_SIZE
         self.dirty = False
-        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
-         self.hash_slot_count, self.index_count) = HEADER.unpack_from(self.mapped.mm, 0)
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = HEADER.unpack_from(self.mapped.mm, 0)
         if create:
             self.index_count = 1
             self.hash_slot_count = 0
@@ -99,8 +105,9 @@ class IndexFile:
             self.index_count = 1  # in memory only: opening a file never writes it
         if self.index_count > entries:
             self.mapped.close()
-            raise CorruptIndexFile(f"{path.name}: index_count {self.index_count} exceeds "
-                                   f"capacity {entries}")
+            raise CorruptIndexFile(
+                f"{path.name}: index_count {self.index_count} exceeds capacity {entries}"
+            )
 
     @classmethod
     def open_existing(cls, path: Path, default_slots: int) -> IndexFile:
@@ -113,8 +120,12 @@ class IndexFile:
         *_, index_count = HEADER.unpack(header)
         for slots in (default_slots, *_slot_counts_fitting(size)):
             room = size - HEADER_SIZE - slots * SLOT_SIZE
-            if slots > 0 and room >= 0 and room % ENTRY_SIZE == 0 \
-                    and room // ENTRY_SIZE >= max(index_count, 1):
+            if (
+                slots > 0
+                and room >= 0
+                and room % ENTRY_SIZE == 0
+                and room // ENTRY_SIZE >= max(index_count, 1)
+            ):
                 return cls(path, slots, room // ENTRY_SIZE)
         raise CorruptIndexFile(f"{path.name}: {size} bytes fits no slot/entry geometry")
 
@@ -128,9 +139,16 @@ class IndexFile:
         return self.index_count >= self.max_entries
 
     def _write_header(self) -> None:
-        HEADER.pack_into(self.mapped.mm, 0, self.begin_timestamp, self.end_timestamp,
-                         self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count,
-                         self.index_count)
+        HEADER.pack_into(
+            self.mapped.mm,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
 
     def _slot_pos(self, h: int) -> int:
         return HEADER_SIZE + (h % self.slots) * SLOT_SIZE
@@ -189,7 +207,7 @@ class IndexFile:
                 steps += 1
             SLOT.pack_into(mm, slot_pos, value)
         start = self._entry_pos(keep_entries + 1)
-        mm[start:self._entry_pos(last + 1)] = bytes(self._entry_pos(last + 1) - start)
+        mm[start : self._entry_pos(last + 1)] = bytes(self._entry_pos(last + 1) - start)
         dropped = last - keep_entries
         self.index_count = keep_entries + 1
         self.hash_slot_count = max(0, self.hash_slot_count - dropped)
@@ -268,14 +286,17 @@ class IndexFile:
         for slot in range(self.slots) if self.slots * 4 <= 1 << 24 else ():
             value = SLOT.unpack_from(mm, HEADER_SIZE + slot * SLOT_SIZE)[0]
             if value < 0 or value >= limit:
-                problems.append(f"index {self.path.name}: slot {slot} points at entry {value} "
-                                f"of {limit - 1}")
+                problems.append(
+                    f"index {self.path.name}: slot {slot} points at entry {value} of {limit - 1}"
+                )
         previous_phy = -1
         for number in range(1, limit):
             h, phy, diff, prev = ENTRY.unpack_from(mm, self._entry_pos(number))
             if h < 0 or diff < 0 or prev < 0 or prev >= number or phy < previous_phy:
-                problems.append(f"index {self.path.name}: entry {number} is malformed "
-                                f"(hash {h}, offset {phy}, diff {diff}, prev {prev})")
+                problems.append(
+                    f"index {self.path.name}: entry {number} is malformed "
+                    f"(hash {h}, offset {phy}, diff {diff}, prev {prev})"
+                )
             previous_phy = max(previous_phy, phy)
         return problems
 

@@ -40,8 +40,9 @@ class IndexService:
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- loading
-    def load(self, last_exit_ok: bool, checkpoint_index_ts_ms: int, *,
-             repair: bool = True) -> list[str]:
+    def load(
+        self, last_exit_ok: bool, checkpoint_index_ts_ms: int, *, repair: bool = True
+    ) -> list[str]:
         """Open every index file; after a crash cut what the checkpoint does not cover."""
         notes: list[str] = []
         if not self.index_dir.is_dir():
@@ -76,8 +77,9 @@ class IndexService:
                 continue
             dropped = f.truncate_to(f.entries_until(timestamp_ms))
             if dropped:
-                notes.append(f"index: {dropped} entries of {f.path.name} newer than the "
-                             f"checkpoint cut")
+                notes.append(
+                    f"index: {dropped} entries of {f.path.name} newer than the checkpoint cut"
+                )
         return notes
 
     def truncate_past(self, commitlog_end: int) -> list[str]:
@@ -89,22 +91,29 @@ class IndexService:
             if f.begin_phy_offset >= commitlog_end:
                 self.files.remove(f)
                 f.destroy(0)
-                notes.append(f"index: file {f.path.name} past CommitLog offset {commitlog_end} "
-                             f"removed")
+                notes.append(
+                    f"index: file {f.path.name} past CommitLog offset {commitlog_end} removed"
+                )
                 continue
             dropped = f.truncate_to(f.entries_below(commitlog_end))
-            notes.append(f"index: {dropped} entries of {f.path.name} past CommitLog offset "
-                         f"{commitlog_end} cut")
+            notes.append(
+                f"index: {dropped} entries of {f.path.name} past CommitLog offset "
+                f"{commitlog_end} cut"
+            )
         return notes
 
     # ---------------------------------------------------------------- writes
-    def build_index(self, topic: str, keys: Iterable[str], commitlog_offset: int,
-                    store_ts: int) -> None:
+    def build_index(
+        self, topic: str, keys: Iterable[str], commitlog_offset: int, store_ts: int
+    ) -> None:
         """Index every key of one record (called by the dispatcher, in CommitLog order)."""
         files = self.files
         current = files[-1] if files else None
-        if current is not None and current.entry_count and \
-                commitlog_offset <= current.end_phy_offset:
+        if (
+            current is not None
+            and current.entry_count
+            and commitlog_offset <= current.end_phy_offset
+        ):
             return  # already indexed before a restart
         for key in keys:
             if not key:
@@ -172,11 +181,16 @@ class IndexService:
         files = self._held()
         try:
             for earlier, later in zip(files, files[1:], strict=False):
-                if earlier.entry_count and later.entry_count and \
-                        later.begin_phy_offset < earlier.end_phy_offset:
-                    problems.append(f"index {later.path.name} begins at offset "
-                                    f"{later.begin_phy_offset}, before the end of "
-                                    f"{earlier.path.name}")
+                if (
+                    earlier.entry_count
+                    and later.entry_count
+                    and later.begin_phy_offset < earlier.end_phy_offset
+                ):
+                    problems.append(
+                        f"index {later.path.name} begins at offset "
+                        f"{later.begin_phy_offset}, before the end of "
+                        f"{earlier.path.name}"
+                    )
             for f in files:
                 problems.extend(f.check())
         finally:
@@ -188,8 +202,9 @@ class IndexService:
     def delete_files_below(self, min_offset: int, force_after_s: float = 120.0) -> int:
         """Delete files (never the newest) whose entries all lie below ``min_offset``."""
         with self._lock:
-            doomed = [f for f in self.files[:-1]
-                      if f.entry_count == 0 or f.end_phy_offset < min_offset]
+            doomed = [
+                f for f in self.files[:-1] if f.entry_count == 0 or f.end_phy_offset < min_offset
+            ]
             for f in doomed:
                 self.files.remove(f)
         for f in doomed:

@@ -29,13 +29,11 @@ import threading
 import time
 from pathlib import Path
 
+from boltmq.wire.segment_name import FILE_NAME_DIGITS, file_name
+
 PAGE_SIZE = 4096
-FILE_NAME_DIGITS = 20
 
-
-def file_name(start_offset: int) -> str:
-    """Segment name: the start offset as 20 zero-padded digits."""
-    return f"{start_offset:0{FILE_NAME_DIGITS}d}"
+__all__ = ["FILE_NAME_DIGITS", "PAGE_SIZE", "MappedFile", "file_name", "fsync_dir"]
 
 
 def fsync_dir(path: Path) -> None:

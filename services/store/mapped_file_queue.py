@@ -75,8 +75,9 @@ class MappedFileQueue:
             if repair_torn and size < self.file_size:
                 os.truncate(path, self.file_size)
                 self.torn.append(path)
-                warnings.append(f"{path} was torn ({size} of {self.file_size} bytes): "
-                                f"extended with zeros")
+                warnings.append(
+                    f"{path} was torn ({size} of {self.file_size} bytes): extended with zeros"
+                )
                 size = self.file_size
             if size != self.file_size:
                 raise CorruptFileLayout(
@@ -84,7 +85,8 @@ class MappedFileQueue:
                 )
             if start % self.file_size:
                 raise CorruptFileLayout(
-                    f"{path}: start offset is not a multiple of {self.file_size}")
+                    f"{path}: start offset is not a multiple of {self.file_size}"
+                )
             if expected is not None and start != expected:
                 raise CorruptFileLayout(f"{path}: expected a file starting at {expected}")
             expected = start + self.file_size
@@ -164,8 +166,9 @@ class MappedFileQueue:
             except OSError:
                 pass  # the foreground creation retries and reports the error
 
-        self._preallocator = threading.Thread(target=prepare, name="boltmq-preallocate",
-                                              daemon=True)
+        self._preallocator = threading.Thread(
+            target=prepare, name="boltmq-preallocate", daemon=True
+        )
         self._preallocator.start()
 
     def last_file_or_create(self, start_offset: int = 0) -> MappedFile:
@@ -215,8 +218,13 @@ class MappedFileQueue:
                 fsync_dir(self.directory)
         return cut
 
-    def delete_files(self, predicate: Callable[[MappedFile], bool], limit: int,
-                     force_after_s: float, keep_last: bool = True) -> list[MappedFile]:
+    def delete_files(
+        self,
+        predicate: Callable[[MappedFile], bool],
+        limit: int,
+        force_after_s: float,
+        keep_last: bool = True,
+    ) -> list[MappedFile]:
         """Destroy up to ``limit`` files from the front while ``predicate`` holds."""
         removed: list[MappedFile] = []
         with self.lock:
@@ -227,7 +235,7 @@ class MappedFileQueue:
                 mf.destroy(force_after_s)
                 removed.append(mf)
             if removed:
-                self.files = self.files[len(removed):]
+                self.files = self.files[len(removed) :]
         return removed
 
     def close(self) -> None:

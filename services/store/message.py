@@ -1,6 +1,6 @@
 """Message: what a producer hands to the store for appending.
 
-Returned messages are :class:`services.store.record.RecordView` objects (alias
+Returned messages are :class:`boltmq.wire.record.RecordView` objects (alias
 ``MessageExt``) that carry every field of the stored record.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.store.record import RecordView
+from boltmq.wire.record import RecordView
 
 MessageExt = RecordView
 

@@ -26,13 +26,28 @@ from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
-from boltmq import telemetry
+from boltmq.kernel import telemetry
 from services.store.cleaner import disk_usage_percent
 from services.store.store import MessageStore
 
 METER_NAME = "boltmq.store"
-LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                     0.25, 0.5, 1.0, 2.5, 5.0)
+LATENCY_BUCKETS_S = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
 """Histogram bounds: a page-cache append takes ~100 us, a SYNC_MASTER one tens of ms."""
 
 
@@ -43,24 +58,41 @@ class StoreMetrics:
         self._store = store
         meter = telemetry.meter(METER_NAME, meter_provider)
         self._put_duration = meter.create_histogram(
-            "boltmq.store.put.duration", unit="s", description="Duration of one Append call",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S)
+            "boltmq.store.put.duration",
+            unit="s",
+            description="Duration of one Append call",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+        )
         self._put_messages = meter.create_counter(
-            "boltmq.store.put.messages", unit="{message}",
-            description="Messages given to Append calls")
+            "boltmq.store.put.messages",
+            unit="{message}",
+            description="Messages given to Append calls",
+        )
         flush_duration = meter.create_histogram(
-            "boltmq.store.flush.duration", unit="s", description="Duration of one CommitLog flush",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S)
+            "boltmq.store.flush.duration",
+            unit="s",
+            description="Duration of one CommitLog flush",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+        )
         store.on_flush_seconds = flush_duration.record  # taken by every flusher it starts
         meter.create_observable_gauge(
-            "boltmq.store.dispatch.lag", callbacks=[self._observe_dispatch_lag], unit="By",
-            description="CommitLog bytes not yet dispatched to consume queues and index")
+            "boltmq.store.dispatch.lag",
+            callbacks=[self._observe_dispatch_lag],
+            unit="By",
+            description="CommitLog bytes not yet dispatched to consume queues and index",
+        )
         meter.create_observable_gauge(
-            "boltmq.store.commitlog.max_offset", callbacks=[self._observe_max_offset],
-            unit="By", description="End of the CommitLog")
+            "boltmq.store.commitlog.max_offset",
+            callbacks=[self._observe_max_offset],
+            unit="By",
+            description="End of the CommitLog",
+        )
         meter.create_observable_gauge(
-            "boltmq.store.disk.usage.ratio", callbacks=[self._observe_disk], unit="1",
-            description="Used share of the file system holding the CommitLog")
+            "boltmq.store.disk.usage.ratio",
+            callbacks=[self._observe_disk],
+            unit="1",
+            description="Used share of the file system holding the CommitLog",
+        )
 
     def put(self, messages: int, seconds: float) -> None:
         """One Append call of ``messages`` messages that took ``seconds``."""

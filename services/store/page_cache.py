@@ -58,8 +58,9 @@ SWEEP_INTERVAL_S = 10.0
 class PageCacheWindow:
     """Releases the cached pages of a MappedFileQueue that lie behind a window."""
 
-    def __init__(self, files: MappedFileQueue, window_bytes: int,
-                 sweep_interval_s: float = SWEEP_INTERVAL_S) -> None:
+    def __init__(
+        self, files: MappedFileQueue, window_bytes: int, sweep_interval_s: float = SWEEP_INTERVAL_S
+    ) -> None:
         if window_bytes < 0:
             raise ValueError(f"window_bytes must not be negative, got {window_bytes}")
         self.files = files
@@ -120,8 +121,9 @@ class PageCacheWindow:
         self._ahead = (ahead_from, max(stop, start))
         return asked
 
-    def _each_segment(self, start: int, stop: int,
-                      action: Callable[[MappedFile, int, int], int]) -> int:
+    def _each_segment(
+        self, start: int, stop: int, action: Callable[[MappedFile, int, int], int]
+    ) -> int:
         """``action(segment, begin, end)`` on the part of ``[start, stop)`` in each segment
         (positions within it); the sum of what it returns."""
         total = 0

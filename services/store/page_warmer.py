@@ -86,8 +86,7 @@ class PageWarmer:
     def start(self) -> None:
         if not self.enabled:
             return
-        self._thread = threading.Thread(target=self._run, name="boltmq-page-warmer",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="boltmq-page-warmer", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -116,8 +115,9 @@ class PageWarmer:
                 return False
             # Page-aligned: madvise refuses (EINVAL) a start that is not, and the
             # next step starts where this one ends.
-            goal = min(-(-(mf.wrote_position + self.ahead_bytes) // PAGE_SIZE) * PAGE_SIZE,
-                       mf.file_size)
+            goal = min(
+                -(-(mf.wrote_position + self.ahead_bytes) // PAGE_SIZE) * PAGE_SIZE, mf.file_size
+            )
             start = self._populated
             if start >= goal:
                 return False
@@ -125,8 +125,7 @@ class PageWarmer:
             address = self._address
         if _libc.madvise(address + start, length, MADV_POPULATE_WRITE) != 0:
             errno = ctypes.get_errno()
-            log.info("page warmer off: madvise(MADV_POPULATE_WRITE) failed with errno %d",
-                     errno)
+            log.info("page warmer off: madvise(MADV_POPULATE_WRITE) failed with errno %d", errno)
             self.enabled = False
             return False
         with self._lock:

@@ -11,15 +11,15 @@ so a replica can check every record before it writes a byte:
   ``physical_offset`` field equal to where it would land, properties that
   decode), optionally ending
   with a blank marker that ends exactly at the segment's end. A garbled,
-  truncated or misaligned chunk raises :class:`~services.store.record.CorruptRecord`
+  truncated or misaligned chunk raises :class:`~boltmq.wire.record.CorruptRecord`
   and nothing is written.
 
-The record layout itself is documented in :mod:`services.store.record`.
+The record layout itself is documented in :mod:`boltmq.wire.record`.
 """
 
 from __future__ import annotations
 
-from services.store.record import (
+from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
     MAGIC_BLANK,
     MESSAGE_MAGICS,
@@ -28,7 +28,7 @@ from services.store.record import (
     RecordView,
     decode_record,
 )
-from services.store.record_batch import derive_properties
+from boltmq.wire.record_batch import derive_properties
 
 
 def whole_records_end(view: memoryview, position: int, limit: int, max_bytes: int) -> int:
@@ -52,8 +52,7 @@ def whole_records_end(view: memoryview, position: int, limit: int, max_bytes: in
     return end
 
 
-def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int
-                ) -> list[RecordView]:
+def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int) -> list[RecordView]:
     """Validate a chunk that would be written at CommitLog ``offset``; its message records.
 
     The records are views of ``data``, decoded once here so the caller can
@@ -73,10 +72,11 @@ def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int
         total, magic = TOTAL_AND_MAGIC.unpack_from(view, position)
         here = offset + position
         if magic == MAGIC_BLANK:
-            if total != segment_bytes - (segment_position + position) or \
-                    position + total != size:
-                raise CorruptRecord(f"blank marker of {total} bytes at {here} does not end "
-                                    f"the segment and the chunk")
+            if total != segment_bytes - (segment_position + position) or position + total != size:
+                raise CorruptRecord(
+                    f"blank marker of {total} bytes at {here} does not end "
+                    f"the segment and the chunk"
+                )
             return records
         if magic not in MESSAGE_MAGICS:
             raise CorruptRecord(f"bad magic 0x{magic:08X} at {here}")

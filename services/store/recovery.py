@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from boltmq.wire.record import CorruptRecord, decode_record
 from services.store.checkpoint import CheckpointState
 from services.store.commitlog import CommitLog
 from services.store.consume_queue import ConsumeQueueTable
-from services.store.record import CorruptRecord, decode_record
 
 CLEAN_RECOVERY_SEGMENTS = 3
 CRASH_RECOVERY_MARGIN_MS = 3_000
@@ -39,8 +39,9 @@ class RecoveryReport:
     notes: list[str] = field(default_factory=list)
 
 
-def _valid_end(commitlog: CommitLog, start_offset: int, check_crc: bool,
-               report: RecoveryReport) -> tuple[int, bool]:
+def _valid_end(
+    commitlog: CommitLog, start_offset: int, check_crc: bool, report: RecoveryReport
+) -> tuple[int, bool]:
     """Walk from ``start_offset``: (offset past the last valid record, stopped at a bad one)."""
     end = start_offset
     corrupt = False
@@ -66,8 +67,10 @@ def _set_end(commitlog: CommitLog, end: int, corrupt: bool, report: RecoveryRepo
     if corrupt or later:
         report.truncated_bytes = cut
         segment = last.path.name if last else "-"
-        report.notes.append(f"CommitLog truncated at offset {end}: rest of segment {segment} "
-                            f"zeroed, later segments removed: {later or 'none'}")
+        report.notes.append(
+            f"CommitLog truncated at offset {end}: rest of segment {segment} "
+            f"zeroed, later segments removed: {later or 'none'}"
+        )
     last = files.last_file()
     if last is not None and last.file_from_offset <= end < last.file_end_offset:
         last.set_positions(end - last.file_from_offset)
@@ -94,8 +97,13 @@ def _crash_start(commitlog: CommitLog, checkpoint: CheckpointState) -> int:
     return 0
 
 
-def recover(commitlog: CommitLog, queues: ConsumeQueueTable, clean: bool,
-            checkpoint: CheckpointState, check_crc: bool) -> RecoveryReport:
+def recover(
+    commitlog: CommitLog,
+    queues: ConsumeQueueTable,
+    clean: bool,
+    checkpoint: CheckpointState,
+    check_crc: bool,
+) -> RecoveryReport:
     """Recover in place; the caller starts the dispatcher at ``report.reput_offset``."""
     report = RecoveryReport(clean=clean)
     files = commitlog.files.files
@@ -118,8 +126,9 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, clean: bool,
         report.notes.extend(_cut_queue(cq, cut_at))
     if clean:
         furthest = max((cq.max_physical_offset for cq in queues), default=-1)
-        report.reput_offset = max(commitlog.min_offset, min(end, furthest)) if furthest >= 0 \
-            else commitlog.min_offset
+        report.reput_offset = (
+            max(commitlog.min_offset, min(end, furthest)) if furthest >= 0 else commitlog.min_offset
+        )
     else:
         report.reput_offset = start
     _rebuild_queue_offsets(commitlog, queues)
@@ -129,8 +138,10 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, clean: bool,
 def _cut_queue(cq, commitlog_offset: int) -> list[str]:  # type: ignore[no-untyped-def]
     cut = cq.truncate_past(commitlog_offset)
     if cut:
-        return [f"consume queue {cq.topic}/{cq.queue_id}: {cut} entries past CommitLog offset "
-                f"{commitlog_offset} removed"]
+        return [
+            f"consume queue {cq.topic}/{cq.queue_id}: {cut} entries past CommitLog offset "
+            f"{commitlog_offset} removed"
+        ]
     return []
 
 

@@ -77,8 +77,10 @@ class ReplicaTracker:
     def snapshot(self) -> list[ReplicaAck]:
         """Copies of every replica's state, by address."""
         with self._lock:
-            return [ReplicaAck(a.address, a.acked_offset, a.last_report_ms, a.caught_up_at_ms)
-                    for _, a in sorted(self._acks.items())]
+            return [
+                ReplicaAck(a.address, a.acked_offset, a.last_report_ms, a.caught_up_at_ms)
+                for _, a in sorted(self._acks.items())
+            ]
 
     def reset(self, offset: int) -> None:
         """After a role change: forget every replica and restart the gate at ``offset``."""

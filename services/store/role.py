@@ -67,22 +67,28 @@ class RoleState:
             raise RoleChangeRefused(f"{master_role!r} is not a master role {MASTER_ROLES}")
         new_epoch = epoch or self.epoch + 1
         if new_epoch > EPOCH_MAX:  # the wire and role.json carry it as an int64
-            raise RoleChangeRefused(f"epoch {new_epoch} does not fit an int64: the store's "
-                                    f"epoch {self.epoch} is the last one")
+            raise RoleChangeRefused(
+                f"epoch {new_epoch} does not fit an int64: the store's "
+                f"epoch {self.epoch} is the last one"
+            )
         if new_epoch <= self.epoch:
-            raise RoleChangeRefused(f"epoch {new_epoch} is not newer than the store's "
-                                    f"epoch {self.epoch}")
+            raise RoleChangeRefused(
+                f"epoch {new_epoch} is not newer than the store's epoch {self.epoch}"
+            )
         self.broker_role = master_role
         self.epoch = new_epoch
-        self.epochs = [*[(e, s) for e, s in self.epochs if s <= start_offset],
-                       (new_epoch, start_offset)]
+        self.epochs = [
+            *[(e, s) for e, s in self.epochs if s <= start_offset],
+            (new_epoch, start_offset),
+        ]
         self.broker_id = 0
 
     def demote(self, epoch: int, epochs: list[tuple[int, int]], broker_id: int) -> None:
         """Follow a master of ``epoch`` (0: keep), adopting its history when given."""
         if epoch and epoch < self.epoch:
-            raise RoleChangeRefused(f"master epoch {epoch} is older than the store's "
-                                    f"epoch {self.epoch}")
+            raise RoleChangeRefused(
+                f"master epoch {epoch} is older than the store's epoch {self.epoch}"
+            )
         self.broker_role = REPLICA_ROLE
         if epochs:
             self.epochs = sorted(epochs)
@@ -92,9 +98,16 @@ class RoleState:
             self.broker_id = broker_id
 
     def to_json(self) -> bytes:
-        return json.dumps({"version": ROLE_FILE_VERSION, "broker_role": self.broker_role,
-                           "epoch": self.epoch, "epochs": [list(e) for e in self.epochs],
-                           "broker_id": self.broker_id}, indent=1).encode()
+        return json.dumps(
+            {
+                "version": ROLE_FILE_VERSION,
+                "broker_role": self.broker_role,
+                "epoch": self.epoch,
+                "epochs": [list(e) for e in self.epochs],
+                "broker_id": self.broker_id,
+            },
+            indent=1,
+        ).encode()
 
 
 def _parse(content: bytes) -> RoleState:
@@ -116,8 +129,7 @@ class RoleFile:
 
     def load(self, configured_role: str) -> tuple[RoleState, str]:
         """The saved state, or a fresh one for ``configured_role``; and a note on problems."""
-        fresh = RoleState(configured_role, 0, [(0, 0)] if configured_role in MASTER_ROLES
-                          else [])
+        fresh = RoleState(configured_role, 0, [(0, 0)] if configured_role in MASTER_ROLES else [])
         try:
             content = self._files.get(ROLE_FILE_NAME)
         except ConfigCorrupt as exc:
@@ -127,8 +139,7 @@ class RoleFile:
         try:
             return _parse(content), ""
         except (ValueError, KeyError, TypeError) as exc:
-            return fresh, (f"role file unusable ({exc}); starting as configured "
-                           f"{configured_role}")
+            return fresh, (f"role file unusable ({exc}); starting as configured {configured_role}")
 
     def save(self, state: RoleState) -> None:
         """Write ``state`` durably (blocks on fsync: call it off the event loop)."""

@@ -3,7 +3,7 @@
 ``boltmq serve store`` calls :func:`serve`. The port is bound first (a busy
 port fails before a long recovery and before the root is locked), then the
 store starts and recovers while health says NOT_SERVING, then it is SERVING
-and ``READY store host:port`` is printed (:mod:`boltmq.runtime`). On SIGTERM
+and ``READY store host:port`` is printed (:mod:`boltmq.kernel.runtime`). On SIGTERM
 the server drains its RPCs, then the store flushes, writes its checkpoint and
 removes its abort file: the next start is a clean one.
 
@@ -17,7 +17,7 @@ import logging
 
 import grpc
 
-from boltmq import runtime, tls
+from boltmq.kernel import runtime, tls
 from boltmq.v1 import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
 from services.store.servicer import StoreServicer
@@ -31,9 +31,8 @@ SERVICE_NAME: str = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_n
 """``boltmq.v1.StoreService``, for health and reflection."""
 
 
-
 class StoreService:
-    """The store as a :class:`boltmq.runtime.Service`: the servicer over one MessageStore.
+    """The store as a :class:`boltmq.kernel.runtime.Service`: the servicer over one MessageStore.
 
     With ``store`` given, the caller owns its life (start before, shut down
     after); otherwise the service opens one on ``config.root_dir`` and starts
@@ -52,19 +51,29 @@ class StoreService:
     def add_to(self, server: grpc.aio.Server) -> None:
         """Register the servicer on ``server``; the pulls answer bytes they encoded."""
         store_pb2_grpc.add_StoreServiceServicer_to_server(self.servicer, server)
-        runtime.answer_encoded(server, SERVICE_NAME, "Pull", self.servicer.Pull,
-                               store_pb2.PullRequest.FromString)
-        runtime.answer_encoded(server, SERVICE_NAME, "PullQueues", self.servicer.PullQueues,
-                               store_pb2.PullQueuesRequest.FromString)
+        runtime.answer_encoded(
+            server, SERVICE_NAME, "Pull", self.servicer.Pull, store_pb2.PullRequest.FromString
+        )
+        runtime.answer_encoded(
+            server,
+            SERVICE_NAME,
+            "PullQueues",
+            self.servicer.PullQueues,
+            store_pb2.PullQueuesRequest.FromString,
+        )
 
     async def start(self) -> None:
         """Lock the root and recover (in a thread: recovery reads whole segments)."""
         if not self.owns_store or self.store.running:
             return
         report = await asyncio.to_thread(self.store.start)
-        log.info("store recovered (%s shutdown before): CommitLog %d..%d, %d note(s)",
-                 "clean" if report.clean else "unclean", self.store.commitlog.min_offset,
-                 report.commitlog_max_offset, len(report.notes))
+        log.info(
+            "store recovered (%s shutdown before): CommitLog %d..%d, %d note(s)",
+            "clean" if report.clean else "unclean",
+            self.store.commitlog.min_offset,
+            report.commitlog_max_offset,
+            len(report.notes),
+        )
 
     async def before_stop(self) -> None:
         """End WatchArrivals and following reads: clients reconnect elsewhere or later."""
@@ -81,16 +90,18 @@ class StoreService:
             await asyncio.shield(loop.run_in_executor(None, self.store.shutdown))
 
 
-async def create_server(config: StoreConfig, store: MessageStore | None = None
-                        ) -> tuple[grpc.aio.Server, int]:
+async def create_server(
+    config: StoreConfig, store: MessageStore | None = None
+) -> tuple[grpc.aio.Server, int]:
     """A store server bound to ``listen_host:listen_port``, SERVING, not yet started.
 
     Without ``store``, one is opened on ``config.root_dir`` and started here,
     and ``server.stop()`` shuts it down too. With ``store``, the caller starts
     it before and shuts it down after the server.
     """
-    return await runtime.create_in_process(StoreService(config, store), config.listen_host,
-                                           config.listen_port, tls.server_tls(config))
+    return await runtime.create_in_process(
+        StoreService(config, store), config.listen_host, config.listen_port, tls.server_tls(config)
+    )
 
 
 async def serve(config: StoreConfig) -> None:
@@ -98,9 +109,14 @@ async def serve(config: StoreConfig) -> None:
     server_tls = tls.server_tls(config)  # a bad file fails before the store is opened
     service = StoreService(config)
     try:
-        await runtime.serve(service, config.listen_host, config.listen_port,
-                            grace_s=config.shutdown_grace_ms / 1000, tls=server_tls,
-                            health_port=config.health_port)
+        await runtime.serve(
+            service,
+            config.listen_host,
+            config.listen_port,
+            grace_s=config.shutdown_grace_ms / 1000,
+            tls=server_tls,
+            health_port=config.health_port,
+        )
     finally:
         # runtime.serve stops the service after a signal; this covers the paths
         # where it raises first (shutdown is idempotent).

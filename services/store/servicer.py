@@ -34,8 +34,28 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
-from boltmq import telemetry
+from boltmq.kernel import telemetry
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from boltmq.wire.pull_answer import (
+    PULL_QUEUES_MAX,
+    encode_pull,
+    encode_pull_queues,
+    pull_parts,
+)
+from boltmq.wire.record import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    CorruptRecord,
+    RecordView,
+)
+from boltmq.wire.record_batch import RecordBatch
+from boltmq.wire.topic import (
+    InvalidSubscription,
+    InvalidTopic,
+    parse_subscription,
+    validate_topic,
+)
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
 from services.store.config_files import (
@@ -47,29 +67,9 @@ from services.store.config_files import (
     validate_config_name,
 )
 from services.store.metrics import StoreMetrics
-from services.store.pull_wire import (
-    PULL_QUEUES_MAX,
-    encode_pull,
-    encode_pull_queues,
-    pull_parts,
-)
-from services.store.record import (
-    KEY_SEPARATOR,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    CorruptRecord,
-    RecordView,
-)
-from services.store.record_batch import RecordBatch
 from services.store.role import RoleChangeRefused
 from services.store.status import GetResult, GetStatus, PutResult, PutStatus, StoredRun
 from services.store.store import MessageStore, StoreNotRunning
-from services.store.topic import (
-    InvalidSubscription,
-    InvalidTopic,
-    parse_subscription,
-    validate_topic,
-)
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +190,9 @@ def _edge_stream(method: _Stream[_Response]) -> _Stream[_Response]:
     """:func:`_edge` for server-streaming RPCs (async generators)."""
 
     @functools.wraps(method)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext
-                      ) -> AsyncIterator[_Response]:
+    async def wrapper(
+        self: Any, request: Any, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[_Response]:
         try:
             async for item in method(self, request, context):
                 yield item
@@ -236,8 +237,7 @@ def parse_host_port(field: str, text: str) -> tuple[str, int]:
         ipaddress.ip_address(host)
         port = int(port_text)
     except ValueError:
-        raise BadRequest(field, f"{text[:80]!r} is not 'address:port' with an IP address"
-                         ) from None
+        raise BadRequest(field, f"{text[:80]!r} is not 'address:port' with an IP address") from None
     if not sep or not 0 <= port <= 65535:
         raise BadRequest(field, f"{text[:80]!r} is not 'address:port' with a port 0..65535")
     return host, port
@@ -259,22 +259,26 @@ def peer_host(peer: str) -> tuple[str, int]:
 
 
 # =================================================================== conversion
-def append_response(results: Sequence[PutResult], msg_id_prefix: str
-                    ) -> store_pb2.AppendResponse:
+def append_response(results: Sequence[PutResult], msg_id_prefix: str) -> store_pb2.AppendResponse:
     """The wire form of a batch's outcome (packed arrays, one entry per message)."""
     to_proto = PUT_STATUS_TO_PROTO
     if isinstance(results, StoredRun):  # raw records: the columns go as they are
         return store_pb2.AppendResponse(
             statuses=[to_proto[results.status]] * len(results),
-            commitlog_offsets=results.commitlog_offsets, queue_offsets=results.queue_offsets,
-            store_timestamp_ms=results.store_timestamp, msg_id_prefix=msg_id_prefix)
+            commitlog_offsets=results.commitlog_offsets,
+            queue_offsets=results.queue_offsets,
+            store_timestamp_ms=results.store_timestamp,
+            msg_id_prefix=msg_id_prefix,
+        )
     stored_ts = max((r.store_timestamp for r in results), default=0)
     return store_pb2.AppendResponse(
         statuses=[to_proto[r.status] for r in results],
         commitlog_offsets=[r.commitlog_offset for r in results],
         queue_offsets=[r.queue_offset for r in results],
-        store_timestamp_ms=stored_ts, msg_id_prefix=msg_id_prefix,
-        errors={i: r.error for i, r in enumerate(results) if r.error})
+        store_timestamp_ms=stored_ts,
+        msg_id_prefix=msg_id_prefix,
+        errors={i: r.error for i, r in enumerate(results) if r.error},
+    )
 
 
 def message_ext_to_proto(record: RecordView) -> message_pb2.MessageExt:
@@ -282,15 +286,25 @@ def message_ext_to_proto(record: RecordView) -> message_pb2.MessageExt:
     properties = record.properties
     keys = properties.get(PROPERTY_KEYS)
     return message_pb2.MessageExt(
-        topic=record.topic, queue_id=record.queue_id, queue_offset=record.queue_offset,
-        commitlog_offset=record.commitlog_offset, msg_id=record.msg_id,
-        body=bytes(record.body), tags=properties.get(PROPERTY_TAGS, ""),
-        keys=keys.split(KEY_SEPARATOR) if keys else (), properties=properties,
-        flag=record.flag, sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp,
-        born_host=record.born_host, store_timestamp_ms=record.store_timestamp,
-        store_host=record.store_host, reconsume_times=record.reconsume_times,
+        topic=record.topic,
+        queue_id=record.queue_id,
+        queue_offset=record.queue_offset,
+        commitlog_offset=record.commitlog_offset,
+        msg_id=record.msg_id,
+        body=bytes(record.body),
+        tags=properties.get(PROPERTY_TAGS, ""),
+        keys=keys.split(KEY_SEPARATOR) if keys else (),
+        properties=properties,
+        flag=record.flag,
+        sys_flag=record.sys_flag,
+        born_timestamp_ms=record.born_timestamp,
+        born_host=record.born_host,
+        store_timestamp_ms=record.store_timestamp,
+        store_host=record.store_host,
+        reconsume_times=record.reconsume_times,
         prepared_transaction_offset=record.prepared_transaction_offset,
-        body_crc=record.body_crc)
+        body_crc=record.body_crc,
+    )
 
 
 def messages_to_proto(records: Iterable[RecordView]) -> list[message_pb2.MessageExt]:
@@ -438,19 +452,25 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
 
     def _running_store(self) -> MessageStore:
         if not self._store.running:
-            raise Rejected(grpc.StatusCode.UNAVAILABLE,
-                           "store is not running (recovering or shutting down); retry")
+            raise Rejected(
+                grpc.StatusCode.UNAVAILABLE,
+                "store is not running (recovering or shutting down); retry",
+            )
         return self._store
 
     # ------------------------------------------------------------- writes
     @_edge
-    async def Append(self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
-                     ) -> store_pb2.AppendResponse:
+    async def Append(
+        self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.AppendResponse:
         """Append a batch in one engine call; per-message results as packed arrays."""
         return await self._append(request, context)
 
-    async def AppendStream(self, requests: AsyncIterator[store_pb2.AppendStreamRequest],
-                           context: grpc.aio.ServicerContext) -> None:
+    async def AppendStream(
+        self,
+        requests: AsyncIterator[store_pb2.AppendStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
         """Appends over one stream, answered by id in completion order (see store.proto).
 
         An append that cannot wait (ASYNC_FLUSH on an ASYNC_MASTER) is answered
@@ -507,20 +527,22 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             if waiting:
                 await asyncio.wait(waiting)
 
-    async def _append_outcome(self, request: store_pb2.AppendStreamRequest,
-                              context: grpc.aio.ServicerContext
-                              ) -> store_pb2.AppendStreamResponse:
+    async def _append_outcome(
+        self, request: store_pb2.AppendStreamRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.AppendStreamResponse:
         """A stream request's answer: the AppendResponse, or the code the unary call gets."""
         try:
             appended = await self._append(request.append, context)
         except _REFUSALS as exc:
             code, text = refusal_status(exc)
-            return store_pb2.AppendStreamResponse(id=request.id, error_code=code.value[0],
-                                                  error=text)
+            return store_pb2.AppendStreamResponse(
+                id=request.id, error_code=code.value[0], error=text
+            )
         return store_pb2.AppendStreamResponse(id=request.id, append=appended)
 
-    async def _append(self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
-                      ) -> store_pb2.AppendResponse:
+    async def _append(
+        self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.AppendResponse:
         """Append a batch in one engine call (both Append RPCs).
 
         The protobuf messages go to the engine as they arrived (it reads the
@@ -531,8 +553,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         messages: Sequence[Any] | RecordBatch = request.messages
         count = len(messages)
         if count > APPEND_MESSAGES_MAX:
-            raise BadRequest("messages", f"{count} messages, at most {APPEND_MESSAGES_MAX} "
-                                         f"per call")
+            raise BadRequest(
+                "messages", f"{count} messages, at most {APPEND_MESSAGES_MAX} per call"
+            )
         records = request.records  # each access copies the bytes: once only
         if records or request.record_count:
             messages = self._record_batch(request, records)
@@ -556,8 +579,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             raise BadRequest("records", "send messages or records, not both")
         count = request.record_count
         if not 0 < count <= APPEND_MESSAGES_MAX:
-            raise BadRequest("record_count", f"{count} records; 1..{APPEND_MESSAGES_MAX} per "
-                                             f"call")
+            raise BadRequest("record_count", f"{count} records; 1..{APPEND_MESSAGES_MAX} per call")
         if not records:
             raise BadRequest("records", f"empty, but record_count is {count}")
         topic = _topic("topic", request.topic)
@@ -565,8 +587,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         return RecordBatch(records, count, topic, queue_id)
 
     @_edge
-    async def AppendRaw(self, request: store_pb2.AppendRawRequest,
-                        context: grpc.aio.ServicerContext) -> store_pb2.AppendRawResponse:
+    async def AppendRaw(
+        self, request: store_pb2.AppendRawRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.AppendRawResponse:
         """Append replicated CommitLog bytes at exactly the store's end (replica stores only).
 
         A master refuses: its own appends assign queue offsets that raw bytes
@@ -574,8 +597,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         """
         return await self._append_raw(request)
 
-    async def AppendRawStream(self, requests: AsyncIterator[store_pb2.CommitLogChunk],
-                              context: grpc.aio.ServicerContext) -> None:
+    async def AppendRawStream(
+        self, requests: AsyncIterator[store_pb2.CommitLogChunk], context: grpc.aio.ServicerContext
+    ) -> None:
         """AppendRaw over one stream, answered in request order (see store.proto).
 
         gRPC receives the next chunk while this one is checked and copied, so
@@ -597,29 +621,35 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         finally:
             self._append_streams.discard(handler)
 
-    async def _append_raw(self, request: store_pb2.AppendRawRequest | store_pb2.CommitLogChunk
-                          ) -> store_pb2.AppendRawResponse:
+    async def _append_raw(
+        self, request: store_pb2.AppendRawRequest | store_pb2.CommitLogChunk
+    ) -> store_pb2.AppendRawResponse:
         offset = _non_negative("offset", request.offset)
         data = request.data
         if not data:
             raise BadRequest("data", "must not be empty")
         store = self._running_store()
-        if isinstance(request, store_pb2.CommitLogChunk) and \
-                request.end_offset != offset + len(data):
+        if isinstance(request, store_pb2.CommitLogChunk) and request.end_offset != offset + len(
+            data
+        ):
             return store_pb2.AppendRawResponse(
-                ok=False, max_offset=store.commitlog.max_offset,
+                ok=False,
+                max_offset=store.commitlog.max_offset,
                 error=f"chunk at {offset} says it ends at {request.end_offset}, but its "
-                      f"{len(data)} bytes end at {offset + len(data)}")
+                f"{len(data)} bytes end at {offset + len(data)}",
+            )
         try:
             end = await asyncio.to_thread(store.append_raw, offset, data)
         except (ValueError, StoreNotRunning, OSError) as exc:  # CorruptRecord, RoleChangeRefused
-            return store_pb2.AppendRawResponse(ok=False, max_offset=store.commitlog.max_offset,
-                                               error=str(exc))
+            return store_pb2.AppendRawResponse(
+                ok=False, max_offset=store.commitlog.max_offset, error=str(exc)
+            )
         return store_pb2.AppendRawResponse(ok=True, max_offset=end)
 
     @_edge
-    async def Truncate(self, request: store_pb2.TruncateRequest,
-                       context: grpc.aio.ServicerContext) -> store_pb2.TruncateResponse:
+    async def Truncate(
+        self, request: store_pb2.TruncateRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.TruncateResponse:
         """Cut a replica's CommitLog back to a record boundary (FAILED_PRECONDITION on a master)."""
         offset = _non_negative("offset", request.offset)
         store = self._running_store()
@@ -632,8 +662,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         return store_pb2.TruncateResponse(max_offset=store.commitlog.max_offset, cut_bytes=cut)
 
     @_edge
-    async def SetRole(self, request: store_pb2.SetRoleRequest,
-                      context: grpc.aio.ServicerContext) -> store_pb2.StoreInfo:
+    async def SetRole(
+        self, request: store_pb2.SetRoleRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.StoreInfo:
         """Promote (MASTER) or demote (REPLICA) the store; the new role is durable."""
         if request.role not in (store_pb2.MASTER, store_pb2.REPLICA):
             raise BadRequest("role", "must be MASTER or REPLICA")
@@ -652,16 +683,24 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             else:
                 if request.broker_id == 0:
                     raise BadRequest("broker_id", "a replica registers with a broker id > 0")
-                await asyncio.to_thread(functools.partial(
-                    store.demote, epoch, epochs, request.broker_id,
-                    only_if_replica=request.only_if_replica))
+                await asyncio.to_thread(
+                    functools.partial(
+                        store.demote,
+                        epoch,
+                        epochs,
+                        request.broker_id,
+                        only_if_replica=request.only_if_replica,
+                    )
+                )
         except RoleChangeRefused as exc:
             raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
         return self._store_info(store)
 
-    async def ReportReplicas(self, request_iterator: AsyncIterator[store_pb2.ReplicaProgress],
-                             context: grpc.aio.ServicerContext
-                             ) -> store_pb2.ReportReplicasResponse:
+    async def ReportReplicas(
+        self,
+        request_iterator: AsyncIterator[store_pb2.ReplicaProgress],
+        context: grpc.aio.ServicerContext,
+    ) -> store_pb2.ReportReplicasResponse:
         """Replicas' acked offsets from the HA service; all of them are forgotten when it ends."""
         store = self._store
         seen: set[str] = set()
@@ -669,11 +708,15 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             async for progress in request_iterator:
                 address = progress.replica_address
                 if not address or len(address) > REPLICA_ADDRESS_MAX_CHARS:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                        "replica_address: must be 1-255 characters")
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "replica_address: must be 1-255 characters",
+                    )
                 if progress.acked_offset < 0:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                        f"acked_offset: {progress.acked_offset} is negative")
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"acked_offset: {progress.acked_offset} is negative",
+                    )
                 if not store.running or not store.role.is_master:
                     continue  # a stale report from before a demotion
                 store.report_replica(address, progress.acked_offset, progress.disconnected)
@@ -688,8 +731,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
 
     # ------------------------------------------------------------- reads
     @_edge
-    async def Get(self, request: store_pb2.GetRequest, context: grpc.aio.ServicerContext
-                  ) -> store_pb2.GetResponse:
+    async def Get(
+        self, request: store_pb2.GetRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.GetResponse:
         """One message by CommitLog offset or offset message id."""
         by = request.WhichOneof("by")
         store = self._running_store()
@@ -711,11 +755,12 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         return store_pb2.GetResponse(found=True, message=messages[0])
 
     @_edge
-    async def Pull(self, request: store_pb2.PullRequest, context: grpc.aio.ServicerContext
-                   ) -> bytes:
+    async def Pull(
+        self, request: store_pb2.PullRequest, context: grpc.aio.ServicerContext
+    ) -> bytes:
         """Messages of one queue from a queue offset that match the subscription.
 
-        The answer is a PullResponse already encoded (:mod:`services.store.pull_wire`):
+        The answer is a PullResponse already encoded (:mod:`boltmq.wire.pull_answer`):
         raw records go from the mapped file into it in one copy.
         """
         max_messages, max_bytes = self._check_pull(request, "")
@@ -726,8 +771,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         return head.SerializeToString()
 
     @_edge
-    async def PullQueues(self, request: store_pb2.PullQueuesRequest,
-                         context: grpc.aio.ServicerContext) -> bytes:
+    async def PullQueues(
+        self, request: store_pb2.PullQueuesRequest, context: grpc.aio.ServicerContext
+    ) -> bytes:
         """Raw records of several queues, in the order asked, until max_bytes is reached.
 
         Every pull is checked before any is read. A pull's own max_bytes (0:
@@ -747,8 +793,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             limits.append(self._check_pull(pull, f"pulls[{n}]."))
             first = seen.setdefault((pull.topic, pull.queue_id), n)
             if first != n:
-                raise BadRequest(f"pulls[{n}]", f"queue {pull.topic}:{pull.queue_id} is "
-                                 f"pulls[{first}] already")
+                raise BadRequest(
+                    f"pulls[{n}]", f"queue {pull.topic}:{pull.queue_id} is pulls[{first}] already"
+                )
         left = _limit("max_bytes", request.max_bytes, PULL_QUEUES_DEFAULT_BYTES, PULL_BYTES_MAX)
         answers = []
         for n, (pull, (max_messages, max_bytes)) in enumerate(zip(pulls, limits, strict=True)):
@@ -766,50 +813,69 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         _topic(f"{prefix}topic", request.topic)
         _queue_id(f"{prefix}queue_id", request.queue_id, self._config.max_queue_id)
         _non_negative(f"{prefix}queue_offset", request.queue_offset)
-        max_messages = _limit(f"{prefix}max_messages", request.max_messages,
-                              self._config.max_transfer_count_on_message_in_memory,
-                              PULL_MESSAGES_MAX)
-        max_bytes = _limit(f"{prefix}max_bytes", request.max_bytes,
-                           self._config.max_transfer_bytes_on_message_in_memory, PULL_BYTES_MAX)
+        max_messages = _limit(
+            f"{prefix}max_messages",
+            request.max_messages,
+            self._config.max_transfer_count_on_message_in_memory,
+            PULL_MESSAGES_MAX,
+        )
+        max_bytes = _limit(
+            f"{prefix}max_bytes",
+            request.max_bytes,
+            self._config.max_transfer_bytes_on_message_in_memory,
+            PULL_BYTES_MAX,
+        )
         try:
             parse_subscription(request.subscription)
         except InvalidSubscription as exc:
             raise BadRequest(f"{prefix}subscription", str(exc)) from None
         return max_messages, max_bytes
 
-    def _get(self, request: store_pb2.PullRequest, max_messages: int, max_bytes: int, *,
-             raw: bool) -> tuple[store_pb2.PullResponse, GetResult]:
+    def _get(
+        self, request: store_pb2.PullRequest, max_messages: int, max_bytes: int, *, raw: bool
+    ) -> tuple[store_pb2.PullResponse, GetResult]:
         """A checked pull read: its answer without messages or records, and what was read."""
         result = self._running_store().get_messages(
-            request.topic, request.queue_id, request.queue_offset, max_messages,
-            request.subscription, max_bytes, raw=raw)
+            request.topic,
+            request.queue_id,
+            request.queue_offset,
+            max_messages,
+            request.subscription,
+            max_bytes,
+            raw=raw,
+        )
         head = store_pb2.PullResponse(
-            status=GET_STATUS_TO_PROTO[result.status], next_begin_offset=result.next_begin_offset,
-            min_offset=result.min_offset, max_offset=result.max_offset)
+            status=GET_STATUS_TO_PROTO[result.status],
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+        )
         if raw:
             head.record_count = result.raw_count
         return head, result
 
     @_edge
-    async def QueryByKey(self, request: store_pb2.QueryByKeyRequest,
-                         context: grpc.aio.ServicerContext) -> store_pb2.QueryByKeyResponse:
+    async def QueryByKey(
+        self, request: store_pb2.QueryByKeyRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.QueryByKeyResponse:
         """Messages of a topic whose KEYS or UNIQ_KEY equal the key, newest index first."""
         topic = _topic("topic", request.topic)
         if not request.key:
             raise BadRequest("key", "must not be empty")
-        max_count = _limit("max_count", request.max_count, QUERY_DEFAULT_MAX_COUNT,
-                           QUERY_MAX_COUNT)
+        max_count = _limit("max_count", request.max_count, QUERY_DEFAULT_MAX_COUNT, QUERY_MAX_COUNT)
         begin_ms = _non_negative("begin_ms", request.begin_ms)
         end_ms = _non_negative("end_ms", request.end_ms)
         if end_ms and end_ms < begin_ms:
             raise BadRequest("end_ms", f"{end_ms} is before begin_ms {begin_ms}")
-        records = self._running_store().query_messages(topic, request.key, max_count, begin_ms,
-                                                       end_ms or None)
+        records = self._running_store().query_messages(
+            topic, request.key, max_count, begin_ms, end_ms or None
+        )
         return store_pb2.QueryByKeyResponse(messages=messages_to_proto(records))
 
     @_edge
-    async def OffsetByTime(self, request: store_pb2.OffsetByTimeRequest,
-                           context: grpc.aio.ServicerContext) -> store_pb2.OffsetByTimeResponse:
+    async def OffsetByTime(
+        self, request: store_pb2.OffsetByTimeRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.OffsetByTimeResponse:
         """First queue offset stored at or after the time (0 for an unknown queue)."""
         topic = _topic("topic", request.topic)
         queue_id = _queue_id("queue_id", request.queue_id, self._config.max_queue_id)
@@ -818,33 +884,45 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         return store_pb2.OffsetByTimeResponse(queue_offset=offset)
 
     @_edge
-    async def QueueRange(self, request: store_pb2.QueueRangeRequest,
-                         context: grpc.aio.ServicerContext) -> store_pb2.QueueRangeResponse:
+    async def QueueRange(
+        self, request: store_pb2.QueueRangeRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.QueueRangeResponse:
         """Min and max offsets of one queue; ``exists`` false for a queue never written."""
         topic = _topic("topic", request.topic)
         queue_id = _queue_id("queue_id", request.queue_id, self._config.max_queue_id)
         cq = self._running_store().queues.get(topic, queue_id)
         if cq is None:
             return store_pb2.QueueRangeResponse(exists=False)
-        return store_pb2.QueueRangeResponse(min_offset=cq.min_offset(),
-                                            max_offset=cq.max_offset(), exists=True)
+        return store_pb2.QueueRangeResponse(
+            min_offset=cq.min_offset(), max_offset=cq.max_offset(), exists=True
+        )
 
     @_edge
-    async def ListQueues(self, request: store_pb2.ListQueuesRequest,
-                         context: grpc.aio.ServicerContext) -> store_pb2.ListQueuesResponse:
+    async def ListQueues(
+        self, request: store_pb2.ListQueuesRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ListQueuesResponse:
         """Every consume queue (of one topic, when given), by topic then queue id."""
         topic = _topic("topic", request.topic) if request.topic else None
-        queues = sorted((cq for cq in self._running_store().queues
-                         if topic is None or cq.topic == topic),
-                        key=lambda cq: (cq.topic, cq.queue_id))
-        return store_pb2.ListQueuesResponse(queues=[
-            store_pb2.QueueInfo(topic=cq.topic, queue_id=cq.queue_id,
-                                min_offset=cq.min_offset(), max_offset=cq.max_offset())
-            for cq in queues])
+        queues = sorted(
+            (cq for cq in self._running_store().queues if topic is None or cq.topic == topic),
+            key=lambda cq: (cq.topic, cq.queue_id),
+        )
+        return store_pb2.ListQueuesResponse(
+            queues=[
+                store_pb2.QueueInfo(
+                    topic=cq.topic,
+                    queue_id=cq.queue_id,
+                    min_offset=cq.min_offset(),
+                    max_offset=cq.max_offset(),
+                )
+                for cq in queues
+            ]
+        )
 
     @_edge
-    async def GetStoreInfo(self, request: store_pb2.GetStoreInfoRequest,
-                           context: grpc.aio.ServicerContext) -> store_pb2.StoreInfo:
+    async def GetStoreInfo(
+        self, request: store_pb2.GetStoreInfoRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.StoreInfo:
         """Offsets, role, epochs, replicas and disk usage."""
         return self._store_info(self._running_store())
 
@@ -855,25 +933,38 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         max_offset = commitlog.max_offset
         now_ms = time.time_ns() // 1_000_000
         return store_pb2.StoreInfo(
-            commitlog_min_offset=commitlog.min_offset, commitlog_max_offset=max_offset,
-            flushed_offset=flushed, dispatched_offset=store.dispatcher.reput_offset,
+            commitlog_min_offset=commitlog.min_offset,
+            commitlog_max_offset=max_offset,
+            flushed_offset=flushed,
+            dispatched_offset=store.dispatcher.reput_offset,
             role="MASTER" if role.is_master else "REPLICA",
-            disk_used_percent=store.cleaner.disk_used_percent, disk_full=store.cleaner.disk_full,
-            store_host=f"{config.store_host}:{config.store_port}", epoch=role.epoch,
+            disk_used_percent=store.cleaner.disk_used_percent,
+            disk_full=store.cleaner.disk_full,
+            store_host=f"{config.store_host}:{config.store_port}",
+            epoch=role.epoch,
             epochs=[store_pb2.EpochStart(epoch=e, start_offset=s) for e, s in role.epochs],
-            broker_id=role.broker_id, segment_bytes=config.mapped_file_size_commitlog,
+            broker_id=role.broker_id,
+            segment_bytes=config.mapped_file_size_commitlog,
             broker_role=role.broker_role,
-            replicas=[store_pb2.ReplicaState(
-                replica_address=a.address, acked_offset=a.acked_offset,
-                lag_bytes=max(0, max_offset - a.acked_offset),
-                lag_seconds=0.0 if a.acked_offset >= max_offset
-                else max(0.0, (now_ms - a.caught_up_at_ms) / 1000),
-                last_report_ms=a.last_report_ms) for a in store.replicas.snapshot()])
+            replicas=[
+                store_pb2.ReplicaState(
+                    replica_address=a.address,
+                    acked_offset=a.acked_offset,
+                    lag_bytes=max(0, max_offset - a.acked_offset),
+                    lag_seconds=0.0
+                    if a.acked_offset >= max_offset
+                    else max(0.0, (now_ms - a.caught_up_at_ms) / 1000),
+                    last_report_ms=a.last_report_ms,
+                )
+                for a in store.replicas.snapshot()
+            ],
+        )
 
     # ------------------------------------------------------------- streams
     @_edge_stream
-    async def WatchArrivals(self, request: store_pb2.WatchArrivalsRequest,
-                            context: grpc.aio.ServicerContext) -> AsyncIterator[store_pb2.Arrival]:
+    async def WatchArrivals(
+        self, request: store_pb2.WatchArrivalsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[store_pb2.Arrival]:
         """``(topic, queue, max offset)`` after each dispatch, coalesced per queue.
 
         Initial metadata (``WATCHING_METADATA``) is sent once the listener is
@@ -885,9 +976,13 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         async for arrival in self._arrival_stream(store, arrivals, context, []):
             yield arrival
 
-    async def _arrival_stream(self, store: MessageStore, arrivals: _ArrivalQueue,
-                              context: grpc.aio.ServicerContext, refused: list[Exception]
-                              ) -> AsyncIterator[store_pb2.Arrival]:
+    async def _arrival_stream(
+        self,
+        store: MessageStore,
+        arrivals: _ArrivalQueue,
+        context: grpc.aio.ServicerContext,
+        refused: list[Exception],
+    ) -> AsyncIterator[store_pb2.Arrival]:
         """What an arrival stream sends: ``arrivals`` listening to ``store`` until the
         client leaves, shutdown, an overflow, or a refusal put in ``refused``."""
         listener = arrivals.offer  # one bound method: removal is by identity
@@ -902,9 +997,11 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 if self._closing:
                     return
                 if batch is None:
-                    raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                   f"more than {self._config.arrival_watch_queue_max} queues "
-                                   f"with unread arrivals; re-subscribe and re-read queue ranges")
+                    raise Rejected(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"more than {self._config.arrival_watch_queue_max} queues "
+                        f"with unread arrivals; re-subscribe and re-read queue ranges",
+                    )
                 for (topic, queue_id), max_offset in batch.items():
                     yield store_pb2.Arrival(topic=topic, queue_id=queue_id, max_offset=max_offset)
         finally:
@@ -912,8 +1009,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             store.remove_arrival_listener(listener)
 
     @_edge_stream
-    async def WatchQueues(self, requests: AsyncIterator[store_pb2.QueueInterest],
-                          context: grpc.aio.ServicerContext) -> AsyncIterator[store_pb2.Arrival]:
+    async def WatchQueues(
+        self, requests: AsyncIterator[store_pb2.QueueInterest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[store_pb2.Arrival]:
         """Arrivals on the queues the client names, one per interest (see store.proto).
 
         A message names its queue and those in ``more``. A malformed interest
@@ -921,8 +1019,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         ends the stream with INVALID_ARGUMENT naming the field.
         """
         store = self._running_store()
-        arrivals = _InterestQueue(asyncio.get_running_loop(),
-                                  self._config.arrival_watch_queue_max)
+        arrivals = _InterestQueue(asyncio.get_running_loop(), self._config.arrival_watch_queue_max)
         refused: list[Exception] = []
 
         async def read_interests() -> None:
@@ -933,8 +1030,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                         if n and interest.more:
                             raise BadRequest(f"{prefix}more", "must be empty (one level only)")
                         topic = _topic(f"{prefix}topic", interest.topic)
-                        queue_id = _queue_id(f"{prefix}queue_id", interest.queue_id,
-                                             self._config.max_queue_id)
+                        queue_id = _queue_id(
+                            f"{prefix}queue_id", interest.queue_id, self._config.max_queue_id
+                        )
                         after = _non_negative(f"{prefix}after_offset", interest.after_offset)
                         arrivals.want(topic, queue_id)  # named first, then the offset read
                         max_offset = store.max_offset(topic, queue_id)
@@ -960,9 +1058,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             handler.cancel()  # stops its read; what it already took is still answered
 
     @_edge_stream
-    async def ReadCommitLog(self, request: store_pb2.ReadCommitLogRequest,
-                            context: grpc.aio.ServicerContext
-                            ) -> AsyncIterator[store_pb2.CommitLogChunk]:
+    async def ReadCommitLog(
+        self, request: store_pb2.ReadCommitLogRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[store_pb2.CommitLogChunk]:
         """Whole CommitLog records from a record's offset, never crossing a segment per chunk.
 
         Without ``follow`` the stream ends at the CommitLog's end as of the
@@ -971,8 +1069,12 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         An offset outside the CommitLog is OUT_OF_RANGE.
         """
         offset = _non_negative("offset", request.offset)
-        chunk_bytes = _limit("max_chunk_bytes", request.max_chunk_bytes,
-                             READ_CHUNK_DEFAULT_BYTES, READ_CHUNK_MAX_BYTES)
+        chunk_bytes = _limit(
+            "max_chunk_bytes",
+            request.max_chunk_bytes,
+            READ_CHUNK_DEFAULT_BYTES,
+            READ_CHUNK_MAX_BYTES,
+        )
         heartbeat_ms = _non_negative("heartbeat_ms", request.heartbeat_ms)
         store = self._running_store()
         _check_readable(store.commitlog, offset)
@@ -985,8 +1087,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         async for chunk in chunks:
             yield chunk
 
-    async def _follow(self, store: MessageStore, offset: int, chunk_bytes: int,
-                      heartbeat_ms: int) -> AsyncIterator[store_pb2.CommitLogChunk]:
+    async def _follow(
+        self, store: MessageStore, offset: int, chunk_bytes: int, heartbeat_ms: int
+    ) -> AsyncIterator[store_pb2.CommitLogChunk]:
         commitlog = store.commitlog
         loop = asyncio.get_running_loop()
         waker = _Waker(loop)
@@ -1000,9 +1103,12 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 waker.clear()
                 data = await asyncio.to_thread(commitlog.read_bytes, offset, chunk_bytes)
                 if data:
-                    yield store_pb2.CommitLogChunk(offset=offset, data=data,
-                                                   end_offset=offset + len(data),
-                                                   master_max_offset=commitlog.max_offset)
+                    yield store_pb2.CommitLogChunk(
+                        offset=offset,
+                        data=data,
+                        end_offset=offset + len(data),
+                        master_max_offset=commitlog.max_offset,
+                    )
                     offset += len(data)
                     last_sent = loop.time()
                     continue
@@ -1011,8 +1117,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 if heartbeat_s:
                     due_s = last_sent + heartbeat_s - loop.time()
                     if due_s <= 0:
-                        yield store_pb2.CommitLogChunk(offset=offset, end_offset=offset,
-                                                       master_max_offset=commitlog.max_offset)
+                        yield store_pb2.CommitLogChunk(
+                            offset=offset, end_offset=offset, master_max_offset=commitlog.max_offset
+                        )
                         last_sent = loop.time()
                         continue
                     wait_s = min(wait_s, due_s)
@@ -1025,8 +1132,9 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
 
     # ------------------------------------------------------------- config files
     @_edge
-    async def PutConfig(self, request: store_pb2.PutConfigRequest,
-                        context: grpc.aio.ServicerContext) -> store_pb2.PutConfigResponse:
+    async def PutConfig(
+        self, request: store_pb2.PutConfigRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.PutConfigResponse:
         """Replace ``config/NAME`` atomically, keeping the previous version as NAME.bak."""
         name = _config_name(request.name)
         self._running_store()
@@ -1037,13 +1145,15 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         except TooManyConfigFiles as exc:
             raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
         except OSError as exc:
-            raise Rejected(grpc.StatusCode.INTERNAL,
-                           f"cannot write config/{name}: {exc.strerror or exc}") from None
+            raise Rejected(
+                grpc.StatusCode.INTERNAL, f"cannot write config/{name}: {exc.strerror or exc}"
+            ) from None
         return store_pb2.PutConfigResponse()
 
     @_edge
-    async def GetConfig(self, request: store_pb2.GetConfigRequest,
-                        context: grpc.aio.ServicerContext) -> store_pb2.GetConfigResponse:
+    async def GetConfig(
+        self, request: store_pb2.GetConfigRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.GetConfigResponse:
         """``config/NAME`` (or NAME.bak when NAME is unusable); found false if never put."""
         name = _config_name(request.name)
         self._running_store()
@@ -1066,22 +1176,30 @@ def _config_name(name: str) -> str:
 def _check_readable(commitlog: CommitLog, offset: int) -> None:
     """OUT_OF_RANGE unless ``offset`` lies within ``[min_offset, max_offset]``."""
     if offset < commitlog.min_offset:
-        raise Rejected(grpc.StatusCode.OUT_OF_RANGE,
-                       f"offset: {offset} was deleted; the CommitLog starts at "
-                       f"{commitlog.min_offset}")
+        raise Rejected(
+            grpc.StatusCode.OUT_OF_RANGE,
+            f"offset: {offset} was deleted; the CommitLog starts at {commitlog.min_offset}",
+        )
     if offset > commitlog.max_offset:
-        raise Rejected(grpc.StatusCode.OUT_OF_RANGE,
-                       f"offset: {offset} is past the CommitLog's end {commitlog.max_offset}")
+        raise Rejected(
+            grpc.StatusCode.OUT_OF_RANGE,
+            f"offset: {offset} is past the CommitLog's end {commitlog.max_offset}",
+        )
 
 
-async def _read_range(commitlog: CommitLog, offset: int, end: int, chunk_bytes: int
-                      ) -> AsyncIterator[store_pb2.CommitLogChunk]:
+async def _read_range(
+    commitlog: CommitLog, offset: int, end: int, chunk_bytes: int
+) -> AsyncIterator[store_pb2.CommitLogChunk]:
     """Chunks of ``[offset, end)``; a thread reads each (cold pages fault in from disk)."""
     while offset < end:
         data = await asyncio.to_thread(commitlog.read_bytes, offset, min(chunk_bytes, end - offset))
         if not data:
             _check_readable(commitlog, offset)  # a segment deleted under the reader
             return
-        yield store_pb2.CommitLogChunk(offset=offset, data=data, end_offset=offset + len(data),
-                                       master_max_offset=commitlog.max_offset)
+        yield store_pb2.CommitLogChunk(
+            offset=offset,
+            data=data,
+            end_offset=offset + len(data),
+            master_max_offset=commitlog.max_offset,
+        )
         offset += len(data)

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
-from services.store.record import RecordView
+from boltmq.wire.record import RecordView
 
 
 class PutStatus(enum.IntEnum):
@@ -35,8 +35,12 @@ class PutStatus(enum.IntEnum):
 
 
 _STORED = frozenset(
-    (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
-     PutStatus.SLAVE_NOT_AVAILABLE)
+    (
+        PutStatus.PUT_OK,
+        PutStatus.FLUSH_DISK_TIMEOUT,
+        PutStatus.FLUSH_SLAVE_TIMEOUT,
+        PutStatus.SLAVE_NOT_AVAILABLE,
+    )
 )
 
 
@@ -79,8 +83,14 @@ class StoredRun(Sequence[PutResult]):
     store timestamp.
     """
 
-    __slots__ = ("msg_id_prefix", "commitlog_offsets", "queue_offsets", "sizes",
-                 "store_timestamp", "status")
+    __slots__ = (
+        "msg_id_prefix",
+        "commitlog_offsets",
+        "queue_offsets",
+        "sizes",
+        "store_timestamp",
+        "status",
+    )
 
     def __init__(self, msg_id_prefix: str, store_timestamp: int) -> None:
         self.msg_id_prefix = msg_id_prefix
@@ -108,8 +118,14 @@ class StoredRun(Sequence[PutResult]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         offset = self.commitlog_offsets[index]
-        return PutResult(self.status, f"{self.msg_id_prefix}{offset:016X}", offset,
-                         self.queue_offsets[index], self.sizes[index], self.store_timestamp)
+        return PutResult(
+            self.status,
+            f"{self.msg_id_prefix}{offset:016X}",
+            offset,
+            self.queue_offsets[index],
+            self.sizes[index],
+            self.store_timestamp,
+        )
 
     def __iter__(self) -> Iterator[PutResult]:
         return (self[i] for i in range(len(self)))

@@ -22,6 +22,18 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from boltmq.wire.record import (
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    CorruptRecord,
+    InvalidMessage,
+    RecordView,
+    decode_record,
+    parse_msg_id,
+)
+from boltmq.wire.record_batch import RAW_BORN_HOST_DEFAULT, RecordBatch, decode_batch
+from boltmq.wire.record_heads import verified_runs
+from boltmq.wire.topic import InvalidSubscription, parse_subscription
 from services.store.checkpoint import Checkpoint, CheckpointState
 from services.store.cleaner import Cleaner, DiskUsageProbe, disk_usage_percent
 from services.store.commitlog import CommitLog, PropertiesTooLarge
@@ -32,22 +44,10 @@ from services.store.flusher import CommitLogFlusher, ConsumeQueueFlusher
 from services.store.index_service import IndexService
 from services.store.mapped_file import MappedFile
 from services.store.message import Message, MessageLike
-from services.store.record import (
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_KEY,
-    CorruptRecord,
-    InvalidMessage,
-    RecordView,
-    decode_record,
-    parse_msg_id,
-)
-from services.store.record_batch import RAW_BORN_HOST_DEFAULT, RecordBatch, decode_batch
-from services.store.record_heads import verified_runs
 from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
 from services.store.replica_tracker import ReplicaTracker
 from services.store.role import MASTER_ROLES, RoleChangeRefused, RoleFile, RoleState
 from services.store.status import GetResult, GetStatus, PutResult, PutStatus, StoredRun
-from services.store.topic import InvalidSubscription, parse_subscription
 from services.store.verify import verify_store
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,9 @@ class StoreNotRunning(RuntimeError):
 class MessageStore:
     """An embedded message store (see the module docstring)."""
 
-    def __init__(self, config: StoreConfig, *, disk_usage: DiskUsageProbe = disk_usage_percent
-                 ) -> None:
+    def __init__(
+        self, config: StoreConfig, *, disk_usage: DiskUsageProbe = disk_usage_percent
+    ) -> None:
         self.config = config
         self.root = config.root_dir
         self._disk_usage = disk_usage
@@ -84,15 +85,22 @@ class MessageStore:
         config = self.config
         self.commitlog = CommitLog(config)
         self.queues = ConsumeQueueTable(self.root / "consumequeue", config.consume_queue_file_size)
-        self.index = IndexService(self.root / "index", config.max_hash_slot_num,
-                                  config.max_index_num)
+        self.index = IndexService(
+            self.root / "index", config.max_hash_slot_num, config.max_index_num
+        )
         self.checkpoint: Checkpoint | None = None
-        self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index,
-                                     self._dispatch_limit, config.check_crc_on_recover)
+        self.dispatcher = Dispatcher(
+            self.commitlog,
+            self.queues,
+            self.index,
+            self._dispatch_limit,
+            config.check_crc_on_recover,
+        )
         self.flusher: CommitLogFlusher | None = None
         self.queue_flusher: ConsumeQueueFlusher | None = None
-        self.cleaner = Cleaner(config, self.commitlog, self.queues, self.index,
-                               disk_usage=self._disk_usage)
+        self.cleaner = Cleaner(
+            config, self.commitlog, self.queues, self.index, disk_usage=self._disk_usage
+        )
         self.recovery: RecoveryReport | None = None
         self.load_notes: list[str] = []
         self.role_file = RoleFile(self.root)
@@ -126,8 +134,10 @@ class MessageStore:
         clean = not abort_path.exists()
         self.checkpoint = Checkpoint(self.root / "checkpoint")
         if self.checkpoint.problem:
-            self.load_notes.append(f"checkpoint unusable ({self.checkpoint.problem}); "
-                                   f"recovering from the first segment")
+            self.load_notes.append(
+                f"checkpoint unusable ({self.checkpoint.problem}); "
+                f"recovering from the first segment"
+            )
         self.role = self._load_role()
         self.load_notes.extend(self.commitlog.files.load(repair_torn=True))
         self.load_notes.extend(self.queues.load(repair_torn=True))
@@ -137,11 +147,18 @@ class MessageStore:
             # index from the first segment instead, as after an unusable checkpoint.
             clean = False
             self.checkpoint.state = CheckpointState()
-            self.load_notes.append("torn consume-queue file: rebuilding consume queues and "
-                                   "index from the first segment")
+            self.load_notes.append(
+                "torn consume-queue file: rebuilding consume queues and "
+                "index from the first segment"
+            )
         self.load_notes.extend(self.index.load(clean, self.checkpoint.state.index_msg_timestamp))
-        report = recover(self.commitlog, self.queues, clean, self.checkpoint.state,
-                         self.config.check_crc_on_recover)
+        report = recover(
+            self.commitlog,
+            self.queues,
+            clean,
+            self.checkpoint.state,
+            self.config.check_crc_on_recover,
+        )
         report.notes.extend(self.index.truncate_past(self.commitlog.max_offset))
         report.notes[:0] = self.load_notes
         self.recovery = report
@@ -152,8 +169,9 @@ class MessageStore:
         self.dispatcher.reput_offset = report.reput_offset
         # Recovery has just checked every record from its start (CRC included):
         # re-dispatching that range need not compute each CRC a second time.
-        self.dispatcher.check_crc = self.config.check_crc_on_recover and \
-            report.reput_offset < report.start_offset
+        self.dispatcher.check_crc = (
+            self.config.check_crc_on_recover and report.reput_offset < report.start_offset
+        )
         while self.dispatcher.dispatch_once():
             pass
         self.dispatcher.check_crc = self.config.check_crc_on_recover
@@ -165,12 +183,17 @@ class MessageStore:
         self.commitlog.on_append = self.dispatcher.submit
         self.dispatcher.inline = not self.config.sync_flush
         self.dispatcher.wake_on_submit = not self.config.sync_flush
-        self.flusher = CommitLogFlusher(self.config, self.commitlog, self.checkpoint,
-                                        on_flushed=self.dispatcher.wake)
+        self.flusher = CommitLogFlusher(
+            self.config, self.commitlog, self.checkpoint, on_flushed=self.dispatcher.wake
+        )
         self.flusher.on_flush_seconds = self.on_flush_seconds
         self.queue_flusher = ConsumeQueueFlusher(
-            self.config, self.queues, self.index, self.checkpoint,
-            lambda: self.dispatcher.last_store_timestamp)
+            self.config,
+            self.queues,
+            self.index,
+            self.checkpoint,
+            lambda: self.dispatcher.last_store_timestamp,
+        )
         self.commitlog.warmer.start()
         self.flusher.start()
         self.queue_flusher.start()
@@ -245,16 +268,19 @@ class MessageStore:
         if not self.role.is_master:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="replica store refuses writes")
         if self.cleaner.disk_full:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
-                             error=f"disk above {self.config.disk_space_warning_level_ratio}%")
+            return PutResult(
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                error=f"disk above {self.config.disk_space_warning_level_ratio}%",
+            )
         return None
 
     def put_message(self, msg: Message) -> PutResult:
         """Append one message."""
         return self.put_messages((msg,))[0]
 
-    def put_messages(self, msgs: Sequence[MessageLike] | RecordBatch,
-                     born: tuple[str, int] | None = None) -> Sequence[PutResult]:
+    def put_messages(
+        self, msgs: Sequence[MessageLike] | RecordBatch, born: tuple[str, int] | None = None
+    ) -> Sequence[PutResult]:
         """Append a batch under one lock with one flush wait; one result per message.
 
         Messages that fail validation get MESSAGE_ILLEGAL or
@@ -275,8 +301,9 @@ class MessageStore:
             _mark_replica_status(results, status)
         return merge(results)
 
-    async def put_messages_async(self, msgs: Sequence[MessageLike] | RecordBatch,
-                                 born: tuple[str, int] | None = None) -> Sequence[PutResult]:
+    async def put_messages_async(
+        self, msgs: Sequence[MessageLike] | RecordBatch, born: tuple[str, int] | None = None
+    ) -> Sequence[PutResult]:
         """:meth:`put_messages` for asyncio callers: the flush wait does not block the loop.
 
         Under SYNC_FLUSH every waiting task of a loop is woken by one callback per
@@ -286,12 +313,14 @@ class MessageStore:
         if end_offset and self.config.sync_flush:
             assert self.flusher is not None
             if not await self.flusher.wait_flushed_async(
-                    end_offset, self.config.sync_flush_timeout_ms / 1000):
+                end_offset, self.config.sync_flush_timeout_ms / 1000
+            ):
                 _mark_flush_timeout(results)
         if end_offset and self.role.sync_master:
             status = self._replica_refusal(end_offset)
             if status is None and not await self.replicas.gate.wait_async(
-                    end_offset, self._slave_timeout_s):
+                end_offset, self._slave_timeout_s
+            ):
                 status = PutStatus.FLUSH_SLAVE_TIMEOUT
             _mark_replica_status(results, status)
         return merge(results)
@@ -309,14 +338,15 @@ class MessageStore:
         """SLAVE_NOT_AVAILABLE when no replica is within the in-sync gap (DESIGN 7)."""
         if self.replicas.gate.offset >= end_offset:
             return None
-        if not self.replicas.in_sync(self.commitlog.max_offset,
-                                     self.config.ha_max_gap_not_in_sync_bytes):
+        if not self.replicas.in_sync(
+            self.commitlog.max_offset, self.config.ha_max_gap_not_in_sync_bytes
+        ):
             return PutStatus.SLAVE_NOT_AVAILABLE
         return None
 
-    def _append(self, msgs: Sequence[MessageLike] | RecordBatch,
-                born: tuple[str, int] | None = None) -> tuple[
-            Sequence[PutResult], int, Callable[[Sequence[PutResult]], Sequence[PutResult]]]:
+    def _append(
+        self, msgs: Sequence[MessageLike] | RecordBatch, born: tuple[str, int] | None = None
+    ) -> tuple[Sequence[PutResult], int, Callable[[Sequence[PutResult]], Sequence[PutResult]]]:
         """Encode and append; returns results, the batch end offset (0: nothing written)
         and a function that merges in the results of rejected messages."""
         refusal = self._refusal()
@@ -330,8 +360,9 @@ class MessageStore:
         try:
             born_host = self.commitlog.encode_born_host(*born) if born is not None else None
         except (InvalidMessage, ValueError) as exc:
-            refused = [PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
-                       for _ in range(len(msgs))]
+            refused = [
+                PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc)) for _ in range(len(msgs))
+            ]
             return refused, 0, _same
         if isinstance(msgs, RecordBatch):
             return self._append_records(msgs, born, born_host, now_ms)
@@ -354,10 +385,9 @@ class MessageStore:
 
         return results, batch.end_offset, merge
 
-    def _append_records(self, batch: RecordBatch, born: tuple[str, int] | None,
-                        born_host: bytes | None, now_ms: int
-                        ) -> tuple[Sequence[PutResult], int, Callable[[Sequence[PutResult]],
-                                                                  Sequence[PutResult]]]:
+    def _append_records(
+        self, batch: RecordBatch, born: tuple[str, int] | None, born_host: bytes | None, now_ms: int
+    ) -> tuple[Sequence[PutResult], int, Callable[[Sequence[PutResult]], Sequence[PutResult]]]:
         """_append of client-encoded records: verify every one, then copy and patch.
 
         Hosts that need the 20-byte IPv6 form do not fit the records' 8-byte
@@ -370,12 +400,12 @@ class MessageStore:
         born_host = born_host or RAW_BORN_HOST_DEFAULT
         if len(born_host) == 8 and len(self.commitlog.store_host) == 8:
             results, appended = self.commitlog.append_records(
-                batch.records, checked, batch.topic, batch.queue_id, born_host, now_ms)
+                batch.records, checked, batch.topic, batch.queue_id, born_host, now_ms
+            )
             end_offset = appended.end_offset
             inner_merge: Callable[[Sequence[PutResult]], Sequence[PutResult]] = _same
         else:
-            results, end_offset, inner_merge = self._append(
-                decode_batch(batch, checked), born)
+            results, end_offset, inner_merge = self._append(decode_batch(batch, checked), born)
         if not rejected:
             return results, end_offset, inner_merge
 
@@ -395,14 +425,15 @@ class MessageStore:
         """
         self._require_running()
         if self.role.is_master:
-            raise RoleChangeRefused(f"raw appends are for replica stores (broker_role=SLAVE); "
-                                    f"this store is {self.role.broker_role}")
+            raise RoleChangeRefused(
+                f"raw appends are for replica stores (broker_role=SLAVE); "
+                f"this store is {self.role.broker_role}"
+            )
         end = self.commitlog.append_raw(offset, data)
         self.dispatcher.wake()
         return end
 
-    def report_replica(self, address: str, acked_offset: int, disconnected: bool = False
-                       ) -> None:
+    def report_replica(self, address: str, acked_offset: int, disconnected: bool = False) -> None:
         """What the HA service says of one replica (master side)."""
         if disconnected:
             self.replicas.forget(address)
@@ -419,25 +450,39 @@ class MessageStore:
         self._require_running()
         with self._state_lock:
             if self.role.is_master:
-                raise RoleChangeRefused(f"store is already {self.role.broker_role} "
-                                        f"(epoch {self.role.epoch})")
+                raise RoleChangeRefused(
+                    f"store is already {self.role.broker_role} (epoch {self.role.epoch})"
+                )
             self.wait_dispatched()
             with self.commitlog.lock, self.dispatcher.paused():
                 finish_queue_offsets(self.commitlog, self.queues)
-                role = RoleState(self.role.broker_role, self.role.epoch, list(self.role.epochs),
-                                 self.role.broker_id)
-                role.promote(self.config.promoted_broker_role, epoch,
-                             self.commitlog.max_offset)
+                role = RoleState(
+                    self.role.broker_role,
+                    self.role.epoch,
+                    list(self.role.epochs),
+                    self.role.broker_id,
+                )
+                role.promote(self.config.promoted_broker_role, epoch, self.commitlog.max_offset)
                 role.broker_id = broker_id
                 self.role_file.save(role)
                 self.replicas.reset(self.commitlog.max_offset)
                 self.role = role
-        log.warning("store promoted to %s, epoch %d from CommitLog offset %d",
-                    role.broker_role, role.epoch, self.commitlog.max_offset)
+        log.warning(
+            "store promoted to %s, epoch %d from CommitLog offset %d",
+            role.broker_role,
+            role.epoch,
+            self.commitlog.max_offset,
+        )
         return role
 
-    def demote(self, epoch: int = 0, epochs: Sequence[tuple[int, int]] = (),
-               broker_id: int = -1, *, only_if_replica: bool = False) -> RoleState:
+    def demote(
+        self,
+        epoch: int = 0,
+        epochs: Sequence[tuple[int, int]] = (),
+        broker_id: int = -1,
+        *,
+        only_if_replica: bool = False,
+    ) -> RoleState:
         """Follow a master (of ``epoch``, with its epoch history): client writes are refused.
 
         With ``only_if_replica`` a master is left alone (RoleChangeRefused): the
@@ -446,10 +491,13 @@ class MessageStore:
         self._require_running()
         with self._state_lock:
             if only_if_replica and self.role.is_master:
-                raise RoleChangeRefused(f"the store is {self.role.broker_role} (epoch "
-                                        f"{self.role.epoch}); only_if_replica refuses to demote it")
-            role = RoleState(self.role.broker_role, self.role.epoch, list(self.role.epochs),
-                             self.role.broker_id)
+                raise RoleChangeRefused(
+                    f"the store is {self.role.broker_role} (epoch "
+                    f"{self.role.epoch}); only_if_replica refuses to demote it"
+                )
+            role = RoleState(
+                self.role.broker_role, self.role.epoch, list(self.role.epochs), self.role.broker_id
+            )
             role.demote(epoch, list(epochs), broker_id)
             self.role_file.save(role)
             self.role = role
@@ -468,16 +516,19 @@ class MessageStore:
             raise RoleChangeRefused("only a replica store can be truncated")
         commitlog = self.commitlog
         if not commitlog.min_offset <= offset <= commitlog.max_offset:
-            raise ValueError(f"offset {offset} is outside the CommitLog "
-                             f"[{commitlog.min_offset}, {commitlog.max_offset}]")
+            raise ValueError(
+                f"offset {offset} is outside the CommitLog "
+                f"[{commitlog.min_offset}, {commitlog.max_offset}]"
+            )
         if not commitlog.is_record_start(offset):
             raise ValueError(f"offset {offset} is not the start of a record")
         if offset == commitlog.max_offset:
             return 0
         with commitlog.lock, self.dispatcher.paused():
             cut = commitlog.files.truncate_to(offset)
-            shortened = {(cq.topic, cq.queue_id): None for cq in self.queues
-                         if cq.truncate_past(offset)}
+            shortened = {
+                (cq.topic, cq.queue_id): None for cq in self.queues if cq.truncate_past(offset)
+            }
             notes = self.index.truncate_past(offset)
             self.dispatcher.rewind(offset)
             finish_queue_offsets(commitlog, self.queues)
@@ -492,9 +543,17 @@ class MessageStore:
         return cut
 
     # ================================================================ reads
-    def get_messages(self, topic: str, queue_id: int, queue_offset: int,
-                     max_count: int | None = None, subscription: str | None = None,
-                     max_bytes: int | None = None, *, raw: bool = False) -> GetResult:
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int | None = None,
+        subscription: str | None = None,
+        max_bytes: int | None = None,
+        *,
+        raw: bool = False,
+    ) -> GetResult:
         """Read up to ``max_count`` messages from ``queue_offset`` that match ``subscription``.
 
         With ``raw``, ``result.raw`` holds each record's bytes (views of the
@@ -508,11 +567,16 @@ class MessageStore:
         try:
             sub = parse_subscription(subscription)
         except InvalidSubscription:
-            return GetResult(GetStatus.NO_MATCHED_MESSAGE, next_begin_offset=queue_offset,
-                             min_offset=cq.min_offset(), max_offset=cq.max_offset())
+            return GetResult(
+                GetStatus.NO_MATCHED_MESSAGE,
+                next_begin_offset=queue_offset,
+                min_offset=cq.min_offset(),
+                max_offset=cq.max_offset(),
+            )
         min_offset, max_offset = cq.min_offset(), cq.max_offset()
-        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, min_offset=min_offset,
-                           max_offset=max_offset)
+        result = GetResult(
+            GetStatus.NO_MATCHED_MESSAGE, min_offset=min_offset, max_offset=max_offset
+        )
         if max_offset == 0:
             result.status, result.next_begin_offset = GetStatus.NO_MESSAGE_IN_QUEUE, 0
         elif queue_offset < min_offset:
@@ -529,12 +593,12 @@ class MessageStore:
     def _hold_segment(self, physical: int) -> MappedFile | None:
         """The CommitLog segment holding ``physical``, held (release it), or None when the
         offset was cleaned away or the segment is being deleted."""
-        mf = self.commitlog.files.find(physical) if physical >= self.commitlog.min_offset \
-            else None
+        mf = self.commitlog.files.find(physical) if physical >= self.commitlog.min_offset else None
         return mf if mf is not None and mf.hold() else None
 
-    def _next_segment(self, current: MappedFile | None, physical: int
-                      ) -> tuple[MappedFile | None, int, int]:
+    def _next_segment(
+        self, current: MappedFile | None, physical: int
+    ) -> tuple[MappedFile | None, int, int]:
         """Release ``current`` and hold the segment holding ``physical``, with its
         ``(file_from_offset, file_end_offset)``; ``(None, 0, 0)`` when it is gone."""
         if current is not None:
@@ -547,10 +611,14 @@ class MessageStore:
     def _collect(self, cq, queue_offset, max_count, max_bytes, sub, result, raw) -> None:  # type: ignore[no-untyped-def]
         """Read matching messages into ``result``; one segment reference per segment."""
         config = self.config
-        count = config.max_transfer_count_on_message_in_memory if max_count is None \
+        count = (
+            config.max_transfer_count_on_message_in_memory
+            if max_count is None
             else max(0, min(max_count, 1 << 20))
-        byte_limit = config.max_transfer_bytes_on_message_in_memory if max_bytes is None \
-            else max_bytes
+        )
+        byte_limit = (
+            config.max_transfer_bytes_on_message_in_memory if max_bytes is None else max_bytes
+        )
         if raw and sub.matches_all:
             self._collect_raw(cq, queue_offset, count, byte_limit, result)
             return
@@ -564,7 +632,8 @@ class MessageStore:
         mf_from = mf_end = 0
         try:
             for physical, size, code in cq.entries(
-                    queue_offset, max(count, 1) if matches_all else config.max_get_scan_entries):
+                queue_offset, max(count, 1) if matches_all else config.max_get_scan_entries
+            ):
                 taken = len(raw_parts) if raw else len(messages)
                 if taken >= count or (taken and total_bytes + size > byte_limit):
                     break
@@ -588,7 +657,7 @@ class MessageStore:
                     continue
                 if raw:
                     position = physical - mf_from
-                    raw_parts.append(mf.view[position:position + size])
+                    raw_parts.append(mf.view[position : position + size])
                     result.raw_count += 1
                 else:
                     messages.append(record)
@@ -602,8 +671,14 @@ class MessageStore:
         elif missing:
             result.status = GetStatus.OFFSET_FOUND_NULL
 
-    def _collect_raw(self, cq, queue_offset: int, count: int, byte_limit: int,  # type: ignore[no-untyped-def]
-                     result: GetResult) -> None:
+    def _collect_raw(
+        self,
+        cq,
+        queue_offset: int,
+        count: int,
+        byte_limit: int,  # type: ignore[no-untyped-def]
+        result: GetResult,
+    ) -> None:
         """Every record from ``queue_offset`` as raw bytes, checked in bulk per segment.
 
         The consume queue decides which records are taken (:func:`_taken`);
@@ -613,8 +688,9 @@ class MessageStore:
         physicals, sizes = cq.entry_columns(queue_offset, max(count, 1))
         taken = _taken(sizes, count, byte_limit)
         if taken:
-            self.commitlog.page_cache.read_ahead(int(physicals[0]),
-                                                 int(physicals[taken - 1] + sizes[taken - 1]))
+            self.commitlog.page_cache.read_ahead(
+                int(physicals[0]), int(physicals[taken - 1] + sizes[taken - 1])
+            )
         missing = at = 0
         while at < taken:
             mf = self._hold_segment(int(physicals[at]))
@@ -626,8 +702,12 @@ class MessageStore:
                 rest = physicals[at:taken]
                 beyond = np.flatnonzero((rest < mf.file_from_offset) | (rest >= mf.file_end_offset))
                 stop = at + (int(beyond[0]) if len(beyond) else len(rest))
-                found = verified_runs(mf.view, physicals[at:stop] - mf.file_from_offset,
-                                      sizes[at:stop], check_crc=self.config.check_crc_on_read)
+                found = verified_runs(
+                    mf.view,
+                    physicals[at:stop] - mf.file_from_offset,
+                    sizes[at:stop],
+                    check_crc=self.config.check_crc_on_read,
+                )
             finally:
                 mf.release()
             result.raw.extend(found.views)
@@ -646,8 +726,9 @@ class MessageStore:
         """The message whose record starts at ``commitlog_offset``; None if none is there."""
         self._require_running()
         try:
-            return self.commitlog.read_record(commitlog_offset,
-                                              check_crc=self.config.check_crc_on_read)
+            return self.commitlog.read_record(
+                commitlog_offset, check_crc=self.config.check_crc_on_read
+            )
         except CorruptRecord:
             return None
 
@@ -659,8 +740,14 @@ class MessageStore:
             return None  # another store's message: its offset means nothing here
         return self.look_message(offset)
 
-    def query_messages(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,
-                       end_ms: int | None = None) -> list[RecordView]:
+    def query_messages(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+    ) -> list[RecordView]:
         """Messages of ``topic`` whose KEYS or UNIQ_KEY equals ``key`` in the time range."""
         self._require_running()
         end = end_ms if end_ms is not None else time.time_ns() // 1_000_000 + 1000
@@ -712,8 +799,9 @@ class MessageStore:
         Copy-on-write: the dispatcher may be iterating the old list on its
         thread; it finishes that round with it (one more call at most).
         """
-        self.dispatcher.listeners = [known for known in self.dispatcher.listeners
-                                     if known is not listener]
+        self.dispatcher.listeners = [
+            known for known in self.dispatcher.listeners if known is not listener
+        ]
 
     def wait_dispatched(self, timeout_s: float = 30.0) -> bool:
         """Block until everything appended so far is in the consume queues."""
@@ -733,16 +821,14 @@ class MessageStore:
     def verify(self) -> list[str]:
         """Every inconsistency between CommitLog, consume queues and index (empty: sound)."""
         self._require_running()
-        return verify_store(self.commitlog, self.queues, self.index,
-                            self.dispatcher.reput_offset)
+        return verify_store(self.commitlog, self.queues, self.index, self.dispatcher.reput_offset)
 
 
 def _same(results: Sequence[PutResult]) -> Sequence[PutResult]:
     return results
 
 
-_COVERED_BY_REPLICA_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK,
-                                                  PutStatus.FLUSH_DISK_TIMEOUT}
+_COVERED_BY_REPLICA_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT}
 _FLUSH_TIMEOUT_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK}
 
 
@@ -756,8 +842,7 @@ def _mark_flush_timeout(results: Sequence[PutResult]) -> None:
     _mark(results, PutStatus.FLUSH_DISK_TIMEOUT, _FLUSH_TIMEOUT_MARK)
 
 
-def _mark(results: Sequence[PutResult], status: PutStatus, unless: frozenset[PutStatus]
-          ) -> None:
+def _mark(results: Sequence[PutResult], status: PutStatus, unless: frozenset[PutStatus]) -> None:
     """``status`` for every result whose status is not in ``unless``."""
     if isinstance(results, StoredRun):
         results.mark(status, unless)

@@ -21,19 +21,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from boltmq.wire.record import CorruptRecord, decode_record
 from services.store.commitlog import CommitLog, dispatch_request_of, is_consumable
 from services.store.config import StoreConfig
 from services.store.consume_queue import ConsumeQueueTable
 from services.store.index_service import IndexService
-from services.store.record import CorruptRecord, decode_record
 
 # Delayed messages keep their delivery time as tag code (DESIGN 4.3).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_PROBLEMS = 1000
 
 
-def verify_store(commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService | None,
-                 dispatched_offset: int) -> list[str]:
+def verify_store(
+    commitlog: CommitLog,
+    queues: ConsumeQueueTable,
+    index: IndexService | None,
+    dispatched_offset: int,
+) -> list[str]:
     """All inconsistencies (at most MAX_PROBLEMS lines); empty when the store is sound."""
     problems: list[str] = []
     end = _check_commitlog_and_queues(commitlog, queues, index, dispatched_offset, problems)
@@ -44,9 +48,13 @@ def verify_store(commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexSe
     return problems[:MAX_PROBLEMS]
 
 
-def _check_commitlog_and_queues(commitlog: CommitLog, queues: ConsumeQueueTable,
-                                index: IndexService | None, dispatched_offset: int,
-                                problems: list[str]) -> int:
+def _check_commitlog_and_queues(
+    commitlog: CommitLog,
+    queues: ConsumeQueueTable,
+    index: IndexService | None,
+    dispatched_offset: int,
+    problems: list[str],
+) -> int:
     end = commitlog.min_offset
     index_floor = index.files[0].begin_phy_offset if index is not None and index.files else None
     try:
@@ -61,12 +69,17 @@ def _check_commitlog_and_queues(commitlog: CommitLog, queues: ConsumeQueueTable,
             request = dispatch_request_of(record)
             if is_consumable(record.sys_flag):
                 _check_entry_of(queues, request, problems)
-            if index is not None and request.index_keys and index_floor is not None \
-                    and offset >= index_floor:
+            if (
+                index is not None
+                and request.index_keys
+                and index_floor is not None
+                and offset >= index_floor
+            ):
                 for key in request.index_keys:
                     if offset not in index.query(request.topic, key, 1 << 16, 0, 1 << 62):
-                        problems.append(f"index: key {request.topic}#{key} of offset {offset} "
-                                        f"not found")
+                        problems.append(
+                            f"index: key {request.topic}#{key} of offset {offset} not found"
+                        )
     except CorruptRecord as exc:
         problems.append(f"commitlog: {exc}")
     return end
@@ -76,20 +89,25 @@ def _check_entry_of(queues: ConsumeQueueTable, request, problems: list[str]) -> 
     where = f"{request.topic}/{request.queue_id}@{request.queue_offset}"
     cq = queues.get(request.topic, request.queue_id)
     if cq is None:
-        problems.append(f"consume queue {request.topic}/{request.queue_id} missing for "
-                        f"CommitLog offset {request.commitlog_offset}")
+        problems.append(
+            f"consume queue {request.topic}/{request.queue_id} missing for "
+            f"CommitLog offset {request.commitlog_offset}"
+        )
         return
     if request.queue_offset < cq.min_offset():
         return  # cleaned with its segment
     entry = cq.entry(request.queue_offset)
     if entry is None:
-        problems.append(f"consume queue {where}: no entry for CommitLog offset "
-                        f"{request.commitlog_offset}")
+        problems.append(
+            f"consume queue {where}: no entry for CommitLog offset {request.commitlog_offset}"
+        )
         return
     physical, size, code = entry
     if physical != request.commitlog_offset or size != request.size:
-        problems.append(f"consume queue {where}: entry ({physical}, {size}) but the record is "
-                        f"({request.commitlog_offset}, {request.size})")
+        problems.append(
+            f"consume queue {where}: entry ({physical}, {size}) but the record is "
+            f"({request.commitlog_offset}, {request.size})"
+        )
     elif code != request.tags_code and request.topic != SCHEDULE_TOPIC:
         problems.append(f"consume queue {where}: tag code {code}, record says {request.tags_code}")
 
@@ -111,8 +129,9 @@ def _check_queue(commitlog: CommitLog, cq, dispatched_end: int, problems: list[s
             problems.append(f"{where}: empty entry inside the queue")
             continue
         if physical + size > dispatched_end:
-            problems.append(f"{where}: points at {physical}+{size}, past the CommitLog data "
-                            f"({dispatched_end})")
+            problems.append(
+                f"{where}: points at {physical}+{size}, past the CommitLog data ({dispatched_end})"
+            )
             continue
         mf = commitlog.files.find(physical)
         if mf is None:
@@ -124,9 +143,15 @@ def _check_queue(commitlog: CommitLog, cq, dispatched_end: int, problems: list[s
             problems.append(f"{where}: no record at {physical} ({exc})")
             continue
         if (record.topic, record.queue_id, record.queue_offset, record.total_size) != (
-                cq.topic, cq.queue_id, queue_offset, size):
-            problems.append(f"{where}: points at a record of {record.topic}/{record.queue_id}"
-                            f"@{record.queue_offset} ({record.total_size} bytes)")
+            cq.topic,
+            cq.queue_id,
+            queue_offset,
+            size,
+        ):
+            problems.append(
+                f"{where}: points at a record of {record.topic}/{record.queue_id}"
+                f"@{record.queue_offset} ({record.total_size} bytes)"
+            )
 
 
 def verify_directory(root: Path, config: StoreConfig | None = None) -> list[str]:
@@ -169,8 +194,9 @@ def offline_lock(root: Path) -> Iterator[None]:
             os.close(fd)
 
 
-def open_offline(root: Path, config: StoreConfig) -> tuple[CommitLog, ConsumeQueueTable,
-                                                           IndexService]:
+def open_offline(
+    root: Path, config: StoreConfig
+) -> tuple[CommitLog, ConsumeQueueTable, IndexService]:
     """Map a store's files read-only in spirit: positions from the data, nothing cut.
 
     Segment and queue file sizes are taken from the files themselves, so the
@@ -178,10 +204,13 @@ def open_offline(root: Path, config: StoreConfig) -> tuple[CommitLog, ConsumeQue
     """
     segment_size = _file_size(root / "commitlog") or config.mapped_file_size_commitlog
     queue_size = _first_queue_file_size(root / "consumequeue") or config.consume_queue_file_size
-    cfg = StoreConfig(root_dir=root, mapped_file_size_commitlog=segment_size,
-                      mapped_file_size_consume_queue=queue_size,
-                      max_hash_slot_num=config.max_hash_slot_num,
-                      max_index_num=config.max_index_num)
+    cfg = StoreConfig(
+        root_dir=root,
+        mapped_file_size_commitlog=segment_size,
+        mapped_file_size_consume_queue=queue_size,
+        max_hash_slot_num=config.max_hash_slot_num,
+        max_index_num=config.max_index_num,
+    )
     commitlog = CommitLog(cfg)
     commitlog.files.load()
     _set_commitlog_end(commitlog)

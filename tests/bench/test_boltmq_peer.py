@@ -13,7 +13,8 @@ WARM_UP_PER_TOPIC = 5
 
 
 def test_the_consumer_of_several_topics_reads_every_message_once_and_can_start_at_the_ends(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     peer = BoltMQPeer()
     peer.start(tmp_path)
     try:
@@ -32,8 +33,9 @@ def test_the_consumer_of_several_topics_reads_every_message_once_and_can_start_a
         consumer.close()
         assert len(bodies) == expected
         for n, topic in enumerate(topics):
-            assert sorted(b for b in bodies if b.startswith(f"{topic}-".encode())) == \
-                sorted(f"{topic}-{i}".encode() for i in range(40 + n))
+            assert sorted(b for b in bodies if b.startswith(f"{topic}-".encode())) == sorted(
+                f"{topic}-{i}".encode() for i in range(40 + n)
+            )
         late = peer.consumer(topics, from_start=False)
         assert late.poll() == []
         late.close()

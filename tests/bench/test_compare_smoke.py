@@ -22,25 +22,48 @@ from bench.compare.workload import Workload
 pytest.importorskip("redis", reason="redis-py is in the bench extra")
 pytest.importorskip("matplotlib", reason="matplotlib is in the bench extra")
 if shutil.which("redis-server") is None:
-    pytest.skip("redis-server is not installed (apt-get install -y redis-server)",
-                allow_module_level=True)
+    pytest.skip(
+        "redis-server is not installed (apt-get install -y redis-server)", allow_module_level=True
+    )
 
 CONSUME = 1500
-EXISTING = ("# Benchmark results\n\n## Earlier\nkept above\n\n"
-            "## Side by side (issue 8)\nstale table\n\n## Later\nkept below\n")
-ROW = re.compile(r"^\| (?P<scenario>[a-z+]+) \| (?P<mode>[a-z-]+) \| (?P<producers>\d+) \| "
-                 r"(?P<topics>\d+) \| (?P<system>[^|]+) \| (?P<messages>[\d,]+) \| "
-                 r"(?P<rate>[\d,]+) \| [\d.]+ \| [^|]+ \| [^|]+ \| (?P<ratio>[\d.]+|-) \|$")
+EXISTING = (
+    "# Benchmark results\n\n## Earlier\nkept above\n\n"
+    "## Side by side (issue 8)\nstale table\n\n## Later\nkept below\n"
+)
+ROW = re.compile(
+    r"^\| (?P<scenario>[a-z+]+) \| (?P<mode>[a-z-]+) \| (?P<producers>\d+) \| "
+    r"(?P<topics>\d+) \| (?P<system>[^|]+) \| (?P<messages>[\d,]+) \| "
+    r"(?P<rate>[\d,]+) \| [\d.]+ \| [^|]+ \| [^|]+ \| (?P<ratio>[\d.]+|-) \|$"
+)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("compare")
     (out / "RESULTS.md").write_text(EXISTING)
-    outcome = CliRunner().invoke(main, [
-        "--quick", "--seconds", "0.5", "--consume-messages", str(CONSUME), "--topics", "1",
-        "--producers", "1", "--system", "boltmq", "--system", "redis",
-        "--results", str(out / "RESULTS.md"), "--charts-dir", str(out)])
+    outcome = CliRunner().invoke(
+        main,
+        [
+            "--quick",
+            "--seconds",
+            "0.5",
+            "--consume-messages",
+            str(CONSUME),
+            "--topics",
+            "1",
+            "--producers",
+            "1",
+            "--system",
+            "boltmq",
+            "--system",
+            "redis",
+            "--results",
+            str(out / "RESULTS.md"),
+            "--charts-dir",
+            str(out),
+        ],
+    )
     assert outcome.exit_code == 0, outcome.output
     return out, (out / "RESULTS.md").read_text()
 
@@ -51,8 +74,12 @@ def rows_of(text: str) -> list[dict[str, str]]:
 
 def test_every_scenario_has_a_row_per_system_with_real_counts(run: tuple[Path, str]) -> None:
     rows = rows_of(run[1])
-    expected = {("produce", "batched"), ("produce", "one-at-a-time"), ("consume", "batched"),
-                ("produce+consume", "batched")}
+    expected = {
+        ("produce", "batched"),
+        ("produce", "one-at-a-time"),
+        ("consume", "batched"),
+        ("produce+consume", "batched"),
+    }
     for system in ("BoltMQ", "Redis Streams"):
         mine = [r for r in rows if r["system"].strip() == system]
         assert {(r["scenario"], r["mode"]) for r in mine} == expected
@@ -66,8 +93,12 @@ def test_every_scenario_has_a_row_per_system_with_real_counts(run: tuple[Path, s
 def test_ratios_are_boltmq_rate_over_the_row_rate(run: tuple[Path, str]) -> None:
     rows = rows_of(run[1])
     for row in rows:
-        same = [r for r in rows if r["system"].strip() == "BoltMQ"
-                and (r["scenario"], r["mode"]) == (row["scenario"], row["mode"])]
+        same = [
+            r
+            for r in rows
+            if r["system"].strip() == "BoltMQ"
+            and (r["scenario"], r["mode"]) == (row["scenario"], row["mode"])
+        ]
         boltmq_rate = int(same[0]["rate"].replace(",", ""))
         expected = boltmq_rate / int(row["rate"].replace(",", ""))
         # rates are printed rounded to whole msg/s, ratios to 2 decimals
@@ -77,8 +108,12 @@ def test_ratios_are_boltmq_rate_over_the_row_rate(run: tuple[Path, str]) -> None
 def test_only_the_side_by_side_section_is_replaced(run: tuple[Path, str]) -> None:
     out, text = run
     assert "stale table" not in text
-    assert text.index("kept above") < text.index("## Side by side (issue 8)") \
-        < text.index("## Later") < text.index("kept below")
+    assert (
+        text.index("kept above")
+        < text.index("## Side by side (issue 8)")
+        < text.index("## Later")
+        < text.index("kept below")
+    )
     assert "appendfsync everysec" in text and "ASYNC_FLUSH" in text
     charts = sorted(p.name for p in out.glob("compare-*.png"))
     assert "compare-produce-batched.png" in charts and len(charts) == 4
@@ -89,12 +124,16 @@ def test_section_is_appended_when_absent() -> None:
     assert text == "# Results\n\n## Other\nx\n\n## Side by side (issue 8)\nT\n"
 
 
-@pytest.mark.skipif(shutil.which("nats-server") is None,
-                    reason="nats-server is not installed (apt-get install -y nats-server); "
-                           "make test does not need it")
+@pytest.mark.skipif(
+    shutil.which("nats-server") is None,
+    reason="nats-server is not installed (apt-get install -y nats-server); "
+    "make test does not need it",
+)
 def test_nats_runs_the_same_workload() -> None:
-    result = compare(["nats"], Workload(seconds=0.5, consume_messages=CONSUME,
-                                        topic_counts=(2,), producer_counts=(1,)))
+    result = compare(
+        ["nats"],
+        Workload(seconds=0.5, consume_messages=CONSUME, topic_counts=(2,), producer_counts=(1,)),
+    )
     assert not result.skipped
     assert {r.system for r in result.rows} == {"NATS JetStream"}
     assert len(result.rows) == 4 and all(r.messages > 0 for r in result.rows)
@@ -102,8 +141,7 @@ def test_nats_runs_the_same_workload() -> None:
     assert consumed.messages >= CONSUME
 
 
-def test_a_missing_server_is_skipped_with_the_apt_command(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_server_is_skipped_with_the_apt_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shutil, "which", lambda program: None)
     result = compare(["nats"], Workload(seconds=0.1, topic_counts=(1,), producer_counts=(1,)))
     assert result.rows == []

@@ -9,38 +9,51 @@ from pathlib import Path
 
 import pytest
 
-from boltmq.launcher import REPO_ROOT
+from boltmq.cli.dev.launcher import REPO_ROOT
 from tests.integration.conftest import Cluster
 
 WAYS = ("sdk", "request", "request+results", "raw")
 
 
 def run_split(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench.send_split", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "bench.send_split", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_each_way_prints_its_rate_cpu_and_percentiles(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
     try:
-        done = run_split("--registry", cluster.registry.address, "--batch", "4",
-                         "--calls", "3", "--rounds", "1")
+        done = run_split(
+            "--registry", cluster.registry.address, "--batch", "4", "--calls", "3", "--rounds", "1"
+        )
     finally:
         cluster.stop()
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines] == list(WAYS)
     for line in lines:
-        assert re.search(r" [\d,]+ msg/s  client CPU +\d+\.\d\d us/msg  "
-                         r"p50=\d+\.\d+ms p99=\d+\.\d+ms$", line), line
+        assert re.search(
+            r" [\d,]+ msg/s  client CPU +\d+\.\d\d us/msg  "
+            r"p50=\d+\.\d+ms p99=\d+\.\d+ms$",
+            line,
+        ), line
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--registry", "127.0.0.1:1", "--batch", "0"], "--batch"),
-    (["--registry", "127.0.0.1:1", "--size", "4"], "--size"),
-    (["--registry", "127.0.0.1:1", "--calls", "0"], "--calls"),
-    ([], "--registry"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--registry", "127.0.0.1:1", "--batch", "0"], "--batch"),
+        (["--registry", "127.0.0.1:1", "--size", "4"], "--size"),
+        (["--registry", "127.0.0.1:1", "--calls", "0"], "--calls"),
+        ([], "--registry"),
+    ],
+)
 def test_bad_options_are_refused(args: list[str], words: str) -> None:
     done = run_split(*args)
     assert done.returncode == 2 and words in done.stderr

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from boltmq.bench_soak import SoakError, SoakSpec, _Bitmap
-from boltmq.cli import main
-from boltmq.soak_report import (
+from bench.cli import bench as bench_command
+from bench.soak_report import (
     Limits,
     ProcessSample,
     Sample,
@@ -16,12 +15,14 @@ from boltmq.soak_report import (
     percentile_ms,
     slope_per_min,
 )
+from bench.soak_run import SoakError, SoakSpec, _Bitmap
 
 
 def series(anon: list[float], fds: list[int]) -> list[Sample]:
-    return [Sample(float(t + 1), 0, 0, None, None, None,
-                   {"store": ProcessSample(a + 100, a, f, 8)})
-            for t, (a, f) in enumerate(zip(anon, fds, strict=True))]
+    return [
+        Sample(float(t + 1), 0, 0, None, None, None, {"store": ProcessSample(a + 100, a, f, 8)})
+        for t, (a, f) in enumerate(zip(anon, fds, strict=True))
+    ]
 
 
 def test_slope_is_least_squares_per_minute() -> None:
@@ -39,8 +40,9 @@ def test_memory_rule_ignores_warm_up_but_catches_late_growth() -> None:
 
 
 def test_handle_rule_allows_slack_and_catches_a_leak() -> None:
-    assert all(v.ok for v in judge_handles(series([1] * 6, [9, 10, 10, 12, 11, 10]),
-                                           Limits(fd_slack=2)))
+    assert all(
+        v.ok for v in judge_handles(series([1] * 6, [9, 10, 10, 12, 11, 10]), Limits(fd_slack=2))
+    )
     (verdict,) = judge_handles(series([1] * 6, [10, 10, 10, 11, 12, 13]), Limits(fd_slack=2))
     assert not verdict.ok and "second half max 13" in verdict.detail
 
@@ -63,23 +65,27 @@ def test_percentile_and_bitmap() -> None:
     assert received.missing_from(acked) == 3
 
 
-@pytest.mark.parametrize("spec, words", [
-    (SoakSpec(seconds=10, sample_seconds=5), "each half"),
-    (SoakSpec(size=4), "header"),
-    (SoakSpec(producers=0), "at least 1"),
-    (SoakSpec(rate=1, producers=4, batch=10), "below one batch"),
-    (SoakSpec(limits=Limits(fd_slack=-1)), "negative"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        (SoakSpec(seconds=10, sample_seconds=5), "each half"),
+        (SoakSpec(size=4), "header"),
+        (SoakSpec(producers=0), "at least 1"),
+        (SoakSpec(rate=1, producers=4, batch=10), "below one batch"),
+        (SoakSpec(limits=Limits(fd_slack=-1)), "negative"),
+    ],
+)
 def test_bad_specs_are_named(spec: SoakSpec, words: str) -> None:
     with pytest.raises(SoakError, match=words):
         spec.check()
 
 
 def test_cli_bad_input_is_one_line_and_non_zero(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    outcome = CliRunner().invoke(main, ["bench", "soak", "--seconds", "10", "--sample-seconds",
-                                        "5", "--out", str(tmp_path)])
+    outcome = CliRunner().invoke(
+        bench_command, ["soak", "--seconds", "10", "--sample-seconds", "5", "--out", str(tmp_path)]
+    )
     assert outcome.exit_code == 1
     assert outcome.output.strip().startswith("Error: seconds must be at least")
     assert len(outcome.output.strip().splitlines()) == 1
-    outcome = CliRunner().invoke(main, ["bench", "soak", "--rate", "0"])
+    outcome = CliRunner().invoke(bench_command, ["soak", "--rate", "0"])
     assert outcome.exit_code == 2 and "--rate" in outcome.output

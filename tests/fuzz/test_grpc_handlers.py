@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boltmq import Message, Producer, SendError
-from boltmq.launcher import ServiceProcess
-from boltmq.runtime import sync_channel
+from boltmq.cli.dev.launcher import ServiceProcess
+from boltmq.kernel.runtime import sync_channel
 from boltmq.v1 import broker_pb2, message_pb2, registry_pb2, store_pb2
 from tests.reliability.conftest import FaultCluster
 from tests.reliability.scale import FUZZ_EXAMPLES
@@ -42,15 +42,47 @@ SERVER_FAULTS = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 CALL_TIMEOUT_S = 5.0
 """A call that long-polls (a fuzzed suspend time) ends at this deadline: not a fault."""
 MAX_BODY_BYTES = 64 * 1024
-HOSTILE_NAMES = ["../../../../etc/passwd", "..", ".", "/", "a/b", "a\\b", "%RETRY%", "\x00",
-                 "topic\x00nul", "\n\r\t", "\x01\x02", "\u202e\u0000\ufffd", "é" * 200,
-                 "x" * 128, "x" * 256, "x" * 65_536, "x" * 100_000, " ", "*", "||", "CON"]
-MUST_REFUSE = ["../../../../etc/passwd", "..", ".", "/", "a/b", "a\\b", "\x00", "topic\x00nul",
-               "\n\r\t", "\x01\x02", "x" * 100_000]
+HOSTILE_NAMES = [
+    "../../../../etc/passwd",
+    "..",
+    ".",
+    "/",
+    "a/b",
+    "a\\b",
+    "%RETRY%",
+    "\x00",
+    "topic\x00nul",
+    "\n\r\t",
+    "\x01\x02",
+    "\u202e\u0000\ufffd",
+    "é" * 200,
+    "x" * 128,
+    "x" * 256,
+    "x" * 65_536,
+    "x" * 100_000,
+    " ",
+    "*",
+    "||",
+    "CON",
+]
+MUST_REFUSE = [
+    "../../../../etc/passwd",
+    "..",
+    ".",
+    "/",
+    "a/b",
+    "a\\b",
+    "\x00",
+    "topic\x00nul",
+    "\n\r\t",
+    "\x01\x02",
+    "x" * 100_000,
+]
 """Names that would escape the data directory, cannot be a file name, or are far too long."""
 SERVICES = {"registry": registry_pb2, "store": store_pb2, "broker": broker_pb2}
-SETTINGS = settings(max_examples=FUZZ_EXAMPLES, deadline=None,
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck)
+)
 
 
 # ------------------------------------------------------------------ strategies from descriptors
@@ -66,14 +98,27 @@ def scalar(field: d.FieldDescriptor) -> st.SearchStrategy[object]:
         return st.sampled_from([v.number for v in field.enum_type.values] + [999])
     if t in (d.FieldDescriptor.TYPE_DOUBLE, d.FieldDescriptor.TYPE_FLOAT):
         return st.floats(allow_nan=False, width=32)
-    bits = 64 if t in (d.FieldDescriptor.TYPE_INT64, d.FieldDescriptor.TYPE_SINT64,
-                       d.FieldDescriptor.TYPE_SFIXED64) else 32
-    if t in (d.FieldDescriptor.TYPE_UINT32, d.FieldDescriptor.TYPE_UINT64,
-             d.FieldDescriptor.TYPE_FIXED32, d.FieldDescriptor.TYPE_FIXED64):
+    bits = (
+        64
+        if t
+        in (
+            d.FieldDescriptor.TYPE_INT64,
+            d.FieldDescriptor.TYPE_SINT64,
+            d.FieldDescriptor.TYPE_SFIXED64,
+        )
+        else 32
+    )
+    if t in (
+        d.FieldDescriptor.TYPE_UINT32,
+        d.FieldDescriptor.TYPE_UINT64,
+        d.FieldDescriptor.TYPE_FIXED32,
+        d.FieldDescriptor.TYPE_FIXED64,
+    ):
         return st.one_of(st.sampled_from([0, 1, (1 << bits) - 1]), st.integers(0, 1000))
     low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    return st.one_of(st.sampled_from([0, 1, -1, low, high, 1023, 1024]),
-                     st.integers(-1000, 100_000))
+    return st.one_of(
+        st.sampled_from([0, 1, -1, low, high, 1023, 1024]), st.integers(-1000, 100_000)
+    )
 
 
 @st.composite
@@ -84,8 +129,10 @@ def message_of(draw: st.DrawFn, descriptor: d.Descriptor, depth: int = 0) -> Pro
         if not draw(st.booleans()):
             continue
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            key_f, value_f = field.message_type.fields_by_name["key"], \
-                field.message_type.fields_by_name["value"]
+            key_f, value_f = (
+                field.message_type.fields_by_name["key"],
+                field.message_type.fields_by_name["value"],
+            )
             if value_f.message_type is not None:
                 continue  # maps of messages: none in requests worth the depth
             entries = draw(st.dictionaries(scalar(key_f), scalar(value_f), max_size=6))
@@ -93,8 +140,11 @@ def message_of(draw: st.DrawFn, descriptor: d.Descriptor, depth: int = 0) -> Pro
         elif field.message_type is not None:
             if depth >= 2:
                 continue
-            values = draw(st.lists(message_of(field.message_type, depth + 1), max_size=3)) \
-                if _repeated(field) else [draw(message_of(field.message_type, depth + 1))]
+            values = (
+                draw(st.lists(message_of(field.message_type, depth + 1), max_size=3))
+                if _repeated(field)
+                else [draw(message_of(field.message_type, depth + 1))]
+            )
             if _repeated(field):
                 getattr(msg, field.name).extend(values)
             else:
@@ -107,8 +157,11 @@ def message_of(draw: st.DrawFn, descriptor: d.Descriptor, depth: int = 0) -> Pro
 
 
 def _repeated(field: d.FieldDescriptor) -> bool:
-    return bool(field.is_repeated) if hasattr(field, "is_repeated") \
+    return (
+        bool(field.is_repeated)
+        if hasattr(field, "is_repeated")
         else field.label == d.FieldDescriptor.LABEL_REPEATED
+    )
 
 
 @st.composite
@@ -120,7 +173,7 @@ def mutated_bytes(draw: st.DrawFn, descriptor: d.Descriptor) -> bytes:
         if choice == 0 and data:
             data[min(at, len(data) - 1)] = draw(st.integers(0, 255))
         elif choice == 1:
-            del data[at:at + draw(st.integers(1, 16))]
+            del data[at : at + draw(st.integers(1, 16))]
         else:
             data[at:at] = draw(st.binary(min_size=1, max_size=8))
     return bytes(data)
@@ -167,8 +220,13 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Targets]:
 
 def start_targets(tmp_path: Path) -> Iterator[Targets]:
     cluster = FaultCluster(tmp_path, store_settings=(f"max_message_size_bytes={MAX_BODY_BYTES}",))
-    replica = ServiceProcess("store", cluster.log_dir, f"root_dir={tmp_path / 'replica'}",
-                             "broker_role=SLAVE", "mapped_file_size_commitlog=4194304").start()
+    replica = ServiceProcess(
+        "store",
+        cluster.log_dir,
+        f"root_dir={tmp_path / 'replica'}",
+        "broker_role=SLAVE",
+        "mapped_file_size_commitlog=4194304",
+    ).start()
     try:
         with Producer(cluster.registry.address, "fuzz-seed") as producer:
             producer.send(Message("FuzzSeed", b"seed", keys=["k"]))  # something to read
@@ -193,16 +251,21 @@ def fuzz_service(targets: Targets, kind: str, mutate: bool) -> None:
     """Every unary method of ``kind``, FUZZ_EXAMPLES requests each, at every address."""
     faults: list[str] = []
     for service, method in unary_methods(SERVICES[kind]):
-        build = mutated_bytes(method.input_type) if mutate else \
-            message_of(method.input_type).map(lambda m: m.SerializeToString())
+        build = (
+            mutated_bytes(method.input_type)
+            if mutate
+            else message_of(method.input_type).map(lambda m: m.SerializeToString())
+        )
         fuzz_method(targets.addresses(kind), f"/{service}/{method.name}", build, faults)
     assert faults == [], faults[:5]
     check_healthy(targets)
 
 
-def fuzz_method(addresses: list[str], path: str, build: st.SearchStrategy[bytes],
-                faults: list[str]) -> None:
+def fuzz_method(
+    addresses: list[str], path: str, build: st.SearchStrategy[bytes], faults: list[str]
+) -> None:
     """FUZZ_EXAMPLES requests from ``build`` to ``path`` at every address; faults noted."""
+
     @SETTINGS
     @given(build)
     def one_request(payload: bytes) -> None:
@@ -219,27 +282,33 @@ def check_healthy(targets: Targets) -> None:
     for proc in targets.processes():
         assert proc.alive(), f"{proc.service} died: {proc.last_error()}"
         with sync_channel(proc.address) as channel:
-            status = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=CALL_TIMEOUT_S).status
+            status = (
+                health_pb2_grpc.HealthStub(channel)
+                .Check(health_pb2.HealthCheckRequest(), timeout=CALL_TIMEOUT_S)
+                .status
+            )
         assert status == health_pb2.HealthCheckResponse.SERVING, proc.service
     assert targets.cluster.tracebacks() == []
 
 
 @pytest.mark.parametrize("kind", list(SERVICES))
 def test_generated_requests_get_a_response_or_a_proper_status_and_services_stay_up(
-        targets: Targets, kind: str) -> None:
+    targets: Targets, kind: str
+) -> None:
     fuzz_service(targets, kind, mutate=False)
 
 
 @pytest.mark.parametrize("kind", list(SERVICES))
 def test_mutated_request_bytes_get_a_response_or_a_proper_status_and_services_stay_up(
-        targets: Targets, kind: str) -> None:
+    targets: Targets, kind: str
+) -> None:
     fuzz_service(targets, kind, mutate=True)
 
 
 # ------------------------------------------------------------------ named cases
 def test_hostile_names_are_refused_and_create_nothing_outside_the_store(
-        fresh: Targets, tmp_path: Path) -> None:
+    fresh: Targets, tmp_path: Path
+) -> None:
     with Producer(fresh.cluster.registry.address, "fuzz-names", retry_times=0) as producer:
         for name in MUST_REFUSE:
             with pytest.raises((SendError, ValueError)):
@@ -266,10 +335,10 @@ def test_bodies_at_the_limit_are_stored_and_past_it_refused_clearly(fresh: Targe
 
 
 @pytest.mark.parametrize("count", [40_000, 400_000])
-def test_very_many_tiny_properties_are_refused_with_a_status(fresh: Targets,
-                                                             count: int) -> None:
-    msg = message_pb2.Message(topic="FuzzProps", body=b"x",
-                              properties={f"k{n}": "" for n in range(count)})
+def test_very_many_tiny_properties_are_refused_with_a_status(fresh: Targets, count: int) -> None:
+    msg = message_pb2.Message(
+        topic="FuzzProps", body=b"x", properties={f"k{n}": "" for n in range(count)}
+    )
     payload = store_pb2.AppendRequest(messages=[msg]).SerializeToString()
     code = call(fresh.cluster.store.address, "/boltmq.v1.StoreService/Append", payload)
     assert code not in SERVER_FAULTS
@@ -277,8 +346,8 @@ def test_very_many_tiny_properties_are_refused_with_a_status(fresh: Targets,
         with sync_channel(fresh.cluster.store.address) as channel:
             response = channel.unary_unary(
                 "/boltmq.v1.StoreService/Append",
-                response_deserializer=store_pb2.AppendResponse.FromString)(
-                payload, timeout=CALL_TIMEOUT_S)
+                response_deserializer=store_pb2.AppendResponse.FromString,
+            )(payload, timeout=CALL_TIMEOUT_S)
         assert list(response.statuses) == [message_pb2.PROPERTIES_SIZE_EXCEEDED], response
     check_healthy(fresh)
 
@@ -286,16 +355,21 @@ def test_very_many_tiny_properties_are_refused_with_a_status(fresh: Targets,
 def test_sends_to_a_replica_store_are_refused_and_store_nothing(tmp_path: Path) -> None:
     # A replica of its own: the fuzzing above may well have promoted the shared one.
     root = tmp_path / "replica"
-    replica = ServiceProcess("store", tmp_path / "logs", f"root_dir={root}",
-                             "broker_role=SLAVE", "mapped_file_size_commitlog=4194304").start()
+    replica = ServiceProcess(
+        "store",
+        tmp_path / "logs",
+        f"root_dir={root}",
+        "broker_role=SLAVE",
+        "mapped_file_size_commitlog=4194304",
+    ).start()
     try:
         msg = message_pb2.Message(topic="FuzzReplica", body=b"x")
         with sync_channel(replica.address) as channel:
             response = channel.unary_unary(
                 "/boltmq.v1.StoreService/Append",
                 request_serializer=store_pb2.AppendRequest.SerializeToString,
-                response_deserializer=store_pb2.AppendResponse.FromString)(
-                store_pb2.AppendRequest(messages=[msg] * 3), timeout=CALL_TIMEOUT_S)
+                response_deserializer=store_pb2.AppendResponse.FromString,
+            )(store_pb2.AppendRequest(messages=[msg] * 3), timeout=CALL_TIMEOUT_S)
         assert set(response.statuses) == {message_pb2.SERVICE_NOT_AVAILABLE}
         assert all("replica" in response.errors[i] for i in range(3)), response
         assert not (root / "consumequeue" / "FuzzReplica").exists()

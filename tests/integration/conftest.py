@@ -26,16 +26,24 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
 
 
 # ------------------------------------------------------------------ a whole cluster
-CLUSTER_STORE_SETTINGS = ("mapped_file_size_commitlog=4194304",
-                          "mapped_file_size_consume_queue=60000", "max_hash_slot_num=5000",
-                          "max_index_num=20000", "disk_max_used_space_ratio=100",
-                          "disk_space_clean_forcibly_ratio=100",
-                          "disk_space_warning_level_ratio=100")
+CLUSTER_STORE_SETTINGS = (
+    "mapped_file_size_commitlog=4194304",
+    "mapped_file_size_consume_queue=60000",
+    "max_hash_slot_num=5000",
+    "max_index_num=20000",
+    "disk_max_used_space_ratio=100",
+    "disk_space_clean_forcibly_ratio=100",
+    "disk_space_warning_level_ratio=100",
+)
 """Small segments: a test's store is created in milliseconds, not gigabytes. The disk
 ratios are off: how full this machine's disk is must not decide a test's outcome."""
 CLUSTER_REGISTRY_SETTINGS = ("broker_expiry_ms=3000", "scan_interval_ms=100")
-CLUSTER_BROKER_SETTINGS = ("register_interval_ms=500", "client_expiry_ms=3000",
-                           "client_scan_interval_ms=200", "offset_persist_interval_ms=500")
+CLUSTER_BROKER_SETTINGS = (
+    "register_interval_ms=500",
+    "client_expiry_ms=3000",
+    "client_scan_interval_ms=200",
+    "offset_persist_interval_ms=500",
+)
 """Short intervals so expiries and take-overs show within seconds; a consumer in a
 test heartbeats (rebalances) every few hundred ms, far inside the 3 s client expiry."""
 
@@ -62,13 +70,16 @@ class Cluster:
         return proc
 
     def _start_store(self, port: int = 0) -> ServiceProcess:
-        return self._start("store", f"root_dir={self.root_dir}", *CLUSTER_STORE_SETTINGS,
-                           port=port)
+        return self._start("store", f"root_dir={self.root_dir}", *CLUSTER_STORE_SETTINGS, port=port)
 
     def _start_broker(self, port: int = 0) -> ServiceProcess:
-        return self._start("broker", f"store_address={self.store.address}",
-                           f"registry_addresses={self.registry.address}",
-                           *CLUSTER_BROKER_SETTINGS, port=port)
+        return self._start(
+            "broker",
+            f"store_address={self.store.address}",
+            f"registry_addresses={self.registry.address}",
+            *CLUSTER_BROKER_SETTINGS,
+            port=port,
+        )
 
     def restart_broker(self, *, kill: bool = False) -> ServiceProcess:
         """Stop (SIGTERM, or SIGKILL with ``kill``) and start the broker on its port."""

@@ -16,13 +16,14 @@ import grpc
 import pytest
 from click.testing import CliRunner
 
-from boltmq.cli import main
+from bench.cli import bench as bench_command
+from boltmq.cli.main import main
 from boltmq.client import new_client_id
+from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.signing import Credentials, RequestSigner, signed_metadata
 from boltmq.message import Message
 from boltmq.producer import Producer
 from boltmq.pull_consumer import PullConsumer
-from boltmq.runtime import sync_channel
-from boltmq.signing import Credentials, RequestSigner, signed_metadata
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2, registry_pb2
 from tests.integration.conftest import (
     CLUSTER_BROKER_SETTINGS,
@@ -34,13 +35,21 @@ from tests.integration.procs import ServiceProcess
 ADMIN = Credentials("admin-key", "admin-secret-1")
 ORDERS = Credentials("orders-app", "orders-secret-1")
 READER = Credentials("reader-app", "reader-secret-1")
-SEED = {"accounts": [
-    {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True},
-    {"accessKey": ORDERS.access_key, "secretKey": ORDERS.secret_key,
-     "topicPerms": {"orders": "PUB|SUB"}},
-    {"accessKey": READER.access_key, "secretKey": READER.secret_key,
-     "topicPerms": {"orders": "SUB"}},
-]}
+SEED = {
+    "accounts": [
+        {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True},
+        {
+            "accessKey": ORDERS.access_key,
+            "secretKey": ORDERS.secret_key,
+            "topicPerms": {"orders": "PUB|SUB"},
+        },
+        {
+            "accessKey": READER.access_key,
+            "secretKey": READER.secret_key,
+            "topicPerms": {"orders": "SUB"},
+        },
+    ]
+}
 SECRETS = [ADMIN.secret_key, ORDERS.secret_key, READER.secret_key]
 
 
@@ -51,18 +60,24 @@ class AclCluster:
         self.log_dir = tmp_path / "logs"
         self.seed = tmp_path / "acl.json"
         self.seed.write_text(json.dumps(SEED))
-        self.registry = ServiceProcess("registry", self.log_dir,
-                                       *CLUSTER_REGISTRY_SETTINGS).start()
-        self.store = ServiceProcess("store", self.log_dir, f"root_dir={tmp_path / 'store'}",
-                                    *CLUSTER_STORE_SETTINGS).start()
+        self.registry = ServiceProcess("registry", self.log_dir, *CLUSTER_REGISTRY_SETTINGS).start()
+        self.store = ServiceProcess(
+            "store", self.log_dir, f"root_dir={tmp_path / 'store'}", *CLUSTER_STORE_SETTINGS
+        ).start()
         self.broker = self._start_broker(0)
 
     def _start_broker(self, port: int) -> ServiceProcess:
-        return ServiceProcess("broker", self.log_dir, f"store_address={self.store.address}",
-                              f"registry_addresses={self.registry.address}",
-                              *CLUSTER_BROKER_SETTINGS, "acl_enable=true",
-                              f"acl_file={self.seed}", "acl_signature_max_skew_ms=60000",
-                              port=port).start()
+        return ServiceProcess(
+            "broker",
+            self.log_dir,
+            f"store_address={self.store.address}",
+            f"registry_addresses={self.registry.address}",
+            *CLUSTER_BROKER_SETTINGS,
+            "acl_enable=true",
+            f"acl_file={self.seed}",
+            "acl_signature_max_skew_ms=60000",
+            port=port,
+        ).start()
 
     def restart_broker(self) -> None:
         assert self.broker.stop() == 0, self.broker.last_error()
@@ -86,12 +101,17 @@ def acl_cluster(tmp_path: Path) -> Iterator[AclCluster]:
     cluster.stop()
 
 
-def send(stub: broker_pb2_grpc.BrokerServiceStub, topic: str, body: bytes = b"x",
-         **call: object) -> broker_pb2.SendResponse:
-    response: broker_pb2.SendResponse = stub.SendMessage(broker_pb2.SendRequest(
-        producer_group="acl-test", messages=[message_pb2.Message(topic=topic, queue_id=0,
-                                                                  body=body)]),
-        timeout=5, **call)
+def send(
+    stub: broker_pb2_grpc.BrokerServiceStub, topic: str, body: bytes = b"x", **call: object
+) -> broker_pb2.SendResponse:
+    response: broker_pb2.SendResponse = stub.SendMessage(
+        broker_pb2.SendRequest(
+            producer_group="acl-test",
+            messages=[message_pb2.Message(topic=topic, queue_id=0, body=body)],
+        ),
+        timeout=5,
+        **call,
+    )
     return response
 
 
@@ -103,8 +123,7 @@ def refused(call: object) -> grpc.StatusCode:
 
 
 def queue_end(cluster: AclCluster, topic: str) -> int:
-    status = cluster.stub(ADMIN).TopicStatus(broker_pb2.TopicStatusRequest(topic=topic),
-                                             timeout=5)
+    status = cluster.stub(ADMIN).TopicStatus(broker_pb2.TopicStatusRequest(topic=topic), timeout=5)
     return sum(q.max_offset for q in status.queues)
 
 
@@ -125,91 +144,135 @@ def test_good_credentials_produce_and_consume(acl_cluster: AclCluster) -> None:
 
 
 def test_bench_signs_with_the_cli_credentials(acl_cluster: AclCluster) -> None:
-    bench = ["bench", "produce", "--registry", acl_cluster.registry.address, "--topic",
-             "orders", "--count", "20", "--batch", "10", "--concurrency", "1", "--json"]
-    signed = CliRunner().invoke(main, [*bench, "--access-key", ORDERS.access_key],
-                                env={"BOLTMQ_SECRET_KEY": ORDERS.secret_key})
+    bench = [
+        "produce",
+        "--registry",
+        acl_cluster.registry.address,
+        "--topic",
+        "orders",
+        "--count",
+        "20",
+        "--batch",
+        "10",
+        "--concurrency",
+        "1",
+        "--json",
+    ]
+    signed = CliRunner().invoke(
+        bench_command,
+        [*bench, "--access-key", ORDERS.access_key],
+        env={"BOLTMQ_SECRET_KEY": ORDERS.secret_key},
+    )
     assert signed.exit_code == 0, signed.output
     assert json.loads(signed.output.splitlines()[-1])["messages"] == 20
-    unsigned = CliRunner().invoke(main, bench)
+    unsigned = CliRunner().invoke(bench_command, bench)
     assert unsigned.exit_code == 1
     assert "UNAUTHENTICATED" in unsigned.output and "Traceback" not in unsigned.output
     assert ORDERS.secret_key not in signed.output + unsigned.output
 
 
-def test_wrong_missing_or_stale_credentials_are_unauthenticated(acl_cluster: AclCluster
-                                                                ) -> None:
+def test_wrong_missing_or_stale_credentials_are_unauthenticated(acl_cluster: AclCluster) -> None:
     wrong = Credentials(ORDERS.access_key, "not-the-secret")
-    assert refused(lambda: send(acl_cluster.stub(wrong), "orders")) == \
-        grpc.StatusCode.UNAUTHENTICATED
-    assert refused(lambda: send(acl_cluster.stub(None), "orders")) == \
-        grpc.StatusCode.UNAUTHENTICATED
-    stale_ms = int(time.time() * 1000) - 120_000   # beyond the broker's 60 s
-    stale = signed_metadata(ORDERS, "/boltmq.v1.BrokerService/SendMessage", new_client_id(),
-                            stale_ms)
-    assert refused(lambda: send(acl_cluster.stub(None), "orders", metadata=stale)) == \
-        grpc.StatusCode.UNAUTHENTICATED
+    assert (
+        refused(lambda: send(acl_cluster.stub(wrong), "orders")) == grpc.StatusCode.UNAUTHENTICATED
+    )
+    assert (
+        refused(lambda: send(acl_cluster.stub(None), "orders")) == grpc.StatusCode.UNAUTHENTICATED
+    )
+    stale_ms = int(time.time() * 1000) - 120_000  # beyond the broker's 60 s
+    stale = signed_metadata(
+        ORDERS, "/boltmq.v1.BrokerService/SendMessage", new_client_id(), stale_ms
+    )
+    assert (
+        refused(lambda: send(acl_cluster.stub(None), "orders", metadata=stale))
+        == grpc.StatusCode.UNAUTHENTICATED
+    )
     fresh = signed_metadata(ORDERS, "/boltmq.v1.BrokerService/SendMessage", new_client_id())
-    assert send(acl_cluster.stub(None), "orders", metadata=fresh).statuses == \
-        [broker_pb2.SEND_OK]
+    assert send(acl_cluster.stub(None), "orders", metadata=fresh).statuses == [broker_pb2.SEND_OK]
     log = acl_cluster.broker.log()
     assert "UNAUTHENTICATED" in log and "wrong signature for access key orders-app" in log
     assert not any(secret in log for secret in [*SECRETS, "not-the-secret"])
 
 
-def test_publishing_without_pub_is_denied_and_nothing_is_stored(acl_cluster: AclCluster
-                                                                ) -> None:
+def test_publishing_without_pub_is_denied_and_nothing_is_stored(acl_cluster: AclCluster) -> None:
     send(acl_cluster.stub(ORDERS), "orders", b"first")
     before = queue_end(acl_cluster, "orders")
-    assert refused(lambda: send(acl_cluster.stub(READER), "orders", b"sneaky")) == \
-        grpc.StatusCode.PERMISSION_DENIED
-    assert refused(lambda: send(acl_cluster.stub(ORDERS), "elsewhere")) == \
-        grpc.StatusCode.PERMISSION_DENIED
+    assert (
+        refused(lambda: send(acl_cluster.stub(READER), "orders", b"sneaky"))
+        == grpc.StatusCode.PERMISSION_DENIED
+    )
+    assert (
+        refused(lambda: send(acl_cluster.stub(ORDERS), "elsewhere"))
+        == grpc.StatusCode.PERMISSION_DENIED
+    )
     assert queue_end(acl_cluster, "orders") == before
-    topics = {t.name for t in acl_cluster.stub(ADMIN).ListTopics(
-        broker_pb2.ListTopicsRequest(), timeout=5).topics}
-    assert "elsewhere" not in topics   # a denied send does not even auto-create its topic
+    topics = {
+        t.name
+        for t in acl_cluster.stub(ADMIN)
+        .ListTopics(broker_pb2.ListTopicsRequest(), timeout=5)
+        .topics
+    }
+    assert "elsewhere" not in topics  # a denied send does not even auto-create its topic
     assert "reader-app has SUB on topic 'orders'" in acl_cluster.broker.log()
 
 
 def test_admin_calls_need_an_admin_account(acl_cluster: AclCluster) -> None:
     send(acl_cluster.stub(ORDERS), "orders")
     delete = broker_pb2.DeleteTopicRequest(topic="orders")
-    assert refused(lambda: acl_cluster.stub(ORDERS).DeleteTopic(delete, timeout=5)) == \
-        grpc.StatusCode.PERMISSION_DENIED
-    upsert = broker_pb2.UpsertTopicRequest(topic=registry_pb2.TopicConfig(
-        name="new-topic", read_queue_nums=1, write_queue_nums=1, perm=6))
-    assert refused(lambda: acl_cluster.stub(ORDERS).UpsertTopic(upsert, timeout=5)) == \
-        grpc.StatusCode.PERMISSION_DENIED
+    assert (
+        refused(lambda: acl_cluster.stub(ORDERS).DeleteTopic(delete, timeout=5))
+        == grpc.StatusCode.PERMISSION_DENIED
+    )
+    upsert = broker_pb2.UpsertTopicRequest(
+        topic=registry_pb2.TopicConfig(
+            name="new-topic", read_queue_nums=1, write_queue_nums=1, perm=6
+        )
+    )
+    assert (
+        refused(lambda: acl_cluster.stub(ORDERS).UpsertTopic(upsert, timeout=5))
+        == grpc.StatusCode.PERMISSION_DENIED
+    )
     acl_cluster.stub(ADMIN).UpsertTopic(upsert, timeout=5)
     runner = CliRunner()
     env = {"BOLTMQ_ACCESS_KEY": ORDERS.access_key, "BOLTMQ_SECRET_KEY": ORDERS.secret_key}
-    result = runner.invoke(main, ["admin", "acl", "show", "--registry",
-                                  acl_cluster.registry.address], env=env)
+    result = runner.invoke(
+        main, ["admin", "acl", "show", "--registry", acl_cluster.registry.address], env=env
+    )
     assert result.exit_code == 1
     assert "PERMISSION_DENIED" in result.output and "needs an admin account" in result.output
 
 
 def test_acl_edits_by_cli_persist_across_a_broker_restart(acl_cluster: AclCluster) -> None:
     runner = CliRunner()
-    env = {"BOLTMQ_ACCESS_KEY": ADMIN.access_key, "BOLTMQ_SECRET_KEY": ADMIN.secret_key,
-           "BOLTMQ_ACCOUNT_SECRET": "newcomer-secret"}
+    env = {
+        "BOLTMQ_ACCESS_KEY": ADMIN.access_key,
+        "BOLTMQ_SECRET_KEY": ADMIN.secret_key,
+        "BOLTMQ_ACCOUNT_SECRET": "newcomer-secret",
+    }
     registry = ["--registry", acl_cluster.registry.address]
-    added = runner.invoke(main, ["admin", "acl", "set-account", "newcomer", *registry,
-                                 "--topic", "orders=PUB"], env=env)
+    added = runner.invoke(
+        main,
+        ["admin", "acl", "set-account", "newcomer", *registry, "--topic", "orders=PUB"],
+        env=env,
+    )
     assert added.exit_code == 0, added.output
-    deleted = runner.invoke(main, ["admin", "acl", "delete-account", READER.access_key,
-                                   *registry], env=env)
+    deleted = runner.invoke(
+        main, ["admin", "acl", "delete-account", READER.access_key, *registry], env=env
+    )
     assert deleted.exit_code == 0, deleted.output
-    bad = runner.invoke(main, ["admin", "acl", "set-account", "other-app", *registry,
-                               "--topic", "orders=WRITE"], env=env)
+    bad = runner.invoke(
+        main,
+        ["admin", "acl", "set-account", "other-app", *registry, "--topic", "orders=WRITE"],
+        env=env,
+    )
     assert bad.exit_code == 1 and "unknown permission 'WRITE'" in bad.output
 
-    acl_cluster.restart_broker()   # the seed file is still configured: the store's copy wins
+    acl_cluster.restart_broker()  # the seed file is still configured: the store's copy wins
     newcomer = Credentials("newcomer", "newcomer-secret")
     assert send(acl_cluster.stub(newcomer), "orders").statuses == [broker_pb2.SEND_OK]
-    assert refused(lambda: send(acl_cluster.stub(READER), "orders")) == \
-        grpc.StatusCode.UNAUTHENTICATED
+    assert (
+        refused(lambda: send(acl_cluster.stub(READER), "orders")) == grpc.StatusCode.UNAUTHENTICATED
+    )
     shown = runner.invoke(main, ["admin", "acl", "show", *registry], env=env)
     assert shown.exit_code == 0, shown.output
     assert "newcomer" in shown.output and "newcomer-secret" not in shown.output
@@ -218,6 +281,8 @@ def test_acl_edits_by_cli_persist_across_a_broker_restart(acl_cluster: AclCluste
 
 def test_the_last_admin_account_cannot_be_removed(acl_cluster: AclCluster) -> None:
     remove = broker_pb2.UpdateAclRequest(delete_access_key=ADMIN.access_key)
-    assert refused(lambda: acl_cluster.stub(ADMIN).UpdateAcl(remove, timeout=5)) == \
-        grpc.StatusCode.FAILED_PRECONDITION
+    assert (
+        refused(lambda: acl_cluster.stub(ADMIN).UpdateAcl(remove, timeout=5))
+        == grpc.StatusCode.FAILED_PRECONDITION
+    )
     assert send(acl_cluster.stub(ORDERS), "orders").statuses == [broker_pb2.SEND_OK]

@@ -1,6 +1,6 @@
 """A replica broker copies its master's metadata when the master enforces the ACL (DESIGN 7).
 
-A :class:`~boltmq.local_cluster.LocalCluster` group (registry; master and
+A :class:`~boltmq.cli.dev.local_cluster.LocalCluster` group (registry; master and
 replica, each a store, its HA service and its broker) whose brokers both run
 with ``acl_enable`` and the same ACL seed file. GetMetadata is an admin call,
 so the replica signs its copies with the ``access_key`` / ``secret_key`` of
@@ -18,10 +18,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from boltmq.launcher import ServiceProcess
-from boltmq.local_cluster import ClusterSpec, LocalCluster, Member
-from boltmq.runtime import sync_channel
-from boltmq.signing import Credentials, RequestSigner
+from boltmq.cli.dev.launcher import ServiceProcess
+from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster, Member
+from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.signing import Credentials, RequestSigner
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2, store_pb2, store_pb2_grpc
 from services.broker.subscription_group import SUBSCRIPTION_GROUP_FILE
 from tests.integration.conftest import CLUSTER_REGISTRY_SETTINGS
@@ -34,11 +34,17 @@ from tests.integration.test_failover import (
 
 ADMIN = Credentials("admin-key", "admin-secret-1")
 APP = Credentials("orders-app", "orders-secret-1")
-SEED = {"accounts": [
-    {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True},
-    {"accessKey": APP.access_key, "secretKey": APP.secret_key,
-     "topicPerms": {"orders": "PUB|SUB"}, "groupPerms": {"orders-group": "SUB"}},
-]}
+SEED = {
+    "accounts": [
+        {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True},
+        {
+            "accessKey": APP.access_key,
+            "secretKey": APP.secret_key,
+            "topicPerms": {"orders": "PUB|SUB"},
+            "groupPerms": {"orders-group": "SUB"},
+        },
+    ]
+}
 TOPIC = "orders"
 GROUP = "orders-group"
 COMMITTED = 7
@@ -49,13 +55,19 @@ def start_group(tmp_path: Path, credentials: Credentials | None) -> LocalCluster
     """Master + replica, both enforcing the same ACL; brokers sign with ``credentials``."""
     seed = tmp_path / "acl.json"
     seed.write_text(json.dumps(SEED))
-    signing = (f"access_key={credentials.access_key}",
-               f"secret_key={credentials.secret_key}") if credentials else ()
-    spec = ClusterSpec(tmp_path, replicas=1, store_settings=STORE_SETTINGS,
-                       broker_settings=(*BROKER_SETTINGS, "acl_enable=true",
-                                        f"acl_file={seed}", *signing),
-                       ha_settings=HA_SETTINGS,
-                       registry_settings=CLUSTER_REGISTRY_SETTINGS)
+    signing = (
+        (f"access_key={credentials.access_key}", f"secret_key={credentials.secret_key}")
+        if credentials
+        else ()
+    )
+    spec = ClusterSpec(
+        tmp_path,
+        replicas=1,
+        store_settings=STORE_SETTINGS,
+        broker_settings=(*BROKER_SETTINGS, "acl_enable=true", f"acl_file={seed}", *signing),
+        ha_settings=HA_SETTINGS,
+        registry_settings=CLUSTER_REGISTRY_SETTINGS,
+    )
     return LocalCluster(spec).start()
 
 
@@ -66,17 +78,28 @@ def broker_of(member: Member) -> ServiceProcess:
 
 def broker_stub(member: Member) -> broker_pb2_grpc.BrokerServiceStub:
     """A stub on the member's broker, every call signed by the admin account."""
-    channel = grpc.intercept_channel(sync_channel(broker_of(member).address),
-                                     RequestSigner(ADMIN, "acl-replica-test"))
+    channel = grpc.intercept_channel(
+        sync_channel(broker_of(member).address), RequestSigner(ADMIN, "acl-replica-test")
+    )
     return broker_pb2_grpc.BrokerServiceStub(channel)
 
 
 def write_metadata(master: broker_pb2_grpc.BrokerServiceStub) -> None:
     """A topic, and a committed offset of a group (auto-created by the commit)."""
-    master.UpsertTopic(broker_pb2.UpsertTopicRequest(topic=registry_pb2.TopicConfig(
-        name=TOPIC, read_queue_nums=2, write_queue_nums=2, perm=6)), timeout=5)
-    master.UpdateConsumerOffset(broker_pb2.UpdateConsumerOffsetRequest(
-        group=GROUP, topic=TOPIC, queue_id=1, offset=COMMITTED), timeout=5)
+    master.UpsertTopic(
+        broker_pb2.UpsertTopicRequest(
+            topic=registry_pb2.TopicConfig(
+                name=TOPIC, read_queue_nums=2, write_queue_nums=2, perm=6
+            )
+        ),
+        timeout=5,
+    )
+    master.UpdateConsumerOffset(
+        broker_pb2.UpdateConsumerOffsetRequest(
+            group=GROUP, topic=TOPIC, queue_id=1, offset=COMMITTED
+        ),
+        timeout=5,
+    )
 
 
 def topics(stub: broker_pb2_grpc.BrokerServiceStub) -> set[str]:
@@ -84,8 +107,9 @@ def topics(stub: broker_pb2_grpc.BrokerServiceStub) -> set[str]:
 
 
 def committed(stub: broker_pb2_grpc.BrokerServiceStub) -> int:
-    response = stub.QueryConsumerOffset(broker_pb2.QueryConsumerOffsetRequest(
-        group=GROUP, topic=TOPIC, queue_id=1), timeout=5)
+    response = stub.QueryConsumerOffset(
+        broker_pb2.QueryConsumerOffsetRequest(group=GROUP, topic=TOPIC, queue_id=1), timeout=5
+    )
     return response.offset if response.found else -1
 
 
@@ -98,7 +122,8 @@ def store_config(member: Member, name: str) -> bytes:
     """A metadata document as the member's store holds it on disk."""
     with sync_channel(member.store.address) as channel:
         response = store_pb2_grpc.StoreServiceStub(channel).GetConfig(
-            store_pb2.GetConfigRequest(name=name), timeout=5)
+            store_pb2.GetConfigRequest(name=name), timeout=5
+        )
     return response.content if response.found else b""
 
 
@@ -107,19 +132,23 @@ def test_a_replica_signed_as_an_admin_copies_the_masters_metadata(tmp_path: Path
     try:
         master, replica = group.members
         master_stub, replica_stub = broker_stub(master), broker_stub(replica)
-        assert replica_stub.GetBrokerInfo(broker_pb2.GetBrokerInfoRequest(),
-                                          timeout=5).broker_id == 1
+        assert (
+            replica_stub.GetBrokerInfo(broker_pb2.GetBrokerInfoRequest(), timeout=5).broker_id == 1
+        )
         write_metadata(master_stub)
         assert TOPIC not in topics(replica_stub)
 
-        wait_for(lambda: TOPIC in topics(replica_stub) and
-                 committed(replica_stub) == COMMITTED,
-                 "the replica serves the topic and the offset committed on the master")
+        wait_for(
+            lambda: TOPIC in topics(replica_stub) and committed(replica_stub) == COMMITTED,
+            "the replica serves the topic and the offset committed on the master",
+        )
         groups = replica_stub.ListGroups(broker_pb2.ListGroupsRequest(), timeout=5).groups
         assert GROUP in {g.group for g in groups}
         # The group's settings were copied and saved in the replica's own store.
-        copied, original = (json.loads(store_config(m, SUBSCRIPTION_GROUP_FILE))
-                            ["subscriptionGroupTable"] for m in (replica, master))
+        copied, original = (
+            json.loads(store_config(m, SUBSCRIPTION_GROUP_FILE))["subscriptionGroupTable"]
+            for m in (replica, master)
+        )
         assert GROUP in copied and copied == original
         assert "cannot copy" not in broker_of(replica).log()
         assert "GetMetadata" not in broker_of(master).log()
@@ -127,38 +156,48 @@ def test_a_replica_signed_as_an_admin_copies_the_masters_metadata(tmp_path: Path
         group.stop()
 
 
-@pytest.mark.parametrize(("credentials", "status", "reason"), [
-    (None, "UNAUTHENTICATED", "no credentials"),
-    (APP, "PERMISSION_DENIED", "GetMetadata needs an admin account; orders-app is not one"),
-], ids=["no-credentials", "not-an-admin"])
+@pytest.mark.parametrize(
+    ("credentials", "status", "reason"),
+    [
+        (None, "UNAUTHENTICATED", "no credentials"),
+        (APP, "PERMISSION_DENIED", "GetMetadata needs an admin account; orders-app is not one"),
+    ],
+    ids=["no-credentials", "not-an-admin"],
+)
 def test_a_replica_without_admin_credentials_is_refused_and_says_so(
-        tmp_path: Path, credentials: Credentials | None, status: str, reason: str) -> None:
+    tmp_path: Path, credentials: Credentials | None, status: str, reason: str
+) -> None:
     group = start_group(tmp_path, credentials)
     try:
         master, replica = (broker_of(m) for m in group.members)
         write_metadata(broker_stub(group.members[0]))
 
-        wait_for(lambda: f"refused {GET_METADATA}" in master.log(),
-                 "the master logs the refused copy")
+        wait_for(
+            lambda: f"refused {GET_METADATA}" in master.log(), "the master logs the refused copy"
+        )
         refusal = first_line(master, f"refused {GET_METADATA}")
         assert f"{status}: {reason}" in refusal
         wait_for(lambda: "cannot copy" in replica.log(), "the replica logs the failed copy")
         failure = first_line(replica, "cannot copy")
         assert f"master broker {master.address} failed: {status}: {reason}" in failure
         assert "needs an admin account's credentials: set this broker's access_key" in failure
-        assert not any(secret in replica.log() + master.log()
-                       for secret in (ADMIN.secret_key, APP.secret_key))
+        assert not any(
+            secret in replica.log() + master.log() for secret in (ADMIN.secret_key, APP.secret_key)
+        )
 
         # The replica keeps running and serving; it just has none of the master's metadata.
         replica_stub = broker_stub(group.members[1])
         assert replica.alive()
-        assert replica_stub.GetBrokerInfo(broker_pb2.GetBrokerInfoRequest(),
-                                          timeout=5).broker_id == 1
+        assert (
+            replica_stub.GetBrokerInfo(broker_pb2.GetBrokerInfoRequest(), timeout=5).broker_id == 1
+        )
         assert TOPIC not in topics(replica_stub)
         # Refused round after round, logged once: the master refuses again meanwhile.
         refusals = master.log().count(f"refused {GET_METADATA}")
-        wait_for(lambda: master.log().count(f"refused {GET_METADATA}") > refusals,
-                 "another refused round")
+        wait_for(
+            lambda: master.log().count(f"refused {GET_METADATA}") > refusals,
+            "another refused round",
+        )
         assert replica.log().count("cannot copy") == 1
     finally:
         group.stop()

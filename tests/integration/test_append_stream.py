@@ -17,16 +17,20 @@ from pathlib import Path
 import grpc
 import pytest
 
+from boltmq.kernel.runtime import sync_channel
 from boltmq.message import Message
-from boltmq.runtime import sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from boltmq.wire.record_batch import RecordBatch
 from services.broker.errors import InvalidArgument, StoreUnavailable
 from services.broker.store_client import StoreClient
-from services.store.record_batch import RecordBatch
 from tests.integration.procs import ServiceProcess
 
-SMALL = ("mapped_file_size_commitlog=1048576", "mapped_file_size_consume_queue=60000",
-         "max_hash_slot_num=1000", "max_index_num=4000")
+SMALL = (
+    "mapped_file_size_commitlog=1048576",
+    "mapped_file_size_consume_queue=60000",
+    "max_hash_slot_num=1000",
+    "max_index_num=4000",
+)
 TIMEOUT_MS = 10_000
 
 Spawn = Callable[..., ServiceProcess]
@@ -39,7 +43,8 @@ class OpenStream:
         self._channel = sync_channel(address)
         self._requests: queue.Queue[store_pb2.AppendStreamRequest | None] = queue.Queue()
         self._responses = store_pb2_grpc.StoreServiceStub(self._channel).AppendStream(
-            iter(self._requests.get, None), timeout=30)
+            iter(self._requests.get, None), timeout=30
+        )
 
     def send(self, request_id: int, append: store_pb2.AppendRequest) -> None:
         self._requests.put(store_pb2.AppendStreamRequest(id=request_id, append=append))
@@ -69,27 +74,30 @@ def open_stream() -> Iterator[Callable[[ServiceProcess], OpenStream]]:
 
 def records(topic: str, *bodies: bytes) -> store_pb2.AppendRequest:
     encoded = b"".join(Message(topic, body).to_record() for body in bodies)
-    return store_pb2.AppendRequest(records=encoded, record_count=len(bodies), topic=topic,
-                                   queue_id=0)
+    return store_pb2.AppendRequest(
+        records=encoded, record_count=len(bodies), topic=topic, queue_id=0
+    )
 
 
 def stored_bodies(address: str, topic: str) -> list[bytes]:
     with sync_channel(address) as chan:
         pulled = store_pb2_grpc.StoreServiceStub(chan).Pull(
-            store_pb2.PullRequest(topic=topic, queue_id=0, max_messages=1000))
+            store_pb2.PullRequest(topic=topic, queue_id=0, max_messages=1000)
+        )
     return [m.body for m in pulled.messages]
 
 
-def test_answers_by_id_refusals_keep_the_stream_open(spawn: Spawn, open_stream,
-                                                     tmp_path: Path) -> None:
+def test_answers_by_id_refusals_keep_the_stream_open(
+    spawn: Spawn, open_stream, tmp_path: Path
+) -> None:
     store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
     stream = open_stream(store)
     stream.send(7, records("T", b"a", b"b"))
-    stream.send(8, store_pb2.AppendRequest(messages=[message_pb2.Message(topic="T")],
-                                           born_host="nonsense"))
+    stream.send(
+        8, store_pb2.AppendRequest(messages=[message_pb2.Message(topic="T")], born_host="nonsense")
+    )
     stream.send(9, store_pb2.AppendRequest(records=b"x" * 10, record_count=0, topic="T"))
-    stream.send(10, store_pb2.AppendRequest(messages=[message_pb2.Message(
-        topic="T", body=b"c")]))
+    stream.send(10, store_pb2.AppendRequest(messages=[message_pb2.Message(topic="T", body=b"c")]))
     answers = {r.id: r for r in (stream.receive() for _ in range(4))}
 
     assert sorted(answers) == [7, 8, 9, 10]
@@ -112,11 +120,13 @@ def test_sync_flush_appends_are_all_answered(spawn: Spawn, open_stream, tmp_path
     answers = [stream.receive() for _ in range(40)]
 
     assert sorted(a.id for a in answers) == list(range(1, 41))
-    assert all(a.error_code == 0 and list(a.append.statuses) == [message_pb2.PUT_OK]
-               for a in answers)
+    assert all(
+        a.error_code == 0 and list(a.append.statuses) == [message_pb2.PUT_OK] for a in answers
+    )
     assert sorted(q for a in answers for q in a.append.queue_offsets) == list(range(40))
-    assert sorted(stored_bodies(store.address, "S")) == sorted(f"m{i}".encode()
-                                                               for i in range(1, 41))
+    assert sorted(stored_bodies(store.address, "S")) == sorted(
+        f"m{i}".encode() for i in range(1, 41)
+    )
 
 
 def batch(topic: str, *bodies: bytes) -> RecordBatch:
@@ -131,8 +141,9 @@ def test_broker_client_fails_clearly_and_reconnects(spawn: Spawn, tmp_path: Path
     async def scenario() -> None:
         client = StoreClient(store.address, TIMEOUT_MS)
         try:
-            appended = await asyncio.gather(*(client.append_records(batch("B", b"%d" % i), "")
-                                              for i in range(20)))
+            appended = await asyncio.gather(
+                *(client.append_records(batch("B", b"%d" % i), "") for i in range(20))
+            )
             assert sorted(q for a in appended for q in a.queue_offsets) == list(range(20))
             with pytest.raises(InvalidArgument, match="^born_host: "):
                 await client.append_records(batch("B", b"x"), "nonsense")
@@ -165,8 +176,9 @@ def test_concurrent_appends_share_one_stream(spawn: Spawn, tmp_path: Path) -> No
     async def scenario() -> list[store_pb2.AppendResponse]:
         client = StoreClient(store.address, TIMEOUT_MS)
         try:
-            return await asyncio.gather(*(client.append_records(batch("C", body), "")
-                                          for body in bodies))
+            return await asyncio.gather(
+                *(client.append_records(batch("C", body), "") for body in bodies)
+            )
         finally:
             await client.close()
 
@@ -179,8 +191,9 @@ def test_concurrent_appends_share_one_stream(spawn: Spawn, tmp_path: Path) -> No
     assert sorted(stored_bodies(store.address, "C")) == sorted(bodies)
 
 
-def test_shutdown_ends_an_open_stream_without_waiting_out_the_grace(spawn: Spawn,
-                                                                     tmp_path: Path) -> None:
+def test_shutdown_ends_an_open_stream_without_waiting_out_the_grace(
+    spawn: Spawn, tmp_path: Path
+) -> None:
     """SIGTERM with a broker's stream open: answered appends stay answered, the stream
     ends normally, and the store exits cleanly (a held stream would keep it for 60 s,
     past the launcher's 20 s wait, and the exit code would be SIGKILL's)."""
@@ -193,14 +206,17 @@ def test_shutdown_ends_an_open_stream_without_waiting_out_the_grace(spawn: Spawn
         stream.receive()
 
 
-def test_a_broker_gone_mid_stream_leaves_the_store_quiet_and_serving(spawn: Spawn,
-                                                                     tmp_path: Path) -> None:
+def test_a_broker_gone_mid_stream_leaves_the_store_quiet_and_serving(
+    spawn: Spawn, tmp_path: Path
+) -> None:
     """The broker's stream dies with SYNC_FLUSH answers still owed: the appends are kept,
     the undeliverable answers are dropped without a traceback, the store serves on."""
     store = spawn("store", f"root_dir={tmp_path / 's'}", "flush_disk_type=SYNC_FLUSH", *SMALL)
     with sync_channel(store.address) as chan:
-        requests = (store_pb2.AppendStreamRequest(id=i, append=records("Gone", b"%d" % i))
-                    for i in range(300))
+        requests = (
+            store_pb2.AppendStreamRequest(id=i, append=records("Gone", b"%d" % i))
+            for i in range(300)
+        )
         stub = store_pb2_grpc.StoreServiceStub(chan)
         call = stub.AppendStream(requests)
         first = next(call)  # the stream is open and answering

@@ -29,8 +29,14 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
     env.pop("BOLTMQ_REGISTRY", None)
-    return subprocess.run([sys.executable, "-m", "boltmq.cli", *args], input=stdin,
-                          capture_output=True, text=True, env=env, timeout=COMMAND_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "boltmq.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=COMMAND_TIMEOUT_S,
+    )
 
 
 @pytest.fixture
@@ -59,19 +65,34 @@ def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) ->
 
 # ===================================================================== messages
 def test_produce_with_tags_and_keys_then_consume_prints_them(boltmq: Run) -> None:
-    hello = boltmq("produce", "--topic", "greetings", "--body", "hello", "--tags", "A",
-                   "--keys", "k1 k2", "--property", "lang=en").stdout
+    hello = boltmq(
+        "produce",
+        "--topic",
+        "greetings",
+        "--body",
+        "hello",
+        "--tags",
+        "A",
+        "--keys",
+        "k1 k2",
+        "--property",
+        "lang=en",
+    ).stdout
     world = boltmq("produce", "--topic", "greetings", "--body", "world", "--tags", "B").stdout
     hello_id, hello_at = _sent(hello)
     world_id, world_at = _sent(world)
 
     printed = boltmq("consume", "--topic", "greetings", "--count", "2").stdout.splitlines()
-    assert sorted(printed) == sorted([
-        f"{hello_id} greetings/{hello_at} tags=A keys=k1 k2 body=b'hello'",
-        f"{world_id} greetings/{world_at} tags=B keys=- body=b'world'"])
+    assert sorted(printed) == sorted(
+        [
+            f"{hello_id} greetings/{hello_at} tags=A keys=k1 k2 body=b'hello'",
+            f"{world_id} greetings/{world_at} tags=B keys=- body=b'world'",
+        ]
+    )
 
-    only_b = boltmq("consume", "--topic", "greetings", "--group", "tag-b", "--subscription", "B",
-                    "--count", "1").stdout.splitlines()
+    only_b = boltmq(
+        "consume", "--topic", "greetings", "--group", "tag-b", "--subscription", "B", "--count", "1"
+    ).stdout.splitlines()
     assert only_b == [f"{world_id} greetings/{world_at} tags=B keys=- body=b'world'"]
 
     lines = boltmq("produce", "--topic", "greetings", stdin="one\ntwo\nthree\n").stdout
@@ -82,8 +103,9 @@ def test_produce_with_tags_and_keys_then_consume_prints_them(boltmq: Run) -> Non
 
 def _sent(produce_output: str) -> tuple[str, str]:
     """(msg id, "queue@offset") from ``SEND_OK <id> <topic>@<broker>/<queue> offset <n>``."""
-    found = re.fullmatch(r"SEND_OK (\w+) [\w-]+@broker-a/(\d+) offset (\d+)",
-                         produce_output.strip())
+    found = re.fullmatch(
+        r"SEND_OK (\w+) [\w-]+@broker-a/(\d+) offset (\d+)", produce_output.strip()
+    )
     assert found, produce_output
     return found.group(1), f"{found.group(2)}@{found.group(3)}"
 
@@ -94,8 +116,9 @@ def test_produce_count_then_consume_count_quiet_and_the_lag_is_zero(boltmq: Run)
     status = boltmq("admin", "topic", "status", "load").stdout
     assert sum(int(m) for m in re.findall(r"max\s+(\d+)", status)) == 2000
 
-    consumed = boltmq("consume", "--topic", "load", "--group", "loaders", "--count", "2000",
-                      "--quiet")
+    consumed = boltmq(
+        "consume", "--topic", "load", "--group", "loaders", "--count", "2000", "--quiet"
+    )
     assert consumed.stdout.startswith("consumed 2000 messages in ")
     assert "body=" not in consumed.stdout
 
@@ -103,23 +126,28 @@ def test_produce_count_then_consume_count_quiet_and_the_lag_is_zero(boltmq: Run)
     rows = [line for line in progress if " load/" in line]
     assert len(rows) == 4 and progress[-1] == "total lag 0"
     for row in rows:
-        broker, consumer, lag = (int(x) for x in re.search(
-            r"broker\s+(\d+) consumer\s+(-?\d+) lag\s+(\d+)", row).groups())  # type: ignore
+        broker, consumer, lag = (
+            int(x)
+            for x in re.search(r"broker\s+(\d+) consumer\s+(-?\d+) lag\s+(\d+)", row).groups()
+        )  # type: ignore
         assert (broker, lag) == (consumer, 0), row
-    assert any(line.split()[1] == "loaders"
-               for line in boltmq("admin", "group", "list").stdout.splitlines())
+    assert any(
+        line.split()[1] == "loaders"
+        for line in boltmq("admin", "group", "list").stdout.splitlines()
+    )
 
 
 # ===================================================================== admin
-def test_admin_topic_create_update_list_route_status_delete(
-        boltmq: Run, cluster: Cluster) -> None:
+def test_admin_topic_create_update_list_route_status_delete(boltmq: Run, cluster: Cluster) -> None:
     created = boltmq("admin", "topic", "create", "news", "--queues", "3").stdout
     assert created.strip() == "broker-a: news queues 3/3 perm RW"
     listed = boltmq("admin", "topic", "list").stdout
     assert re.search(r"broker-a\s+news\s+queues\s+3 perm RW", listed)
     route = boltmq("admin", "topic", "route", "news").stdout.splitlines()
-    assert route == ["queues  broker-a: write 3 read 3 perm RW",
-                     f"broker  DefaultCluster/broker-a: 0={cluster.broker.address}"]
+    assert route == [
+        "queues  broker-a: write 3 read 3 perm RW",
+        f"broker  DefaultCluster/broker-a: 0={cluster.broker.address}",
+    ]
     status = boltmq("admin", "topic", "status", "news").stdout.splitlines()
     assert [line.split()[1] for line in status] == ["news/0", "news/1", "news/2"]
 
@@ -128,8 +156,9 @@ def test_admin_topic_create_update_list_route_status_delete(
     route = boltmq("admin", "topic", "route", "news").stdout.splitlines()
     assert route[0] == "queues  broker-a: write 5 read 5 perm R-"
     # The permission is enforced: a read-only topic refuses a send.
-    refused = run_cli("produce", "--registry", cluster.registry.address, "--topic", "news",
-                      "--body", "x")
+    refused = run_cli(
+        "produce", "--registry", cluster.registry.address, "--topic", "news", "--body", "x"
+    )
     one_line_error(refused, "news")
 
     assert boltmq("admin", "topic", "delete", "news").stdout.strip() == "broker-a: news deleted"
@@ -164,18 +193,26 @@ def test_every_user_mistake_is_one_line_and_a_non_zero_exit(cluster: Cluster) ->
         (("admin", "topic", "route", "no-such-topic", *registry), ("no-such-topic",)),
         (("admin", "topic", "create", "bad/name", *registry), ("bad/name",)),
         (("admin", "topic", "status", "no-such-topic", *registry), ("no-such-topic",)),
-        (("produce", "--registry", UNREACHABLE, "--topic", "t", "--body", "x"),
-         ("no registry reachable", UNREACHABLE)),
-        (("consume", "--registry", UNREACHABLE, "--topic", "t", "--count", "1"),
-         ("no registry reachable",)),
+        (
+            ("produce", "--registry", UNREACHABLE, "--topic", "t", "--body", "x"),
+            ("no registry reachable", UNREACHABLE),
+        ),
+        (
+            ("consume", "--registry", UNREACHABLE, "--topic", "t", "--count", "1"),
+            ("no registry reachable",),
+        ),
         (("admin", "cluster", "--registry", UNREACHABLE), ("no registry reachable",)),
         (("admin", "cluster", "--registry", "not-an-address"), ("not-an-address",)),
-        (("produce", *registry, "--topic", "t", "--body", "x", "--property", "novalue"),
-         ("--property", "novalue")),
+        (
+            ("produce", *registry, "--topic", "t", "--body", "x", "--property", "novalue"),
+            ("--property", "novalue"),
+        ),
         (("produce", *registry, "--topic", "bad topic", "--body", "x"), ("bad topic",)),
         (("consume", *registry, "--topic", "no-such-topic", "--count", "1"), ("no-such-topic",)),
-        (("consume", *registry, "--topic", "known", "--subscription", "A ||", "--count", "1"),
-         ("subscription",)),
+        (
+            ("consume", *registry, "--topic", "known", "--subscription", "A ||", "--count", "1"),
+            ("subscription",),
+        ),
         (("admin", "message", "id", absent_id, *registry), ("no message", absent_id)),
         (("admin", "message", "id", "not-hex", *registry), ("msg_id",)),
         (("admin", "message", "key", "known", "absent-key", *registry), ("absent-key",)),

@@ -39,10 +39,27 @@ class Dev:
         self.data_dir = data_dir
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "boltmq.cli", "dev", "--data-dir", str(data_dir),
-             "--registry-port", "0", "--store-port", "0", "--broker-port", "0", *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "boltmq.cli",
+                "dev",
+                "--data-dir",
+                str(data_dir),
+                "--registry-port",
+                "0",
+                "--store-port",
+                "0",
+                "--broker-port",
+                "0",
+                *flags,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         self.banner: list[str] = []
 
     def wait_ready(self) -> dict[str, str]:
@@ -50,8 +67,9 @@ class Dev:
         assert self.proc.stdout is not None
         # A thread reads, since select() cannot see lines already in the text buffer.
         lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=_read_lines, args=(self.proc.stdout, lines, READY_LINE),
-                         daemon=True).start()
+        threading.Thread(
+            target=_read_lines, args=(self.proc.stdout, lines, READY_LINE), daemon=True
+        ).start()
         deadline = time.monotonic() + START_DEADLINE_S
         while READY_LINE not in self.banner:
             try:
@@ -60,8 +78,11 @@ class Dev:
                 raise AssertionError(f"dev never became ready: {self.banner}") from None
             assert line is not None, f"dev exited: {self.banner} {self.proc.stderr.read()}"  # type: ignore
             self.banner.append(line)
-        return {m.group(1): m.group(2) for line in self.banner
-                if (m := re.match(r"(registry|store|broker)\s+(\S+:\d+)", line))}
+        return {
+            m.group(1): m.group(2)
+            for line in self.banner
+            if (m := re.match(r"(registry|store|broker)\s+(\S+:\d+)", line))
+        }
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str, str]:
         """Send ``sig``; the exit code and the rest of stdout and stderr."""
@@ -118,8 +139,15 @@ def consume(registry: str, topic: str, group: str, count: int) -> list[bytes]:
         got.extend(bytes(m.body) for m in messages)
         return ConsumeResult.SUCCESS
 
-    consumer = PushConsumer(registry, group, {topic: "*"}, listener, rebalance_interval_ms=300,
-                            long_poll_ms=1_000, commit_interval_ms=200)
+    consumer = PushConsumer(
+        registry,
+        group,
+        {topic: "*"},
+        listener,
+        rebalance_interval_ms=300,
+        long_poll_ms=1_000,
+        commit_interval_ms=200,
+    )
     consumer.start()
     try:
         deadline = time.monotonic() + DEADLINE_S
@@ -139,11 +167,14 @@ def test_dev_runs_a_cluster_and_stops_it_cleanly(dev: Dev) -> None:
     assert (dev.data_dir / "store" / "abort").exists()  # a running store marks its directory
 
     with Producer(registry, "dev-pg") as producer:
-        sent = [producer.send(Message(topic="DevTopic", body=f"m{i}".encode(), tags="A"))
-                for i in range(10)]
+        sent = [
+            producer.send(Message(topic="DevTopic", body=f"m{i}".encode(), tags="A"))
+            for i in range(10)
+        ]
     assert len({r.msg_id for r in sent}) == 10
     assert sorted(consume(registry, "DevTopic", "dev-cg", 10)) == sorted(
-        f"m{i}".encode() for i in range(10))
+        f"m{i}".encode() for i in range(10)
+    )
 
     # A second cluster on the same data directory is refused while the first runs.
     second = Dev(dev.data_dir)
@@ -169,7 +200,8 @@ def test_dev_runs_a_cluster_and_stops_it_cleanly(dev: Dev) -> None:
     try:
         registry = again.wait_ready()["registry"]
         assert sorted(consume(registry, "DevTopic", "dev-later", 10)) == sorted(
-            f"m{i}".encode() for i in range(10))
+            f"m{i}".encode() for i in range(10)
+        )
         code, out, err = again.stop(signal.SIGINT)
         assert code == 0 and "cluster stopped cleanly" in out, err
     finally:

@@ -1,7 +1,7 @@
 """A broker group with a replica, end to end: SYNC_MASTER, failover, reads from the replica.
 
 Every process is real (``boltmq serve registry|store|ha|broker`` started by
-:class:`boltmq.local_cluster.LocalCluster`, as ``boltmq dev --replicas 1``
+:class:`boltmq.cli.dev.local_cluster.LocalCluster`, as ``boltmq dev --replicas 1``
 does), and clients are the SDK and the CLI. Waits are for a state to be
 reached (bounded), never a timing assertion.
 """
@@ -20,12 +20,12 @@ import grpc
 import pytest
 
 from boltmq import Message, Producer, PullConsumer
+from boltmq.cli.dev.local_cluster import BROKER_NAME, ClusterSpec, LocalCluster
 from boltmq.client import MessageQueue
-from boltmq.local_cluster import BROKER_NAME, ClusterSpec, LocalCluster
+from boltmq.kernel.runtime import sync_channel
 from boltmq.message import SendStatus
 from boltmq.producer import SendError
 from boltmq.pull_consumer import PullError, PullResult
-from boltmq.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2, store_pb2_grpc
 from tests.integration.conftest import (
     CLUSTER_BROKER_SETTINGS,
@@ -38,10 +38,19 @@ QUEUES = 4
 WAIT_S = 30.0
 PULL_ATTEMPTS = 5
 STORE_SETTINGS = (*CLUSTER_STORE_SETTINGS, "slave_timeout_ms=1000")
-BROKER_SETTINGS = (*CLUSTER_BROKER_SETTINGS, "role_check_interval_ms=200",
-                   "metadata_sync_interval_ms=300", "default_topic_queue_nums=4")
-HA_SETTINGS = ("heartbeat_interval_ms=200", "role_check_interval_ms=200",
-               "reconnect_min_ms=50", "reconnect_max_ms=300", "housekeeping_interval_ms=3000")
+BROKER_SETTINGS = (
+    *CLUSTER_BROKER_SETTINGS,
+    "role_check_interval_ms=200",
+    "metadata_sync_interval_ms=300",
+    "default_topic_queue_nums=4",
+)
+HA_SETTINGS = (
+    "heartbeat_interval_ms=200",
+    "role_check_interval_ms=200",
+    "reconnect_min_ms=50",
+    "reconnect_max_ms=300",
+    "housekeeping_interval_ms=3000",
+)
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
@@ -59,14 +68,16 @@ def wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT
 def store_info(address: str) -> store_pb2.StoreInfo:
     with sync_channel(address) as channel:
         info: store_pb2.StoreInfo = store_pb2_grpc.StoreServiceStub(channel).GetStoreInfo(
-            store_pb2.GetStoreInfoRequest(), timeout=5)
+            store_pb2.GetStoreInfoRequest(), timeout=5
+        )
         return info
 
 
 def commitlog(address: str, start: int) -> bytes:
     with sync_channel(address) as channel:
         chunks = store_pb2_grpc.StoreServiceStub(channel).ReadCommitLog(
-            store_pb2.ReadCommitLogRequest(offset=start), timeout=30)
+            store_pb2.ReadCommitLogRequest(offset=start), timeout=30
+        )
         return b"".join(c.data for c in chunks)
 
 
@@ -99,10 +110,15 @@ def _pull_retrying(consumer: PullConsumer, queue: MessageQueue, offset: int) -> 
 
 
 def start_cluster(tmp_path: Path, master_role: str, *broker_settings: str) -> LocalCluster:
-    spec = ClusterSpec(tmp_path, replicas=1, master_role=master_role,
-                       store_settings=STORE_SETTINGS,
-                       broker_settings=(*BROKER_SETTINGS, *broker_settings),
-                       ha_settings=HA_SETTINGS, registry_settings=CLUSTER_REGISTRY_SETTINGS)
+    spec = ClusterSpec(
+        tmp_path,
+        replicas=1,
+        master_role=master_role,
+        store_settings=STORE_SETTINGS,
+        broker_settings=(*BROKER_SETTINGS, *broker_settings),
+        ha_settings=HA_SETTINGS,
+        registry_settings=CLUSTER_REGISTRY_SETTINGS,
+    )
     return LocalCluster(spec).start()
 
 
@@ -125,15 +141,15 @@ def replica_connected(cluster: LocalCluster) -> bool:
 
 
 def test_sync_master_acknowledges_after_the_replica_and_says_when_it_cannot(
-        cluster: LocalCluster) -> None:
+    cluster: LocalCluster,
+) -> None:
     wait_for(lambda: replica_connected(cluster), "the replica reports to the master")
     master, replica = cluster.members
     with Producer(registry_of(cluster), group="pg", retry_times=0) as producer:
         ok = producer.send(Message(topic=TOPIC, body=b"replicated"))
         assert ok.status is SendStatus.SEND_OK
         # Acknowledged means the replica has it already.
-        assert store_info(replica.store.address).commitlog_max_offset >= \
-            ok.commitlog_offset + 1
+        assert store_info(replica.store.address).commitlog_max_offset >= ok.commitlog_offset + 1
         replica.store.pause()  # the replica's HA cannot append: its acks stop
         try:
             late = producer.send(Message(topic=TOPIC, body=b"no ack in time"))
@@ -146,8 +162,9 @@ def test_sync_master_acknowledges_after_the_replica_and_says_when_it_cannot(
         alone = producer.send(Message(topic=TOPIC, body=b"no replica"))
         assert alone.status is SendStatus.SLAVE_NOT_AVAILABLE
     # All three are stored on the master all the same.
-    assert sorted(read_all(registry_of(cluster), "cg-sync")) == \
-        sorted([b"replicated", b"no ack in time", b"no replica"])
+    assert sorted(read_all(registry_of(cluster), "cg-sync")) == sorted(
+        [b"replicated", b"no ack in time", b"no replica"]
+    )
     assert master.store.alive()
 
 
@@ -168,14 +185,26 @@ def produce_until_failure(registry: str, acked: list[bytes], stop: threading.Eve
 
 def promote_with_cli(registry: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "boltmq.cli", "admin", "broker", "promote", BROKER_NAME,
-         "--registry", registry], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "boltmq.cli",
+            "admin",
+            "broker",
+            "promote",
+            BROKER_NAME,
+            "--registry",
+            registry,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-def test_kill_master_under_load_promote_and_the_old_master_rejoins(
-        cluster: LocalCluster) -> None:
+def test_kill_master_under_load_promote_and_the_old_master_rejoins(cluster: LocalCluster) -> None:
     registry = registry_of(cluster)
     wait_for(lambda: replica_connected(cluster), "the replica reports to the master")
     master, replica = cluster.members
@@ -187,8 +216,10 @@ def test_kill_master_under_load_promote_and_the_old_master_rejoins(
     committer = PullConsumer(registry, "cg-progress")
     committer.commit(MessageQueue(TOPIC, BROKER_NAME, 1), 7)
     assert replica.broker is not None
-    wait_for(lambda: _committed_on(replica.broker.address, "cg-progress", 1) == 7,
-             "the replica's broker copied the group's committed offset")
+    wait_for(
+        lambda: _committed_on(replica.broker.address, "cg-progress", 1) == 7,
+        "the replica's broker copied the group's committed offset",
+    )
     master.store.kill()  # kill -9 in the middle of SYNC_MASTER sends
     load.join(timeout=60)
     stop.set()
@@ -223,8 +254,12 @@ def test_kill_master_under_load_promote_and_the_old_master_rejoins(
 
     def converged() -> bool:
         mine, theirs = store_info(old.store.address), store_info(new_master)
-        return mine.role == "REPLICA" and mine.epoch == theirs.epoch and \
-            mine.commitlog_max_offset == theirs.commitlog_max_offset
+        return (
+            mine.role == "REPLICA"
+            and mine.epoch == theirs.epoch
+            and mine.commitlog_max_offset == theirs.commitlog_max_offset
+        )
+
     wait_for(converged, "the old master is a replica level with the new master")
     start = store_info(old.store.address).commitlog_min_offset
     assert commitlog(old.store.address, start) == commitlog(new_master, start)
@@ -234,14 +269,16 @@ def _committed_on(broker: str, group: str, queue_id: int) -> int:
     with sync_channel(broker) as channel:
         answer = broker_pb2_grpc.BrokerServiceStub(channel).QueryConsumerOffset(
             broker_pb2.QueryConsumerOffsetRequest(group=group, topic=TOPIC, queue_id=queue_id),
-            timeout=5)
+            timeout=5,
+        )
     return answer.offset if answer.found else -1
 
 
 def _topics_on(broker: str) -> set[str]:
     with sync_channel(broker) as channel:
         answer = broker_pb2_grpc.BrokerServiceStub(channel).ListTopics(
-            broker_pb2.ListTopicsRequest(), timeout=5)
+            broker_pb2.ListTopicsRequest(), timeout=5
+        )
     return {t.name for t in answer.topics}
 
 
@@ -255,21 +292,33 @@ def _writable(registry: str) -> bool:
 
 
 def test_a_consumer_far_behind_is_sent_to_the_replica(tmp_path: Path) -> None:
-    cluster = start_cluster(tmp_path, "ASYNC_MASTER", "slave_read_enable=true",
-                            "suggest_pulling_from_slave_lag_messages=20")
+    cluster = start_cluster(
+        tmp_path,
+        "ASYNC_MASTER",
+        "slave_read_enable=true",
+        "suggest_pulling_from_slave_lag_messages=20",
+    )
     try:
         master, replica = cluster.members
         registry = registry_of(cluster)
         with Producer(registry, group="pg") as producer:
-            sent = producer.send_batch([Message(topic=TOPIC, body=f"b{i}".encode())
-                                        for i in range(100)], sharding_key="one-queue")
+            sent = producer.send_batch(
+                [Message(topic=TOPIC, body=f"b{i}".encode()) for i in range(100)],
+                sharding_key="one-queue",
+            )
         queue = sent[0].queue
-        wait_for(lambda: store_info(replica.store.address).dispatched_offset ==
-                 store_info(master.store.address).commitlog_max_offset,
-                 "the replica has every message")
+        wait_for(
+            lambda: (
+                store_info(replica.store.address).dispatched_offset
+                == store_info(master.store.address).commitlog_max_offset
+            ),
+            "the replica has every message",
+        )
         assert replica.broker is not None
-        wait_for(lambda: TOPIC in _topics_on(replica.broker.address),
-                 "the replica's broker copied the topic")
+        wait_for(
+            lambda: TOPIC in _topics_on(replica.broker.address),
+            "the replica's broker copied the topic",
+        )
         consumer = PullConsumer(registry, "cg-behind")
         assert master.broker is not None and replica.broker is not None
         assert consumer.client.read_address_of(queue) == master.broker.address
@@ -277,15 +326,15 @@ def test_a_consumer_far_behind_is_sent_to_the_replica(tmp_path: Path) -> None:
         assert [bytes(m.body) for m in first.messages] == [f"b{i}".encode() for i in range(10)]
         assert consumer.client.read_address_of(queue) == replica.broker.address
         rest = consumer.pull(queue, first.next_begin_offset, 200)  # served by the replica
-        assert [bytes(m.body) for m in rest.messages] == \
-            [f"b{i}".encode() for i in range(10, 100)]
+        assert [bytes(m.body) for m in rest.messages] == [f"b{i}".encode() for i in range(10, 100)]
     finally:
         cluster.stop()
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "boltmq.cli", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "boltmq.cli", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_ha_status_and_promote_mistakes_at_the_cli(cluster: LocalCluster) -> None:
@@ -297,10 +346,11 @@ def test_ha_status_and_promote_mistakes_at_the_cli(cluster: LocalCluster) -> Non
     assert status.returncode == 0, status.stderr
     assert f"replica {replica_ha.address}" in status.stdout and "lag" in status.stdout
     for args, message in (
-            (("nosuch",), "no live broker named 'nosuch'"),
-            ((BROKER_NAME, "--broker-id", "7"), "has no live replica with id 7"),
-            ((BROKER_NAME, "--broker-id", "0"), "0 is not in the range"),
-            ((BROKER_NAME, "--max-lag-bytes", "-1"), "-1 is not in the range")):
+        (("nosuch",), "no live broker named 'nosuch'"),
+        ((BROKER_NAME, "--broker-id", "7"), "has no live replica with id 7"),
+        ((BROKER_NAME, "--broker-id", "0"), "0 is not in the range"),
+        ((BROKER_NAME, "--max-lag-bytes", "-1"), "-1 is not in the range"),
+    ):
         done = cli("admin", "broker", "promote", *args, "--registry", registry)
         assert done.returncode != 0 and message in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
@@ -308,8 +358,9 @@ def test_ha_status_and_promote_mistakes_at_the_cli(cluster: LocalCluster) -> Non
     assert master_broker is not None
     with sync_channel(master_broker.address) as channel:
         with pytest.raises(grpc.RpcError) as refused:
-            broker_pb2_grpc.BrokerServiceStub(channel).Promote(broker_pb2.PromoteRequest(),
-                                                               timeout=10)
+            broker_pb2_grpc.BrokerServiceStub(channel).Promote(
+                broker_pb2.PromoteRequest(), timeout=10
+            )
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "already the master" in str(refused.value.details())
     assert store_info(cluster.members[1].store.address).role == "REPLICA"  # nothing changed

@@ -20,22 +20,32 @@ from pathlib import Path
 import grpc
 import pytest
 
-from boltmq.registry_client import RegistryClient
-from boltmq.runtime import sync_channel
+from boltmq.kernel.registry_client import RegistryClient
+from boltmq.kernel.runtime import sync_channel
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, message_pb2, store_pb2, store_pb2_grpc
 from tests.integration.procs import ServiceProcess
 from tests.page_residency import resident_pages
 from tests.waiting import wait_until
 
 SEGMENT_BYTES = 65536
-STORE_SETTINGS = (f"mapped_file_size_commitlog={SEGMENT_BYTES}",
-                  "mapped_file_size_consume_queue=20000", "max_hash_slot_num=1000",
-                  "max_index_num=4000", "max_message_size_bytes=8192",
-                  # A busy shared disk must not make the cleaner delete segments mid-test.
-                  "disk_max_used_space_ratio=100", "disk_space_clean_forcibly_ratio=100",
-                  "disk_space_warning_level_ratio=100")
-HA_SETTINGS = ("heartbeat_interval_ms=200", "housekeeping_interval_ms=2000",
-               "role_check_interval_ms=100", "reconnect_min_ms=50", "reconnect_max_ms=500")
+STORE_SETTINGS = (
+    f"mapped_file_size_commitlog={SEGMENT_BYTES}",
+    "mapped_file_size_consume_queue=20000",
+    "max_hash_slot_num=1000",
+    "max_index_num=4000",
+    "max_message_size_bytes=8192",
+    # A busy shared disk must not make the cleaner delete segments mid-test.
+    "disk_max_used_space_ratio=100",
+    "disk_space_clean_forcibly_ratio=100",
+    "disk_space_warning_level_ratio=100",
+)
+HA_SETTINGS = (
+    "heartbeat_interval_ms=200",
+    "housekeeping_interval_ms=2000",
+    "role_check_interval_ms=100",
+    "reconnect_min_ms=50",
+    "reconnect_max_ms=500",
+)
 """Short intervals so reconnects and role changes show within a fraction of a second."""
 TOPIC = "Replicated"
 
@@ -53,12 +63,14 @@ class Procs:
         return proc
 
     def store(self, name: str, *settings: str, port: int = 0) -> ServiceProcess:
-        return self.start("store", f"root_dir={self.tmp_path / name}", *STORE_SETTINGS,
-                          *settings, port=port)
+        return self.start(
+            "store", f"root_dir={self.tmp_path / name}", *STORE_SETTINGS, *settings, port=port
+        )
 
     def ha(self, store: ServiceProcess, *settings: str, port: int = 0) -> ServiceProcess:
-        return self.start("ha", f"store_address={store.address}", *HA_SETTINGS, *settings,
-                          port=port)
+        return self.start(
+            "ha", f"store_address={store.address}", *HA_SETTINGS, *settings, port=port
+        )
 
     def stop_all(self) -> None:
         for proc in reversed(self.started):
@@ -90,7 +102,8 @@ def stub() -> Iterator[Callable[[ServiceProcess], store_pb2_grpc.StoreServiceStu
 def ha_status(proc: ServiceProcess) -> ha_pb2.HAStatus:
     with sync_channel(proc.address) as chan:
         status: ha_pb2.HAStatus = ha_pb2_grpc.HAServiceStub(chan).Status(
-            ha_pb2.HAStatusRequest(), timeout=10)
+            ha_pb2.HAStatusRequest(), timeout=10
+        )
         return status
 
 
@@ -99,14 +112,21 @@ def info(store: store_pb2_grpc.StoreServiceStub) -> store_pb2.StoreInfo:
     return result
 
 
-def produce(store: store_pb2_grpc.StoreServiceStub, batches: int, first: int = 0,
-            body_bytes: int = 1000) -> None:
+def produce(
+    store: store_pb2_grpc.StoreServiceStub, batches: int, first: int = 0, body_bytes: int = 1000
+) -> None:
     """``batches`` batches of 40 messages over two queues, each body naming its number."""
     for batch in range(first, first + batches):
-        messages = [message_pb2.Message(topic=TOPIC, queue_id=i % 2, tags=f"t{i % 3}",
-                                        keys=[f"k{batch}-{i}"],
-                                        body=f"{batch}-{i}:".encode().ljust(body_bytes, b"."))
-                    for i in range(40)]
+        messages = [
+            message_pb2.Message(
+                topic=TOPIC,
+                queue_id=i % 2,
+                tags=f"t{i % 3}",
+                keys=[f"k{batch}-{i}"],
+                body=f"{batch}-{i}:".encode().ljust(body_bytes, b"."),
+            )
+            for i in range(40)
+        ]
         response = store.Append(store_pb2.AppendRequest(messages=messages), timeout=10)
         assert set(response.statuses) == {message_pb2.PUT_OK}, response.errors
 
@@ -117,22 +137,26 @@ def commitlog(store: store_pb2_grpc.StoreServiceStub, start: int) -> bytes:
     return b"".join(chunk.data for chunk in chunks)
 
 
-def caught_up(master: store_pb2_grpc.StoreServiceStub, replica: store_pb2_grpc.StoreServiceStub
-              ) -> None:
+def caught_up(
+    master: store_pb2_grpc.StoreServiceStub, replica: store_pb2_grpc.StoreServiceStub
+) -> None:
     """Wait until the replica's CommitLog ends where the master's does, and is dispatched."""
+
     def done() -> bool:
         try:
             m, r = info(master), info(replica)
         except grpc.RpcError:
             return False  # a store is restarting
-        return (m.commitlog_max_offset == r.commitlog_max_offset
-                == r.dispatched_offset)
+        return m.commitlog_max_offset == r.commitlog_max_offset == r.dispatched_offset
+
     wait_until(done, "the replica to catch up")
 
 
-def assert_same_data(master: store_pb2_grpc.StoreServiceStub,
-                     replica: store_pb2_grpc.StoreServiceStub, queue_ids: tuple[int, ...] = (0, 1)
-                     ) -> int:
+def assert_same_data(
+    master: store_pb2_grpc.StoreServiceStub,
+    replica: store_pb2_grpc.StoreServiceStub,
+    queue_ids: tuple[int, ...] = (0, 1),
+) -> int:
     """Byte-for-byte equal CommitLogs over the replica's range and equal pulls; its start."""
     m, r = info(master), info(replica)
     assert r.commitlog_max_offset == m.commitlog_max_offset > 0
@@ -140,12 +164,17 @@ def assert_same_data(master: store_pb2_grpc.StoreServiceStub,
     assert start >= m.commitlog_min_offset and start % SEGMENT_BYTES == 0
     assert commitlog(replica, start) == commitlog(master, start)
     for queue_id in queue_ids:
-        queue_range = replica.QueueRange(store_pb2.QueueRangeRequest(topic=TOPIC,
-                                                                     queue_id=queue_id))
+        queue_range = replica.QueueRange(
+            store_pb2.QueueRangeRequest(topic=TOPIC, queue_id=queue_id)
+        )
         assert queue_range.exists and queue_range.max_offset > queue_range.min_offset
-        request = store_pb2.PullRequest(topic=TOPIC, queue_id=queue_id,
-                                        queue_offset=queue_range.min_offset, max_messages=64,
-                                        max_bytes=1 << 20)
+        request = store_pb2.PullRequest(
+            topic=TOPIC,
+            queue_id=queue_id,
+            queue_offset=queue_range.min_offset,
+            max_messages=64,
+            max_bytes=1 << 20,
+        )
         from_replica, from_master = replica.Pull(request), master.Pull(request)
         assert from_replica.status == message_pb2.FOUND
         assert list(from_replica.messages) == list(from_master.messages)
@@ -175,27 +204,39 @@ def test_empty_replica_starts_at_the_masters_last_segment(procs: Procs, stub) ->
     assert [m.body[:5] for m in found.messages] == [b"7-3:."]
 
     replica_view = ha_status(replica_ha)
-    assert (replica_view.role, replica_view.master_address, replica_view.connected) == \
-        ("REPLICA", master_ha.address, True)
+    assert (replica_view.role, replica_view.master_address, replica_view.connected) == (
+        "REPLICA",
+        master_ha.address,
+        True,
+    )
     end = info(master).commitlog_max_offset
 
     def master_sees_replica() -> bool:
         replicas = ha_status(master_ha).replicas
-        return [(r.replica_address, r.acked_offset, r.lag_bytes) for r in replicas] == \
-            [(replica_ha.address, end, 0)]
+        return [(r.replica_address, r.acked_offset, r.lag_bytes) for r in replicas] == [
+            (replica_ha.address, end, 0)
+        ]
+
     wait_until(master_sees_replica, "the master's HA status to show the replica caught up")
     # The acks reached the master's store too (ReportReplicas: SYNC_MASTER waits on them).
-    wait_until(lambda: [(r.replica_address, r.acked_offset) for r in info(master).replicas]
-               == [(replica_ha.address, end)], "the master store to know the replica's ack")
+    wait_until(
+        lambda: (
+            [(r.replica_address, r.acked_offset) for r in info(master).replicas]
+            == [(replica_ha.address, end)]
+        ),
+        "the master store to know the replica's ack",
+    )
     assert "ERROR" not in replica_ha.log() + master_ha.log()
 
 
-def test_first_segment_copy_and_a_replica_behind_by_more_than_a_segment(procs: Procs, stub
-                                                                         ) -> None:
+def test_first_segment_copy_and_a_replica_behind_by_more_than_a_segment(procs: Procs, stub) -> None:
     # The master keeps one segment of flushed CommitLog cached: the catch-up below reads
     # segments whose pages it released (services/store/page_cache.py).
-    master_store = procs.store("master", f"commitlog_page_cache_window_bytes={SEGMENT_BYTES}",
-                               "flush_interval_commitlog_ms=50")
+    master_store = procs.store(
+        "master",
+        f"commitlog_page_cache_window_bytes={SEGMENT_BYTES}",
+        "flush_interval_commitlog_ms=50",
+    )
     master = stub(master_store)
     produce(master, 3)
     master_ha = procs.ha(master_store, "replica_start=FIRST_SEGMENT")
@@ -215,8 +256,10 @@ def test_first_segment_copy_and_a_replica_behind_by_more_than_a_segment(procs: P
     behind = (info(master).commitlog_max_offset // SEGMENT_BYTES - 2) * SEGMENT_BYTES
     assert behind >= before
     released = procs.tmp_path / "master" / "commitlog" / f"{behind:020d}"
-    wait_until(lambda: not any(resident_pages(released)),
-               f"the master to release the pages of {released.name}")
+    wait_until(
+        lambda: not any(resident_pages(released)),
+        f"the master to release the pages of {released.name}",
+    )
     procs.ha(replica_store, f"master_address={master_ha.address}")
     caught_up(master, replica)
     assert assert_same_data(master, replica) == 0
@@ -294,8 +337,10 @@ def test_old_master_rejoins_and_drops_its_diverged_tail(procs: Procs, stub) -> N
     promoted = b.SetRole(store_pb2.SetRoleRequest(role=store_pb2.MASTER, broker_id=0))
     fork = promoted.commitlog_max_offset
     assert promoted.role == "MASTER" and promoted.epoch == 1
-    wait_until(lambda: ha_status(b_ha).role == "MASTER" and not ha_status(b_ha).connected,
-               "B's HA to stop following")
+    wait_until(
+        lambda: ha_status(b_ha).role == "MASTER" and not ha_status(b_ha).connected,
+        "B's HA to stop following",
+    )
     produce(a, 1, first=50)
     produce(b, 2, first=60)
     assert info(a).commitlog_max_offset > fork
@@ -312,8 +357,9 @@ def test_old_master_rejoins_and_drops_its_diverged_tail(procs: Procs, stub) -> N
     assert a.QueryByKey(store_pb2.QueryByKeyRequest(topic=TOPIC, key="k61-1")).messages
 
 
-def test_a_demoted_master_follows_the_new_master_it_finds_in_the_registry(procs: Procs, stub
-                                                                          ) -> None:
+def test_a_demoted_master_follows_the_new_master_it_finds_in_the_registry(
+    procs: Procs, stub
+) -> None:
     registry = procs.start("registry")
     find_master = (f"registry_addresses={registry.address}", "replica_start=FIRST_SEGMENT")
     a_store, b_store = procs.store("a"), procs.store("b", "broker_role=SLAVE")
@@ -339,8 +385,7 @@ def test_a_demoted_master_follows_the_new_master_it_finds_in_the_registry(procs:
     caught_up(b, a)
     assert assert_same_data(b, a) == 0
     status = ha_status(a_ha)
-    assert (status.role, status.master_address, status.connected) == \
-        ("REPLICA", b_ha.address, True)
+    assert (status.role, status.master_address, status.connected) == ("REPLICA", b_ha.address, True)
     assert "truncated the CommitLog" in a_ha.log()
     assert not a.QueryByKey(store_pb2.QueryByKeyRequest(topic=TOPIC, key="k50-1")).messages
     brokers.close()
@@ -350,8 +395,9 @@ def test_a_replica_with_other_segments_is_refused(procs: Procs, stub) -> None:
     master_store = procs.store("master")
     produce(stub(master_store), 1)
     master_ha = procs.ha(master_store)
-    replica_store = procs.store("replica", "broker_role=SLAVE",
-                                f"mapped_file_size_commitlog={2 * SEGMENT_BYTES}")
+    replica_store = procs.store(
+        "replica", "broker_role=SLAVE", f"mapped_file_size_commitlog={2 * SEGMENT_BYTES}"
+    )
     replica_ha = procs.ha(replica_store, f"master_address={master_ha.address}")
     wait_until(lambda: "refusing master" in replica_ha.log(), "the handshake to be refused")
     assert info(stub(replica_store)).commitlog_max_offset == 0
@@ -375,8 +421,9 @@ class ScriptedMaster(ha_pb2_grpc.HAServiceServicer):
         self.reports.append(first.max_offset)
         script = self._scripts[min(self.connections, len(self._scripts) - 1)]
         self.connections += 1
-        handshake = store_pb2.CommitLogChunk(offset=first.max_offset, handshake=True,
-                                             truncate_to=-1, segment_bytes=SEGMENT_BYTES)
+        handshake = store_pb2.CommitLogChunk(
+            offset=first.max_offset, handshake=True, truncate_to=-1, segment_bytes=SEGMENT_BYTES
+        )
         yield handshake
         yield from script
         # Then end the stream: the replica reconnects (at once after progress).
@@ -387,14 +434,13 @@ def test_garbled_and_misaligned_chunks_are_refused(procs: Procs, stub, tmp_path:
     produce(source, 2)
     whole = commitlog(source, 0)
     # Whole records only: cut at the record boundary nearest 20,000 bytes.
-    good = whole[:_record_boundary(whole, 20_000)]
-    rest = whole[len(good):len(good) + 10_000]
+    good = whole[: _record_boundary(whole, 20_000)]
+    rest = whole[len(good) : len(good) + 10_000]
     garbled = bytearray(rest)
     garbled[200] ^= 0xFF  # inside the first record's body: its CRC no longer matches
-    after = whole[len(good):_record_boundary(whole, 30_000)]  # whole records, all good
+    after = whole[len(good) : _record_boundary(whole, 30_000)]  # whole records, all good
 
-    def chunk(offset: int, data: bytes, end_offset: int | None = None
-              ) -> store_pb2.CommitLogChunk:
+    def chunk(offset: int, data: bytes, end_offset: int | None = None) -> store_pb2.CommitLogChunk:
         end = offset + len(data) if end_offset is None else end_offset
         return store_pb2.CommitLogChunk(offset=offset, data=data, end_offset=end)
 
@@ -422,8 +468,9 @@ def test_garbled_and_misaligned_chunks_are_refused(procs: Procs, stub, tmp_path:
         assert "refused" in log and "this store ends at" in log
         assert f"says it ends at {len(good) + len(after) + 1}" in log
         # The replica store refuses garbage handed to it directly, too.
-        direct = replica.AppendRaw(store_pb2.AppendRawRequest(offset=len(good),
-                                                              data=bytes(garbled)))
+        direct = replica.AppendRaw(
+            store_pb2.AppendRawRequest(offset=len(good), data=bytes(garbled))
+        )
         assert not direct.ok and direct.max_offset == len(good)
         assert commitlog(replica, 0) == good
     finally:
@@ -434,7 +481,7 @@ def _record_boundary(data: bytes, near: int) -> int:
     """The largest record boundary at or below ``near`` (records start with their size)."""
     offset = 0
     while True:
-        size = int.from_bytes(data[offset:offset + 4], "big")
+        size = int.from_bytes(data[offset : offset + 4], "big")
         if offset + size > near:
             return offset
         offset += size

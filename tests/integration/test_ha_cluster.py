@@ -1,7 +1,7 @@
 """HA in a whole broker group: the replica finds its master through the registry, and
 SYNC_MASTER appends are acknowledged only once the replica has the bytes.
 
-A :class:`~boltmq.local_cluster.LocalCluster` (what ``boltmq dev --replicas 1``
+A :class:`~boltmq.cli.dev.local_cluster.LocalCluster` (what ``boltmq dev --replicas 1``
 runs) starts a registry and two members, each a store, its HA service and its
 broker; the replica's HA service has no ``master_address`` and asks the
 registry for the live broker with id 0 of its group.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from boltmq.local_cluster import ClusterSpec, LocalCluster
-from boltmq.runtime import sync_channel
+from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
+from boltmq.kernel.runtime import sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 from tests.integration.test_ha import (
     HA_SETTINGS,
@@ -33,35 +33,43 @@ SLAVE_TIMEOUT_MS = 500
 
 @pytest.fixture
 def group(tmp_path: Path) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(tmp_path, replicas=1, master_role="SYNC_MASTER",
-                       store_settings=(*STORE_SETTINGS, f"slave_timeout_ms={SLAVE_TIMEOUT_MS}"),
-                       ha_settings=(*HA_SETTINGS, "replica_start=FIRST_SEGMENT"),
-                       broker_settings=("register_interval_ms=500",),
-                       registry_settings=("broker_expiry_ms=3000", "scan_interval_ms=100"))
+    spec = ClusterSpec(
+        tmp_path,
+        replicas=1,
+        master_role="SYNC_MASTER",
+        store_settings=(*STORE_SETTINGS, f"slave_timeout_ms={SLAVE_TIMEOUT_MS}"),
+        ha_settings=(*HA_SETTINGS, "replica_start=FIRST_SEGMENT"),
+        broker_settings=("register_interval_ms=500",),
+        registry_settings=("broker_expiry_ms=3000", "scan_interval_ms=100"),
+    )
     cluster = LocalCluster(spec).start()
     yield cluster
     cluster.stop()
 
 
-def append_one(store: store_pb2_grpc.StoreServiceStub, body: bytes
-               ) -> tuple[int, int]:
+def append_one(store: store_pb2_grpc.StoreServiceStub, body: bytes) -> tuple[int, int]:
     """Append one message; its status and the CommitLog end just past it (one writer)."""
-    response = store.Append(store_pb2.AppendRequest(messages=[
-        message_pb2.Message(topic=TOPIC, queue_id=0, body=body)]), timeout=10)
+    response = store.Append(
+        store_pb2.AppendRequest(messages=[message_pb2.Message(topic=TOPIC, queue_id=0, body=body)]),
+        timeout=10,
+    )
     assert response.commitlog_offsets[0] >= 0, response.errors
     return response.statuses[0], info(store).commitlog_max_offset
 
 
-def test_sync_master_waits_for_the_replica_found_through_the_registry(group: LocalCluster
-                                                                      ) -> None:
+def test_sync_master_waits_for_the_replica_found_through_the_registry(group: LocalCluster) -> None:
     master_member, replica_member = group.members
     assert master_member.ha is not None and replica_member.ha is not None
-    with sync_channel(master_member.store.address) as m_chan, \
-            sync_channel(replica_member.store.address) as r_chan:
+    with (
+        sync_channel(master_member.store.address) as m_chan,
+        sync_channel(replica_member.store.address) as r_chan,
+    ):
         master = store_pb2_grpc.StoreServiceStub(m_chan)
         replica = store_pb2_grpc.StoreServiceStub(r_chan)
-        wait_until(lambda: ha_status(replica_member.ha).connected,  # type: ignore[arg-type]
-                   "the replica to find its master through the registry")
+        wait_until(
+            lambda: ha_status(replica_member.ha).connected,  # type: ignore[arg-type]
+            "the replica to find its master through the registry",
+        )
         assert ha_status(replica_member.ha).master_address == master_member.ha.address
 
         # Acknowledged PUT_OK only once the replica holds the message.

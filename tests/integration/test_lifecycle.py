@@ -27,8 +27,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from boltmq import Message, Producer, PullConsumer, PullError, PullResult, PullStatus, SendStatus
-from boltmq.registry_client import RegistryClient
-from boltmq.runtime import LIVENESS_SERVICE, sync_channel
+from boltmq.kernel.registry_client import RegistryClient
+from boltmq.kernel.runtime import LIVENESS_SERVICE, sync_channel
 from tests.integration.conftest import CLUSTER_STORE_SETTINGS
 from tests.integration.procs import REPO_ROOT, ServiceProcess
 from tests.integration.test_metrics import free_port, scrape, value
@@ -50,8 +50,9 @@ def health(address: str, service: str) -> int:
     with sync_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
-            return int(stub.Check(health_pb2.HealthCheckRequest(service=service),
-                                  timeout=10).status)
+            return int(
+                stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+            )
         except grpc.RpcError:
             return int(health_pb2.HealthCheckResponse.UNKNOWN)
 
@@ -80,8 +81,9 @@ def logs(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def unready_broker(tmp_path: Path, spawn: Callable[..., ServiceProcess], logs: Path
-                   ) -> Iterator[tuple[subprocess.Popen[str], str, int]]:
+def unready_broker(
+    tmp_path: Path, spawn: Callable[..., ServiceProcess], logs: Path
+) -> Iterator[tuple[subprocess.Popen[str], str, int]]:
     """A broker process pointed at a registry port nothing listens on yet (not waited for)."""
     store = spawn("store", f"root_dir={tmp_path / 'store'}", *CLUSTER_STORE_SETTINGS)
     port, registry_port = free_port(), free_port()
@@ -89,11 +91,26 @@ def unready_broker(tmp_path: Path, spawn: Callable[..., ServiceProcess], logs: P
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
     with (logs / "unready-broker.log").open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "boltmq.cli", "serve", "broker", "--port", str(port),
-             "--set", f"store_address={store.address}",
-             "--set", f"registry_addresses=127.0.0.1:{registry_port}",
-             *(arg for setting in BROKER_SETTINGS for arg in ("--set", setting))],
-            stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "boltmq.cli",
+                "serve",
+                "broker",
+                "--port",
+                str(port),
+                "--set",
+                f"store_address={store.address}",
+                "--set",
+                f"registry_addresses=127.0.0.1:{registry_port}",
+                *(arg for setting in BROKER_SETTINGS for arg in ("--set", setting)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
     yield proc, f"127.0.0.1:{port}", registry_port
     if proc.poll() is None:
         proc.kill()
@@ -103,7 +120,8 @@ def unready_broker(tmp_path: Path, spawn: Callable[..., ServiceProcess], logs: P
 
 
 def test_a_broker_is_alive_at_once_but_ready_only_once_a_registry_took_it(
-        unready_broker: tuple[subprocess.Popen[str], str, int], logs: Path) -> None:
+    unready_broker: tuple[subprocess.Popen[str], str, int], logs: Path
+) -> None:
     proc, address, registry_port = unready_broker
     wait_until(lambda: health(address, LIVENESS_SERVICE) == SERVING, "liveness")
     assert health(address, "") == NOT_SERVING
@@ -123,7 +141,8 @@ def test_a_broker_is_alive_at_once_but_ready_only_once_a_registry_took_it(
 
 
 def test_sigterm_before_ready_still_stops_cleanly(
-        unready_broker: tuple[subprocess.Popen[str], str, int]) -> None:
+    unready_broker: tuple[subprocess.Popen[str], str, int],
+) -> None:
     proc, address, _ = unready_broker
     wait_until(lambda: health(address, LIVENESS_SERVICE) == SERVING, "liveness")
     proc.send_signal(signal.SIGTERM)
@@ -132,12 +151,17 @@ def test_sigterm_before_ready_still_stops_cleanly(
 
 
 def test_health_watchers_see_not_serving_when_shutdown_begins(
-        tmp_path: Path, spawn: Callable[..., ServiceProcess]) -> None:
+    tmp_path: Path, spawn: Callable[..., ServiceProcess]
+) -> None:
     store = spawn("store", f"root_dir={tmp_path / 'store'}", *CLUSTER_STORE_SETTINGS)
     seen: dict[str, list[int]] = {LIVENESS_SERVICE: [], "": []}
     channel = sync_channel(store.address)
-    streams = [health_pb2_grpc.HealthStub(channel).Watch(
-        health_pb2.HealthCheckRequest(service=name), timeout=DEADLINE_S) for name in seen]
+    streams = [
+        health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(service=name), timeout=DEADLINE_S
+        )
+        for name in seen
+    ]
 
     def follow(name: str, stream: grpc.Future) -> None:
         try:
@@ -146,8 +170,10 @@ def test_health_watchers_see_not_serving_when_shutdown_begins(
         except grpc.RpcError:
             pass  # the server went away after its last word
 
-    threads = [threading.Thread(target=follow, args=(name, stream))
-               for name, stream in zip(seen, streams, strict=True)]
+    threads = [
+        threading.Thread(target=follow, args=(name, stream))
+        for name, stream in zip(seen, streams, strict=True)
+    ]
     for thread in threads:
         thread.start()
     wait_until(lambda: all(seen.values()), "the first health answers")
@@ -180,8 +206,9 @@ class Load:
                 self.failures += 1  # the broker or store is going away: not acknowledged
                 time.sleep(0.05)
                 continue
-            self.acked.update(b for b, r in zip(bodies, results, strict=True)
-                              if r.status is SendStatus.SEND_OK)
+            self.acked.update(
+                b for b, r in zip(bodies, results, strict=True) if r.status is SendStatus.SEND_OK
+            )
 
     def __enter__(self) -> Load:
         self._thread.start()
@@ -212,8 +239,10 @@ def park_a_pull(registry: str, metrics_port: int) -> list[PullResult]:
             consumer.shutdown()
 
     threading.Thread(target=pull, daemon=True).start()
-    wait_until(lambda: value(scrape(metrics_port), "boltmq_broker_long_polls_parked")
-               == parked_before + 1, "the pull to park")
+    wait_until(
+        lambda: value(scrape(metrics_port), "boltmq_broker_long_polls_parked") == parked_before + 1,
+        "the pull to park",
+    )
     return answers
 
 
@@ -232,7 +261,8 @@ def everything_stored(registry: str) -> set[bytes]:
 
 
 def test_sigterm_under_load_loses_nothing_acknowledged_and_unregisters(
-        tmp_path: Path, logs: Path) -> None:
+    tmp_path: Path, logs: Path
+) -> None:
     started: list[ServiceProcess] = []
 
     def launch(service: str, *settings: str, port: int = 0) -> ServiceProcess:
@@ -243,8 +273,11 @@ def test_sigterm_under_load_loses_nothing_acknowledged_and_unregisters(
     registry = launch("registry")
     store = launch("store", f"root_dir={tmp_path / 'store'}", *CLUSTER_STORE_SETTINGS)
     metrics_port = free_port()
-    broker_settings = (f"store_address={store.address}",
-                       f"registry_addresses={registry.address}", *BROKER_SETTINGS)
+    broker_settings = (
+        f"store_address={store.address}",
+        f"registry_addresses={registry.address}",
+        *BROKER_SETTINGS,
+    )
     broker = launch("broker", *broker_settings, f"metrics_port={metrics_port}")
     try:
         with Load(registry.address) as load:
@@ -266,8 +299,9 @@ def test_sigterm_under_load_loses_nothing_acknowledged_and_unregisters(
             load.wait_for_more(200)
             assert store.stop() == 0, store.last_error()
             assert not (tmp_path / "store" / "abort").exists()  # flushed, clean shutdown
-            store = launch("store", f"root_dir={tmp_path / 'store'}", *CLUSTER_STORE_SETTINGS,
-                           port=store.port)
+            store = launch(
+                "store", f"root_dir={tmp_path / 'store'}", *CLUSTER_STORE_SETTINGS, port=store.port
+            )
             load.wait_for_more(200)
         assert "(clean shutdown before)" in store.log()
         missing = load.acked - everything_stored(registry.address)
@@ -278,8 +312,7 @@ def test_sigterm_under_load_loses_nothing_acknowledged_and_unregisters(
 
 
 # ------------------------------------------------------------------ logs
-def test_serve_writes_the_log_format_its_config_names(spawn: Callable[..., ServiceProcess]
-                                                      ) -> None:
+def test_serve_writes_the_log_format_its_config_names(spawn: Callable[..., ServiceProcess]) -> None:
     registry = spawn("registry", "log_format=json")
     registry.stop()
     records = [json.loads(line) for line in registry.log().splitlines()]

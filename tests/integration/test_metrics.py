@@ -47,8 +47,9 @@ def scrape(port: int) -> Samples:
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            labels = frozenset((k, v) for k, v in sample.labels.items()
-                               if not k.startswith("otel_scope"))
+            labels = frozenset(
+                (k, v) for k, v in sample.labels.items() if not k.startswith("otel_scope")
+            )
             samples[(sample.name, labels)] = sample.value
     return samples
 
@@ -71,14 +72,25 @@ def wait_for(port: int, condition: Callable[[Samples], bool], what: str) -> Samp
 
 
 def test_store_and_broker_serve_their_metrics_to_prometheus(
-        tmp_path: Path, spawn: Callable[..., ServiceProcess]) -> None:
+    tmp_path: Path, spawn: Callable[..., ServiceProcess]
+) -> None:
     store_port, broker_port = free_port(), free_port()
     registry = spawn("registry")
     # SYNC_FLUSH: every append is flushed at once, so the flush histogram has values.
-    store = spawn("store", f"root_dir={tmp_path / 'store'}", f"metrics_port={store_port}",
-                  "flush_disk_type=SYNC_FLUSH", *CLUSTER_STORE_SETTINGS)
-    spawn("broker", f"store_address={store.address}", f"registry_addresses={registry.address}",
-          f"metrics_port={broker_port}", *CLUSTER_BROKER_SETTINGS)
+    store = spawn(
+        "store",
+        f"root_dir={tmp_path / 'store'}",
+        f"metrics_port={store_port}",
+        "flush_disk_type=SYNC_FLUSH",
+        *CLUSTER_STORE_SETTINGS,
+    )
+    spawn(
+        "broker",
+        f"store_address={store.address}",
+        f"registry_addresses={registry.address}",
+        f"metrics_port={broker_port}",
+        *CLUSTER_BROKER_SETTINGS,
+    )
 
     with Producer(registry.address) as producer:
         results = producer.send_batch([Message("Metered", b"m" * 100) for _ in range(SENT)])
@@ -93,10 +105,19 @@ def test_store_and_broker_serve_their_metrics_to_prometheus(
     assert value(broker, "boltmq_broker_in_bytes_total", topic="Metered") > SENT * 100
     assert value(broker, "boltmq_broker_out_messages_total", topic="Metered") == PULLED
     assert value(broker, "boltmq_broker_out_bytes_total", topic="Metered") > PULLED * 100
-    assert value(broker, "boltmq_broker_consumer_lag", consumer_group="metered-group",
-                 topic="Metered", queue_id=str(queue.queue_id)) == SENT - PULLED
-    assert [dict(labels)["service_name"] for name, labels in broker
-            if name == "target_info"] == ["boltmq-broker"]
+    assert (
+        value(
+            broker,
+            "boltmq_broker_consumer_lag",
+            consumer_group="metered-group",
+            topic="Metered",
+            queue_id=str(queue.queue_id),
+        )
+        == SENT - PULLED
+    )
+    assert [dict(labels)["service_name"] for name, labels in broker if name == "target_info"] == [
+        "boltmq-broker"
+    ]
 
     stored = scrape(store_port)
     assert value(stored, "boltmq_store_put_messages_total") == SENT
@@ -108,34 +129,48 @@ def test_store_and_broker_serve_their_metrics_to_prometheus(
 
 
 def test_parked_long_polls_are_counted_while_they_wait(
-        tmp_path: Path, spawn: Callable[..., ServiceProcess]) -> None:
+    tmp_path: Path, spawn: Callable[..., ServiceProcess]
+) -> None:
     broker_port = free_port()
     registry = spawn("registry")
     store = spawn("store", f"root_dir={tmp_path / 'store'}", *CLUSTER_STORE_SETTINGS)
-    spawn("broker", f"store_address={store.address}", f"registry_addresses={registry.address}",
-          f"metrics_port={broker_port}", *CLUSTER_BROKER_SETTINGS)
+    spawn(
+        "broker",
+        f"store_address={store.address}",
+        f"registry_addresses={registry.address}",
+        f"metrics_port={broker_port}",
+        *CLUSTER_BROKER_SETTINGS,
+    )
     with Producer(registry.address) as producer:
         queue = producer.send(Message("Parked", b"first")).queue
     before = value(scrape(broker_port), "boltmq_broker_long_polls_parked")
 
     with PullConsumer(registry.address, "parked-group") as consumer:
         answers: list[PullResult] = []
-        waiter = threading.Thread(target=lambda: answers.append(
-            consumer.pull(queue, 1, wait_ms=int(DEADLINE_S * 1000))))
+        waiter = threading.Thread(
+            target=lambda: answers.append(consumer.pull(queue, 1, wait_ms=int(DEADLINE_S * 1000)))
+        )
         waiter.start()
-        wait_for(broker_port, lambda s: value(s, "boltmq_broker_long_polls_parked") == before + 1,
-                 "the pull to park")
+        wait_for(
+            broker_port,
+            lambda s: value(s, "boltmq_broker_long_polls_parked") == before + 1,
+            "the pull to park",
+        )
         with Producer(registry.address) as producer:  # round robin: one send per queue
             for index in range(QUEUES):
                 producer.send(Message("Parked", b"next %d" % index))
-        wait_for(broker_port, lambda s: value(s, "boltmq_broker_long_polls_parked") == before,
-                 "the parked pull to be answered")
+        wait_for(
+            broker_port,
+            lambda s: value(s, "boltmq_broker_long_polls_parked") == before,
+            "the parked pull to be answered",
+        )
         waiter.join(DEADLINE_S)
     assert answers[0].messages[0].queue_offset == 1  # woken by the arrival it waited for
 
 
 def test_a_busy_metrics_port_stops_the_service_with_one_clear_line(
-        tmp_path: Path, spawn: Callable[..., ServiceProcess]) -> None:
+    tmp_path: Path, spawn: Callable[..., ServiceProcess]
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

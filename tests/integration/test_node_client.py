@@ -22,15 +22,22 @@ RUN_TIMEOUT_S = 60.0
 
 pytestmark = [
     pytest.mark.skipif(NODE is None, reason="node is not installed"),
-    pytest.mark.skipif(not (CLIENT_DIR / "node_modules").is_dir(),
-                       reason="clients/node/node_modules is missing (run `make node`)"),
+    pytest.mark.skipif(
+        not (CLIENT_DIR / "node_modules").is_dir(),
+        reason="clients/node/node_modules is missing (run `make node`)",
+    ),
 ]
 
 
 def run_node(*args: str) -> subprocess.CompletedProcess[str]:
     assert NODE is not None
-    return subprocess.run([NODE, str(CLIENT_DIR / "send_and_pull.js"), *args],
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=CLIENT_DIR)
+    return subprocess.run(
+        [NODE, str(CLIENT_DIR / "send_and_pull.js"), *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=CLIENT_DIR,
+    )
 
 
 def test_the_node_client_sends_and_pulls_back_a_message(cluster: Cluster) -> None:

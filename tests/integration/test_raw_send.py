@@ -14,18 +14,18 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from boltmq.kernel.runtime import sync_channel
 from boltmq.pull_consumer import decode_records
-from boltmq.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
-from services.broker.config import BrokerConfig
-from services.store.record import (
+from boltmq.wire.record import (
     BODY_CRC_OFFSET,
     SYS_FLAG_OFFSET,
     SYS_FLAG_TRANSACTION_COMMIT,
     SYS_FLAG_TRANSACTION_PREPARED,
     TOTAL_SIZE_OFFSET,
 )
-from services.store.record_batch import encode_send_record
+from boltmq.wire.record_batch import encode_send_record
+from services.broker.config import BrokerConfig
 from tests.integration.conftest import Cluster
 from tests.integration.test_broker_service import RPC_TIMEOUT_S, pull, upsert
 
@@ -40,15 +40,21 @@ def stub(cluster: Cluster) -> Iterator[broker_pb2_grpc.BrokerServiceStub]:
     chan.close()
 
 
-def records_request(*records: bytes, topic: str, queue_id: int = -1, count: int | None = None
-                    ) -> broker_pb2.SendRequest:
-    return broker_pb2.SendRequest(producer_group="pg", records=b"".join(records),
-                                  record_count=len(records) if count is None else count,
-                                  topic=topic, queue_id=queue_id)
+def records_request(
+    *records: bytes, topic: str, queue_id: int = -1, count: int | None = None
+) -> broker_pb2.SendRequest:
+    return broker_pb2.SendRequest(
+        producer_group="pg",
+        records=b"".join(records),
+        record_count=len(records) if count is None else count,
+        topic=topic,
+        queue_id=queue_id,
+    )
 
 
-def send_raw(stub: broker_pb2_grpc.BrokerServiceStub, request: broker_pb2.SendRequest
-             ) -> broker_pb2.SendResponse:
+def send_raw(
+    stub: broker_pb2_grpc.BrokerServiceStub, request: broker_pb2.SendRequest
+) -> broker_pb2.SendResponse:
     response: broker_pb2.SendResponse = stub.SendMessage(request, timeout=RPC_TIMEOUT_S)
     assert len(response.statuses) == len(response.put_statuses) == request.record_count
     return response
@@ -60,35 +66,46 @@ def with_int(raw: bytes, offset: int, value: int) -> bytes:
     return bytes(data)
 
 
-def test_raw_records_are_stored_and_pulled_back(
-        stub: broker_pb2_grpc.BrokerServiceStub) -> None:
+def test_raw_records_are_stored_and_pulled_back(stub: broker_pb2_grpc.BrokerServiceStub) -> None:
     upsert(stub, "Raw", queues=2)
-    records = [encode_send_record("Raw", f"m{i}".encode(), tags="A", keys=[f"k{i}"])
-               for i in range(5)]
+    records = [
+        encode_send_record("Raw", f"m{i}".encode(), tags="A", keys=[f"k{i}"]) for i in range(5)
+    ]
     response = send_raw(stub, records_request(*records, topic="Raw", queue_id=1))
     assert list(response.statuses) == [broker_pb2.SEND_OK] * 5
     assert (response.topic, response.queue_id) == ("Raw", 1)
     assert list(response.queue_offsets) == [0, 1, 2, 3, 4]
     pulled = decode_records(pull(stub, "Raw", queue_id=1, raw_records=True).records)
     assert [(bytes(m.body), m.tags, m.keys, m.queue_id) for m in pulled] == [
-        (f"m{i}".encode(), "A", [f"k{i}"], 1) for i in range(5)]
+        (f"m{i}".encode(), "A", [f"k{i}"], 1) for i in range(5)
+    ]
     assert [m.commitlog_offset for m in pulled] == list(response.commitlog_offsets)
 
 
 def test_each_bad_record_gets_its_own_status_and_the_rest_are_stored(
-        stub: broker_pb2_grpc.BrokerServiceStub) -> None:
+    stub: broker_pb2_grpc.BrokerServiceStub,
+) -> None:
     upsert(stub, "Raw", queues=1)
     good = encode_send_record("Raw", b"good")
     bad = {
         1: (with_int(good, BODY_CRC_OFFSET, 12345), message_pb2.MESSAGE_ILLEGAL, "CRC"),
         2: (encode_send_record("Elsewhere", b"x"), message_pb2.MESSAGE_ILLEGAL, "topic"),
-        3: (encode_send_record("Raw", b"x" * (BODY_MAX + 1)), message_pb2.MESSAGE_ILLEGAL,
-            "body is"),
+        3: (
+            encode_send_record("Raw", b"x" * (BODY_MAX + 1)),
+            message_pb2.MESSAGE_ILLEGAL,
+            "body is",
+        ),
         # A client may not write transaction markers (or half messages) itself.
-        4: (with_int(good, SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_COMMIT),
-            message_pb2.MESSAGE_ILLEGAL, "transaction bits"),
-        5: (with_int(good, SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_PREPARED),
-            message_pb2.MESSAGE_ILLEGAL, "transaction bits"),
+        4: (
+            with_int(good, SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_COMMIT),
+            message_pb2.MESSAGE_ILLEGAL,
+            "transaction bits",
+        ),
+        5: (
+            with_int(good, SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_PREPARED),
+            message_pb2.MESSAGE_ILLEGAL,
+            "transaction bits",
+        ),
     }  # 1 passes the broker's header checks: the store's CRC check refuses it
     records = [good, bad[1][0], bad[2][0], bad[3][0], bad[4][0], bad[5][0], good]
     response = send_raw(stub, records_request(*records, topic="Raw", queue_id=0))
@@ -103,7 +120,8 @@ def test_each_bad_record_gets_its_own_status_and_the_rest_are_stored(
 
 
 def test_records_that_cannot_be_told_apart_are_all_refused(
-        stub: broker_pb2_grpc.BrokerServiceStub) -> None:
+    stub: broker_pb2_grpc.BrokerServiceStub,
+) -> None:
     upsert(stub, "Raw", queues=1)
     good = encode_send_record("Raw", b"good")
     broken = with_int(good, TOTAL_SIZE_OFFSET, 7)
@@ -114,16 +132,19 @@ def test_records_that_cannot_be_told_apart_are_all_refused(
     assert status.record_count == 0
 
 
-@pytest.mark.parametrize("fields, reason", [
-    (dict(record_count=0), "record_count"),
-    (dict(records=b""), "records"),
-    (dict(topic="bad topic"), "topic"),
-    (dict(queue_id=-2), "queue_id"),
-    (dict(messages=[message_pb2.Message(topic="Raw", body=b"x")]), "not both"),
-])
-def test_malformed_raw_requests_are_invalid_arguments(stub: broker_pb2_grpc.BrokerServiceStub,
-                                                      fields: dict[str, object],
-                                                      reason: str) -> None:
+@pytest.mark.parametrize(
+    "fields, reason",
+    [
+        (dict(record_count=0), "record_count"),
+        (dict(records=b""), "records"),
+        (dict(topic="bad topic"), "topic"),
+        (dict(queue_id=-2), "queue_id"),
+        (dict(messages=[message_pb2.Message(topic="Raw", body=b"x")]), "not both"),
+    ],
+)
+def test_malformed_raw_requests_are_invalid_arguments(
+    stub: broker_pb2_grpc.BrokerServiceStub, fields: dict[str, object], reason: str
+) -> None:
     upsert(stub, "Raw", queues=1)
     request = records_request(encode_send_record("Raw", b"x"), topic="Raw")
     for name, value in fields.items():
@@ -138,7 +159,8 @@ def test_malformed_raw_requests_are_invalid_arguments(stub: broker_pb2_grpc.Brok
 
 
 def test_sends_given_up_while_the_store_is_frozen_do_not_fail_a_send_still_waiting(
-        cluster: Cluster, stub: broker_pb2_grpc.BrokerServiceStub) -> None:
+    cluster: Cluster, stub: broker_pb2_grpc.BrokerServiceStub
+) -> None:
     """Sends whose clients' deadlines pass while the store is frozen (SIGSTOP) must not
     take the broker's one AppendStream call down with them: a send still waiting is
     stored and answered once the store resumes, once."""
@@ -146,8 +168,9 @@ def test_sends_given_up_while_the_store_is_frozen_do_not_fail_a_send_still_waiti
     batch = [encode_send_record("Frozen", b"h" * 1024) for _ in range(256)]
     hasty_request = records_request(*batch, topic="Frozen", queue_id=0)
     assert list(send_raw(stub, hasty_request).statuses) == [broker_pb2.SEND_OK] * 256
-    patient_request = records_request(encode_send_record("Frozen", b"patient"),
-                                      topic="Frozen", queue_id=0)
+    patient_request = records_request(
+        encode_send_record("Frozen", b"patient"), topic="Frozen", queue_id=0
+    )
     cluster.store.pause()
     try:
         hasty = [stub.SendMessage.future(hasty_request, timeout=1.0) for _ in range(40)]
@@ -165,8 +188,9 @@ def test_sends_given_up_while_the_store_is_frozen_do_not_fail_a_send_still_waiti
     stored = []
     offset = 0
     while True:
-        pulled = pull(stub, "Frozen", offset=offset, raw_records=True, max_messages=1024,
-                      max_bytes=4 << 20)
+        pulled = pull(
+            stub, "Frozen", offset=offset, raw_records=True, max_messages=1024, max_bytes=4 << 20
+        )
         if not pulled.records:
             break
         stored += [bytes(m.body) for m in decode_records(pulled.records)]

@@ -30,7 +30,7 @@ from boltmq import (
     ReceivedMessage,
     SendError,
 )
-from boltmq.runtime import sync_channel
+from boltmq.kernel.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, Cluster
 from tests.integration.procs import REPO_ROOT, ServiceProcess
@@ -46,10 +46,15 @@ class DelayCluster(Cluster):
     extra_broker_settings: tuple[str, ...] = ()
 
     def _start_broker(self, port: int = 0) -> ServiceProcess:
-        return self._start("broker", f"store_address={self.store.address}",
-                           f"registry_addresses={self.registry.address}",
-                           *CLUSTER_BROKER_SETTINGS, f"message_delay_level={LEVELS}",
-                           *self.extra_broker_settings, port=port)
+        return self._start(
+            "broker",
+            f"store_address={self.store.address}",
+            f"registry_addresses={self.registry.address}",
+            *CLUSTER_BROKER_SETTINGS,
+            f"message_delay_level={LEVELS}",
+            *self.extra_broker_settings,
+            port=port,
+        )
 
 
 @pytest.fixture
@@ -78,10 +83,20 @@ class Deliveries:
         ok = True
         for m in messages:
             with self._lock:
-                self.seen.append(dict(at_ms=now_ms, body=bytes(m.body), topic=m.topic,
-                                      reconsume_times=m.reconsume_times, msg_id=m.msg_id,
-                                      props=dict(m.properties), tags=m.tags, keys=list(m.keys),
-                                      store_ms=m.store_timestamp, born_ms=m.born_timestamp))
+                self.seen.append(
+                    dict(
+                        at_ms=now_ms,
+                        body=bytes(m.body),
+                        topic=m.topic,
+                        reconsume_times=m.reconsume_times,
+                        msg_id=m.msg_id,
+                        props=dict(m.properties),
+                        tags=m.tags,
+                        keys=list(m.keys),
+                        store_ms=m.store_timestamp,
+                        born_ms=m.born_timestamp,
+                    )
+                )
             ok = self.outcome(m) and ok
         return ConsumeResult.SUCCESS if ok else ConsumeResult.RECONSUME_LATER
 
@@ -94,10 +109,12 @@ class Deliveries:
             return Counter(s["body"] for s in self.seen)
 
 
-def consumer(cluster: Cluster, group: str, topic: str, listener: Any, **options: Any
-             ) -> PushConsumer:
-    return PushConsumer(cluster.registry.address, group, {topic: "*"}, listener,
-                        **{**FAST, **options}).start()
+def consumer(
+    cluster: Cluster, group: str, topic: str, listener: Any, **options: Any
+) -> PushConsumer:
+    return PushConsumer(
+        cluster.registry.address, group, {topic: "*"}, listener, **{**FAST, **options}
+    ).start()
 
 
 def broker_stub(cluster: Cluster) -> tuple[grpc.Channel, broker_pb2_grpc.BrokerServiceStub]:
@@ -107,7 +124,8 @@ def broker_stub(cluster: Cluster) -> tuple[grpc.Channel, broker_pb2_grpc.BrokerS
 
 # ===================================================================== delay levels
 def test_each_delay_level_is_delivered_when_due_never_early(
-        delay_cluster: DelayCluster, producer: Producer) -> None:
+    delay_cluster: DelayCluster, producer: Producer
+) -> None:
     producer.send(Message(topic="delayed", body=b"warm-up"))  # the topic exists
     listener = Deliveries()
     c = consumer(delay_cluster, "cg-delay", "delayed", listener)
@@ -118,12 +136,20 @@ def test_each_delay_level_is_delivered_when_due_never_early(
         for level in range(1, len(LEVELS_MS) + 1):
             body = f"level-{level}".encode()
             sent_ms[body] = time.time_ns() // 1_000_000
-            result = producer.send(Message(topic="delayed", body=body, tags="T",
-                                           keys=[f"k{level}"], delay_level=level,
-                                           properties={"n": str(level)}))
+            result = producer.send(
+                Message(
+                    topic="delayed",
+                    body=body,
+                    tags="T",
+                    keys=[f"k{level}"],
+                    delay_level=level,
+                    properties={"n": str(level)},
+                )
+            )
             assert result.msg_id
-        wait_until(lambda: all(listener.bodies()[b] >= 1 for b in sent_ms),
-                   "every delay level's message")
+        wait_until(
+            lambda: all(listener.bodies()[b] >= 1 for b in sent_ms), "every delay level's message"
+        )
     finally:
         c.shutdown()
     for level, delay_ms in enumerate(LEVELS_MS, start=1):
@@ -138,7 +164,8 @@ def test_each_delay_level_is_delivered_when_due_never_early(
 
 
 def test_deliver_at_ms_beyond_the_levels_is_not_early(
-        delay_cluster: DelayCluster, producer: Producer) -> None:
+    delay_cluster: DelayCluster, producer: Producer
+) -> None:
     # 2.5 s is past the longest level (1.2 s): reached in hops of 1.2 s, 1 s and the rest.
     deliver_at = time.time_ns() // 1_000_000 + 2_500
     producer.send(Message(topic="timed", body=b"at", deliver_at_ms=deliver_at))
@@ -147,8 +174,9 @@ def test_deliver_at_ms_beyond_the_levels_is_not_early(
     listener = Deliveries()
     c = consumer(delay_cluster, "cg-timed", "timed", listener)
     try:
-        wait_until(lambda: listener.bodies()[b"at"] and listener.bodies()[b"soon"],
-                   "both timed messages")
+        wait_until(
+            lambda: listener.bodies()[b"at"] and listener.bodies()[b"soon"], "both timed messages"
+        )
         time.sleep(0.5)  # a duplicate would show by now
     finally:
         c.shutdown()
@@ -159,8 +187,7 @@ def test_deliver_at_ms_beyond_the_levels_is_not_early(
     assert "TIMER_DELIVER_MS" not in at["props"]
 
 
-def test_delay_messages_survive_broker_restarts_exactly_once(
-        tmp_path: Path) -> None:
+def test_delay_messages_survive_broker_restarts_exactly_once(tmp_path: Path) -> None:
     # Progress is never saved on its own (a 10 min interval): after a kill -9 the
     # broker starts from nothing delivered, and every delivered entry must be
     # recognised as such (the duplicate check), none appended twice.
@@ -172,8 +199,9 @@ def test_delay_messages_survive_broker_restarts_exactly_once(
             for i in range(24):
                 body = f"r-{i:02d}".encode()
                 bodies.append(body)
-                producer.send(Message(topic="restart", body=body,
-                                      delay_level=1 + i % len(LEVELS_MS)))
+                producer.send(
+                    Message(topic="restart", body=body, delay_level=1 + i % len(LEVELS_MS))
+                )
             time.sleep(LEVELS_MS[2] / 1000)  # some are due and delivered, some not
             cluster.restart_broker(kill=True)
             time.sleep(LEVELS_MS[0] / 1000)
@@ -198,8 +226,7 @@ def test_delay_messages_survive_broker_restarts_exactly_once(
         cluster.stop()
 
 
-def test_bad_delay_inputs_get_clear_errors(delay_cluster: DelayCluster,
-                                           producer: Producer) -> None:
+def test_bad_delay_inputs_get_clear_errors(delay_cluster: DelayCluster, producer: Producer) -> None:
     now = time.time_ns() // 1_000_000
     with pytest.raises(SendError, match="delay level 7 is not 1..6"):
         producer.send(Message(topic="bad", body=b"x", delay_level=7))
@@ -219,7 +246,8 @@ def test_bad_delay_inputs_get_clear_errors(delay_cluster: DelayCluster,
 
 # ===================================================================== retry and DLQ
 def test_failed_messages_come_back_through_the_retry_topic_with_growing_delays(
-        delay_cluster: DelayCluster, producer: Producer) -> None:
+    delay_cluster: DelayCluster, producer: Producer
+) -> None:
     fail_first = 2
     listener = Deliveries(lambda m: m.reconsume_times >= fail_first)
     sent = producer.send(Message(topic="work", body=b"job", tags="J", keys=["job-1"]))
@@ -244,12 +272,19 @@ def test_failed_messages_come_back_through_the_retry_topic_with_growing_delays(
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "boltmq.cli", *args], capture_output=True,
-                          text=True, cwd=REPO_ROOT, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "boltmq.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_dead_letters_after_the_limit_listed_and_resent_by_the_cli(
-        delay_cluster: DelayCluster, producer: Producer) -> None:
+    delay_cluster: DelayCluster, producer: Producer
+) -> None:
     healthy = threading.Event()
     listener = Deliveries(lambda m: healthy.is_set())
     producer.send(Message(topic="poison", body=b"bad", keys=["p-1"]))
@@ -269,8 +304,12 @@ def test_dead_letters_after_the_limit_listed_and_resent_by_the_cli(
             assert puller.queues("%DLQ%cg-dlq") == []  # no readable queue in its route
         channel, stub = broker_stub(delay_cluster)
         with channel, pytest.raises(grpc.RpcError) as caught:
-            stub.PullMessage(broker_pb2.BrokerPullRequest(
-                consumer_group="dlq-reader", topic="%DLQ%cg-dlq", queue_id=0), timeout=5)
+            stub.PullMessage(
+                broker_pb2.BrokerPullRequest(
+                    consumer_group="dlq-reader", topic="%DLQ%cg-dlq", queue_id=0
+                ),
+                timeout=5,
+            )
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
         healthy.set()
         resent = run_cli("admin", "group", "dlq", "cg-dlq", "--resend", "--registry", registry)
@@ -285,20 +324,26 @@ def test_dead_letters_after_the_limit_listed_and_resent_by_the_cli(
     assert "group" in bad_group.stderr
 
 
-def test_send_back_refuses_unknown_offsets_and_bad_groups(delay_cluster: DelayCluster,
-                                                          producer: Producer) -> None:
+def test_send_back_refuses_unknown_offsets_and_bad_groups(
+    delay_cluster: DelayCluster, producer: Producer
+) -> None:
     producer.send(Message(topic="sb", body=b"x"))
     channel, stub = broker_stub(delay_cluster)
     try:
         cases: list[tuple[dict[str, Any], grpc.StatusCode, str]] = [
             (dict(group="g", commitlog_offset=10**12), grpc.StatusCode.NOT_FOUND, "no message"),
-            (dict(group="../etc", commitlog_offset=0), grpc.StatusCode.INVALID_ARGUMENT,
-             "group"),
+            (dict(group="../etc", commitlog_offset=0), grpc.StatusCode.INVALID_ARGUMENT, "group"),
             (dict(group="", commitlog_offset=0), grpc.StatusCode.INVALID_ARGUMENT, "group"),
-            (dict(group="g", commitlog_offset=-1), grpc.StatusCode.INVALID_ARGUMENT,
-             "commitlog_offset"),
-            (dict(group="g", commitlog_offset=0, delay_level=99),
-             grpc.StatusCode.INVALID_ARGUMENT, "delay_level"),
+            (
+                dict(group="g", commitlog_offset=-1),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "commitlog_offset",
+            ),
+            (
+                dict(group="g", commitlog_offset=0, delay_level=99),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "delay_level",
+            ),
         ]
         for fields, code, fragment in cases:
             with pytest.raises(grpc.RpcError) as caught:
@@ -312,8 +357,7 @@ def test_send_back_refuses_unknown_offsets_and_bad_groups(delay_cluster: DelayCl
         channel.close()
 
 
-def test_orderly_consumers_retry_in_place(delay_cluster: DelayCluster,
-                                          producer: Producer) -> None:
+def test_orderly_consumers_retry_in_place(delay_cluster: DelayCluster, producer: Producer) -> None:
     failures = {"left": 2}
 
     def outcome(m: ReceivedMessage) -> bool:
@@ -326,8 +370,14 @@ def test_orderly_consumers_retry_in_place(delay_cluster: DelayCluster,
     for i in range(3):
         producer.send(Message(topic="ordered", body=f"o-{i}".encode()), sharding_key="k")
     options: dict[str, Any] = dict(FAST)
-    c = PushConsumer(delay_cluster.registry.address, "cg-orderly", {"ordered": "*"}, listener,
-                     orderly=True, **options).start()
+    c = PushConsumer(
+        delay_cluster.registry.address,
+        "cg-orderly",
+        {"ordered": "*"},
+        listener,
+        orderly=True,
+        **options,
+    ).start()
     try:
         wait_until(lambda: listener.bodies()[b"o-2"] == 1, "the whole ordered run")
     finally:

@@ -41,8 +41,8 @@ from boltmq import (
     SendStatus,
     TopicNotFound,
 )
+from boltmq.kernel.runtime import sync_channel
 from boltmq.message import batch_records
-from boltmq.runtime import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2
 from tests.integration.conftest import Cluster
 from tests.integration.procs import REPO_ROOT
@@ -51,8 +51,9 @@ from tests.waiting import wait_until
 DEADLINE_S = 30.0
 """Generous bound for anything asynchronous to show; tests pass as soon as it does."""
 POLL_S = 0.05
-FAST = dict(rebalance_interval_ms=300, long_poll_ms=2_000, commit_interval_ms=200,
-            suspend_on_failure_ms=100)
+FAST = dict(
+    rebalance_interval_ms=300, long_poll_ms=2_000, commit_interval_ms=200, suspend_on_failure_ms=100
+)
 """Consumer intervals for tests: rebalance and commit within a fraction of a second."""
 QUEUES = 4
 """Queues of an auto-created topic (the producer's default_topic_queue_nums)."""
@@ -83,8 +84,18 @@ class Collector:
     def __call__(self, messages: list[ReceivedMessage]) -> Any:
         with self._lock:
             self.calls.append(len(messages))
-            self.got += [Got(bytes(m.body), m.tags, tuple(m.keys), m.msg_id, m.queue_id,
-                             m.queue_offset, dict(m.properties)) for m in messages]
+            self.got += [
+                Got(
+                    bytes(m.body),
+                    m.tags,
+                    tuple(m.keys),
+                    m.msg_id,
+                    m.queue_id,
+                    m.queue_offset,
+                    dict(m.properties),
+                )
+                for m in messages
+            ]
         return self.outcome(messages) if self.outcome else ConsumeResult.SUCCESS
 
     def bodies(self) -> list[bytes]:
@@ -92,8 +103,10 @@ class Collector:
             return [g.body for g in self.got]
 
     def wait_for(self, expected: set[bytes], what: str = "messages") -> None:
-        wait_until(lambda: expected <= set(self.bodies()),
-                   f"{what}: missing {sorted(expected - set(self.bodies()))[:5]}")
+        wait_until(
+            lambda: expected <= set(self.bodies()),
+            f"{what}: missing {sorted(expected - set(self.bodies()))[:5]}",
+        )
 
 
 @pytest.fixture
@@ -107,10 +120,12 @@ def consumers(cluster: Cluster) -> Iterator[Callable[..., PushConsumer]]:
     """``consumers(group, {topic: expr}, listener, **options)``: started, shut down at the end."""
     made: list[PushConsumer] = []
 
-    def start(group: str, subscriptions: dict[str, str], listener: Any,
-              **options: Any) -> PushConsumer:
-        consumer = PushConsumer(cluster.registry.address, group, subscriptions, listener,
-                                **{**FAST, **options})
+    def start(
+        group: str, subscriptions: dict[str, str], listener: Any, **options: Any
+    ) -> PushConsumer:
+        consumer = PushConsumer(
+            cluster.registry.address, group, subscriptions, listener, **{**FAST, **options}
+        )
         made.append(consumer)
         return consumer.start()
 
@@ -119,8 +134,9 @@ def consumers(cluster: Cluster) -> Iterator[Callable[..., PushConsumer]]:
         consumer.shutdown()
 
 
-def send_all(producer: Producer, topic: str, bodies: list[bytes], **fields: Any
-             ) -> list[SendResult]:
+def send_all(
+    producer: Producer, topic: str, bodies: list[bytes], **fields: Any
+) -> list[SendResult]:
     results = [producer.send(Message(topic=topic, body=b, **fields)) for b in bodies]
     assert {r.status for r in results} == {SendStatus.SEND_OK}
     return results
@@ -136,8 +152,7 @@ def group_lag(cluster: Cluster, group: str, topic: str) -> int | None:
     try:
         stub = broker_pb2_grpc.BrokerServiceStub(chan)
         try:
-            progress = stub.GroupProgress(broker_pb2.GroupProgressRequest(group=group),
-                                          timeout=5)
+            progress = stub.GroupProgress(broker_pb2.GroupProgressRequest(group=group), timeout=5)
         except grpc.RpcError:
             return None  # the group is not known yet, or the broker is restarting
         return sum(q.lag for q in progress.queues if q.topic == topic)
@@ -162,14 +177,21 @@ def pull_everything(cluster: Cluster, topic: str) -> list[ReceivedMessage]:
 
 # ===================================================================== round trips
 def test_round_trip_with_tags_and_keys_filters_by_subscription(
-        cluster: Cluster, producer: Producer, consumers: Callable[..., PushConsumer]) -> None:
+    cluster: Cluster, producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
     sent: dict[bytes, SendResult] = {}
     for i in range(30):
         tag = "ABC"[i % 3]
         body = f"{tag}-{i}".encode()
-        sent[body] = producer.send(Message(topic="orders", body=body, tags=tag,
-                                           keys=[f"order-{i}", f"user-{i % 5}"],
-                                           properties={"n": str(i)}))
+        sent[body] = producer.send(
+            Message(
+                topic="orders",
+                body=body,
+                tags=tag,
+                keys=[f"order-{i}", f"user-{i % 5}"],
+                properties={"n": str(i)},
+            )
+        )
     wanted = {b for b in sent if not b.startswith(b"C")}
     collector = Collector()
     consumers("cg-tags", {"orders": "A || B"}, collector)
@@ -186,7 +208,10 @@ def test_round_trip_with_tags_and_keys_filters_by_subscription(
         assert seen.keys == (f"order-{i}", f"user-{i % 5}")
         assert seen.properties["n"] == str(i)
         assert (seen.msg_id, seen.queue_id, seen.queue_offset) == (
-            result.msg_id, result.queue.queue_id, result.queue_offset)
+            result.msg_id,
+            result.queue.queue_id,
+            result.queue_offset,
+        )
     assert len({r.queue.queue_id for r in sent.values()}) == QUEUES  # round-robin spread
 
 
@@ -205,10 +230,13 @@ def test_send_batch_lands_in_one_queue_in_order(cluster: Cluster, producer: Prod
     assert [m.msg_id for m in pulled.messages] == [r.msg_id for r in results]
 
 
-def test_send_records_sends_what_batch_records_encoded(cluster: Cluster, producer: Producer
-                                                       ) -> None:
-    msgs = [Message(topic="batched", body=b, keys=[f"r{i}"]) for i, b in
-            enumerate(bodies("records", 20))]
+def test_send_records_sends_what_batch_records_encoded(
+    cluster: Cluster, producer: Producer
+) -> None:
+    msgs = [
+        Message(topic="batched", body=b, keys=[f"r{i}"])
+        for i, b in enumerate(bodies("records", 20))
+    ]
     results = producer.send_records("batched", batch_records(msgs), len(msgs))
     assert {r.status for r in results} == {SendStatus.SEND_OK} and len(results) == 20
     with PullConsumer(cluster.registry.address, "cg-records") as puller:
@@ -223,8 +251,7 @@ def test_send_records_sends_what_batch_records_encoded(cluster: Cluster, produce
     assert "before record 2 of 3" in refused[0].error
 
 
-def test_send_async_callbacks_and_oneway_all_arrive(cluster: Cluster, producer: Producer
-                                                     ) -> None:
+def test_send_async_callbacks_and_oneway_all_arrive(cluster: Cluster, producer: Producer) -> None:
     outcomes: list[tuple[SendResult | None, BaseException | None]] = []
     lock = threading.Lock()
 
@@ -233,8 +260,7 @@ def test_send_async_callbacks_and_oneway_all_arrive(cluster: Cluster, producer: 
             outcomes.append((result, error))
 
     async_bodies, oneway_bodies = bodies("async", 300), bodies("oneway", 100)
-    futures = [producer.send_async(Message(topic="fast", body=b), callback)
-               for b in async_bodies]
+    futures = [producer.send_async(Message(topic="fast", body=b), callback) for b in async_bodies]
     for body in oneway_bodies:
         assert producer.send_oneway(Message(topic="fast", body=body)) is None
     producer.flush()
@@ -246,20 +272,24 @@ def test_send_async_callbacks_and_oneway_all_arrive(cluster: Cluster, producer: 
     assert {r.msg_id for r, _ in outcomes if r} == {r.msg_id for r in results}
 
     expected = async_bodies + oneway_bodies
-    wait_until(lambda: len(pull_everything(cluster, "fast")) >= len(expected),
-               "every async and oneway message to be stored")
+    wait_until(
+        lambda: len(pull_everything(cluster, "fast")) >= len(expected),
+        "every async and oneway message to be stored",
+    )
     stored = [bytes(m.body) for m in pull_everything(cluster, "fast")]
     assert sorted(stored) == sorted(expected)  # each exactly once
 
 
 def test_sharding_key_keeps_each_key_in_order_for_an_orderly_consumer(
-        producer: Producer, consumers: Callable[..., PushConsumer]) -> None:
+    producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
     keys = [f"order-{k}" for k in range(6)]
     queue_of: dict[str, set[int]] = {k: set() for k in keys}
     for step in range(20):  # interleaved: key 0 step 0, key 1 step 0, ...
         for key in keys:
-            result = producer.send(Message(topic="ordered", body=f"{key}:{step}".encode()),
-                                   sharding_key=key)
+            result = producer.send(
+                Message(topic="ordered", body=f"{key}:{step}".encode()), sharding_key=key
+            )
             queue_of[key].add(result.queue.queue_id)
     assert all(len(queues) == 1 for queues in queue_of.values()), queue_of
 
@@ -283,7 +313,8 @@ def test_sharding_key_keeps_each_key_in_order_for_an_orderly_consumer(
 
 
 def test_one_thread_serves_many_queues_and_a_failing_queue_holds_back_only_itself(
-        producer: Producer, consumers: Callable[..., PushConsumer]) -> None:
+    producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
     # Orderly: a failed message is retried in place. With one consume thread every queue
     # of both topics is pulled and delivered by that thread.
     stuck_until = threading.Event()
@@ -296,8 +327,9 @@ def test_one_thread_serves_many_queues_and_a_failing_queue_holds_back_only_itsel
     stuck = send_all(producer, "stuck", bodies("s", 3))
     flowing = send_all(producer, "flowing", bodies("f", 12))
     collector = Collector(outcome)
-    consumer = consumers("cg-one-thread", {"stuck": "*", "flowing": "*"}, collector,
-                         orderly=True, consume_threads=1)
+    consumer = consumers(
+        "cg-one-thread", {"stuck": "*", "flowing": "*"}, collector, orderly=True, consume_threads=1
+    )
     assert len({r.queue for r in flowing}) > 1
     collector.wait_for(set(bodies("f", 12)), "the other queues of the thread")
     assert len(consumer.assigned) == 2 * QUEUES
@@ -306,23 +338,32 @@ def test_one_thread_serves_many_queues_and_a_failing_queue_holds_back_only_itsel
     stuck_until.set()
     collector.wait_for(set(bodies("s", 3)), "the failing queue, once its listener succeeds")
     for queue_id in {r.queue.queue_id for r in stuck}:  # each queue in order, nothing lost
-        offered = [g.body for g in collector.got
-                   if g.body.startswith(b"s") and g.queue_id == queue_id]
+        offered = [
+            g.body for g in collector.got if g.body.startswith(b"s") and g.queue_id == queue_id
+        ]
         firsts = list(dict.fromkeys(offered))
-        assert firsts == [b for b, r in zip(bodies("s", 3), stuck, strict=True)
-                          if r.queue.queue_id == queue_id]
+        assert firsts == [
+            b for b, r in zip(bodies("s", 3), stuck, strict=True) if r.queue.queue_id == queue_id
+        ]
 
 
 def test_pull_queues_of_several_calls_stops_waiting_at_the_first_answer_with_messages(
-        cluster: Cluster, producer: Producer) -> None:
+    cluster: Cluster, producer: Producer
+) -> None:
     # 1,200 queues of one broker take two calls (at most 1,024 queues a call): 600 each.
     # A message in the first call's queues ends the wait: the second call, parked on its
     # empty queues, is withdrawn, and its queues are absent from the result.
     with sync_channel(cluster.broker.address) as chan:
         admin = broker_pb2_grpc.BrokerServiceStub(chan)
         for topic in ("wide-a", "wide-b"):
-            admin.UpsertTopic(broker_pb2.UpsertTopicRequest(topic=registry_pb2.TopicConfig(
-                name=topic, read_queue_nums=600, write_queue_nums=600, perm=6)), timeout=10)
+            admin.UpsertTopic(
+                broker_pb2.UpsertTopicRequest(
+                    topic=registry_pb2.TopicConfig(
+                        name=topic, read_queue_nums=600, write_queue_nums=600, perm=6
+                    )
+                ),
+                timeout=10,
+            )
     sent = producer.send(Message(topic="wide-a", body=b"first"))
     with PullConsumer(cluster.registry.address, "cg-wide") as puller:
         first, second = puller.queues("wide-a"), puller.queues("wide-b")
@@ -330,30 +371,33 @@ def test_pull_queues_of_several_calls_stops_waiting_at_the_first_answer_with_mes
         results = puller.pull_queues(dict.fromkeys(first + second, 0), wait_ms=60_000)
         assert set(results) == set(first)
         assert [bytes(m.body) for m in results[sent.queue].messages] == [b"first"]
-        assert {r.status for q, r in results.items() if q != sent.queue} == {
-            PullStatus.NO_NEW_MSG}
+        assert {r.status for q, r in results.items() if q != sent.queue} == {PullStatus.NO_NEW_MSG}
 
 
 # ===================================================================== groups
 def test_two_consumers_split_the_queues_and_one_takes_over_after_a_shutdown(
-        producer: Producer, consumers: Callable[..., PushConsumer]) -> None:
+    producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
     send_all(producer, "shared", [b"seed"])  # creates the topic with 4 queues
     first, second = Collector(), Collector()
     c1 = consumers("cg-split", {"shared": "*"}, first)
     c2 = consumers("cg-split", {"shared": "*"}, second)
     every = {MessageQueue("shared", "broker-a", q) for q in range(QUEUES)}
-    wait_until(lambda: len(c1.assigned) == len(c2.assigned) == QUEUES // 2,
-               "the two members to share the queues")
+    wait_until(
+        lambda: len(c1.assigned) == len(c2.assigned) == QUEUES // 2,
+        "the two members to share the queues",
+    )
     assert not set(c1.assigned) & set(c2.assigned)
     assert set(c1.assigned) | set(c2.assigned) == every
 
     before = bodies("before", 40)
     send_all(producer, "shared", before)
-    wait_until(lambda: set(before) <= set(first.bodies()) | set(second.bodies()),
-               "the group to consume everything")
+    wait_until(
+        lambda: set(before) <= set(first.bodies()) | set(second.bodies()),
+        "the group to consume everything",
+    )
     assert first.bodies() and second.bodies()  # both members consumed
-    assert {g.queue_id for g in first.got if g.body != b"seed"} <= \
-        {q.queue_id for q in c1.assigned}
+    assert {g.queue_id for g in first.got if g.body != b"seed"} <= {q.queue_id for q in c1.assigned}
 
     c2.shutdown()
     wait_until(lambda: set(c1.assigned) == every, "the survivor to own every queue")
@@ -392,9 +436,13 @@ class ConsumerProcess:
 
     def __init__(self, registry: str, topic: str, group: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-c", CONSUMER_SCRIPT, registry, topic,
-                                      group], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CONSUMER_SCRIPT, registry, topic, group],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -419,18 +467,23 @@ class ConsumerProcess:
 
 
 def test_a_killed_member_is_expired_by_the_broker_and_its_queues_taken_over(
-        cluster: Cluster, producer: Producer, consumers: Callable[..., PushConsumer]) -> None:
+    cluster: Cluster, producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
     send_all(producer, "crash", [b"seed"])
     survivor = Collector()
     other = ConsumerProcess(cluster.registry.address, "crash", "cg-crash")
     try:
         c1 = consumers("cg-crash", {"crash": "*"}, survivor)
-        wait_until(lambda: len(c1.assigned) == QUEUES // 2 and other.assigned() == QUEUES // 2,
-                   "the in-process and the child consumer to share the queues")
+        wait_until(
+            lambda: len(c1.assigned) == QUEUES // 2 and other.assigned() == QUEUES // 2,
+            "the in-process and the child consumer to share the queues",
+        )
         before = bodies("before", 40)
         send_all(producer, "crash", before)
-        wait_until(lambda: set(before) <= set(survivor.bodies()) | other.got(),
-                   "the two members to consume everything")
+        wait_until(
+            lambda: set(before) <= set(survivor.bodies()) | other.got(),
+            "the two members to consume everything",
+        )
         assert other.got(), "the child consumer consumed nothing"
     finally:
         other.kill()  # SIGKILL: no unregister, no last commit; only expiry removes it
@@ -442,12 +495,14 @@ def test_a_killed_member_is_expired_by_the_broker_and_its_queues_taken_over(
 
 
 def test_broadcasting_delivers_every_message_to_every_member(
-        producer: Producer, consumers: Callable[..., PushConsumer]) -> None:
+    producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
     send_all(producer, "news", [b"seed"])
     members = [Collector() for _ in range(3)]
     started = [consumers("cg-news", {"news": "*"}, m, model="BROADCASTING") for m in members]
-    wait_until(lambda: all(len(c.assigned) == QUEUES for c in started),
-               "every member to read every queue")
+    wait_until(
+        lambda: all(len(c.assigned) == QUEUES for c in started), "every member to read every queue"
+    )
     sent = bodies("news", 30)
     send_all(producer, "news", sent)
     for member in members:
@@ -456,8 +511,13 @@ def test_broadcasting_delivers_every_message_to_every_member(
 
 
 # ===================================================================== offsets
-def consume_and_commit(cluster: Cluster, consumers: Callable[..., PushConsumer],
-                       group: str, topic: str, expected: set[bytes]) -> PushConsumer:
+def consume_and_commit(
+    cluster: Cluster,
+    consumers: Callable[..., PushConsumer],
+    group: str,
+    topic: str,
+    expected: set[bytes],
+) -> PushConsumer:
     collector = Collector()
     consumer = consumers(group, {topic: "*"}, collector)
     collector.wait_for(expected)
@@ -477,9 +537,9 @@ had not yet persisted (``offset_persist_interval_ms``), never messages."""
 
 
 @pytest.mark.parametrize("restart", sorted(RESTARTS))
-def test_committed_offsets_survive_a_restart(cluster: Cluster, producer: Producer,
-                                             consumers: Callable[..., PushConsumer],
-                                             restart: str) -> None:
+def test_committed_offsets_survive_a_restart(
+    cluster: Cluster, producer: Producer, consumers: Callable[..., PushConsumer], restart: str
+) -> None:
     first = bodies("first", 40)
     first_sent = send_all(producer, "durable", first)
     consume_and_commit(cluster, consumers, "cg-durable", "durable", set(first)).shutdown()
@@ -501,8 +561,7 @@ def test_committed_offsets_survive_a_restart(cluster: Cluster, producer: Produce
     # resumed from an offset the group had committed, never from a gap.
     last = {}
     for result in first_sent:
-        last[result.queue.queue_id] = max(last.get(result.queue.queue_id, -1),
-                                          result.queue_offset)
+        last[result.queue.queue_id] = max(last.get(result.queue.queue_id, -1), result.queue_offset)
     for queue_id in {g.queue_id for g in again}:
         offsets = sorted({g.queue_offset for g in again if g.queue_id == queue_id})
         assert offsets == list(range(offsets[0], last[queue_id] + 1)), (queue_id, offsets)
@@ -535,8 +594,7 @@ def test_a_send_auto_creates_a_new_topic(cluster: Cluster, producer: Producer) -
         assert [bytes(m.body) for m in pulled.messages] == [b"first"]
 
 
-def test_pull_consumer_pulls_commits_and_long_polls(cluster: Cluster, producer: Producer
-                                                    ) -> None:
+def test_pull_consumer_pulls_commits_and_long_polls(cluster: Cluster, producer: Producer) -> None:
     results = producer.send_batch([Message(topic="pulled", body=b) for b in bodies("p", 10)])
     queue = results[0].queue
     with PullConsumer(cluster.registry.address, "cg-pull") as puller:
@@ -554,13 +612,16 @@ def test_pull_consumer_pulls_commits_and_long_polls(cluster: Cluster, producer: 
         assert puller.committed(queue) == 10
         assert puller.pull(queue, 10).status is PullStatus.NO_NEW_MSG
         assert puller.pull(queue, 0, subscription="nothing-has-this-tag").status in (
-            PullStatus.NO_MATCHED_MSG, PullStatus.NO_NEW_MSG)
+            PullStatus.NO_MATCHED_MSG,
+            PullStatus.NO_NEW_MSG,
+        )
 
         # A long poll parked on the empty tail is answered by the next send to that
         # queue; its wait (20 s) is far longer than this test's deadline.
         parked: list[Any] = []
-        poller = threading.Thread(target=lambda: parked.append(
-            puller.pull(queue, 10, wait_ms=20_000)), daemon=True)
+        poller = threading.Thread(
+            target=lambda: parked.append(puller.pull(queue, 10, wait_ms=20_000)), daemon=True
+        )
         poller.start()
         time.sleep(0.3)  # let the pull park; it must still be waiting
         assert not parked
@@ -571,22 +632,26 @@ def test_pull_consumer_pulls_commits_and_long_polls(cluster: Cluster, producer: 
 
 
 def test_pull_queues_reads_many_queues_in_one_call_and_long_polls_on_all(
-        cluster: Cluster, producer: Producer) -> None:
+    cluster: Cluster, producer: Producer
+) -> None:
     first = producer.send_batch([Message(topic="many-a", body=b) for b in bodies("a", 5)])
-    second = producer.send_batch([Message(topic="many-b", body=b, tags="blue")
-                                  for b in bodies("b", 3)])
+    second = producer.send_batch(
+        [Message(topic="many-b", body=b, tags="blue") for b in bodies("b", 3)]
+    )
     with PullConsumer(cluster.registry.address, "cg-many") as puller:
         queues = puller.queues("many-a") + puller.queues("many-b")
         offsets = dict.fromkeys(queues, 0)
         offsets[first[0].queue] = 2
-        results = puller.pull_queues(offsets, max_messages=2,
-                                     subscriptions={"many-b": "blue || red"})
+        results = puller.pull_queues(
+            offsets, max_messages=2, subscriptions={"many-b": "blue || red"}
+        )
         assert set(results) == set(queues)  # every queue answered: far below the budget
         assert [bytes(m.body) for m in results[first[0].queue].messages] == bodies("a", 5)[2:4]
         assert results[first[0].queue].next_begin_offset == 4
         assert [bytes(m.body) for m in results[second[0].queue].messages] == bodies("b", 3)[:2]
-        assert {r.status for q, r in results.items()
-                if q not in (first[0].queue, second[0].queue)} == {PullStatus.NO_NEW_MSG}
+        assert {
+            r.status for q, r in results.items() if q not in (first[0].queue, second[0].queue)
+        } == {PullStatus.NO_NEW_MSG}
         # A byte budget of one: the first queue alone answers, with one message.
         cut = puller.pull_queues({second[0].queue: 2, first[0].queue: 4}, max_bytes=1)
         assert list(cut) == [second[0].queue]
@@ -595,8 +660,9 @@ def test_pull_queues_reads_many_queues_in_one_call_and_long_polls_on_all(
         # Parked on every queue's end, the call is answered by a send to any of them.
         ends = {q: r.max_offset for q, r in puller.pull_queues(offsets).items()}
         parked: list[Any] = []
-        poller = threading.Thread(target=lambda: parked.append(
-            puller.pull_queues(ends, wait_ms=20_000)), daemon=True)
+        poller = threading.Thread(
+            target=lambda: parked.append(puller.pull_queues(ends, wait_ms=20_000)), daemon=True
+        )
         poller.start()
         time.sleep(0.3)  # let the call park; it must still be waiting
         assert not parked
@@ -624,8 +690,8 @@ def _send_to(producer: Producer, queue: MessageQueue, body: bytes) -> None:
 # ===================================================================== redelivery
 @pytest.mark.parametrize("failure", ["RECONSUME_LATER", "raise"])
 def test_a_failed_listener_gets_the_same_messages_again(
-        cluster: Cluster, producer: Producer, consumers: Callable[..., PushConsumer],
-        failure: str) -> None:
+    cluster: Cluster, producer: Producer, consumers: Callable[..., PushConsumer], failure: str
+) -> None:
     sent = producer.send_batch([Message(topic="retry", body=b) for b in bodies("r", 5)])
     attempts: Counter[str] = Counter()
 
@@ -643,8 +709,10 @@ def test_a_failed_listener_gets_the_same_messages_again(
     # the broker's retry topic: tests/integration/test_retry_delay.py).
     consumers("cg-retry", {"retry": "*"}, collector, orderly=True)
     wanted = {r.msg_id for r in sent}
-    wait_until(lambda: group_lag(cluster, "cg-retry", "retry") == 0,
-               "the messages to be consumed after two failures")
+    wait_until(
+        lambda: group_lag(cluster, "cg-retry", "retry") == 0,
+        "the messages to be consumed after two failures",
+    )
     assert {m: attempts[m] for m in wanted} == {m: 3 for m in wanted}
     delivered = Counter(g.msg_id for g in collector.got)
     assert {m: delivered[m] for m in wanted} == {m: 3 for m in wanted}
@@ -679,8 +747,12 @@ def test_bad_sdk_inputs_raise_clear_named_errors(cluster: Cluster, producer: Pro
     never.shutdown()  # a consumer that failed to start still closes quietly
     producer.send(Message(topic="known", body=b"x"))  # the broker creates it
     wait_until(lambda: "known" not in producer.client.routes(["known"]), "the route of known")
-    several = PushConsumer(registry, "cg-several", dict.fromkeys(
-        ["known", "no-such-a", "no-such-b", "no-such-c"], "*"), lambda msgs: None)
+    several = PushConsumer(
+        registry,
+        "cg-several",
+        dict.fromkeys(["known", "no-such-a", "no-such-b", "no-such-c"], "*"),
+        lambda msgs: None,
+    )
     with pytest.raises(TopicNotFound, match=r"'no-such-a'.*nor 2 more") as caught:
         several.start()  # one registry call named them all; the first is named
     assert caught.value.topic == "no-such-a"
@@ -689,8 +761,9 @@ def test_bad_sdk_inputs_raise_clear_named_errors(cluster: Cluster, producer: Pro
         puller.queues("no-such-topic")
     told = Producer(registry, "pg-told").start(["known", "not-yet"])
     try:  # the known topic's route came with start; the unknown one is created by its send
-        assert [r.status for r in told.send_batch(
-            [Message(topic="not-yet", body=b"x")])] == [SendStatus.SEND_OK]
+        assert [r.status for r in told.send_batch([Message(topic="not-yet", body=b"x")])] == [
+            SendStatus.SEND_OK
+        ]
         assert told.send(Message(topic="known", body=b"y")).status is SendStatus.SEND_OK
     finally:
         told.shutdown()

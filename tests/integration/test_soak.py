@@ -1,4 +1,4 @@
-"""A short soak of the local cluster (``boltmq bench soak``; ``make soak`` runs 10 minutes).
+"""A short soak of the local cluster (``python -m bench soak``; ``make soak`` runs 10 minutes).
 
 The invariants are checked, never a duration or a rate: every acknowledged
 message reached a consumer, no service process grew its open file handles,
@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from boltmq.bench_soak import SoakSpec, run_soak
+from bench.soak_run import SoakSpec, run_soak
 
 pytest.importorskip("psutil", reason="the soak samples processes with psutil (bench extra)")
 
-SPEC = SoakSpec(seconds=36, rate=400, producers=2, consumers=2, batch=8, sample_seconds=2,
-                drain_timeout_s=60)
+SPEC = SoakSpec(
+    seconds=36, rate=400, producers=2, consumers=2, batch=8, sample_seconds=2, drain_timeout_s=60
+)
 
 
 def test_short_soak_loses_nothing_and_leaks_no_handles(tmp_path: Path) -> None:

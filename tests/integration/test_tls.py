@@ -1,6 +1,6 @@
 """TLS and mutual TLS across a real cluster (registry, stores, HA services, brokers).
 
-``boltmq dev --tls``'s certificates (boltmq.dev_certificates) serve every
+``boltmq dev --tls``'s certificates (boltmq.cli.dev.certificates) serve every
 process; the SDK and the CLI call with the CA and the client certificate. A
 client without TLS, or with TLS but no client certificate, is refused.
 """
@@ -16,15 +16,16 @@ import pytest
 from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from boltmq import dev_certificates
-from boltmq.cli import main
-from boltmq.dev_certificates import DevCertificates
-from boltmq.local_cluster import ClusterSpec, LocalCluster
+from bench.cli import bench as bench_command
+from boltmq.cli.dev import certificates as dev_certificates
+from boltmq.cli.dev.certificates import DevCertificates
+from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
+from boltmq.cli.main import main
+from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.tls import ClientTLS
 from boltmq.message import Message
 from boltmq.producer import Producer
 from boltmq.pull_consumer import PullConsumer
-from boltmq.runtime import sync_channel
-from boltmq.tls import ClientTLS
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2, store_pb2_grpc
 from tests.integration.conftest import (
     CLUSTER_BROKER_SETTINGS,
@@ -47,10 +48,14 @@ def certificates(tmp_path: Path) -> DevCertificates:
 @pytest.fixture
 def tls_cluster(tmp_path: Path, certificates: DevCertificates) -> Iterator[LocalCluster]:
     """A master and a replica (with HA services), every process on mutual TLS."""
-    spec = ClusterSpec(tmp_path, replicas=1, store_settings=CLUSTER_STORE_SETTINGS,
-                       broker_settings=CLUSTER_BROKER_SETTINGS,
-                       registry_settings=CLUSTER_REGISTRY_SETTINGS,
-                       tls_settings=certificates.server_settings(mutual=True))
+    spec = ClusterSpec(
+        tmp_path,
+        replicas=1,
+        store_settings=CLUSTER_STORE_SETTINGS,
+        broker_settings=CLUSTER_BROKER_SETTINGS,
+        registry_settings=CLUSTER_REGISTRY_SETTINGS,
+        tls_settings=certificates.server_settings(mutual=True),
+    )
     cluster = LocalCluster(spec).start()
     yield cluster
     cluster.stop()
@@ -59,19 +64,24 @@ def tls_cluster(tmp_path: Path, certificates: DevCertificates) -> Iterator[Local
 def client_tls(certificates: DevCertificates, *, with_certificate: bool = True) -> ClientTLS:
     if not with_certificate:
         return ClientTLS.from_files(str(certificates.ca_file))
-    return ClientTLS.from_files(str(certificates.ca_file), str(certificates.client_cert_file),
-                                str(certificates.client_key_file))
+    return ClientTLS.from_files(
+        str(certificates.ca_file),
+        str(certificates.client_cert_file),
+        str(certificates.client_key_file),
+    )
 
 
 def broker_info(address: str, tls: ClientTLS | None) -> broker_pb2.BrokerInfo:
     with sync_channel(address, tls) as channel:
         result: broker_pb2.BrokerInfo = broker_pb2_grpc.BrokerServiceStub(channel).GetBrokerInfo(
-            broker_pb2.GetBrokerInfoRequest(), timeout=5)
+            broker_pb2.GetBrokerInfoRequest(), timeout=5
+        )
         return result
 
 
-def test_produce_and_consume_over_mutual_tls_and_replicate(tls_cluster: LocalCluster,
-                                                           certificates: DevCertificates) -> None:
+def test_produce_and_consume_over_mutual_tls_and_replicate(
+    tls_cluster: LocalCluster, certificates: DevCertificates
+) -> None:
     assert tls_cluster.registry is not None
     tls = client_tls(certificates)
     producer = Producer(tls_cluster.registry.address, tls=tls).start()
@@ -91,16 +101,22 @@ def test_produce_and_consume_over_mutual_tls_and_replicate(tls_cluster: LocalClu
 
     # The replica's HA service followed the master's over TLS, through stores on TLS.
     master, replica = tls_cluster.members
-    with sync_channel(master.store.address, tls) as m_chan, \
-            sync_channel(replica.store.address, tls) as r_chan:
+    with (
+        sync_channel(master.store.address, tls) as m_chan,
+        sync_channel(replica.store.address, tls) as r_chan,
+    ):
         master_end = info(store_pb2_grpc.StoreServiceStub(m_chan)).commitlog_max_offset
-        wait_until(lambda: info(store_pb2_grpc.StoreServiceStub(r_chan)).commitlog_max_offset
-                   >= master_end, "the replica to copy the master over TLS")
+        wait_until(
+            lambda: (
+                info(store_pb2_grpc.StoreServiceStub(r_chan)).commitlog_max_offset >= master_end
+            ),
+            "the replica to copy the master over TLS",
+        )
 
 
-def test_plaintext_and_certificate_less_clients_are_refused(tls_cluster: LocalCluster,
-                                                            certificates: DevCertificates
-                                                            ) -> None:
+def test_plaintext_and_certificate_less_clients_are_refused(
+    tls_cluster: LocalCluster, certificates: DevCertificates
+) -> None:
     broker = tls_cluster.members[0].broker
     assert broker is not None
     assert broker_info(broker.address, client_tls(certificates)).broker_name == "broker-a"
@@ -112,54 +128,70 @@ def test_plaintext_and_certificate_less_clients_are_refused(tls_cluster: LocalCl
     assert no_certificate.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
     other_ca = dev_certificates.generate(certificates.ca_file.parent / "other")
     with pytest.raises(grpc.RpcError):
-        broker_info(broker.address, client_tls(other_ca))   # a certificate of another CA
+        broker_info(broker.address, client_tls(other_ca))  # a certificate of another CA
 
 
 def test_cli_produces_over_tls_and_says_why_when_a_file_is_missing(
-        tls_cluster: LocalCluster, certificates: DevCertificates) -> None:
+    tls_cluster: LocalCluster, certificates: DevCertificates
+) -> None:
     assert tls_cluster.registry is not None
-    flags = ["--registry", tls_cluster.registry.address, "--tls-ca", str(certificates.ca_file),
-             "--tls-cert", str(certificates.client_cert_file),
-             "--tls-key", str(certificates.client_key_file)]
+    flags = [
+        "--registry",
+        tls_cluster.registry.address,
+        "--tls-ca",
+        str(certificates.ca_file),
+        "--tls-cert",
+        str(certificates.client_cert_file),
+        "--tls-key",
+        str(certificates.client_key_file),
+    ]
     result = CliRunner().invoke(main, ["produce", *flags, "--topic", TOPIC, "--body", "cli"])
     assert result.exit_code == 0, result.output
     assert "SEND_OK" in result.output
     bench = ["--topic", "TlsBench", "--count", "30", "--json"]
-    produced = CliRunner().invoke(main, ["bench", "produce", *flags, *bench, "--batch", "10",
-                                         "--concurrency", "1"])
+    produced = CliRunner().invoke(
+        bench_command, ["produce", *flags, *bench, "--batch", "10", "--concurrency", "1"]
+    )
     assert produced.exit_code == 0, produced.output
-    consumed = CliRunner().invoke(main, ["bench", "consume", *flags, *bench])
+    consumed = CliRunner().invoke(bench_command, ["consume", *flags, *bench])
     assert consumed.exit_code == 0, consumed.output
     assert json.loads(consumed.output.splitlines()[-1])["messages"] >= 30
-    plaintext = CliRunner().invoke(main, ["bench", "produce", *flags[:2], *bench])
+    plaintext = CliRunner().invoke(bench_command, ["produce", *flags[:2], *bench])
     assert plaintext.exit_code == 1 and "Traceback" not in plaintext.output
-    missing = CliRunner().invoke(main, ["produce", *flags[:2], "--tls-ca", "/nonexistent.pem",
-                                        "--topic", TOPIC, "--body", "x"])
+    missing = CliRunner().invoke(
+        main,
+        ["produce", *flags[:2], "--tls-ca", "/nonexistent.pem", "--topic", TOPIC, "--body", "x"],
+    )
     assert missing.exit_code == 1
     assert "--tls-ca: cannot read /nonexistent.pem" in missing.output
     assert "Traceback" not in missing.output
 
 
-@pytest.mark.parametrize("service, setting, message", [
-    ("registry", "tls_cert_file={missing}", "tls_cert_file: cannot read"),
-    ("store", "tls_cert_file={key}", "tls_cert_file: {key} holds no PEM certificate"),
-    ("registry", "tls_key_file={cert}", "tls_key_file: {cert} holds no PEM private key"),
-    ("registry", "tls_client_ca_file={missing}", "tls_client_ca_file: cannot read"),
-    ("broker", "tls_ca_file={missing}", "tls_ca_file: cannot read"),
-    ("ha", "tls_client_key_file={cert}", "tls_client_key_file: {cert} holds no PEM private"),
-])
+@pytest.mark.parametrize(
+    "service, setting, message",
+    [
+        ("registry", "tls_cert_file={missing}", "tls_cert_file: cannot read"),
+        ("store", "tls_cert_file={key}", "tls_cert_file: {key} holds no PEM certificate"),
+        ("registry", "tls_key_file={cert}", "tls_key_file: {cert} holds no PEM private key"),
+        ("registry", "tls_client_ca_file={missing}", "tls_client_ca_file: cannot read"),
+        ("broker", "tls_ca_file={missing}", "tls_ca_file: cannot read"),
+        ("ha", "tls_client_key_file={cert}", "tls_client_key_file: {cert} holds no PEM private"),
+    ],
+)
 def test_a_service_with_an_unusable_tls_file_stops_with_one_clear_line(
-        tmp_path: Path, certificates: DevCertificates, service: str, setting: str,
-        message: str) -> None:
-    names = {"missing": str(tmp_path / "missing.pem"), "key": str(certificates.server_key_file),
-             "cert": str(certificates.server_cert_file)}
+    tmp_path: Path, certificates: DevCertificates, service: str, setting: str, message: str
+) -> None:
+    names = {
+        "missing": str(tmp_path / "missing.pem"),
+        "key": str(certificates.server_key_file),
+        "cert": str(certificates.server_cert_file),
+    }
     settings = dict(item.split("=", 1) for item in certificates.server_settings())
     name, value = setting.format(**names).split("=", 1)
     settings[name] = value
     if service == "store":
         settings["root_dir"] = str(tmp_path / "store")
-    process = ServiceProcess(service, tmp_path / "logs",
-                             *(f"{k}={v}" for k, v in settings.items()))
+    process = ServiceProcess(service, tmp_path / "logs", *(f"{k}={v}" for k, v in settings.items()))
     with pytest.raises(LaunchError, match="did not start"):
         process.start()
     assert process.last_error() == process.last_error().strip()
@@ -174,9 +206,13 @@ def test_dev_tls_generates_certificates_and_serves_only_tls(tmp_path: Path) -> N
         tls_dir = tmp_path / "data" / "tls"
         hint = next(line for line in dev.banner if line.startswith("try:"))
         assert f"--tls-ca {tls_dir / 'ca.pem'}" in hint
-        certificates = DevCertificates(tls_dir / "ca.pem", tls_dir / "server.pem",
-                                       tls_dir / "server.key", tls_dir / "client.pem",
-                                       tls_dir / "client.key")
+        certificates = DevCertificates(
+            tls_dir / "ca.pem",
+            tls_dir / "server.pem",
+            tls_dir / "server.key",
+            tls_dir / "client.pem",
+            tls_dir / "client.key",
+        )
         assert broker_info(endpoints["broker"], client_tls(certificates)).broker_name
         with pytest.raises(grpc.RpcError):
             broker_info(endpoints["broker"], None)
@@ -188,13 +224,15 @@ def health_status(address: str, service: str = "") -> int:
     """The plaintext health check the kubelet's gRPC probe makes."""
     with grpc.insecure_channel(address) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=service), timeout=5)
+            health_pb2.HealthCheckRequest(service=service), timeout=5
+        )
         return int(reply.status)
 
 
 @pytest.mark.parametrize("service", ["registry", "store"])
 def test_health_port_answers_plaintext_probes_of_a_mutual_tls_service_and_nothing_else(
-        tmp_path: Path, certificates: DevCertificates, service: str) -> None:
+    tmp_path: Path, certificates: DevCertificates, service: str
+) -> None:
     health_port = free_port()
     settings = [*certificates.server_settings(mutual=True), f"health_port={health_port}"]
     if service == "store":
@@ -207,7 +245,8 @@ def test_health_port_answers_plaintext_probes_of_a_mutual_tls_service_and_nothin
         with grpc.insecure_channel(health_address) as channel:  # health only, no store API
             with pytest.raises(grpc.RpcError) as refused:
                 store_pb2_grpc.StoreServiceStub(channel).QueueRange(
-                    store_pb2.QueueRangeRequest(topic="t", queue_id=0), timeout=5)
+                    store_pb2.QueueRangeRequest(topic="t", queue_id=0), timeout=5
+                )
             assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
         with pytest.raises(grpc.RpcError):  # the service port itself stays TLS-only
             health_status(process.address)
@@ -218,13 +257,17 @@ def test_health_port_answers_plaintext_probes_of_a_mutual_tls_service_and_nothin
     assert gone.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("70000", "health_port must be between 0 and 65535"),
-    ("-1", "health_port must be between 0 and 65535"),
-    ("nine", "health_port"),
-])
-def test_a_bad_health_port_is_refused_with_one_clear_line(tmp_path: Path, value: str,
-                                                          message: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("70000", "health_port must be between 0 and 65535"),
+        ("-1", "health_port must be between 0 and 65535"),
+        ("nine", "health_port"),
+    ],
+)
+def test_a_bad_health_port_is_refused_with_one_clear_line(
+    tmp_path: Path, value: str, message: str
+) -> None:
     process = ServiceProcess("registry", tmp_path / "logs", f"health_port={value}")
     with pytest.raises(LaunchError, match="did not start"):
         process.start()
@@ -232,8 +275,7 @@ def test_a_bad_health_port_is_refused_with_one_clear_line(tmp_path: Path, value:
 
 
 def test_health_port_equal_to_metrics_port_is_refused(tmp_path: Path) -> None:
-    process = ServiceProcess("registry", tmp_path / "logs", "health_port=9199",
-                             "metrics_port=9199")
+    process = ServiceProcess("registry", tmp_path / "logs", "health_port=9199", "metrics_port=9199")
     with pytest.raises(LaunchError, match="did not start"):
         process.start()
     assert "health_port and metrics_port must differ" in process.last_error()

@@ -1,7 +1,7 @@
 """One trace from producer to consumer, across real registry, store and broker processes.
 
 The services export their spans to files (``trace_file``: one JSON line per
-span, :mod:`boltmq.telemetry`); this process traces its producer and
+span, :mod:`boltmq.kernel.telemetry`); this process traces its producer and
 consumers into memory. The trace must run producer ``send`` -> SendMessage
 (client, broker server) -> Append (broker client, store server) -> consumer
 ``process``, parent by parent, with the messaging attributes on the way.
@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from boltmq import Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
-from boltmq.telemetry import TRACEPARENT_PROPERTY
+from boltmq.kernel.telemetry import TRACEPARENT_PROPERTY
 from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, CLUSTER_STORE_SETTINGS
 from tests.integration.procs import ServiceProcess
 
@@ -38,16 +38,25 @@ class TracedCluster:
         self.store_spans = tmp_path / "store-spans.jsonl"
         self.broker_spans = tmp_path / "broker-spans.jsonl"
         self.registry = spawn("registry")
-        store = spawn("store", f"root_dir={tmp_path / 'store'}", f"trace_file={self.store_spans}",
-                      *CLUSTER_STORE_SETTINGS)
-        spawn("broker", f"store_address={store.address}",
-              f"registry_addresses={self.registry.address}", f"trace_file={self.broker_spans}",
-              *CLUSTER_BROKER_SETTINGS)
+        store = spawn(
+            "store",
+            f"root_dir={tmp_path / 'store'}",
+            f"trace_file={self.store_spans}",
+            *CLUSTER_STORE_SETTINGS,
+        )
+        spawn(
+            "broker",
+            f"store_address={store.address}",
+            f"registry_addresses={self.registry.address}",
+            f"trace_file={self.broker_spans}",
+            *CLUSTER_BROKER_SETTINGS,
+        )
 
     def service_spans(self) -> list[dict[str, Any]]:
         """Every span the store and the broker finished so far (written at once)."""
-        lines = self.store_spans.read_text().splitlines() + \
-            self.broker_spans.read_text().splitlines()
+        lines = (
+            self.store_spans.read_text().splitlines() + self.broker_spans.read_text().splitlines()
+        )
         return [json.loads(line) for line in lines]
 
 
@@ -73,8 +82,9 @@ def one(spans: Sequence[Any], what: str, condition: Callable[[Any], bool]) -> An
     return found[0]
 
 
-def received_by_push(registry: str, topic: str, group: str
-                     ) -> tuple[list[ReceivedMessage], list[int]]:
+def received_by_push(
+    registry: str, topic: str, group: str
+) -> tuple[list[ReceivedMessage], list[int]]:
     """The first message a push consumer gets, and the span id current in its listener."""
     got: list[ReceivedMessage] = []
     span_ids: list[int] = []
@@ -85,8 +95,15 @@ def received_by_push(registry: str, topic: str, group: str
         got.extend(messages)
         arrived.set()
 
-    consumer = PushConsumer(registry, group, {topic: "*"}, listener, consume_batch_max_size=1,
-                            rebalance_interval_ms=300, long_poll_ms=2_000)
+    consumer = PushConsumer(
+        registry,
+        group,
+        {topic: "*"},
+        listener,
+        consume_batch_max_size=1,
+        rebalance_interval_ms=300,
+        long_poll_ms=2_000,
+    )
     consumer.start()
     try:
         assert arrived.wait(DEADLINE_S), "the push consumer received nothing"
@@ -96,7 +113,8 @@ def received_by_push(registry: str, topic: str, group: str
 
 
 def test_one_trace_runs_from_producer_through_broker_and_store_to_consumer(
-        traced: TracedCluster, producer: Producer, span_exporter: InMemorySpanExporter) -> None:
+    traced: TracedCluster, producer: Producer, span_exporter: InMemorySpanExporter
+) -> None:
     result = producer.send(Message("TracedTopic", b"traced body"))
     got, listener_span_ids = received_by_push(traced.registry.address, "TracedTopic", "tg")
 
@@ -105,54 +123,69 @@ def test_one_trace_runs_from_producer_through_broker_and_store_to_consumer(
     trace_id = send.context.trace_id
     assert send.kind is SpanKind.PRODUCER and send.parent is None
     assert dict(send.attributes) == {
-        "messaging.system": "boltmq", "messaging.operation.type": "send",
-        "messaging.operation.name": "send", "messaging.destination.name": "TracedTopic",
+        "messaging.system": "boltmq",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.destination.name": "TracedTopic",
         "messaging.message.body.size": len(b"traced body"),
         "messaging.destination.partition.id": str(result.queue.queue_id),
-        "messaging.message.id": result.msg_id}
-    client_send = one(local, "SendMessage client span",
-                      lambda s: s.name == "/boltmq.v1.BrokerService/SendMessage")
-    assert client_send.kind is SpanKind.CLIENT and client_send.parent.span_id == \
-        send.context.span_id
+        "messaging.message.id": result.msg_id,
+    }
+    client_send = one(
+        local, "SendMessage client span", lambda s: s.name == "/boltmq.v1.BrokerService/SendMessage"
+    )
+    assert (
+        client_send.kind is SpanKind.CLIENT and client_send.parent.span_id == send.context.span_id
+    )
 
     # The message carries the send span's context, and the services joined it.
-    assert got[0].properties[TRACEPARENT_PROPERTY] == \
-        f"00-{trace_id:032x}-{send.context.span_id:016x}-{send.context.trace_flags:02x}"
-    in_trace = [s for s in traced.service_spans()
-                if s["context"]["trace_id"] == hex_id(trace_id, 32)]
-    broker_send = one(in_trace, "broker SendMessage span",
-                      lambda s: s["name"] == "/boltmq.v1.BrokerService/SendMessage")
+    assert (
+        got[0].properties[TRACEPARENT_PROPERTY]
+        == f"00-{trace_id:032x}-{send.context.span_id:016x}-{send.context.trace_flags:02x}"
+    )
+    in_trace = [
+        s for s in traced.service_spans() if s["context"]["trace_id"] == hex_id(trace_id, 32)
+    ]
+    broker_send = one(
+        in_trace,
+        "broker SendMessage span",
+        lambda s: s["name"] == "/boltmq.v1.BrokerService/SendMessage",
+    )
     assert broker_send["kind"] == "SpanKind.SERVER"
     assert broker_send["parent_id"] == hex_id(client_send.context.span_id, 16)
     assert broker_send["attributes"]["messaging.destination.name"] == "TracedTopic"
-    assert broker_send["attributes"]["messaging.destination.partition.id"] == \
-        str(result.queue.queue_id)
+    assert broker_send["attributes"]["messaging.destination.partition.id"] == str(
+        result.queue.queue_id
+    )
     assert broker_send["attributes"]["messaging.batch.message_count"] == 1
-    append_client = one(in_trace, "broker's Append client span",
-                        lambda s: s["name"] == "/boltmq.v1.StoreService/Append"
-                        and s["kind"] == "SpanKind.CLIENT")
+    append_client = one(
+        in_trace,
+        "broker's Append client span",
+        lambda s: s["name"] == "/boltmq.v1.StoreService/Append" and s["kind"] == "SpanKind.CLIENT",
+    )
     assert append_client["parent_id"] == broker_send["context"]["span_id"]
-    append_server = one(in_trace, "store's Append span",
-                        lambda s: s["name"] == "/boltmq.v1.StoreService/Append"
-                        and s["kind"] == "SpanKind.SERVER")
+    append_server = one(
+        in_trace,
+        "store's Append span",
+        lambda s: s["name"] == "/boltmq.v1.StoreService/Append" and s["kind"] == "SpanKind.SERVER",
+    )
     assert append_server["parent_id"] == append_client["context"]["span_id"]
     assert append_server["attributes"]["messaging.destination.name"] == "TracedTopic"
 
     process = one(local, "process span", lambda s: s.name == "process TracedTopic")
     assert process.kind is SpanKind.CONSUMER
-    assert process.context.trace_id == trace_id and process.parent.span_id == \
-        send.context.span_id
+    assert process.context.trace_id == trace_id and process.parent.span_id == send.context.span_id
     assert [link.context.span_id for link in process.links] == [send.context.span_id]
     assert process.attributes["messaging.message.id"] == result.msg_id
     assert process.attributes["messaging.message.body.size"] == len(b"traced body")
     assert process.attributes["messaging.consumer.group.name"] == "tg"
-    assert process.attributes["messaging.destination.partition.id"] == \
-        str(result.queue.queue_id)
+    assert process.attributes["messaging.destination.partition.id"] == str(result.queue.queue_id)
     assert listener_span_ids == [process.context.span_id]  # the listener ran inside it
 
 
 def test_async_sends_carry_a_create_span_and_the_pull_helper_continues_it(
-        traced: TracedCluster, producer: Producer, span_exporter: InMemorySpanExporter) -> None:
+    traced: TracedCluster, producer: Producer, span_exporter: InMemorySpanExporter
+) -> None:
     result = producer.send_async(Message("AsyncTraced", b"later")).result(DEADLINE_S)
     with PullConsumer(traced.registry.address, "pg") as consumer:
         pulled = consumer.pull(result.queue, result.queue_offset, 1)
@@ -170,14 +203,30 @@ def test_async_sends_carry_a_create_span_and_the_pull_helper_continues_it(
 
 
 def test_a_message_sent_without_tracing_starts_its_own_consumer_trace(
-        traced: TracedCluster, span_exporter: InMemorySpanExporter) -> None:
+    traced: TracedCluster, span_exporter: InMemorySpanExporter
+) -> None:
     # The CLI is another process, one without a tracer provider.
-    sent = subprocess.run([sys.executable, "-m", "boltmq.cli", "produce", "--registry",
-                           traced.registry.address, "--topic", "Plain", "--body", "plain"],
-                          capture_output=True, text=True, timeout=60)
+    sent = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "boltmq.cli",
+            "produce",
+            "--registry",
+            traced.registry.address,
+            "--topic",
+            "Plain",
+            "--body",
+            "plain",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert sent.returncode == 0, sent.stderr
     got, _ = received_by_push(traced.registry.address, "Plain", "plain-group")
     assert TRACEPARENT_PROPERTY not in got[0].properties
-    process = one(span_exporter.get_finished_spans(), "process span",
-                  lambda s: s.name == "process Plain")
+    process = one(
+        span_exporter.get_finished_spans(), "process span", lambda s: s.name == "process Plain"
+    )
     assert process.parent is None and not process.links

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from boltmq.launcher import REPO_ROOT, ServiceProcess
+from boltmq.cli.dev.launcher import REPO_ROOT, ServiceProcess
 from tests.integration.conftest import CLUSTER_STORE_SETTINGS, Cluster
 from tests.reliability.files import (
     CommitLogScan,
@@ -26,26 +26,32 @@ from tests.reliability.files import (
 )
 from tests.reliability.load import Ack
 
-UNHANDLED_MARKS = ("Traceback (most recent call last)", "Task was destroyed but it is pending",
-                   "exception was never retrieved")
+UNHANDLED_MARKS = (
+    "Traceback (most recent call last)",
+    "Task was destroyed but it is pending",
+    "exception was never retrieved",
+)
 """What a service log must never hold after a fault test."""
 
 
 class FaultCluster(Cluster):
     """A registry, a store (``flush``, ``store_settings``, ``root_dir``) and a broker."""
 
-    def __init__(self, tmp_path: Path, flush: str = "SYNC_FLUSH",
-                 store_settings: tuple[str, ...] = (), root_dir: Path | None = None) -> None:
-        self.store_settings = (*CLUSTER_STORE_SETTINGS, f"flush_disk_type={flush}",
-                               *store_settings)
+    def __init__(
+        self,
+        tmp_path: Path,
+        flush: str = "SYNC_FLUSH",
+        store_settings: tuple[str, ...] = (),
+        root_dir: Path | None = None,
+    ) -> None:
+        self.store_settings = (*CLUSTER_STORE_SETTINGS, f"flush_disk_type={flush}", *store_settings)
         self.store_root = root_dir
         super().__init__(tmp_path)
 
     def _start_store(self, port: int = 0) -> ServiceProcess:
         if self.store_root is not None:
             self.root_dir = self.store_root
-        return self._start("store", f"root_dir={self.root_dir}", *self.store_settings,
-                           port=port)
+        return self._start("store", f"root_dir={self.root_dir}", *self.store_settings, port=port)
 
     def stop_store(self) -> None:
         """SIGTERM the store and wait: its files are then a clean shutdown's."""
@@ -67,7 +73,7 @@ class FaultCluster(Cluster):
             starts = [text.find(mark) for mark in UNHANDLED_MARKS if mark in text]
             if starts:
                 start = min(starts)
-                found.append(f"{path.name}: {text[start:start + 4000]}")
+                found.append(f"{path.name}: {text[start : start + 4000]}")
         return found
 
 
@@ -88,8 +94,13 @@ def fault_cluster(tmp_path: Path) -> Iterator[Callable[..., FaultCluster]]:
 
 def offline_verify(root: Path) -> list[str]:
     """``boltmq store verify ROOT`` in its own process: its problem lines (empty: sound)."""
-    done = subprocess.run([sys.executable, "-m", "boltmq.cli", "store", "verify", str(root)],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "boltmq.cli", "store", "verify", str(root)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
     if done.returncode == 0:
         return []
     return done.stdout.splitlines() + done.stderr.splitlines() or [f"exit {done.returncode}"]
@@ -112,7 +123,10 @@ def check_acknowledged(root: Path, acked: dict[bytes, Ack]) -> CommitLogScan:
     problems = exactly_once(acked, scan)
     assert problems == [], f"{len(problems)} of {len(acked)} acknowledged: {problems[:5]}"
     where = {r.body: (r.queue_id, r.queue_offset, r.commitlog_offset) for r in scan.records}
-    moved = [body for body, ack in acked.items()
-             if where[body] != (ack.queue_id, ack.queue_offset, ack.commitlog_offset)]
+    moved = [
+        body
+        for body, ack in acked.items()
+        if where[body] != (ack.queue_id, ack.queue_offset, ack.commitlog_offset)
+    ]
     assert moved == [], f"stored elsewhere than acknowledged: {moved[:5]}"
     return scan

@@ -4,7 +4,7 @@ The fault tests check their invariants here rather than only through the
 store's API: this module reads ``commitlog/`` segment files and
 ``consumequeue/`` files with plain ``read_bytes`` and the record decoder, none
 of the store's CommitLog, MappedFile or recovery code, so a bug there cannot
-hide itself. File formats are documented in :mod:`services.store.record` and
+hide itself. File formats are documented in :mod:`boltmq.wire.record` and
 :mod:`services.store.consume_queue`.
 """
 
@@ -15,14 +15,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.store.consume_queue import ENTRY, ENTRY_SIZE
-from services.store.record import (
+from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
     MAGIC_BLANK,
     TOTAL_AND_MAGIC,
     CorruptRecord,
     decode_record,
 )
+from services.store.consume_queue import ENTRY, ENTRY_SIZE
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,7 @@ class CommitLogScan:
 def segment_paths(root: Path) -> list[Path]:
     """The CommitLog segment files, oldest first."""
     directory = root / "commitlog"
-    return sorted(p for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() \
-        else []
+    return sorted(p for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
 
 
 def scan_commitlog(root: Path) -> CommitLogScan:
@@ -87,12 +86,18 @@ def scan_commitlog(root: Path) -> CommitLogScan:
                 scan.damage = f"{path.name}: {exc}"
                 return scan
             if view.commitlog_offset != base + position:
-                scan.damage = f"{path.name}@{position}: record says offset " \
-                              f"{view.commitlog_offset}"
+                scan.damage = f"{path.name}@{position}: record says offset {view.commitlog_offset}"
                 return scan
-            scan.records.append(StoredRecord(base + position, view.total_size, view.topic,
-                                             view.queue_id, view.queue_offset,
-                                             view.body_bytes()))
+            scan.records.append(
+                StoredRecord(
+                    base + position,
+                    view.total_size,
+                    view.topic,
+                    view.queue_id,
+                    view.queue_offset,
+                    view.body_bytes(),
+                )
+            )
             position += view.total_size
     return scan
 
@@ -129,6 +134,7 @@ def queues_in_order(scan: CommitLogScan) -> list[str]:
         offsets = [r.queue_offset for r in records]
         expected = list(range(offsets[0], offsets[0] + len(offsets)))
         if offsets != expected:
-            problems.append(f"{topic}/{queue_id}: queue offsets {offsets[:10]}... are not "
-                            f"consecutive")
+            problems.append(
+                f"{topic}/{queue_id}: queue offsets {offsets[:10]}... are not consecutive"
+            )
     return problems

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from boltmq import Message, Producer, PullConsumer
 from boltmq.client import BoltMQError
+from boltmq.kernel.registry_client import RegistryError
 from boltmq.message import MessageQueue, SendStatus
-from boltmq.registry_client import RegistryError
 
 TOPIC = "Reliability"
 GROUP = "reliability-consumers"
@@ -75,17 +75,25 @@ class Ledger:
 class Load:
     """Producers and a consumer against the cluster whose registry is ``registry``."""
 
-    def __init__(self, registry: str, *, producers: int = PRODUCERS,
-                 consume: bool = True, topic: str = TOPIC) -> None:
+    def __init__(
+        self, registry: str, *, producers: int = PRODUCERS, consume: bool = True, topic: str = TOPIC
+    ) -> None:
         self.registry = registry
         self.topic = topic
         self.ledger = Ledger()
         self._stop_producing = threading.Event()
         self._stop_consuming = threading.Event()
-        self._threads = [threading.Thread(target=self._produce, args=(n,), daemon=True,
-                                          name=f"load-producer-{n}") for n in range(producers)]
-        self._consumer = threading.Thread(target=self._consume, daemon=True,
-                                          name="load-consumer") if consume else None
+        self._threads = [
+            threading.Thread(
+                target=self._produce, args=(n,), daemon=True, name=f"load-producer-{n}"
+            )
+            for n in range(producers)
+        ]
+        self._consumer = (
+            threading.Thread(target=self._consume, daemon=True, name="load-consumer")
+            if consume
+            else None
+        )
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> Load:
@@ -131,20 +139,24 @@ class Load:
         """Block until ``more`` further messages are acknowledged (bounded)."""
         target = self.ledger.acked_count() + more
         try:
-            wait_until(lambda: self.ledger.acked_count() >= target,
-                       f"{target} messages are acknowledged")
+            wait_until(
+                lambda: self.ledger.acked_count() >= target, f"{target} messages are acknowledged"
+            )
         except AssertionError as exc:
             with self.ledger.lock:
                 failures, error = self.ledger.send_failures, self.ledger.last_send_error
             alive = sum(thread.is_alive() for thread in self._threads)
-            raise AssertionError(f"{exc} ({self.ledger.acked_count()} are; {failures} sends "
-                                 f"failed, the last with {error!r}; {alive} of "
-                                 f"{len(self._threads)} producer threads alive)") from None
+            raise AssertionError(
+                f"{exc} ({self.ledger.acked_count()} are; {failures} sends "
+                f"failed, the last with {error!r}; {alive} of "
+                f"{len(self._threads)} producer threads alive)"
+            ) from None
 
     # ---------------------------------------------------------------- producers
     def _produce(self, number: int) -> None:
-        producer = Producer(self.registry, f"reliability-producer-{number}", retry_times=0,
-                            send_timeout_ms=3000)
+        producer = Producer(
+            self.registry, f"reliability-producer-{number}", retry_times=0, send_timeout_ms=3000
+        )
         producer.start()
         try:
             for batch in itertools.count():
@@ -167,8 +179,9 @@ class Load:
         with self.ledger.lock:
             for body, result in zip(bodies, results, strict=True):
                 if result.status is SendStatus.SEND_OK:
-                    self.ledger.acked[body] = Ack(result.queue.queue_id, result.queue_offset,
-                                                  result.commitlog_offset)
+                    self.ledger.acked[body] = Ack(
+                        result.queue.queue_id, result.queue_offset, result.commitlog_offset
+                    )
                 else:
                     self.ledger.send_failures += 1
                     self.ledger.last_send_error = f"{result.put_status}: {result.error}"
@@ -201,8 +214,9 @@ class Load:
             with self.ledger.lock:
                 processed = self.ledger.processed_end.get(queue.queue_id, 0)
                 if committed > processed:
-                    self.ledger.skips.append(f"{queue}: resumed at {committed}, processed "
-                                             f"up to {processed}")
+                    self.ledger.skips.append(
+                        f"{queue}: resumed at {committed}, processed up to {processed}"
+                    )
         with self.ledger.lock:
             self.ledger.resumes += 1
         return positions
@@ -210,8 +224,11 @@ class Load:
     def _pull_once(self, consumer: PullConsumer, queue: MessageQueue, offset: int) -> int:
         result = consumer.pull(queue, offset, PULL_BATCH)
         if not result.messages:
-            return max(offset, result.next_begin_offset) if result.next_begin_offset > offset \
+            return (
+                max(offset, result.next_begin_offset)
+                if result.next_begin_offset > offset
                 else offset
+            )
         with self.ledger.lock:
             seen = self.ledger.consumed.setdefault(queue.queue_id, {})
             for message in result.messages:

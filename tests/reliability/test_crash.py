@@ -45,16 +45,20 @@ def run_rounds(cluster: FaultCluster, load: Load, kill: Callable[[], None]) -> i
             stored = scan_commitlog(cluster.root_dir).bodies()
             lost = sum(1 for body in acked if body not in stored)
             lost_total += lost
-            print(f"round {round_number}: kill -9 of the store lost {lost} of {len(acked)} "
-                  f"acknowledged messages")
+            print(
+                f"round {round_number}: kill -9 of the store lost {lost} of {len(acked)} "
+                f"acknowledged messages"
+            )
             check_acknowledged(cluster.root_dir, acked)
             cluster.start_store()
         load.wait_acks(ACKS_PER_PHASE)
         cluster.stop_store()
         scan = check_files(cluster.root_dir, load.ledger.snapshot())
-        print(f"round {round_number}: {len(scan.records)} records stored, "
-              f"{load.ledger.acked_count()} acknowledged, {load.ledger.send_failures} "
-              f"sends failed, {load.ledger.resumes} consumer resumes")
+        print(
+            f"round {round_number}: {len(scan.records)} records stored, "
+            f"{load.ledger.acked_count()} acknowledged, {load.ledger.send_failures} "
+            f"sends failed, {load.ledger.resumes} consumer resumes"
+        )
         cluster.start_store()
     return lost_total
 
@@ -63,15 +67,18 @@ def check_consumer(ledger: Ledger) -> None:
     """The consumer saw every acknowledged message and never resumed past its progress."""
     assert ledger.skips == [], ledger.skips[:5]
     for body, ack in ledger.acked.items():
-        assert ledger.consumed.get(ack.queue_id, {}).get(ack.queue_offset) == body, \
+        assert ledger.consumed.get(ack.queue_id, {}).get(ack.queue_offset) == body, (
             f"{body!r} at {ack} was never consumed"
+        )
 
 
 @pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
 def test_store_kill9_loses_no_acknowledged_message_and_stores_each_once(
-        fault_cluster: Callable[..., FaultCluster], flush: str) -> None:
+    fault_cluster: Callable[..., FaultCluster], flush: str
+) -> None:
     cluster = fault_cluster(flush=flush)
     load = Load(cluster.registry.address).start()
+
     def kill_store() -> None:
         cluster.store.kill()
         cluster.store.stop()  # closes the dead process's pipe
@@ -91,10 +98,12 @@ def test_store_kill9_loses_no_acknowledged_message_and_stores_each_once(
 
 
 def test_broker_kill9_loses_no_acknowledged_message_and_consumers_skip_nothing(
-        fault_cluster: Callable[..., FaultCluster]) -> None:
+    fault_cluster: Callable[..., FaultCluster],
+) -> None:
     cluster = fault_cluster(flush="SYNC_FLUSH")
     load = Load(cluster.registry.address).start()
     try:
+
         def kill_broker() -> None:
             cluster.restart_broker(kill=True)
 
@@ -119,7 +128,9 @@ def test_reader_catches_a_lost_acknowledged_message(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with MessageStore(small_config(root), disk_usage=quiet_disk) as store:
         put = store.put_message(Message("T", b"stored"))
-    acked = {b"stored": Ack(0, put.queue_offset, put.commitlog_offset),
-             b"never-stored": Ack(0, 1, 999)}
+    acked = {
+        b"stored": Ack(0, put.queue_offset, put.commitlog_offset),
+        b"never-stored": Ack(0, 1, 999),
+    }
     with pytest.raises(AssertionError, match="stored 0 times"):
         check_acknowledged(root, acked)

@@ -34,8 +34,11 @@ SEGMENT_BYTES = 1024 * 1024
 WARNING_RATIO = 80
 TOPIC = "DiskFull"
 BODY = b"x" * 2000
-SMALL_STORE = (f"mapped_file_size_commitlog={SEGMENT_BYTES}", "clean_resource_interval_ms=100",
-               "warm_mapped_file_ahead_bytes=0")
+SMALL_STORE = (
+    f"mapped_file_size_commitlog={SEGMENT_BYTES}",
+    "clean_resource_interval_ms=100",
+    "warm_mapped_file_ahead_bytes=0",
+)
 
 
 @pytest.fixture
@@ -43,8 +46,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A mounted 16 MiB tmpfs, unmounted at the end."""
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs",
-                           str(mount_point)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
     try:
@@ -63,7 +69,7 @@ def fill(disk: Path, to_percent: float) -> Path:
         left = int(wanted)
         try:
             while left > 0:
-                left -= out.write(chunk[:min(left, len(chunk))])
+                left -= out.write(chunk[: min(left, len(chunk))])
             out.flush()
         except OSError:  # ENOSPC: full is what was asked for
             pass
@@ -88,8 +94,9 @@ class Sender:
             self.refusals.append(str(exc))
             return None
         if result.status is SendStatus.SEND_OK:
-            self.acked[body] = Ack(result.queue.queue_id, result.queue_offset,
-                                   result.commitlog_offset)
+            self.acked[body] = Ack(
+                result.queue.queue_id, result.queue_offset, result.commitlog_offset
+            )
         return result
 
     def send_until(self, accepted: bool, what: str) -> None:
@@ -97,21 +104,30 @@ class Sender:
 
 
 @pytest.fixture
-def on_disk(fault_cluster: Callable[..., FaultCluster], small_disk: Path
-            ) -> Callable[..., FaultCluster]:
+def on_disk(
+    fault_cluster: Callable[..., FaultCluster], small_disk: Path
+) -> Callable[..., FaultCluster]:
     """``on_disk(*store settings)``: a cluster whose store lives on the small tmpfs."""
 
     def factory(*settings: str) -> FaultCluster:
-        return fault_cluster(flush="SYNC_FLUSH", root_dir=small_disk / "store",
-                             store_settings=(*SMALL_STORE, *settings))
+        return fault_cluster(
+            flush="SYNC_FLUSH",
+            root_dir=small_disk / "store",
+            store_settings=(*SMALL_STORE, *settings),
+        )
+
     return factory
 
 
 def test_disk_past_the_warning_level_refuses_writes_clearly_loses_nothing_and_resumes(
-        on_disk: Callable[..., FaultCluster], small_disk: Path) -> None:
+    on_disk: Callable[..., FaultCluster], small_disk: Path
+) -> None:
     # Deleting old segments would be data loss of its own: only refusing is tested here.
-    cluster = on_disk(f"disk_space_warning_level_ratio={WARNING_RATIO}",
-                      "disk_max_used_space_ratio=100", "disk_space_clean_forcibly_ratio=100")
+    cluster = on_disk(
+        f"disk_space_warning_level_ratio={WARNING_RATIO}",
+        "disk_max_used_space_ratio=100",
+        "disk_space_clean_forcibly_ratio=100",
+    )
     sender = Sender(cluster.registry.address)
     try:
         for _ in range(50):
@@ -128,8 +144,9 @@ def test_disk_past_the_warning_level_refuses_writes_clearly_loses_nothing_and_re
             assert sender.send() is not None
     finally:
         sender.producer.shutdown()
-    print(f"{len(sender.acked)} acknowledged, {len(sender.refusals)} refused: "
-          f"{sender.refusals[-1]}")
+    print(
+        f"{len(sender.acked)} acknowledged, {len(sender.refusals)} refused: {sender.refusals[-1]}"
+    )
     cluster.broker.stop()
     cluster.stop_store()
     check_files(cluster.root_dir, sender.acked)
@@ -137,17 +154,24 @@ def test_disk_past_the_warning_level_refuses_writes_clearly_loses_nothing_and_re
 
 
 def test_disk_full_to_the_last_byte_fails_sends_with_a_status_loses_nothing_and_resumes(
-        on_disk: Callable[..., FaultCluster], small_disk: Path) -> None:
-    cluster = on_disk("disk_space_warning_level_ratio=100", "disk_max_used_space_ratio=100",
-                      "disk_space_clean_forcibly_ratio=100")
+    on_disk: Callable[..., FaultCluster], small_disk: Path
+) -> None:
+    cluster = on_disk(
+        "disk_space_warning_level_ratio=100",
+        "disk_max_used_space_ratio=100",
+        "disk_space_clean_forcibly_ratio=100",
+    )
     sender = Sender(cluster.registry.address)
     try:
         for _ in range(20):
             assert sender.send() is not None
         ballast = fill(small_disk, 100)
         # The allocated segments take appends until they are used up; the next cannot be made.
-        wait_until(lambda: sender.send() is None and sender.send() is None,
-                   "sends fail on a full disk", timeout_s=120)
+        wait_until(
+            lambda: sender.send() is None and sender.send() is None,
+            "sends fail on a full disk",
+            timeout_s=120,
+        )
         print(f"full disk: {sender.refusals[-1]}")
         assert cluster.store.alive() and cluster.broker.alive()
         ballast.unlink()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from boltmq.local_cluster import ClusterSpec, LocalCluster
+from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
 from tests.integration.test_failover import HA_SETTINGS, STORE_SETTINGS, store_info
 from tests.reliability.conftest import FaultCluster, check_acknowledged, check_files
 from tests.reliability.files import scan_commitlog
@@ -35,7 +35,8 @@ def finish(cluster: FaultCluster, load: Load) -> None:
 
 
 def test_broker_frozen_by_sigstop_fails_sends_clearly_then_loses_no_acknowledged_message(
-        fault_cluster: Callable[..., FaultCluster]) -> None:
+    fault_cluster: Callable[..., FaultCluster],
+) -> None:
     cluster = fault_cluster()
     load = Load(cluster.registry.address).start()
     try:
@@ -43,20 +44,25 @@ def test_broker_frozen_by_sigstop_fails_sends_clearly_then_loses_no_acknowledged
         failures = load.ledger.send_failures
         cluster.broker.pause()
         try:
-            wait_until(lambda: load.ledger.send_failures >= failures + 2,
-                       "sends to the frozen broker fail (send timeout)")
+            wait_until(
+                lambda: load.ledger.send_failures >= failures + 2,
+                "sends to the frozen broker fail (send timeout)",
+            )
         finally:
             cluster.broker.resume()
         load.wait_acks(ACKS_PER_PHASE)
-        print(f"frozen broker: {load.ledger.send_failures} sends failed, "
-              f"{load.ledger.acked_count()} acknowledged")
+        print(
+            f"frozen broker: {load.ledger.send_failures} sends failed, "
+            f"{load.ledger.acked_count()} acknowledged"
+        )
         finish(cluster, load)
     finally:
         load.stop()
 
 
 def test_registry_down_keeps_cached_routes_working_and_loses_no_acknowledged_message(
-        fault_cluster: Callable[..., FaultCluster]) -> None:
+    fault_cluster: Callable[..., FaultCluster],
+) -> None:
     cluster = fault_cluster()
     load = Load(cluster.registry.address).start()
     try:
@@ -74,8 +80,14 @@ def test_registry_down_keeps_cached_routes_working_and_loses_no_acknowledged_mes
 # ------------------------------------------------------------------ a replica cut off
 @pytest.fixture
 def replicated(tmp_path: Path) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(tmp_path, replicas=1, master_role="ASYNC_MASTER", flush="SYNC_FLUSH",
-                       store_settings=STORE_SETTINGS, ha_settings=HA_SETTINGS)
+    spec = ClusterSpec(
+        tmp_path,
+        replicas=1,
+        master_role="ASYNC_MASTER",
+        flush="SYNC_FLUSH",
+        store_settings=STORE_SETTINGS,
+        ha_settings=HA_SETTINGS,
+    )
     cluster = LocalCluster(spec).start()
     try:
         yield cluster
@@ -84,7 +96,8 @@ def replicated(tmp_path: Path) -> Iterator[LocalCluster]:
 
 
 def test_replica_cut_off_and_reconnected_holds_every_acknowledged_message(
-        replicated: LocalCluster) -> None:
+    replicated: LocalCluster,
+) -> None:
     master, replica = replicated.members
     assert replicated.registry is not None and replica.ha is not None
     load = Load(replicated.registry.address, consume=False).start()
@@ -102,8 +115,10 @@ def test_replica_cut_off_and_reconnected_holds_every_acknowledged_message(
     finally:
         load.stop()
     target = store_info(master.store.address).commitlog_max_offset
-    wait_until(lambda: store_info(replica.store.address).commitlog_max_offset == target,
-               "the reconnected replica caught up with the master")
+    wait_until(
+        lambda: store_info(replica.store.address).commitlog_max_offset == target,
+        "the reconnected replica caught up with the master",
+    )
     replicated.stop()
     acked = load.ledger.acked
     check_files(master.data_dir, acked)

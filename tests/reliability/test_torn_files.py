@@ -62,8 +62,11 @@ class Damage:
     crashed: bool
 
     def __str__(self) -> str:
-        what = f"cut to {self.position} bytes" if self.kind == "truncate" else \
-            f"{self.length} random bytes at {self.position}"
+        what = (
+            f"cut to {self.position} bytes"
+            if self.kind == "truncate"
+            else f"{self.length} random bytes at {self.position}"
+        )
         return f"{self.path.name} {what}{' (abort file left)' if self.crashed else ''}"
 
 
@@ -74,8 +77,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     with MessageStore(small_config(root), disk_usage=quiet_disk) as store:
         for n in range(MESSAGES):
             body = f"message-{n}-".encode() + rng.randbytes(rng.randrange(50, 400))
-            result = store.put_message(Message(TOPIC, body, queue_id=n % QUEUES,
-                                               keys=[f"key-{n}"]))
+            result = store.put_message(Message(TOPIC, body, queue_id=n % QUEUES, keys=[f"key-{n}"]))
             assert result.status is PutStatus.PUT_OK, result
     scan = scan_commitlog(root)
     assert not scan.damage and len(scan.records) == MESSAGES
@@ -100,13 +102,14 @@ def damage(path: Path, rng: random.Random, *, crashed: bool) -> Damage:
         return Damage(path, "truncate", cut, len(data) - cut, crashed)
     length = rng.randrange(1, 65)
     position = rng.randrange(len(data) - length)
-    data[position:position + length] = rng.randbytes(length)
+    data[position : position + length] = rng.randbytes(length)
     path.write_bytes(bytes(data))
     return Damage(path, "garble", position, length, crashed)
 
 
-def damaged_copy(template: Template, tmp_path: Path, rng: random.Random,
-                 pick: str) -> tuple[Path, Damage]:
+def damaged_copy(
+    template: Template, tmp_path: Path, rng: random.Random, pick: str
+) -> tuple[Path, Damage]:
     """A copy of the template with one file of kind ``pick`` damaged."""
     root = tmp_path / f"store-{rng.random():.12f}"
     shutil.copytree(template.root, root)
@@ -129,14 +132,17 @@ def served(store: MessageStore, template: Template, what: Damage) -> list[Stored
         offset = store.min_offset(TOPIC, queue_id)
         while offset < store.max_offset(TOPIC, queue_id):
             result = store.get_messages(TOPIC, queue_id, offset, READ_BATCH)
-            assert result.next_begin_offset > offset or result.status is not GetStatus.FOUND, \
+            assert result.next_begin_offset > offset or result.status is not GetStatus.FOUND, (
                 f"{what}: a get that does not advance"
+            )
             for view in result.messages:
                 written = template.at(view.commitlog_offset)
-                assert written is not None and written.body == view.body_bytes() and \
-                    (written.topic, written.queue_id, written.queue_offset) == \
-                    (view.topic, view.queue_id, view.queue_offset), \
-                    f"{what}: served {view!r}, which is not a record written there"
+                assert (
+                    written is not None
+                    and written.body == view.body_bytes()
+                    and (written.topic, written.queue_id, written.queue_offset)
+                    == (view.topic, view.queue_id, view.queue_offset)
+                ), f"{what}: served {view!r}, which is not a record written there"
                 out.append(written)
             offset = max(result.next_begin_offset, offset + 1)
     return out
@@ -147,8 +153,9 @@ def start(root: Path) -> tuple[MessageStore, RecoveryReport]:
     return store, store.start()
 
 
-def check_round(template: Template, root: Path, what: Damage, kept: list[StoredRecord]
-                ) -> tuple[MessageStore, list[StoredRecord], list[str]]:
+def check_round(
+    template: Template, root: Path, what: Damage, kept: list[StoredRecord]
+) -> tuple[MessageStore, list[StoredRecord], list[str]]:
     """Start on the damaged copy: every served record is genuine, ``kept`` are all served,
     and a record no longer served is named by recovery or by ``verify()``.
 
@@ -158,12 +165,15 @@ def check_round(template: Template, root: Path, what: Damage, kept: list[StoredR
     try:
         got = served(store, template, what)
         missing = sorted({r.commitlog_offset for r in kept} - {r.commitlog_offset for r in got})
-        assert not missing, f"{what}: records at {missing[:5]}... no longer served " \
-                            f"(recovery notes: {report.notes})"
+        assert not missing, (
+            f"{what}: records at {missing[:5]}... no longer served (recovery notes: {report.notes})"
+        )
         reported = report.notes + store.verify()
         lost = len(template.records) - len(got)
-        print(f"  {what}: serves {len(got)} of {len(template.records)}, cut "
-              f"{report.truncated_bytes} bytes, reported {reported[:3]}")
+        print(
+            f"  {what}: serves {len(got)} of {len(template.records)}, cut "
+            f"{report.truncated_bytes} bytes, reported {reported[:3]}"
+        )
         assert not lost or reported, f"{what}: {lost} records lost and nothing reported"
     except BaseException:
         store.shutdown()
@@ -173,7 +183,8 @@ def check_round(template: Template, root: Path, what: Damage, kept: list[StoredR
 
 # ------------------------------------------------------------------ CommitLog
 def test_damaged_commitlog_serves_only_written_records_and_every_record_before_the_damage(
-        template: Template, tmp_path: Path) -> None:
+    template: Template, tmp_path: Path
+) -> None:
     for rng in rounds("commitlog"):
         root, what = damaged_copy(template, tmp_path, rng, "commitlog")
         first_bad = int(what.path.name) + what.position
@@ -195,13 +206,15 @@ def untouched(template: Template, what: Damage) -> list[StoredRecord]:
     queue_id = int(what.path.parent.name)
     first = (int(what.path.name) + what.position) // 20
     last = (int(what.path.name) + what.position + what.length - 1) // 20
-    return [r for r in template.records
-            if r.queue_id != queue_id or not first <= r.queue_offset <= last]
+    return [
+        r for r in template.records if r.queue_id != queue_id or not first <= r.queue_offset <= last
+    ]
 
 
 @pytest.mark.parametrize("pick", ["consumequeue", "index", "checkpoint"])
 def test_damaged_derived_file_serves_every_untouched_record_and_only_genuine_keys(
-        template: Template, tmp_path: Path, pick: str) -> None:
+    template: Template, tmp_path: Path, pick: str
+) -> None:
     for rng in rounds(pick):
         root, what = damaged_copy(template, tmp_path, rng, pick)
         store, got, reported = check_round(template, root, what, untouched(template, what))
@@ -211,7 +224,8 @@ def test_damaged_derived_file_serves_every_untouched_record_and_only_genuine_key
                 n = int(r.body.split(b"-")[1])
                 found = [v.commitlog_offset for v in store.query_messages(TOPIC, f"key-{n}")]
                 assert found in ([r.commitlog_offset], []), f"{what}: key-{n} found {found}"
-                assert found or any("index" in line for line in reported), \
+                assert found or any("index" in line for line in reported), (
                     f"{what}: key-{n} lost from the index and nothing reported"
+                )
         finally:
             store.shutdown()

@@ -25,14 +25,16 @@ def spark() -> Iterator[object]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("boltmq-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.extraJavaOptions",
-                       "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("boltmq-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session

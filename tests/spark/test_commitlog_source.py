@@ -19,13 +19,13 @@ from boltmq.spark.commitlog import (
     plan_partitions,
 )
 from boltmq.spark.schema import COMMITLOG_COLUMNS
-from services.store import Message, MessageStore, PutStatus
-from services.store.record import (
+from boltmq.wire.record import (
     BODY_CRC_OFFSET,
     MAGIC_BLANK,
     MAGIC_MESSAGE,
     read_total_and_magic,
 )
+from services.store import Message, MessageStore, PutStatus
 
 SEGMENT_BYTES = 64 * 1024
 TOPICS = ("Orders", "Payments")
@@ -35,10 +35,17 @@ def fill(store: MessageStore, count: int) -> None:
     """Messages of varied sizes over two topics and three queues: several segments."""
     for index in range(count):
         topic = TOPICS[index % 2]
-        body = (f"m{index}:".encode() + bytes([index % 251]) * (200 + (index * 37) % 1500))
-        result = store.put_message(Message(topic=topic, queue_id=index % 3, body=body,
-                                           tags=f"t{index % 4}", keys=[f"k{index}"],
-                                           properties={"seq": str(index)}))
+        body = f"m{index}:".encode() + bytes([index % 251]) * (200 + (index * 37) % 1500)
+        result = store.put_message(
+            Message(
+                topic=topic,
+                queue_id=index % 3,
+                body=body,
+                tags=f"t{index % 4}",
+                keys=[f"k{index}"],
+                properties={"seq": str(index)},
+            )
+        )
         assert result.status is PutStatus.PUT_OK
 
 
@@ -50,17 +57,46 @@ def store_rows(store: MessageStore) -> list[tuple]:
             got = store.get_messages(topic, queue_id, 0, 10_000)
             for m in got.messages:
                 props = {k: v for k, v in m.properties.items() if k not in ("TAGS", "KEYS")}
-                rows.append((m.topic, m.queue_id, m.queue_offset, m.commitlog_offset, m.msg_id,
-                             m.store_timestamp, m.tags, m.keys, props, bytes(m.body),
-                             m.sys_flag, m.reconsume_times))
+                rows.append(
+                    (
+                        m.topic,
+                        m.queue_id,
+                        m.queue_offset,
+                        m.commitlog_offset,
+                        m.msg_id,
+                        m.store_timestamp,
+                        m.tags,
+                        m.keys,
+                        props,
+                        bytes(m.body),
+                        m.sys_flag,
+                        m.reconsume_times,
+                    )
+                )
     return sorted(rows, key=lambda r: r[3])
 
 
 def spark_rows(frame) -> list[tuple]:  # type: ignore[no-untyped-def]
-    return sorted(((r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.msg_id,
-                    int(r.store_timestamp.replace(tzinfo=UTC).timestamp() * 1000), r.tags,
-                    list(r.keys), dict(r.properties), bytes(r.body), r.sys_flag,
-                    r.reconsume_times) for r in frame.collect()), key=lambda r: r[3])
+    return sorted(
+        (
+            (
+                r.topic,
+                r.queue_id,
+                r.queue_offset,
+                r.commitlog_offset,
+                r.msg_id,
+                int(r.store_timestamp.replace(tzinfo=UTC).timestamp() * 1000),
+                r.tags,
+                list(r.keys),
+                dict(r.properties),
+                bytes(r.body),
+                r.sys_flag,
+                r.reconsume_times,
+            )
+            for r in frame.collect()
+        ),
+        key=lambda r: r[3],
+    )
 
 
 @pytest.fixture
@@ -100,16 +136,21 @@ def test_reads_every_record_of_several_segments_like_the_store_api(spark, filled
     frame = spark.read.format("boltmq-commitlog").load(str(root))
     assert frame.rdd.getNumPartitions() == 2  # every task reads several segments
     assert spark_rows(frame) == expected
-    assert frame.schema.simpleString() == \
-        spark.createDataFrame([], COMMITLOG_COLUMNS).schema.simpleString()
+    assert (
+        frame.schema.simpleString()
+        == spark.createDataFrame([], COMMITLOG_COLUMNS).schema.simpleString()
+    )
 
 
 def test_filters_on_topic_queue_and_store_time(spark, filled) -> None:
     root, expected = filled
     middle = expected[len(expected) // 2][5]
-    frame = (spark.read.format("boltmq-commitlog").load(str(root))
-             .where("topic = 'Orders' and queue_id in (0, 1)")
-             .where(f"store_timestamp >= timestamp_millis({middle})"))
+    frame = (
+        spark.read.format("boltmq-commitlog")
+        .load(str(root))
+        .where("topic = 'Orders' and queue_id in (0, 1)")
+        .where(f"store_timestamp >= timestamp_millis({middle})")
+    )
     wanted = [r for r in expected if r[0] == "Orders" and r[1] in (0, 1) and r[5] >= middle]
     assert wanted
     assert spark_rows(frame) == wanted
@@ -118,15 +159,23 @@ def test_filters_on_topic_queue_and_store_time(spark, filled) -> None:
 def test_time_filter_prunes_segments(spark, filled) -> None:
     root, expected = filled
     last = max(r[5] for r in expected)
-    frame = (spark.read.format("boltmq-commitlog").load(str(root))
-             .where(f"store_timestamp > timestamp_millis({last})"))
+    frame = (
+        spark.read.format("boltmq-commitlog")
+        .load(str(root))
+        .where(f"store_timestamp > timestamp_millis({last})")
+    )
     assert frame.count() == 0
 
 
 def test_without_bodies(spark, filled) -> None:
     root, expected = filled
-    rows = (spark.read.format("boltmq-commitlog").option("includeBody", "false")
-            .load(str(root)).select("body", "queue_offset").collect())
+    rows = (
+        spark.read.format("boltmq-commitlog")
+        .option("includeBody", "false")
+        .load(str(root))
+        .select("body", "queue_offset")
+        .collect()
+    )
     assert len(rows) == len(expected)
     assert all(r.body is None for r in rows)
 
@@ -151,10 +200,17 @@ def test_bad_crc_fails_naming_segment_and_offset(spark, filled) -> None:
     path = damage_body_crc(root, victim)
     with pytest.raises(Exception) as failure:
         spark.read.format("boltmq-commitlog").load(str(root)).count()
-    assert f"segment {path.name}: body CRC mismatch at commitlog offset {victim}" in \
-        str(failure.value)
-    marked = (spark.read.format("boltmq-commitlog").option("corruptRecords", "mark")
-              .load(str(root)).where("corrupt").select("commitlog_offset").collect())
+    assert f"segment {path.name}: body CRC mismatch at commitlog offset {victim}" in str(
+        failure.value
+    )
+    marked = (
+        spark.read.format("boltmq-commitlog")
+        .option("corruptRecords", "mark")
+        .load(str(root))
+        .where("corrupt")
+        .select("commitlog_offset")
+        .collect()
+    )
     assert [r.commitlog_offset for r in marked] == [victim]
 
 
@@ -167,8 +223,9 @@ def test_bad_framing_fails_naming_segment_and_offset(spark, filled) -> None:
         handle.write(b"\x00\x00\x00\x01")
     with pytest.raises(Exception) as failure:
         spark.read.format("boltmq-commitlog").load(str(root)).count()
-    assert f"segment {path.name}: no valid record at commitlog offset {victim}" in \
-        str(failure.value)
+    assert f"segment {path.name}: no valid record at commitlog offset {victim}" in str(
+        failure.value
+    )
 
 
 def test_reads_beside_a_running_store(spark, make_store, tmp_path) -> None:
@@ -177,8 +234,9 @@ def test_reads_beside_a_running_store(spark, make_store, tmp_path) -> None:
     store.flush() if hasattr(store, "flush") else None
     expected = store_rows(store)
     assert (tmp_path / "store" / "lock").exists()
-    assert spark_rows(spark.read.format("boltmq-commitlog").load(str(tmp_path / "store"))) \
-        == expected
+    assert (
+        spark_rows(spark.read.format("boltmq-commitlog").load(str(tmp_path / "store"))) == expected
+    )
 
 
 def test_not_a_store_directory(spark, tmp_path) -> None:
@@ -191,21 +249,27 @@ def test_not_a_store_directory(spark, tmp_path) -> None:
 
 def test_timestamps_are_utc_milliseconds(spark, filled) -> None:
     root, expected = filled
-    first = spark.read.format("boltmq-commitlog").load(str(root)) \
-        .orderBy("commitlog_offset").first()
-    assert first.store_timestamp.replace(tzinfo=UTC) == \
-        datetime.fromtimestamp(expected[0][5] / 1000, UTC)
+    first = (
+        spark.read.format("boltmq-commitlog").load(str(root)).orderBy("commitlog_offset").first()
+    )
+    assert first.store_timestamp.replace(tzinfo=UTC) == datetime.fromtimestamp(
+        expected[0][5] / 1000, UTC
+    )
 
 
 def test_segments_split_into_byte_ranges_read_every_record_once(spark, filled) -> None:
     root, expected = filled
-    frame = spark.read.format("boltmq-commitlog").option("maxPartitionBytes", "3000") \
-        .load(str(root))
+    frame = (
+        spark.read.format("boltmq-commitlog").option("maxPartitionBytes", "3000").load(str(root))
+    )
     assert frame.rdd.getNumPartitions() >= 20 * len(segments(root))
     assert spark_rows(frame) == expected
     for tasks in (3, 7):  # cuts anywhere: inside segments, across their edges
-        frame = spark.read.format("boltmq-commitlog").option("minPartitions", str(tasks)) \
+        frame = (
+            spark.read.format("boltmq-commitlog")
+            .option("minPartitions", str(tasks))
             .load(str(root))
+        )
         assert frame.rdd.getNumPartitions() == tasks
         assert spark_rows(frame) == expected
 
@@ -219,16 +283,19 @@ def test_a_single_segment_is_split_for_two_tasks(spark, make_store, tmp_path) ->
     frame = spark.read.format("boltmq-commitlog").load(str(tmp_path / "store"))
     assert frame.rdd.getNumPartitions() == 2
     assert spark_rows(frame) == expected
-    one = spark.read.format("boltmq-commitlog").option("minPartitions", "1") \
+    one = (
+        spark.read.format("boltmq-commitlog")
+        .option("minPartitions", "1")
         .load(str(tmp_path / "store"))
+    )
     assert one.rdd.getNumPartitions() == 1
     with pytest.raises(Exception, match="minPartitions='x': expected a positive integer"):
-        spark.read.format("boltmq-commitlog").option("minPartitions", "x") \
-            .load(str(tmp_path / "store")).count()
+        spark.read.format("boltmq-commitlog").option("minPartitions", "x").load(
+            str(tmp_path / "store")
+        ).count()
 
 
-def test_a_split_inside_a_body_that_looks_like_a_record_fails(spark, make_store,
-                                                              tmp_path) -> None:
+def test_a_split_inside_a_body_that_looks_like_a_record_fails(spark, make_store, tmp_path) -> None:
     """A body holding a fake header that names its own offset: the split must not trust it."""
     store = make_store()
     first = store.put_message(Message(topic="Orders", queue_id=0, body=b"a" * 50))
@@ -240,18 +307,20 @@ def test_a_split_inside_a_body_that_looks_like_a_record_fails(spark, make_store,
     assert second.commitlog_offset == second_at
     store.shutdown()
     root = tmp_path / "store"
-    assert segments(root)[0].read_bytes()[fake_at:fake_at + len(fake)] == fake
+    assert segments(root)[0].read_bytes()[fake_at : fake_at + len(fake)] == fake
     whole = spark.read.format("boltmq-commitlog").load(str(root))
     assert sorted(r.queue_offset for r in whole.collect()) == [0, 1]
     # The task before the split walks past it; the task after finds no record there:
     # whichever fails first fails the query, naming the split. (The cut must fall
     # after the second record's start, up to the fake header.)
     used = data_bytes(str(segments(root)[0]))
-    tasks = next(n for n in range(2, used) if any(
-        second_at < used * k // n <= fake_at for k in range(1, n)))
+    tasks = next(
+        n for n in range(2, used) if any(second_at < used * k // n <= fake_at for k in range(1, n))
+    )
     with pytest.raises(Exception, match=f"the split at commitlog offset {fake_at}"):
-        spark.read.format("boltmq-commitlog").option("minPartitions", str(tasks)) \
-            .load(str(root)).count()
+        spark.read.format("boltmq-commitlog").option("minPartitions", str(tasks)).load(
+            str(root)
+        ).count()
 
 
 def task_bytes(partition: CommitLogPartition, used: dict[str, int]) -> int:
@@ -259,10 +328,14 @@ def task_bytes(partition: CommitLogPartition, used: dict[str, int]) -> int:
 
 
 @settings(max_examples=300, deadline=None)
-@given(used=st.lists(st.integers(0, 10_000), min_size=1, max_size=12),
-       max_bytes=st.integers(1, 30_000), min_partitions=st.integers(1, 5))
-def test_planning_covers_every_segment_once_in_equal_tasks(used: list[int], max_bytes: int,
-                                                           min_partitions: int) -> None:
+@given(
+    used=st.lists(st.integers(0, 10_000), min_size=1, max_size=12),
+    max_bytes=st.integers(1, 30_000),
+    min_partitions=st.integers(1, 5),
+)
+def test_planning_covers_every_segment_once_in_equal_tasks(
+    used: list[int], max_bytes: int, min_partitions: int
+) -> None:
     whole = [SegmentRange(f"{index:020d}", index * 10_000) for index in range(len(used))]
     sizes = {segment.path: size for segment, size in zip(whole, used, strict=True)}
     tasks = plan_partitions(whole, used, max_bytes, min_partitions)
@@ -278,10 +351,8 @@ def test_planning_covers_every_segment_once_in_equal_tasks(used: list[int], max_
     count = -(-count // min_partitions) * min_partitions
     if total >= count:  # every cut falls somewhere: exactly that many tasks, equal bytes
         assert len(tasks) == count
-        assert {task_bytes(task, sizes) for task in tasks} <= \
-            {total // count, -(-total // count)}
-    assert all(task_bytes(task, sizes) <= max(max_bytes, 1) or len(tasks) < count
-               for task in tasks)
+        assert {task_bytes(task, sizes) for task in tasks} <= {total // count, -(-total // count)}
+    assert all(task_bytes(task, sizes) <= max(max_bytes, 1) or len(tasks) < count for task in tasks)
 
 
 def test_planning_spans_segment_edges() -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from boltmq.spark.record_columns import RecordBlock, record_starts
 from boltmq.spark.schema import COMMITLOG_COLUMNS, CORRUPT_COLUMN, RowBuffer, arrow_schema
-from services.store.record import (
+from boltmq.wire.record import (
     BODY_CRC_OFFSET,
     FIXED_OVERHEAD_IPV4,
     HEADS,
@@ -35,19 +35,47 @@ RECORD_MIN = FIXED_OVERHEAD_IPV4
 IPV6 = encode_host("fe80::1", 10911)
 
 
-def record(topic: str = "Orders", body: bytes = b"hello world, a body", *,
-           properties: bytes | None = None, born: bytes = IPV4, store: bytes = IPV4,
-           queue_offset: int = 0, physical: int = 0) -> bytes:
-    """One CommitLog record (the format of services/store/record.py)."""
-    raw = encode_properties({"TAGS": "TagA", "KEYS": "k1 k2", "seq": str(queue_offset)}) \
-        if properties is None else properties
+def record(
+    topic: str = "Orders",
+    body: bytes = b"hello world, a body",
+    *,
+    properties: bytes | None = None,
+    born: bytes = IPV4,
+    store: bytes = IPV4,
+    queue_offset: int = 0,
+    physical: int = 0,
+) -> bytes:
+    """One CommitLog record (the format of boltmq/wire/record.py)."""
+    raw = (
+        encode_properties({"TAGS": "TagA", "KEYS": "k1 k2", "seq": str(queue_offset)})
+        if properties is None
+        else properties
+    )
     head = HEADS[(len(born) == 20, len(store) == 20)]
     topic_field, magic = encode_topic(topic)
     tail = encode_tail(topic_field, raw)
     total = head.size + len(body) + len(tail)
-    return head.pack(total, magic, body_crc(body), 3, 0, queue_offset, physical,
-                     host_sys_flags(born, store), 1_700_000_000_123, born,
-                     1_700_000_000_456 + queue_offset, store, 2, 0, len(body)) + body + tail
+    return (
+        head.pack(
+            total,
+            magic,
+            body_crc(body),
+            3,
+            0,
+            queue_offset,
+            physical,
+            host_sys_flags(born, store),
+            1_700_000_000_123,
+            born,
+            1_700_000_000_456 + queue_offset,
+            store,
+            2,
+            0,
+            len(body),
+        )
+        + body
+        + tail
+    )
 
 
 def laid_out(*records: bytes) -> bytes:
@@ -65,13 +93,15 @@ def schema(spark) -> pa.Schema:  # type: ignore[no-untyped-def]
     return arrow_schema(spark.createDataFrame([], COMMITLOG_COLUMNS + CORRUPT_COLUMN).schema)
 
 
-def both(data: bytes, schema: pa.Schema, include_body: bool = True
-         ) -> tuple[RecordBlock, pa.RecordBatch]:
+def both(
+    data: bytes, schema: pa.Schema, include_body: bool = True
+) -> tuple[RecordBlock, pa.RecordBatch]:
     """The bulk block of ``data`` and the record-by-record batch of the same records."""
     starts, stop = record_starts(data, 0, len(data), len(data))
     assert stop == len(data)
-    rows = RowBuffer(schema, None, include_body=include_body, commitlog_extras=True,
-                     corrupt_column=True)
+    rows = RowBuffer(
+        schema, None, include_body=include_body, commitlog_extras=True, corrupt_column=True
+    )
     for one in decode_records(data, check_crc=False):
         rows.add(one)
     return RecordBlock(np.frombuffer(data, dtype=np.uint8), starts), rows.take()
@@ -79,18 +109,27 @@ def both(data: bytes, schema: pa.Schema, include_body: bool = True
 
 def bulk(block: RecordBlock, schema: pa.Schema, include_body: bool = True) -> pa.RecordBatch:
     assert block.plain
-    return block.to_batch(schema, None, include_body=include_body, commitlog_extras=True,
-                          corrupt=np.zeros(len(block), dtype=bool))
+    return block.to_batch(
+        schema,
+        None,
+        include_body=include_body,
+        commitlog_extras=True,
+        corrupt=np.zeros(len(block), dtype=bool),
+    )
 
 
 def test_plain_records_decode_equal(schema) -> None:
     data = laid_out(
         record(queue_offset=0),
         record(body=b"", queue_offset=1, properties=b""),
-        record(body=b"12 bytes!!!!", queue_offset=2),       # inline in a binary view
-        record(body=b"13 bytes!!!!!", queue_offset=3),      # in the data buffer
-        record(topic="Zahlungen-\u00e9", body=bytes(range(256)) * 8, queue_offset=4,
-               properties="KEYS\x01\x02a\x01\x02b\u00e9\x01v\x01w\x02".encode()),
+        record(body=b"12 bytes!!!!", queue_offset=2),  # inline in a binary view
+        record(body=b"13 bytes!!!!!", queue_offset=3),  # in the data buffer
+        record(
+            topic="Zahlungen-\u00e9",
+            body=bytes(range(256)) * 8,
+            queue_offset=4,
+            properties="KEYS\x01\x02a\x01\x02b\u00e9\x01v\x01w\x02".encode(),
+        ),
         record(queue_offset=5, properties=encode_properties({"TAGS": "x"})),
         record(queue_offset=6, properties=encode_properties({"only": "one"})),
     )
@@ -107,20 +146,28 @@ def test_selection_keeps_the_chosen_records(schema) -> None:
     data = laid_out(*(record(topic=f"T{i % 3}", queue_offset=i) for i in range(20)))
     block, expected = both(data, schema)
     keep = np.array([i % 3 == 1 for i in range(20)])
-    got = block.take(keep).to_batch(schema, None, include_body=True, commitlog_extras=True,
-                                    corrupt=np.zeros(int(keep.sum()), dtype=bool))
+    got = block.take(keep).to_batch(
+        schema,
+        None,
+        include_body=True,
+        commitlog_extras=True,
+        corrupt=np.zeros(int(keep.sum()), dtype=bool),
+    )
     assert got.equals(expected.filter(pa.array(keep)))
 
 
-@pytest.mark.parametrize("odd", [
-    record(born=IPV6),
-    record(store=IPV6),
-    record(topic="L" * 200),                                   # the long-topic magic
-    record(properties=b"TAGS\x01a\x02TAGS\x01b\x02"),          # a name given twice
-    record(properties=b"no separator\x02"),
-    record(properties=b"bad\x01\xff\xfe\x02"),                 # not UTF-8
-], ids=["born-ipv6", "store-ipv6", "long-topic", "repeated-name", "no-separator",
-        "not-utf8"])
+@pytest.mark.parametrize(
+    "odd",
+    [
+        record(born=IPV6),
+        record(store=IPV6),
+        record(topic="L" * 200),  # the long-topic magic
+        record(properties=b"TAGS\x01a\x02TAGS\x01b\x02"),  # a name given twice
+        record(properties=b"no separator\x02"),
+        record(properties=b"bad\x01\xff\xfe\x02"),  # not UTF-8
+    ],
+    ids=["born-ipv6", "store-ipv6", "long-topic", "repeated-name", "no-separator", "not-utf8"],
+)
 def test_unusual_records_are_left_to_the_exact_path(odd: bytes) -> None:
     data = laid_out(record(), odd, record(queue_offset=2))
     starts, stop = record_starts(data, 0, len(data), len(data))
@@ -142,8 +189,8 @@ def walked(data: bytes, position: int, limit: int, until: int) -> tuple[list[int
     starts: list[int] = []
     end = min(until, len(data))
     while position < end and position + 8 <= len(data) and len(starts) < limit:
-        total = int.from_bytes(data[position:position + 4], "big", signed=True)
-        magic = int.from_bytes(data[position + 4:position + 8], "big")
+        total = int.from_bytes(data[position : position + 4], "big", signed=True)
+        magic = int.from_bytes(data[position + 4 : position + 8], "big")
         if magic == MAGIC_BLANK or total < RECORD_MIN or position + total > len(data):
             break
         starts.append(position)
@@ -152,17 +199,25 @@ def walked(data: bytes, position: int, limit: int, until: int) -> tuple[list[int
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from([0, 0, 0, 1, 2]), min_size=1, max_size=40),
-       st.sampled_from(["blank", "zeros", "torn", "none"]), st.integers(1, 50),
-       st.integers(0, 4000))
+@given(
+    st.lists(st.sampled_from([0, 0, 0, 1, 2]), min_size=1, max_size=40),
+    st.sampled_from(["blank", "zeros", "torn", "none"]),
+    st.integers(1, 50),
+    st.integers(0, 4000),
+)
 def test_runs_of_equal_sizes_are_walked_as_one_record_at_a_time(
-        sizes: list[int], tail: str, limit: int, until: int) -> None:
+    sizes: list[int], tail: str, limit: int, until: int
+) -> None:
     """Fixed-size records are checked in bulk; runs broken by another size, a blank
     marker, zeros, a torn record, the limit or ``until`` stop where the walk stops."""
     bodies = {0: b"a" * 50, 1: b"b" * 51, 2: b"c" * 200}
     data = laid_out(*[record(body=bodies[kind]) for kind in sizes])
-    data += {"blank": blank_marker(64) + bytes(56), "zeros": bytes(300),
-             "torn": record(body=bodies[0])[:-1], "none": b""}[tail]
+    data += {
+        "blank": blank_marker(64) + bytes(56),
+        "zeros": bytes(300),
+        "torn": record(body=bodies[0])[:-1],
+        "none": b"",
+    }[tail]
     assert record_starts(data, 0, len(data), limit, until) == walked(data, 0, limit, until)
     assert record_starts(data, 0, len(data), limit) == walked(data, 0, limit, len(data))
 
@@ -171,7 +226,7 @@ def test_walk_stops_at_a_blank_marker_a_zero_header_and_bad_sizes() -> None:
     one = record()
     data = laid_out(one, one) + blank_marker(64) + bytes(56)
     assert record_starts(data, 0, len(data), 100) == ([0, len(one)], 2 * len(one))
-    assert int.from_bytes(data[2 * len(one) + 4:2 * len(one) + 8], "big") == MAGIC_BLANK
+    assert int.from_bytes(data[2 * len(one) + 4 : 2 * len(one) + 8], "big") == MAGIC_BLANK
     zeros = laid_out(one) + bytes(100)
     assert record_starts(zeros, 0, len(zeros), 100) == ([0], len(one))
     torn = laid_out(one, one)[:-1]

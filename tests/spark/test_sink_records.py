@@ -17,25 +17,31 @@ BORN_MS = 1_700_000_000_000
 
 
 def options(batch: pa.RecordBatch, topic: str | None = None) -> SinkOptions:
-    return SinkOptions(registry="127.0.0.1:1", topic=topic,
-                       columns=tuple(c for c in batch.schema.names if c in WRITE_COLUMNS))
+    return SinkOptions(
+        registry="127.0.0.1:1",
+        topic=topic,
+        columns=tuple(c for c in batch.schema.names if c in WRITE_COLUMNS),
+    )
 
 
 def encoded(batch: pa.RecordBatch, topic: str | None = None) -> list[tuple[object, bytes]]:
-    return [(key, b"".join(parts))
-            for key, parts in _records(options(batch, topic), batch, BORN_MS)]
+    return [
+        (key, b"".join(parts)) for key, parts in _records(options(batch, topic), batch, BORN_MS)
+    ]
 
 
 def test_rows_encode_to_the_records_the_sdk_encodes() -> None:
-    batch = pa.record_batch({
-        "topic": pa.array(["A", None, "B"]),
-        "body": pa.array([b"one", b"\x00two", b"three"]),
-        "tags": pa.array(["t1", None, ""]),
-        "keys": pa.array([["k1", "k2"], None, []], pa.list_(pa.string())),
-        "properties": pa.array([[("p", "v")], None, []], pa.map_(pa.string(), pa.string())),
-        "sharding_key": pa.array([None, "user-1", None]),
-        "ignored": pa.array([1, 2, 3]),
-    })
+    batch = pa.record_batch(
+        {
+            "topic": pa.array(["A", None, "B"]),
+            "body": pa.array([b"one", b"\x00two", b"three"]),
+            "tags": pa.array(["t1", None, ""]),
+            "keys": pa.array([["k1", "k2"], None, []], pa.list_(pa.string())),
+            "properties": pa.array([[("p", "v")], None, []], pa.map_(pa.string(), pa.string())),
+            "sharding_key": pa.array([None, "user-1", None]),
+            "ignored": pa.array([1, 2, 3]),
+        }
+    )
     expected = [
         Message(topic="A", body=b"one", tags="t1", keys=["k1", "k2"], properties={"p": "v"}),
         Message(topic="Default", body=b"\x00two"),
@@ -51,23 +57,41 @@ def test_rows_encode_to_the_records_the_sdk_encodes() -> None:
 def test_a_string_body_is_sent_as_its_utf8_bytes() -> None:
     batch = pa.record_batch({"body": pa.array(["héllo"])})
     assert encoded(batch, topic="T") == [
-        (("T", None), Message(topic="T", body="héllo".encode()).to_record(BORN_MS))]
+        (("T", None), Message(topic="T", body="héllo".encode()).to_record(BORN_MS))
+    ]
 
 
-@pytest.mark.parametrize("columns, topic, reason", [
-    ({"body": pa.array([b"ok", None])}, "T", "row 1: body is null"),
-    ({"body": pa.array([b"ok"]), "topic": pa.array([None])}, None,
-     "row 0: topic is null and no topic option"),
-    ({"body": pa.array([b"ok"]), "keys": pa.array([["a b"]])}, "T",
-     "row 0: a message to 'T' is invalid: .*key"),
-    ({"body": pa.array([b"ok"]), "topic": pa.array(["T" * 70_000])}, None,
-     "row 0: a message to 'TTTT.*' is invalid: topic is 70000 bytes"),
-    ({"body": pa.array([b"ok"]),
-      "properties": pa.array([[("a", "b\x02")]], pa.map_(pa.string(), pa.string()))}, "T",
-     "row 0: .*separator"),
-])
-def test_a_row_no_store_accepts_fails_the_task_naming_the_row(columns: dict[str, pa.Array],
-                                                               topic: str | None,
-                                                               reason: str) -> None:
+@pytest.mark.parametrize(
+    "columns, topic, reason",
+    [
+        ({"body": pa.array([b"ok", None])}, "T", "row 1: body is null"),
+        (
+            {"body": pa.array([b"ok"]), "topic": pa.array([None])},
+            None,
+            "row 0: topic is null and no topic option",
+        ),
+        (
+            {"body": pa.array([b"ok"]), "keys": pa.array([["a b"]])},
+            "T",
+            "row 0: a message to 'T' is invalid: .*key",
+        ),
+        (
+            {"body": pa.array([b"ok"]), "topic": pa.array(["T" * 70_000])},
+            None,
+            "row 0: a message to 'TTTT.*' is invalid: topic is 70000 bytes",
+        ),
+        (
+            {
+                "body": pa.array([b"ok"]),
+                "properties": pa.array([[("a", "b\x02")]], pa.map_(pa.string(), pa.string())),
+            },
+            "T",
+            "row 0: .*separator",
+        ),
+    ],
+)
+def test_a_row_no_store_accepts_fails_the_task_naming_the_row(
+    columns: dict[str, pa.Array], topic: str | None, reason: str
+) -> None:
     with pytest.raises(WriteError, match=reason):
         encoded(pa.record_batch(columns), topic)

@@ -1,4 +1,4 @@
-"""boltmq.telemetry: set-up from the OTEL_* environment, filters, message trace context, logs."""
+"""boltmq.kernel.telemetry: set-up from the OTEL_* environment, filters, trace context, logs."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from boltmq import runtime, telemetry
-from boltmq.config import ConfigError, ServerSettings, load_config
+from boltmq.kernel import runtime, telemetry
+from boltmq.kernel.config import ConfigError, ServerSettings, load_config
+from boltmq.kernel.telemetry import TelemetryError
 from boltmq.message import Message, MessageError
-from boltmq.telemetry import TelemetryError
-from services.store.record import decode_records
+from boltmq.wire.record import decode_records
 
 NO_OTEL: dict[str, str] = {}
 
@@ -32,35 +32,53 @@ def built() -> Iterator[list[telemetry.Telemetry]]:
         item.shutdown()
 
 
-def build(made: list[telemetry.Telemetry], env: dict[str, str], **settings: object
-          ) -> telemetry.Telemetry:
-    result = telemetry.build("store", ServerSettings(**settings),  # type: ignore[arg-type]
-                             "127.0.0.1", env)
+def build(
+    made: list[telemetry.Telemetry], env: dict[str, str], **settings: object
+) -> telemetry.Telemetry:
+    result = telemetry.build(
+        "store",
+        ServerSettings(**settings),  # type: ignore[arg-type]
+        "127.0.0.1",
+        env,
+    )
     made.append(result)
     return result
 
 
 # ------------------------------------------------------------------ exporters from the env
-@pytest.mark.parametrize(("env", "traces", "metrics"), [
-    ({}, (), ()),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}, ("otlp",), ("otlp",)),
-    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4317"}, ("otlp",), ()),
-    ({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4317"}, (), ("otlp",)),
-    ({"OTEL_TRACES_EXPORTER": "console, OTLP", "OTEL_METRICS_EXPORTER": "none"},
-     ("console", "otlp"), ()),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_TRACES_EXPORTER": "none"},
-     (), ("otlp",)),
-])
+@pytest.mark.parametrize(
+    ("env", "traces", "metrics"),
+    [
+        ({}, (), ()),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}, ("otlp",), ("otlp",)),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4317"}, ("otlp",), ()),
+        ({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4317"}, (), ("otlp",)),
+        (
+            {"OTEL_TRACES_EXPORTER": "console, OTLP", "OTEL_METRICS_EXPORTER": "none"},
+            ("console", "otlp"),
+            (),
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_TRACES_EXPORTER": "none"},
+            (),
+            ("otlp",),
+        ),
+    ],
+)
 def test_exporters_follow_the_standard_variables_and_default_to_none(
-        env: dict[str, str], traces: tuple[str, ...], metrics: tuple[str, ...]) -> None:
+    env: dict[str, str], traces: tuple[str, ...], metrics: tuple[str, ...]
+) -> None:
     assert telemetry.exporters(env, "traces") == traces
     assert telemetry.exporters(env, "metrics") == metrics
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("jaeger", "OTEL_TRACES_EXPORTER: unknown exporter 'jaeger'"),
-    ("otlp,zipkin", "unknown exporter 'zipkin'"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("jaeger", "OTEL_TRACES_EXPORTER: unknown exporter 'jaeger'"),
+        ("otlp,zipkin", "unknown exporter 'zipkin'"),
+    ],
+)
 def test_unknown_trace_exporters_are_refused_by_name(value: str, message: str) -> None:
     with pytest.raises(TelemetryError, match=message):
         telemetry.exporters({"OTEL_TRACES_EXPORTER": value}, "traces")
@@ -72,24 +90,28 @@ def test_prometheus_as_an_otel_exporter_points_at_metrics_port() -> None:
 
 
 # ------------------------------------------------------------------ build
-def test_nothing_is_built_without_exporters_or_endpoints(built: list[telemetry.Telemetry]
-                                                         ) -> None:
+def test_nothing_is_built_without_exporters_or_endpoints(built: list[telemetry.Telemetry]) -> None:
     result = build(built, NO_OTEL)
     assert result.tracer_provider is None and result.meter_provider is None
     assert result.metrics_address == ""
 
 
-def test_sdk_disabled_wins_over_every_setting(built: list[telemetry.Telemetry],
-                                              tmp_path: Path) -> None:
-    result = build(built, {"OTEL_SDK_DISABLED": "true",
-                           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"},
-                   metrics_port=1, trace_file=str(tmp_path / "spans"))
+def test_sdk_disabled_wins_over_every_setting(
+    built: list[telemetry.Telemetry], tmp_path: Path
+) -> None:
+    result = build(
+        built,
+        {"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"},
+        metrics_port=1,
+        trace_file=str(tmp_path / "spans"),
+    )
     assert result.tracer_provider is None and result.meter_provider is None
     assert not (tmp_path / "spans").exists()
 
 
-def test_trace_file_gets_one_json_line_per_span(built: list[telemetry.Telemetry],
-                                                tmp_path: Path) -> None:
+def test_trace_file_gets_one_json_line_per_span(
+    built: list[telemetry.Telemetry], tmp_path: Path
+) -> None:
     path = tmp_path / "spans.jsonl"
     result = build(built, NO_OTEL, trace_file=str(path))
     assert result.tracer_provider is not None
@@ -103,13 +125,14 @@ def test_trace_file_gets_one_json_line_per_span(built: list[telemetry.Telemetry]
 
 
 def test_a_trace_file_that_cannot_be_opened_is_a_clear_error(
-        built: list[telemetry.Telemetry], tmp_path: Path) -> None:
+    built: list[telemetry.Telemetry], tmp_path: Path
+) -> None:
     with pytest.raises(TelemetryError, match="trace_file .*missing/spans"):
         build(built, NO_OTEL, trace_file=str(tmp_path / "missing" / "spans"))
 
 
 def test_the_service_name_comes_from_the_environment_when_set(
-        built: list[telemetry.Telemetry], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    built: list[telemetry.Telemetry], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_SERVICE_NAME", "store-eu-1")
     result = build(built, NO_OTEL, trace_file=str(tmp_path / "spans"))
@@ -123,7 +146,8 @@ def test_otlp_endpoints_get_otlp_exporters(built: list[telemetry.Telemetry]) -> 
 
 
 def test_metrics_port_serves_prometheus_text_until_shutdown(
-        built: list[telemetry.Telemetry]) -> None:
+    built: list[telemetry.Telemetry],
+) -> None:
     result = build(built, NO_OTEL, metrics_port=_free_port())
     assert result.meter_provider is not None and result.tracer_provider is None
     counter = telemetry.meter("test", result.meter_provider).create_counter("boltmq.test.things")
@@ -162,17 +186,20 @@ def _free_port() -> int:
 
 
 # ------------------------------------------------------------------ interceptors
-@pytest.mark.parametrize(("method", "traced"), [
-    ("/boltmq.v1.BrokerService/SendMessage", True),
-    (b"/boltmq.v1.StoreService/Append", True),
-    ("/grpc.health.v1.Health/Check", False),
-    ("/grpc.health.v1.Health/Watch", False),
-    ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", False),
-    ("/boltmq.v1.StoreService/WatchArrivals", False),
-    ("/boltmq.v1.StoreService/ReportReplicas", False),
-    ("/boltmq.v1.HAService/Replicate", False),
-    ("/boltmq.v1.BrokerService/TransactionChecks", False),
-])
+@pytest.mark.parametrize(
+    ("method", "traced"),
+    [
+        ("/boltmq.v1.BrokerService/SendMessage", True),
+        (b"/boltmq.v1.StoreService/Append", True),
+        ("/grpc.health.v1.Health/Check", False),
+        ("/grpc.health.v1.Health/Watch", False),
+        ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", False),
+        ("/boltmq.v1.StoreService/WatchArrivals", False),
+        ("/boltmq.v1.StoreService/ReportReplicas", False),
+        ("/boltmq.v1.HAService/Replicate", False),
+        ("/boltmq.v1.BrokerService/TransactionChecks", False),
+    ],
+)
 def test_health_reflection_and_streams_are_not_traced(method: str | bytes, traced: bool) -> None:
     assert telemetry.traced_method(SimpleNamespace(method=method)) is traced
     assert telemetry.traced_method(SimpleNamespace(full_method=method)) is traced
@@ -188,7 +215,8 @@ def test_without_tracing_no_interceptor_is_installed() -> None:
 
 
 def test_with_tracing_every_kind_of_channel_is_intercepted(
-        span_exporter: InMemorySpanExporter) -> None:
+    span_exporter: InMemorySpanExporter,
+) -> None:
     assert telemetry.tracing_on()
     assert len(telemetry.server_interceptors()) == 1
     assert len(telemetry.aio_client_interceptors()) == 4
@@ -215,7 +243,8 @@ def test_without_tracing_messages_get_no_context_and_spans_are_none() -> None:
 
 
 def test_a_send_span_travels_in_the_record_and_parents_the_process_span(
-        span_exporter: InMemorySpanExporter) -> None:
+    span_exporter: InMemorySpanExporter,
+) -> None:
     message = Message("T", b"body", properties={"user": "yes"})
     with telemetry.producer_span("T", 1, b"body") as span:
         context = telemetry.message_context(span)
@@ -240,22 +269,34 @@ def test_a_send_span_travels_in_the_record_and_parents_the_process_span(
 
 
 def test_tracestate_travels_when_there_is_one(span_exporter: InMemorySpanExporter) -> None:
-    parent = trace.SpanContext(0x1234, 0x5678, is_remote=True,
-                               trace_flags=trace.TraceFlags(1),
-                               trace_state=trace.TraceState([("vendor", "v1")]))
-    with trace.use_span(trace.NonRecordingSpan(parent)), \
-            telemetry.producer_span("T", 2, b"") as span:
+    parent = trace.SpanContext(
+        0x1234,
+        0x5678,
+        is_remote=True,
+        trace_flags=trace.TraceFlags(1),
+        trace_state=trace.TraceState([("vendor", "v1")]),
+    )
+    with (
+        trace.use_span(trace.NonRecordingSpan(parent)),
+        telemetry.producer_span("T", 2, b"") as span,
+    ):
         context = telemetry.message_context(span)
     assert context["tracestate"] == "vendor=v1"
     assert context["traceparent"].startswith(f"00-{0x1234:032x}-")
 
 
-@pytest.mark.parametrize("properties", [
-    {}, {"traceparent": "garbage"}, {"traceparent": "00-" + "0" * 32 + "-" + "0" * 16 + "-01"},
-    {"traceparent": "00-zz-yy-01", "tracestate": "=;="},
-])
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {},
+        {"traceparent": "garbage"},
+        {"traceparent": "00-" + "0" * 32 + "-" + "0" * 16 + "-01"},
+        {"traceparent": "00-zz-yy-01", "tracestate": "=;="},
+    ],
+)
 def test_missing_or_broken_trace_context_starts_a_new_trace(
-        properties: dict[str, str], span_exporter: InMemorySpanExporter) -> None:
+    properties: dict[str, str], span_exporter: InMemorySpanExporter
+) -> None:
     assert not telemetry.message_span_context(properties).is_valid
     records = decode_records(Message("T", b"x", properties=properties).to_record())
     with telemetry.process_span(records, "g"):
@@ -291,8 +332,8 @@ def root_logging() -> Iterator[None]:
 
 
 def test_json_logs_carry_level_logger_message_time_and_trace_ids(
-        root_logging: None, capsys: pytest.CaptureFixture[str],
-        span_exporter: InMemorySpanExporter) -> None:
+    root_logging: None, capsys: pytest.CaptureFixture[str], span_exporter: InMemorySpanExporter
+) -> None:
     runtime.configure_logging("INFO", "json")
     log = logging.getLogger("boltmq.test")
     log.info("outside %s", "a span")
@@ -309,8 +350,9 @@ def test_json_logs_carry_level_logger_message_time_and_trace_ids(
     assert inside["level"] == "WARNING" and inside["topic"] == "T"
 
 
-def test_json_logs_keep_exceptions_on_one_line(root_logging: None,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_logs_keep_exceptions_on_one_line(
+    root_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     runtime.configure_logging("INFO", "json")
     try:
         raise ValueError("bad thing")
@@ -321,8 +363,9 @@ def test_json_logs_keep_exceptions_on_one_line(root_logging: None,
     assert record["message"] == "failed" and "ValueError: bad thing" in record["exc_info"]
 
 
-def test_text_logs_stay_one_plain_line(root_logging: None,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_text_logs_stay_one_plain_line(
+    root_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     runtime.configure_logging("DEBUG", "text")
     logging.getLogger("boltmq.test").debug("plain")
     (line,) = capsys.readouterr().err.splitlines()
@@ -330,7 +373,8 @@ def test_text_logs_stay_one_plain_line(root_logging: None,
 
 
 def test_a_body_of_the_wrong_type_is_still_the_messages_own_error(
-        span_exporter: InMemorySpanExporter) -> None:
+    span_exporter: InMemorySpanExporter,
+) -> None:
     context = telemetry.create_context("T", None)
     with pytest.raises(MessageError, match="body must be bytes"):
         Message("T", None, properties={}).to_record(0, context)  # type: ignore[arg-type]

@@ -30,8 +30,11 @@ class AclAdmin:
     def get(self) -> broker_pb2.AclDocument:
         """The document in force, secrets masked."""
         document = self.table.document
-        return broker_pb2.AclDocument(json=document.dump(redact=True).decode(),
-                                      version=document.version, enforced=self.enforced)
+        return broker_pb2.AclDocument(
+            json=document.dump(redact=True).decode(),
+            version=document.version,
+            enforced=self.enforced,
+        )
 
     async def update(self, request: broker_pb2.UpdateAclRequest) -> broker_pb2.AclDocument:
         """Apply the request's change, save it, answer the new document (masked)."""
@@ -46,14 +49,21 @@ class AclAdmin:
             elif change == "replace_json":
                 new = AclDocument.parse(request.replace_json, "replace_json")
                 await self.table.update(
-                    lambda d: self._checked(d.replaced_by(new.accounts.values())))
+                    lambda d: self._checked(d.replaced_by(new.accounts.values()))
+                )
             else:
-                raise InvalidArgument("change: give an account to upsert, an access key to "
-                                      "delete or a document to replace the ACL with")
+                raise InvalidArgument(
+                    "change: give an account to upsert, an access key to "
+                    "delete or a document to replace the ACL with"
+                )
         except InvalidAcl as exc:
             raise InvalidArgument(str(exc)) from None
-        log.info("ACL %s: version %d, %d accounts", change, self.table.document.version,
-                 len(self.table.document.accounts))
+        log.info(
+            "ACL %s: version %d, %d accounts",
+            change,
+            self.table.document.version,
+            len(self.table.document.accounts),
+        )
         return self.get()
 
     def _checked(self, document: AclDocument) -> AclDocument:

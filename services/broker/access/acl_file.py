@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from boltmq.signing import SigningError, check_access_key, check_secret_key
+from boltmq.kernel.signing import SigningError, check_access_key, check_secret_key
 
 ACL_FILE = "plain_acl.json"
 """Name of the document in the store's config directory."""
@@ -51,8 +51,17 @@ PERMS_PER_ACCOUNT_MAX = 10_000
 NAME_MAX_CHARS = 255
 REDACTED_SECRET = "******"
 """What GetAcl shows instead of a secret key."""
-_ACCOUNT_FIELDS = frozenset({"accessKey", "secretKey", "admin", "defaultTopicPerm",
-                             "defaultGroupPerm", "topicPerms", "groupPerms"})
+_ACCOUNT_FIELDS = frozenset(
+    {
+        "accessKey",
+        "secretKey",
+        "admin",
+        "defaultTopicPerm",
+        "defaultGroupPerm",
+        "topicPerms",
+        "groupPerms",
+    }
+)
 
 
 class InvalidAcl(ValueError):
@@ -74,8 +83,9 @@ class Perm(enum.IntFlag):
         perm = cls(0)
         for part in text.upper().split("|"):
             if part.strip() not in cls.__members__:
-                raise InvalidAcl(f"{where}: unknown permission {part.strip()!r} "
-                                 "(DENY, PUB, SUB or PUB|SUB)")
+                raise InvalidAcl(
+                    f"{where}: unknown permission {part.strip()!r} (DENY, PUB, SUB or PUB|SUB)"
+                )
             perm |= cls[part.strip()]
         if Perm.DENY in perm and perm != Perm.DENY:
             raise InvalidAcl(f"{where}: DENY cannot be combined with PUB or SUB")
@@ -83,8 +93,7 @@ class Perm(enum.IntFlag):
 
     def text(self) -> str:
         """The document's spelling: ``DENY``, ``PUB``, ``SUB`` or ``PUB|SUB``."""
-        return "|".join(p.name for p in (Perm.DENY, Perm.PUB, Perm.SUB)
-                        if p in self and p.name)
+        return "|".join(p.name for p in (Perm.DENY, Perm.PUB, Perm.SUB) if p in self and p.name)
 
     def grants(self, needed: Perm) -> bool:
         """True when these rights cover ``needed`` (DENY covers nothing)."""
@@ -128,20 +137,27 @@ class Account:
         admin = item.get("admin", False)
         if not isinstance(admin, bool):
             raise InvalidAcl(f"{where}: admin must be true or false")
-        return cls(access_key, secret_key, admin,
-                   Perm.parse(item.get("defaultTopicPerm", "DENY"), f"{where} defaultTopicPerm"),
-                   Perm.parse(item.get("defaultGroupPerm", "SUB"), f"{where} defaultGroupPerm"),
-                   _perm_map(item.get("topicPerms", {}), f"{where} topicPerms"),
-                   _perm_map(item.get("groupPerms", {}), f"{where} groupPerms"))
+        return cls(
+            access_key,
+            secret_key,
+            admin,
+            Perm.parse(item.get("defaultTopicPerm", "DENY"), f"{where} defaultTopicPerm"),
+            Perm.parse(item.get("defaultGroupPerm", "SUB"), f"{where} defaultGroupPerm"),
+            _perm_map(item.get("topicPerms", {}), f"{where} topicPerms"),
+            _perm_map(item.get("groupPerms", {}), f"{where} groupPerms"),
+        )
 
     def to_json(self, *, redact: bool = False) -> dict[str, Any]:
         """The account's JSON object (secret replaced by ``REDACTED_SECRET`` when asked)."""
-        return {"accessKey": self.access_key,
-                "secretKey": REDACTED_SECRET if redact else self.secret_key,
-                "admin": self.admin, "defaultTopicPerm": self.default_topic_perm.text(),
-                "defaultGroupPerm": self.default_group_perm.text(),
-                "topicPerms": {k: v.text() for k, v in sorted(self.topic_perms.items())},
-                "groupPerms": {k: v.text() for k, v in sorted(self.group_perms.items())}}
+        return {
+            "accessKey": self.access_key,
+            "secretKey": REDACTED_SECRET if redact else self.secret_key,
+            "admin": self.admin,
+            "defaultTopicPerm": self.default_topic_perm.text(),
+            "defaultGroupPerm": self.default_group_perm.text(),
+            "topicPerms": {k: v.text() for k, v in sorted(self.topic_perms.items())},
+            "groupPerms": {k: v.text() for k, v in sorted(self.group_perms.items())},
+        }
 
 
 def _perm_map(value: Any, where: str) -> dict[str, Perm]:
@@ -189,24 +205,32 @@ class AclDocument:
 
     def dump(self, *, redact: bool = False) -> bytes:
         """The document as JSON (sorted by access key)."""
-        return json.dumps({"version": self.version,
-                           "accounts": [a.to_json(redact=redact) for _, a in
-                                        sorted(self.accounts.items())]},
-                          indent=1, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "version": self.version,
+                "accounts": [a.to_json(redact=redact) for _, a in sorted(self.accounts.items())],
+            },
+            indent=1,
+            sort_keys=True,
+        ).encode()
 
     def with_account(self, account: Account) -> AclDocument:
         """A copy with ``account`` added or replaced, version bumped."""
         if account.access_key not in self.accounts and len(self.accounts) >= ACCOUNTS_MAX:
             raise InvalidAcl(f"at most {ACCOUNTS_MAX} accounts")
-        return replace(self, accounts={**self.accounts, account.access_key: account},
-                       version=self.version + 1)
+        return replace(
+            self, accounts={**self.accounts, account.access_key: account}, version=self.version + 1
+        )
 
     def without_account(self, access_key: str) -> AclDocument:
         """A copy without ``access_key`` (InvalidAcl when absent), version bumped."""
         if access_key not in self.accounts:
             raise InvalidAcl(f"no account {access_key!r}")
-        return replace(self, accounts={k: v for k, v in self.accounts.items()
-                                       if k != access_key}, version=self.version + 1)
+        return replace(
+            self,
+            accounts={k: v for k, v in self.accounts.items() if k != access_key},
+            version=self.version + 1,
+        )
 
     def replaced_by(self, accounts: Iterable[Account]) -> AclDocument:
         """A copy holding exactly ``accounts``, version bumped past this one's."""

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from boltmq.config import ConfigError
+from boltmq.kernel.config import ConfigError
 from services.broker.access.acl_file import ACL_FILE, AclDocument, InvalidAcl
 from services.broker.errors import CorruptMetadata
 from services.broker.store_client import StoreClient
@@ -61,8 +61,11 @@ class AclTable:
         if data is not None:
             self.load_json(data)
             if self._seed is not None:
-                log.info("%s already in the store (version %d): acl_file not applied",
-                         ACL_FILE, self.document.version)
+                log.info(
+                    "%s already in the store (version %d): acl_file not applied",
+                    ACL_FILE,
+                    self.document.version,
+                )
             return
         if self._seed is not None:
             await self.update(lambda _: self._seed or AclDocument())

@@ -1,6 +1,6 @@
 """Authorizer: who signed a call (UNAUTHENTICATED) and may they make it (PERMISSION_DENIED).
 
-Authentication: the call's signed metadata (:mod:`boltmq.signing`) must name
+Authentication: the call's signed metadata (:mod:`boltmq.kernel.signing`) must name
 an account of the ACL document, carry a timestamp within ``max_skew_ms`` of
 the broker's clock (either way: a clock ahead is as suspect as one behind),
 and a signature the account's secret makes. Authorization: an admin account
@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from boltmq.signing import SignedCall, SigningError
+from boltmq.kernel.signing import SignedCall, SigningError
 from services.broker.access.acl_file import Account, AclDocument
 from services.broker.access.resources import Kind, is_admin_call, needs_of
 
@@ -40,8 +40,12 @@ def _unauthenticated(reason: str) -> AccessDenied:
 class Authorizer:
     """Checks calls against the ACL document ``document()`` returns."""
 
-    def __init__(self, document: Callable[[], AclDocument], max_skew_ms: int,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+    def __init__(
+        self,
+        document: Callable[[], AclDocument],
+        max_skew_ms: int,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
         self._document = document
         self._max_skew_ms = max_skew_ms
         self._clock_ms = clock_ms
@@ -59,8 +63,10 @@ class Authorizer:
             raise _unauthenticated(f"unknown access key {call.access_key}")
         skew_ms = abs(self._clock_ms() - call.timestamp_ms)
         if skew_ms > self._max_skew_ms:
-            raise _unauthenticated(f"timestamp of access key {call.access_key} is {skew_ms} ms "
-                                   f"from the broker's clock (at most {self._max_skew_ms})")
+            raise _unauthenticated(
+                f"timestamp of access key {call.access_key} is {skew_ms} ms "
+                f"from the broker's clock (at most {self._max_skew_ms})"
+            )
         if not call.matches(account.secret_key, method):
             raise _unauthenticated(f"wrong signature for access key {call.access_key}")
         return account
@@ -71,14 +77,20 @@ class Authorizer:
         if account.admin:
             return
         if is_admin_call(short_method):
-            raise AccessDenied(grpc.StatusCode.PERMISSION_DENIED,
-                               f"{short_method} needs an admin account; "
-                               f"{account.access_key} is not one")
+            raise AccessDenied(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{short_method} needs an admin account; {account.access_key} is not one",
+            )
         for need in needs_of(short_method, request):
-            owned = (account.topic_perm(need.name) if need.kind is Kind.TOPIC
-                     else account.group_perm(need.name))
+            owned = (
+                account.topic_perm(need.name)
+                if need.kind is Kind.TOPIC
+                else account.group_perm(need.name)
+            )
             if not owned.grants(need.perm):
-                raise AccessDenied(grpc.StatusCode.PERMISSION_DENIED,
-                                   f"{account.access_key} has {owned.text()} on "
-                                   f"{need.kind.value} {need.name!r}; "
-                                   f"{short_method} needs {need.perm.text()}")
+                raise AccessDenied(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"{account.access_key} has {owned.text()} on "
+                    f"{need.kind.value} {need.name!r}; "
+                    f"{short_method} needs {need.perm.text()}",
+                )

@@ -34,9 +34,14 @@ class _Bucket:
 class ClientLimits:
     """Token buckets and in-flight counts by client key."""
 
-    def __init__(self, rate_per_s: float, burst: int, in_flight_max: int,
-                 clock_s: Callable[[], float] = time.monotonic,
-                 clients_max: int = CLIENTS_MAX) -> None:
+    def __init__(
+        self,
+        rate_per_s: float,
+        burst: int,
+        in_flight_max: int,
+        clock_s: Callable[[], float] = time.monotonic,
+        clients_max: int = CLIENTS_MAX,
+    ) -> None:
         self.rate_per_s = rate_per_s
         """Tokens added per second (0: no rate limit)."""
         self.burst = burst
@@ -57,8 +62,9 @@ class ClientLimits:
         if self.in_flight_max and bucket.in_flight >= self.in_flight_max:
             return f"more than {self.in_flight_max} calls in flight"
         if self.rate_per_s:
-            bucket.tokens = min(float(self.burst),
-                                bucket.tokens + (now - bucket.updated_s) * self.rate_per_s)
+            bucket.tokens = min(
+                float(self.burst), bucket.tokens + (now - bucket.updated_s) * self.rate_per_s
+            )
             bucket.updated_s = now
             if bucket.tokens < 1:
                 return f"more than {self.rate_per_s:g} calls a second (burst {self.burst})"

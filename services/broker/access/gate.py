@@ -47,8 +47,9 @@ class BrokerGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._limits = limits
         self._flood_logged: dict[str, float] = {}
 
-    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
-                                handler_call_details: Any) -> Any:
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
+    ) -> Any:
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
         if handler is None or not method.startswith(BROKER_SERVICE_PREFIX):
@@ -57,16 +58,19 @@ class BrokerGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
+                response_serializer=handler.response_serializer,
+            )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 self._stream(method, handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
+                response_serializer=handler.response_serializer,
+            )
         return handler  # the broker has no client-streaming calls
 
-    def _unary(self, method: str, inner: Callable[..., Awaitable[Any]]
-               ) -> Callable[..., Awaitable[Any]]:
+    def _unary(
+        self, method: str, inner: Callable[..., Awaitable[Any]]
+    ) -> Callable[..., Awaitable[Any]]:
         async def gated(request: Any, context: grpc.aio.ServicerContext) -> Any:
             key = await self._admit(method, request, context)
             try:
@@ -76,8 +80,9 @@ class BrokerGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return gated
 
-    def _stream(self, method: str, inner: Callable[..., AsyncIterator[Any]]
-                ) -> Callable[..., AsyncIterator[Any]]:
+    def _stream(
+        self, method: str, inner: Callable[..., AsyncIterator[Any]]
+    ) -> Callable[..., AsyncIterator[Any]]:
         async def gated(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             key = await self._admit(method, request, context)
             try:
@@ -88,8 +93,9 @@ class BrokerGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return gated
 
-    async def _admit(self, method: str, request: Any, context: grpc.aio.ServicerContext
-                     ) -> str | None:
+    async def _admit(
+        self, method: str, request: Any, context: grpc.aio.ServicerContext
+    ) -> str | None:
         """The client's limits key once the call may go on; aborts the call otherwise."""
         peer = context.peer()
         key = peer_host(peer)
@@ -104,16 +110,22 @@ class BrokerGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     raise AccessDenied(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{key}: {why}")
             try:
                 if self._authorizer is not None:
-                    self._authorizer.authorize(account, method[len(BROKER_SERVICE_PREFIX):],
-                                               request)
+                    self._authorizer.authorize(
+                        account, method[len(BROKER_SERVICE_PREFIX) :], request
+                    )
             except AccessDenied:
                 self._release(key)
                 raise
         except AccessDenied as exc:
             if self._should_log(exc.code, key):
-                log.warning("refused %s from %s%s: %s: %s", method, peer,
-                            f" (access key {access_key})" if access_key else "",
-                            exc.code.name, exc)
+                log.warning(
+                    "refused %s from %s%s: %s: %s",
+                    method,
+                    peer,
+                    f" (access key {access_key})" if access_key else "",
+                    exc.code.name,
+                    exc,
+                )
             await context.abort(exc.code, str(exc))
         return key if self._limits is not None else None
 

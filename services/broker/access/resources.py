@@ -51,7 +51,7 @@ def topic_need(topic: str, perm: Perm) -> Need:
     """The need for ``topic``; a retry / DLQ topic is its group's SUB (module docstring)."""
     for prefix in _GROUP_TOPIC_PREFIXES:
         if topic.startswith(prefix):
-            return Need(Kind.GROUP, topic[len(prefix):], Perm.SUB)
+            return Need(Kind.GROUP, topic[len(prefix) :], Perm.SUB)
     return Need(Kind.TOPIC, topic, perm)
 
 

@@ -32,7 +32,8 @@ def test_heartbeat_reports_groups_whose_membership_changed(clock: ManualClock) -
 
 
 def test_a_silent_client_disappears_from_reads_at_once_and_from_memory_on_expire(
-        clock: ManualClock) -> None:
+    clock: ManualClock,
+) -> None:
     clients = ClientManager(EXPIRY_MS, clock)
     clients.heartbeat("c-1", ["pg"], [beat("g1")])
     clock.advance(EXPIRY_MS // 2)
@@ -69,8 +70,15 @@ def test_unregister_removes_the_client_from_the_named_groups_only(clock: ManualC
 
 def test_group_view_carries_model_orderly_and_subscriptions(clock: ManualClock) -> None:
     clients = ClientManager(EXPIRY_MS, clock)
-    clients.heartbeat("c-1", [], [ConsumerGroupHeartbeat(
-        "g1", BROADCASTING, True, (("orders", "A || B"), ("payments", "*")))])
+    clients.heartbeat(
+        "c-1",
+        [],
+        [
+            ConsumerGroupHeartbeat(
+                "g1", BROADCASTING, True, (("orders", "A || B"), ("payments", "*"))
+            )
+        ],
+    )
     view = clients.consumer_group("g1")
     assert view is not None
     assert view.client_ids == ("c-1",)

@@ -47,8 +47,9 @@ def test_json_is_keyed_topic_at_group_and_round_trips() -> None:
     offsets.commit("g1", "orders", 3, 1)
     offsets.commit("%RETRY%g1", "%RETRY%g1", 0, 2)
     document = json.loads(offsets.to_json())
-    assert document == {"offsetTable": {"orders@g1": {"0": 12, "3": 1},
-                                         "%RETRY%g1@%RETRY%g1": {"0": 2}}}
+    assert document == {
+        "offsetTable": {"orders@g1": {"0": 12, "3": 1}, "%RETRY%g1@%RETRY%g1": {"0": 2}}
+    }
     loaded = ConsumerOffsetManager()
     loaded.load_json(offsets.to_json())
     assert loaded.offsets_of_group("g1") == {"orders": {0: 12, 3: 1}}
@@ -67,11 +68,17 @@ def test_deleting_a_topic_forgets_every_group_on_it() -> None:
     assert not offsets.delete_topic("orders")
 
 
-@pytest.mark.parametrize("content", [
-    b"{", b'{"offsetTable": {"no-separator": {"0": 1}}}',
-    b'{"offsetTable": {"t@g": {"x": 1}}}', b'{"offsetTable": {"t@g": {"0": "1"}}}',
-    b'{"offsetTable": {"t@g": [1]}}', b'{"offsetTable": {"../t@g": {"0": 1}}}',
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{",
+        b'{"offsetTable": {"no-separator": {"0": 1}}}',
+        b'{"offsetTable": {"t@g": {"x": 1}}}',
+        b'{"offsetTable": {"t@g": {"0": "1"}}}',
+        b'{"offsetTable": {"t@g": [1]}}',
+        b'{"offsetTable": {"../t@g": {"0": 1}}}',
+    ],
+)
 def test_a_corrupt_offsets_file_is_a_named_error(content: bytes) -> None:
     with pytest.raises(CorruptMetadata, match="consumerOffset.json"):
         ConsumerOffsetManager().load_json(content)

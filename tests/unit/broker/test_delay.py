@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from boltmq.config import ConfigError
+from boltmq.kernel.config import ConfigError
 from boltmq.v1 import broker_pb2, message_pb2
+from boltmq.wire.record import SCHEDULE_TOPIC
+from boltmq.wire.record_batch import encode_send_record
 from services.broker.config import BrokerConfig
 from services.broker.delay_level import DelayLevels, InvalidDelayLevels, parse_delay_levels
 from services.broker.delay_message import (
@@ -17,8 +19,6 @@ from services.broker.delay_message import (
 )
 from services.broker.delay_offset import DelayOffsetManager
 from services.broker.errors import CorruptMetadata, InvalidArgument
-from services.store.record import SCHEDULE_TOPIC
-from services.store.record_batch import encode_send_record
 
 LEVELS = DelayLevels.parse("100ms 1s 1m")
 
@@ -52,20 +52,27 @@ def test_first_hop_checks_levels_and_times() -> None:
     assert hop({"DELAY": "2"}) == (2, 1_000)
     assert hop({"TIMER_DELIVER_MS": str(now + 1_500)}) == (2, 1_000)
     assert hop({"TIMER_DELIVER_MS": str(now - 500)}) is None  # clock skew: now
-    for props, fragment in [({"DELAY": "4"}, "not 1..3"), ({"DELAY": "0"}, "not 1..3"),
-                            ({"DELAY": "x"}, "integer"),
-                            ({"DELAY": "1", "TIMER_DELIVER_MS": "5"}, "not both"),
-                            ({"TIMER_DELIVER_MS": str(now - 5_000)}, "in the past"),
-                            ({"TIMER_DELIVER_MS": str(now + 20_000)}, "ahead")]:
+    for props, fragment in [
+        ({"DELAY": "4"}, "not 1..3"),
+        ({"DELAY": "0"}, "not 1..3"),
+        ({"DELAY": "x"}, "integer"),
+        ({"DELAY": "1", "TIMER_DELIVER_MS": "5"}, "not both"),
+        ({"TIMER_DELIVER_MS": str(now - 5_000)}, "in the past"),
+        ({"TIMER_DELIVER_MS": str(now + 20_000)}, "ahead"),
+    ]:
         with pytest.raises(InvalidArgument, match=fragment):
             hop(props)
 
 
 def _entry(message: message_pb2.Message, store_ms: int, offset: int) -> message_pb2.MessageExt:
-    return message_pb2.MessageExt(topic=message.topic, queue_id=message.queue_id,
-                                  queue_offset=offset, body=message.body,
-                                  properties=dict(message.properties),
-                                  store_timestamp_ms=store_ms)
+    return message_pb2.MessageExt(
+        topic=message.topic,
+        queue_id=message.queue_id,
+        queue_offset=offset,
+        body=message.body,
+        properties=dict(message.properties),
+        store_timestamp_ms=store_ms,
+    )
 
 
 def test_schedule_then_deliver_restores_the_message() -> None:
@@ -82,8 +89,9 @@ def test_schedule_then_deliver_restores_the_message() -> None:
 
 
 def test_deliver_at_hops_until_due() -> None:
-    message = message_pb2.Message(topic="T", queue_id=0, body=b"b",
-                                  properties={"TIMER_DELIVER_MS": "3500"})
+    message = message_pb2.Message(
+        topic="T", queue_id=0, body=b"b", properties={"TIMER_DELIVER_MS": "3500"}
+    )
     schedule(message, 2, 1_000)
     hop = next_copy(_entry(message, 1_000, 0), LEVELS, 2_000)  # 1.5 s left
     assert hop.topic == SCHEDULE_TOPIC and hop.properties["DELAY"] == "2"
@@ -104,8 +112,8 @@ def test_raw_records_are_decoded_only_when_one_is_delayed() -> None:
     assert records_as_messages(request, tricky) is None
     delayed = plain + encode_send_record("T", b"y", None, ["k1"], {"DELAY": "1"})
     converted = records_as_messages(
-        broker_pb2.SendRequest(records=delayed, record_count=2, topic="T", queue_id=-1),
-        delayed)
+        broker_pb2.SendRequest(records=delayed, record_count=2, topic="T", queue_id=-1), delayed
+    )
     assert converted is not None
     assert [m.body for m in converted.messages] == [b"x", b"y"]
     assert converted.messages[1].properties["DELAY"] == "1"
@@ -120,7 +128,11 @@ def test_delay_offsets_round_trip_and_refuse_garbage() -> None:
     again = DelayOffsetManager()
     again.load_json(offsets.to_json())
     assert (again.get(1), again.get(3), again.get(2)) == (4, 12, 0)
-    for bad in (b"[]", b'{"offsetTable": {"x": 1}}', b'{"offsetTable": {"1": -1}}',
-                b'{"offsetTable": {"1": "2"}}'):
+    for bad in (
+        b"[]",
+        b'{"offsetTable": {"x": 1}}',
+        b'{"offsetTable": {"1": -1}}',
+        b'{"offsetTable": {"1": "2"}}',
+    ):
         with pytest.raises(CorruptMetadata):
             DelayOffsetManager().load_json(bad)

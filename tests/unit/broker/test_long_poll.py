@@ -14,11 +14,13 @@ LONG_S = 60.0
 def run(coroutine: Awaitable[object]) -> object:
     async def main() -> object:
         return await asyncio.wait_for(coroutine, LONG_S)
+
     return asyncio.run(main())
 
 
-async def park(hub: LongPollHub, offset: int, timeout_s: float = LONG_S,
-               queue_id: int = 0) -> asyncio.Task[bool]:
+async def park(
+    hub: LongPollHub, offset: int, timeout_s: float = LONG_S, queue_id: int = 0
+) -> asyncio.Task[bool]:
     token = hub.token("orders", queue_id)
     task = asyncio.create_task(hub.wait("orders", queue_id, offset, token, timeout_s))
     await asyncio.sleep(0)  # let it park
@@ -33,6 +35,7 @@ def test_an_arrival_past_the_offset_wakes_the_pull() -> None:
         assert hub.notify("orders", 0, 6) == 1
         assert await task is True
         assert hub.parked_count == 0
+
     run(scenario())
 
 
@@ -47,16 +50,18 @@ def test_arrivals_not_past_the_offset_or_on_other_queues_do_not_wake() -> None:
         assert not task.done()
         assert hub.notify("orders", 0, 7) == 1
         assert await task is True
+
     run(scenario())
 
 
 def test_an_arrival_between_the_store_answer_and_parking_is_not_lost() -> None:
     async def scenario() -> None:
         hub = LongPollHub(max_parked=10)
-        token = hub.token("orders", 0)      # taken before asking the store
-        hub.notify("orders", 0, 6)          # arrives while the store answers "nothing"
+        token = hub.token("orders", 0)  # taken before asking the store
+        hub.notify("orders", 0, 6)  # arrives while the store answers "nothing"
         assert await hub.wait("orders", 0, 5, token, LONG_S) is True
         assert hub.parked_count == 0
+
     run(scenario())
 
 
@@ -65,6 +70,7 @@ def test_an_unwoken_pull_times_out_with_false() -> None:
         hub = LongPollHub(max_parked=10)
         assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
         assert hub.parked_count == 0
+
     run(scenario())
 
 
@@ -78,6 +84,7 @@ def test_wake_all_wakes_every_queue_and_close_answers_with_false() -> None:
         hub.close()
         assert await third is False
         assert await hub.wait("orders", 0, 5, hub.token("orders", 0), LONG_S) is False
+
     run(scenario())
 
 
@@ -88,6 +95,7 @@ def test_a_full_hub_answers_at_once() -> None:
         assert await hub.wait("orders", 0, 5, hub.token("orders", 0), LONG_S) is False
         hub.notify("orders", 0, 6)
         assert await first is True
+
     run(scenario())
 
 
@@ -99,26 +107,28 @@ def test_a_cancelled_pull_leaves_nothing_parked() -> None:
         await asyncio.gather(task, return_exceptions=True)
         assert hub.parked_count == 0
         assert hub.notify("orders", 0, 6) == 0
+
     run(scenario())
 
 
 def test_the_store_is_told_of_each_queue_a_pull_waits_on() -> None:
     """``on_wait`` names a queue when its first pull parks, when a pull waits below the
     others, and again for the pulls an arrival leaves waiting; never otherwise."""
+
     async def scenario() -> None:
         hub = LongPollHub(max_parked=10)
         told: list[tuple[str, int, int]] = []
         hub.on_wait = lambda topic, queue_id, offset: told.append((topic, queue_id, offset))
         high = await park(hub, offset=8)
         assert told == [("orders", 0, 8)]
-        same = await park(hub, offset=9)          # waits above the first: nothing new
+        same = await park(hub, offset=9)  # waits above the first: nothing new
         assert told == [("orders", 0, 8)]
-        low = await park(hub, offset=5)           # waits below: the store must know
+        low = await park(hub, offset=5)  # waits below: the store must know
         assert told == [("orders", 0, 8), ("orders", 0, 5)]
-        assert hub.notify("orders", 0, 6) == 1    # wakes 5; 8 and 9 still wait
+        assert hub.notify("orders", 0, 6) == 1  # wakes 5; 8 and 9 still wait
         assert await low is True
         assert told[-1] == ("orders", 0, 8)
-        assert hub.notify("orders", 0, 10) == 2   # wakes the rest: nobody to name
+        assert hub.notify("orders", 0, 10) == 2  # wakes the rest: nobody to name
         assert await high is True and await same is True
         assert len(told) == 3
         other = await park(hub, offset=0, queue_id=3)
@@ -126,14 +136,17 @@ def test_the_store_is_told_of_each_queue_a_pull_waits_on() -> None:
         hub.wake_all()
         assert await other is True
         assert len(told) == 4
+
     run(scenario())
 
 
 def test_a_pull_of_several_queues_wakes_on_an_arrival_on_any_of_them() -> None:
     async def scenario() -> None:
         hub = LongPollHub(max_parked=10)
-        waits = [("orders", 0, 5, hub.token("orders", 0)),
-                 ("payments", 2, 0, hub.token("payments", 2))]
+        waits = [
+            ("orders", 0, 5, hub.token("orders", 0)),
+            ("payments", 2, 0, hub.token("payments", 2)),
+        ]
         task = asyncio.create_task(hub.wait_any(waits, LONG_S))
         await asyncio.sleep(0)
         assert hub.parked_count == 1  # one client call, however many queues
@@ -142,6 +155,7 @@ def test_a_pull_of_several_queues_wakes_on_an_arrival_on_any_of_them() -> None:
         assert await task is True
         assert hub.parked_count == 0
         assert hub.notify("orders", 0, 9) == 0  # its other queue holds nothing any more
+
     run(scenario())
 
 
@@ -151,6 +165,7 @@ def test_a_pull_of_several_queues_returns_at_once_after_an_arrival_on_one() -> N
         waits = [(topic, 0, 0, hub.token(topic, 0)) for topic in ("a", "b", "c")]
         hub.notify("c", 0, 1)  # between the store's answer and parking
         assert await hub.wait_any(waits, LONG_S) is True
+
     run(scenario())
 
 
@@ -163,6 +178,7 @@ def test_a_pull_of_several_queues_times_out_and_leaves_nothing_parked() -> None:
         assert await hub.wait_any(waits, 0.01) is False
         assert told == [("a", 1, 4), ("b", 1, 4)] and hub.parked_count == 0
         assert hub.notify("a", 1, 9) == 0 and hub.notify("b", 1, 9) == 0
+
     run(scenario())
 
 
@@ -170,6 +186,7 @@ def test_a_queue_the_store_still_watches_is_not_named_again() -> None:
     """The store keeps a named queue until its next arrival: a pull that parks again on a
     quiet queue (after a timeout) names nothing; one below the named offset, an arrival
     or a reconnect of the stream make the hub name it again."""
+
     async def scenario() -> None:
         hub = LongPollHub(max_parked=10)
         told: list[tuple[str, int, int]] = []
@@ -186,6 +203,7 @@ def test_a_queue_the_store_still_watches_is_not_named_again() -> None:
         hub.wake_all()
         assert await hub.wait("orders", 0, 4, hub.token("orders", 0), 0.01) is False
         assert told == [("orders", 0, 5), ("orders", 0, 3), ("orders", 0, 4), ("orders", 0, 4)]
+
     run(scenario())
 
 
@@ -209,6 +227,7 @@ def test_an_idle_answer_is_given_again_only_while_the_store_watches_from_its_off
                 assert hub.idle_answers([("orders", 0, 6)])[0] == "empty at 6"
             forget()
             assert hub.idle_answers([("orders", 0, 6)])[0] is None
+
     run(scenario())
 
 
@@ -217,8 +236,9 @@ def test_an_idle_answer_read_before_an_arrival_is_not_kept() -> None:
         hub = LongPollHub(max_parked=10)
         assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
         token = hub.token("orders", 0)  # taken, then the store is asked ...
-        hub.notify("orders", 0, 6)      # ... and a message arrives meanwhile
+        hub.notify("orders", 0, 6)  # ... and a message arrives meanwhile
         assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
         hub.remember_idle("orders", 0, 5, token, "empty at 5")
         assert hub.idle_answers([("orders", 0, 5)])[0] is None
+
     run(scenario())

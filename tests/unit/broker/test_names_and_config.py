@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from boltmq.config import ConfigError, load_config
+from boltmq.kernel.config import ConfigError, load_config
 from services.broker.config import BrokerConfig
 from services.broker.errors import InvalidArgument
 from services.broker.names import check_client_id, check_group, check_subscription, check_topic
@@ -15,11 +15,18 @@ def test_valid_topics_pass(topic: str) -> None:
     assert check_topic("topic", topic) == topic
 
 
-@pytest.mark.parametrize(("topic", "reason"), [
-    ("", "required"), ("x" * 128, "at most 127"), ("../etc", "may only use"),
-    ("a.b", "may only use"), ("a/b", "may only use"), ("a b", "may only use"),
-    ("t@g", "may only use"),
-])
+@pytest.mark.parametrize(
+    ("topic", "reason"),
+    [
+        ("", "required"),
+        ("x" * 128, "at most 127"),
+        ("../etc", "may only use"),
+        ("a.b", "may only use"),
+        ("a/b", "may only use"),
+        ("a b", "may only use"),
+        ("t@g", "may only use"),
+    ],
+)
 def test_invalid_topics_name_the_field(topic: str, reason: str) -> None:
     with pytest.raises(InvalidArgument, match=f"^messages\\[0\\].topic: .*{reason}"):
         check_topic("messages[0].topic", topic)
@@ -59,22 +66,30 @@ def test_config_defaults_match_the_design() -> None:
 
 
 def test_registry_addresses_are_a_comma_list() -> None:
-    config = load_config(BrokerConfig, env={}, overrides={
-        "registry_addresses": "10.0.0.1:9876, 10.0.0.2:9876,"})
+    config = load_config(
+        BrokerConfig, env={}, overrides={"registry_addresses": "10.0.0.1:9876, 10.0.0.2:9876,"}
+    )
     assert config.registry_address_list == ("10.0.0.1:9876", "10.0.0.2:9876")
-    assert load_config(BrokerConfig, env={}, overrides={
-        "registry_addresses": ""}).registry_address_list == ()
+    assert (
+        load_config(
+            BrokerConfig, env={}, overrides={"registry_addresses": ""}
+        ).registry_address_list
+        == ()
+    )
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("store_address", "nohost", "host:port"),
-    ("registry_addresses", "a:1,b", "host:port"),
-    ("broker_name", "a/b", "broker_name"),
-    ("cluster_name", "", "cluster_name"),
-    ("long_poll_max_ms", "0", "long_poll_max_ms must be positive"),
-    ("default_topic_queue_nums", "2000", "default_topic_queue_nums"),
-    ("broker_id", "-1", "broker_id"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("store_address", "nohost", "host:port"),
+        ("registry_addresses", "a:1,b", "host:port"),
+        ("broker_name", "a/b", "broker_name"),
+        ("cluster_name", "", "cluster_name"),
+        ("long_poll_max_ms", "0", "long_poll_max_ms must be positive"),
+        ("default_topic_queue_nums", "2000", "default_topic_queue_nums"),
+        ("broker_id", "-1", "broker_id"),
+    ],
+)
 def test_bad_settings_are_one_clear_error(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(BrokerConfig, env={}, overrides={name: value})

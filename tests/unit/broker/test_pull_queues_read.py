@@ -12,17 +12,16 @@ import asyncio
 from typing import Any, cast
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from boltmq.wire.pull_answer import QueuesAnswer, encode_pull_queues, pull_parts
 from services.broker.config import BrokerConfig
 from services.broker.long_poll import LongPollHub
 from services.broker.pull_processor import PullProcessor
-from services.store.pull_wire import QueuesAnswer, encode_pull_queues, pull_parts
 
 
 class RecordingStore:
     """Answers PullQueues from ``queues`` ((topic, queue_id) -> records), noting each call."""
 
-    def __init__(self, queues: dict[tuple[str, int], list[bytes]], answers_max: int = 1024
-                 ) -> None:
+    def __init__(self, queues: dict[tuple[str, int], list[bytes]], answers_max: int = 1024) -> None:
         self.queues = queues
         self.asked: list[list[tuple[str, int, int]]] = []
         self.answers_max = answers_max
@@ -31,13 +30,21 @@ class RecordingStore:
     async def pull_queues_answer(self, request: store_pb2.PullQueuesRequest) -> QueuesAnswer:
         self.asked.append([(p.topic, p.queue_id, p.queue_offset) for p in request.pulls])
         answers = []
-        for pull in request.pulls[:self.answers_max]:
+        for pull in request.pulls[: self.answers_max]:
             records = self.queues.get((pull.topic, pull.queue_id), [])
-            found = records[pull.queue_offset:]
+            found = records[pull.queue_offset :]
             status = message_pb2.FOUND if found else message_pb2.OFFSET_OVERFLOW_ONE
-            answers.append(pull_parts(store_pb2.PullResponse(
-                status=status, next_begin_offset=pull.queue_offset + len(found),
-                max_offset=len(records), record_count=len(found)), found))
+            answers.append(
+                pull_parts(
+                    store_pb2.PullResponse(
+                        status=status,
+                        next_begin_offset=pull.queue_offset + len(found),
+                        max_offset=len(records),
+                        record_count=len(found),
+                    ),
+                    found,
+                )
+            )
         return QueuesAnswer.parse(encode_pull_queues(answers))
 
 
@@ -46,15 +53,17 @@ def processor(store: RecordingStore, hub: LongPollHub) -> PullProcessor:
     return PullProcessor(BrokerConfig(), unused, unused, unused, cast(Any, store), hub, unused)
 
 
-def read(pulls: list[broker_pb2.QueuePull], store: RecordingStore, hub: LongPollHub
-         ) -> store_pb2.PullQueuesResponse:
+def read(
+    pulls: list[broker_pb2.QueuePull], store: RecordingStore, hub: LongPollHub
+) -> store_pb2.PullQueuesResponse:
     async def scenario() -> QueuesAnswer:
         queues = [(p.topic, p.queue_id, p.queue_offset) for p in pulls]
-        answer, idle = await processor(store, hub)._read_queues(pulls, queues, 0, 0,
-                                                                hub.tokens(queues))
-        assert idle == all(r.status == message_pb2.OFFSET_OVERFLOW_ONE
-                           for r in answer.responses)
+        answer, idle = await processor(store, hub)._read_queues(
+            pulls, queues, 0, 0, hub.tokens(queues)
+        )
+        assert idle == all(r.status == message_pb2.OFFSET_OVERFLOW_ONE for r in answer.responses)
         return answer
+
     answer = asyncio.run(scenario())
     parsed = store_pb2.PullQueuesResponse.FromString(answer.encoded)
     assert list(parsed.answers) == answer.responses
@@ -63,9 +72,13 @@ def read(pulls: list[broker_pb2.QueuePull], store: RecordingStore, hub: LongPoll
 
 def watch(hub: LongPollHub, pulls: list[broker_pb2.QueuePull]) -> None:
     """Park the pulls once and let them time out: the store now watches their queues."""
+
     async def park() -> bool:
-        return await hub.wait_any([(p.topic, p.queue_id, p.queue_offset,
-                                    hub.token(p.topic, p.queue_id)) for p in pulls], 0.01)
+        return await hub.wait_any(
+            [(p.topic, p.queue_id, p.queue_offset, hub.token(p.topic, p.queue_id)) for p in pulls],
+            0.01,
+        )
+
     assert asyncio.run(park()) is False
 
 
@@ -73,8 +86,7 @@ def pull(queue_id: int, offset: int) -> broker_pb2.QueuePull:
     return broker_pb2.QueuePull(topic="t", queue_id=queue_id, queue_offset=offset)
 
 
-def test_only_queues_that_may_have_news_are_asked_and_answers_keep_the_request_order(
-        ) -> None:
+def test_only_queues_that_may_have_news_are_asked_and_answers_keep_the_request_order() -> None:
     store = RecordingStore({("t", 0): [b"a"], ("t", 1): [], ("t", 2): [b"b", b"c"]})
     hub = LongPollHub(max_parked=10)
     pulls = [pull(0, 1), pull(1, 0), pull(2, 2)]
@@ -106,4 +118,7 @@ def test_answers_stop_where_the_stores_stop() -> None:
     assert store.asked == [[("t", 1, 0), ("t", 3, 0)]]
     # queue 1 answered, queue 3 not (max_bytes ran out): the answer ends before it
     assert [a.status for a in answer.answers] == [
-        message_pb2.OFFSET_OVERFLOW_ONE, message_pb2.FOUND, message_pb2.OFFSET_OVERFLOW_ONE]
+        message_pb2.OFFSET_OVERFLOW_ONE,
+        message_pb2.FOUND,
+        message_pb2.OFFSET_OVERFLOW_ONE,
+    ]

@@ -17,8 +17,9 @@ STORED: dict[int, int] = {
 
 @pytest.mark.parametrize("put_status", list(message_pb2.PutMessageStatus.values()))
 def test_every_put_status_maps_to_a_send_status(put_status: int) -> None:
-    appended = store_pb2.AppendResponse(statuses=[put_status], commitlog_offsets=[10],
-                                        queue_offsets=[3], msg_id_prefix="AB")
+    appended = store_pb2.AppendResponse(
+        statuses=[put_status], commitlog_offsets=[10], queue_offsets=[3], msg_id_prefix="AB"
+    )
     result = to_send_response(appended, "orders", 2, "broker-a")
     assert list(result.statuses) == [STORED.get(put_status, broker_pb2.SEND_FAILED)]
     assert list(result.put_statuses) == [put_status]
@@ -35,7 +36,10 @@ def test_every_put_status_maps_to_a_send_status(put_status: int) -> None:
 def test_the_store_s_own_reason_is_kept_per_message() -> None:
     appended = store_pb2.AppendResponse(
         statuses=[message_pb2.PUT_OK, message_pb2.MESSAGE_ILLEGAL],
-        commitlog_offsets=[0, -1], queue_offsets=[0, -1], errors={1: "body too large"})
+        commitlog_offsets=[0, -1],
+        queue_offsets=[0, -1],
+        errors={1: "body too large"},
+    )
     result = to_send_response(appended, "t", 0, "b")
     assert list(result.statuses) == [broker_pb2.SEND_OK, broker_pb2.SEND_FAILED]
     assert dict(result.errors) == {1: "body too large"}

@@ -12,7 +12,8 @@ from tests.unit.broker.conftest import ManualClock
 
 
 def test_groups_are_created_with_rocketmq_defaults_when_auto_create_is_on(
-        clock: ManualClock) -> None:
+    clock: ManualClock,
+) -> None:
     groups = SubscriptionGroupManager(auto_create=True, clock_ms=clock)
     config = groups.find_or_create("g1")
     assert config == SubscriptionGroupConfig("g1")
@@ -42,10 +43,15 @@ def test_json_round_trips_with_rocketmq_field_names(clock: ManualClock) -> None:
     assert loaded.data_version == groups.data_version
 
 
-@pytest.mark.parametrize("entry", [
-    {"groupName": "a/b"}, {"groupName": "g", "consumeEnable": "yes"},
-    {"groupName": "g", "retryMaxTimes": True}, [],
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"groupName": "a/b"},
+        {"groupName": "g", "consumeEnable": "yes"},
+        {"groupName": "g", "retryMaxTimes": True},
+        [],
+    ],
+)
 def test_a_corrupt_group_entry_is_a_named_error(clock: ManualClock, entry: object) -> None:
     content = json.dumps({"subscriptionGroupTable": {"g": entry}}).encode()
     with pytest.raises(CorruptMetadata, match="subscriptionGroup.json"):

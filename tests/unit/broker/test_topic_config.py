@@ -38,8 +38,7 @@ def test_system_topics_are_created_with_rocketmq_settings(clock: ManualClock) ->
     assert not topics.is_system("orders")
 
 
-def test_without_auto_create_there_is_no_template_and_no_auto_creation(
-        clock: ManualClock) -> None:
+def test_without_auto_create_there_is_no_template_and_no_auto_creation(clock: ManualClock) -> None:
     topics = manager(clock, auto_create=False)
     assert topics.get(AUTO_CREATE_TEMPLATE_TOPIC) is None
     assert topics.create_from_template("orders", 4) is None
@@ -48,7 +47,8 @@ def test_without_auto_create_there_is_no_template_and_no_auto_creation(
 
 @pytest.mark.parametrize(("requested", "expected"), [(4, 4), (8, 8), (64, 8), (1, 1)])
 def test_auto_created_topic_gets_min_of_requested_and_template_queues(
-        clock: ManualClock, requested: int, expected: int) -> None:
+    clock: ManualClock, requested: int, expected: int
+) -> None:
     topics = manager(clock)
     created = topics.create_from_template("orders", requested)
     assert created is not None
@@ -85,11 +85,17 @@ def test_topics_json_round_trips_with_its_data_version(clock: ManualClock) -> No
     first.upsert(TopicConfig("orders", 3, 5, PERM_READ, order=True))
     first.delete(SELF_TEST_TOPIC)
     document = json.loads(first.to_json())
-    assert document["dataVersion"] == {"timestamp": clock.now_ms,
-                                       "counter": first.data_version.counter}
+    assert document["dataVersion"] == {
+        "timestamp": clock.now_ms,
+        "counter": first.data_version.counter,
+    }
     assert document["topicConfigTable"]["orders"] == {
-        "topicName": "orders", "readQueueNums": 3, "writeQueueNums": 5, "perm": PERM_READ,
-        "order": True}
+        "topicName": "orders",
+        "readQueueNums": 3,
+        "writeQueueNums": 5,
+        "perm": PERM_READ,
+        "order": True,
+    }
     second = manager(ManualClock(0))
     second.load_json(first.to_json())
     assert second.get("orders") == first.get("orders")
@@ -105,15 +111,20 @@ def test_loading_with_auto_create_off_drops_a_saved_template(clock: ManualClock)
     assert topics.get(AUTO_CREATE_TEMPLATE_TOPIC) is None
 
 
-@pytest.mark.parametrize("content", [
-    b"not json", b"[]", b'{"topicConfigTable": []}',
-    b'{"topicConfigTable": {"x": {"topicName": "../etc", "readQueueNums": 1,'
-    b' "writeQueueNums": 1, "perm": 6}}}',
-    b'{"topicConfigTable": {"x": {"topicName": "x", "readQueueNums": "1",'
-    b' "writeQueueNums": 1, "perm": 6}}}',
-    b'{"topicConfigTable": {"x": {"topicName": "x", "writeQueueNums": 1, "perm": 6}}}',
-    b'{"dataVersion": {"timestamp": "yesterday", "counter": 1}}',
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"not json",
+        b"[]",
+        b'{"topicConfigTable": []}',
+        b'{"topicConfigTable": {"x": {"topicName": "../etc", "readQueueNums": 1,'
+        b' "writeQueueNums": 1, "perm": 6}}}',
+        b'{"topicConfigTable": {"x": {"topicName": "x", "readQueueNums": "1",'
+        b' "writeQueueNums": 1, "perm": 6}}}',
+        b'{"topicConfigTable": {"x": {"topicName": "x", "writeQueueNums": 1, "perm": 6}}}',
+        b'{"dataVersion": {"timestamp": "yesterday", "counter": 1}}',
+    ],
+)
 def test_a_corrupt_topics_json_is_a_named_error(clock: ManualClock, content: bytes) -> None:
     with pytest.raises(CorruptMetadata, match="topics.json"):
         manager(clock).load_json(content)

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-import boltmq.inspect_store as inspect_store
-from boltmq.cli import main
-from boltmq.inspect_store import inspect_directory
+import boltmq.cli.inspect_store as inspect_store
+from boltmq.cli.inspect_store import inspect_directory
+from boltmq.cli.main import main
 from services.store import Message, MessageStore, PutStatus
 from services.store.consume_queue import ENTRY_COMMITLOG_OFFSET_OFFSET, ENTRY_SIZE
 
@@ -59,8 +59,9 @@ def _fill(store: MessageStore) -> list[tuple[str, int, bytes, int, int]]:
         else:
             topic, queue_id = "TopicB", 0
         body = _body(i)
-        result = store.put_message(Message(topic, body, queue_id=queue_id, tags=f"tag{i % 2}",
-                                           keys=[f"key-{i}"]))
+        result = store.put_message(
+            Message(topic, body, queue_id=queue_id, tags=f"tag{i % 2}", keys=[f"key-{i}"])
+        )
         assert result.status == PutStatus.PUT_OK, result
         written.append((topic, queue_id, body, result.commitlog_offset, result.wrote_bytes))
     return written
@@ -82,8 +83,14 @@ def _invoke(*args: str) -> Result:
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BOLTMQ_")}
-    return subprocess.run([sys.executable, "-m", "boltmq.cli", *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "boltmq.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+    )
 
 
 def _assert_one_line_error(exit_code: int, stdout: str, stderr: str, *fragments: str) -> None:
@@ -100,8 +107,11 @@ def _assert_one_line_error(exit_code: int, stdout: str, stderr: str, *fragments:
 def _snapshot(root: Path) -> dict[str, bytes]:
     # Pre-allocated ``.tmp`` segments are left out: loading a segment list
     # (MappedFileQueue.load, used by open_offline) deletes them.
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.name.endswith(".tmp")}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith(".tmp")
+    }
 
 
 # ------------------------------------------------------------------ inspect
@@ -113,14 +123,17 @@ def test_inspect_shows_segments_queues_and_index(written: Written) -> None:
     assert lines[0] == f"store {written.root.resolve()}"
     segment_count = written.end_offset // (64 * 1024) + 1
     assert segment_count >= 3
-    assert (f"commitlog: {segment_count} segments of 65536 bytes, min offset 0, "
-            f"max offset {written.end_offset}") in lines
+    assert (
+        f"commitlog: {segment_count} segments of 65536 bytes, min offset 0, "
+        f"max offset {written.end_offset}"
+    ) in lines
     segment_lines = [line for line in lines if line.startswith("  segment ")]
     assert len(segment_lines) == segment_count
     assert segment_lines[0] == "  segment 00000000000000000000: 65536 data bytes"
     last_start = (segment_count - 1) * 64 * 1024
-    assert segment_lines[-1] == (f"  segment {last_start:020d}: "
-                                 f"{written.end_offset - last_start} data bytes")
+    assert segment_lines[-1] == (
+        f"  segment {last_start:020d}: {written.end_offset - last_start} data bytes"
+    )
     assert "abort file: absent (clean shutdown)" in lines
     checkpoint = next(line for line in lines if line.startswith("checkpoint:"))
     assert "missing" not in checkpoint and "corrupt" not in checkpoint
@@ -129,10 +142,12 @@ def test_inspect_shows_segments_queues_and_index(written: Written) -> None:
     assert "consume queues: 4" in lines
     per_queue = TOPIC_A_MESSAGES // TOPIC_A_QUEUES
     for queue_id in range(TOPIC_A_QUEUES):
-        assert (f"  TopicA/{queue_id}: queue offsets 0..{per_queue} ({per_queue} entries), "
-                f"1 files") in lines
-    assert (f"  TopicB/0: queue offsets 0..{TOPIC_B_MESSAGES} ({TOPIC_B_MESSAGES} entries), "
-            f"1 files") in lines
+        assert (
+            f"  TopicA/{queue_id}: queue offsets 0..{per_queue} ({per_queue} entries), 1 files"
+        ) in lines
+    assert (
+        f"  TopicB/0: queue offsets 0..{TOPIC_B_MESSAGES} ({TOPIC_B_MESSAGES} entries), 1 files"
+    ) in lines
 
     assert "index files: 1" in lines
     index_line = lines[lines.index("index files: 1") + 1]
@@ -148,7 +163,7 @@ def test_inspect_decodes_requested_records(written: Written) -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     start = lines.index("records from offset 0:")
-    decoded = lines[start + 1:]
+    decoded = lines[start + 1 :]
     assert len(decoded) == 3
     for i, (line, message) in enumerate(zip(decoded, written.messages[:3], strict=True)):
         topic, queue_id, body, offset, size = message
@@ -163,12 +178,19 @@ def test_inspect_from_offset_crosses_a_blank_marker(written: Written) -> None:
     last_of_first = written.messages[first_of_second - 1]
     blank_at = last_of_first[3] + last_of_first[4]
 
-    result = _invoke("store", "inspect", str(written.root), "--records", "2",
-                     "--from-offset", str(last_of_first[3]))
+    result = _invoke(
+        "store",
+        "inspect",
+        str(written.root),
+        "--records",
+        "2",
+        "--from-offset",
+        str(last_of_first[3]),
+    )
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    decoded = lines[lines.index(f"records from offset {last_of_first[3]}:") + 1:]
+    decoded = lines[lines.index(f"records from offset {last_of_first[3]}:") + 1 :]
     assert len(decoded) == 3
     assert decoded[0].startswith(f"  {last_of_first[3]}: size {last_of_first[4]}, ")
     assert decoded[1] == f"  {blank_at}: blank (end of segment)"
@@ -189,18 +211,20 @@ def test_inspect_stops_at_a_corrupt_record(written: Written) -> None:
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    decoded = lines[lines.index("records from offset 0:") + 1:]
+    decoded = lines[lines.index("records from offset 0:") + 1 :]
     assert len(decoded) == 2
     assert decoded[0].startswith("  0: size ")
-    assert decoded[1] == f"  corrupt record: CommitLog offset {offset}: body CRC mismatch at " \
-                         f"{offset}"
+    assert (
+        decoded[1] == f"  corrupt record: CommitLog offset {offset}: body CRC mismatch at {offset}"
+    )
 
 
 def test_inspect_reports_end_of_data_before_the_count(written: Written) -> None:
     topic, _, _, offset, _ = written.messages[-1]
 
-    result = _invoke("store", "inspect", str(written.root), "--records", "10",
-                     "--from-offset", str(offset))
+    result = _invoke(
+        "store", "inspect", str(written.root), "--records", "10", "--from-offset", str(offset)
+    )
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -209,12 +233,23 @@ def test_inspect_reports_end_of_data_before_the_count(written: Written) -> None:
 
 
 def test_inspect_rejects_an_offset_outside_the_commitlog(written: Written) -> None:
-    result = _invoke("store", "inspect", str(written.root), "--records", "1",
-                     "--from-offset", str(written.end_offset + 1))
+    result = _invoke(
+        "store",
+        "inspect",
+        str(written.root),
+        "--records",
+        "1",
+        "--from-offset",
+        str(written.end_offset + 1),
+    )
 
     assert result.exit_code == 1
-    _assert_one_line_error(result.exit_code, result.stdout, result.stderr,
-                           f"--from-offset {written.end_offset + 1} is outside the CommitLog")
+    _assert_one_line_error(
+        result.exit_code,
+        result.stdout,
+        result.stderr,
+        f"--from-offset {written.end_offset + 1} is outside the CommitLog",
+    )
 
 
 def test_inspect_subprocess_prints_records(written: Written) -> None:
@@ -223,14 +258,15 @@ def test_inspect_subprocess_prints_records(written: Written) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     lines = proc.stdout.splitlines()
-    decoded = lines[lines.index("records from offset 0:") + 1:]
+    decoded = lines[lines.index("records from offset 0:") + 1 :]
     assert [line.split(", topic ")[1].split(",")[0] for line in decoded] == ["TopicA"] * 3
     for line, message in zip(decoded, written.messages[:3], strict=True):
         assert repr(message[2][:32]) in line
 
 
 def test_inspect_and_verify_change_nothing_and_close_every_mapping(
-        written: Written, monkeypatch: pytest.MonkeyPatch) -> None:
+    written: Written, monkeypatch: pytest.MonkeyPatch
+) -> None:
     before = _snapshot(written.root)
     opened = []
 
@@ -248,12 +284,15 @@ def test_inspect_and_verify_change_nothing_and_close_every_mapping(
 
     assert len(lines) > 10
     assert _snapshot(written.root) == before
-    (commitlog, queues, index), = opened
+    ((commitlog, queues, index),) = opened
     mapped = [*commitlog.files.files, *(mf for cq in queues for mf in cq.files.files)]
     assert len(mapped) == len(commitlog.files.files) + 4
     assert all(mf.closed and mf.mm.closed for mf in mapped)
-    assert all(f.closed for f in index.files) if hasattr(
-        next(iter(index.files), None), "closed") else True
+    assert (
+        all(f.closed for f in index.files)
+        if hasattr(next(iter(index.files), None), "closed")
+        else True
+    )
 
 
 def test_inspect_rejects_negative_records(written: Written) -> None:
@@ -302,8 +341,9 @@ def test_missing_directory_is_one_clear_line(tmp_path: Path, command: str) -> No
 
     result = _invoke("store", command, str(missing))
 
-    _assert_one_line_error(result.exit_code, result.stdout, result.stderr, str(missing),
-                           "does not exist")
+    _assert_one_line_error(
+        result.exit_code, result.stdout, result.stderr, str(missing), "does not exist"
+    )
 
 
 @pytest.mark.parametrize("command", ["inspect", "verify"])
@@ -313,13 +353,18 @@ def test_directory_that_is_not_a_store_is_one_clear_line(tmp_path: Path, command
     result = _invoke("store", command, str(tmp_path))
 
     assert result.exit_code == 1
-    _assert_one_line_error(result.exit_code, result.stdout, result.stderr,
-                           f"{tmp_path} has no commitlog/ directory: not a BoltMQ store")
+    _assert_one_line_error(
+        result.exit_code,
+        result.stdout,
+        result.stderr,
+        f"{tmp_path} has no commitlog/ directory: not a BoltMQ store",
+    )
 
 
 @pytest.mark.parametrize("command", ["inspect", "verify"])
 def test_store_held_by_a_running_store_is_one_clear_line(
-        make_store: Callable[..., MessageStore], tmp_path: Path, command: str) -> None:
+    make_store: Callable[..., MessageStore], tmp_path: Path, command: str
+) -> None:
     root = tmp_path / "store"
     store = make_store(root)
     store.put_message(Message("TopicA", b"hello"))
@@ -328,9 +373,11 @@ def test_store_held_by_a_running_store_is_one_clear_line(
     proc = _run("store", command, str(root))
 
     assert result.exit_code == 1
-    _assert_one_line_error(result.exit_code, result.stdout, result.stderr,
-                           f"{root} is in use by a running store")
+    _assert_one_line_error(
+        result.exit_code, result.stdout, result.stderr, f"{root} is in use by a running store"
+    )
     assert proc.returncode == 1
-    _assert_one_line_error(proc.returncode, proc.stdout, proc.stderr,
-                           f"{root} is in use by a running store")
+    _assert_one_line_error(
+        proc.returncode, proc.stdout, proc.stderr, f"{root} is in use by a running store"
+    )
     assert (root / "abort").exists()  # the running store was left alone

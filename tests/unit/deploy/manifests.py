@@ -6,7 +6,7 @@ the kubelet and the image would run it: ``envFrom`` ConfigMaps, then ``env``
 (downward-API fields filled with sample values, ``$(VAR)`` references
 expanded), the Dockerfile's ENTRYPOINT followed by the container's args parsed
 by the real ``boltmq`` click command, and the service config built by
-:func:`boltmq.cli.service_config` from that environment. Nothing here repeats a
+:func:`boltmq.cli.main.service_config` from that environment. Nothing here repeats a
 flag or a setting name by hand.
 """
 
@@ -28,12 +28,15 @@ import pytest
 import yaml
 from docker.utils.build import PatternMatcher, exclude_paths
 
-from boltmq.cli import main, service_config
+from boltmq.cli.main import main, service_config
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 K8S_DIR = REPO_ROOT / "deploy" / "k8s"
-TARGETS = {"base": K8S_DIR / "base", "dev": K8S_DIR / "overlays" / "dev",
-           "production": K8S_DIR / "overlays" / "production"}
+TARGETS = {
+    "base": K8S_DIR / "base",
+    "dev": K8S_DIR / "overlays" / "dev",
+    "production": K8S_DIR / "overlays" / "production",
+}
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 SAMPLE_POD_IP = "10.1.2.3"
@@ -49,16 +52,23 @@ def kubectl() -> str:
     """Path of kubectl; the test fails with the fix when it is missing."""
     path = shutil.which("kubectl")
     if path is None:
-        pytest.fail("kubectl not found on PATH: the deploy tests render deploy/k8s with "
-                    "`kubectl kustomize` (kustomize v5); install kubectl >= 1.27")
+        pytest.fail(
+            "kubectl not found on PATH: the deploy tests render deploy/k8s with "
+            "`kubectl kustomize` (kustomize v5); install kubectl >= 1.27"
+        )
     return path
 
 
 @cache
 def render(target: str) -> tuple[dict[str, Any], ...]:
     """Every object ``kubectl kustomize`` renders for ``target``."""
-    done = subprocess.run([kubectl(), "kustomize", str(TARGETS[target])], capture_output=True,
-                          text=True, timeout=RENDER_TIMEOUT_S, check=False)
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(TARGETS[target])],
+        capture_output=True,
+        text=True,
+        timeout=RENDER_TIMEOUT_S,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.fail(f"kubectl kustomize {target} failed: {done.stderr.strip()}")
     return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
@@ -66,8 +76,7 @@ def render(target: str) -> tuple[dict[str, Any], ...]:
 
 def dockerfile_entrypoint() -> list[str]:
     """The image's ENTRYPOINT (exec form), from the Dockerfile."""
-    lines = [line for line in DOCKERFILE.read_text().splitlines()
-             if line.startswith("ENTRYPOINT ")]
+    lines = [line for line in DOCKERFILE.read_text().splitlines() if line.startswith("ENTRYPOINT ")]
     assert len(lines) == 1, "the Dockerfile needs exactly one ENTRYPOINT"
     entrypoint = json.loads(lines[0].removeprefix("ENTRYPOINT "))
     assert isinstance(entrypoint, list), "ENTRYPOINT must use the exec (JSON) form"
@@ -113,8 +122,11 @@ def dockerfile_env(stage: list[str]) -> dict[str, str]:
 
 def dockerignore_patterns() -> list[str]:
     """The patterns of ``.dockerignore`` (comments and blank lines dropped)."""
-    return [line.strip() for line in DOCKERIGNORE.read_text().splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def dockerignored(path: str) -> bool:
@@ -151,23 +163,29 @@ def expand(value: str, env: dict[str, str]) -> str:
     (The kubelet would leave an unknown reference as it is, which for BoltMQ means
     an address like ``$(POD_NAME).svc:10911`` failing at start-up.)
     """
+
     def one(match: re.Match[str]) -> str:
         if match[1] not in env:
             raise ManifestError(f"$({match[1]}) refers to no variable defined before it")
         return env[match[1]]
+
     return _VAR_REFERENCE.sub(one, value)
 
 
 def _field(path: str, pod_name: str, namespace: str) -> str:
-    fields = {"metadata.name": pod_name, "metadata.namespace": namespace,
-              "status.podIP": SAMPLE_POD_IP}
+    fields = {
+        "metadata.name": pod_name,
+        "metadata.namespace": namespace,
+        "status.podIP": SAMPLE_POD_IP,
+    }
     if path not in fields:
         raise ManifestError(f"downward-API field {path!r} is not one the tests can fill")
     return fields[path]
 
 
-def container_env(container: dict[str, Any], config_maps: dict[str, dict[str, Any]],
-                  pod_name: str, namespace: str) -> dict[str, str]:
+def container_env(
+    container: dict[str, Any], config_maps: dict[str, dict[str, Any]], pod_name: str, namespace: str
+) -> dict[str, str]:
     """The container's environment: envFrom ConfigMaps first, ``env`` over them.
 
     A Secret's key stands in as ``sample-<secret>-<key>`` (the tests have no Secrets).
@@ -185,8 +203,9 @@ def container_env(container: dict[str, Any], config_maps: dict[str, dict[str, An
             ref = item["valueFrom"]["secretKeyRef"]
             env[item["name"]] = f"sample-{ref['name']}-{ref['key']}"
         else:
-            env[item["name"]] = _field(item["valueFrom"]["fieldRef"]["fieldPath"], pod_name,
-                                       namespace)
+            env[item["name"]] = _field(
+                item["valueFrom"]["fieldRef"]["fieldPath"], pod_name, namespace
+            )
     return env
 
 
@@ -235,8 +254,12 @@ class Container:
         return {m["mountPath"]: m["name"] for m in self.spec.get("volumeMounts", [])}
 
 
-def resolve(container: dict[str, Any], workload: dict[str, Any],
-            config_maps: dict[str, dict[str, Any]], ordinal: int) -> Container:
+def resolve(
+    container: dict[str, Any],
+    workload: dict[str, Any],
+    config_maps: dict[str, dict[str, Any]],
+    ordinal: int,
+) -> Container:
     """``container`` of pod ``ordinal`` of ``workload`` (a StatefulSet), as it would run."""
     pod_name = f"{workload['metadata']['name']}-{ordinal}"
     namespace = workload["metadata"].get("namespace", "default")
@@ -245,9 +268,15 @@ def resolve(container: dict[str, Any], workload: dict[str, Any],
     assert entrypoint[0] == "boltmq", f"{container['name']}: the entrypoint must be boltmq"
     argv = [expand(arg, env) for arg in [*entrypoint[1:], *container.get("args", [])]]
     params = parse_serve(argv)
-    _, config = service_config(params["service"], params["config_file"], params["host"],
-                               params["port"], params["settings"], params["statefulset_pod"],
-                               env=env)
+    _, config = service_config(
+        params["service"],
+        params["config_file"],
+        params["host"],
+        params["port"],
+        params["settings"],
+        params["statefulset_pod"],
+        env=env,
+    )
     return Container(workload, container, ordinal, pod_name, namespace, env, params, config)
 
 
@@ -263,6 +292,7 @@ def containers(target: str) -> tuple[Container, ...]:
                 try:
                     out.append(resolve(spec, workload, config_maps, ordinal))
                 except click.ClickException as exc:
-                    raise ManifestError(f"{workload['metadata']['name']}/{spec['name']}: "
-                                        f"{exc.format_message()}") from exc
+                    raise ManifestError(
+                        f"{workload['metadata']['name']}/{spec['name']}: {exc.format_message()}"
+                    ) from exc
     return tuple(out)

@@ -40,9 +40,9 @@ from pathlib import Path
 
 import pytest
 
-from boltmq.cli import SERVICE_MODULES
-from boltmq.launcher import START_TIMEOUT_S, STOP_TIMEOUT_S
-from boltmq.runtime import READY_PREFIX
+from boltmq.cli.dev.launcher import START_TIMEOUT_S, STOP_TIMEOUT_S
+from boltmq.cli.main import SERVICE_MODULES
+from boltmq.kernel.runtime import READY_PREFIX
 from tests.unit.deploy.manifests import (
     REPO_ROOT,
     build_context,
@@ -67,8 +67,10 @@ def _pyproject() -> dict:  # type: ignore[type-arg]
 
 def _pins() -> dict[str, str]:
     project = _pyproject()["project"]
-    requirements = [*project["dependencies"],
-                    *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    requirements = [
+        *project["dependencies"],
+        *(r for extra in project["optional-dependencies"].values() for r in extra),
+    ]
     return dict(r.split("==", 1) for r in requirements)
 
 
@@ -80,7 +82,7 @@ def test_two_stages_on_python_slim_and_a_non_root_user() -> None:
     assert uid > 0 and gid > 0
     assert any("COPY --from=builder" in line for line in final)
     # Nothing runs as root after USER: the last instructions only describe the image.
-    after_user = final[[i for i, line in enumerate(final) if line.startswith("USER ")][0]:]
+    after_user = final[[i for i, line in enumerate(final) if line.startswith("USER ")][0] :]
     assert not [line for line in after_user if line.startswith(("RUN ", "COPY ", "ADD "))]
 
 
@@ -101,9 +103,13 @@ def test_the_builder_generates_stubs_as_make_proto_does() -> None:
 
 
 def test_the_build_context_has_what_the_dockerfile_copies_and_no_local_state() -> None:
-    copied = [source for stage in dockerfile_stages()
-              for args in dockerfile_instructions(stage, "COPY") if "--from=" not in args
-              for source in shlex.split(args)[:-1]]
+    copied = [
+        source
+        for stage in dockerfile_stages()
+        for args in dockerfile_instructions(stage, "COPY")
+        if "--from=" not in args
+        for source in shlex.split(args)[:-1]
+    ]
     assert copied
     for source in copied:
         assert (REPO_ROOT / source).exists(), source
@@ -141,8 +147,11 @@ def _copy_one(source: str, dest: Path, to_file: bool, context: frozenset[str]) -
     ``to_file``: ``dest`` names the copy of a single file (no trailing ``/``).
     """
     prefix = source.rstrip("/")
-    files = sorted(p for p in context if (p == prefix or p.startswith(prefix + "/"))
-                   and (REPO_ROOT / p).is_file())
+    files = sorted(
+        p
+        for p in context
+        if (p == prefix or p.startswith(prefix + "/")) and (REPO_ROOT / p).is_file()
+    )
     if not files:
         pytest.fail(f"COPY {source}: nothing in the build context (.dockerignore?)")
     for path in files:
@@ -169,8 +178,15 @@ def _copy_builder_context(root: Path, builder: list[str]) -> Path:
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=BUILD_STEP_TIMEOUT_S, check=False)
+    done = subprocess.run(
+        argv,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_STEP_TIMEOUT_S,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.fail(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
 
@@ -195,8 +211,11 @@ def _run_builder(root: Path, workdir: Path, builder: list[str]) -> str:
     Any other RUN runs as written under ``sh``. Returns the wheel directory.
     """
     venv_bin = Path(sys.executable).parent
-    env = dict(os.environ, **dockerfile_env(builder),
-               PATH=os.pathsep.join([str(venv_bin), os.environ.get("PATH", "")]))
+    env = dict(
+        os.environ,
+        **dockerfile_env(builder),
+        PATH=os.pathsep.join([str(venv_bin), os.environ.get("PATH", "")]),
+    )
     wheel_dirs = []
     for command in dockerfile_instructions(builder, "RUN"):
         argv = shlex.split(command)
@@ -205,8 +224,11 @@ def _run_builder(root: Path, workdir: Path, builder: list[str]) -> str:
         if argv[:2] == ["pip", "wheel"]:
             wheel_dirs.append(_wheel_dir(argv))
             paths = [str(_in_root(root, a)) if a.startswith("/") else a for a in argv[2:]]
-            _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                  *paths], workdir, env)
+            _run(
+                [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", *paths],
+                workdir,
+                env,
+            )
         else:
             _run(["sh", "-c", command], workdir, env)
     assert len(wheel_dirs) == 1, "the builder runs `pip wheel` once"
@@ -222,8 +244,7 @@ def _clean_interpreter(path: Path) -> Path:
     the ``.pth`` files inside it, so that hook never loads.
     """
     venv.EnvBuilder(with_pip=False, symlinks=True).create(path)
-    site_dir = Path(sysconfig.get_path("purelib", vars={"base": str(path),
-                                                        "platbase": str(path)}))
+    site_dir = Path(sysconfig.get_path("purelib", vars={"base": str(path), "platbase": str(path)}))
     dependencies = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
     (site_dir / "dependencies.pth").write_text("".join(f"{d}\n" for d in dependencies))
     return path / "bin" / "python"
@@ -242,14 +263,32 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
     assert len(wheels) == 1, f"expected one BoltMQ wheel in {wheel_dir}, got {wheels}"
     python = _clean_interpreter(root / "python")
     site = root / "site"
-    _run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--target",
-          str(site), str(wheels[0])], root, dict(os.environ))
+    _run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(site),
+            str(wheels[0]),
+        ],
+        root,
+        dict(os.environ),
+    )
     return BuiltImage(root, copied, wheels[0], python, site)
 
 
 def test_the_builder_copies_the_sources_but_no_stubs_or_bytecode(image: BuiltImage) -> None:
-    sources = {"pyproject.toml", "README.md", "boltmq/cli.py", "protos/boltmq/v1/store.proto",
-               *(f"{m.replace('.', '/')}.py" for m in SERVICE_MODULES.values())}
+    sources = {
+        "pyproject.toml",
+        "README.md",
+        "boltmq/cli/main.py",
+        "protos/boltmq/v1/store.proto",
+        *(f"{m.replace('.', '/')}.py" for m in SERVICE_MODULES.values()),
+    }
     assert sources <= image.copied
     # The builder regenerates the stubs: a stale local boltmq/v1 must not reach it.
     assert not [p for p in image.copied if p.startswith("boltmq/v1") or "__pycache__" in p]
@@ -265,12 +304,12 @@ def _protos() -> list[str]:
     return sorted(p.stem for p in (REPO_ROOT / "protos" / "boltmq" / "v1").glob("*.proto"))
 
 
-def test_the_wheel_holds_the_stubs_every_service_and_the_console_script(
-        image: BuiltImage) -> None:
+def test_the_wheel_holds_the_stubs_every_service_and_the_console_script(image: BuiltImage) -> None:
     with zipfile.ZipFile(image.wheel) as wheel:
         names = set(wheel.namelist())
         entry_points = wheel.read(
-            next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+            next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        ).decode()
     assert _protos()
     for proto in _protos():
         assert {f"boltmq/v1/{proto}_pb2.py", f"boltmq/v1/{proto}_pb2_grpc.py"} <= names, proto
@@ -286,20 +325,31 @@ def _child_env(image: BuiltImage) -> dict[str, str]:
 
 
 def test_every_service_module_imports_from_the_installed_wheel(image: BuiltImage) -> None:
-    modules = ["boltmq.cli", *SERVICE_MODULES.values(),
-               *(f"boltmq.v1.{p}_pb2_grpc" for p in _protos())]
-    probe = ("import importlib, json, sys; "
-             "print(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[1:]}))")
-    done = subprocess.run([str(image.python), "-c", probe, *modules], cwd=image.root,
-                          env=_child_env(image), capture_output=True, text=True,
-                          timeout=BUILD_STEP_TIMEOUT_S, check=False)
+    modules = [
+        "boltmq.cli.main",
+        *SERVICE_MODULES.values(),
+        *(f"boltmq.v1.{p}_pb2_grpc" for p in _protos()),
+    ]
+    probe = (
+        "import importlib, json, sys; "
+        "print(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[1:]}))"
+    )
+    done = subprocess.run(
+        [str(image.python), "-c", probe, *modules],
+        cwd=image.root,
+        env=_child_env(image),
+        capture_output=True,
+        text=True,
+        timeout=BUILD_STEP_TIMEOUT_S,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     for module, path in json.loads(done.stdout).items():
         assert Path(path).is_relative_to(image.site), f"{module} imported from {path}"
 
 
 def _await_ready(proc: subprocess.Popen[str]) -> str:
-    """The READY line :mod:`boltmq.runtime` prints, or "" if the process ends first."""
+    """The READY line :mod:`boltmq.kernel.runtime` prints, or "" if the process ends first."""
     assert proc.stdout is not None
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline and proc.poll() is None:
@@ -311,20 +361,34 @@ def _await_ready(proc: subprocess.Popen[str]) -> str:
 
 
 def test_the_entrypoint_of_the_installed_wheel_serves_and_stops_on_sigterm(
-        image: BuiltImage) -> None:
+    image: BuiltImage,
+) -> None:
     workdir = _in_root(image.root, dockerfile_workdir(dockerfile_stages()[-1]))
     workdir.mkdir(parents=True, exist_ok=True)
     script, *args = dockerfile_entrypoint()
     log = image.root / "registry.log"
     with log.open("w") as stderr:
         proc = subprocess.Popen(
-            [str(image.site / "bin" / script), *args, "registry", "--host", "127.0.0.1",
-             "--port", "0"], cwd=workdir, env=_child_env(image), stdout=subprocess.PIPE,
-            stderr=stderr, text=True)
+            [
+                str(image.site / "bin" / script),
+                *args,
+                "registry",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
+            cwd=workdir,
+            env=_child_env(image),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     try:
         ready = _await_ready(proc)
-        assert re.fullmatch(rf"{READY_PREFIX} registry 127\.0\.0\.1:[1-9]\d*", ready), \
+        assert re.fullmatch(rf"{READY_PREFIX} registry 127\.0\.0\.1:[1-9]\d*", ready), (
             f"no READY line; stderr:\n{log.read_text()[-4000:]}"
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(STOP_TIMEOUT_S) == 0, log.read_text()[-4000:]
     finally:

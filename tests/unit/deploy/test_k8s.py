@@ -18,9 +18,9 @@ import click
 import kubernetes_validate
 import pytest
 
-from boltmq.config import ENV_PREFIX
-from boltmq.runtime import LIVENESS_SERVICE
-from boltmq.statefulset import REPLICA_ROLE
+from boltmq.cli.dev.statefulset import REPLICA_ROLE
+from boltmq.kernel.config import ENV_PREFIX
+from boltmq.kernel.runtime import LIVENESS_SERVICE
 from tests.unit.deploy.manifests import (
     TARGETS,
     Container,
@@ -37,9 +37,11 @@ from tests.unit.deploy.manifests import (
 MIN_KUBERNETES = "1.30"
 """Oldest Kubernetes the base and dev overlay are validated against (native gRPC probes GA)."""
 LATEST_KUBERNETES = kubernetes_validate.utils.latest_version()
-SCHEMA_VERSIONS = {"base": (MIN_KUBERNETES, LATEST_KUBERNETES),
-                   "dev": (MIN_KUBERNETES, LATEST_KUBERNETES),
-                   "production": (MIN_KUBERNETES, LATEST_KUBERNETES)}
+SCHEMA_VERSIONS = {
+    "base": (MIN_KUBERNETES, LATEST_KUBERNETES),
+    "dev": (MIN_KUBERNETES, LATEST_KUBERNETES),
+    "production": (MIN_KUBERNETES, LATEST_KUBERNETES),
+}
 WILDCARD_HOST = "0.0.0.0"
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 _QUANTITY = re.compile(r"^(\d+)(Mi|Gi|Ti)$")
@@ -68,8 +70,13 @@ def target(request: pytest.FixtureRequest) -> str:
 # ---------------------------------------------------------------- schemas
 def test_every_object_validates_against_the_kubernetes_schemas(target: str) -> None:
     objects = render(target)
-    assert {o["kind"] for o in objects} >= {"StatefulSet", "Service", "ConfigMap",
-                                             "ServiceAccount", "PodDisruptionBudget"}
+    assert {o["kind"] for o in objects} >= {
+        "StatefulSet",
+        "Service",
+        "ConfigMap",
+        "ServiceAccount",
+        "PodDisruptionBudget",
+    }
     for version in SCHEMA_VERSIONS[target]:
         for obj in objects:
             _validate(obj, version)
@@ -94,10 +101,16 @@ def test_every_container_runs_boltmq_serve_with_a_valid_config(target: str) -> N
     assert {c.service for c in resolved} == {"registry", "store", "ha", "broker"}
     for c in resolved:
         assert c.config.listen_host == WILDCARD_HOST, c.name
-        unknown = {name for name in c.env if name.startswith(ENV_PREFIX)
-                   and name.removeprefix(ENV_PREFIX).lower() not in c.config_fields}
-        assert not unknown, f"{c.pod_name}/{c.name}: {sorted(unknown)} are not settings of " \
-                            f"{type(c.config).__name__}"
+        unknown = {
+            name
+            for name in c.env
+            if name.startswith(ENV_PREFIX)
+            and name.removeprefix(ENV_PREFIX).lower() not in c.config_fields
+        }
+        assert not unknown, (
+            f"{c.pod_name}/{c.name}: {sorted(unknown)} are not settings of "
+            f"{type(c.config).__name__}"
+        )
 
 
 def test_the_image_entrypoint_is_boltmq_serve() -> None:
@@ -106,8 +119,16 @@ def test_the_image_entrypoint_is_boltmq_serve() -> None:
 
 def test_args_are_parsed_by_the_real_cli() -> None:
     """A flag or service the CLI does not have fails the parse the tests rely on."""
-    good = ["serve", "store", "--host", WILDCARD_HOST, "--port", "10913",
-            "--statefulset-pod", "boltmq-broker-a-1"]
+    good = [
+        "serve",
+        "store",
+        "--host",
+        WILDCARD_HOST,
+        "--port",
+        "10913",
+        "--statefulset-pod",
+        "boltmq-broker-a-1",
+    ]
     assert parse_serve(good)["statefulset_pod"] == "boltmq-broker-a-1"
     with pytest.raises(click.NoSuchOption):
         parse_serve([*good, "--replicas", "2"])
@@ -118,8 +139,11 @@ def test_args_are_parsed_by_the_real_cli() -> None:
 
 
 def test_unknown_variable_references_and_config_maps_are_caught() -> None:
-    container = {"name": "x", "envFrom": [], "env": [
-        {"name": "BOLTMQ_ADVERTISED_ADDRESS", "value": "$(POD_NAME).svc:10911"}]}
+    container = {
+        "name": "x",
+        "envFrom": [],
+        "env": [{"name": "BOLTMQ_ADVERTISED_ADDRESS", "value": "$(POD_NAME).svc:10911"}],
+    }
     with pytest.raises(ManifestError, match=r"\$\(POD_NAME\)"):
         container_env(container, {}, "boltmq-broker-a-0", "boltmq")
     container = {"name": "x", "envFrom": [{"configMapRef": {"name": "boltmq-nothing"}}]}
@@ -132,7 +156,7 @@ def test_probes_ask_the_plaintext_health_port(target: str) -> None:
 
     The kubelet probes in plaintext and without a client certificate, so a probe
     of a TLS (or mutual TLS) service port would fail; ``health_port`` is a
-    plaintext listener with only the health service (boltmq.runtime).
+    plaintext listener with only the health service (boltmq.kernel.runtime).
     """
     for c in containers(target):
         ports = {p["containerPort"] for p in c.spec["ports"]}
@@ -156,8 +180,9 @@ def test_container_ports_of_a_pod_do_not_collide(target: str) -> None:
         for container in workload["spec"]["template"]["spec"]["containers"]:
             for port in container["ports"]:
                 number = port["containerPort"]
-                assert number not in seen, \
+                assert number not in seen, (
                     f"{container['name']} and {seen[number]} both use port {number}"
+                )
                 seen[number] = container["name"]
 
 
@@ -205,8 +230,10 @@ def test_advertised_addresses_are_the_pods_stable_dns_names(target: str) -> None
 def test_brokers_and_ha_register_with_every_registry_pod(target: str) -> None:
     """Registries share nothing, so each one must be named (not a load-balanced Service)."""
     registries = [c for c in containers(target) if c.service == "registry"]
-    expected = {f"{c.pod_name}.{c.workload['spec']['serviceName']}:{c.config.listen_port}"
-                for c in registries}
+    expected = {
+        f"{c.pod_name}.{c.workload['spec']['serviceName']}:{c.config.listen_port}"
+        for c in registries
+    }
     assert len(expected) == _workloads(target)["boltmq-registry"]["spec"]["replicas"]
     for c in containers(target):
         if c.service in ("ha", "broker"):
@@ -229,8 +256,7 @@ def test_services_and_budgets_select_pods_and_ports_that_exist(target: str) -> N
     templates = [w["spec"]["template"] for w in _workloads(target).values()]
 
     def selected(selector: dict[str, str]) -> list[dict[str, Any]]:
-        return [t for t in templates
-                if selector.items() <= t["metadata"]["labels"].items()]
+        return [t for t in templates if selector.items() <= t["metadata"]["labels"].items()]
 
     for service in objects_of(objects, "Service").values():
         pods = selected(service["spec"]["selector"])
@@ -272,8 +298,9 @@ def test_every_container_has_requests_and_limits(target: str) -> None:
     for workload in _workloads(target).values():
         for container in workload["spec"]["template"]["spec"]["containers"]:
             for bound in ("requests", "limits"):
-                assert set(container["resources"][bound]) == {"cpu", "memory"}, \
+                assert set(container["resources"][bound]) == {"cpu", "memory"}, (
                     f"{container['name']} {bound}"
+                )
 
 
 def test_tls_files_are_mounted_from_a_secret(target: str) -> None:
@@ -290,8 +317,9 @@ def test_tls_files_are_mounted_from_a_secret(target: str) -> None:
 # ---------------------------------------------------------------- overlays
 def test_dev_runs_single_replicas_on_small_volumes() -> None:
     base = _workloads("base")["boltmq-broker-a"]
-    base_mib = _mib(base["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]
-                    ["storage"])
+    base_mib = _mib(
+        base["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+    )
     for workload in _workloads("dev").values():
         assert workload["spec"]["replicas"] == 1
         for claim in workload["spec"].get("volumeClaimTemplates", []):
@@ -322,15 +350,23 @@ def test_production_brokers_enforce_the_acl_and_sign_their_own_metadata_copies()
     assert {c.ordinal for c in brokers} == {0, 1}
     for c in brokers:
         assert c.config.acl_enable and c.config.acl_file == "/etc/boltmq/acl/acl.json"
-        refs = {item["name"]: item["valueFrom"]["secretKeyRef"]
-                for item in c.spec["env"] if "secretKeyRef" in item.get("valueFrom", {})}
-        assert refs == {"BOLTMQ_ACCESS_KEY": {"name": "boltmq-acl", "key": "broker-access-key"},
-                        "BOLTMQ_SECRET_KEY": {"name": "boltmq-acl", "key": "broker-secret-key"}}
+        refs = {
+            item["name"]: item["valueFrom"]["secretKeyRef"]
+            for item in c.spec["env"]
+            if "secretKeyRef" in item.get("valueFrom", {})
+        }
+        assert refs == {
+            "BOLTMQ_ACCESS_KEY": {"name": "boltmq-acl", "key": "broker-access-key"},
+            "BOLTMQ_SECRET_KEY": {"name": "boltmq-acl", "key": "broker-secret-key"},
+        }
         assert c.config.access_key == "sample-boltmq-acl-broker-access-key"
         assert c.mounts()["/etc/boltmq/acl"] == "acl"
     acl_volume = next(v for v in brokers[0].pod["volumes"] if v["name"] == "acl")
     # The credentials are env only: the mounted directory holds the document alone.
     assert acl_volume["secret"]["items"] == [{"key": "acl.json", "path": "acl.json"}]
     for target in ("base", "dev"):
-        assert not any(c.config.acl_enable or c.config.access_key
-                       for c in containers(target) if c.service == "broker")
+        assert not any(
+            c.config.acl_enable or c.config.access_key
+            for c in containers(target)
+            if c.service == "broker"
+        )

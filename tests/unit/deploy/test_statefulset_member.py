@@ -1,6 +1,6 @@
 """``boltmq serve --statefulset-pod``: a broker-group member from its StatefulSet pod name.
 
-Pure checks of :mod:`boltmq.statefulset`, the CLI's one-line errors, and real
+Pure checks of :mod:`boltmq.cli.dev.statefulset`, the CLI's one-line errors, and real
 store and broker processes started the way a pod's containers start them,
 asked over gRPC which role and broker id they took.
 """
@@ -13,25 +13,43 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from boltmq import runtime
-from boltmq.cli import main
-from boltmq.launcher import ServiceProcess
-from boltmq.statefulset import InvalidPodName, member_settings, pod_ordinal
+from boltmq.cli.dev.launcher import ServiceProcess
+from boltmq.cli.dev.statefulset import InvalidPodName, member_settings, pod_ordinal
+from boltmq.cli.main import main
+from boltmq.kernel import runtime
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 
 CALL_TIMEOUT_S = 10.0
 
 
-@pytest.mark.parametrize(("name", "ordinal"), [
-    ("boltmq-broker-a-0", 0), ("boltmq-broker-a-1", 1), ("b-12", 12), ("a1-2-3", 3)])
+@pytest.mark.parametrize(
+    ("name", "ordinal"),
+    [("boltmq-broker-a-0", 0), ("boltmq-broker-a-1", 1), ("b-12", 12), ("a1-2-3", 3)],
+)
 def test_ordinal_is_the_number_after_the_last_dash(name: str, ordinal: int) -> None:
     assert pod_ordinal(name) == ordinal
 
 
-@pytest.mark.parametrize("name", [
-    "", "broker", "broker-", "-1", "broker-a", "Broker-1", "broker_a-1", "broker-01",
-    "broker--1", "broker-1 ", "broker-1\n", "broker--", "broker-1.svc", "broker-1234567890",
-    "a" * 62 + "-1"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "broker",
+        "broker-",
+        "-1",
+        "broker-a",
+        "Broker-1",
+        "broker_a-1",
+        "broker-01",
+        "broker--1",
+        "broker-1 ",
+        "broker-1\n",
+        "broker--",
+        "broker-1.svc",
+        "broker-1234567890",
+        "a" * 62 + "-1",
+    ],
+)
 def test_anything_but_a_statefulset_pod_name_is_refused(name: str) -> None:
     with pytest.raises(InvalidPodName, match="--statefulset-pod expects"):
         pod_ordinal(name)
@@ -57,11 +75,17 @@ def test_a_derived_setting_also_given_with_set_is_a_contradiction() -> None:
         member_settings("store", "boltmq-broker-a-0", {"broker_role": "SLAVE"})
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["serve", "broker", "--statefulset-pod", "Broker-1"], "--statefulset-pod expects"),
-    (["serve", "ha", "--statefulset-pod", "boltmq-broker-a-1"], "not to ha"),
-    (["serve", "broker", "--statefulset-pod", "b-1", "--set", "broker_id=3"], "derives broker_id"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["serve", "broker", "--statefulset-pod", "Broker-1"], "--statefulset-pod expects"),
+        (["serve", "ha", "--statefulset-pod", "boltmq-broker-a-1"], "not to ha"),
+        (
+            ["serve", "broker", "--statefulset-pod", "b-1", "--set", "broker_id=3"],
+            "derives broker_id",
+        ),
+    ],
+)
 def test_cli_mistakes_are_one_line_and_exit_non_zero(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code != 0
@@ -84,14 +108,24 @@ def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ServiceProcess]]:
 def _member(started: list[ServiceProcess], tmp_path: Path, pod: str) -> broker_pb2.BrokerInfo:
     """Store and broker of StatefulSet pod ``pod``, as its containers start them."""
     logs = tmp_path / "logs"
-    store = ServiceProcess("store", logs, f"root_dir={tmp_path / pod}",
-                           "mapped_file_size_commitlog=65536",
-                           "warm_mapped_file_ahead_bytes=0", host="127.0.0.1",
-                           flags=("--statefulset-pod", pod))
+    store = ServiceProcess(
+        "store",
+        logs,
+        f"root_dir={tmp_path / pod}",
+        "mapped_file_size_commitlog=65536",
+        "warm_mapped_file_ahead_bytes=0",
+        host="127.0.0.1",
+        flags=("--statefulset-pod", pod),
+    )
     started.append(store.start())
-    broker = ServiceProcess("broker", logs, f"store_address={store.address}",
-                            "registry_addresses=", host="127.0.0.1",
-                            flags=("--statefulset-pod", pod))
+    broker = ServiceProcess(
+        "broker",
+        logs,
+        f"store_address={store.address}",
+        "registry_addresses=",
+        host="127.0.0.1",
+        flags=("--statefulset-pod", pod),
+    )
     started.append(broker.start())
     with runtime.sync_channel(broker.address) as channel:
         stub = broker_pb2_grpc.BrokerServiceStub(channel)
@@ -99,12 +133,14 @@ def _member(started: list[ServiceProcess], tmp_path: Path, pod: str) -> broker_p
 
 
 def test_pod_zero_is_the_master_with_its_configured_role(
-        started: list[ServiceProcess], tmp_path: Path) -> None:
+    started: list[ServiceProcess], tmp_path: Path
+) -> None:
     info = _member(started, tmp_path, "boltmq-broker-a-0")
     assert (info.broker_id, info.store.broker_role) == (0, "SYNC_MASTER")
 
 
 def test_a_later_pod_is_a_replica_with_its_ordinal_as_broker_id(
-        started: list[ServiceProcess], tmp_path: Path) -> None:
+    started: list[ServiceProcess], tmp_path: Path
+) -> None:
     info = _member(started, tmp_path, "boltmq-broker-a-2")
     assert (info.broker_id, info.store.broker_role) == (2, "SLAVE")

@@ -6,7 +6,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from boltmq.config import ConfigError, load_config
+from boltmq.kernel.config import ConfigError, load_config
 from boltmq.v1 import registry_pb2
 from services.ha.config import HAConfig
 from services.ha.master_locator import pick_master
@@ -15,32 +15,47 @@ from services.ha.replicas import ReplicaLag
 
 
 def test_config_loads_from_flags_and_env_and_refuses_nonsense() -> None:
-    config = load_config(HAConfig, env={"BOLTMQ_MASTER_ADDRESS": "10.0.0.1:10912"},
-                         overrides={"store_address": "127.0.0.1:1", "replica_start":
-                                    "FIRST_SEGMENT", "registry_addresses": "a:1, b:2"})
+    config = load_config(
+        HAConfig,
+        env={"BOLTMQ_MASTER_ADDRESS": "10.0.0.1:10912"},
+        overrides={
+            "store_address": "127.0.0.1:1",
+            "replica_start": "FIRST_SEGMENT",
+            "registry_addresses": "a:1, b:2",
+        },
+    )
     assert config.master_address == "10.0.0.1:10912"
     assert config.registry_address_list == ("a:1", "b:2")
     assert config.listen_port == 10912
-    for bad, match in (({"replica_start": "MIDDLE"}, "replica_start"),
-                       ({"store_address": "nohost"}, "store_address"),
-                       ({"master_address": "x:y"}, "master_address"),
-                       ({"heartbeat_interval_ms": "0"}, "heartbeat_interval_ms"),
-                       ({"housekeeping_interval_ms": "100"}, "housekeeping_interval_ms"),
-                       ({"reconnect_min_ms": "900", "reconnect_max_ms": "800"}, "reconnect"),
-                       ({"max_chunk_bytes": str(64 << 20)}, "max_chunk_bytes"),
-                       ({"broker_name": "a/b"}, "broker_name"),
-                       ({"no_such_setting": "1"}, "unknown")):
+    for bad, match in (
+        ({"replica_start": "MIDDLE"}, "replica_start"),
+        ({"store_address": "nohost"}, "store_address"),
+        ({"master_address": "x:y"}, "master_address"),
+        ({"heartbeat_interval_ms": "0"}, "heartbeat_interval_ms"),
+        ({"housekeeping_interval_ms": "100"}, "housekeeping_interval_ms"),
+        ({"reconnect_min_ms": "900", "reconnect_max_ms": "800"}, "reconnect"),
+        ({"max_chunk_bytes": str(64 << 20)}, "max_chunk_bytes"),
+        ({"broker_name": "a/b"}, "broker_name"),
+        ({"no_such_setting": "1"}, "unknown"),
+    ):
         with pytest.raises(ConfigError, match=match):
             load_config(HAConfig, env={}, overrides=bad)
 
 
 def test_the_master_is_the_live_broker_id_0_of_the_group() -> None:
     def live(name: str, broker_id: int, ha: str, epoch: int = 0) -> registry_pb2.BrokerLiveInfo:
-        return registry_pb2.BrokerLiveInfo(cluster_name="C", broker_name=name,
-                                           broker_id=broker_id, ha_address=ha, epoch=epoch)
-    info = registry_pb2.ClusterInfo(brokers=[
-        live("b", 0, "other:1"), live("a", 1, "replica:1"), live("a", 0, "old:1", 1),
-        live("a", 0, "new:1", 2)])
+        return registry_pb2.BrokerLiveInfo(
+            cluster_name="C", broker_name=name, broker_id=broker_id, ha_address=ha, epoch=epoch
+        )
+
+    info = registry_pb2.ClusterInfo(
+        brokers=[
+            live("b", 0, "other:1"),
+            live("a", 1, "replica:1"),
+            live("a", 0, "old:1", 1),
+            live("a", 0, "new:1", 2),
+        ]
+    )
     found = pick_master(info, "C", "a")
     assert found is not None and found.ha_address == "new:1"
     assert pick_master(info, "C", "c") is None
@@ -64,7 +79,9 @@ def test_lag_gauges_report_each_replica_and_the_follower() -> None:
                 for point in metric.data.data_points:
                     key = str(dict(point.attributes or {}).get("replica", "self"))
                     points.setdefault(metric.name, {})[key] = point.value
-    assert points == {"boltmq.ha.replica.lag_bytes": {"r1:1": 100, "r2:2": 0},
-                      "boltmq.ha.replica.lag_seconds": {"r1:1": 1.5, "r2:2": 0.0},
-                      "boltmq.ha.follower.lag_bytes": {"self": 42}}
+    assert points == {
+        "boltmq.ha.replica.lag_bytes": {"r1:1": 100, "r2:2": 0},
+        "boltmq.ha.replica.lag_seconds": {"r1:1": 1.5, "r2:2": 0.0},
+        "boltmq.ha.follower.lag_bytes": {"self": 42},
+    }
     provider.shutdown()

@@ -17,8 +17,12 @@ from services.ha.resume import (
 SEGMENT = 1000
 
 
-def master(min_offset: int = 0, max_offset: int = 3500, epoch: int = 0,
-           epochs: tuple[tuple[int, int], ...] = ((0, 0),)) -> MasterView:
+def master(
+    min_offset: int = 0,
+    max_offset: int = 3500,
+    epoch: int = 0,
+    epochs: tuple[tuple[int, int], ...] = ((0, 0),),
+) -> MasterView:
     return MasterView(min_offset, max_offset, epoch, epochs, SEGMENT)
 
 

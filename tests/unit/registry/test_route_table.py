@@ -36,11 +36,18 @@ def topic(name: str, queues: int = 4, perm: int = 6, order: bool = False) -> Top
     return TopicSettings(name, queues, queues, perm, order)
 
 
-def registration(broker_name: str, broker_id: int, address: str, *topics: TopicSettings,
-                 ha_address: str = "", data_version: int = 0,
-                 cluster: str = CLUSTER) -> Registration:
-    return Registration(BrokerIdentity(cluster, broker_name, broker_id, address), ha_address,
-                        topics, data_version)
+def registration(
+    broker_name: str,
+    broker_id: int,
+    address: str,
+    *topics: TopicSettings,
+    ha_address: str = "",
+    data_version: int = 0,
+    cluster: str = CLUSTER,
+) -> Registration:
+    return Registration(
+        BrokerIdentity(cluster, broker_name, broker_id, address), ha_address, topics, data_version
+    )
 
 
 @pytest.fixture
@@ -53,11 +60,11 @@ def table(clock: FakeClock) -> RouteTable:
     return RouteTable(EXPIRY_MS, clock_ms=clock, wall_clock_ms=lambda: 1_700_000_000_000)
 
 
-def test_route_has_queues_and_addresses_of_every_group_serving_the_topic(
-        table: RouteTable) -> None:
+def test_route_has_queues_and_addresses_of_every_group_serving_the_topic(table: RouteTable) -> None:
     table.register(registration("broker-b", 0, "10.0.0.2:10911", topic("orders", 8)))
-    table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("orders", 4),
-                                topic("audit", 2)))
+    table.register(
+        registration("broker-a", 0, "10.0.0.1:10911", topic("orders", 4), topic("audit", 2))
+    )
 
     route = table.get_route("orders")
 
@@ -74,7 +81,8 @@ def test_route_has_queues_and_addresses_of_every_group_serving_the_topic(
 
 
 def test_queue_numbers_come_from_the_master_and_every_member_address_is_listed(
-        table: RouteTable) -> None:
+    table: RouteTable,
+) -> None:
     table.register(registration("broker-a", 1, "10.0.0.11:10911", topic("orders", 2, perm=4)))
     table.register(registration("broker-a", 0, "10.0.0.10:10911", topic("orders", 8, perm=6)))
     table.register(registration("broker-a", 2, "10.0.0.12:10911", topic("orders", 3, perm=4)))
@@ -84,11 +92,15 @@ def test_queue_numbers_come_from_the_master_and_every_member_address_is_listed(
     assert route is not None
     assert route.queues == (QueueRoute("broker-a", 8, 8, 6),)
     assert dict(route.brokers[0].addresses) == {
-        0: "10.0.0.10:10911", 1: "10.0.0.11:10911", 2: "10.0.0.12:10911"}
+        0: "10.0.0.10:10911",
+        1: "10.0.0.11:10911",
+        2: "10.0.0.12:10911",
+    }
 
 
 def test_without_a_master_the_lowest_replica_serving_the_topic_gives_the_queues(
-        table: RouteTable) -> None:
+    table: RouteTable,
+) -> None:
     table.register(registration("broker-a", 2, "10.0.0.12:10911", topic("orders", 3, perm=4)))
     table.register(registration("broker-a", 1, "10.0.0.11:10911", topic("orders", 2, perm=4)))
 
@@ -100,7 +112,8 @@ def test_without_a_master_the_lowest_replica_serving_the_topic_gives_the_queues(
 
 
 def test_a_live_master_that_dropped_a_topic_hides_it_even_if_a_replica_still_lists_it(
-        table: RouteTable) -> None:
+    table: RouteTable,
+) -> None:
     table.register(registration("broker-a", 0, "10.0.0.10:10911", topic("kept")))
     table.register(registration("broker-a", 1, "10.0.0.11:10911", topic("kept"), topic("gone")))
 
@@ -109,10 +122,14 @@ def test_a_live_master_that_dropped_a_topic_hides_it_even_if_a_replica_still_lis
 
 
 def test_re_registration_replaces_the_topic_set(table: RouteTable) -> None:
-    table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("orders"), topic("old"),
-                                data_version=1))
-    table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("orders", 16),
-                                topic("new"), data_version=2))
+    table.register(
+        registration("broker-a", 0, "10.0.0.1:10911", topic("orders"), topic("old"), data_version=1)
+    )
+    table.register(
+        registration(
+            "broker-a", 0, "10.0.0.1:10911", topic("orders", 16), topic("new"), data_version=2
+        )
+    )
 
     assert table.get_route("old") is None
     new = table.get_route("new")
@@ -129,8 +146,9 @@ def test_register_reports_whether_the_broker_is_new(table: RouteTable) -> None:
 
 
 def test_order_flag_comes_from_the_topic_config(table: RouteTable) -> None:
-    table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("fifo", order=True),
-                                topic("plain")))
+    table.register(
+        registration("broker-a", 0, "10.0.0.1:10911", topic("fifo", order=True), topic("plain"))
+    )
 
     fifo, plain = table.get_route("fifo"), table.get_route("plain")
 
@@ -139,9 +157,9 @@ def test_order_flag_comes_from_the_topic_config(table: RouteTable) -> None:
 
 
 def test_a_broker_silent_longer_than_the_expiry_is_dropped_with_its_routes(
-        table: RouteTable, clock: FakeClock) -> None:
-    table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("orders"),
-                                topic("only-a")))
+    table: RouteTable, clock: FakeClock
+) -> None:
+    table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("orders"), topic("only-a")))
     table.register(registration("broker-b", 0, "10.0.0.2:10911", topic("orders")))
     clock.advance(EXPIRY_MS // 2)
     table.register(registration("broker-b", 0, "10.0.0.2:10911", topic("orders")))
@@ -163,7 +181,8 @@ def test_a_broker_silent_longer_than_the_expiry_is_dropped_with_its_routes(
 
 
 def test_reads_skip_expired_brokers_without_an_explicit_expiry_pass(
-        table: RouteTable, clock: FakeClock) -> None:
+    table: RouteTable, clock: FakeClock
+) -> None:
     table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("orders")))
     clock.advance(EXPIRY_MS + 1)
 
@@ -172,7 +191,8 @@ def test_reads_skip_expired_brokers_without_an_explicit_expiry_pass(
 
 
 def test_an_expired_master_leaves_the_replica_serving_with_its_own_queue_numbers(
-        table: RouteTable, clock: FakeClock) -> None:
+    table: RouteTable, clock: FakeClock
+) -> None:
     table.register(registration("broker-a", 0, "10.0.0.10:10911", topic("orders", 8)))
     table.register(registration("broker-a", 1, "10.0.0.11:10911", topic("orders", 8, perm=4)))
     clock.advance(EXPIRY_MS)
@@ -198,8 +218,7 @@ def test_unregister_drops_the_broker_only_at_the_registered_address(table: Route
     assert table.unregister(BrokerIdentity(CLUSTER, "broker-a", 0, "10.0.0.1:10911")) is False
 
 
-def test_a_replica_promoted_to_master_keeps_one_entry_for_its_address(
-        table: RouteTable) -> None:
+def test_a_replica_promoted_to_master_keeps_one_entry_for_its_address(table: RouteTable) -> None:
     table.register(registration("broker-a", 1, "10.0.0.11:10911", topic("orders")))
     table.register(registration("broker-a", 0, "10.0.0.11:10911", topic("orders")))
 
@@ -220,56 +239,85 @@ def test_a_broker_that_moved_is_listed_at_its_new_address_only(table: RouteTable
 
     assert route is not None
     assert {b.broker_name: dict(b.addresses) for b in route.brokers} == {
-        "broker-a": {0: "10.0.0.5:10911"}, "broker-b": {0: "10.0.0.1:10911"}}
+        "broker-a": {0: "10.0.0.5:10911"},
+        "broker-b": {0: "10.0.0.1:10911"},
+    }
     assert table.unregister(BrokerIdentity(CLUSTER, "broker-a", 0, "10.0.0.1:10911")) is False
 
 
 def test_cluster_info_reports_every_registered_field(table: RouteTable) -> None:
-    table.register(registration("broker-b", 0, "10.0.0.2:10911", ha_address="10.0.0.2:10912",
-                                data_version=7))
-    table.register(registration("broker-a", 1, "10.0.0.11:10911", topic("x"), topic("y"),
-                                ha_address="10.0.0.11:10912", data_version=3))
+    table.register(
+        registration("broker-b", 0, "10.0.0.2:10911", ha_address="10.0.0.2:10912", data_version=7)
+    )
+    table.register(
+        registration(
+            "broker-a",
+            1,
+            "10.0.0.11:10911",
+            topic("x"),
+            topic("y"),
+            ha_address="10.0.0.11:10912",
+            data_version=3,
+        )
+    )
 
     info = table.cluster_info()
 
-    assert [(b.broker_name, b.broker_id, b.address, b.ha_address, b.data_version,
-             b.topic_count, b.last_update_ms) for b in info] == [
+    assert [
+        (
+            b.broker_name,
+            b.broker_id,
+            b.address,
+            b.ha_address,
+            b.data_version,
+            b.topic_count,
+            b.last_update_ms,
+        )
+        for b in info
+    ] == [
         ("broker-a", 1, "10.0.0.11:10911", "10.0.0.11:10912", 3, 2, 1_700_000_000_000),
         ("broker-b", 0, "10.0.0.2:10911", "10.0.0.2:10912", 7, 0, 1_700_000_000_000),
     ]
 
 
 def test_groups_with_the_same_broker_name_in_two_clusters_stay_apart(table: RouteTable) -> None:
-    table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("orders"),
-                                cluster="east"))
-    table.register(registration("broker-a", 0, "10.1.0.1:10911", topic("orders"),
-                                cluster="west"))
+    table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("orders"), cluster="east"))
+    table.register(registration("broker-a", 0, "10.1.0.1:10911", topic("orders"), cluster="west"))
 
     route = table.get_route("orders")
 
     assert route is not None
     assert [(b.cluster_name, dict(b.addresses)) for b in route.brokers] == [
-        ("east", {0: "10.0.0.1:10911"}), ("west", {0: "10.1.0.1:10911"})]
+        ("east", {0: "10.0.0.1:10911"}),
+        ("west", {0: "10.1.0.1:10911"}),
+    ]
 
 
-@pytest.mark.parametrize(("build", "field"), [
-    (lambda: BrokerIdentity("", "broker-a", 0, "h:1"), "cluster_name"),
-    (lambda: BrokerIdentity(CLUSTER, "", 0, "h:1"), "broker_name"),
-    (lambda: BrokerIdentity(CLUSTER, "../etc", 0, "h:1"), "broker_name"),
-    (lambda: BrokerIdentity(CLUSTER, "broker-a", -1, "h:1"), "broker_id"),
-    (lambda: BrokerIdentity(CLUSTER, "broker-a", 0, ""), "address"),
-    (lambda: BrokerIdentity(CLUSTER, "broker-a", 0, "no-port"), "address"),
-    (lambda: BrokerIdentity(CLUSTER, "broker-a", 0, "h:70000"), "address"),
-    (lambda: registration("broker-a", 0, "h:1", ha_address="h:"), "ha_address"),
-    (lambda: registration("broker-a", 0, "h:1", topic("ok"), topic("a/b")), "topics[1].name"),
-    (lambda: registration("broker-a", 0, "h:1", topic("x" * 128)), "topics[0].name"),
-    (lambda: registration("broker-a", 0, "h:1", topic("t"), topic("t")), "topics[1].name"),
-    (lambda: registration("broker-a", 0, "h:1", TopicSettings("t", -1, 4, 6)),
-     "topics[0].read_queue_nums"),
-    (lambda: registration("broker-a", 0, "h:1", TopicSettings("t", 4, 70_000, 6)),
-     "topics[0].write_queue_nums"),
-    (lambda: registration("broker-a", 0, "h:1", topic("t", perm=8)), "topics[0].perm"),
-])
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: BrokerIdentity("", "broker-a", 0, "h:1"), "cluster_name"),
+        (lambda: BrokerIdentity(CLUSTER, "", 0, "h:1"), "broker_name"),
+        (lambda: BrokerIdentity(CLUSTER, "../etc", 0, "h:1"), "broker_name"),
+        (lambda: BrokerIdentity(CLUSTER, "broker-a", -1, "h:1"), "broker_id"),
+        (lambda: BrokerIdentity(CLUSTER, "broker-a", 0, ""), "address"),
+        (lambda: BrokerIdentity(CLUSTER, "broker-a", 0, "no-port"), "address"),
+        (lambda: BrokerIdentity(CLUSTER, "broker-a", 0, "h:70000"), "address"),
+        (lambda: registration("broker-a", 0, "h:1", ha_address="h:"), "ha_address"),
+        (lambda: registration("broker-a", 0, "h:1", topic("ok"), topic("a/b")), "topics[1].name"),
+        (lambda: registration("broker-a", 0, "h:1", topic("x" * 128)), "topics[0].name"),
+        (lambda: registration("broker-a", 0, "h:1", topic("t"), topic("t")), "topics[1].name"),
+        (
+            lambda: registration("broker-a", 0, "h:1", TopicSettings("t", -1, 4, 6)),
+            "topics[0].read_queue_nums",
+        ),
+        (
+            lambda: registration("broker-a", 0, "h:1", TopicSettings("t", 4, 70_000, 6)),
+            "topics[0].write_queue_nums",
+        ),
+        (lambda: registration("broker-a", 0, "h:1", topic("t", perm=8)), "topics[0].perm"),
+    ],
+)
 def test_invalid_fields_are_named(build: Callable[[], object], field: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
         build()
@@ -296,12 +344,14 @@ def test_valid_ipv6_and_unusual_names_are_accepted(table: RouteTable) -> None:
 
 
 def epoch_registration(broker_id: int, address: str, epoch: int) -> Registration:
-    return Registration(BrokerIdentity(CLUSTER, "broker-a", broker_id, address), "",
-                        (topic("orders"),), 0, epoch)
+    return Registration(
+        BrokerIdentity(CLUSTER, "broker-a", broker_id, address), "", (topic("orders"),), 0, epoch
+    )
 
 
 def test_an_old_master_is_refused_while_a_newer_epoch_master_is_live(
-        table: RouteTable, clock: FakeClock) -> None:
+    table: RouteTable, clock: FakeClock
+) -> None:
     table.register(epoch_registration(0, "10.0.0.1:10911", 0))
     table.register(epoch_registration(1, "10.0.0.2:10911", 0))
     promoted = epoch_registration(0, "10.0.0.2:10911", 1)
@@ -323,7 +373,8 @@ def test_an_old_master_is_refused_while_a_newer_epoch_master_is_live(
 
 
 def test_equal_or_newer_epoch_replaces_the_master_and_replicas_are_never_refused(
-        table: RouteTable) -> None:
+    table: RouteTable,
+) -> None:
     table.register(epoch_registration(0, "10.0.0.1:10911", 3))
     assert table.superseded(epoch_registration(0, "10.0.0.9:10911", 3)) is None
     assert table.superseded(epoch_registration(0, "10.0.0.9:10911", 4)) is None

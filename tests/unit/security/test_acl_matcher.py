@@ -7,7 +7,7 @@ import json
 import grpc
 import pytest
 
-from boltmq.signing import Credentials, signed_metadata
+from boltmq.kernel.signing import Credentials, signed_metadata
 from boltmq.v1 import broker_pb2, message_pb2
 from services.broker.access.acl_file import Account, AclDocument, InvalidAcl, Perm
 from services.broker.access.authorizer import AccessDenied, Authorizer
@@ -17,11 +17,19 @@ DOCUMENT = {
     "version": 3,
     "accounts": [
         {"accessKey": "admin-key", "secretKey": "admin-secret", "admin": True},
-        {"accessKey": "orders-app", "secretKey": "orders-secret",
-         "topicPerms": {"orders": "PUB|SUB", "audit": "PUB", "secret": "DENY"},
-         "groupPerms": {"legacy": "DENY"}},
-        {"accessKey": "reader-app", "secretKey": "reader-secret", "defaultTopicPerm": "SUB",
-         "defaultGroupPerm": "DENY", "groupPerms": {"billing": "SUB"}},
+        {
+            "accessKey": "orders-app",
+            "secretKey": "orders-secret",
+            "topicPerms": {"orders": "PUB|SUB", "audit": "PUB", "secret": "DENY"},
+            "groupPerms": {"legacy": "DENY"},
+        },
+        {
+            "accessKey": "reader-app",
+            "secretKey": "reader-secret",
+            "defaultTopicPerm": "SUB",
+            "defaultGroupPerm": "DENY",
+            "groupPerms": {"billing": "SUB"},
+        },
     ],
 }
 
@@ -41,9 +49,16 @@ def _verdict(access_key: str, method: str, call: object) -> str:
     return "allowed"
 
 
-@pytest.mark.parametrize("text, perm", [("DENY", Perm.DENY), ("PUB", Perm.PUB),
-                                        ("sub", Perm.SUB), ("PUB|SUB", Perm.PUB | Perm.SUB),
-                                        ("SUB|PUB", Perm.PUB | Perm.SUB)])
+@pytest.mark.parametrize(
+    "text, perm",
+    [
+        ("DENY", Perm.DENY),
+        ("PUB", Perm.PUB),
+        ("sub", Perm.SUB),
+        ("PUB|SUB", Perm.PUB | Perm.SUB),
+        ("SUB|PUB", Perm.PUB | Perm.SUB),
+    ],
+)
 def test_permissions_parse_and_print(text: str, perm: Perm) -> None:
     assert Perm.parse(text, "x") == perm
     assert Perm.parse(perm.text(), "x") == perm
@@ -59,56 +74,123 @@ def test_deny_grants_nothing_and_named_entries_replace_defaults() -> None:
     account = Account.from_json(DOCUMENT["accounts"][1])
     assert not Perm.DENY.grants(Perm.SUB)
     assert account.topic_perm("orders") == Perm.PUB | Perm.SUB
-    assert account.topic_perm("elsewhere") == Perm.DENY   # the default
-    assert account.group_perm("anything") == Perm.SUB     # the default
+    assert account.topic_perm("elsewhere") == Perm.DENY  # the default
+    assert account.group_perm("anything") == Perm.SUB  # the default
     assert account.group_perm("legacy") == Perm.DENY
 
 
-@pytest.mark.parametrize("method, call, expected", [
-    ("SendMessage", broker_pb2.SendRequest(messages=[message_pb2.Message(topic="orders")]),
-     "allowed"),
-    ("SendMessage", broker_pb2.SendRequest(topic="audit"), "allowed"),
-    ("SendMessage", broker_pb2.SendRequest(messages=[message_pb2.Message(topic="orders"),
-                                                     message_pb2.Message(topic="other")]),
-     "denied"),
-    ("SendMessage", broker_pb2.SendRequest(topic="secret"), "denied"),
-    ("PullMessage", broker_pb2.BrokerPullRequest(consumer_group="g", topic="orders"), "allowed"),
-    ("PullMessage", broker_pb2.BrokerPullRequest(consumer_group="g", topic="audit"), "denied"),
-    ("PullMessage", broker_pb2.BrokerPullRequest(consumer_group="legacy", topic="orders"),
-     "denied"),
-    ("PullMessage", broker_pb2.BrokerPullRequest(consumer_group="g", topic="%RETRY%g"),
-     "allowed"),
-    ("PullMessage", broker_pb2.BrokerPullRequest(consumer_group="g", topic="%RETRY%legacy"),
-     "denied"),
-    ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="g", pulls=[
-        broker_pb2.QueuePull(topic="orders"), broker_pb2.QueuePull(topic="%RETRY%g")]),
-     "allowed"),
-    ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="g", pulls=[
-        broker_pb2.QueuePull(topic="orders"), broker_pb2.QueuePull(topic="audit")]), "denied"),
-    ("PullQueues", broker_pb2.BrokerPullQueuesRequest(consumer_group="legacy", pulls=[
-        broker_pb2.QueuePull(topic="orders")]), "denied"),
-    ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="g", queues=[
-        broker_pb2.QueueId(topic="orders"), broker_pb2.QueueId(topic="%RETRY%g")]), "allowed"),
-    ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="g", queues=[
-        broker_pb2.QueueId(topic="orders"), broker_pb2.QueueId(topic="audit")]), "denied"),
-    ("QueryConsumerOffsets", broker_pb2.QueryConsumerOffsetsRequest(group="legacy", queues=[
-        broker_pb2.QueueId(topic="orders")]), "denied"),
-    ("Heartbeat", broker_pb2.HeartbeatRequest(consumer_groups=[broker_pb2.ConsumerGroupHeartbeat(
-        group="g", subscriptions=[broker_pb2.ConsumerSubscription(topic="audit")])]), "denied"),
-    ("ListTopics", broker_pb2.ListTopicsRequest(), "allowed"),
-    ("UpsertTopic", broker_pb2.UpsertTopicRequest(), "denied"),
-    ("DeleteTopic", broker_pb2.DeleteTopicRequest(topic="orders"), "denied"),
-    ("UpdateAcl", broker_pb2.UpdateAclRequest(), "denied"),
-    ("SomeFutureCall", broker_pb2.ListTopicsRequest(), "denied"),
-])
+@pytest.mark.parametrize(
+    "method, call, expected",
+    [
+        (
+            "SendMessage",
+            broker_pb2.SendRequest(messages=[message_pb2.Message(topic="orders")]),
+            "allowed",
+        ),
+        ("SendMessage", broker_pb2.SendRequest(topic="audit"), "allowed"),
+        (
+            "SendMessage",
+            broker_pb2.SendRequest(
+                messages=[message_pb2.Message(topic="orders"), message_pb2.Message(topic="other")]
+            ),
+            "denied",
+        ),
+        ("SendMessage", broker_pb2.SendRequest(topic="secret"), "denied"),
+        (
+            "PullMessage",
+            broker_pb2.BrokerPullRequest(consumer_group="g", topic="orders"),
+            "allowed",
+        ),
+        ("PullMessage", broker_pb2.BrokerPullRequest(consumer_group="g", topic="audit"), "denied"),
+        (
+            "PullMessage",
+            broker_pb2.BrokerPullRequest(consumer_group="legacy", topic="orders"),
+            "denied",
+        ),
+        (
+            "PullMessage",
+            broker_pb2.BrokerPullRequest(consumer_group="g", topic="%RETRY%g"),
+            "allowed",
+        ),
+        (
+            "PullMessage",
+            broker_pb2.BrokerPullRequest(consumer_group="g", topic="%RETRY%legacy"),
+            "denied",
+        ),
+        (
+            "PullQueues",
+            broker_pb2.BrokerPullQueuesRequest(
+                consumer_group="g",
+                pulls=[
+                    broker_pb2.QueuePull(topic="orders"),
+                    broker_pb2.QueuePull(topic="%RETRY%g"),
+                ],
+            ),
+            "allowed",
+        ),
+        (
+            "PullQueues",
+            broker_pb2.BrokerPullQueuesRequest(
+                consumer_group="g",
+                pulls=[broker_pb2.QueuePull(topic="orders"), broker_pb2.QueuePull(topic="audit")],
+            ),
+            "denied",
+        ),
+        (
+            "PullQueues",
+            broker_pb2.BrokerPullQueuesRequest(
+                consumer_group="legacy", pulls=[broker_pb2.QueuePull(topic="orders")]
+            ),
+            "denied",
+        ),
+        (
+            "QueryConsumerOffsets",
+            broker_pb2.QueryConsumerOffsetsRequest(
+                group="g",
+                queues=[broker_pb2.QueueId(topic="orders"), broker_pb2.QueueId(topic="%RETRY%g")],
+            ),
+            "allowed",
+        ),
+        (
+            "QueryConsumerOffsets",
+            broker_pb2.QueryConsumerOffsetsRequest(
+                group="g",
+                queues=[broker_pb2.QueueId(topic="orders"), broker_pb2.QueueId(topic="audit")],
+            ),
+            "denied",
+        ),
+        (
+            "QueryConsumerOffsets",
+            broker_pb2.QueryConsumerOffsetsRequest(
+                group="legacy", queues=[broker_pb2.QueueId(topic="orders")]
+            ),
+            "denied",
+        ),
+        (
+            "Heartbeat",
+            broker_pb2.HeartbeatRequest(
+                consumer_groups=[
+                    broker_pb2.ConsumerGroupHeartbeat(
+                        group="g", subscriptions=[broker_pb2.ConsumerSubscription(topic="audit")]
+                    )
+                ]
+            ),
+            "denied",
+        ),
+        ("ListTopics", broker_pb2.ListTopicsRequest(), "allowed"),
+        ("UpsertTopic", broker_pb2.UpsertTopicRequest(), "denied"),
+        ("DeleteTopic", broker_pb2.DeleteTopicRequest(topic="orders"), "denied"),
+        ("UpdateAcl", broker_pb2.UpdateAclRequest(), "denied"),
+        ("SomeFutureCall", broker_pb2.ListTopicsRequest(), "denied"),
+    ],
+)
 def test_rights_of_a_plain_account(method: str, call: object, expected: str) -> None:
     assert _verdict("orders-app", method, call) == expected
 
 
 def test_admin_may_do_everything() -> None:
     assert _verdict("admin-key", "DeleteTopic", broker_pb2.DeleteTopicRequest()) == "allowed"
-    assert _verdict("admin-key", "SendMessage", broker_pb2.SendRequest(topic="secret")) \
-        == "allowed"
+    assert _verdict("admin-key", "SendMessage", broker_pb2.SendRequest(topic="secret")) == "allowed"
 
 
 def test_default_group_deny_and_named_group() -> None:
@@ -118,16 +200,22 @@ def test_default_group_deny_and_named_group() -> None:
     assert _verdict("reader-app", "PullMessage", pull) == "denied"
 
 
-def _metadata(access_key: str, secret: str, timestamp_ms: int = NOW_MS,
-              method: str = "/boltmq.v1.BrokerService/SendMessage") -> list[tuple[str, str]]:
+def _metadata(
+    access_key: str,
+    secret: str,
+    timestamp_ms: int = NOW_MS,
+    method: str = "/boltmq.v1.BrokerService/SendMessage",
+) -> list[tuple[str, str]]:
     return list(signed_metadata(Credentials(access_key, secret), method, "c-1", timestamp_ms))
 
 
 def test_authentication_verdicts() -> None:
     method = "/boltmq.v1.BrokerService/SendMessage"
     authorizer = _authorizer(skew_ms=60_000)
-    assert authorizer.authenticate(method, _metadata("orders-app", "orders-secret")) \
-        .access_key == "orders-app"
+    assert (
+        authorizer.authenticate(method, _metadata("orders-app", "orders-secret")).access_key
+        == "orders-app"
+    )
     cases = {
         "wrong signature": _metadata("orders-app", "not-the-secret"),
         "unknown access key": _metadata("nobody-here", "orders-secret"),
@@ -142,27 +230,43 @@ def test_authentication_verdicts() -> None:
     future = _metadata("orders-app", "orders-secret", NOW_MS + 61_000)
     with pytest.raises(AccessDenied, match="from the broker's clock"):
         authorizer.authenticate(method, future)
-    other_method = _metadata("orders-app", "orders-secret",
-                             method="/boltmq.v1.BrokerService/PullMessage")
+    other_method = _metadata(
+        "orders-app", "orders-secret", method="/boltmq.v1.BrokerService/PullMessage"
+    )
     with pytest.raises(AccessDenied, match="wrong signature"):
         authorizer.authenticate(method, other_method)
 
 
-@pytest.mark.parametrize("document, message", [
-    ("not json", "not valid JSON"),
-    ('{"accounts": {}}', "accounts must be a list"),
-    ('{"version": -1}', "version"),
-    ('{"extra": 1}', "'version' and 'accounts' only"),
-    ('{"accounts": [{"accessKey": "orders-app", "secretKey": "orders-secret", '
-     '"topicPerm": {}}]}', "unknown fields"),
-    ('{"accounts": [{"accessKey": "orders-app", "secretKey": "x"}]}', "secret key"),
-    ('{"accounts": [{"accessKey": "orders-app", "secretKey": "orders-secret", '
-     '"admin": "yes"}]}', "admin must be"),
-    ('{"accounts": [{"accessKey": "orders-app", "secretKey": "orders-secret"}, '
-     '{"accessKey": "orders-app", "secretKey": "orders-secret"}]}', "appears twice"),
-    ('{"accounts": [{"accessKey": "orders-app", "secretKey": "orders-secret", '
-     '"topicPerms": {"t": "ALL"}}]}', "unknown permission"),
-])
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        ("not json", "not valid JSON"),
+        ('{"accounts": {}}', "accounts must be a list"),
+        ('{"version": -1}', "version"),
+        ('{"extra": 1}', "'version' and 'accounts' only"),
+        (
+            '{"accounts": [{"accessKey": "orders-app", "secretKey": "orders-secret", '
+            '"topicPerm": {}}]}',
+            "unknown fields",
+        ),
+        ('{"accounts": [{"accessKey": "orders-app", "secretKey": "x"}]}', "secret key"),
+        (
+            '{"accounts": [{"accessKey": "orders-app", "secretKey": "orders-secret", '
+            '"admin": "yes"}]}',
+            "admin must be",
+        ),
+        (
+            '{"accounts": [{"accessKey": "orders-app", "secretKey": "orders-secret"}, '
+            '{"accessKey": "orders-app", "secretKey": "orders-secret"}]}',
+            "appears twice",
+        ),
+        (
+            '{"accounts": [{"accessKey": "orders-app", "secretKey": "orders-secret", '
+            '"topicPerms": {"t": "ALL"}}]}',
+            "unknown permission",
+        ),
+    ],
+)
 def test_bad_documents_are_refused_with_the_field(document: str, message: str) -> None:
     with pytest.raises(InvalidAcl, match=message):
         AclDocument.parse(document)

@@ -19,8 +19,8 @@ def test_burst_then_rate_per_client() -> None:
     granted = [limits.acquire("flooder") == "" for _ in range(8)]
     assert granted == [True] * 5 + [False] * 3
     assert "calls a second" in limits.acquire("flooder")
-    assert limits.acquire("someone-else") == ""   # its own bucket
-    clock.now += 0.25                              # 2.5 tokens back
+    assert limits.acquire("someone-else") == ""  # its own bucket
+    clock.now += 0.25  # 2.5 tokens back
     assert [limits.acquire("flooder") == "" for _ in range(3)] == [True, True, False]
 
 
@@ -34,11 +34,10 @@ def test_in_flight_cap_and_release() -> None:
 
 def test_idle_clients_are_forgotten_past_the_table_limit() -> None:
     clock = Clock()
-    limits = ClientLimits(rate_per_s=100, burst=2, in_flight_max=0, clock_s=clock,
-                          clients_max=3)
+    limits = ClientLimits(rate_per_s=100, burst=2, in_flight_max=0, clock_s=clock, clients_max=3)
     for key in ("a", "b", "c"):
         limits.acquire(key)
         limits.release(key)
-    clock.now += 1.0                               # every bucket refilled
+    clock.now += 1.0  # every bucket refilled
     assert limits.acquire("d") == ""
     assert len(limits._buckets) == 1

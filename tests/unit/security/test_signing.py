@@ -1,4 +1,4 @@
-"""Signing a call and reading its signature back (boltmq.signing)."""
+"""Signing a call and reading its signature back (boltmq.kernel.signing)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hmac
 
 import pytest
 
-from boltmq.signing import (
+from boltmq.kernel.signing import (
     ACCESS_KEY_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -24,8 +24,11 @@ METHOD = "/boltmq.v1.BrokerService/SendMessage"
 def test_signature_is_the_documented_hmac_over_method_timestamp_and_client() -> None:
     creds = Credentials("orders-app", "s3cret-key", "HmacSHA1")
     metadata = dict(signed_metadata(creds, METHOD, "host@1@ab", timestamp_ms=1_700_000_000_000))
-    expected = base64.b64encode(hmac.new(
-        b"s3cret-key", f"{METHOD}\n1700000000000\nhost@1@ab".encode(), hashlib.sha1).digest())
+    expected = base64.b64encode(
+        hmac.new(
+            b"s3cret-key", f"{METHOD}\n1700000000000\nhost@1@ab".encode(), hashlib.sha1
+        ).digest()
+    )
     assert metadata[SIGNATURE_HEADER] == expected.decode()
     assert metadata[ACCESS_KEY_HEADER] == "orders-app"
     assert "s3cret-key" not in metadata.values()
@@ -46,14 +49,17 @@ def test_metadata_without_access_key_is_not_a_signed_call() -> None:
     assert SignedCall.from_metadata(None) is None
 
 
-@pytest.mark.parametrize("change, message", [
-    ({TIMESTAMP_HEADER: "soon"}, "milliseconds"),
-    ({TIMESTAMP_HEADER: "1" * 16}, "milliseconds"),
-    ({SIGNATURE_HEADER: ""}, "without x-boltmq-signature"),
-    ({"x-boltmq-signature-method": "MD5"}, "HmacSHA1"),
-    ({"x-boltmq-client-id": "has space"}, "printable"),
-    ({ACCESS_KEY_HEADER: "a b"}, "access key"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({TIMESTAMP_HEADER: "soon"}, "milliseconds"),
+        ({TIMESTAMP_HEADER: "1" * 16}, "milliseconds"),
+        ({SIGNATURE_HEADER: ""}, "without x-boltmq-signature"),
+        ({"x-boltmq-signature-method": "MD5"}, "HmacSHA1"),
+        ({"x-boltmq-client-id": "has space"}, "printable"),
+        ({ACCESS_KEY_HEADER: "a b"}, "access key"),
+    ],
+)
 def test_malformed_signed_metadata_is_named(change: dict[str, str], message: str) -> None:
     metadata = dict(signed_metadata(Credentials("orders-app", "s3cret-key"), METHOD, "c-1"))
     metadata.update(change)
@@ -61,13 +67,16 @@ def test_malformed_signed_metadata_is_named(change: dict[str, str], message: str
         SignedCall.from_metadata(list(metadata.items()))
 
 
-@pytest.mark.parametrize("access_key, secret_key, algorithm", [
-    ("short", "s3cret-key", "HmacSHA256"),
-    ("with space", "s3cret-key", "HmacSHA256"),
-    ("orders-app", "tiny", "HmacSHA256"),
-    ("orders-app", "has space in it", "HmacSHA256"),
-    ("orders-app", "s3cret-key", "HmacMD5"),
-])
+@pytest.mark.parametrize(
+    "access_key, secret_key, algorithm",
+    [
+        ("short", "s3cret-key", "HmacSHA256"),
+        ("with space", "s3cret-key", "HmacSHA256"),
+        ("orders-app", "tiny", "HmacSHA256"),
+        ("orders-app", "has space in it", "HmacSHA256"),
+        ("orders-app", "s3cret-key", "HmacMD5"),
+    ],
+)
 def test_bad_credentials_are_refused(access_key: str, secret_key: str, algorithm: str) -> None:
     with pytest.raises(SigningError):
         Credentials(access_key, secret_key, algorithm)

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from boltmq.wire.record import TOTAL_SIZE_OFFSET
+from boltmq.wire.record_batch import MalformedBatch, frame_records
+from boltmq.wire.record_heads import HEAD_DTYPE, SMALL_BATCH, CheckedColumns, check_batch
 from services.store import MessageStore
 from services.store.commitlog import AppendBatch
 from services.store.consume_queue import ENTRY_SIZE, ConsumeQueue
 from services.store.dispatch_run import DispatchRun
-from services.store.record import TOTAL_SIZE_OFFSET
-from services.store.record_batch import MalformedBatch, frame_records
-from services.store.record_heads import HEAD_DTYPE, SMALL_BATCH, CheckedColumns, check_batch
 from services.store.status import PutStatus
 from tests.unit.store.test_record_batch import (
     INT,
@@ -40,10 +40,16 @@ assert COUNT >= SMALL_BATCH
 
 def varied(count: int = COUNT) -> list[bytes]:
     """Records of different sizes, tags, keys and properties; every born time set."""
-    return [record(bytes([65 + i % 26]) * (50 + 37 * i), tags=f"t{i % 3}",
-                   keys=[f"k{i}"] if i % 5 == 0 else [],
-                   properties={"n": str(i)} if i % 7 == 0 else {},
-                   born_timestamp_ms=1_700_000_000_000 + i) for i in range(count)]
+    return [
+        record(
+            bytes([65 + i % 26]) * (50 + 37 * i),
+            tags=f"t{i % 3}",
+            keys=[f"k{i}"] if i % 5 == 0 else [],
+            properties={"n": str(i)} if i % 7 == 0 else {},
+            born_timestamp_ms=1_700_000_000_000 + i,
+        )
+        for i in range(count)
+    ]
 
 
 def commitlog_bytes(store: MessageStore, store_timestamps_zeroed: bool = True) -> bytes:
@@ -51,11 +57,11 @@ def commitlog_bytes(store: MessageStore, store_timestamps_zeroed: bool = True) -
     field that differs between two stores fed the same records at different times)."""
     data = bytearray()
     for mf in store.commitlog.files.files:
-        data += bytes(mf.view[:mf.wrote_position])
+        data += bytes(mf.view[: mf.wrote_position])
     position = 0
     while store_timestamps_zeroed and position < len(data):
         total = INT.unpack_from(data, position + TOTAL_SIZE_OFFSET)[0]
-        data[position + STORE_TIMESTAMP_OFFSET:position + STORE_TIMESTAMP_OFFSET + 8] = bytes(8)
+        data[position + STORE_TIMESTAMP_OFFSET : position + STORE_TIMESTAMP_OFFSET + 8] = bytes(8)
         position += total
     return bytes(data)
 
@@ -86,14 +92,15 @@ def test_a_big_batch_is_checked_as_columns_and_a_small_one_record_by_record() ->
     records = varied()
     good, bad = check_batch(batch(*records), 48 * 1024, 64 * 1024)
     assert isinstance(good, CheckedColumns) and not bad
-    small, _ = check_batch(batch(*records[:SMALL_BATCH - 1]), 48 * 1024, 64 * 1024)
+    small, _ = check_batch(batch(*records[: SMALL_BATCH - 1]), 48 * 1024, 64 * 1024)
     assert not isinstance(small, CheckedColumns)
     # As a sequence the columns are the per-record tuples.
-    assert list(good)[:SMALL_BATCH - 1] == list(small)
+    assert list(good)[: SMALL_BATCH - 1] == list(small)
 
 
-def test_the_bulk_path_writes_what_the_record_by_record_path_writes(make_store: MakeStore,
-                                                                     tmp_path: Path) -> None:
+def test_the_bulk_path_writes_what_the_record_by_record_path_writes(
+    make_store: MakeStore, tmp_path: Path
+) -> None:
     records = varied()
     bulk = make_store(tmp_path / "bulk")
     one_by_one = make_store(tmp_path / "slow")
@@ -102,20 +109,24 @@ def test_the_bulk_path_writes_what_the_record_by_record_path_writes(make_store: 
     slow_results = []
     for start in range(0, COUNT, SMALL_BATCH - 1):  # batches below SMALL_BATCH
         slow_results += one_by_one.put_messages(
-            batch(*records[start:start + SMALL_BATCH - 1]), ("10.1.2.3", 4567))
+            batch(*records[start : start + SMALL_BATCH - 1]), ("10.1.2.3", 4567)
+        )
     assert paths[id(bulk)] == [DispatchRun]  # one append, the bulk one
     assert paths[id(one_by_one)] == [list] * 3
     assert [r.status for r in results] == [PutStatus.PUT_OK] * COUNT
     assert [(r.commitlog_offset, r.queue_offset, r.wrote_bytes, r.msg_id) for r in results] == [
-        (r.commitlog_offset, r.queue_offset, r.wrote_bytes, r.msg_id) for r in slow_results]
+        (r.commitlog_offset, r.queue_offset, r.wrote_bytes, r.msg_id) for r in slow_results
+    ]
     assert commitlog_bytes(bulk) == commitlog_bytes(one_by_one)
     stamped = {r.store_timestamp for r in results}
     assert len(stamped) == 1
     bulk_entries = queue_entries(bulk)
     assert [(physical, size) for physical, size, _ in bulk_entries] == [
-        (physical, size) for physical, size, _ in queue_entries(one_by_one)]
+        (physical, size) for physical, size, _ in queue_entries(one_by_one)
+    ]
     assert [code for _, _, code in bulk_entries] == [
-        code for _, _, code in queue_entries(one_by_one)]
+        code for _, _, code in queue_entries(one_by_one)
+    ]
     # Keys reach the index; tags filter; the store's own check passes.
     assert [m.msg_id for m in bulk.query_messages(TOPIC, "k10")] == [results[10].msg_id]
     tagged = bulk.get_messages(TOPIC, 1, 0, COUNT, subscription="t1").messages
@@ -123,7 +134,11 @@ def test_the_bulk_path_writes_what_the_record_by_record_path_writes(make_store: 
     view = bulk.look_message(results[3].commitlog_offset)
     assert view is not None
     assert (view.queue_id, view.queue_offset, view.born_host, view.born_timestamp) == (
-        1, 3, "10.1.2.3:4567", 1_700_000_000_003)
+        1,
+        3,
+        "10.1.2.3:4567",
+        1_700_000_000_003,
+    )
     assert view.store_timestamp == results[3].store_timestamp
     assert bulk.verify() == [] and one_by_one.verify() == []
 
@@ -144,13 +159,13 @@ def test_bulk_batches_continue_a_queue_and_survive_a_restart(make_store: MakeSto
     store.shutdown()
     again = make_store(root)
     assert again.verify() == []
-    assert [e[0] for e in queue_entries(again)] == [r.commitlog_offset
-                                                    for r in [*first, *second]]
+    assert [e[0] for e in queue_entries(again)] == [r.commitlog_offset for r in [*first, *second]]
 
 
 @pytest.mark.parametrize("case", sorted(bad_records()))
-def test_a_bad_record_in_a_big_batch_is_refused_as_in_a_small_one(make_store: MakeStore,
-                                                                  case: str) -> None:
+def test_a_bad_record_in_a_big_batch_is_refused_as_in_a_small_one(
+    make_store: MakeStore, case: str
+) -> None:
     bad, status, reason = bad_records()[case]
     store = make_store()
     records = [record(b"before"), bad, *[record(bytes([i]) * 20) for i in range(COUNT)]]
@@ -158,7 +173,8 @@ def test_a_bad_record_in_a_big_batch_is_refused_as_in_a_small_one(make_store: Ma
     assert [r.status for r in results] == [PutStatus.PUT_OK, status] + [PutStatus.PUT_OK] * COUNT
     assert reason in results[1].error and "records[1]" in results[1].error
     assert [r.queue_offset for r in results if r.status is PutStatus.PUT_OK] == list(
-        range(COUNT + 1))
+        range(COUNT + 1)
+    )
     assert store.verify() == []
 
 
@@ -170,8 +186,9 @@ def test_a_record_too_big_for_a_segment_is_refused_in_a_big_batch() -> None:
     assert len(good) + len(bad) == COUNT
 
 
-def test_a_big_batch_that_crosses_a_segment_is_stored_record_by_record(make_store: MakeStore
-                                                                       ) -> None:
+def test_a_big_batch_that_crosses_a_segment_is_stored_record_by_record(
+    make_store: MakeStore,
+) -> None:
     store = make_store()
     body = b"y" * 3000  # 64 KiB segments: 40 records need two
     results = store.put_messages(batch(*[record(body + bytes([i])) for i in range(COUNT)]))
@@ -209,17 +226,26 @@ def test_a_run_of_entries_is_written_as_entry_by_entry_puts(tmp_path: Path) -> N
         assert queue.max_physical_offset == int(physicals[-1]) + 300
         assert queue.last_store_timestamp == 42
     assert [run.entry(k) for k in range(5, 25)] == [single.entry(k) for k in range(5, 25)]
-    assert [mf.path.name for mf in run.files.files] == [
-        mf.path.name for mf in single.files.files]
+    assert [mf.path.name for mf in run.files.files] == [mf.path.name for mf in single.files.files]
     with pytest.raises(ValueError, match="below the last file"):
         run.put_run(0, physicals[:1], sizes[:1], codes[:1], 42)
 
 
 def test_a_dispatch_run_reads_as_per_record_requests() -> None:
-    run = DispatchRun(TOPIC, 2, 7, np.array([100, 200], dtype=np.int64),
-                      np.array([100, 150], dtype=np.int64), [5, 6], [(), ("k",)],
-                      np.array([0, 0], dtype=np.int32), 99)
+    run = DispatchRun(
+        TOPIC,
+        2,
+        7,
+        np.array([100, 200], dtype=np.int64),
+        np.array([100, 150], dtype=np.int64),
+        [5, 6],
+        [(), ("k",)],
+        np.array([0, 0], dtype=np.int32),
+        99,
+    )
     assert len(run) == 2
-    assert list(run) == [(TOPIC, 2, 100, 100, 5, 99, 7, (), 0),
-                         (TOPIC, 2, 200, 150, 6, 99, 8, ("k",), 0)]
+    assert list(run) == [
+        (TOPIC, 2, 100, 100, 5, 99, 7, (), 0),
+        (TOPIC, 2, 200, 150, 6, 99, 8, ("k",), 0),
+    ]
     assert run[1][6] == 8

@@ -35,8 +35,9 @@ INT = struct.Struct(">i")
 UINT = struct.Struct(">I")
 
 
-def raw_checkpoint(physic: int, logics: int, index: int, version: int = CHECKPOINT_VERSION,
-                   crc: int | None = None) -> bytes:
+def raw_checkpoint(
+    physic: int, logics: int, index: int, version: int = CHECKPOINT_VERSION, crc: int | None = None
+) -> bytes:
     """A checkpoint built field by field from the documented layout (not by the encoder)."""
     page = bytearray(CHECKPOINT_FILE_SIZE)
     LONG.pack_into(page, CHECKPOINT_PHYSIC_TS_OFFSET, physic)
@@ -53,20 +54,22 @@ def raw_checkpoint(physic: int, logics: int, index: int, version: int = CHECKPOI
 
 
 @given(TIMESTAMPS, TIMESTAMPS, TIMESTAMPS)
-def test_encode_matches_the_documented_layout_and_round_trips(physic: int, logics: int,
-                                                              index: int) -> None:
+def test_encode_matches_the_documented_layout_and_round_trips(
+    physic: int, logics: int, index: int
+) -> None:
     state = CheckpointState(physic, logics, index)
     raw = encode_checkpoint(state)
     assert len(raw) == CHECKPOINT_FILE_SIZE
     assert raw == raw_checkpoint(physic, logics, index)
-    padding = raw[CHECKPOINT_CRC_OFFSET + UINT.size:]
+    padding = raw[CHECKPOINT_CRC_OFFSET + UINT.size :]
     assert padding == bytes(len(padding))
     assert decode_checkpoint(raw) == state
 
 
 def test_min_timestamp_is_the_oldest_of_the_three() -> None:
-    state = CheckpointState(physic_msg_timestamp=30, logics_msg_timestamp=20,
-                            index_msg_timestamp=10)
+    state = CheckpointState(
+        physic_msg_timestamp=30, logics_msg_timestamp=20, index_msg_timestamp=10
+    )
     assert state.min_timestamp() == 10
     assert state.min_timestamp(with_index=False) == 20
 
@@ -108,17 +111,23 @@ def test_arbitrary_bytes_decode_or_raise_corrupt_checkpoint(raw: bytes) -> None:
         state = decode_checkpoint(raw)
     except CorruptCheckpoint:
         return
-    assert min(state.physic_msg_timestamp, state.logics_msg_timestamp,
-               state.index_msg_timestamp) >= 0
+    assert (
+        min(state.physic_msg_timestamp, state.logics_msg_timestamp, state.index_msg_timestamp) >= 0
+    )
 
 
-@given(st.integers(-(1 << 63), INT64_MAX), st.integers(-(1 << 63), INT64_MAX),
-       st.integers(-(1 << 63), INT64_MAX), st.integers(-(1 << 31), (1 << 31) - 1),
-       st.binary(min_size=0, max_size=64))
+@given(
+    st.integers(-(1 << 63), INT64_MAX),
+    st.integers(-(1 << 63), INT64_MAX),
+    st.integers(-(1 << 63), INT64_MAX),
+    st.integers(-(1 << 31), (1 << 31) - 1),
+    st.binary(min_size=0, max_size=64),
+)
 def test_well_framed_but_odd_checkpoints_decode_or_raise_corrupt_checkpoint(
-        physic: int, logics: int, index: int, version: int, trailer: bytes) -> None:
+    physic: int, logics: int, index: int, version: int, trailer: bytes
+) -> None:
     """Valid CRCs over any field values: only CorruptCheckpoint may come out."""
-    raw = raw_checkpoint(physic, logics, index, version)[:CHECKPOINT_CRC_OFFSET + 4] + trailer
+    raw = raw_checkpoint(physic, logics, index, version)[: CHECKPOINT_CRC_OFFSET + 4] + trailer
     try:
         state = decode_checkpoint(raw)
     except CorruptCheckpoint:
@@ -152,10 +161,12 @@ def test_checkpoint_file_missing_reads_as_zero_and_flush_writes_a_page(tmp_path:
         reopened.close()
 
 
-@pytest.mark.parametrize("content", [b"", b"garbage", bytes(CHECKPOINT_FILE_SIZE),
-                                     b"\xff" * CHECKPOINT_FILE_SIZE])
-def test_corrupt_checkpoint_file_reads_as_zero_with_a_problem(tmp_path: Path,
-                                                              content: bytes) -> None:
+@pytest.mark.parametrize(
+    "content", [b"", b"garbage", bytes(CHECKPOINT_FILE_SIZE), b"\xff" * CHECKPOINT_FILE_SIZE]
+)
+def test_corrupt_checkpoint_file_reads_as_zero_with_a_problem(
+    tmp_path: Path, content: bytes
+) -> None:
     path = tmp_path / "checkpoint"
     path.write_bytes(content)
     checkpoint = Checkpoint(path)
@@ -174,8 +185,9 @@ def _fill(store: MessageStore, count: int) -> list[tuple[int, int, bytes]]:
     written = []
     for i in range(count):
         body = f"cp-{i}|".encode() * 200
-        result = store.put_message(Message(topic="CP", queue_id=i % 2, body=body, tags="A",
-                                           keys=[f"cp{i}"]))
+        result = store.put_message(
+            Message(topic="CP", queue_id=i % 2, body=body, tags="A", keys=[f"cp{i}"])
+        )
         assert result.status == PutStatus.PUT_OK
         written.append((i % 2, result.commitlog_offset, body))
     return written
@@ -191,7 +203,8 @@ def _served(store: MessageStore, queue_id: int) -> list[tuple[int, bytes]]:
 
 
 def test_clean_shutdown_writes_the_store_time_of_the_last_record(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     _fill(store, 20)
     last = store.put_message(Message(topic="CP", body=b"last", keys=["last"]))
@@ -204,7 +217,8 @@ def test_clean_shutdown_writes_the_store_time_of_the_last_record(
 
 @pytest.mark.parametrize("crashed", [True, False], ids=["abort-left", "clean"])
 def test_store_on_a_corrupt_checkpoint_recovers_from_the_first_segment(
-        make_store: Callable[..., MessageStore], crashed: bool) -> None:
+    make_store: Callable[..., MessageStore], crashed: bool
+) -> None:
     store = make_store()
     written = _fill(store, 120)
     assert written[-1][1] > 2 * SEGMENT_BYTES

@@ -13,16 +13,16 @@ from collections.abc import Callable
 
 import pytest
 
-from services.store import Message, MessageStore
-from services.store.chunk_records import SMALL_CHUNK, chunk_requests
-from services.store.commitlog import dispatch_request_of
-from services.store.record import (
+from boltmq.wire.record import (
     BODY_CRC_OFFSET,
     PHYSICAL_OFFSET_OFFSET,
     QUEUE_OFFSET_OFFSET,
     SCHEDULE_TOPIC,
     CorruptRecord,
 )
+from services.store import Message, MessageStore
+from services.store.chunk_records import SMALL_CHUNK, chunk_requests
+from services.store.commitlog import dispatch_request_of
 from services.store.record_scan import check_chunk
 
 SEGMENT = 64 * 1024  # small_config's segment size
@@ -42,12 +42,15 @@ def chunk_of(store: MessageStore, messages: list[Message]) -> tuple[int, bytes]:
 
 
 def plain(count: int, topic: str = "T", **fields: object) -> list[Message]:
-    return [Message(topic=topic, queue_id=i % 4, body=bytes([i % 251]) * 200, **fields)  # type: ignore[arg-type]
-            for i in range(count)]
+    return [
+        Message(topic=topic, queue_id=i % 4, body=bytes([i % 251]) * 200, **fields)  # type: ignore[arg-type]
+        for i in range(count)
+    ]
 
 
 def test_a_plain_chunk_takes_the_vector_path_with_the_scalar_requests(
-        make_store: StoreFactory) -> None:
+    make_store: StoreFactory,
+) -> None:
     offset, data = chunk_of(make_store(), plain(40) + plain(30, topic="Other", tags="red"))
     requests = chunk_requests(data, offset, SEGMENT)
     assert requests is not None
@@ -56,8 +59,12 @@ def test_a_plain_chunk_takes_the_vector_path_with_the_scalar_requests(
 
 
 def test_keys_and_transactions_keep_their_fields(make_store: StoreFactory) -> None:
-    messages = [Message(topic="T", queue_id=i % 2, body=b"b" * 100, keys=[f"k{i}", "shared"],
-                        tags=f"t{i % 3}") for i in range(30)]
+    messages = [
+        Message(
+            topic="T", queue_id=i % 2, body=b"b" * 100, keys=[f"k{i}", "shared"], tags=f"t{i % 3}"
+        )
+        for i in range(30)
+    ]
     offset, data = chunk_of(make_store(), messages)
     requests = chunk_requests(data, offset, SEGMENT)
     assert requests is not None and requests == scalar_requests(data, offset)
@@ -94,8 +101,9 @@ INT = struct.Struct(">i")
 
 
 @pytest.mark.parametrize("damage", ["crc", "physical", "cut", "total", "properties"])
-def test_a_damaged_chunk_is_left_to_the_scalar_refusal(make_store: StoreFactory,
-                                                       damage: str) -> None:
+def test_a_damaged_chunk_is_left_to_the_scalar_refusal(
+    make_store: StoreFactory, damage: str
+) -> None:
     offset, data = chunk_of(make_store(), plain(40, tags="red"))
     raw = bytearray(data)
     size = INT.unpack_from(raw, 0)[0]

@@ -59,8 +59,7 @@ class Rig:
         values.update(overrides)
         self.config = StoreConfig(**values)
         self.commitlog = CommitLog(self.config)
-        self.queues = ConsumeQueueTable(root / "consumequeue",
-                                        self.config.consume_queue_file_size)
+        self.queues = ConsumeQueueTable(root / "consumequeue", self.config.consume_queue_file_size)
         self.index: Any = None
         self.requests: list[DispatchRequest] = []
         self.usage = 50.0
@@ -73,8 +72,15 @@ class Rig:
         return self.usage
 
     def cleaner(self, index: Any = None) -> Cleaner:
-        return Cleaner(self.config, self.commitlog, self.queues, index, disk_usage=self.probe,
-                       clock=lambda: self.now, sleep=self.sleeps.append)
+        return Cleaner(
+            self.config,
+            self.commitlog,
+            self.queues,
+            index,
+            disk_usage=self.probe,
+            clock=lambda: self.now,
+            sleep=self.sleeps.append,
+        )
 
     def append(self, now_ms: int, queue_id: int = 0, key: str | None = None) -> DispatchRequest:
         cl = self.commitlog
@@ -83,11 +89,16 @@ class Rig:
         assert results[0].status.name == "PUT_OK"
         request = DispatchRequest(*batch.requests[0])
         self.queues.get_or_create(request.topic, request.queue_id).put(
-            request.queue_offset, request.commitlog_offset, request.size, request.tags_code,
-            request.store_timestamp)
+            request.queue_offset,
+            request.commitlog_offset,
+            request.size,
+            request.tags_code,
+            request.store_timestamp,
+        )
         if self.index is not None:
-            self.index.build_index(request.topic, request.index_keys, request.commitlog_offset,
-                                   request.store_timestamp)
+            self.index.build_index(
+                request.topic, request.index_keys, request.commitlog_offset, request.store_timestamp
+            )
         self.requests.append(request)
         return request
 
@@ -100,8 +111,11 @@ class Rig:
         return [mf.path.name for mf in self.commitlog.files.files]
 
     def segment_names_on_disk(self) -> list[str]:
-        return sorted(p.name for p in (self.config.root_dir / "commitlog").iterdir()
-                      if not p.name.endswith(".tmp"))
+        return sorted(
+            p.name
+            for p in (self.config.root_dir / "commitlog").iterdir()
+            if not p.name.endswith(".tmp")
+        )
 
     def close(self) -> None:
         self.commitlog.close()
@@ -206,9 +220,9 @@ def test_reserved_time_is_measured_from_the_last_write(make_rig: Any) -> None:
 
 
 def test_deletion_stops_at_the_first_young_segment(rig: Rig) -> None:
-    rig.grow(3, OLD_MS)   # 0, 1 old
+    rig.grow(3, OLD_MS)  # 0, 1 old
     rig.grow(4, YOUNG_MS)  # 2 young
-    rig.grow(5, OLD_MS)   # 3 old again (its last write), 4 is the last
+    rig.grow(5, OLD_MS)  # 3 old again (its last write), 4 is the last
     rig.usage = 80.0
     report = rig.cleaner().run_once()
     assert report.commitlog_files_deleted == 2
@@ -271,7 +285,8 @@ def test_at_most_a_batch_per_run_with_a_pause_between_deletions(make_rig: Any) -
 
 
 def test_disk_full_above_90_percent_until_usage_falls(
-        rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
     rig.grow(2, YOUNG_MS)
     cleaner = rig.cleaner()
     assert cleaner.disk_full is False
@@ -361,8 +376,9 @@ def test_consume_queue_min_offset_corrected_even_without_a_file_to_delete(rig: R
     rig.usage = 80.0
     report = rig.cleaner().run_once()
     assert report.commitlog_files_deleted == 1 and report.consume_queue_files_deleted == 0
-    first_kept = min(r.queue_offset for r in rig.requests
-                     if r.commitlog_offset >= rig.commitlog.min_offset)
+    first_kept = min(
+        r.queue_offset for r in rig.requests if r.commitlog_offset >= rig.commitlog.min_offset
+    )
     assert first_kept > 0
     assert cq.min_offset() == first_kept
 
@@ -391,9 +407,9 @@ def test_real_index_files_below_the_commitlog_are_deleted(tmp_path: Path) -> Non
     index_module = pytest.importorskip("services.store.index_service")
     rig = Rig(tmp_path / "store")
     try:
-        rig.index = index_module.IndexService(rig.config.root_dir / "index",
-                                              rig.config.max_hash_slot_num,
-                                              rig.config.max_index_num)
+        rig.index = index_module.IndexService(
+            rig.config.root_dir / "index", rig.config.max_hash_slot_num, rig.config.max_index_num
+        )
         rig.index.load(True, 0)
         rig.grow(5, OLD_MS)
         files_before = len(rig.index.files)
@@ -456,10 +472,10 @@ def test_a_view_taken_before_deletion_outlives_the_file(rig: Rig) -> None:
 
 
 def test_a_reader_that_never_lets_go_is_unmapped_after_the_grace_period(
-        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monotonic = [1000.0]
-    monkeypatch.setattr(mapped_file_module, "time",
-                        SimpleNamespace(monotonic=lambda: monotonic[0]))
+    monkeypatch.setattr(mapped_file_module, "time", SimpleNamespace(monotonic=lambda: monotonic[0]))
     rig.grow(2, OLD_MS)
     first = rig.commitlog.files.files[0]
     path = first.path
@@ -505,8 +521,15 @@ def test_background_thread_runs_until_stopped(make_rig: Any) -> None:
         runs.release()
         return rig.usage
 
-    cleaner = Cleaner(rig.config, rig.commitlog, rig.queues, None, disk_usage=probe,
-                      clock=lambda: rig.now, sleep=rig.sleeps.append)
+    cleaner = Cleaner(
+        rig.config,
+        rig.commitlog,
+        rig.queues,
+        None,
+        disk_usage=probe,
+        clock=lambda: rig.now,
+        sleep=rig.sleeps.append,
+    )
     cleaner.start()
     try:
         # start() measures before returning: a full disk refuses the first write.

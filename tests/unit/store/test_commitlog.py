@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from boltmq.wire.record import BLANK_MARKER_SIZE, FIXED_OVERHEAD_IPV4, MAGIC_BLANK
 from services.store import Message, MessageStore, PutResult, PutStatus
 from services.store.mapped_file import file_name
 from services.store.mapped_file_queue import CorruptFileLayout, MappedFileQueue
-from services.store.record import BLANK_MARKER_SIZE, FIXED_OVERHEAD_IPV4, MAGIC_BLANK
 from tests.conftest import read_queue
 
 SEGMENT_BYTES = 64 * 1024  # small_config's CommitLog segment size
@@ -36,8 +36,9 @@ VOLATILE_NAMES = frozenset({"lock", "abort", "checkpoint"})
 def sized(total: int, seed: int) -> Message:
     """A message on ``T``/0 whose CommitLog record is exactly ``total`` bytes."""
     assert total >= RECORD_OVERHEAD
-    return Message(topic=TOPIC, queue_id=0,
-                   body=random.Random(seed).randbytes(total - RECORD_OVERHEAD))
+    return Message(
+        topic=TOPIC, queue_id=0, body=random.Random(seed).randbytes(total - RECORD_OVERHEAD)
+    )
 
 
 def filler_sizes(start: int, end: int) -> list[int]:
@@ -62,8 +63,9 @@ def segment_bytes(root: Path, start: int) -> bytes:
         return f.read()
 
 
-def assert_readable(store: MessageStore, msgs: Sequence[Message],
-                    results: Sequence[PutResult]) -> None:
+def assert_readable(
+    store: MessageStore, msgs: Sequence[Message], results: Sequence[PutResult]
+) -> None:
     """look_message and get_messages serve every message, in order, with its body."""
     for msg, result in zip(msgs, results, strict=True):
         record = store.look_message(result.commitlog_offset)
@@ -71,8 +73,9 @@ def assert_readable(store: MessageStore, msgs: Sequence[Message],
         assert bytes(record.body) == msg.body
         assert record.commitlog_offset == result.commitlog_offset
         assert record.total_size == result.wrote_bytes
-    expected = [(r.queue_offset, r.commitlog_offset, m.body)
-                for m, r in zip(msgs, results, strict=True)]
+    expected = [
+        (r.queue_offset, r.commitlog_offset, m.body) for m, r in zip(msgs, results, strict=True)
+    ]
     assert read_queue(store, TOPIC, 0) == expected
     assert [r.queue_offset for r in results] == list(range(len(results)))
 
@@ -129,8 +132,9 @@ PROBE_SIZES = [RECORD_OVERHEAD, 1000, 20_000]
 @pytest.mark.parametrize("batched", [False, True], ids=["one-by-one", "one-batch"])
 @pytest.mark.parametrize("probe_size", PROBE_SIZES)
 @pytest.mark.parametrize("slack", SLACKS)
-def test_end_of_segment_blank_marker(make_store: Callable[..., MessageStore], slack: int,
-                                     probe_size: int, batched: bool) -> None:
+def test_end_of_segment_blank_marker(
+    make_store: Callable[..., MessageStore], slack: int, probe_size: int, batched: bool
+) -> None:
     probe_at = SEGMENT_BYTES - probe_size - slack
     fits = slack >= BLANK_MARKER_SIZE
     # After a probe that fits, the follower is one byte too big for what is left.
@@ -155,7 +159,7 @@ def test_end_of_segment_blank_marker(make_store: Callable[..., MessageStore], sl
     store.flush()
     first = segment_bytes(store.root, 0)
     assert BLANK.unpack_from(first, blank_at) == (blank_size, MAGIC_BLANK)
-    assert first[blank_at + BLANK_MARKER_SIZE:] == bytes(blank_size - BLANK_MARKER_SIZE)
+    assert first[blank_at + BLANK_MARKER_SIZE :] == bytes(blank_size - BLANK_MARKER_SIZE)
     assert store.look_message(blank_at) is None  # a marker is not a message
     assert_readable(store, msgs, results)
     assert store.verify() == []
@@ -168,12 +172,16 @@ def test_end_of_segment_blank_marker(make_store: Callable[..., MessageStore], sl
     assert_readable(store, msgs, results)
     more = store.put_message(sized(RECORD_OVERHEAD + 10, seed=999))
     assert (more.status, more.commitlog_offset, more.queue_offset) == (
-        PutStatus.PUT_OK, end, len(msgs))
+        PutStatus.PUT_OK,
+        end,
+        len(msgs),
+    )
     assert store.verify() == []
 
 
 def test_marker_only_remains_when_the_next_record_fits_to_the_last_8_bytes(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     """A record may end exactly 8 bytes before the segment end; the 8 bytes become the marker."""
     store = make_store()
     sizes = [*filler_sizes(0, SEGMENT_BYTES - 200), 200 - BLANK_MARKER_SIZE, RECORD_OVERHEAD]
@@ -181,8 +189,10 @@ def test_marker_only_remains_when_the_next_record_fits_to_the_last_8_bytes(
     results = put_each(store, msgs, batched=False)
     assert [r.commitlog_offset for r in results[-2:]] == [SEGMENT_BYTES - 200, SEGMENT_BYTES]
     store.flush()
-    assert BLANK.unpack_from(segment_bytes(store.root, 0), SEGMENT_BYTES - BLANK_MARKER_SIZE) \
-        == (BLANK_MARKER_SIZE, MAGIC_BLANK)
+    assert BLANK.unpack_from(segment_bytes(store.root, 0), SEGMENT_BYTES - BLANK_MARKER_SIZE) == (
+        BLANK_MARKER_SIZE,
+        MAGIC_BLANK,
+    )
     assert_readable(store, msgs, results)
     assert store.verify() == []
 
@@ -196,9 +206,13 @@ def test_max_size_record_fills_an_empty_segment(make_store: Callable[..., Messag
     assert [r.commitlog_offset for r in results] == [0, SEGMENT_BYTES, 2 * SEGMENT_BYTES]
     store.flush()
     assert BLANK.unpack_from(segment_bytes(store.root, 0), RECORD_OVERHEAD) == (
-        SEGMENT_BYTES - RECORD_OVERHEAD, MAGIC_BLANK)
+        SEGMENT_BYTES - RECORD_OVERHEAD,
+        MAGIC_BLANK,
+    )
     assert BLANK.unpack_from(segment_bytes(store.root, SEGMENT_BYTES), largest) == (
-        BLANK_MARKER_SIZE, MAGIC_BLANK)
+        BLANK_MARKER_SIZE,
+        MAGIC_BLANK,
+    )
     assert_readable(store, msgs, results)
     assert store.verify() == []
 
@@ -257,7 +271,8 @@ def test_find_in_a_queue_that_does_not_start_at_zero(tmp_path: Path) -> None:
     try:
         assert reloaded.load() == []
         assert [mf.file_from_offset for mf in reloaded.files] == [
-            first + n * size for n in range(4)]
+            first + n * size for n in range(4)
+        ]
         assert reloaded.find(first - 1) is None
         assert reloaded.find(first) is reloaded.files[0]
         assert reloaded.find(end - 1) is reloaded.files[-1]
@@ -268,7 +283,8 @@ def test_find_in_a_queue_that_does_not_start_at_zero(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("segment_size", [4096, SEGMENT_BYTES, 100_000])
 def test_segments_are_named_by_start_offset_and_sized_exactly(
-        make_store: Callable[..., MessageStore], segment_size: int) -> None:
+    make_store: Callable[..., MessageStore], segment_size: int
+) -> None:
     store = make_store(mapped_file_size_commitlog=segment_size)
     results: list[PutResult] = []
     i = 0
@@ -316,20 +332,23 @@ def test_a_segment_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("near_segment_end", [False, True], ids=["mid-segment", "segment-end"])
 @pytest.mark.parametrize("over_bytes", [1, 3 * MAX_BODY_BYTES])
 def test_body_over_max_message_size_is_illegal_and_writes_nothing(
-        make_store: Callable[..., MessageStore], over_bytes: int, near_segment_end: bool) -> None:
+    make_store: Callable[..., MessageStore], over_bytes: int, near_segment_end: bool
+) -> None:
     store = make_store()
     # Segment end: what is left is less than the bad record, so a writer that
     # laid the blank marker down before validating would change the file.
     end = SEGMENT_BYTES - 300 if near_segment_end else 7000
-    put_each(store, [sized(size, seed) for seed, size in enumerate(filler_sizes(0, end))],
-             batched=False)
+    put_each(
+        store, [sized(size, seed) for seed, size in enumerate(filler_sizes(0, end))], batched=False
+    )
     bad = Message(TOPIC, body=bytes(store.config.max_message_size_bytes + over_bytes))
     assert_refused_without_a_trace(store, [bad])
 
 
 @pytest.mark.parametrize("extra", [1, 2, 100, SEGMENT_BYTES])
 def test_record_bigger_than_a_segment_is_illegal_and_writes_nothing(
-        make_store: Callable[..., MessageStore], extra: int) -> None:
+    make_store: Callable[..., MessageStore], extra: int
+) -> None:
     """A body under max_message_size_bytes whose record still can never fit in a segment."""
     store = make_store(max_message_size_bytes=4 * SEGMENT_BYTES)
     put_each(store, [sized(SEGMENT_BYTES - 500, seed=1)], batched=False)
@@ -338,7 +357,8 @@ def test_record_bigger_than_a_segment_is_illegal_and_writes_nothing(
 
 
 def test_oversize_on_an_empty_store_creates_no_segment(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     bad = Message(TOPIC, body=bytes(store.config.max_message_size_bytes + 1))
     assert store.put_message(bad).status == PutStatus.MESSAGE_ILLEGAL
@@ -347,7 +367,8 @@ def test_oversize_on_an_empty_store_creates_no_segment(
 
 
 def test_body_of_exactly_max_message_size_is_stored(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     limit = store.config.max_message_size_bytes
     msg = Message(TOPIC, body=random.Random(5).randbytes(limit))

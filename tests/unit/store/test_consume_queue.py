@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from boltmq.wire.record import java_string_hash
 from services.store import GetStatus, Message, MessageStore, PutResult, PutStatus
 from services.store.consume_queue import ENTRY_SIZE, ConsumeQueue
 from services.store.mapped_file import file_name
-from services.store.record import java_string_hash
 from tests.conftest import small_config
 
 ENTRY = struct.Struct(">qiq")  # DESIGN 4.3: commitlog_offset, size, tags_code
@@ -62,15 +62,18 @@ def raw_entries(path: Path) -> list[tuple[int, int, int]]:
     return list(ENTRY.iter_unpack(data))
 
 
-def served(store: MessageStore, topic: str, queue_id: int, offset: int = 0,
-           subscription: str | None = None) -> list[int]:
+def served(
+    store: MessageStore, topic: str, queue_id: int, offset: int = 0, subscription: str | None = None
+) -> list[int]:
     """Queue offsets of every message served from ``offset`` on, in order."""
     out = []
     while True:
         got = store.get_messages(topic, queue_id, offset, 32, subscription)
         out.extend(m.queue_offset for m in got.messages)
         if got.next_begin_offset == offset or got.status not in (
-                GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+            GetStatus.FOUND,
+            GetStatus.NO_MATCHED_MESSAGE,
+        ):
             return out
         offset = got.next_begin_offset
 
@@ -91,8 +94,9 @@ def fill(cq: ConsumeQueue, count: int, record_bytes: int = 100) -> None:
 def test_entries_are_20_bytes_at_k_times_20(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     tags = ["TagA", None, "polygenelubricants", "标签"]  # the third hashes to Integer.MIN_VALUE
-    results = [put(store, Message(topic="Fmt", body=b"x" * (10 + i), tags=t))
-               for i, t in enumerate(tags)]
+    results = [
+        put(store, Message(topic="Fmt", body=b"x" * (10 + i), tags=t)) for i, t in enumerate(tags)
+    ]
     put(store, Message(topic="Other", body=b"y"))
     store.wait_dispatched()
 
@@ -101,21 +105,25 @@ def test_entries_are_20_bytes_at_k_times_20(make_store: Callable[..., MessageSto
     assert len(data) == 1000 * ENTRY_SIZE  # small_config: 1000 entries per file
     for k, (result, tag) in enumerate(zip(results, tags, strict=True)):
         expected_code = java_string_hash(tag) if tag else 0
-        assert data[k * 20:(k + 1) * 20] == struct.pack(
-            ">qiq", result.commitlog_offset, result.wrote_bytes, expected_code)
+        assert data[k * 20 : (k + 1) * 20] == struct.pack(
+            ">qiq", result.commitlog_offset, result.wrote_bytes, expected_code
+        )
     # The int32 hash is widened to int64 (sign-extended), as Java's long would be.
-    assert data[2 * 20 + 12:3 * 20] == bytes.fromhex("FFFFFFFF80000000")
+    assert data[2 * 20 + 12 : 3 * 20] == bytes.fromhex("FFFFFFFF80000000")
     assert java_string_hash("polygenelubricants") == INT32_MIN
-    assert data[len(tags) * 20:] == bytes(len(data) - len(tags) * 20)  # nothing else written
+    assert data[len(tags) * 20 :] == bytes(len(data) - len(tags) * 20)  # nothing else written
 
 
-@pytest.mark.parametrize(("configured", "rounded"),
-                         [(20, 20), (21, 40), (39, 40), (1000, 1000), (1001, 1020)])
-def test_file_size_rounds_up_to_whole_entries(make_store: Callable[..., MessageStore],
-                                              tmp_path: Path, configured: int,
-                                              rounded: int) -> None:
-    assert small_config(tmp_path, mapped_file_size_consume_queue=configured
-                        ).consume_queue_file_size == rounded
+@pytest.mark.parametrize(
+    ("configured", "rounded"), [(20, 20), (21, 40), (39, 40), (1000, 1000), (1001, 1020)]
+)
+def test_file_size_rounds_up_to_whole_entries(
+    make_store: Callable[..., MessageStore], tmp_path: Path, configured: int, rounded: int
+) -> None:
+    assert (
+        small_config(tmp_path, mapped_file_size_consume_queue=configured).consume_queue_file_size
+        == rounded
+    )
     store = make_store(mapped_file_size_consume_queue=configured)
     per_file = rounded // ENTRY_SIZE
     results = [put(store, Message(topic="R", body=b"m")) for _ in range(per_file + 1)]
@@ -130,14 +138,24 @@ def test_file_size_rounds_up_to_whole_entries(make_store: Callable[..., MessageS
 # --------------------------------------------------------------------------- lookups
 
 
-def test_lookup_by_queue_offset_across_several_files(make_store: Callable[..., MessageStore]
-                                                     ) -> None:
+def test_lookup_by_queue_offset_across_several_files(
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store(mapped_file_size_consume_queue=ENTRIES_PER_SMALL_FILE * ENTRY_SIZE)
     results: dict[int, list[PutResult]] = {0: [], 1: []}
     for i in range(23):
         for queue_id in (0, 1):
-            results[queue_id].append(put(store, Message(topic="L", body=f"{queue_id}-{i}".encode(),
-                                                        queue_id=queue_id, tags=f"t{i % 3}")))
+            results[queue_id].append(
+                put(
+                    store,
+                    Message(
+                        topic="L",
+                        body=f"{queue_id}-{i}".encode(),
+                        queue_id=queue_id,
+                        tags=f"t{i % 3}",
+                    ),
+                )
+            )
     store.wait_dispatched()
     assert len(list(queue_dir(store, "L", 0).iterdir())) == 5  # ceil(23 / 5)
 
@@ -146,8 +164,11 @@ def test_lookup_by_queue_offset_across_several_files(make_store: Callable[..., M
             cq = s.queues.get("L", queue_id)
             assert cq is not None
             for k, result in enumerate(results[queue_id]):
-                assert cq.entry(k) == (result.commitlog_offset, result.wrote_bytes,
-                                       java_string_hash(f"t{k % 3}"))
+                assert cq.entry(k) == (
+                    result.commitlog_offset,
+                    result.wrote_bytes,
+                    java_string_hash(f"t{k % 3}"),
+                )
                 got = s.get_messages("L", queue_id, k, 1)
                 assert got.status == GetStatus.FOUND
                 assert got.messages[0].body_bytes() == f"{queue_id}-{k}".encode()
@@ -170,7 +191,11 @@ def test_consume_queue_on_its_own_files(tmp_path: Path) -> None:
     fill(cq, 12)
     assert (cq.min_offset(), cq.max_offset()) == (0, 12)
     assert [cq.entry(k) for k in (0, 4, 5, 11)] == [
-        (0, 100, 0), (400, 100, 4), (500, 100, 5), (1100, 100, 11)]
+        (0, 100, 0),
+        (400, 100, 4),
+        (500, 100, 5),
+        (1100, 100, 11),
+    ]
     assert list(cq.entries(3, 100)) == [(k * 100, 100, k) for k in range(3, 12)]
     assert list(cq.entries(4, 2)) == [(400, 100, 4), (500, 100, 5)]
     assert cq.max_physical_offset == 1200
@@ -189,7 +214,8 @@ def test_consume_queue_on_its_own_files(tmp_path: Path) -> None:
 
 
 def test_offset_by_time_ties_before_first_and_after_last(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     base = now_ms()
     for delta in (0, 1000, 1000, 1000, 2000):
@@ -267,10 +293,14 @@ def test_offset_by_time_skips_entries_whose_records_are_gone(tmp_path: Path) -> 
 
 
 @settings(max_examples=60, deadline=None)
-@given(times=st.lists(st.integers(0, 50), max_size=17), target=st.integers(-1, 51),
-       monotonic=st.booleans())
-def test_offset_by_time_is_always_a_boundary(times: list[int], target: int,
-                                             monotonic: bool) -> None:
+@given(
+    times=st.lists(st.integers(0, 50), max_size=17),
+    target=st.integers(-1, 51),
+    monotonic=st.booleans(),
+)
+def test_offset_by_time_is_always_a_boundary(
+    times: list[int], target: int, monotonic: bool
+) -> None:
     if monotonic:
         times = sorted(times)
     with tempfile.TemporaryDirectory() as tmp:
@@ -322,8 +352,9 @@ def test_tag_filtering(make_store: Callable[..., MessageStore]) -> None:
 
 
 def test_filtered_get_pages_through_the_queue(make_store: Callable[..., MessageStore]) -> None:
-    store = make_store(mapped_file_size_consume_queue=ENTRIES_PER_SMALL_FILE * ENTRY_SIZE,
-                       max_get_scan_entries=4)
+    store = make_store(
+        mapped_file_size_consume_queue=ENTRIES_PER_SMALL_FILE * ENTRY_SIZE, max_get_scan_entries=4
+    )
     tags = ["X", "Y", "Y", "Y", "Y", "Y", "X", "Y", "X", "X", "Y", "Y"]
     for tag in tags:
         put(store, Message(topic="Pg", body=b"x", tags=tag))
@@ -360,7 +391,10 @@ def test_min_and_max_offsets_per_queue(make_store: Callable[..., MessageStore]) 
     put(store, Message(topic="Other", body=b"x"))
     store.wait_dispatched()
     assert [(store.min_offset("Mm", q), store.max_offset("Mm", q)) for q in (0, 1, 2)] == [
-        (0, 4), (0, 3), (0, 0)]
+        (0, 4),
+        (0, 3),
+        (0, 0),
+    ]
     got = store.get_messages("Mm", 0, 0)
     assert (got.min_offset, got.max_offset) == (0, 4)
 
@@ -387,8 +421,9 @@ def test_get_statuses_at_the_edges(make_store: Callable[..., MessageStore]) -> N
     assert (got.min_offset, got.max_offset, got.messages) == (0, 3, [])
 
 
-def test_an_existing_queue_without_entries(tmp_path: Path,
-                                           make_store: Callable[..., MessageStore]) -> None:
+def test_an_existing_queue_without_entries(
+    tmp_path: Path, make_store: Callable[..., MessageStore]
+) -> None:
     # A queue file created just before a crash: all zeros, no entry written.
     root = tmp_path / "store"
     empty = root / "consumequeue" / "Em" / "0"
@@ -403,14 +438,17 @@ def test_an_existing_queue_without_entries(tmp_path: Path,
 
 def test_statuses_after_old_files_are_cleaned(tmp_path: Path) -> None:
     usage = [50.0]
-    config = small_config(tmp_path / "store",
-                          mapped_file_size_consume_queue=10 * ENTRY_SIZE,
-                          delete_commitlog_files_interval_ms=0)
+    config = small_config(
+        tmp_path / "store",
+        mapped_file_size_consume_queue=10 * ENTRY_SIZE,
+        delete_commitlog_files_interval_ms=0,
+    )
     store = MessageStore(config, disk_usage=lambda path: usage[0])
     store.start()
     try:
-        results = [put(store, Message(topic="Cl", body=bytes(8 * 1024), tags="t"))
-                   for _ in range(40)]
+        results = [
+            put(store, Message(topic="Cl", body=bytes(8 * 1024), tags="t")) for _ in range(40)
+        ]
         store.wait_dispatched()
         assert len(store.commitlog.files.files) >= 5
         usage[0] = 87.0  # above 85 %: segments go regardless of age, never the last one

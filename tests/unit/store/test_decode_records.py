@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from services.store import record_heads
-from services.store.record import (
+from boltmq.wire import record_heads
+from boltmq.wire.record import (
     BODY_CRC_OFFSET,
     SYS_FLAG_BORN_HOST_V6,
     CorruptRecord,
@@ -18,8 +18,8 @@ from services.store.record import (
     decode_record,
     decode_records,
 )
-from services.store.record_batch import RAW_HEAD, encode_send_record
-from services.store.record_heads import decode_pulled
+from boltmq.wire.record_batch import RAW_HEAD, encode_send_record
+from boltmq.wire.record_heads import decode_pulled
 
 INT = struct.Struct(">i")
 
@@ -39,8 +39,9 @@ def ipv6_record(body: bytes) -> bytes:
     return bytes(data)
 
 
-def tracked_objects_made(decode: Callable[[bytes], list[RecordView]], data: bytes
-                         ) -> tuple[list[RecordView], int]:
+def tracked_objects_made(
+    decode: Callable[[bytes], list[RecordView]], data: bytes
+) -> tuple[list[RecordView], int]:
     """``decode(data)`` and how many objects the cyclic collector tracks after it that it
     did not before (the collector off meanwhile)."""
     gc.collect()
@@ -54,11 +55,19 @@ def tracked_objects_made(decode: Callable[[bytes], list[RecordView]], data: byte
 
 
 def test_every_record_and_topic_comes_back_in_order() -> None:
-    raws = [encode_send_record("A", b"1", tags="x"), encode_send_record("A", b"2"),
-            ipv6_record(b"3"), encode_send_record("C", b"4", keys=["k"])]
+    raws = [
+        encode_send_record("A", b"1", tags="x"),
+        encode_send_record("A", b"2"),
+        ipv6_record(b"3"),
+        encode_send_record("C", b"4", keys=["k"]),
+    ]
     got = decode_records(b"".join(raws))
-    assert [(m.topic, bytes(m.body)) for m in got] == [("A", b"1"), ("A", b"2"), ("B", b"3"),
-                                                      ("C", b"4")]
+    assert [(m.topic, bytes(m.body)) for m in got] == [
+        ("A", b"1"),
+        ("A", b"2"),
+        ("B", b"3"),
+        ("C", b"4"),
+    ]
     assert got[0].tags == "x" and got[3].keys == ["k"]
     assert got[2].sys_flag & SYS_FLAG_BORN_HOST_V6
     one = decode_record(memoryview(raws[1]), 0)
@@ -96,8 +105,9 @@ def test_a_pull_leaves_one_collector_tracked_object_per_record() -> None:
     # a fifth of a consumer's CPU. A record is now one object; its fields come
     # from the buffer when asked for.
     count = 1000
-    data = b"".join(encode_send_record("A", bytes([n % 251]) * 100, tags="t", keys=["k"])
-                    for n in range(count))
+    data = b"".join(
+        encode_send_record("A", bytes([n % 251]) * 100, tags="t", keys=["k"]) for n in range(count)
+    )
     records, made = tracked_objects_made(decode_records, data)
     assert len(records) == count
     assert made <= count + 10, f"{made} tracked objects for {count} records"
@@ -107,14 +117,17 @@ def test_a_pull_leaves_one_collector_tracked_object_per_record() -> None:
 
 
 def fields(records: list) -> list[tuple]:  # type: ignore[type-arg]
-    return [(m.total_size, m.topic, bytes(m.body), m.properties, m.queue_offset, m.msg_id,
-             m.sys_flag) for m in records]
+    return [
+        (m.total_size, m.topic, bytes(m.body), m.properties, m.queue_offset, m.msg_id, m.sys_flag)
+        for m in records
+    ]
 
 
 RUNS = {
     "same size": [encode_send_record("A", bytes([n]) * 1024) for n in range(40)],
-    "sizes differ, tags and keys": [encode_send_record("A", b"b" * n, tags="t", keys=["k"])
-                                    for n in range(1, 41)],
+    "sizes differ, tags and keys": [
+        encode_send_record("A", b"b" * n, tags="t", keys=["k"]) for n in range(1, 41)
+    ],
     "fewer than 16": [encode_send_record("A", b"b" * n) for n in range(1, 9)],
     "two topics": [encode_send_record("AB"[n % 2], b"b") for n in range(40)],
     "an IPv6 host": [encode_send_record("B", b"b")] * 20 + [ipv6_record(b"6")],
@@ -131,7 +144,8 @@ def test_decode_pulled_gives_what_decode_records_gives(run: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(damaged()))
 def test_decode_pulled_refuses_a_damaged_record_in_a_long_run_as_decode_records_does(
-        case: str) -> None:
+    case: str,
+) -> None:
     good = b"".join(encode_send_record("A", b"body") for _ in range(30))
     data = good + damaged()[case] + good
     with pytest.raises(CorruptRecord) as loop:
@@ -142,15 +156,17 @@ def test_decode_pulled_refuses_a_damaged_record_in_a_long_run_as_decode_records_
 
 
 def test_decode_pulled_checks_a_long_run_of_one_topic_without_the_record_loop(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def loop(data: object, check_crc: bool = True) -> list:  # type: ignore[type-arg]
         raise AssertionError("the run went to the record by record loop")
 
     monkeypatch.setattr(record_heads, "decode_records", loop)
     for run in ("same size", "sizes differ, tags and keys"):
         assert len(decode_pulled(b"".join(RUNS[run]))) == 40
-    bad_crc = b"".join(RUNS["same size"][:20] + [with_int(RUNS["same size"][20],
-                                                           BODY_CRC_OFFSET, 1)])
+    bad_crc = b"".join(
+        RUNS["same size"][:20] + [with_int(RUNS["same size"][20], BODY_CRC_OFFSET, 1)]
+    )
     with pytest.raises(AssertionError, match="record by record"):
         decode_pulled(bad_crc)  # a refusal is the loop's, word for word
     assert bytes(decode_pulled(bad_crc, check_crc=False)[20].body) == bytes([20]) * 1024
@@ -158,8 +174,7 @@ def test_decode_pulled_checks_a_long_run_of_one_topic_without_the_record_loop(
 
 def test_decode_pulled_leaves_one_collector_tracked_object_per_record() -> None:
     count = 1000
-    data = b"".join(encode_send_record("A", bytes([n % 251]) * 100, tags="t")
-                    for n in range(count))
+    data = b"".join(encode_send_record("A", bytes([n % 251]) * 100, tags="t") for n in range(count))
     records, made = tracked_objects_made(decode_pulled, data)
     assert len(records) == count and records[-1].tags == "t"
     assert made <= count + 10, f"{made} tracked objects for {count} records"

@@ -86,15 +86,15 @@ def parse_segments_on_disk(commitlog_dir: Path) -> dict[int, bytes]:
             (body_length,) = INT.unpack_from(data, position + BODY_LENGTH_AT)
             body = data[position + BODY_AT : position + BODY_AT + body_length]
             assert physical == start + position
-            assert INT.unpack_from(data, position + BODY_CRC_AT)[0] == \
-                zlib.crc32(body) & 0x7FFFFFFF
+            assert INT.unpack_from(data, position + BODY_CRC_AT)[0] == zlib.crc32(body) & 0x7FFFFFFF
             records[physical] = body
             position += total
     return records
 
 
-def run_writers(store: MessageStore, writers: int, per_writer: int
-                ) -> tuple[list[list[tuple[PutResult, int]]], list[BaseException]]:
+def run_writers(
+    store: MessageStore, writers: int, per_writer: int
+) -> tuple[list[list[tuple[PutResult, int]]], list[BaseException]]:
     """``writers`` threads put ``per_writer`` messages each, all starting together.
 
     Each result comes with the CommitLog's flushed offset seen right after the
@@ -109,7 +109,8 @@ def run_writers(store: MessageStore, writers: int, per_writer: int
             barrier.wait()
             for i in range(per_writer):
                 result = store.put_message(
-                    Message("T", body=body_of(writer, i), queue_id=writer % QUEUES))
+                    Message("T", body=body_of(writer, i), queue_id=writer % QUEUES)
+                )
                 outcomes[writer].append((result, store.commitlog.flushed_offset))
         except BaseException as exc:  # reported by the test, not lost in the thread
             errors.append(exc)
@@ -153,9 +154,12 @@ def test_sync_flush_group_commit_shares_fsyncs(make_store: Callable[..., Message
             record = store.look_message(result.commitlog_offset)
             assert record is not None and bytes(record.body) == body_of(writer, i)
     for queue_id in range(QUEUES):
-        expected = {(r.commitlog_offset, body_of(w, i)): r.queue_offset
-                    for w, per_writer in enumerate(outcomes) if w % QUEUES == queue_id
-                    for i, (r, _) in enumerate(per_writer)}
+        expected = {
+            (r.commitlog_offset, body_of(w, i)): r.queue_offset
+            for w, per_writer in enumerate(outcomes)
+            if w % QUEUES == queue_id
+            for i, (r, _) in enumerate(per_writer)
+        }
         assert sorted(expected.values()) == list(range(len(expected)))
         served = read_queue(store, "T", queue_id)
         assert sorted(served) == sorted(expected)
@@ -167,8 +171,9 @@ def test_sync_flush_group_commit_shares_fsyncs(make_store: Callable[..., Message
     assert store.verify() == []
 
 
-def test_flush_disk_timeout_still_stores_the_message(make_store: Callable[..., MessageStore],
-                                                     ) -> None:
+def test_flush_disk_timeout_still_stores_the_message(
+    make_store: Callable[..., MessageStore],
+) -> None:
     """With no time to wait for the fsync the put says FLUSH_DISK_TIMEOUT, but it is stored."""
     store = make_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=0)
     msgs: list[Message] = []
@@ -191,16 +196,18 @@ def test_flush_disk_timeout_still_stores_the_message(make_store: Callable[..., M
     # Once flushed it is dispatched like any other message.
     store.flush()
     assert store.commitlog.flushed_offset == store.commitlog.max_offset
-    assert read_queue(store, "T", 0) == [(r.commitlog_offset, m.body)
-                                         for m, r in zip(msgs, results, strict=True)]
+    assert read_queue(store, "T", 0) == [
+        (r.commitlog_offset, m.body) for m, r in zip(msgs, results, strict=True)
+    ]
     found = store.query_messages("T", f"k{len(results) - 1}")
     assert [m.commitlog_offset for m in found] == [timed_out.commitlog_offset]
     assert store.verify() == []
 
     store.shutdown()
     store = make_store(flush_disk_type="SYNC_FLUSH")
-    assert read_queue(store, "T", 0) == [(r.commitlog_offset, m.body)
-                                         for m, r in zip(msgs, results, strict=True)]
+    assert read_queue(store, "T", 0) == [
+        (r.commitlog_offset, m.body) for m, r in zip(msgs, results, strict=True)
+    ]
     assert store.verify() == []
 
 
@@ -208,14 +215,17 @@ def test_flush_disk_timeout_still_stores_the_message(make_store: Callable[..., M
 
 
 def test_async_flush_catches_up_on_store_flush(make_store: Callable[..., MessageStore]) -> None:
-    store = make_store(flush_interval_commitlog_ms=NEVER_MS,
-                       flush_commitlog_thorough_interval_ms=NEVER_MS,
-                       flush_interval_consume_queue_ms=NEVER_MS)
+    store = make_store(
+        flush_interval_commitlog_ms=NEVER_MS,
+        flush_commitlog_thorough_interval_ms=NEVER_MS,
+        flush_interval_consume_queue_ms=NEVER_MS,
+    )
     assert store.flusher is not None and store.checkpoint is not None
     checkpoint_path = store.root / "checkpoint"
     for round_ in range(2):
-        msgs = [Message("T", body=bytes([round_ + 1]) * (1000 + i), queue_id=i % 2)
-                for i in range(150)]
+        msgs = [
+            Message("T", body=bytes([round_ + 1]) * (1000 + i), queue_id=i % 2) for i in range(150)
+        ]
         results = [store.put_message(m) for m in msgs]
         assert all(r.status == PutStatus.PUT_OK for r in results)  # no wait under ASYNC
         end = store.commitlog.max_offset
@@ -239,22 +249,32 @@ def test_async_flush_catches_up_on_store_flush(make_store: Callable[..., Message
 
 @pytest.mark.parametrize("flush_disk_type", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_commitlog_files_hold_every_message_after_shutdown(
-        make_store: Callable[..., MessageStore], flush_disk_type: str) -> None:
-    store = make_store(flush_disk_type=flush_disk_type,
-                       flush_interval_commitlog_ms=NEVER_MS,
-                       flush_commitlog_thorough_interval_ms=NEVER_MS)
-    msgs = [Message("T", body=f"{i}:".encode() + bytes([i % 251]) * (700 + 13 * i),
-                    queue_id=i % 3, tags=f"t{i % 2}", keys=[f"k{i}"]) for i in range(160)]
+    make_store: Callable[..., MessageStore], flush_disk_type: str
+) -> None:
+    store = make_store(
+        flush_disk_type=flush_disk_type,
+        flush_interval_commitlog_ms=NEVER_MS,
+        flush_commitlog_thorough_interval_ms=NEVER_MS,
+    )
+    msgs = [
+        Message(
+            "T",
+            body=f"{i}:".encode() + bytes([i % 251]) * (700 + 13 * i),
+            queue_id=i % 3,
+            tags=f"t{i % 2}",
+            keys=[f"k{i}"],
+        )
+        for i in range(160)
+    ]
     results: list[PutResult] = []
     for start in range(0, len(msgs), 16):  # singles and batches
         chunk = msgs[start : start + 16]
-        results += store.put_messages(chunk) if start % 32 else [store.put_message(m)
-                                                                  for m in chunk]
+        results += (
+            store.put_messages(chunk) if start % 32 else [store.put_message(m) for m in chunk]
+        )
     assert [r.status for r in results] == [PutStatus.PUT_OK] * len(msgs)
     assert store.commitlog.max_offset > 3 * SEGMENT_BYTES
     store.shutdown()
 
     on_disk = parse_segments_on_disk(store.root / "commitlog")
-    assert on_disk == {r.commitlog_offset: m.body
-                       for m, r in zip(msgs, results, strict=True)}
-
+    assert on_disk == {r.commitlog_offset: m.body for m, r in zip(msgs, results, strict=True)}

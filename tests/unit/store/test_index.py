@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from boltmq.wire.record import java_string_hash
 from services.store import Message, MessageStore, PutResult, PutStatus
 from services.store.index_file import IndexFile, index_file_name, index_file_size, key_hash
 from services.store.index_service import IndexService
-from services.store.record import java_string_hash
 
 HEADER = struct.Struct(">qqqqii")  # DESIGN 4.4: 40-byte header
 ENTRY = struct.Struct(">iqii")  # key_hash, phy_offset, time_diff_s, prev_index
@@ -62,8 +62,9 @@ class Rig:
         self.service.build_index(TOPIC, keys, offset, store_ts)
         self.indexed.append(Indexed(offset, tuple(keys), store_ts))
 
-    def reopen(self, last_exit_ok: bool = True, checkpoint_ts: int = 0,
-               repair: bool = True) -> list[str]:
+    def reopen(
+        self, last_exit_ok: bool = True, checkpoint_ts: int = 0, repair: bool = True
+    ) -> list[str]:
         self.service.close()
         self.service = IndexService(self.index_dir, self.slots, self.max_index_num)
         return self.service.load(last_exit_ok, checkpoint_ts, repair=repair)
@@ -73,8 +74,7 @@ class Rig:
 
     def expected(self, key: str, keep: Callable[[Indexed], bool] = lambda i: True) -> list[int]:
         """Offsets indexed under ``key`` that ``keep`` accepts, newest first."""
-        return sorted((i.offset for i in self.indexed if key in i.keys and keep(i)),
-                      reverse=True)
+        return sorted((i.offset for i in self.indexed if key in i.keys and keep(i)), reverse=True)
 
     def keys(self) -> set[str]:
         return {k for i in self.indexed for k in i.keys}
@@ -163,8 +163,11 @@ def test_header_slot_and_entry_layout(tmp_path: Path) -> None:
     assert header_of(path) == (0, 0, 0, 0, 0, 1)  # index_count starts at 1: entry 0 unused
 
     a, b = colliding_keys(slots)
-    c = next(f"other-{n}" for n in itertools.count()
-             if key_hash(TOPIC, f"other-{n}") % slots != key_hash(TOPIC, a) % slots)
+    c = next(
+        f"other-{n}"
+        for n in itertools.count()
+        if key_hash(TOPIC, f"other-{n}") % slots != key_hash(TOPIC, a) % slots
+    )
     ha, hb, hc = (key_hash(TOPIC, k) for k in (a, b, c))
     assert f.put(ha, 1000, base)
     assert f.put(hc, 1100, base + 1500)
@@ -180,8 +183,9 @@ def test_header_slot_and_entry_layout(tmp_path: Path) -> None:
     assert hash_slot_count == 3  # documented: entries in use
     assert index_count == struct.unpack_from(">i", data, 36)[0] == 4
 
-    slot_table = [struct.unpack_from(">i", data, HEADER_BYTES + s * SLOT_BYTES)[0]
-                  for s in range(slots)]
+    slot_table = [
+        struct.unpack_from(">i", data, HEADER_BYTES + s * SLOT_BYTES)[0] for s in range(slots)
+    ]
     expected_slots = [0] * slots
     expected_slots[hc % slots] = 2
     expected_slots[ha % slots] = 3  # the newest entry of the shared slot
@@ -201,11 +205,11 @@ def test_header_slot_and_entry_layout(tmp_path: Path) -> None:
     f.close()
 
 
-def test_store_index_header_describes_its_entries(make_store: Callable[..., MessageStore]
-                                                  ) -> None:
+def test_store_index_header_describes_its_entries(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
-    results = [put(store, Message(topic=TOPIC, body=b"x", keys=[f"a{i}", f"b{i}"]))
-               for i in range(3)]
+    results = [
+        put(store, Message(topic=TOPIC, body=b"x", keys=[f"a{i}", f"b{i}"])) for i in range(3)
+    ]
     store.wait_dispatched()
     (path,) = sorted((store.root / "index").iterdir())
     assert len(path.name) == 17 and path.name.isdigit()
@@ -270,11 +274,12 @@ def test_service_rolls_files_and_finds_every_key(make_rig: Callable[..., Rig]) -
         assert rig.query(key) == rig.expected(key), key
 
 
-def test_keys_of_one_record_may_straddle_two_files(make_store: Callable[..., MessageStore]
-                                                   ) -> None:
+def test_keys_of_one_record_may_straddle_two_files(make_store: Callable[..., MessageStore]) -> None:
     store = make_store(max_index_num=5, max_hash_slot_num=8)  # 4 entries per file
-    results = [put(store, Message(topic=TOPIC, body=b"x", keys=[f"a{i}", f"b{i}", f"c{i}"]))
-               for i in range(3)]
+    results = [
+        put(store, Message(topic=TOPIC, body=b"x", keys=[f"a{i}", f"b{i}", f"c{i}"]))
+        for i in range(3)
+    ]
     store.wait_dispatched()
     files = store.index.files
     assert len(files) == 3  # 9 entries; records 1 and 2 each have keys in two files
@@ -287,8 +292,9 @@ def test_keys_of_one_record_may_straddle_two_files(make_store: Callable[..., Mes
     assert store.verify() == []
 
 
-def test_query_messages_max_count_zero_returns_nothing(make_store: Callable[..., MessageStore]
-                                                       ) -> None:
+def test_query_messages_max_count_zero_returns_nothing(
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     for _ in range(3):
         put(store, Message(topic=TOPIC, body=b"x", keys=["k"]))
@@ -311,8 +317,9 @@ def test_slot_collisions_keep_keys_apart(make_rig: Callable[..., Rig]) -> None:
     assert rig.query(c) == [200]
 
 
-def test_query_messages_drops_keys_whose_hash_collides(make_store: Callable[..., MessageStore]
-                                                       ) -> None:
+def test_query_messages_drops_keys_whose_hash_collides(
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store(max_hash_slot_num=4)
     assert key_hash(TOPIC, "Aa") == key_hash(TOPIC, "BB")
     a, b = colliding_keys(4)
@@ -323,7 +330,9 @@ def test_query_messages_drops_keys_whose_hash_collides(make_store: Callable[...,
     store.wait_dispatched()
     # The index compares hashes only: both colliding records come back...
     assert store.index.query(TOPIC, "Aa", 10, 0, FAR_FUTURE_MS) == [
-        bb.commitlog_offset, aa.commitlog_offset]
+        bb.commitlog_offset,
+        aa.commitlog_offset,
+    ]
     # ...and query_messages keeps the one whose real key matches.
     assert [m.msg_id for m in store.query_messages(TOPIC, "Aa")] == [aa.msg_id]
     assert [m.msg_id for m in store.query_messages(TOPIC, "BB")] == [bb.msg_id]
@@ -343,19 +352,28 @@ def test_service_time_ranges_by_whole_seconds(make_rig: Callable[..., Rig]) -> N
     def in_range(begin: int, end: int) -> list[int]:
         return rig.expected("k", lambda i: begin <= i.store_ts <= end)
 
-    for begin, end in [(base + 5000, base + 15_000), (base + 10_000, base + 10_000),
-                       (base, base + 80_000), (base - 5000, base - 1000),
-                       (base + 81_000, base + 99_000), (base + 25_000, base + 55_000),
-                       (base + 40_000, base + 40_000), (base + 1000, base + 9000)]:
+    for begin, end in [
+        (base + 5000, base + 15_000),
+        (base + 10_000, base + 10_000),
+        (base, base + 80_000),
+        (base - 5000, base - 1000),
+        (base + 81_000, base + 99_000),
+        (base + 25_000, base + 55_000),
+        (base + 40_000, base + 40_000),
+        (base + 1000, base + 9000),
+    ]:
         assert rig.query("k", begin, end) == in_range(begin, end), (begin, end)
 
 
 def test_query_messages_time_range_includes_and_excludes(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     base = now_ms() - 60_000
-    results = [put_at(store, Message(topic=TOPIC, body=str(i).encode(), keys=["k"]),
-                      base + 10_000 * i) for i in range(3)]
+    results = [
+        put_at(store, Message(topic=TOPIC, body=str(i).encode(), keys=["k"]), base + 10_000 * i)
+        for i in range(3)
+    ]
     ids = [r.msg_id for r in results]
 
     def query(begin: int, end: int) -> list[str]:
@@ -370,8 +388,7 @@ def test_query_messages_time_range_includes_and_excludes(
     assert [m.msg_id for m in store.query_messages(TOPIC, "k")] == ids[::-1]  # default range
 
 
-def test_query_messages_compares_exact_store_times(make_store: Callable[..., MessageStore]
-                                                   ) -> None:
+def test_query_messages_compares_exact_store_times(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     base = now_ms() - 60_000
     first = put_at(store, Message(topic=TOPIC, body=b"0", keys=["k"]), base)
@@ -391,7 +408,8 @@ def test_query_messages_compares_exact_store_times(make_store: Callable[..., Mes
 
 
 def test_truncate_past_cuts_entries_at_and_after_the_commitlog_end(
-        make_rig: Callable[..., Rig]) -> None:
+    make_rig: Callable[..., Rig],
+) -> None:
     rig = make_rig(slots=8, max_index_num=5)
     base = now_ms()
     fill(rig, 12, base)  # offsets 0..1100, 18 entries, five files
@@ -418,7 +436,8 @@ def test_truncate_past_cuts_entries_at_and_after_the_commitlog_end(
 
 
 def test_load_after_a_crash_cuts_entries_newer_than_the_checkpoint(
-        make_rig: Callable[..., Rig]) -> None:
+    make_rig: Callable[..., Rig],
+) -> None:
     rig = make_rig(slots=8, max_index_num=5)
     base = 1_700_000_000_000
     fill(rig, 12, base)  # record n stored at base + n s
@@ -429,8 +448,7 @@ def test_load_after_a_crash_cuts_entries_newer_than_the_checkpoint(
     # Entry times are whole seconds: an entry of the checkpoint's own second may
     # be newer than the checkpoint, so it is cut too (re-dispatch restores it).
     for key in rig.keys():
-        assert rig.query(key) == rig.expected(
-            key, lambda i: i.store_ts + 999 <= checkpoint), key
+        assert rig.query(key) == rig.expected(key, lambda i: i.store_ts + 999 <= checkpoint), key
     assert len(rig.file_names()) < len(files_before)
     assert file_problems(rig) == []
     assert max(f.end_timestamp for f in rig.service.files) <= checkpoint
@@ -448,7 +466,8 @@ def test_a_clean_load_cuts_nothing(make_rig: Callable[..., Rig]) -> None:
 
 
 def test_crash_cut_drops_an_entry_stored_within_the_checkpoint_second(
-        make_rig: Callable[..., Rig]) -> None:
+    make_rig: Callable[..., Rig],
+) -> None:
     rig = make_rig(slots=8, max_index_num=50)
     base = 1_700_000_000_000
     for n in range(5):
@@ -493,11 +512,14 @@ def test_load_without_repair_leaves_a_zeroed_header_alone(tmp_path: Path) -> Non
 # --------------------------------------------------------------------------- damaged files
 
 
-@pytest.mark.parametrize("content", [
-    b"short",  # shorter than the header
-    bytes(HEADER_BYTES + 3),  # fits no slot/entry geometry
-    HEADER.pack(0, 0, 0, 0, 0, 10_000) + bytes(8 * 4 + 5 * 20),  # index_count past capacity
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"short",  # shorter than the header
+        bytes(HEADER_BYTES + 3),  # fits no slot/entry geometry
+        HEADER.pack(0, 0, 0, 0, 0, 10_000) + bytes(8 * 4 + 5 * 20),  # index_count past capacity
+    ],
+)
 def test_a_damaged_index_file_is_set_aside(make_rig: Callable[..., Rig], content: bytes) -> None:
     rig = make_rig(slots=8, max_index_num=5)
     base = now_ms()
@@ -508,7 +530,8 @@ def test_a_damaged_index_file_is_set_aside(make_rig: Callable[..., Rig], content
     (rig.index_dir / "README").write_bytes(b"not an index file")
     notes = rig.reopen()
     assert [n for n in notes if bad_name in n] == [
-        n for n in notes if "unusable" in n and n.endswith("set aside as .corrupt")]
+        n for n in notes if "unusable" in n and n.endswith("set aside as .corrupt")
+    ]
     assert len([n for n in notes if bad_name in n]) == 1
     assert (rig.index_dir / f"{bad_name}.corrupt").read_bytes() == content
     assert not (rig.index_dir / bad_name).exists()
@@ -546,16 +569,17 @@ def test_verify_entries_reports_a_garbled_slot_and_entry(make_rig: Callable[...,
     slot = key_hash(TOPIC, "k1") % 8
     patch(f.path, HEADER_BYTES + slot * SLOT_BYTES, struct.pack(">i", 999))
     problems = rig.service.verify_entries()
-    assert problems == [f"index {f.path.name}: slot {slot} points at entry 999 of "
-                        f"{f.entry_count}"]
+    assert problems == [f"index {f.path.name}: slot {slot} points at entry 999 of {f.entry_count}"]
     assert rig.query("k1") == []  # a slot past the entries is ignored, not followed
 
     entry_3_prev = HEADER_BYTES + 8 * SLOT_BYTES + 3 * ENTRY_BYTES + 16
     patch(f.path, entry_3_prev, struct.pack(">i", 3))  # points at itself
     problems = rig.service.verify_entries()
     assert len(problems) == 2 and "entry 3 is malformed" in problems[1]
-    slot_of_3 = ENTRY.unpack_from(f.path.read_bytes(),
-                                  HEADER_BYTES + 8 * SLOT_BYTES + 3 * ENTRY_BYTES)[0] % 8
+    slot_of_3 = (
+        ENTRY.unpack_from(f.path.read_bytes(), HEADER_BYTES + 8 * SLOT_BYTES + 3 * ENTRY_BYTES)[0]
+        % 8
+    )
     keys_in_slot = [k for k in rig.keys() if key_hash(TOPIC, k) % 8 == slot_of_3]
     for key in keys_in_slot:  # the chain walk stops at the loop instead of spinning
         assert set(rig.query(key)) <= set(rig.expected(key))

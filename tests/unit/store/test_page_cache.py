@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from boltmq.config import ConfigError
+from boltmq.kernel.config import ConfigError
 from services.store import Message, MessageStore, page_cache
 from services.store.mapped_file import PAGE_SIZE, MappedFile, file_name
 from services.store.mapped_file_queue import MappedFileQueue
@@ -74,8 +74,9 @@ def test_drop_cached_on_a_destroyed_file_does_nothing(tmp_path: Path) -> None:
     assert mf.drop_cached(0, 8 * PAGE_SIZE) == 0
 
 
-def filled_queue(tmp_path: Path, segments: int, segment_bytes: int = SEGMENT_BYTES
-                 ) -> MappedFileQueue:
+def filled_queue(
+    tmp_path: Path, segments: int, segment_bytes: int = SEGMENT_BYTES
+) -> MappedFileQueue:
     queue = MappedFileQueue(tmp_path / "commitlog", segment_bytes)
     for n in range(segments):
         mf = queue.create_file(n * segment_bytes)
@@ -123,7 +124,7 @@ def test_window_sweep_releases_pages_a_reader_brought_back(tmp_path: Path) -> No
     window = PageCacheWindow(queue, window_bytes=SEGMENT_BYTES, sweep_interval_s=0.0)
     window.release_behind(2 * SEGMENT_BYTES)
     first = queue.files[0]
-    bytes(first.view[:PAGE_SIZE * 4])  # a late reader faults four pages back in
+    bytes(first.view[: PAGE_SIZE * 4])  # a late reader faults four pages back in
     assert any(resident_pages(first.path))
 
     assert window.release_behind(2 * SEGMENT_BYTES) == SEGMENT_BYTES
@@ -148,22 +149,27 @@ def test_store_config_refuses_a_negative_window(tmp_path: Path) -> None:
         small_config(tmp_path, commitlog_page_cache_window_bytes=-4096)
 
 
-def released_store(make_store: Callable[..., MessageStore], topic: str
-                   ) -> tuple[MessageStore, list[bytes]]:
+def released_store(
+    make_store: Callable[..., MessageStore], topic: str
+) -> tuple[MessageStore, list[bytes]]:
     """A store of one-segment window holding 400 messages of ``topic`` (~300 KiB: five
     segments), once its flusher has released the first three; the store and the bodies."""
-    store = make_store(commitlog_page_cache_window_bytes=SEGMENT_BYTES,
-                       flush_interval_commitlog_ms=20)
+    store = make_store(
+        commitlog_page_cache_window_bytes=SEGMENT_BYTES, flush_interval_commitlog_ms=20
+    )
     bodies = [f"message-{i}|".encode() * 60 for i in range(400)]
     for body in bodies:
         store.put_message(Message(topic=topic, queue_id=0, body=body))
-    wait_until(lambda: store.commitlog.page_cache.released_to >= 3 * SEGMENT_BYTES,
-               "the flusher to release three segments")
+    wait_until(
+        lambda: store.commitlog.page_cache.released_to >= 3 * SEGMENT_BYTES,
+        "the flusher to release three segments",
+    )
     return store, bodies
 
 
 def test_store_releases_old_segments_and_still_serves_every_message(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store, bodies = released_store(make_store, "Window")
     window = store.commitlog.page_cache
     assert not any(resident_pages(store.commitlog.files.files[0].path))
@@ -175,8 +181,10 @@ def test_store_releases_old_segments_and_still_serves_every_message(
     # sweep still releases it again.
     assert any(resident_pages(store.commitlog.files.files[0].path))
     window.sweep_interval_s = 0.05
-    wait_until(lambda: not any(resident_pages(store.commitlog.files.files[0].path)),
-               "the sweep to release the pages the reads brought back")
+    wait_until(
+        lambda: not any(resident_pages(store.commitlog.files.files[0].path)),
+        "the sweep to release the pages the reads brought back",
+    )
 
 
 def test_read_ahead_brings_released_pages_back_without_touching_them(tmp_path: Path) -> None:
@@ -194,8 +202,9 @@ def test_read_ahead_brings_released_pages_back_without_touching_them(tmp_path: P
     assert mf.read_ahead(0, PAGE_SIZE) == 0
 
 
-def released_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kwargs: float
-                    ) -> tuple[MappedFileQueue, PageCacheWindow]:
+def released_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kwargs: float
+) -> tuple[MappedFileQueue, PageCacheWindow]:
     """Three segments, the first two released; reads ahead of four pages."""
     monkeypatch.setattr(page_cache, "READ_AHEAD_BYTES", 4 * PAGE_SIZE)
     queue = filled_queue(tmp_path, 3)
@@ -205,8 +214,9 @@ def released_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kwargs: f
     return queue, window
 
 
-def test_window_reads_ahead_of_a_read_behind_it(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_window_reads_ahead_of_a_read_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     queue, window = released_window(tmp_path, monkeypatch)
     first = queue.files[0]
 
@@ -218,8 +228,9 @@ def test_window_reads_ahead_of_a_read_behind_it(tmp_path: Path,
     queue.close()
 
 
-def test_window_asks_once_per_step_of_one_reader(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_window_asks_once_per_step_of_one_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     queue, window = released_window(tmp_path, monkeypatch)
     assert window.read_ahead(0, PAGE_SIZE) == 5 * PAGE_SIZE
     # The next read lies in what was asked for, with half a step to spare: nothing.
@@ -232,7 +243,8 @@ def test_window_asks_once_per_step_of_one_reader(tmp_path: Path,
 
 
 def test_window_reads_ahead_at_most_two_steps_of_a_sparse_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # One queue's records can lie far apart (the bytes between are other topics'):
     # a read from page 0 to page 40 asks for its first step and one more, not 44 pages.
     queue, window = released_window(tmp_path, monkeypatch)
@@ -247,8 +259,9 @@ def test_window_reads_ahead_at_most_two_steps_of_a_sparse_read(
     queue.close()
 
 
-def test_window_reads_ahead_only_what_it_released(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_window_reads_ahead_only_what_it_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     queue, window = released_window(tmp_path, monkeypatch)
     assert window.read_ahead(2 * SEGMENT_BYTES, 2 * SEGMENT_BYTES + PAGE_SIZE) == 0  # cached
     # The step past a read just behind the window ends at the window's start.
@@ -258,8 +271,9 @@ def test_window_reads_ahead_only_what_it_released(tmp_path: Path,
     queue.close()
 
 
-def test_window_sweep_forgets_what_was_read_ahead(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_window_sweep_forgets_what_was_read_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     queue, window = released_window(tmp_path, monkeypatch, sweep_interval_s=0.0)
     assert window.read_ahead(0, PAGE_SIZE) == 5 * PAGE_SIZE
     wait_until(lambda: all(resident_pages(queue.files[0].path)[:5]), "the read ahead")
@@ -273,7 +287,8 @@ def test_window_sweep_forgets_what_was_read_ahead(tmp_path: Path,
 
 @pytest.mark.parametrize("raw", [True, False], ids=["raw", "decoded"])
 def test_store_reads_ahead_of_a_read_behind_the_window(
-        make_store: Callable[..., MessageStore], raw: bool) -> None:
+    make_store: Callable[..., MessageStore], raw: bool
+) -> None:
     store, bodies = released_store(make_store, "Ahead")
     window = store.commitlog.page_cache
     asked: list[tuple[int, int, int]] = []
@@ -283,6 +298,7 @@ def test_store_reads_ahead_of_a_read_behind_the_window(
         got = read_ahead(offset, end)
         asked.append((offset, end, got))
         return got
+
     window.read_ahead = recording  # type: ignore[method-assign]
 
     got = store.get_messages("Ahead", 0, 0, 8, raw=raw)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boltmq.v1 import message_pb2, store_pb2
-from services.store.pull_wire import (
+from boltmq.wire.pull_answer import (
     PullAnswer,
     QueuesAnswer,
     answer_frame,
@@ -25,8 +25,14 @@ LENGTH_EDGES = (1, 127, 128, 16_383, 16_384, (1 << 21) - 1, 1 << 21, 4 << 20)
 
 
 def head(**fields: int) -> store_pb2.PullResponse:
-    return store_pb2.PullResponse(status=message_pb2.FOUND, next_begin_offset=7, min_offset=2,
-                                  max_offset=9, record_count=3, **fields)
+    return store_pb2.PullResponse(
+        status=message_pb2.FOUND,
+        next_begin_offset=7,
+        min_offset=2,
+        max_offset=9,
+        record_count=3,
+        **fields,
+    )
 
 
 def test_varint_is_protobufs_base_128_encoding() -> None:
@@ -42,11 +48,16 @@ def test_varint_is_protobufs_base_128_encoding() -> None:
 @pytest.mark.parametrize("length", LENGTH_EDGES)
 def test_records_of_every_length_width_parse_back(length: int) -> None:
     records = bytes(range(256)) * (length // 256) + b"r" * (length % 256)
-    encoded = encode_pull(head(), [records[:length // 2], memoryview(records)[length // 2:]])
+    encoded = encode_pull(head(), [records[: length // 2], memoryview(records)[length // 2 :]])
     parsed = store_pb2.PullResponse.FromString(encoded)
     assert parsed.records == records
-    assert (parsed.status, parsed.next_begin_offset, parsed.min_offset, parsed.max_offset,
-            parsed.record_count) == (message_pb2.FOUND, 7, 2, 9, 3)
+    assert (
+        parsed.status,
+        parsed.next_begin_offset,
+        parsed.min_offset,
+        parsed.max_offset,
+        parsed.record_count,
+    ) == (message_pb2.FOUND, 7, 2, 9, 3)
     # the same bytes protobuf writes for the whole message, head first then records
     whole = head()
     whole.records = records
@@ -62,9 +73,11 @@ def test_a_head_carrying_records_is_refused() -> None:
         encode_pull(head(records=b"x"), [b"y"])  # type: ignore[arg-type]
 
 
-@given(parts=st.lists(st.binary(max_size=300), max_size=8),
-       offset=st.integers(min_value=0, max_value=(1 << 63) - 1),
-       count=st.integers(min_value=0, max_value=(1 << 31) - 1))
+@given(
+    parts=st.lists(st.binary(max_size=300), max_size=8),
+    offset=st.integers(min_value=0, max_value=(1 << 63) - 1),
+    count=st.integers(min_value=0, max_value=(1 << 31) - 1),
+)
 def test_any_records_and_head_parse_back(parts: list[bytes], offset: int, count: int) -> None:
     answer = store_pb2.PullResponse(next_begin_offset=offset, record_count=count)
     parsed = store_pb2.PullResponse.FromString(encode_pull(answer, parts))
@@ -99,8 +112,12 @@ def test_split_records_sets_the_records_aside_as_a_view_of_the_bytes() -> None:
     response, found = split_records(encoded)
     assert isinstance(found, memoryview) and found.obj is encoded  # not a copy
     assert bytes(found) == records and response.records == b""
-    assert (response.status, response.next_begin_offset, response.max_offset,
-            response.record_count) == (message_pb2.FOUND, 7, 9, 3)
+    assert (
+        response.status,
+        response.next_begin_offset,
+        response.max_offset,
+        response.record_count,
+    ) == (message_pb2.FOUND, 7, 9, 3)
 
 
 def test_split_records_reads_any_field_order_and_a_suggestion_after_the_records() -> None:
@@ -120,32 +137,45 @@ def test_split_records_of_an_answer_without_records_is_an_empty_view() -> None:
     assert len(found) == 0 and response.max_offset == 9
 
 
-@pytest.mark.parametrize("encoded", [
-    b"\x08",  # a varint field's key, no value
-    b"\x08\xff\xff",  # a varint cut short
-    b"\x32\x05abc",  # records longer than the bytes left
-    b"\x3b",  # wire type 3 (a group's start)
-    b"\x0c",  # wire type 4
-    b"\x09\x00\x00",  # an 8-byte field cut short
-    b"\x08" + b"\xff" * 11,  # a varint of more than 10 bytes
-])
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        b"\x08",  # a varint field's key, no value
+        b"\x08\xff\xff",  # a varint cut short
+        b"\x32\x05abc",  # records longer than the bytes left
+        b"\x3b",  # wire type 3 (a group's start)
+        b"\x0c",  # wire type 4
+        b"\x09\x00\x00",  # an 8-byte field cut short
+        b"\x08" + b"\xff" * 11,  # a varint of more than 10 bytes
+    ],
+)
 def test_split_records_of_damaged_bytes_raises_decode_error(encoded: bytes) -> None:
     with pytest.raises(DecodeError):
         split_records(encoded)
 
 
 # ------------------------------------------------------------------ PullQueues answers
-@given(queues=st.lists(st.tuples(st.lists(st.binary(max_size=200), max_size=4),
-                                 st.integers(min_value=0, max_value=(1 << 40))),
-                       min_size=1, max_size=6))
+@given(
+    queues=st.lists(
+        st.tuples(
+            st.lists(st.binary(max_size=200), max_size=4),
+            st.integers(min_value=0, max_value=(1 << 40)),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_a_pull_queues_answer_parses_as_protobufs_message(
-        queues: list[tuple[list[bytes], int]]) -> None:
-    answers = [pull_parts(store_pb2.PullResponse(next_begin_offset=offset,
-                                                 record_count=len(parts)), parts)
-               for parts, offset in queues]
+    queues: list[tuple[list[bytes], int]],
+) -> None:
+    answers = [
+        pull_parts(store_pb2.PullResponse(next_begin_offset=offset, record_count=len(parts)), parts)
+        for parts, offset in queues
+    ]
     parsed = store_pb2.PullQueuesResponse.FromString(encode_pull_queues(answers))
-    assert [(a.records, a.next_begin_offset, a.record_count) for a in parsed.answers] == \
-        [(b"".join(parts), offset, len(parts)) for parts, offset in queues]
+    assert [(a.records, a.next_begin_offset, a.record_count) for a in parsed.answers] == [
+        (b"".join(parts), offset, len(parts)) for parts, offset in queues
+    ]
 
 
 def test_queues_answer_keeps_each_answer_and_appends_a_suggestion() -> None:
@@ -153,17 +183,22 @@ def test_queues_answer_keeps_each_answer_and_appends_a_suggestion() -> None:
     answer = QueuesAnswer.parse(encoded)
     assert [r.record_count for r in answer.responses] == [3, 3]
     assert [r.ByteSize() for r in answer.responses] == [
-        len(b"".join(pull_parts(head(), [b"xyz"]))), len(head().SerializeToString())]
+        len(b"".join(pull_parts(head(), [b"xyz"]))),
+        len(head().SerializeToString()),
+    ]
     answer.suggest(1)
     parsed = store_pb2.PullQueuesResponse.FromString(answer.encoded)
     assert parsed.suggest_broker_id == 1 and parsed.answers[0].records == b"xyz"
 
 
-@pytest.mark.parametrize("encoded", [
-    b"\x0a\x05ab",  # an answer longer than the bytes left
-    b"\x0a\x02\x08",  # an answer whose own varint field is cut
-    b"\x10",  # suggest_broker_id without its value
-])
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        b"\x0a\x05ab",  # an answer longer than the bytes left
+        b"\x0a\x02\x08",  # an answer whose own varint field is cut
+        b"\x10",  # suggest_broker_id without its value
+    ],
+)
 def test_damaged_pull_queues_answers_raise_decode_error(encoded: bytes) -> None:
     with pytest.raises(DecodeError):
         QueuesAnswer.parse(encoded)
@@ -175,12 +210,15 @@ def test_an_answer_is_framed_and_assembled_back_into_a_pull_queues_answer() -> N
     kept answers join into one PullQueuesResponse, in the order given."""
     store_answer = QueuesAnswer.parse(
         encode_pull_queues([pull_parts(head(), [b"abc", b"de"]), pull_parts(head(), [])])
-        + store_pb2.PullQueuesResponse(suggest_broker_id=1).SerializeToString())
+        + store_pb2.PullQueuesResponse(suggest_broker_id=1).SerializeToString()
+    )
     framed = store_answer.framed()
     assert [bytes(frame) for _, frame in framed] == [
-        bytes(frame) for frame in answer_frames(store_answer.encoded)]
-    kept = store_pb2.PullResponse(status=message_pb2.OFFSET_OVERFLOW_ONE, next_begin_offset=4,
-                                  min_offset=0, max_offset=4)
+        bytes(frame) for frame in answer_frames(store_answer.encoded)
+    ]
+    kept = store_pb2.PullResponse(
+        status=message_pb2.OFFSET_OVERFLOW_ONE, next_begin_offset=4, min_offset=0, max_offset=4
+    )
     assembled = QueuesAnswer.assemble([framed[1], (kept, answer_frame(kept)), framed[0]])
     parsed = store_pb2.PullQueuesResponse.FromString(assembled.encoded)
     assert list(parsed.answers) == [store_answer.responses[1], kept, store_answer.responses[0]]

@@ -21,8 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.store import GetStatus, Message, MessageStore, PutStatus
-from services.store.record import (
+from boltmq.wire.record import (
     MAGIC_BLANK,
     MAGIC_MESSAGE,
     MAGIC_MESSAGE_LONG_TOPIC,
@@ -46,12 +45,13 @@ from services.store.record import (
     parse_msg_id,
     tags_code,
 )
-from services.store.topic import (
+from boltmq.wire.topic import (
     InvalidSubscription,
     InvalidTopic,
     parse_subscription,
     validate_topic,
 )
+from services.store import GetStatus, Message, MessageStore, PutStatus
 
 MiB = 1024 * 1024
 STORE_PORT = 10911  # StoreConfig's default store port
@@ -74,12 +74,23 @@ def spec_properties(properties: dict[str, str]) -> bytes:
     return "".join(f"{k}\x01{v}\x02" for k, v in properties.items()).encode("utf-8")
 
 
-def spec_record(*, topic: str, body: bytes, properties_raw: bytes = b"", queue_id: int = 0,
-                flag: int = 0, queue_offset: int = 0, physical_offset: int = 0,
-                sys_flag: int = 0, born_timestamp: int = 0,
-                born: tuple[str, int] = ("127.0.0.1", 1), store_timestamp: int = 0,
-                store: tuple[str, int] = ("127.0.0.1", 2), reconsume_times: int = 0,
-                prepared_transaction_offset: int = 0) -> bytes:
+def spec_record(
+    *,
+    topic: str,
+    body: bytes,
+    properties_raw: bytes = b"",
+    queue_id: int = 0,
+    flag: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born: tuple[str, int] = ("127.0.0.1", 1),
+    store_timestamp: int = 0,
+    store: tuple[str, int] = ("127.0.0.1", 2),
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+) -> bytes:
     """A record laid out field by field from the DESIGN 4.2 table."""
     born_raw, store_raw = spec_host(*born), spec_host(*store)
     if len(born_raw) == 20:
@@ -91,24 +102,28 @@ def spec_record(*, topic: str, body: bytes, properties_raw: bytes = b"", queue_i
         magic, topic_field = 0xDAA320AB, struct.pack(">H", len(topic_raw)) + topic_raw
     else:
         magic, topic_field = 0xDAA320A7, struct.pack(">B", len(topic_raw)) + topic_raw
-    after_size = b"".join((
-        struct.pack(">I", magic),
-        struct.pack(">i", zlib.crc32(body) & 0x7FFFFFFF),
-        struct.pack(">i", queue_id),
-        struct.pack(">i", flag),
-        struct.pack(">q", queue_offset),
-        struct.pack(">q", physical_offset),
-        struct.pack(">i", sys_flag),
-        struct.pack(">q", born_timestamp),
-        born_raw,
-        struct.pack(">q", store_timestamp),
-        store_raw,
-        struct.pack(">i", reconsume_times),
-        struct.pack(">q", prepared_transaction_offset),
-        struct.pack(">i", len(body)), body,
-        topic_field,
-        struct.pack(">H", len(properties_raw)), properties_raw,
-    ))
+    after_size = b"".join(
+        (
+            struct.pack(">I", magic),
+            struct.pack(">i", zlib.crc32(body) & 0x7FFFFFFF),
+            struct.pack(">i", queue_id),
+            struct.pack(">i", flag),
+            struct.pack(">q", queue_offset),
+            struct.pack(">q", physical_offset),
+            struct.pack(">i", sys_flag),
+            struct.pack(">q", born_timestamp),
+            born_raw,
+            struct.pack(">q", store_timestamp),
+            store_raw,
+            struct.pack(">i", reconsume_times),
+            struct.pack(">q", prepared_transaction_offset),
+            struct.pack(">i", len(body)),
+            body,
+            topic_field,
+            struct.pack(">H", len(properties_raw)),
+            properties_raw,
+        )
+    )
     return struct.pack(">i", 4 + len(after_size)) + after_size
 
 
@@ -138,8 +153,9 @@ def decode_bytes(raw: bytes, pos: int = 0) -> RecordView:
 
 
 def sound_message(topic: str = "T", **fields: object) -> Message:
-    values: dict[str, object] = dict(topic=topic, body=b"payload", tags="TagA",
-                                     keys=["k1", "k2"], properties={"color": "blue"})
+    values: dict[str, object] = dict(
+        topic=topic, body=b"payload", tags="TagA", keys=["k1", "k2"], properties={"color": "blue"}
+    )
     values.update(fields)
     return Message(**values)  # type: ignore[arg-type]
 
@@ -147,14 +163,24 @@ def sound_message(topic: str = "T", **fields: object) -> Message:
 # --------------------------------------------------------------------------- layout
 
 
-def test_stored_bytes_follow_the_documented_layout(make_store: Callable[..., MessageStore]
-                                                   ) -> None:
+def test_stored_bytes_follow_the_documented_layout(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     store.put_message(Message(topic="Warmup", body=b"x"))  # the record under test is not at 0
-    msg = Message(topic="Orders", body=b"hello body", queue_id=3, tags="TagA", keys=["k1", "k2"],
-                  properties={"color": "blue"}, flag=77, sys_flag=SYS_FLAG_MULTI_TAGS,
-                  born_timestamp=1_700_000_000_123, born_host="10.1.2.3", born_port=4567,
-                  reconsume_times=5, prepared_transaction_offset=987)
+    msg = Message(
+        topic="Orders",
+        body=b"hello body",
+        queue_id=3,
+        tags="TagA",
+        keys=["k1", "k2"],
+        properties={"color": "blue"},
+        flag=77,
+        sys_flag=SYS_FLAG_MULTI_TAGS,
+        born_timestamp=1_700_000_000_123,
+        born_host="10.1.2.3",
+        born_port=4567,
+        reconsume_times=5,
+        prepared_transaction_offset=987,
+    )
     result = store.put_message(msg)
     assert result.status == PutStatus.PUT_OK
     raw = stored_bytes(store, result.commitlog_offset, result.wrote_bytes)
@@ -162,36 +188,58 @@ def test_stored_bytes_follow_the_documented_layout(make_store: Callable[..., Mes
     topic_field_at = IPV4_HEAD_BYTES + len(msg.body)
     props_len_at = topic_field_at + 1 + len("Orders")
     (props_len,) = struct.unpack_from(">H", raw, props_len_at)
-    props_raw = raw[props_len_at + 2:]
+    props_raw = raw[props_len_at + 2 :]
     assert len(props_raw) == props_len
     assert split_properties(props_raw) == {"color": "blue", "TAGS": "TagA", "KEYS": "k1 k2"}
     expected = spec_record(
-        topic="Orders", body=msg.body, properties_raw=props_raw, queue_id=3, flag=77,
-        queue_offset=result.queue_offset, physical_offset=result.commitlog_offset,
-        sys_flag=SYS_FLAG_MULTI_TAGS, born_timestamp=1_700_000_000_123,
-        born=("10.1.2.3", 4567), store_timestamp=result.store_timestamp,
-        store=("127.0.0.1", STORE_PORT), reconsume_times=5, prepared_transaction_offset=987)
+        topic="Orders",
+        body=msg.body,
+        properties_raw=props_raw,
+        queue_id=3,
+        flag=77,
+        queue_offset=result.queue_offset,
+        physical_offset=result.commitlog_offset,
+        sys_flag=SYS_FLAG_MULTI_TAGS,
+        born_timestamp=1_700_000_000_123,
+        born=("10.1.2.3", 4567),
+        store_timestamp=result.store_timestamp,
+        store=("127.0.0.1", STORE_PORT),
+        reconsume_times=5,
+        prepared_transaction_offset=987,
+    )
     assert raw == expected
     assert result.wrote_bytes == 91 + len(msg.body) + len("Orders") + props_len
 
 
 @pytest.mark.parametrize("born_host", ["10.0.0.7", "2001:db8::7"])
 @pytest.mark.parametrize("store_host", ["127.0.0.1", "::1"])
-def test_every_field_round_trips(make_store: Callable[..., MessageStore], born_host: str,
-                                 store_host: str) -> None:
+def test_every_field_round_trips(
+    make_store: Callable[..., MessageStore], born_host: str, store_host: str
+) -> None:
     store = make_store(store_host=store_host, store_port=9876)
     # The caller's host bits are wrong on purpose: the store derives them from the hosts.
     user_bits = SYS_FLAG_COMPRESSED | SYS_FLAG_MULTI_TAGS | SYS_FLAG_TRANSACTION_COMMIT
-    msg = sound_message("Rt", body=b"\x00\x01body\xff", queue_id=2, flag=-5,
-                        sys_flag=user_bits | SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6,
-                        born_timestamp=1_600_000_000_999, born_host=born_host, born_port=1234,
-                        reconsume_times=3, prepared_transaction_offset=42,
-                        properties={"color": "blue", "UNIQ_KEY": "U1"})
+    msg = sound_message(
+        "Rt",
+        body=b"\x00\x01body\xff",
+        queue_id=2,
+        flag=-5,
+        sys_flag=user_bits | SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6,
+        born_timestamp=1_600_000_000_999,
+        born_host=born_host,
+        born_port=1234,
+        reconsume_times=3,
+        prepared_transaction_offset=42,
+        properties={"color": "blue", "UNIQ_KEY": "U1"},
+    )
     result = store.put_message(msg)
     assert result.status == PutStatus.PUT_OK
     born_v6, store_v6 = ":" in born_host, ":" in store_host
-    expected_flags = user_bits | (SYS_FLAG_BORN_HOST_V6 if born_v6 else 0) | (
-        SYS_FLAG_STORE_HOST_V6 if store_v6 else 0)
+    expected_flags = (
+        user_bits
+        | (SYS_FLAG_BORN_HOST_V6 if born_v6 else 0)
+        | (SYS_FLAG_STORE_HOST_V6 if store_v6 else 0)
+    )
     head_bytes = IPV4_HEAD_BYTES + (12 if born_v6 else 0) + (12 if store_v6 else 0)
 
     got = store.get_messages("Rt", 2, 0, 1)
@@ -209,15 +257,18 @@ def test_every_field_round_trips(make_store: Callable[..., MessageStore], born_h
         assert record.born_timestamp == 1_600_000_000_999
         assert record.store_timestamp == result.store_timestamp
         assert record.born_host == (f"[{born_host}]:1234" if born_v6 else f"{born_host}:1234")
-        assert record.store_host == (f"[{store_host}]:9876" if store_v6 else
-                                     f"{store_host}:9876")
+        assert record.store_host == (f"[{store_host}]:9876" if store_v6 else f"{store_host}:9876")
         assert decode_host(record.born_host_raw) == (born_host, 1234)
         assert len(record.born_host_raw) == (20 if born_v6 else 8)
         assert len(record.store_host_raw) == (20 if store_v6 else 8)
         assert (record.reconsume_times, record.prepared_transaction_offset) == (3, 42)
         assert record.tags == "TagA" and record.keys == ["k1", "k2"]
-        assert record.properties == {"color": "blue", "UNIQ_KEY": "U1", "TAGS": "TagA",
-                                     "KEYS": "k1 k2"}
+        assert record.properties == {
+            "color": "blue",
+            "UNIQ_KEY": "U1",
+            "TAGS": "TagA",
+            "KEYS": "k1 k2",
+        }
         assert record.total_size == result.wrote_bytes
         assert record.msg_id == result.msg_id
     assert len(result.msg_id) == (56 if store_v6 else 32)
@@ -225,7 +276,7 @@ def test_every_field_round_trips(make_store: Callable[..., MessageStore], born_h
     (sys_flag,) = struct.unpack_from(">i", raw, 36)
     assert sys_flag == expected_flags
     (body_len,) = struct.unpack_from(">i", raw, head_bytes - 4)
-    assert raw[head_bytes:head_bytes + body_len] == msg.body
+    assert raw[head_bytes : head_bytes + body_len] == msg.body
 
 
 def test_host_fields_are_address_bytes_then_port() -> None:
@@ -233,8 +284,12 @@ def test_host_fields_are_address_bytes_then_port() -> None:
     v6 = encode_host("2001:db8::1", 7)
     assert len(v6) == 20 and v6[:4] == bytes.fromhex("20010db8") and v6[-4:] == b"\0\0\0\x07"
     assert decode_host(v6) == ("2001:db8::1", 7)
-    for bad_host, port in (("example.com", 1), ("1.2.3", 1), ("127.0.0.1", -1),
-                           ("127.0.0.1", 2**31)):
+    for bad_host, port in (
+        ("example.com", 1),
+        ("1.2.3", 1),
+        ("127.0.0.1", -1),
+        ("127.0.0.1", 2**31),
+    ):
         with pytest.raises(InvalidMessage):
             encode_host(bad_host, port)
 
@@ -272,8 +327,9 @@ def test_long_topic_record_decodes(topic_bytes: int) -> None:
 def test_store_refuses_topics_beyond_127_bytes(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     assert store.put_message(Message(topic="t" * 127, body=b"x")).status == PutStatus.PUT_OK
-    assert store.put_message(Message(topic="t" * 128, body=b"x")).status == \
-        PutStatus.MESSAGE_ILLEGAL
+    assert (
+        store.put_message(Message(topic="t" * 128, body=b"x")).status == PutStatus.MESSAGE_ILLEGAL
+    )
 
 
 # --------------------------------------------------------------------------- bodies and CRC
@@ -327,12 +383,18 @@ def test_a_body_that_does_not_match_its_crc_is_corrupt() -> None:
 # --------------------------------------------------------------------------- unicode
 
 
-def test_unicode_tags_keys_and_properties_round_trip(make_store: Callable[..., MessageStore]
-                                                     ) -> None:
+def test_unicode_tags_keys_and_properties_round_trip(
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     tag = "标签-A🎯"
-    msg = Message(topic="Uni", body="тело".encode(), tags=tag, keys=["ключ", "🔑key"],
-                  properties={"émoji": "😀 ok"})
+    msg = Message(
+        topic="Uni",
+        body="тело".encode(),
+        tags=tag,
+        keys=["ключ", "🔑key"],
+        properties={"émoji": "😀 ok"},
+    )
     result = store.put_message(msg)
     assert result.status == PutStatus.PUT_OK
     other = store.put_message(Message(topic="Uni", body=b"other", tags="plain"))
@@ -356,16 +418,19 @@ def test_unicode_tags_keys_and_properties_round_trip(make_store: Callable[..., M
 # --------------------------------------------------------------------------- java hash
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("", 0),
-    ("a", 97),
-    ("abc", 96354),
-    ("hello", 99162322),
-    ("Aa", 2112),
-    ("BB", 2112),
-    ("polygenelubricants", INT32_MIN),  # the well-known Integer.MIN_VALUE string
-    ("TagA", ((84 * 31 + 97) * 31 + 103) * 31 + 65),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("a", 97),
+        ("abc", 96354),
+        ("hello", 99162322),
+        ("Aa", 2112),
+        ("BB", 2112),
+        ("polygenelubricants", INT32_MIN),  # the well-known Integer.MIN_VALUE string
+        ("TagA", ((84 * 31 + 97) * 31 + 103) * 31 + 65),
+    ],
+)
 def test_java_string_hash_known_values(text: str, expected: int) -> None:
     assert java_string_hash(text) == expected
 
@@ -374,7 +439,7 @@ def test_java_string_hash_counts_a_surrogate_pair_as_two_units() -> None:
     # U+1F511 is D83D DD11 in UTF-16.
     assert java_string_hash("🔑") == 31 * 0xD83D + 0xDD11
     assert java_string_hash("a🔑") == (97 * 31 + 0xD83D) * 31 + 0xDD11
-    assert java_string_hash("\U0001F511") == java_hash_reference("\ud83d\udd11")
+    assert java_string_hash("\U0001f511") == java_hash_reference("\ud83d\udd11")
 
 
 @settings(max_examples=300, deadline=None)
@@ -394,7 +459,8 @@ def test_tags_code_is_zero_without_tags() -> None:
 
 
 def test_msg_id_is_store_host_port_and_offset_in_uppercase_hex(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     results = [store.put_message(Message(topic="Id", body=b"x" * 300)) for _ in range(3)]
     for result in results:
@@ -420,10 +486,14 @@ def test_ipv6_msg_id_has_56_characters(make_store: Callable[..., MessageStore]) 
 
 
 @settings(max_examples=200, deadline=None)
-@given(address=st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)),
-       port=st.integers(0, 2**31 - 1), offset=st.integers(0, 2**63 - 1))
-def test_msg_id_round_trips(address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int,
-                            offset: int) -> None:
+@given(
+    address=st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)),
+    port=st.integers(0, 2**31 - 1),
+    offset=st.integers(0, 2**63 - 1),
+)
+def test_msg_id_round_trips(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int, offset: int
+) -> None:
     msg_id = make_msg_id(encode_host(str(address), port), offset)
     assert len(msg_id) == (32 if address.version == 4 else 56)
     assert msg_id == msg_id.upper()
@@ -433,18 +503,21 @@ def test_msg_id_round_trips(address: ipaddress.IPv4Address | ipaddress.IPv6Addre
 VALID_V4_ID = f"7F000001{STORE_PORT:08X}{16:016X}"
 
 
-@pytest.mark.parametrize("msg_id", [
-    "",
-    "7F000001",
-    VALID_V4_ID[:-1],
-    VALID_V4_ID + "0",
-    "G" * 32,
-    "7F00000100002A9F000000000000001Z",
-    "é" * 32,
-    "0x" + VALID_V4_ID[2:],
-    VALID_V4_ID + " " * 24,  # 56 characters, but only an IPv4 id's worth of hex
-    VALID_V4_ID[:8] + " " + VALID_V4_ID[9:],  # 32 characters with a space in them
-])
+@pytest.mark.parametrize(
+    "msg_id",
+    [
+        "",
+        "7F000001",
+        VALID_V4_ID[:-1],
+        VALID_V4_ID + "0",
+        "G" * 32,
+        "7F00000100002A9F000000000000001Z",
+        "é" * 32,
+        "0x" + VALID_V4_ID[2:],
+        VALID_V4_ID + " " * 24,  # 56 characters, but only an IPv4 id's worth of hex
+        VALID_V4_ID[:8] + " " + VALID_V4_ID[9:],  # 32 characters with a space in them
+    ],
+)
 def test_malformed_msg_ids_raise_value_error(msg_id: str) -> None:
     with pytest.raises(ValueError):
         parse_msg_id(msg_id)
@@ -469,13 +542,16 @@ def test_properties_encoding_is_key_sep_value_sep() -> None:
     assert decode_properties(b"a\x01x\x01y\x02") == {"a": "x\x01y"}
 
 
-@pytest.mark.parametrize("properties", [
-    {"": "v"},
-    {"a\x01": "v"},
-    {"a": "v\x02"},
-    {"a": "v\x01w"},
-    {"a": 1},
-])
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"": "v"},
+        {"a\x01": "v"},
+        {"a": "v\x02"},
+        {"a": "v\x01w"},
+        {"a": 1},
+    ],
+)
 def test_properties_that_cannot_be_encoded(properties: dict[str, object]) -> None:
     with pytest.raises(InvalidMessage):
         encode_properties(properties)  # type: ignore[arg-type]
@@ -487,8 +563,9 @@ def test_malformed_properties_are_corrupt(raw: bytes) -> None:
         decode_properties(raw)
 
 
-_PROPERTY_TEXT = st.text(st.characters(blacklist_characters="\x01\x02",
-                                       blacklist_categories=("Cs",)), max_size=20)
+_PROPERTY_TEXT = st.text(
+    st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -499,17 +576,19 @@ def test_properties_round_trip(properties: dict[str, str]) -> None:
     assert decode_properties(raw) == properties
 
 
-def test_oversized_properties_and_bad_keys_are_refused(make_store: Callable[..., MessageStore]
-                                                       ) -> None:
+def test_oversized_properties_and_bad_keys_are_refused(
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     fits = {"p": "v" * (32767 - len("p\x01\x02"))}
     assert store.put_message(Message(topic="P", properties=fits)).status == PutStatus.PUT_OK
     too_big = {"p": "v" * (32768 - len("p\x01\x02"))}
-    assert store.put_message(Message(topic="P", properties=too_big)).status == \
-        PutStatus.PROPERTIES_SIZE_EXCEEDED
+    assert (
+        store.put_message(Message(topic="P", properties=too_big)).status
+        == PutStatus.PROPERTIES_SIZE_EXCEEDED
+    )
     for keys in (["has space"], [""]):
-        assert store.put_message(Message(topic="P", keys=keys)).status == \
-            PutStatus.MESSAGE_ILLEGAL
+        assert store.put_message(Message(topic="P", keys=keys)).status == PutStatus.MESSAGE_ILLEGAL
     assert store.max_offset("P", 0) == 1
 
 
@@ -518,9 +597,21 @@ def test_oversized_properties_and_bad_keys_are_refused(make_store: Callable[...,
 
 def _touch_everything(record: RecordView) -> None:
     """Read every decoded field; parsing failures may only be CorruptRecord."""
-    for name in ("total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
-                 "commitlog_offset", "sys_flag", "born_timestamp", "store_timestamp",
-                 "reconsume_times", "prepared_transaction_offset", "topic"):
+    for name in (
+        "total_size",
+        "magic",
+        "body_crc",
+        "queue_id",
+        "flag",
+        "queue_offset",
+        "commitlog_offset",
+        "sys_flag",
+        "born_timestamp",
+        "store_timestamp",
+        "reconsume_times",
+        "prepared_transaction_offset",
+        "topic",
+    ):
         getattr(record, name)
     record.body_bytes()
     record.born_host, record.store_host, record.msg_id  # noqa: B018
@@ -538,31 +629,45 @@ def _decode_or_corrupt(raw: bytes, pos: int, check_crc: bool) -> RecordView | No
 
 @settings(max_examples=GARBAGE_EXAMPLES, deadline=None)
 @given(raw=st.binary(max_size=400), pos=st.integers(-4, 420), check_crc=st.booleans())
-def test_garbage_bytes_only_ever_raise_corrupt_record(raw: bytes, pos: int,
-                                                      check_crc: bool) -> None:
+def test_garbage_bytes_only_ever_raise_corrupt_record(
+    raw: bytes, pos: int, check_crc: bool
+) -> None:
     record = _decode_or_corrupt(raw, pos, check_crc)
     if record is not None:
         assert 0 <= pos and pos + record.total_size <= len(raw)
 
 
 _SOUND_RECORDS = [
-    spec_record(topic="T", body=b"0123456789", properties_raw=spec_properties(
-        {"TAGS": "a", "KEYS": "k1 k2"}), physical_offset=64),
-    spec_record(topic="L" * 200, body=b"", born=("::1", 5), store=("2001:db8::2", 6),
-                properties_raw=spec_properties({"p": "q"})),
+    spec_record(
+        topic="T",
+        body=b"0123456789",
+        properties_raw=spec_properties({"TAGS": "a", "KEYS": "k1 k2"}),
+        physical_offset=64,
+    ),
+    spec_record(
+        topic="L" * 200,
+        body=b"",
+        born=("::1", 5),
+        store=("2001:db8::2", 6),
+        properties_raw=spec_properties({"p": "q"}),
+    ),
 ]
 
 
 @settings(max_examples=MUTATION_EXAMPLES, deadline=None)
-@given(which=st.sampled_from(range(len(_SOUND_RECORDS))),
-       edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
-       cut=st.integers(0, 10_000), check_crc=st.booleans())
-def test_damaged_records_only_ever_raise_corrupt_record(which: int, edits: list[tuple[int, int]],
-                                                        cut: int, check_crc: bool) -> None:
+@given(
+    which=st.sampled_from(range(len(_SOUND_RECORDS))),
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+    cut=st.integers(0, 10_000),
+    check_crc=st.booleans(),
+)
+def test_damaged_records_only_ever_raise_corrupt_record(
+    which: int, edits: list[tuple[int, int]], cut: int, check_crc: bool
+) -> None:
     raw = bytearray(_SOUND_RECORDS[which])
     for position, value in edits:
         raw[position % len(raw)] = value
-    damaged = bytes(raw[:max(1, len(raw) - cut % 40)])
+    damaged = bytes(raw[: max(1, len(raw) - cut % 40)])
     record = _decode_or_corrupt(damaged, 0, check_crc)
     if record is not None:
         assert record.total_size <= len(damaged)
@@ -587,10 +692,27 @@ def test_valid_topics(topic: str) -> None:
     assert validate_topic(topic) == topic
 
 
-@pytest.mark.parametrize("topic", [
-    "", ".", "..", "/", "a/b", "../etc", "a.b", "t" * 128, "a b", "é", "a\x00b", "a\tb",
-    "\x7f", "abc\n", "abc\r", "\nabc",
-])
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "",
+        ".",
+        "..",
+        "/",
+        "a/b",
+        "../etc",
+        "a.b",
+        "t" * 128,
+        "a b",
+        "é",
+        "a\x00b",
+        "a\tb",
+        "\x7f",
+        "abc\n",
+        "abc\r",
+        "\nabc",
+    ],
+)
 def test_invalid_topics(topic: str) -> None:
     with pytest.raises(InvalidTopic):
         validate_topic(topic)
@@ -604,7 +726,8 @@ def test_non_string_topics(topic: object) -> None:
 
 @pytest.mark.parametrize("topic", ["..", "a/b", "abc\n"])
 def test_store_never_makes_a_directory_for_a_bad_topic(
-        make_store: Callable[..., MessageStore], tmp_path: Path, topic: str) -> None:
+    make_store: Callable[..., MessageStore], tmp_path: Path, topic: str
+) -> None:
     store = make_store()
     assert store.put_message(Message(topic=topic, body=b"x")).status == PutStatus.MESSAGE_ILLEGAL
     store.wait_dispatched()

@@ -11,8 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from services.store import MessageStore
-from services.store.record import (
+from boltmq.wire.record import (
     BODY_CRC_OFFSET,
     MAGIC_OFFSET,
     SYS_FLAG_BORN_HOST_V6,
@@ -22,13 +21,14 @@ from services.store.record import (
     InvalidMessage,
     decode_record,
 )
-from services.store.record_batch import (
+from boltmq.wire.record_batch import (
     RAW_HEAD,
     MalformedBatch,
     RecordBatch,
     encode_send_record,
     frame_records,
 )
+from services.store import MessageStore
 from services.store.status import PutStatus
 
 TOPIC = "Orders"
@@ -70,22 +70,31 @@ def stored_bodies(store: MessageStore, queue_id: int = 1) -> list[bytes]:
 
 
 def test_a_send_record_decodes_with_every_field_the_sender_set() -> None:
-    raw = record(b"body", tags="A", keys=["k1", "k2"], properties={"p": "v"}, flag=7,
-                 born_timestamp_ms=1234)
+    raw = record(
+        b"body", tags="A", keys=["k1", "k2"], properties={"p": "v"}, flag=7, born_timestamp_ms=1234
+    )
     view = decode_record(memoryview(raw), 0, check_crc=True)
-    assert (view.topic, bytes(view.body), view.tags, view.keys, view.flag,
-            view.born_timestamp) == (TOPIC, b"body", "A", ["k1", "k2"], 7, 1234)
+    assert (view.topic, bytes(view.body), view.tags, view.keys, view.flag, view.born_timestamp) == (
+        TOPIC,
+        b"body",
+        "A",
+        ["k1", "k2"],
+        7,
+        1234,
+    )
     assert view.properties["p"] == "v"
     assert view.total_size == len(raw)
 
 
-@pytest.mark.parametrize("fields, reason", [
-    (dict(properties={"a\x01": "b"}), "separator"),
-    (dict(keys=["has space"]), "key"),
-    (dict(properties={"big": "v" * 40_000}), "at most 32767"),
-])
-def test_the_encoder_refuses_what_no_store_accepts(fields: dict[str, object],
-                                                   reason: str) -> None:
+@pytest.mark.parametrize(
+    "fields, reason",
+    [
+        (dict(properties={"a\x01": "b"}), "separator"),
+        (dict(keys=["has space"]), "key"),
+        (dict(properties={"big": "v" * 40_000}), "at most 32767"),
+    ],
+)
+def test_the_encoder_refuses_what_no_store_accepts(fields: dict[str, object], reason: str) -> None:
     with pytest.raises(InvalidMessage, match=reason):
         record(**fields)  # type: ignore[arg-type]
 
@@ -106,11 +115,14 @@ def test_framing_names_the_record_where_the_sizes_break() -> None:
 # ------------------------------------------------------------------ the store
 
 
-def test_a_raw_batch_is_stored_with_offsets_hosts_and_time_patched(make_store: MakeStore
-                                                                   ) -> None:
+def test_a_raw_batch_is_stored_with_offsets_hosts_and_time_patched(make_store: MakeStore) -> None:
     store = make_store()
-    results = store.put_messages(batch(record(b"a", tags="T1", keys=["k"]), record(b"b"),
-                                       record(b"c", born_timestamp_ms=99)), ("10.1.2.3", 4567))
+    results = store.put_messages(
+        batch(
+            record(b"a", tags="T1", keys=["k"]), record(b"b"), record(b"c", born_timestamp_ms=99)
+        ),
+        ("10.1.2.3", 4567),
+    )
     assert [r.status for r in results] == [PutStatus.PUT_OK] * 3
     assert [r.queue_offset for r in results] == [0, 1, 2]
     assert stored_bodies(store) == [b"a", b"b", b"c"]
@@ -118,7 +130,10 @@ def test_a_raw_batch_is_stored_with_offsets_hosts_and_time_patched(make_store: M
         view = store.look_message(result.commitlog_offset)
         assert view is not None
         assert (view.commitlog_offset, view.queue_offset, view.queue_id) == (
-            result.commitlog_offset, result.queue_offset, 1)
+            result.commitlog_offset,
+            result.queue_offset,
+            1,
+        )
         assert view.born_host == "10.1.2.3:4567"
         assert view.store_host == f"{store.config.store_host}:{store.config.store_port}"
         assert view.store_timestamp == result.store_timestamp
@@ -141,27 +156,41 @@ def bad_records() -> dict[str, tuple[bytes, PutStatus, str]]:
         "bad crc": (bytes(flipped), PutStatus.MESSAGE_ILLEGAL, "CRC"),
         "crc field": (patched(good, BODY_CRC_OFFSET, 1), PutStatus.MESSAGE_ILLEGAL, "CRC"),
         "other topic": (record(b"x", topic="Other"), PutStatus.MESSAGE_ILLEGAL, "topic"),
-        "oversize body": (record(b"x" * (48 * 1024 + 1)), PutStatus.MESSAGE_ILLEGAL,
-                          "body is"),
+        "oversize body": (record(b"x" * (48 * 1024 + 1)), PutStatus.MESSAGE_ILLEGAL, "body is"),
         "empty body": (record(b""), PutStatus.MESSAGE_ILLEGAL, "body is 0"),
-        "oversize properties": (with_properties_length(good, 40_000),
-                                PutStatus.PROPERTIES_SIZE_EXCEEDED, "at most 32767"),
-        "bad magic": (patched(good, MAGIC_OFFSET, 0x12345678), PutStatus.MESSAGE_ILLEGAL,
-                      "magic"),
-        "ipv6 layout": (patched(good, SYS_FLAG_OFFSET, SYS_FLAG_BORN_HOST_V6),
-                        PutStatus.MESSAGE_ILLEGAL, "placeholder"),
-        "broken properties": (with_properties_length(good, 3), PutStatus.MESSAGE_ILLEGAL,
-                              "separator"),
-        "negative body length": (patched(good, RAW_HEAD.size - 4, -5),
-                                 PutStatus.MESSAGE_ILLEGAL, "body is"),
-        "sections overrun": (patched(good, RAW_HEAD.size - 4, 200), PutStatus.MESSAGE_ILLEGAL,
-                             "room"),
+        "oversize properties": (
+            with_properties_length(good, 40_000),
+            PutStatus.PROPERTIES_SIZE_EXCEEDED,
+            "at most 32767",
+        ),
+        "bad magic": (patched(good, MAGIC_OFFSET, 0x12345678), PutStatus.MESSAGE_ILLEGAL, "magic"),
+        "ipv6 layout": (
+            patched(good, SYS_FLAG_OFFSET, SYS_FLAG_BORN_HOST_V6),
+            PutStatus.MESSAGE_ILLEGAL,
+            "placeholder",
+        ),
+        "broken properties": (
+            with_properties_length(good, 3),
+            PutStatus.MESSAGE_ILLEGAL,
+            "separator",
+        ),
+        "negative body length": (
+            patched(good, RAW_HEAD.size - 4, -5),
+            PutStatus.MESSAGE_ILLEGAL,
+            "body is",
+        ),
+        "sections overrun": (
+            patched(good, RAW_HEAD.size - 4, 200),
+            PutStatus.MESSAGE_ILLEGAL,
+            "room",
+        ),
     }
 
 
 @pytest.mark.parametrize("case", sorted(bad_records()))
-def test_a_bad_record_is_refused_alone_and_nothing_of_it_lands(make_store: MakeStore,
-                                                               case: str) -> None:
+def test_a_bad_record_is_refused_alone_and_nothing_of_it_lands(
+    make_store: MakeStore, case: str
+) -> None:
     bad, status, reason = bad_records()[case]
     store = make_store()
     results = store.put_messages(batch(record(b"before"), bad, record(b"after")))
@@ -173,22 +202,27 @@ def test_a_bad_record_is_refused_alone_and_nothing_of_it_lands(make_store: MakeS
     assert store.verify() == []
 
 
-def test_a_batch_whose_records_cannot_be_told_apart_stores_nothing(make_store: MakeStore
-                                                                  ) -> None:
+def test_a_batch_whose_records_cannot_be_told_apart_stores_nothing(make_store: MakeStore) -> None:
     store = make_store()
     good = record(b"ok")
-    for records, count in ((good + patched(good, TOTAL_SIZE_OFFSET, 5), 2),
-                           (good + good[:-1], 2), (good + good, 3), (good + good + b"!", 2)):
+    for records, count in (
+        (good + patched(good, TOTAL_SIZE_OFFSET, 5), 2),
+        (good + good[:-1], 2),
+        (good + good, 3),
+        (good + good + b"!", 2),
+    ):
         results = store.put_messages(RecordBatch(records, count, TOPIC, 1))
         assert [r.status for r in results] == [PutStatus.MESSAGE_ILLEGAL] * count
         assert all("records" in r.error for r in results)
     assert store.commitlog.max_offset == 0
 
 
-@pytest.mark.parametrize("topic, queue_id, reason", [
-    ("bad/topic", 0, "topic"), (TOPIC, 100_000, "queue_id")])
-def test_a_bad_topic_or_queue_refuses_the_whole_batch(make_store: MakeStore, topic: str,
-                                                      queue_id: int, reason: str) -> None:
+@pytest.mark.parametrize(
+    "topic, queue_id, reason", [("bad/topic", 0, "topic"), (TOPIC, 100_000, "queue_id")]
+)
+def test_a_bad_topic_or_queue_refuses_the_whole_batch(
+    make_store: MakeStore, topic: str, queue_id: int, reason: str
+) -> None:
     store = make_store()
     results = store.put_messages(RecordBatch(record(topic=topic), 1, topic, queue_id))
     assert results[0].status is PutStatus.MESSAGE_ILLEGAL and reason in results[0].error
@@ -196,8 +230,11 @@ def test_a_bad_topic_or_queue_refuses_the_whole_batch(make_store: MakeStore, top
 
 
 # The cleaner must not delete the first segment under a busy shared disk while we look.
-ROOMY_DISK = dict(disk_max_used_space_ratio=100, disk_space_clean_forcibly_ratio=100,
-                  disk_space_warning_level_ratio=100)
+ROOMY_DISK = dict(
+    disk_max_used_space_ratio=100,
+    disk_space_clean_forcibly_ratio=100,
+    disk_space_warning_level_ratio=100,
+)
 
 
 def test_raw_records_cross_segments_and_survive_a_restart(make_store: MakeStore) -> None:
@@ -217,8 +254,7 @@ def test_raw_records_cross_segments_and_survive_a_restart(make_store: MakeStore)
     assert [m.queue_offset for m in got.messages] == list(range(40))
 
 
-def test_prepared_transaction_records_are_stored_but_not_queued(make_store: MakeStore
-                                                                ) -> None:
+def test_prepared_transaction_records_are_stored_but_not_queued(make_store: MakeStore) -> None:
     store = make_store()
     prepared = patched(record(b"tx"), SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_PREPARED)
     results = store.put_messages(batch(prepared, record(b"plain")))
@@ -230,10 +266,14 @@ def test_prepared_transaction_records_are_stored_but_not_queued(make_store: Make
 
 def test_an_ipv6_producer_gets_its_records_re_encoded(make_store: MakeStore) -> None:
     store = make_store()
-    results = store.put_messages(batch(record(b"six", tags="A"), record(b"x", topic="Other"),
-                                       record(b"seven")), ("::1", 9))
-    assert [r.status for r in results] == [PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL,
-                                           PutStatus.PUT_OK]
+    results = store.put_messages(
+        batch(record(b"six", tags="A"), record(b"x", topic="Other"), record(b"seven")), ("::1", 9)
+    )
+    assert [r.status for r in results] == [
+        PutStatus.PUT_OK,
+        PutStatus.MESSAGE_ILLEGAL,
+        PutStatus.PUT_OK,
+    ]
     view = store.look_message(results[0].commitlog_offset)
     assert view is not None
     assert (view.born_host, view.tags, bytes(view.body)) == ("[::1]:9", "A", b"six")
@@ -248,8 +288,9 @@ def test_a_stopped_store_refuses_a_raw_batch(make_store: MakeStore) -> None:
     assert [r.status for r in results] == [PutStatus.SERVICE_NOT_AVAILABLE] * 2
 
 
-def test_raw_batch_results_carry_a_flush_timeout_to_every_stored_record(make_store: MakeStore
-                                                                        ) -> None:
+def test_raw_batch_results_carry_a_flush_timeout_to_every_stored_record(
+    make_store: MakeStore,
+) -> None:
     """A raw batch's results are kept as columns (StoredRun); a timeout marks each stored
     record, refused ones keep their own status, and every field still reads per record."""
     store = make_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=0)
@@ -258,9 +299,11 @@ def test_raw_batch_results_carry_a_flush_timeout_to_every_stored_record(make_sto
         results = store.put_messages(batch(record(b"a"), bad, record(b"b")))
         if results[0].status is PutStatus.FLUSH_DISK_TIMEOUT:
             break
-    assert [r.status for r in results] == [PutStatus.FLUSH_DISK_TIMEOUT,
-                                           PutStatus.MESSAGE_ILLEGAL,
-                                           PutStatus.FLUSH_DISK_TIMEOUT]
+    assert [r.status for r in results] == [
+        PutStatus.FLUSH_DISK_TIMEOUT,
+        PutStatus.MESSAGE_ILLEGAL,
+        PutStatus.FLUSH_DISK_TIMEOUT,
+    ]
     stored = [results[0], results[2]]
     assert stored[1].queue_offset == stored[0].queue_offset + 1
     for result, body in zip(stored, (b"a", b"b"), strict=True):

@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.broker.delay_message import DELAY_MARKERS
-from services.store.record import CorruptRecord, InvalidMessage, encode_topic
-from services.store.record_batch import (
+from boltmq.wire.record import CorruptRecord, InvalidMessage, encode_topic
+from boltmq.wire.record_batch import (
     H_SYS_FLAG,
     RAW_HEAD,
     MalformedBatch,
@@ -22,7 +21,8 @@ from services.store.record_batch import (
     encode_send_record,
     frame_records,
 )
-from services.store.record_heads import SMALL_BATCH, check_heads, sections_contain
+from boltmq.wire.record_heads import SMALL_BATCH, check_heads, sections_contain
+from services.broker.delay_message import DELAY_MARKERS
 from tests.unit.store.test_record_batch import TOPIC, bad_records, record
 
 MAX_BODY = 48 * 1024
@@ -62,13 +62,14 @@ def test_every_kind_of_bad_header_is_refused_as_check_header_refuses_it(padding:
 
 
 @settings(max_examples=300, deadline=None)
-@given(bodies=st.lists(st.binary(min_size=0, max_size=300), min_size=1,
-                      max_size=3 * SMALL_BATCH),
-       flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=6))
-def test_random_damage_is_refused_alike(bodies: list[bytes],
-                                        flips: list[tuple[int, int]]) -> None:
-    records = bytearray(b"".join(encode_send_record(TOPIC, body or b"-", tags="a")
-                                 for body in bodies))
+@given(
+    bodies=st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=3 * SMALL_BATCH),
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=6),
+)
+def test_random_damage_is_refused_alike(bodies: list[bytes], flips: list[tuple[int, int]]) -> None:
+    records = bytearray(
+        b"".join(encode_send_record(TOPIC, body or b"-", tags="a") for body in bodies)
+    )
     for at, xor in flips:
         records[at % len(records)] ^= xor
     try:
@@ -86,27 +87,33 @@ def test_heads_are_the_raw_head_fields(count: int) -> None:
     assert checked.heads() == [RAW_HEAD.unpack_from(records, p) for p in positions]
     assert checked.sys_flags() == [h[H_SYS_FLAG] for h in checked.heads()]
     assert checked.ends == [*positions[1:], len(records)]
-    sections = [records[a:b] for a, b in zip(checked.properties_starts, checked.ends,
-                                             strict=True)]
+    sections = [records[a:b] for a, b in zip(checked.properties_starts, checked.ends, strict=True)]
     assert sections == [f"TAGS\x01x\x02KEYS\x01k{i}\x02".encode() for i in range(count)]
 
 
 @pytest.mark.parametrize("copies", [1, SMALL_BATCH])
-@pytest.mark.parametrize(("keys", "expected"), [
-    ({}, False),
-    ({"DELAY": "3"}, True),
-    ({"TIMER_DELIVER_MS": "123"}, True),
-    ({"KEYS": "DELAY"}, False),         # the name as a value is no delay
-])
-def test_delay_names_are_found_in_properties_sections_only(keys: dict[str, str],
-                                                           expected: bool, copies: int) -> None:
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ({}, False),
+        ({"DELAY": "3"}, True),
+        ({"TIMER_DELIVER_MS": "123"}, True),
+        ({"KEYS": "DELAY"}, False),  # the name as a value is no delay
+    ],
+)
+def test_delay_names_are_found_in_properties_sections_only(
+    keys: dict[str, str], expected: bool, copies: int
+) -> None:
     body_with_marker = b"DELAY\x01" * 10  # in a body: never a delay
-    records = (encode_send_record(TOPIC, body_with_marker, tags="a") * copies
-               + encode_send_record(TOPIC, b"b", properties=keys))
+    records = encode_send_record(TOPIC, body_with_marker, tags="a") * copies + encode_send_record(
+        TOPIC, b"b", properties=keys
+    )
     positions = frame_records(records, copies + 1)
     checked = check_heads(records, positions, TOPIC_FIELD, MAGIC, MAX_BODY)
-    assert sections_contain(records, checked.properties_starts, checked.ends,
-                            DELAY_MARKERS) is expected
+    assert (
+        sections_contain(records, checked.properties_starts, checked.ends, DELAY_MARKERS)
+        is expected
+    )
 
 
 def test_no_sections_contain_nothing() -> None:

@@ -26,10 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from boltmq.wire.record import HEADS
 from services.store import Message, MessageStore, PutResult, PutStatus
 from services.store.checkpoint import CheckpointState, encode_checkpoint
 from services.store.mapped_file import file_name
-from services.store.record import HEADS
 from tests.conftest import quiet_disk, read_queue, small_config
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -84,11 +84,18 @@ def body_of(i: int, seed: int = 0, max_bytes: int = 1500) -> bytes:
     return f"{i}|".encode() + rng.randbytes(rng.randint(1, max_bytes))
 
 
-def message(i: int, seed: int = 0, topic: str = "T", queues: int = 3,
-            max_bytes: int = 1500) -> Message:
+def message(
+    i: int, seed: int = 0, topic: str = "T", queues: int = 3, max_bytes: int = 1500
+) -> Message:
     """Message ``i``: every one has tags, a key and a property (so properties are never empty)."""
-    return Message(topic=topic, queue_id=i % queues, body=body_of(i, seed, max_bytes),
-                   tags=f"tag{i % 4}", keys=[f"key-{topic}-{i}"], properties={"n": str(i)})
+    return Message(
+        topic=topic,
+        queue_id=i % queues,
+        body=body_of(i, seed, max_bytes),
+        tags=f"tag{i % 4}",
+        keys=[f"key-{topic}-{i}"],
+        properties={"n": str(i)},
+    )
 
 
 def put_all(store: MessageStore, msgs: Sequence[Message]) -> list[Written]:
@@ -114,7 +121,10 @@ def assert_served_exactly(store: MessageStore, written: Sequence[Written]) -> No
         assert record is not None, w.offset
         assert bytes(record.body) == w.msg.body
         assert (record.topic, record.queue_id, record.tags) == (
-            w.msg.topic, w.msg.queue_id, w.msg.tags)
+            w.msg.topic,
+            w.msg.queue_id,
+            w.msg.tags,
+        )
         assert record.keys == w.msg.keys and record.properties["n"] == w.msg.properties["n"]
 
 
@@ -161,8 +171,9 @@ def assert_zero_on_disk_from(root: Path, offset: int) -> None:
 
 def queue_files(root: Path) -> dict[str, bytes]:
     base = root / "consumequeue"
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()
+    }
 
 
 def properties_bytes(w: Written) -> int:
@@ -183,8 +194,13 @@ def detectable_ranges(w: Written) -> list[tuple[int, int]]:
     body_end = HEAD_BYTES + len(w.msg.body)
     topic_len_at = body_end
     props_len_at = topic_len_at + 1 + len(w.msg.topic.encode())
-    return [(0, 12), (PHYSICAL_OFFSET_AT, PHYSICAL_OFFSET_AT + 8), (BODY_LENGTH_AT, body_end),
-            (topic_len_at, topic_len_at + 1), (props_len_at, props_len_at + 2)]
+    return [
+        (0, 12),
+        (PHYSICAL_OFFSET_AT, PHYSICAL_OFFSET_AT + 8),
+        (BODY_LENGTH_AT, body_end),
+        (topic_len_at, topic_len_at + 1),
+        (props_len_at, props_len_at + 2),
+    ]
 
 
 # --------------------------------------------------------------------------- clean restart
@@ -215,8 +231,10 @@ def test_clean_restart_brings_everything_back(make_store: Callable[..., MessageS
     more = put_all(store, [message(1000 + i, topic=t) for t in ("T", "U") for i in range(3)])
     for w in more:
         assert w.result.queue_offset == sum(
-            1 for old in written if (old.msg.topic, old.msg.queue_id) ==
-            (w.msg.topic, w.msg.queue_id))
+            1
+            for old in written
+            if (old.msg.topic, old.msg.queue_id) == (w.msg.topic, w.msg.queue_id)
+        )
     assert more[0].offset >= end
     store.wait_dispatched()
     assert_served_exactly(store, written + more)
@@ -226,8 +244,7 @@ def test_clean_restart_brings_everything_back(make_store: Callable[..., MessageS
 # --------------------------------------------------------------------------- crash
 
 
-def test_crash_recovery_redispatches_every_queue(make_store: Callable[..., MessageStore]
-                                                 ) -> None:
+def test_crash_recovery_redispatches_every_queue(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     written = put_all(store, [message(i) for i in range(150)])
     end = store.commitlog.max_offset
@@ -246,8 +263,7 @@ def test_crash_recovery_redispatches_every_queue(make_store: Callable[..., Messa
     assert store.dispatcher.reput_offset == end
     assert_served_exactly(store, written)
     for w in written[::17]:
-        assert [m.commitlog_offset for m in store.query_messages("T", w.msg.keys[0])] == [
-            w.offset]
+        assert [m.commitlog_offset for m in store.query_messages("T", w.msg.keys[0])] == [w.offset]
 
     more = put_all(store, [message(150 + i) for i in range(3)])
     assert [w.result.queue_offset for w in more] == [50, 50, 50]
@@ -257,7 +273,8 @@ def test_crash_recovery_redispatches_every_queue(make_store: Callable[..., Messa
 
 
 def test_crash_recovery_starts_at_the_segment_before_the_checkpoint(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     """A checkpoint newer than every record: only the last segment is re-dispatched."""
     store = make_store()
     written = put_all(store, [message(i) for i in range(160)])
@@ -267,7 +284,8 @@ def test_crash_recovery_starts_at_the_segment_before_the_checkpoint(
     crash(store)
     future_ms = time.time_ns() // 1_000_000 + 60_000
     (root / "checkpoint").write_bytes(
-        encode_checkpoint(CheckpointState(future_ms, future_ms, future_ms)))
+        encode_checkpoint(CheckpointState(future_ms, future_ms, future_ms))
+    )
 
     store = make_store()
     report = store.recovery
@@ -276,16 +294,16 @@ def test_crash_recovery_starts_at_the_segment_before_the_checkpoint(
     assert_served_exactly(store, written)
     # Records of the re-dispatched segment are indexed once, not twice.
     for w in written[-5:]:
-        assert [m.commitlog_offset for m in store.query_messages("T", w.msg.keys[0])] == [
-            w.offset]
+        assert [m.commitlog_offset for m in store.query_messages("T", w.msg.keys[0])] == [w.offset]
     assert store.verify() == []
 
 
 # --------------------------------------------------------------------------- damaged tail
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_damaged_tail_is_cut_at_the_first_bad_record(data: st.DataObject) -> None:
     count = data.draw(st.integers(2, 90), label="messages")
@@ -307,15 +325,17 @@ def test_damaged_tail_is_cut_at_the_first_bad_record(data: st.DataObject) -> Non
         victim = written[victim_index]
         if mode == "zero_tail":
             # Zeroing from inside the properties would only blank undetectable bytes.
-            relative = data.draw(st.integers(0, victim.result.wrote_bytes
-                                             - properties_bytes(victim) - 1), label="at")
+            relative = data.draw(
+                st.integers(0, victim.result.wrote_bytes - properties_bytes(victim) - 1), label="at"
+            )
             zero_commitlog_from(root, victim.offset + relative)
         else:
             lo, hi = data.draw(st.sampled_from(detectable_ranges(victim)), label="field")
             relative = data.draw(st.integers(lo, hi - 1), label="at")
             length = 1 if mode == "flip" else data.draw(st.integers(2, 16), label="length")
-            masks = data.draw(st.lists(st.integers(1, 255), min_size=length, max_size=length),
-                              label="masks")
+            masks = data.draw(
+                st.lists(st.integers(1, 255), min_size=length, max_size=length), label="masks"
+            )
             for k, mask in enumerate(masks):
                 if k and (victim.offset + relative + k) % SEGMENT_BYTES == 0:
                     break  # stay inside the segment
@@ -339,7 +359,8 @@ def test_damaged_tail_is_cut_at_the_first_bad_record(data: st.DataObject) -> Non
                 assert store.look_message(w.offset) is None
             for queue_id in range(3):  # queues left with no survivor included
                 assert store.max_offset("T", queue_id) == sum(
-                    1 for w in survivors if w.msg.queue_id == queue_id)
+                    1 for w in survivors if w.msg.queue_id == queue_id
+                )
             assert store.verify() == []
         finally:
             store.shutdown()
@@ -350,7 +371,8 @@ def test_damaged_tail_is_cut_at_the_first_bad_record(data: st.DataObject) -> Non
 
 @pytest.mark.parametrize("damage", ["delete", "zero", "cut_short"])
 def test_lost_consume_queues_are_rebuilt_from_the_commitlog(
-        make_store: Callable[..., MessageStore], damage: str) -> None:
+    make_store: Callable[..., MessageStore], damage: str
+) -> None:
     """Crash after the CommitLog reached disk but before the consume queues did."""
     store = make_store()
     written = put_all(store, [message(i) for i in range(120)])
@@ -377,7 +399,8 @@ def test_lost_consume_queues_are_rebuilt_from_the_commitlog(
 
 
 def test_queue_entries_past_the_commitlog_end_are_removed_after_a_crash(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     written = put_all(store, [message(i) for i in range(120)])
     root = store.root
@@ -392,12 +415,14 @@ def test_queue_entries_past_the_commitlog_end_are_removed_after_a_crash(
     assert_served_exactly(store, written[:cut])
     for queue_id in range(3):
         assert store.max_offset("T", queue_id) == sum(
-            1 for w in written[:cut] if w.msg.queue_id == queue_id)
+            1 for w in written[:cut] if w.msg.queue_id == queue_id
+        )
     assert store.verify() == []
 
 
 def test_queue_entries_past_the_commitlog_end_are_removed_on_a_clean_start(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     written = put_all(store, [message(i) for i in range(120)])
     root = store.root
@@ -417,14 +442,16 @@ def test_queue_entries_past_the_commitlog_end_are_removed_on_a_clean_start(
     more = put_all(store, [message(500 + i) for i in range(3)])
     assert more[0].offset == written[cut].offset
     assert sorted(w.result.queue_offset for w in more) == sorted(
-        w.result.queue_offset for w in written[cut:cut + 3])
+        w.result.queue_offset for w in written[cut : cut + 3]
+    )
     store.wait_dispatched()
     assert_served_exactly(store, written[:cut] + more)
     assert store.verify() == []
 
 
 def test_queues_and_index_rebuilt_from_the_commitlog_equal_the_originals(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     # 1100 messages in queue T/0 spill into a second 1000-entry consume-queue file.
     msgs = [message(i, topic="T", queues=1, max_bytes=60) for i in range(1100)]
@@ -454,7 +481,8 @@ def test_queues_and_index_rebuilt_from_the_commitlog_equal_the_originals(
 
 
 def test_second_crash_after_a_truncation_resurrects_nothing(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     """New records exactly as long as the cut ones end on an old record boundary.
 
     Were the cut bytes not zeroed, the old record there would be whole, with
@@ -471,11 +499,19 @@ def test_second_crash_after_a_truncation_resurrects_nothing(
     assert store.recovery is not None
     assert store.recovery.commitlog_max_offset == written[victim].offset
     assert_zero_on_disk_from(root, written[victim].offset)
-    redo = [Message(topic=w.msg.topic, queue_id=w.msg.queue_id,
-                    body=bytes(b ^ 0x5A for b in w.msg.body), tags=w.msg.tags, keys=w.msg.keys,
-                    properties=w.msg.properties) for w in written[victim:victim + 10]]
+    redo = [
+        Message(
+            topic=w.msg.topic,
+            queue_id=w.msg.queue_id,
+            body=bytes(b ^ 0x5A for b in w.msg.body),
+            tags=w.msg.tags,
+            keys=w.msg.keys,
+            properties=w.msg.properties,
+        )
+        for w in written[victim : victim + 10]
+    ]
     rewritten = put_all(store, redo)
-    assert [w.end for w in rewritten] == [w.end for w in written[victim:victim + 10]]
+    assert [w.end for w in rewritten] == [w.end for w in written[victim : victim + 10]]
     crash(store)
 
     store = make_store()
@@ -484,7 +520,7 @@ def test_second_crash_after_a_truncation_resurrects_nothing(
     assert report.commitlog_max_offset == written[victim + 10].offset
     assert_served_exactly(store, written[:victim] + rewritten)
     assert store.look_message(written[victim + 10].offset) is None
-    for w in written[victim + 10:]:
+    for w in written[victim + 10 :]:
         assert store.query_messages("T", w.msg.keys[0]) == []
     assert store.verify() == []
 
@@ -520,8 +556,14 @@ def kill_body(i: int) -> bytes:
 def test_sigkilled_writer_loses_no_acknowledged_message(tmp_path: Path) -> None:
     root = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], cwd=REPO_ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     acked: list[tuple[int, int, int]] = []
     deadline = time.monotonic() + KILL_TIMEOUT_S
     try:
@@ -562,7 +604,7 @@ def test_sigkilled_writer_loses_no_acknowledged_message(tmp_path: Path) -> None:
             expected = [kill_body(i) for i in range(queue_id, 2 * len(bodies), 2)]
             assert bodies == expected
             mine = [(q, o) for i, o, q in acked if i % 2 == queue_id]
-            assert [(q, o) for q, o, _ in served[:len(mine)]] == mine
+            assert [(q, o) for q, o, _ in served[: len(mine)]] == mine
         assert store.verify() == []
     finally:
         store.shutdown()
@@ -571,8 +613,7 @@ def test_sigkilled_writer_loses_no_acknowledged_message(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- lock
 
 
-def test_second_store_on_the_same_root_is_refused(make_store: Callable[..., MessageStore]
-                                                  ) -> None:
+def test_second_store_on_the_same_root_is_refused(make_store: Callable[..., MessageStore]) -> None:
     from services.store import StoreLocked
 
     store = make_store()

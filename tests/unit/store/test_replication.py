@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from boltmq.wire.record import BODY_CRC_OFFSET, CorruptRecord
 from services.store import GetStatus, Message, MessageStore, PutStatus
-from services.store.record import BODY_CRC_OFFSET, CorruptRecord
 from services.store.role import RoleChangeRefused
 
 SEGMENT = 64 * 1024  # small_config's segment size
@@ -23,14 +23,21 @@ CHUNK = 8 * 1024
 StoreFactory = Callable[..., MessageStore]
 
 
-def fill(store: MessageStore, count: int, body_bytes: int = 700, topic: str = "T",
-         queues: int = 4) -> list[int]:
+def fill(
+    store: MessageStore, count: int, body_bytes: int = 700, topic: str = "T", queues: int = 4
+) -> list[int]:
     """Put ``count`` messages round-robin over ``queues``; their CommitLog offsets."""
     offsets = []
     for i in range(count):
-        r = store.put_message(Message(topic=topic, queue_id=i % queues,
-                                      body=bytes([i % 251]) * body_bytes, tags=f"t{i % 3}",
-                                      keys=[f"k{i}"]))
+        r = store.put_message(
+            Message(
+                topic=topic,
+                queue_id=i % queues,
+                body=bytes([i % 251]) * body_bytes,
+                tags=f"t{i % 3}",
+                keys=[f"k{i}"],
+            )
+        )
         assert r.status is PutStatus.PUT_OK
         offsets.append(r.commitlog_offset)
     return offsets
@@ -55,7 +62,7 @@ def commitlog_bytes(store: MessageStore, start: int = 0) -> bytes:
         if mf.file_end_offset <= start:
             continue
         begin = max(0, start - mf.file_from_offset)
-        out += bytes(mf.view[begin:mf.wrote_position])
+        out += bytes(mf.view[begin : mf.wrote_position])
     return bytes(out)
 
 
@@ -103,7 +110,8 @@ def test_read_bytes_ends_a_segment_with_its_blank_marker(make_store: StoreFactor
 
 
 def test_replica_catches_up_byte_for_byte_with_equal_queues(
-        pair: tuple[MessageStore, MessageStore]) -> None:
+    pair: tuple[MessageStore, MessageStore],
+) -> None:
     master, replica = pair
     fill(master, 300)
     assert master.commitlog.max_offset > 2 * SEGMENT
@@ -115,15 +123,19 @@ def test_replica_catches_up_byte_for_byte_with_equal_queues(
         assert queue_entries(replica, "T", queue_id) == queue_entries(master, "T", queue_id)
     got = replica.get_messages("T", 1, 0, 32)
     assert got.status is GetStatus.FOUND
-    assert [bytes(m.body) for m in got.messages] == \
-        [bytes(m.body) for m in master.get_messages("T", 1, 0, 32).messages]
-    assert replica.query_messages("T", "k77")[0].queue_offset == \
-        master.query_messages("T", "k77")[0].queue_offset
+    assert [bytes(m.body) for m in got.messages] == [
+        bytes(m.body) for m in master.get_messages("T", 1, 0, 32).messages
+    ]
+    assert (
+        replica.query_messages("T", "k77")[0].queue_offset
+        == master.query_messages("T", "k77")[0].queue_offset
+    )
     assert master.verify() == [] and replica.verify() == []
 
 
 def test_empty_replica_starts_at_the_masters_last_segment(
-        pair: tuple[MessageStore, MessageStore]) -> None:
+    pair: tuple[MessageStore, MessageStore],
+) -> None:
     master, replica = pair
     fill(master, 300)
     last_segment = master.commitlog.max_offset - master.commitlog.max_offset % SEGMENT
@@ -135,12 +147,13 @@ def test_empty_replica_starts_at_the_masters_last_segment(
     for queue_id in range(4):
         # The replica's queues hold the tail of the master's, at the same queue offsets.
         tail = queue_entries(replica, "T", queue_id)
-        assert tail and tail == queue_entries(master, "T", queue_id)[-len(tail):]
+        assert tail and tail == queue_entries(master, "T", queue_id)[-len(tail) :]
     assert replica.verify() == []
 
 
 def test_empty_replica_refuses_an_offset_that_is_not_a_segment_start(
-        pair: tuple[MessageStore, MessageStore]) -> None:
+    pair: tuple[MessageStore, MessageStore],
+) -> None:
     master, replica = pair
     fill(master, 10)
     second = master.look_message(0)
@@ -152,7 +165,8 @@ def test_empty_replica_refuses_an_offset_that_is_not_a_segment_start(
 
 
 def test_garbled_chunk_is_refused_and_changes_nothing(
-        pair: tuple[MessageStore, MessageStore]) -> None:
+    pair: tuple[MessageStore, MessageStore],
+) -> None:
     master, replica = pair
     fill(master, 40)
     first = master.commitlog.read_bytes(0, CHUNK)
@@ -179,8 +193,9 @@ def test_misaligned_chunks_are_refused(pair: tuple[MessageStore, MessageStore]) 
     fill(master, 40)
     first = master.commitlog.read_bytes(0, CHUNK)
     replica.append_raw(0, first)
-    later = master.commitlog.read_bytes(len(first) + len(master.commitlog.read_bytes(
-        len(first), CHUNK)), CHUNK)
+    later = master.commitlog.read_bytes(
+        len(first) + len(master.commitlog.read_bytes(len(first), CHUNK)), CHUNK
+    )
     with pytest.raises(ValueError):  # a gap: bytes that belong further on
         replica.append_raw(len(first), later)
     with pytest.raises(CorruptRecord, match="belongs at"):  # right place, wrong bytes
@@ -189,7 +204,8 @@ def test_misaligned_chunks_are_refused(pair: tuple[MessageStore, MessageStore]) 
 
 
 def test_master_refuses_raw_appends_and_replica_refuses_client_writes(
-        pair: tuple[MessageStore, MessageStore]) -> None:
+    pair: tuple[MessageStore, MessageStore],
+) -> None:
     master, replica = pair
     fill(master, 5)
     with pytest.raises(RoleChangeRefused):
@@ -203,7 +219,8 @@ def test_master_refuses_raw_appends_and_replica_refuses_client_writes(
 
 
 def test_truncate_drops_the_tail_with_its_queue_and_index_entries(
-        pair: tuple[MessageStore, MessageStore]) -> None:
+    pair: tuple[MessageStore, MessageStore],
+) -> None:
     master, replica = pair
     offsets = fill(master, 200)
     replicate(master, replica)
@@ -211,8 +228,7 @@ def test_truncate_drops_the_tail_with_its_queue_and_index_entries(
     cut_at = offsets[100]
     assert replica.commitlog.is_record_start(cut_at)
     heard: list[tuple[str, int, int]] = []
-    replica.add_arrival_listener(lambda topic, queue_id, end: heard.append(
-        (topic, queue_id, end)))
+    replica.add_arrival_listener(lambda topic, queue_id, end: heard.append((topic, queue_id, end)))
     cut = replica.truncate(cut_at)
     assert cut == master.commitlog.max_offset - cut_at
     assert replica.commitlog.max_offset == cut_at
@@ -228,8 +244,7 @@ def test_truncate_drops_the_tail_with_its_queue_and_index_entries(
     assert replica.wait_dispatched() and replica.verify() == []
 
 
-def test_truncate_refuses_bad_offsets_and_masters(
-        pair: tuple[MessageStore, MessageStore]) -> None:
+def test_truncate_refuses_bad_offsets_and_masters(pair: tuple[MessageStore, MessageStore]) -> None:
     master, replica = pair
     fill(master, 20)
     replicate(master, replica)
@@ -246,8 +261,8 @@ def test_truncate_refuses_bad_offsets_and_masters(
 
 
 def test_promotion_continues_every_queue_and_survives_restart(
-        pair: tuple[MessageStore, MessageStore], make_store: StoreFactory,
-        tmp_path: Path) -> None:
+    pair: tuple[MessageStore, MessageStore], make_store: StoreFactory, tmp_path: Path
+) -> None:
     master, replica = pair
     fill(master, 50)
     replicate(master, replica)
@@ -266,19 +281,21 @@ def test_promotion_continues_every_queue_and_survives_restart(
 
 
 def test_demotion_refuses_writes_and_an_older_epoch(
-        pair: tuple[MessageStore, MessageStore]) -> None:
+    pair: tuple[MessageStore, MessageStore],
+) -> None:
     master, replica = pair
     replica.promote(epoch=5)
     with pytest.raises(RoleChangeRefused, match="older"):
         replica.demote(epoch=3)
     role = master.demote(epoch=5, epochs=[(0, 0), (5, 0)], broker_id=2)
     assert not role.is_master and role.broker_id == 2 and role.epochs == [(0, 0), (5, 0)]
-    assert master.put_message(Message(topic="T", queue_id=0, body=b"x")).status \
+    assert (
+        master.put_message(Message(topic="T", queue_id=0, body=b"x")).status
         is PutStatus.SERVICE_NOT_AVAILABLE
+    )
 
 
-def test_only_if_replica_never_undoes_a_promotion(
-        pair: tuple[MessageStore, MessageStore]) -> None:
+def test_only_if_replica_never_undoes_a_promotion(pair: tuple[MessageStore, MessageStore]) -> None:
     master, replica = pair
     with pytest.raises(RoleChangeRefused, match="only_if_replica"):
         master.demote(epoch=0, only_if_replica=True)
@@ -291,7 +308,8 @@ def test_only_if_replica_never_undoes_a_promotion(
 
 
 def test_sync_master_without_replica_is_slave_not_available_but_stored(
-        make_store: StoreFactory) -> None:
+    make_store: StoreFactory,
+) -> None:
     store = make_store(broker_role="SYNC_MASTER", slave_timeout_ms=200)
     r = store.put_message(Message(topic="T", queue_id=0, body=b"x"))
     assert r.status is PutStatus.SLAVE_NOT_AVAILABLE
@@ -307,7 +325,8 @@ def test_sync_master_times_out_when_the_replica_does_not_ack(make_store: StoreFa
 
 
 def test_sync_master_acknowledges_once_a_replica_acks_past_the_end(
-        make_store: StoreFactory) -> None:
+    make_store: StoreFactory,
+) -> None:
     store = make_store(broker_role="SYNC_MASTER", slave_timeout_ms=10_000)
     store.report_replica("r1", 0)
     acked = threading.Event()
@@ -335,10 +354,12 @@ def test_sync_master_forgets_a_disconnected_replica(make_store: StoreFactory) ->
 
 
 def test_sync_master_replica_too_far_behind_is_not_in_sync(make_store: StoreFactory) -> None:
-    store = make_store(broker_role="SYNC_MASTER", slave_timeout_ms=100,
-                       ha_max_gap_not_in_sync_bytes=1024)
+    store = make_store(
+        broker_role="SYNC_MASTER", slave_timeout_ms=100, ha_max_gap_not_in_sync_bytes=1024
+    )
     store.report_replica("r1", 0)
-    fill_status = [store.put_message(Message(topic="T", queue_id=0, body=b"y" * 600)).status
-                   for _ in range(4)]
+    fill_status = [
+        store.put_message(Message(topic="T", queue_id=0, body=b"y" * 600)).status for _ in range(4)
+    ]
     assert fill_status[0] is PutStatus.FLUSH_SLAVE_TIMEOUT  # within the gap: waited
     assert fill_status[-1] is PutStatus.SLAVE_NOT_AVAILABLE  # past it: at once

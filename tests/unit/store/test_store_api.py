@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from services.store import GetStatus, Message, MessageStore, PutResult, PutStatus, StoreLocked
-from services.store.message import MessageExt
-from services.store.record import (
+from boltmq.wire.record import (
     FIXED_OVERHEAD_IPV4,
     SYS_FLAG_BORN_HOST_V6,
     SYS_FLAG_COMPRESSED,
     SYS_FLAG_MULTI_TAGS,
     SYS_FLAG_STORE_HOST_V6,
 )
+from services.store import GetStatus, Message, MessageStore, PutResult, PutStatus, StoreLocked
+from services.store.message import MessageExt
 from services.store.store import StoreNotRunning
 from tests.conftest import small_config
 
@@ -34,10 +34,26 @@ STORE_HOST_HEX = "7F000001" + "00002A9F"  # 127.0.0.1, port 10911 (StoreConfig d
 READ_BATCH = 32
 # Files a running store rewrites on its own (lock, abort marker, flush timestamps).
 VOLATILE_NAMES = frozenset({"lock", "abort", "checkpoint"})
-FIELDS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "tags", "keys",
-          "properties", "flag", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
-          "store_host", "reconsume_times", "prepared_transaction_offset", "total_size",
-          "body_crc")
+FIELDS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "commitlog_offset",
+    "msg_id",
+    "tags",
+    "keys",
+    "properties",
+    "flag",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "total_size",
+    "body_crc",
+)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -96,8 +112,13 @@ def all_bytes_under(root: Path) -> bytes:
 def sample(i: int, topic: str = "T", queue_id: int = 0, **extra: object) -> Message:
     """Message ``i``: tags, one key and a UNIQ_KEY, so every read path can find it."""
     values: dict[str, object] = dict(
-        topic=topic, queue_id=queue_id, body=f"body-{topic}-{queue_id}-{i}".encode() * (i % 5 + 1),
-        tags=f"tag{i % 3}", keys=[f"key-{i}"], properties={"UNIQ_KEY": f"U{topic}{i:06d}"})
+        topic=topic,
+        queue_id=queue_id,
+        body=f"body-{topic}-{queue_id}-{i}".encode() * (i % 5 + 1),
+        tags=f"tag{i % 3}",
+        keys=[f"key-{i}"],
+        properties={"UNIQ_KEY": f"U{topic}{i:06d}"},
+    )
     values.update(extra)
     return Message(**values)  # type: ignore[arg-type]
 
@@ -106,28 +127,37 @@ def sample(i: int, topic: str = "T", queue_id: int = 0, **extra: object) -> Mess
 
 
 def test_put_message_reports_where_each_message_went(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     plan = [("T", 0), ("T", 0), ("T", 1), ("U", 0), ("T", 0), ("T", 1), ("U", 3)]
     before = now_ms()
-    results = [store.put_message(Message(t, body=b"x" * (10 + i), queue_id=q))
-               for i, (t, q) in enumerate(plan)]
+    results = [
+        store.put_message(Message(t, body=b"x" * (10 + i), queue_id=q))
+        for i, (t, q) in enumerate(plan)
+    ]
     after = now_ms()
     assert all(r.status == PutStatus.PUT_OK and r.error == "" for r in results)
     assert [r.queue_offset for r in results] == [0, 1, 0, 0, 2, 1, 0]
     assert [r.wrote_bytes for r in results] == [
-        FIXED_OVERHEAD_IPV4 + len(t) + 10 + i for i, (t, _) in enumerate(plan)]
+        FIXED_OVERHEAD_IPV4 + len(t) + 10 + i for i, (t, _) in enumerate(plan)
+    ]
     offsets = [r.commitlog_offset for r in results]
     assert offsets == [sum(r.wrote_bytes for r in results[:i]) for i in range(len(results))]
     assert [r.msg_id for r in results] == [f"{STORE_HOST_HEX}{o:016X}" for o in offsets]
     assert all(before <= r.store_timestamp <= after for r in results)
     assert [store.max_offset(t, q) for t, q in [("T", 0), ("T", 1), ("U", 0), ("U", 3)]] == [
-        3, 2, 1, 1]
+        3,
+        2,
+        1,
+        1,
+    ]
     assert store.verify() == []
 
 
 def test_put_messages_returns_one_result_per_message_in_order(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     first = put_ok(store, [sample(0)])[0]
     batch = [sample(i, queue_id=i % 2) for i in range(1, 41)]
@@ -143,7 +173,11 @@ def test_put_messages_returns_one_result_per_message_in_order(
     for msg, result in pairs:
         got = fields(store.look_message(result.commitlog_offset))
         assert (got["body"], got["queue_id"], got["queue_offset"], got["msg_id"]) == (
-            msg.body, msg.queue_id, result.queue_offset, result.msg_id)
+            msg.body,
+            msg.queue_id,
+            result.queue_offset,
+            result.msg_id,
+        )
     assert store.put_messages([]) == []
     assert store.verify() == []
 
@@ -151,52 +185,79 @@ def test_put_messages_returns_one_result_per_message_in_order(
 # --------------------------------------------------------------------------- every field
 
 
-BORN_HOSTS = {"ipv4": ("10.1.2.3", "10.1.2.3:4242", 0),
-              "ipv6": ("2001:db8::7", "[2001:db8::7]:4242", SYS_FLAG_BORN_HOST_V6)}
-STORE_HOSTS = {"ipv4": ("127.0.0.1", "127.0.0.1:10911", 0),
-               "ipv6": ("::1", "[::1]:10911", SYS_FLAG_STORE_HOST_V6)}
+BORN_HOSTS = {
+    "ipv4": ("10.1.2.3", "10.1.2.3:4242", 0),
+    "ipv6": ("2001:db8::7", "[2001:db8::7]:4242", SYS_FLAG_BORN_HOST_V6),
+}
+STORE_HOSTS = {
+    "ipv4": ("127.0.0.1", "127.0.0.1:10911", 0),
+    "ipv6": ("::1", "[::1]:10911", SYS_FLAG_STORE_HOST_V6),
+}
 
 
 @pytest.mark.parametrize("store_host", list(STORE_HOSTS))
 @pytest.mark.parametrize("born_host", list(BORN_HOSTS))
-def test_every_read_path_returns_every_field(make_store: Callable[..., MessageStore],
-                                             born_host: str, store_host: str) -> None:
+def test_every_read_path_returns_every_field(
+    make_store: Callable[..., MessageStore], born_host: str, store_host: str
+) -> None:
     born_addr, born_text, born_bit = BORN_HOSTS[born_host]
     store_addr, store_text, store_bit = STORE_HOSTS[store_host]
     store = make_store(store_host=store_addr)
     put_ok(store, [sample(i, topic="Orders", queue_id=5) for i in range(3)])
     msg = Message(
-        topic="Orders", queue_id=5, body=bytes(range(256)) * 3, tags="paid",
+        topic="Orders",
+        queue_id=5,
+        body=bytes(range(256)) * 3,
+        tags="paid",
         keys=["order-17", "cust-3"],
         properties={"UNIQ_KEY": "C0FFEE0001", "region": "eu", "ünï": "çødé ✓"},
         flag=0x1234_5678,
         # The caller's host bits are wrong on purpose: the store derives them.
-        sys_flag=SYS_FLAG_COMPRESSED | SYS_FLAG_MULTI_TAGS | SYS_FLAG_BORN_HOST_V6
+        sys_flag=SYS_FLAG_COMPRESSED
+        | SYS_FLAG_MULTI_TAGS
+        | SYS_FLAG_BORN_HOST_V6
         | SYS_FLAG_STORE_HOST_V6,
-        born_timestamp=1_700_000_000_123, born_host=born_addr, born_port=4242,
-        reconsume_times=3, prepared_transaction_offset=98_765)
+        born_timestamp=1_700_000_000_123,
+        born_host=born_addr,
+        born_port=4242,
+        reconsume_times=3,
+        prepared_transaction_offset=98_765,
+    )
     before = now_ms()
     result = store.put_message(msg)
     after = now_ms()
     assert result.status == PutStatus.PUT_OK
     assert result.queue_offset == 3
-    host_hex = result.msg_id[: -16]
+    host_hex = result.msg_id[:-16]
     assert len(result.msg_id) == (32 if store_host == "ipv4" else 56)
     assert result.msg_id == f"{host_hex}{result.commitlog_offset:016X}"
     assert before <= result.store_timestamp <= after
 
     expected: dict[str, object] = {
-        "topic": "Orders", "queue_id": 5, "queue_offset": 3,
-        "commitlog_offset": result.commitlog_offset, "msg_id": result.msg_id, "tags": "paid",
+        "topic": "Orders",
+        "queue_id": 5,
+        "queue_offset": 3,
+        "commitlog_offset": result.commitlog_offset,
+        "msg_id": result.msg_id,
+        "tags": "paid",
         "keys": ["order-17", "cust-3"],
-        "properties": {"UNIQ_KEY": "C0FFEE0001", "region": "eu", "ünï": "çødé ✓",
-                       "TAGS": "paid", "KEYS": "order-17 cust-3"},
+        "properties": {
+            "UNIQ_KEY": "C0FFEE0001",
+            "region": "eu",
+            "ünï": "çødé ✓",
+            "TAGS": "paid",
+            "KEYS": "order-17 cust-3",
+        },
         "flag": 0x1234_5678,
         "sys_flag": SYS_FLAG_COMPRESSED | SYS_FLAG_MULTI_TAGS | born_bit | store_bit,
-        "born_timestamp": 1_700_000_000_123, "born_host": born_text,
-        "store_timestamp": result.store_timestamp, "store_host": store_text,
-        "reconsume_times": 3, "prepared_transaction_offset": 98_765,
-        "total_size": result.wrote_bytes, "body_crc": zlib.crc32(msg.body) & 0x7FFFFFFF,
+        "born_timestamp": 1_700_000_000_123,
+        "born_host": born_text,
+        "store_timestamp": result.store_timestamp,
+        "store_host": store_text,
+        "reconsume_times": 3,
+        "prepared_transaction_offset": 98_765,
+        "total_size": result.wrote_bytes,
+        "body_crc": zlib.crc32(msg.body) & 0x7FFFFFFF,
         "body": msg.body,
     }
     got = store.get_messages("Orders", 5, 3, 1)
@@ -209,8 +270,7 @@ def test_every_read_path_returns_every_field(make_store: Callable[..., MessageSt
     assert store.verify() == []
 
 
-def test_born_timestamp_zero_means_the_store_time(make_store: Callable[..., MessageStore]
-                                                  ) -> None:
+def test_born_timestamp_zero_means_the_store_time(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     result = put_ok(store, [Message("T", body=b"now")])[0]
     record = fields(store.look_message(result.commitlog_offset))
@@ -222,8 +282,7 @@ def test_born_timestamp_zero_means_the_store_time(make_store: Callable[..., Mess
 # --------------------------------------------------------------------------- gets
 
 
-def test_get_messages_statuses_offsets_and_counts(
-        make_store: Callable[..., MessageStore]) -> None:
+def test_get_messages_statuses_offsets_and_counts(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     results = put_ok(store, [sample(i) for i in range(10)])
     put_ok(store, [sample(0, queue_id=1)])
@@ -231,13 +290,15 @@ def test_get_messages_statuses_offsets_and_counts(
     for topic, queue_id in (("nope", 0), ("T", 2), ("T", MAX_QUEUE_ID)):
         got = store.get_messages(topic, queue_id, 0)
         assert (got.status, got.messages, got.next_begin_offset) == (
-            GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0)
+            GetStatus.NO_MATCHED_LOGIC_QUEUE,
+            [],
+            0,
+        )
 
     got = store.get_messages("T", 0, 0, max_count=4)
     assert got.status == GetStatus.FOUND
     assert [m.queue_offset for m in got.messages] == [0, 1, 2, 3]
-    assert [m.commitlog_offset for m in got.messages] == [
-        r.commitlog_offset for r in results[:4]]
+    assert [m.commitlog_offset for m in got.messages] == [r.commitlog_offset for r in results[:4]]
     assert (got.next_begin_offset, got.min_offset, got.max_offset) == (4, 0, 10)
 
     got = store.get_messages("T", 0, 7)  # default count: everything that is left
@@ -253,16 +314,26 @@ def test_get_messages_statuses_offsets_and_counts(
 
     got = store.get_messages("T", 0, 10)
     assert (got.status, got.messages, got.next_begin_offset) == (
-        GetStatus.OFFSET_OVERFLOW_ONE, [], 10)
+        GetStatus.OFFSET_OVERFLOW_ONE,
+        [],
+        10,
+    )
     got = store.get_messages("T", 0, 11)
     assert (got.status, got.messages, got.next_begin_offset) == (
-        GetStatus.OFFSET_OVERFLOW_BADLY, [], 0)
+        GetStatus.OFFSET_OVERFLOW_BADLY,
+        [],
+        0,
+    )
     got = store.get_messages("T", 0, -1)
-    assert (got.status, got.messages, got.next_begin_offset) == (
-        GetStatus.OFFSET_TOO_SMALL, [], 0)
-    assert all((g.min_offset, g.max_offset) == (0, 10) for g in (
-        store.get_messages("T", 0, 10), store.get_messages("T", 0, 11),
-        store.get_messages("T", 0, -1)))
+    assert (got.status, got.messages, got.next_begin_offset) == (GetStatus.OFFSET_TOO_SMALL, [], 0)
+    assert all(
+        (g.min_offset, g.max_offset) == (0, 10)
+        for g in (
+            store.get_messages("T", 0, 10),
+            store.get_messages("T", 0, 11),
+            store.get_messages("T", 0, -1),
+        )
+    )
     assert store.verify() == []
 
 
@@ -271,8 +342,9 @@ def test_get_messages_filters_by_subscription(make_store: Callable[..., MessageS
     put_ok(store, [sample(i) for i in range(12)])  # tags: tag0, tag1, tag2, tag0, ...
 
     def offsets(subscription: str | None, start: int = 0, count: int = 32) -> list[int]:
-        return [m.queue_offset for m in
-                store.get_messages("T", 0, start, count, subscription).messages]
+        return [
+            m.queue_offset for m in store.get_messages("T", 0, start, count, subscription).messages
+        ]
 
     everything = list(range(12))
     assert offsets(None) == offsets("*") == offsets("") == offsets(" * ") == everything
@@ -291,7 +363,10 @@ def test_get_messages_filters_by_subscription(make_store: Callable[..., MessageS
 
     got = store.get_messages("T", 0, 3, 32, "tag1 || ")  # malformed expression
     assert (got.status, got.messages, got.next_begin_offset) == (
-        GetStatus.NO_MATCHED_MESSAGE, [], 3)
+        GetStatus.NO_MATCHED_MESSAGE,
+        [],
+        3,
+    )
     assert store.verify() == []
 
 
@@ -299,7 +374,8 @@ def test_get_messages_filters_by_subscription(make_store: Callable[..., MessageS
 
 
 def test_look_message_finds_records_and_nothing_else(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     msgs = [sample(i, queue_id=i % 3) for i in range(60)]
     results = put_ok(store, msgs)
@@ -307,14 +383,22 @@ def test_look_message_finds_records_and_nothing_else(
         got = fields(store.look_message(result.commitlog_offset))
         assert (got["body"], got["topic"], got["queue_id"]) == (msg.body, "T", msg.queue_id)
     end = store.commitlog.max_offset
-    for offset in (-1, -1000, end, end + 1, end + 10 * 1024 * 1024,
-                   results[5].commitlog_offset + 1, results[5].commitlog_offset + 4):
+    for offset in (
+        -1,
+        -1000,
+        end,
+        end + 1,
+        end + 10 * 1024 * 1024,
+        results[5].commitlog_offset + 1,
+        results[5].commitlog_offset + 4,
+    ):
         assert store.look_message(offset) is None, offset
     assert store.verify() == []
 
 
 def test_view_message_resolves_an_offset_id_without_any_index(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     msgs = [sample(i) for i in range(30)]
     results = put_ok(store, msgs)
@@ -328,7 +412,10 @@ def test_view_message_resolves_an_offset_id_without_any_index(
         assert result.msg_id == f"{STORE_HOST_HEX}{result.commitlog_offset:016X}"
         got = fields(store.view_message(result.msg_id))
         assert (got["body"], got["commitlog_offset"], got["msg_id"]) == (
-            msg.body, result.commitlog_offset, result.msg_id)
+            msg.body,
+            result.commitlog_offset,
+            result.msg_id,
+        )
     # A well-formed id that points where no record starts.
     end = store.commitlog.max_offset
     for offset in (end, end + 4096, results[1].commitlog_offset + 2):
@@ -337,16 +424,23 @@ def test_view_message_resolves_an_offset_id_without_any_index(
     assert store.verify() == []
 
 
-@pytest.mark.parametrize("msg_id", [
-    "", "7F", "7F00000100002A9F", "7F00000100002A9F000000000000000",  # 31 characters
-    "7F00000100002A9F00000000000000000",  # 33
-    "ZZ00000100002A9F0000000000000000",  # not hex
-    "7F000001 0002A9F0000000000000000",
-    "00000000000000000000000000000001" + "00002A9F" + "00000000000000G0",  # 56, not hex
-    "7F00000100002A9F" + "0" * 24,  # 40: neither IPv4 nor IPv6
-])
-def test_view_message_rejects_a_malformed_id(make_store: Callable[..., MessageStore],
-                                              msg_id: str) -> None:
+@pytest.mark.parametrize(
+    "msg_id",
+    [
+        "",
+        "7F",
+        "7F00000100002A9F",
+        "7F00000100002A9F000000000000000",  # 31 characters
+        "7F00000100002A9F00000000000000000",  # 33
+        "ZZ00000100002A9F0000000000000000",  # not hex
+        "7F000001 0002A9F0000000000000000",
+        "00000000000000000000000000000001" + "00002A9F" + "00000000000000G0",  # 56, not hex
+        "7F00000100002A9F" + "0" * 24,  # 40: neither IPv4 nor IPv6
+    ],
+)
+def test_view_message_rejects_a_malformed_id(
+    make_store: Callable[..., MessageStore], msg_id: str
+) -> None:
     store = make_store()
     put_ok(store, [sample(0)])
     with pytest.raises(ValueError):
@@ -359,8 +453,10 @@ def test_view_message_rejects_a_malformed_id(make_store: Callable[..., MessageSt
 def test_query_messages_by_key_and_unique_key(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     t_msgs = [sample(i, queue_id=i % 2) for i in range(20)]
-    shared = [Message("T", body=f"shared-{i}".encode(), queue_id=i % 3, keys=["dup", f"s{i}"])
-              for i in range(6)]
+    shared = [
+        Message("T", body=f"shared-{i}".encode(), queue_id=i % 3, keys=["dup", f"s{i}"])
+        for i in range(6)
+    ]
     t_results = put_ok(store, t_msgs)
     shared_results = put_ok(store, shared)
     u_result = put_ok(store, [sample(3, topic="U")])[0]  # same key-3, other topic
@@ -384,13 +480,15 @@ def test_query_messages_by_key_and_unique_key(make_store: Callable[..., MessageS
     stored_at = t_results[3].store_timestamp
     assert found("T", "key-3", begin_ms=stored_at + 3_600_000) == []
     assert found("T", "key-3", begin_ms=0, end_ms=stored_at - 3_600_000) == []
-    assert found("T", "key-3", begin_ms=stored_at - 3_600_000,
-                 end_ms=stored_at + 3_600_000) == [t_results[3].commitlog_offset]
+    assert found("T", "key-3", begin_ms=stored_at - 3_600_000, end_ms=stored_at + 3_600_000) == [
+        t_results[3].commitlog_offset
+    ]
     assert store.verify() == []
 
 
 def test_offset_by_time_is_the_first_message_stored_at_or_after(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     results = []
     for i in range(12):
@@ -449,19 +547,31 @@ BAD_INPUTS: dict[str, tuple[Message, PutStatus]] = {
     "queue-bool": (Message("T", b"x", queue_id=True), PutStatus.MESSAGE_ILLEGAL),
     "body-too-large": (Message("T", bytes(MAX_BODY_BYTES + 1)), PutStatus.MESSAGE_ILLEGAL),
     "body-not-bytes": (Message("T", "text"), PutStatus.MESSAGE_ILLEGAL),  # type: ignore[arg-type]
-    "properties-over-32767": (Message("T", b"x", properties=TOO_BIG_PROPERTY),
-                              PutStatus.PROPERTIES_SIZE_EXCEEDED),
-    "properties-over-in-utf8-bytes": (Message("T", b"x", properties={"p": "é" * 16383}),
-                                      PutStatus.PROPERTIES_SIZE_EXCEEDED),
-    "keys-over-32767": (Message("T", b"x", keys=[f"k{i:07d}" for i in range(4000)]),
-                        PutStatus.PROPERTIES_SIZE_EXCEEDED),
-    "property-name-separator": (Message("T", b"x", properties={"a\x01b": "v"}),
-                                PutStatus.MESSAGE_ILLEGAL),
-    "property-value-separator": (Message("T", b"x", properties={"a": "v\x02w"}),
-                                 PutStatus.MESSAGE_ILLEGAL),
+    "properties-over-32767": (
+        Message("T", b"x", properties=TOO_BIG_PROPERTY),
+        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+    ),
+    "properties-over-in-utf8-bytes": (
+        Message("T", b"x", properties={"p": "é" * 16383}),
+        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+    ),
+    "keys-over-32767": (
+        Message("T", b"x", keys=[f"k{i:07d}" for i in range(4000)]),
+        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+    ),
+    "property-name-separator": (
+        Message("T", b"x", properties={"a\x01b": "v"}),
+        PutStatus.MESSAGE_ILLEGAL,
+    ),
+    "property-value-separator": (
+        Message("T", b"x", properties={"a": "v\x02w"}),
+        PutStatus.MESSAGE_ILLEGAL,
+    ),
     "property-name-empty": (Message("T", b"x", properties={"": "v"}), PutStatus.MESSAGE_ILLEGAL),
-    "property-value-not-str": (Message("T", b"x", properties={"a": 1}),  # type: ignore[dict-item]
-                               PutStatus.MESSAGE_ILLEGAL),
+    "property-value-not-str": (
+        Message("T", b"x", properties={"a": 1}),  # type: ignore[dict-item]
+        PutStatus.MESSAGE_ILLEGAL,
+    ),
     "tags-separator": (Message("T", b"x", tags="a\x01b"), PutStatus.MESSAGE_ILLEGAL),
     "key-with-space": (Message("T", b"x", keys=["a b"]), PutStatus.MESSAGE_ILLEGAL),
     "key-empty": (Message("T", b"x", keys=["ok", ""]), PutStatus.MESSAGE_ILLEGAL),
@@ -470,8 +580,9 @@ BAD_INPUTS: dict[str, tuple[Message, PutStatus]] = {
 }
 
 
-def assert_refused_without_a_trace(store: MessageStore, tmp_path: Path, bad: Sequence[Message],
-                                   statuses: Sequence[PutStatus]) -> None:
+def assert_refused_without_a_trace(
+    store: MessageStore, tmp_path: Path, bad: Sequence[Message], statuses: Sequence[PutStatus]
+) -> None:
     """``bad`` is refused with ``statuses`` one by one and as a batch; nothing on disk changes.
 
     The snapshot covers all of ``tmp_path``, so a path that escaped the root
@@ -498,7 +609,8 @@ def assert_refused_without_a_trace(store: MessageStore, tmp_path: Path, bad: Seq
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_is_refused_and_changes_nothing_on_disk(
-        make_store: Callable[..., MessageStore], tmp_path: Path, case: str) -> None:
+    make_store: Callable[..., MessageStore], tmp_path: Path, case: str
+) -> None:
     store = make_store()
     put_ok(store, [sample(i) for i in range(3)])
     msg, status = BAD_INPUTS[case]
@@ -506,7 +618,8 @@ def test_bad_input_is_refused_and_changes_nothing_on_disk(
 
 
 def test_bad_input_on_an_empty_store_creates_nothing(
-        make_store: Callable[..., MessageStore], tmp_path: Path) -> None:
+    make_store: Callable[..., MessageStore], tmp_path: Path
+) -> None:
     store = make_store()
     bad = [m for m, _ in BAD_INPUTS.values()]
     store.wait_dispatched()
@@ -533,13 +646,15 @@ def test_limits_themselves_are_accepted(make_store: Callable[..., MessageStore])
     for msg, result in zip(edge, results, strict=True):
         got = fields(store.look_message(result.commitlog_offset))
         assert (got["topic"], got["queue_id"], got["body"]) == (msg.topic, msg.queue_id, msg.body)
-    assert fields(store.look_message(results[-1].commitlog_offset))["properties"] == \
-        exact_properties
+    assert (
+        fields(store.look_message(results[-1].commitlog_offset))["properties"] == exact_properties
+    )
     assert store.verify() == []
 
 
 def test_batch_with_bad_messages_stores_only_the_good_ones(
-        make_store: Callable[..., MessageStore], tmp_path: Path) -> None:
+    make_store: Callable[..., MessageStore], tmp_path: Path
+) -> None:
     """One result per message: the bad ones are refused and leave no byte anywhere."""
     store = make_store()
     poison = b"POISON-0123456789"
@@ -553,8 +668,13 @@ def test_batch_with_bad_messages_stores_only_the_good_ones(
     ]
     results = store.put_messages(batch)
     assert [r.status for r in results] == [
-        PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL, PutStatus.PUT_OK,
-        PutStatus.PROPERTIES_SIZE_EXCEEDED, PutStatus.MESSAGE_ILLEGAL, PutStatus.PUT_OK]
+        PutStatus.PUT_OK,
+        PutStatus.MESSAGE_ILLEGAL,
+        PutStatus.PUT_OK,
+        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+        PutStatus.MESSAGE_ILLEGAL,
+        PutStatus.PUT_OK,
+    ]
     good = [results[0], results[2], results[5]]
     assert [r.queue_offset for r in good] == [0, 1, 2]
     assert good[1].commitlog_offset == good[0].commitlog_offset + good[0].wrote_bytes
@@ -563,9 +683,12 @@ def test_batch_with_bad_messages_stores_only_the_good_ones(
     store.flush()
     assert poison not in all_bytes_under(tmp_path)
     # A batch of nothing but bad messages changes nothing at all.
-    assert_refused_without_a_trace(store, tmp_path, [batch[1], batch[3], batch[4]], [
-        PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED,
-        PutStatus.MESSAGE_ILLEGAL])
+    assert_refused_without_a_trace(
+        store,
+        tmp_path,
+        [batch[1], batch[3], batch[4]],
+        [PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED, PutStatus.MESSAGE_ILLEGAL],
+    )
 
 
 # --------------------------------------------------------------------------- lifecycle
@@ -592,7 +715,8 @@ def test_puts_on_a_store_that_never_started_are_refused(tmp_path: Path) -> None:
 
 
 def test_puts_on_a_store_that_was_shut_down_are_refused(
-        make_store: Callable[..., MessageStore], tmp_path: Path) -> None:
+    make_store: Callable[..., MessageStore], tmp_path: Path
+) -> None:
     store = make_store()
     put_ok(store, [sample(0)])
     store.shutdown()
@@ -610,8 +734,9 @@ def test_reads_on_a_store_that_never_started_raise(tmp_path: Path, operation: st
 
 
 @pytest.mark.parametrize("operation", list(OPERATIONS))
-def test_reads_on_a_store_that_was_shut_down_raise(make_store: Callable[..., MessageStore],
-                                                   operation: str) -> None:
+def test_reads_on_a_store_that_was_shut_down_raise(
+    make_store: Callable[..., MessageStore], operation: str
+) -> None:
     store = make_store()
     put_ok(store, [sample(0)])
     store.shutdown()
@@ -620,7 +745,8 @@ def test_reads_on_a_store_that_was_shut_down_raise(make_store: Callable[..., Mes
 
 
 def test_start_twice_and_a_second_store_on_the_root_are_refused(
-        make_store: Callable[..., MessageStore], tmp_path: Path) -> None:
+    make_store: Callable[..., MessageStore], tmp_path: Path
+) -> None:
     store = make_store()
     with pytest.raises(RuntimeError, match="already started"):
         store.start()
@@ -631,22 +757,26 @@ def test_start_twice_and_a_second_store_on_the_root_are_refused(
     assert store.verify() == []
 
 
-def snapshot_reads(store: MessageStore, results: Sequence[PutResult],
-                   queues: Sequence[tuple[str, int]]) -> dict[str, object]:
+def snapshot_reads(
+    store: MessageStore, results: Sequence[PutResult], queues: Sequence[tuple[str, int]]
+) -> dict[str, object]:
     """What every read path says about the store's messages."""
     return {
         "queues": {q: read_queue(store, *q) for q in queues},
         "bounds": {q: (store.min_offset(*q), store.max_offset(*q)) for q in queues},
         "look": [fields(store.look_message(r.commitlog_offset)) for r in results],
         "view": [fields(store.view_message(r.msg_id)) for r in results],
-        "query": {key: sorted(m.commitlog_offset for m in store.query_messages("T", key))
-                  for key in ("key-0", "key-7", "UT000011", "key-999")},
+        "query": {
+            key: sorted(m.commitlog_offset for m in store.query_messages("T", key))
+            for key in ("key-0", "key-7", "UT000011", "key-999")
+        },
         "by_time": [store.offset_by_time("T", 1, r.store_timestamp) for r in results],
     }
 
 
 def test_a_restarted_store_serves_the_same_messages(
-        make_store: Callable[..., MessageStore]) -> None:
+    make_store: Callable[..., MessageStore],
+) -> None:
     store = make_store()
     msgs = [sample(i, queue_id=i % 3, body=f"{i}".encode() * (40 * i + 1)) for i in range(90)]
     msgs += [sample(i, topic="U", queue_id=7) for i in range(10)]

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from boltmq.wire.record import CorruptRecord, verified_record
+from boltmq.wire.record_heads import SMALL_BATCH, verified_runs
 from services.store import Message, MessageStore
-from services.store.record import CorruptRecord, verified_record
-from services.store.record_heads import SMALL_BATCH, verified_runs
 
 COUNT = 40
 
@@ -30,8 +30,9 @@ def segment(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[int],
     root: Path = tmp_path_factory.mktemp("runs") / "store"
     with MessageStore(small_config(root), disk_usage=quiet_disk) as store:
         for i in range(COUNT):
-            store.put_messages([Message("T", b"body-%d" % i * (1 + i % 7), queue_id=0)
-                                for _ in range(1 + i % 3)])
+            store.put_messages(
+                [Message("T", b"body-%d" % i * (1 + i % 7), queue_id=0) for _ in range(1 + i % 3)]
+            )
             if i % 5 == 4:
                 store.put_message(Message("T", b"other queue", queue_id=1))
         store.wait_dispatched()
@@ -40,13 +41,14 @@ def segment(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[int],
         entries = list(cq.entries(0, 1000))
         mf = store.commitlog.files.find(entries[0][0])
         assert mf is not None and all(p < mf.file_end_offset for p, _, _ in entries)
-        data = bytes(mf.view[:mf.wrote_position])
+        data = bytes(mf.view[: mf.wrote_position])
         base = mf.file_from_offset
     return data, [p - base for p, _, _ in entries], [s for _, s, _ in entries]
 
 
-def one_by_one(view: memoryview, positions: list[int], sizes: list[int]
-               ) -> tuple[bytes, int, list[str]]:
+def one_by_one(
+    view: memoryview, positions: list[int], sizes: list[int]
+) -> tuple[bytes, int, list[str]]:
     accepted, count, refused = b"", 0, []
     for position, size in zip(positions, sizes, strict=True):
         try:
@@ -57,8 +59,9 @@ def one_by_one(view: memoryview, positions: list[int], sizes: list[int]
     return accepted, count, refused
 
 
-def in_bulk(view: memoryview, positions: list[int], sizes: list[int]
-            ) -> tuple[bytes, int, list[str]]:
+def in_bulk(
+    view: memoryview, positions: list[int], sizes: list[int]
+) -> tuple[bytes, int, list[str]]:
     found = verified_runs(view, positions, sizes, check_crc=True)
     return b"".join(found.views), found.count, [str(e) for e in found.refused]
 
@@ -68,51 +71,65 @@ def test_good_records_come_back_as_runs(segment: tuple[bytes, list[int], list[in
     view = memoryview(data)
     found = verified_runs(view, positions, sizes, check_crc=True)
     assert found.count == len(positions) >= SMALL_BATCH and found.refused == []
-    assert b"".join(found.views) == b"".join(data[p:p + s] for p, s in zip(positions, sizes,
-                                                                          strict=True))
+    assert b"".join(found.views) == b"".join(
+        data[p : p + s] for p, s in zip(positions, sizes, strict=True)
+    )
     assert 1 < len(found.views) < len(positions)  # back-to-back records share a view
 
 
 def test_a_bad_crc_and_a_wrong_size_are_refused_and_split_the_run(
-        segment: tuple[bytes, list[int], list[int]]) -> None:
+    segment: tuple[bytes, list[int], list[int]],
+) -> None:
     data, positions, sizes = segment
     damaged = bytearray(data)
-    damaged[positions[3] + 90] ^= 0xFF         # a body byte of record 3
+    damaged[positions[3] + 90] ^= 0xFF  # a body byte of record 3
     sizes = list(sizes)
-    sizes[7] += 1                              # the consume queue disagrees on record 7
+    sizes[7] += 1  # the consume queue disagrees on record 7
     found = verified_runs(memoryview(damaged), positions, sizes, check_crc=True)
     assert found.count == len(positions) - 2
     assert [str(e) for e in found.refused] == [
         f"body CRC mismatch at {positions[3]}",
         f"record at {positions[7]}: size {sizes[7] - 1} / magic 0xDAA320A7 do not match the "
-        f"consume queue's {sizes[7]}"]
+        f"consume queue's {sizes[7]}",
+    ]
     without_crc = verified_runs(memoryview(damaged), positions, sizes, check_crc=False)
     assert without_crc.count == len(positions) - 1
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[
-    HealthCheck.function_scoped_fixture])
-@given(damage=st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), max_size=6),
-       first=st.integers(0, COUNT - 1), take=st.integers(1, 3 * COUNT))
-def test_random_damage_is_judged_alike(segment: tuple[bytes, list[int], list[int]],
-                                       damage: list[tuple[int, int]], first: int,
-                                       take: int) -> None:
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    damage=st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), max_size=6),
+    first=st.integers(0, COUNT - 1),
+    take=st.integers(1, 3 * COUNT),
+)
+def test_random_damage_is_judged_alike(
+    segment: tuple[bytes, list[int], list[int]],
+    damage: list[tuple[int, int]],
+    first: int,
+    take: int,
+) -> None:
     data, positions, sizes = segment
     damaged = bytearray(data)
     for where, mask in damage:
         damaged[where % len(damaged)] ^= mask
     chosen = slice(first, first + take)
     view = memoryview(damaged)
-    assert in_bulk(view, positions[chosen], sizes[chosen]) == \
-        one_by_one(view, positions[chosen], sizes[chosen])
+    assert in_bulk(view, positions[chosen], sizes[chosen]) == one_by_one(
+        view, positions[chosen], sizes[chosen]
+    )
 
 
 def test_positions_outside_the_view_are_refused(
-        segment: tuple[bytes, list[int], list[int]]) -> None:
+    segment: tuple[bytes, list[int], list[int]],
+) -> None:
     data, positions, sizes = segment
-    found = verified_runs(memoryview(data), [*positions, len(data) - 10, -5],
-                  [*sizes, 100, 100], check_crc=True)
+    found = verified_runs(
+        memoryview(data), [*positions, len(data) - 10, -5], [*sizes, 100, 100], check_crc=True
+    )
     assert found.count == len(positions)
     assert [str(e) for e in found.refused] == [
         f"record at {len(data) - 10} runs past the end of the segment",
-        "record at -5 runs past the end of the segment"]
+        "record at -5 runs past the end of the segment",
+    ]

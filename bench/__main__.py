@@ -1,0 +1,5 @@
+"""``python -m bench``: the benchmarks' command (:mod:`bench.cli`)."""
+
+from bench.cli import bench
+
+bench()

@@ -1,0 +1,326 @@
+"""``boltmq admin``: topics, groups, the cluster and single messages.
+
+Brokers are found through the registry (``GetClusterInfo``); a command that
+changes a topic goes to every master broker of the cluster (or the one named
+with ``--broker``), as RocketMQ's ``updateTopic -c`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+import grpc
+
+from boltmq.cli.messages import fail, registry_option
+from boltmq.cli.security import client_tls, signed_channel
+from boltmq.client import PERM_READ, PERM_WRITE, parse_addresses
+from boltmq.kernel.registry_client import RegistryClient, RegistryError
+from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2, store_pb2
+
+RPC_TIMEOUT_S = 5.0
+
+
+def _rpc_text(exc: grpc.RpcError) -> str:
+    return f"{exc.code().name}: {exc.details()}"  # type: ignore[attr-defined]
+
+
+class Admin:
+    """Registry and broker stubs for one admin command."""
+
+    def __init__(self, registry: str, broker: str | None) -> None:
+        try:
+            self.registry = RegistryClient(parse_addresses(registry), tls=client_tls())
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        self.only_broker = broker
+        self._channels: list[grpc.Channel] = []
+
+    def cluster(self) -> registry_pb2.ClusterInfo:
+        try:
+            return self.registry.cluster_info()
+        except RegistryError as exc:
+            raise fail(str(exc)) from None
+
+    def masters(self) -> list[registry_pb2.BrokerLiveInfo]:
+        brokers = [
+            b
+            for b in self.cluster().brokers
+            if b.broker_id == 0 and (self.only_broker is None or b.broker_name == self.only_broker)
+        ]
+        if not brokers:
+            where = f"named {self.only_broker!r} " if self.only_broker else ""
+            raise fail(f"no live master broker {where}is registered")
+        return sorted(brokers, key=lambda b: b.broker_name)
+
+    @staticmethod
+    def stub(channel: grpc.Channel) -> broker_pb2_grpc.BrokerServiceStub:
+        return broker_pb2_grpc.BrokerServiceStub(channel)
+
+    def call(self, address: str, method: str, request: Any) -> Any:
+        channel = signed_channel(address)
+        self._channels.append(channel)
+        stub = self.stub(channel)
+        try:
+            return getattr(stub, method)(request, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise fail(f"{method} on {address}: {_rpc_text(exc)}") from None
+
+    def each_master(self, method: str, request: Any) -> list[tuple[str, Any]]:
+        return [(b.broker_name, self.call(b.address, method, request)) for b in self.masters()]
+
+    def close(self) -> None:
+        for channel in self._channels:
+            channel.close()
+        self.registry.close()
+
+
+def _with_admin(fn: Callable[..., None]) -> Callable[..., None]:
+    """Adds --registry and --broker and hands the command an :class:`Admin`."""
+
+    @registry_option
+    @click.option("--broker", default=None, help="Only this broker name.")
+    def wrapper(registry: str, broker: str | None, **kwargs: Any) -> None:
+        admin = Admin(registry, broker)
+        try:
+            fn(admin, **kwargs)
+        finally:
+            admin.close()
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@click.group()
+def admin() -> None:
+    """Administer topics, groups and the cluster."""
+
+
+# ------------------------------------------------------------------------ topics
+@admin.group()
+def topic() -> None:
+    """Create, change, delete and look at topics."""
+
+
+def _perm_text(perm: int) -> str:
+    return ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-")
+
+
+def _upsert(admin_: Admin, name: str, queues: int, perm: int, order: bool) -> None:
+    config = registry_pb2.TopicConfig(
+        name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm, order=order
+    )
+    for broker_name, response in admin_.each_master(
+        "UpsertTopic", broker_pb2.UpsertTopicRequest(topic=config)
+    ):
+        t = response.topic
+        click.echo(
+            f"{broker_name}: {t.name} queues {t.write_queue_nums}/{t.read_queue_nums} "
+            f"perm {_perm_text(t.perm)}{' order' if t.order else ''}"
+        )
+
+
+_QUEUES = click.option("--queues", default=8, show_default=True, type=click.IntRange(1, 1024))
+_PERM = click.option(
+    "--perm",
+    default=6,
+    show_default=True,
+    type=click.IntRange(0, 7),
+    help="READ 4 | WRITE 2 | INHERIT 1.",
+)
+_ORDER = click.option("--order", is_flag=True, help="Mark the topic as ordered.")
+
+
+@topic.command("create")
+@click.argument("name")
+@_QUEUES
+@_PERM
+@_ORDER
+@_with_admin
+def topic_create(admin_: Admin, name: str, queues: int, perm: int, order: bool) -> None:
+    """Create topic NAME on every master (or --broker)."""
+    _upsert(admin_, name, queues, perm, order)
+
+
+@topic.command("update")
+@click.argument("name")
+@_QUEUES
+@_PERM
+@_ORDER
+@_with_admin
+def topic_update(admin_: Admin, name: str, queues: int, perm: int, order: bool) -> None:
+    """Change topic NAME's queues or permissions."""
+    _upsert(admin_, name, queues, perm, order)
+
+
+@topic.command("delete")
+@click.argument("name")
+@_with_admin
+def topic_delete(admin_: Admin, name: str) -> None:
+    """Delete topic NAME from every master (its messages age out with retention)."""
+    for broker_name, _ in admin_.each_master(
+        "DeleteTopic", broker_pb2.DeleteTopicRequest(topic=name)
+    ):
+        click.echo(f"{broker_name}: {name} deleted")
+
+
+@topic.command("list")
+@_with_admin
+def topic_list(admin_: Admin) -> None:
+    """Every topic of every master."""
+    for broker_name, response in admin_.each_master("ListTopics", broker_pb2.ListTopicsRequest()):
+        for t in sorted(response.topics, key=lambda t: t.name):
+            click.echo(
+                f"{broker_name:<12} {t.name:<40} queues {t.write_queue_nums:>3} "
+                f"perm {_perm_text(t.perm)}"
+            )
+
+
+@topic.command("route")
+@click.argument("name")
+@_with_admin
+def topic_route(admin_: Admin, name: str) -> None:
+    """The registry's route for topic NAME."""
+    try:
+        route = admin_.registry.get_route(name)
+    except RegistryError as exc:
+        raise fail(str(exc)) from None
+    for q in route.queues:
+        click.echo(
+            f"queues  {q.broker_name}: write {q.write_queue_nums} read "
+            f"{q.read_queue_nums} perm {_perm_text(q.perm)}"
+        )
+    for b in route.brokers:
+        members = ", ".join(f"{i}={a}" for i, a in sorted(b.addresses.items()))
+        click.echo(f"broker  {b.cluster_name}/{b.broker_name}: {members}")
+
+
+@topic.command("status")
+@click.argument("name")
+@_with_admin
+def topic_status(admin_: Admin, name: str) -> None:
+    """Min and max offset of every queue of topic NAME."""
+    for broker_name, response in admin_.each_master(
+        "TopicStatus", broker_pb2.TopicStatusRequest(topic=name)
+    ):
+        for q in sorted(response.queues, key=lambda q: q.queue_id):
+            click.echo(
+                f"{broker_name:<12} {q.topic}/{q.queue_id:<4} min {q.min_offset:>12} "
+                f"max {q.max_offset:>12}"
+            )
+
+
+# ------------------------------------------------------------------------ groups
+@admin.group()
+def group() -> None:
+    """Consumer groups and their progress."""
+
+
+@group.command("list")
+@_with_admin
+def group_list(admin_: Admin) -> None:
+    """Consumer groups known to the masters, with their live members."""
+    for broker_name, response in admin_.each_master("ListGroups", broker_pb2.ListGroupsRequest()):
+        for g in sorted(response.groups, key=lambda g: g.group):
+            click.echo(
+                f"{broker_name:<12} {g.group:<32} {g.model or '-':<12} members {len(g.client_ids)}"
+            )
+
+
+@group.command("progress")
+@click.argument("name")
+@_with_admin
+def group_progress(admin_: Admin, name: str) -> None:
+    """Offsets and lag of group NAME per queue."""
+    total = 0
+    for broker_name, response in admin_.each_master(
+        "GroupProgress", broker_pb2.GroupProgressRequest(group=name)
+    ):
+        for q in sorted(response.queues, key=lambda q: (q.topic, q.queue_id)):
+            total += q.lag
+            click.echo(
+                f"{broker_name:<12} {q.topic}/{q.queue_id:<4} broker {q.broker_offset:>12} "
+                f"consumer {q.consumer_offset:>12} lag {q.lag:>10}"
+            )
+    click.echo(f"total lag {total}")
+
+
+# ------------------------------------------------------------------------ cluster
+@admin.command("cluster")
+@_with_admin
+def cluster(admin_: Admin) -> None:
+    """Live brokers as the registry sees them."""
+    info = admin_.cluster()
+    if not info.brokers:
+        click.echo("no live brokers")
+    for b in sorted(info.brokers, key=lambda b: (b.cluster_name, b.broker_name, b.broker_id)):
+        role = "master" if b.broker_id == 0 else f"replica {b.broker_id}"
+        click.echo(
+            f"{b.cluster_name:<16} {b.broker_name:<12} {role:<10} {b.address:<22} "
+            f"topics {b.topic_count}"
+        )
+
+
+# ------------------------------------------------------------------------ messages
+@admin.group()
+def message() -> None:
+    """Look up single messages."""
+
+
+def _show(broker_name: str, m: Any) -> None:
+    click.echo(
+        f"{broker_name}: {m.msg_id} {m.topic}/{m.queue_id}@{m.queue_offset} "
+        f"commitlog {m.commitlog_offset} stored {m.store_timestamp_ms} "
+        f"tags={m.tags or '-'} keys={' '.join(m.keys) or '-'} body={m.body!r}"
+    )
+
+
+@message.command("id")
+@click.argument("msg_id")
+@_with_admin
+def message_id(admin_: Admin, msg_id: str) -> None:
+    """The message with offset id MSG_ID."""
+    found = False
+    for broker_name, response in admin_.each_master(
+        "ViewMessage", store_pb2.GetRequest(msg_id=msg_id)
+    ):
+        if response.found:
+            found = True
+            _show(broker_name, response.message)
+    if not found:
+        raise fail(f"no message with id {msg_id}")
+
+
+@message.command("offset")
+@click.argument("commitlog_offset", type=click.IntRange(min=0))
+@_with_admin
+def message_offset(admin_: Admin, commitlog_offset: int) -> None:
+    """The message at COMMITLOG_OFFSET (use --broker when there are several)."""
+    found = False
+    for broker_name, response in admin_.each_master(
+        "ViewMessage", store_pb2.GetRequest(commitlog_offset=commitlog_offset)
+    ):
+        if response.found:
+            found = True
+            _show(broker_name, response.message)
+    if not found:
+        raise fail(f"no message at offset {commitlog_offset}")
+
+
+@message.command("key")
+@click.argument("topic_name")
+@click.argument("key")
+@click.option("--max", "max_count", default=32, show_default=True, type=click.IntRange(1, 1024))
+@_with_admin
+def message_key(admin_: Admin, topic_name: str, key: str, max_count: int) -> None:
+    """Messages of TOPIC_NAME whose key is KEY."""
+    request = store_pb2.QueryByKeyRequest(topic=topic_name, key=key, max_count=max_count)
+    count = 0
+    for broker_name, response in admin_.each_master("QueryMessageByKey", request):
+        for m in response.messages:
+            count += 1
+            _show(broker_name, m)
+    if not count:
+        raise fail(f"no message of {topic_name!r} with key {key!r}")

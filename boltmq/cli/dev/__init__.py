@@ -1,0 +1,2 @@
+"""Development tooling: the local cluster, the service launcher, dev certificates
+and the StatefulSet member helper."""

@@ -1,0 +1,349 @@
+"""The ``boltmq`` command.
+
+A user's mistake is one clear line on stderr and a non-zero exit, never a
+traceback: every command turns the library's named errors into
+``click.ClickException``.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import click
+
+from boltmq.cli.messages import fail
+from boltmq.kernel.config import ConfigError
+
+_USER_ERRORS = (
+    ConfigError,
+    FileNotFoundError,
+    NotADirectoryError,
+    PermissionError,
+    ValueError,
+    RuntimeError,
+)
+
+
+@click.group()
+@click.version_option(package_name="boltmq")
+def main() -> None:
+    """BoltMQ: a RocketMQ-style message queue."""
+
+
+# ------------------------------------------------------------------------- dev
+@main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("data"),
+    show_default=True,
+    help="Directory for the store's files (DATA_DIR/store).",
+)
+@click.option("--registry-port", default=9876, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--store-port", default=10913, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--broker-port", default=10911, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address every service binds.")
+@click.option(
+    "--flush",
+    type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]),
+    default="ASYNC_FLUSH",
+    show_default=True,
+    help="The store's flush mode.",
+)
+@click.option(
+    "--ha-port",
+    default=10912,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port of the master's HA service (with --replicas).",
+)
+@click.option(
+    "--replicas",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 8),
+    help="Replica stores (each with its HA service and broker).",
+)
+@click.option(
+    "--role",
+    type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER"]),
+    default="ASYNC_MASTER",
+    show_default=True,
+    help="The master's role (SYNC_MASTER acknowledges once a replica has the bytes).",
+)
+@click.option("--store-set", multiple=True, metavar="NAME=VALUE", help="Extra store setting.")
+@click.option("--broker-set", multiple=True, metavar="NAME=VALUE", help="Extra broker setting.")
+@click.option("--ha-set", multiple=True, metavar="NAME=VALUE", help="Extra HA setting.")
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Generate a throwaway CA and certificates in DATA_DIR/tls and run every "
+    "service with TLS and mutual TLS.",
+)
+def dev(
+    data_dir: Path,
+    registry_port: int,
+    store_port: int,
+    broker_port: int,
+    host: str,
+    flush: str,
+    ha_port: int,
+    replicas: int,
+    role: str,
+    store_set: tuple[str, ...],
+    broker_set: tuple[str, ...],
+    ha_set: tuple[str, ...],
+    tls: bool,
+) -> None:
+    """Run a local cluster (registry, store, broker; replicas with HA) until Ctrl-C."""
+    from boltmq.cli.dev.launcher import LaunchError
+    from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
+
+    data_dir = data_dir.resolve()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    certificates = None
+    if tls:
+        from boltmq.cli.dev import certificates as dev_certificates
+
+        certificates = dev_certificates.generate(data_dir / "tls", hosts=(host,))
+    cluster = LocalCluster(
+        ClusterSpec(
+            data_dir,
+            replicas,
+            host,
+            registry_port,
+            store_port,
+            broker_port,
+            ha_port,
+            flush,
+            role,
+            store_set,
+            broker_set,
+            ha_set,
+            tls_settings=certificates.server_settings() if certificates else (),
+        )
+    )
+    try:
+        cluster.start()
+    except LaunchError as exc:
+        raise fail(exc) from None
+    assert cluster.registry is not None
+    click.echo(f"registry  {cluster.registry.address}")
+    master, *replica_members = cluster.members
+    assert master.broker is not None
+    click.echo(f"store     {master.store.address}   data {master.data_dir}")
+    click.echo(f"broker    {master.broker.address}")
+    if master.ha is not None:
+        click.echo(f"ha        {master.ha.address}")
+    for member in replica_members:
+        assert member.broker is not None and member.ha is not None
+        click.echo(
+            f"replica {member.index} store {member.store.address}   broker "
+            f"{member.broker.address}   ha {member.ha.address}   data {member.data_dir}"
+        )
+    click.echo(f"logs      {cluster.log_dir}")
+    tls_flags = (
+        f" --tls-ca {certificates.ca_file} --tls-cert {certificates.client_cert_file}"
+        f" --tls-key {certificates.client_key_file}"
+        if certificates
+        else ""
+    )
+    click.echo(
+        f"try: boltmq produce --registry {cluster.registry.address}{tls_flags} "
+        "--topic T --body hello"
+    )
+    click.echo("press Ctrl-C to stop")
+    while not stop.wait(0.5):
+        dead = [p for p in cluster.processes() if not p.alive()]
+        if dead:
+            cluster.stop()
+            raise fail(RuntimeError(f"{dead[0].service} exited: {dead[0].last_error()}"))
+    codes = cluster.stop()
+    if any(code not in (0, None) for code in codes):
+        raise fail(RuntimeError(f"a service did not stop cleanly (exit codes {codes})"))
+    click.echo("cluster stopped cleanly")
+
+
+# ------------------------------------------------------------------------- serve
+SERVICE_MODULES = {
+    "store": "services.store.server",
+    "registry": "services.registry.server",
+    "broker": "services.broker.server",
+    "ha": "services.ha.server",
+}
+"""Each module exposes ``CONFIG_CLASS`` (a frozen dataclass with ``listen_host`` and
+``listen_port``) and ``async def serve(config)``."""
+
+
+def _parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
+    values = {}
+    for item in settings:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.UsageError(f"--set expects NAME=VALUE, got {item!r}")
+        values[name.strip()] = value
+    return values
+
+
+def service_config(
+    service: str,
+    config_file: Path | None,
+    host: str | None,
+    port: int | None,
+    settings: tuple[str, ...],
+    statefulset_pod: str | None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[ModuleType, Any]:
+    """The service's server module and its config, as ``boltmq serve`` builds them.
+
+    ``env`` defaults to the process environment; the deploy tests pass a pod's
+    environment to check what a Kubernetes container would run with.
+    """
+    import importlib
+
+    from boltmq.cli.dev.statefulset import member_settings
+    from boltmq.kernel.config import load_config
+
+    module = importlib.import_module(SERVICE_MODULES[service])
+    overrides: dict[str, object] = dict(_parse_settings(settings))
+    overrides.update({"listen_host": host, "listen_port": port})
+    if statefulset_pod is not None:
+        overrides.update(member_settings(service, statefulset_pod, overrides))
+    return module, load_config(module.CONFIG_CLASS, config_file, env=env, overrides=overrides)
+
+
+@main.command()
+@click.argument("service", type=click.Choice(sorted(SERVICE_MODULES)))
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML file with the service's settings.",
+)
+@click.option("--host", default=None, help="Address to bind (listen_host).")
+@click.option(
+    "--port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Port to bind (listen_port; 0 picks a free one).",
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Any setting of the service's config (repeatable).",
+)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--statefulset-pod",
+    default=None,
+    metavar="POD_NAME",
+    help="Kubernetes pod <statefulset>-<N>: run as member N of the broker group "
+    "(store: SLAVE unless N is 0; broker: broker_id N). See docs/deploy.md.",
+)
+def serve(
+    service: str,
+    config_file: Path | None,
+    host: str | None,
+    port: int | None,
+    settings: tuple[str, ...],
+    log_level: str,
+    statefulset_pod: str | None,
+) -> None:
+    """Run one service in the foreground (what a Kubernetes pod runs)."""
+    import asyncio
+
+    from boltmq.kernel import telemetry
+    from boltmq.kernel.runtime import PortInUse, configure_logging
+
+    configure_logging(log_level)
+    try:
+        module, config = service_config(service, config_file, host, port, settings, statefulset_pod)
+        configure_logging(log_level, config.log_format)  # the config's format from here on
+        observability = telemetry.configure(service, config, config.listen_host)
+        try:
+            asyncio.run(module.serve(config))
+        finally:
+            observability.shutdown()
+    except (PortInUse, *_USER_ERRORS) as exc:
+        raise fail(exc) from None
+
+
+# ------------------------------------------------------------------------- store
+@main.group()
+def store() -> None:
+    """Look at a store directory offline."""
+
+
+@store.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def verify(directory: Path) -> None:
+    """Check CommitLog, consume queues and index; exit 1 with one line per problem."""
+    from services.store.verify import verify_directory
+
+    try:
+        problems = verify_directory(directory)
+    except _USER_ERRORS as exc:
+        raise fail(exc) from None
+    for problem in problems:
+        click.echo(problem)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{directory}: no inconsistencies")
+
+
+@store.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--records",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Decode and print this many CommitLog records.",
+)
+@click.option(
+    "--from-offset",
+    default=None,
+    type=click.IntRange(min=0),
+    help="CommitLog offset to start decoding at (default: the first).",
+)
+def inspect(directory: Path, records: int, from_offset: int | None) -> None:
+    """Summarise segments, queues and index files (and decode records on request)."""
+    from boltmq.cli.inspect_store import inspect_directory
+
+    try:
+        for line in inspect_directory(directory, records, from_offset):
+            click.echo(line)
+    except _USER_ERRORS as exc:
+        raise fail(exc) from None
+
+
+# ------------------------------------------------------------------------- bench
+def _register_client_commands() -> None:
+    from boltmq.cli import (
+        acl,  # noqa: F401 - adds ``admin acl``
+        dlq,  # noqa: F401 - adds ``admin group dlq``
+        ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
+    )
+    from boltmq.cli.admin import admin
+    from boltmq.cli.messages import consume, produce
+
+    main.add_command(produce)
+    main.add_command(consume)
+    main.add_command(admin)
+
+
+_register_client_commands()
+
+
+if __name__ == "__main__":
+    main()
