@@ -39,7 +39,7 @@ import grpc
 
 from bench.report import BenchResult, nearest_rank, result, timed_threads
 from boltmq.cli.dev.launcher import ServiceProcess
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 from boltmq.wire.record_batch import encode_send_record
 

@@ -31,8 +31,8 @@ from bench.compare.workload import body
 from bench.soak_report import percentile_ms
 from boltmq.client import BoltMQError
 from boltmq.kernel import allocator
+from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.registry_client import RegistryError
-from boltmq.kernel.runtime import sync_channel
 from boltmq.message import Message, batch_records, send_results
 from boltmq.producer import Producer
 from boltmq.v1 import broker_pb2, broker_pb2_grpc

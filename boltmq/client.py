@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 
-from boltmq.kernel import runtime
+from boltmq.kernel import channels
 from boltmq.kernel.registry_client import RegistryClient, RegistryUnavailable, TopicNotFound
 from boltmq.kernel.signing import Credentials, RequestSigner
 from boltmq.kernel.tls import ClientTLS
@@ -222,7 +222,7 @@ class ClientInstance:
             with self._lock:
                 stub = self._stubs.get(address)
                 if stub is None:
-                    self._channels[address] = runtime.sync_channel(address, self.tls)
+                    self._channels[address] = channels.sync_channel(address, self.tls)
                     channel = self._signed(self._channels[address])
                     self._pulls[address] = channel.unary_unary(
                         PULL_METHOD,

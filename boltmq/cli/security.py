@@ -28,8 +28,8 @@ import click
 import grpc
 
 from boltmq.client import new_client_id
+from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.config import ConfigError
-from boltmq.kernel.runtime import sync_channel
 from boltmq.kernel.signing import Credentials, RequestSigner, SigningError
 from boltmq.kernel.tls import ClientTLS
 

@@ -43,7 +43,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from boltmq.kernel import runtime
+from boltmq.kernel import channels
 from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import registry_pb2, registry_pb2_grpc
 
@@ -370,7 +370,7 @@ class RegistryClient(_ClientBase):
         with self._lock:
             stub = self._stubs.get(address)
             if stub is None:
-                self._channels[address] = runtime.sync_channel(address, self._tls)
+                self._channels[address] = channels.sync_channel(address, self._tls)
                 stub = self._stubs[address] = registry_pb2_grpc.RegistryServiceStub(
                     self._channels[address]
                 )
@@ -501,7 +501,7 @@ class AsyncRegistryClient(_ClientBase):
     def _stub(self, address: str) -> Any:
         stub = self._stubs.get(address)
         if stub is None:
-            self._channels[address] = runtime.channel(address, self._tls)
+            self._channels[address] = channels.channel(address, self._tls)
             stub = self._stubs[address] = registry_pb2_grpc.RegistryServiceStub(
                 self._channels[address]
             )

@@ -27,7 +27,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import grpc
@@ -35,25 +35,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from boltmq.kernel import allocator, telemetry
+from boltmq.kernel.channels import MAX_MESSAGE_BYTES
+from boltmq.kernel.config import ServerSettings
 from boltmq.kernel.malformed_requests import MalformedRequests
-from boltmq.kernel.tls import ClientTLS, ServerTLS
+from boltmq.kernel.tls import ServerTLS, server_tls
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-"""Largest gRPC message a server or client accepts (a 256 x 256 KiB batch fits)."""
-
-CHANNEL_OPTIONS = (
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    # Reconnect fast after a peer restarts: gRPC's default backoff grows to 120 s,
-    # and a broker would fail every store call for that long after the store is back.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1_000),
-)
 SERVER_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -121,32 +109,6 @@ def answer_encoded(
         behavior, request_deserializer=parse_request
     )  # no response serializer: bytes pass
     server.add_registered_method_handlers(service_name, {method: handler})
-
-
-def channel(
-    address: str,
-    tls: ClientTLS | None = None,
-    interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
-) -> grpc.aio.Channel:
-    """An aio channel to ``host:port`` with BoltMQ's size limits (TLS when ``tls`` is given).
-
-    ``interceptors`` run after the telemetry ones (e.g. an ACL request signer).
-    """
-    chosen = [*telemetry.aio_client_interceptors(), *interceptors]
-    if tls is not None:
-        return grpc.aio.secure_channel(
-            address, tls.credentials(), options=CHANNEL_OPTIONS, interceptors=chosen
-        )
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=chosen)
-
-
-def sync_channel(address: str, tls: ClientTLS | None = None) -> grpc.Channel:
-    """A blocking channel (SDK threads, CLI) with BoltMQ's size limits (TLS when given)."""
-    if tls is not None:
-        return telemetry.traced_channel(
-            grpc.secure_channel(address, tls.credentials(), options=CHANNEL_OPTIONS)
-        )
-    return telemetry.traced_channel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
 
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
@@ -393,3 +355,31 @@ async def serve(
         if health_server is not None:
             await health_server.stop(0)
     log.info("%s stopped", service.name)
+
+
+async def create_configured(
+    service: Service, host: str, port: int, settings: ServerSettings
+) -> tuple[grpc.aio.Server, int]:
+    """:func:`create_in_process` for ``service`` with its config's TLS (each service's
+    ``create_server``)."""
+    return await create_in_process(service, host, port, server_tls(settings))
+
+
+async def serve_configured(
+    build: Callable[[], Service], host: str, port: int, settings: ServerSettings
+) -> None:
+    """:func:`serve` the service ``build`` makes, with its config's TLS, shutdown grace
+    and health port (each service's ``serve``, what ``boltmq serve <service>`` runs).
+
+    The TLS files are read before the service is built: a bad file fails before
+    anything starts.
+    """
+    tls = server_tls(settings)
+    await serve(
+        build(),
+        host,
+        port,
+        grace_s=settings.shutdown_grace_ms / 1000,
+        tls=tls,
+        health_port=settings.health_port,
+    )

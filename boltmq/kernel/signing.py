@@ -228,7 +228,7 @@ class RequestSigner(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInte
 class AsyncRequestSigner(
     grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor
 ):
-    """Signs every call of an aio channel (``runtime.channel(..., interceptors=[...])``)."""
+    """Signs every call of an aio channel (``channels.channel(..., interceptors=[...])``)."""
 
     def __init__(self, credentials: Credentials, client_id: str) -> None:
         self._credentials = credentials

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from boltmq.kernel.runtime import channel
+from boltmq.kernel.channels import channel
 from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import store_pb2_grpc
 

@@ -221,11 +221,7 @@ def segment_files(root: str) -> list[Path]:
             f"boltmq-commitlog: {root!r} is not a store directory (expected "
             f"<root>/commitlog/ with segment files)"
         )
-    files = sorted(
-        p
-        for p in directory.iterdir()
-        if is_segment_name(p.name) and p.is_file()
-    )
+    files = sorted(p for p in directory.iterdir() if is_segment_name(p.name) and p.is_file())
     if not files and directory == base:
         raise OptionError(f"boltmq-commitlog: {root!r} holds no CommitLog segment files")
     return files

@@ -19,7 +19,7 @@ import logging
 
 import grpc
 
-from boltmq.kernel import runtime
+from boltmq.kernel import channels, runtime
 from boltmq.kernel.registry_client import AsyncRegistryClient, RegistryError
 from boltmq.kernel.signing import AsyncRequestSigner, Credentials
 from boltmq.kernel.tls import ClientTLS
@@ -159,7 +159,7 @@ class MetadataSync:
             if self.credentials
             else []
         )
-        channel = runtime.channel(address, self._tls, signer)
+        channel = channels.channel(address, self._tls, signer)
         try:
             response = await broker_pb2_grpc.BrokerServiceStub(channel).GetMetadata(
                 broker_pb2.GetMetadataRequest(), timeout=self._timeout_s

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from boltmq.kernel import runtime, tls
+from boltmq.kernel import runtime
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from services.broker.broker import Broker
 from services.broker.config import BrokerConfig
@@ -87,19 +87,13 @@ async def create_server(config: BrokerConfig) -> tuple[grpc.aio.Server, int]:
     returns; ``server.stop()`` answers parked pulls first and stops the broker
     (offsets saved, unregistered) after.
     """
-    return await runtime.create_in_process(
-        BrokerService(config), config.listen_host, config.listen_port, tls.server_tls(config)
+    return await runtime.create_configured(
+        BrokerService(config), config.listen_host, config.listen_port, config
     )
 
 
 async def serve(config: BrokerConfig) -> None:
     """Run the broker until SIGTERM/SIGINT (what ``boltmq serve broker`` calls)."""
-    server_tls = tls.server_tls(config)  # a bad file fails before anything starts
-    await runtime.serve(
-        BrokerService(config),
-        config.listen_host,
-        config.listen_port,
-        grace_s=config.shutdown_grace_ms / 1000,
-        tls=server_tls,
-        health_port=config.health_port,
+    await runtime.serve_configured(
+        lambda: BrokerService(config), config.listen_host, config.listen_port, config
     )

@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from boltmq.kernel import runtime
+from boltmq.kernel import channels, runtime
 from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
 from services.broker.errors import BrokerError, FailedPrecondition, StoreUnavailable
@@ -139,7 +139,7 @@ class StoreRole:
                 "no ha_address configured: cannot tell how far behind the "
                 "store is; pass max_lag_bytes 0 to promote anyway"
             )
-        channel = runtime.channel(self._ha_address, self._tls)
+        channel = channels.channel(self._ha_address, self._tls)
         try:
             status = await ha_pb2_grpc.HAServiceStub(channel).Status(
                 ha_pb2.HAStatusRequest(), timeout=HA_STATUS_TIMEOUT_S

@@ -29,7 +29,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from boltmq.kernel import runtime
+from boltmq.kernel import channels, runtime
 from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
 from services.ha.config import HAConfig
@@ -147,7 +147,7 @@ class Follower:
         self.status.master_address = master_address
         self._epoch = info.epoch
         self.status.store_max_offset = info.commitlog_max_offset
-        chan = runtime.channel(master_address, self._tls)
+        chan = channels.channel(master_address, self._tls)
         call = ha_pb2_grpc.HAServiceStub(chan).Replicate()
         progressed = False
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import grpc
 from opentelemetry.metrics import MeterProvider
 
-from boltmq.kernel import runtime, tls
+from boltmq.kernel import runtime
 from boltmq.v1 import ha_pb2, ha_pb2_grpc
 from services.ha.config import HAConfig
 from services.ha.node import HANode
@@ -72,22 +72,13 @@ async def create_server(
     For in-process use (tests); ``server.stop()`` ends replica streams first and
     stops the node after.
     """
-    return await runtime.create_in_process(
-        HAService(config, meter_provider),
-        config.listen_host,
-        config.listen_port,
-        tls.server_tls(config),
+    return await runtime.create_configured(
+        HAService(config, meter_provider), config.listen_host, config.listen_port, config
     )
 
 
 async def serve(config: HAConfig) -> None:
     """Run the HA service until SIGTERM/SIGINT (what ``boltmq serve ha`` calls)."""
-    server_tls = tls.server_tls(config)  # a bad file fails before anything starts
-    await runtime.serve(
-        HAService(config),
-        config.listen_host,
-        config.listen_port,
-        grace_s=config.shutdown_grace_ms / 1000,
-        tls=server_tls,
-        health_port=config.health_port,
+    await runtime.serve_configured(
+        lambda: HAService(config), config.listen_host, config.listen_port, config
     )

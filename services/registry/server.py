@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from boltmq.kernel import runtime, tls
+from boltmq.kernel import runtime
 from boltmq.v1 import registry_pb2, registry_pb2_grpc
 from services.registry.config import RegistryConfig
 from services.registry.route_table import (
@@ -260,19 +260,13 @@ async def create_server(config: RegistryConfig) -> tuple[grpc.aio.Server, int]:
     For in-process use (tests, an embedded cluster); ``server.stop()`` also
     stops the expiry task.
     """
-    return await runtime.create_in_process(
-        RegistryService(config), config.listen_host, config.listen_port, tls.server_tls(config)
+    return await runtime.create_configured(
+        RegistryService(config), config.listen_host, config.listen_port, config
     )
 
 
 async def serve(config: RegistryConfig) -> None:
     """Run one registry until SIGTERM/SIGINT (``boltmq serve registry``)."""
-    server_tls = tls.server_tls(config)  # a bad file fails before anything starts
-    await runtime.serve(
-        RegistryService(config),
-        config.listen_host,
-        config.listen_port,
-        grace_s=config.shutdown_grace_ms / 1000,
-        tls=server_tls,
-        health_port=config.health_port,
+    await runtime.serve_configured(
+        lambda: RegistryService(config), config.listen_host, config.listen_port, config
     )

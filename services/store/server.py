@@ -99,8 +99,8 @@ async def create_server(
     and ``server.stop()`` shuts it down too. With ``store``, the caller starts
     it before and shuts it down after the server.
     """
-    return await runtime.create_in_process(
-        StoreService(config, store), config.listen_host, config.listen_port, tls.server_tls(config)
+    return await runtime.create_configured(
+        StoreService(config, store), config.listen_host, config.listen_port, config
     )
 
 

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from boltmq import Message, Producer, SendError
 from boltmq.cli.dev.launcher import ServiceProcess
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import broker_pb2, message_pb2, registry_pb2, store_pb2
 from tests.reliability.conftest import FaultCluster
 from tests.reliability.scale import FUZZ_EXAMPLES

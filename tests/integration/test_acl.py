@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from bench.cli import bench as bench_command
 from boltmq.cli.main import main
 from boltmq.client import new_client_id
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.signing import Credentials, RequestSigner, signed_metadata
 from boltmq.message import Message
 from boltmq.producer import Producer

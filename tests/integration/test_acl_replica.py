@@ -20,7 +20,7 @@ import pytest
 
 from boltmq.cli.dev.launcher import ServiceProcess
 from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster, Member
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.signing import Credentials, RequestSigner
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2, store_pb2, store_pb2_grpc
 from services.broker.subscription_group import SUBSCRIPTION_GROUP_FILE

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.message import Message
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 from boltmq.wire.record_batch import RecordBatch

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from boltmq.kernel.runtime import channel, sync_channel
+from boltmq.kernel.channels import channel, sync_channel
 from boltmq.v1 import (
     broker_pb2,
     broker_pb2_grpc,

@@ -22,7 +22,7 @@ import pytest
 from boltmq import Message, Producer, PullConsumer
 from boltmq.cli.dev.local_cluster import BROKER_NAME, ClusterSpec, LocalCluster
 from boltmq.client import MessageQueue
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.message import SendStatus
 from boltmq.producer import SendError
 from boltmq.pull_consumer import PullError, PullResult

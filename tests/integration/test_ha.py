@@ -20,8 +20,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.registry_client import RegistryClient
-from boltmq.kernel.runtime import sync_channel
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, message_pb2, store_pb2, store_pb2_grpc
 from tests.integration.procs import ServiceProcess
 from tests.page_residency import resident_pages

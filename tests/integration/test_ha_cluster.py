@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 from tests.integration.test_ha import (
     HA_SETTINGS,

@@ -27,8 +27,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from boltmq import Message, Producer, PullConsumer, PullError, PullResult, PullStatus, SendStatus
+from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.registry_client import RegistryClient
-from boltmq.kernel.runtime import LIVENESS_SERVICE, sync_channel
+from boltmq.kernel.runtime import LIVENESS_SERVICE
 from tests.integration.conftest import CLUSTER_STORE_SETTINGS
 from tests.integration.procs import REPO_ROOT, ServiceProcess
 from tests.integration.test_metrics import free_port, scrape, value

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.signing import Credentials, RequestSigner
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
 from tests.integration.conftest import (

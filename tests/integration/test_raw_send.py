@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.pull_consumer import decode_records
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
 from boltmq.wire.record import (

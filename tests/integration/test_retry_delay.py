@@ -30,7 +30,7 @@ from boltmq import (
     ReceivedMessage,
     SendError,
 )
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, Cluster
 from tests.integration.procs import REPO_ROOT, ServiceProcess

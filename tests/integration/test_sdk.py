@@ -41,7 +41,7 @@ from boltmq import (
     SendStatus,
     TopicNotFound,
 )
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.message import batch_records
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2
 from tests.integration.conftest import Cluster

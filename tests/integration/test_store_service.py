@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from boltmq.kernel.runtime import channel, sync_channel
+from boltmq.kernel.channels import channel, sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 from boltmq.wire.record import MAGIC_BLANK, decode_record, decode_records
 from services.store import MessageStore, StoreConfig

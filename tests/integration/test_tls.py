@@ -21,7 +21,7 @@ from boltmq.cli.dev import certificates as dev_certificates
 from boltmq.cli.dev.certificates import DevCertificates
 from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
 from boltmq.cli.main import main
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import Message
 from boltmq.producer import Producer

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from boltmq import LocalTransactionState, Message, Producer, PullConsumer, TransactionProducer
-from boltmq.kernel.runtime import sync_channel
+from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
 from tests.integration.conftest import Cluster
 from tests.waiting import wait_until

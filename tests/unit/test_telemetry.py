@@ -14,7 +14,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from boltmq.kernel import runtime, telemetry
+from boltmq.kernel import channels, runtime, telemetry
 from boltmq.kernel.config import ConfigError, ServerSettings, load_config
 from boltmq.kernel.telemetry import TelemetryError
 from boltmq.message import Message, MessageError
@@ -209,7 +209,7 @@ def test_without_tracing_no_interceptor_is_installed() -> None:
     assert not telemetry.tracing_on()
     assert telemetry.server_interceptors() == []
     assert telemetry.aio_client_interceptors() == []
-    channel = runtime.sync_channel("127.0.0.1:1")
+    channel = channels.sync_channel("127.0.0.1:1")
     assert type(channel).__module__.startswith("grpc")  # the plain channel, not a wrapper
     channel.close()
 
@@ -220,7 +220,7 @@ def test_with_tracing_every_kind_of_channel_is_intercepted(
     assert telemetry.tracing_on()
     assert len(telemetry.server_interceptors()) == 1
     assert len(telemetry.aio_client_interceptors()) == 4
-    channel = runtime.sync_channel("127.0.0.1:1")
+    channel = channels.sync_channel("127.0.0.1:1")
     assert "grpcext" in type(channel).__module__
     channel.close()
 

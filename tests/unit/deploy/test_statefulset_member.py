@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from boltmq.cli.dev.launcher import ServiceProcess
 from boltmq.cli.dev.statefulset import InvalidPodName, member_settings, pod_ordinal
 from boltmq.cli.main import main
-from boltmq.kernel import runtime
+from boltmq.kernel import channels
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 
 CALL_TIMEOUT_S = 10.0
@@ -127,7 +127,7 @@ def _member(started: list[ServiceProcess], tmp_path: Path, pod: str) -> broker_p
         flags=("--statefulset-pod", pod),
     )
     started.append(broker.start())
-    with runtime.sync_channel(broker.address) as channel:
+    with channels.sync_channel(broker.address) as channel:
         stub = broker_pb2_grpc.BrokerServiceStub(channel)
         return stub.GetBrokerInfo(broker_pb2.GetBrokerInfoRequest(), timeout=CALL_TIMEOUT_S)
 

@@ -1,0 +1,57 @@
+"""Client channels to BoltMQ services: the size limits, keep-alives and reconnect
+backoff every caller uses (SDK threads, the CLI, one service calling another).
+
+No server machinery here: an application that only sends and consumes imports
+this module and not the health, reflection or server code of
+:mod:`boltmq.kernel.runtime`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+
+from boltmq.kernel import telemetry
+from boltmq.kernel.tls import ClientTLS
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest gRPC message a server or client accepts (a 256 x 256 KiB batch fits)."""
+
+CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    # Reconnect fast after a peer restarts: gRPC's default backoff grows to 120 s,
+    # and a broker would fail every store call for that long after the store is back.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+)
+
+
+def channel(
+    address: str,
+    tls: ClientTLS | None = None,
+    interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+) -> grpc.aio.Channel:
+    """An aio channel to ``host:port`` with BoltMQ's size limits (TLS when ``tls`` is given).
+
+    ``interceptors`` run after the telemetry ones (e.g. an ACL request signer).
+    """
+    chosen = [*telemetry.aio_client_interceptors(), *interceptors]
+    if tls is not None:
+        return grpc.aio.secure_channel(
+            address, tls.credentials(), options=CHANNEL_OPTIONS, interceptors=chosen
+        )
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=chosen)
+
+
+def sync_channel(address: str, tls: ClientTLS | None = None) -> grpc.Channel:
+    """A blocking channel (SDK threads, CLI) with BoltMQ's size limits (TLS when given)."""
+    if tls is not None:
+        return telemetry.traced_channel(
+            grpc.secure_channel(address, tls.credentials(), options=CHANNEL_OPTIONS)
+        )
+    return telemetry.traced_channel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
