@@ -1,5 +1,6 @@
-# BoltMQ build. Every target that runs code depends on `install` (a venv in
-# .venv/, editable install with the dev, spark and bench extras) and `proto` (generated stubs).
+# BoltMQ build. Every target that runs code depends on `install` (a venv in .venv/ with
+# the locked versions of every extra, requirements.lock, and BoltMQ itself editable)
+# and `proto` (generated stubs).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,15 +10,22 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install proto node run test test-reliability lint bench soak bench-compare pipeline-demo clean
+.PHONY: install lock proto node run test test-reliability lint bench soak bench-compare pipeline-demo clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
+
+# Regenerate the lock file after a change of the ranges in pyproject.toml.
+lock: install
+	$(VENV)/bin/pip-compile --all-extras --strip-extras --no-header --quiet \
+		--no-emit-index-url --no-emit-find-links --unsafe-package boltmq \
+		-o requirements.lock pyproject.toml
 
 proto: $(GEN_STAMP)
 
@@ -50,9 +58,15 @@ test-reliability: install proto
 	BOLTMQ_RELIABILITY_ROUNDS=$(RELIABILITY_ROUNDS) BOLTMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 		$(PY) -m pytest tests/reliability tests/fuzz -s $(PYTEST_ARGS)
 
+# Import contracts (the layers, no cycles: pyproject.toml [tool.importlinter]),
+# ruff's checks and format, mypy (strict on wire, kernel and the SDK).
+LINT_PATHS := boltmq services tests bench pipelines setup.py
+
 lint: install proto
-	$(VENV)/bin/ruff check boltmq services tests bench pipelines
-	$(VENV)/bin/mypy boltmq services pipelines
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy boltmq services pipelines bench
 
 bench: install proto
 	$(PY) -m bench store
