@@ -59,11 +59,15 @@ test-reliability: install proto
 		$(PY) -m pytest tests/reliability tests/fuzz -s $(PYTEST_ARGS)
 
 # Import contracts (the layers, no cycles: pyproject.toml [tool.importlinter]),
-# ruff's checks and format, mypy (strict on wire, kernel and the SDK).
+# no module over 600 lines, ruff's checks and format, mypy (strict on wire, kernel
+# and the SDK).
 LINT_PATHS := boltmq services tests bench pipelines setup.py
+MAX_MODULE_LINES := 600
 
 lint: install proto
 	$(VENV)/bin/lint-imports
+	git ls-files -z '*.py' | xargs -0 wc -l | awk -v max=$(MAX_MODULE_LINES) \
+		'$$2 != "total" && $$1 > max { print $$2 ": " $$1 " lines (at most " max ")"; bad = 1 } END { exit bad }'
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy boltmq services pipelines bench
