@@ -5,15 +5,16 @@
 #   docker run --rm boltmq:0.1.0 registry --host 0.0.0.0 --port 9876
 #
 # Stage 1 generates the gRPC stubs (`make proto`: boltmq/v1 is gitignored, never
-# committed) and builds wheels of BoltMQ and every dependency; stage 2 installs
-# them into a clean python:3.11-slim without compilers or build tools.
+# committed) and builds wheels of BoltMQ with its `server` extra and every dependency,
+# at the versions of requirements.lock; stage 2 installs them into a clean
+# python:3.11-slim without compilers or build tools.
 
 FROM python:3.11-slim AS builder
 WORKDIR /src
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# The generator versions pinned in pyproject.toml (grpcio-tools, mypy-protobuf).
+# The generator versions of requirements.lock (grpcio-tools, mypy-protobuf).
 RUN pip install grpcio-tools==1.85.1 mypy-protobuf==5.1.0
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py requirements.lock README.md ./
 COPY protos/ protos/
 COPY boltmq/ boltmq/
 COPY services/ services/
@@ -22,7 +23,7 @@ RUN mkdir -p boltmq/v1 \
  && python -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. \
       --mypy_out=. protos/boltmq/v1/*.proto \
  && touch boltmq/v1/__init__.py
-RUN pip wheel --wheel-dir /wheels .
+RUN pip wheel --wheel-dir /wheels --constraint requirements.lock ".[server]"
 
 FROM python:3.11-slim
 # A fixed numeric uid/gid: the manifests' runAsUser / runAsGroup / fsGroup (10001)
@@ -33,7 +34,7 @@ RUN groupadd --gid 10001 boltmq \
 COPY --from=builder /wheels /wheels
 # pip compiles every module to .pyc here, so nothing is written at run time
 # under the read-only root filesystem of the pods.
-RUN pip install --no-cache-dir --no-index --find-links /wheels boltmq \
+RUN pip install --no-cache-dir --no-index --find-links /wheels "boltmq[server]" \
  && rm -rf /wheels
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER 10001:10001

@@ -1,7 +1,7 @@
 """The Dockerfile and .dockerignore: read as text, then its build steps executed without Docker.
 
 The test machines have no Docker engine. The first tests keep the Dockerfile
-in step with what it packages: the generator pins of pyproject.toml, the
+in step with what it packages: the generator versions of requirements.lock, the
 Makefile's protoc run, the console script it starts, and a build context that
 holds every file it copies.
 
@@ -66,12 +66,9 @@ def _pyproject() -> dict:  # type: ignore[type-arg]
 
 
 def _pins() -> dict[str, str]:
-    project = _pyproject()["project"]
-    requirements = [
-        *project["dependencies"],
-        *(r for extra in project["optional-dependencies"].values() for r in extra),
-    ]
-    return dict(r.split("==", 1) for r in requirements)
+    """``name: version`` of every package of the lock file (``name==version`` lines)."""
+    lines = (REPO_ROOT / "requirements.lock").read_text().splitlines()
+    return dict(line.split("==", 1) for line in lines if "==" in line and line[0].isalnum())
 
 
 def test_two_stages_on_python_slim_and_a_non_root_user() -> None:
@@ -284,6 +281,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
 def test_the_builder_copies_the_sources_but_no_stubs_or_bytecode(image: BuiltImage) -> None:
     sources = {
         "pyproject.toml",
+        "setup.py",
+        "requirements.lock",
         "README.md",
         "boltmq/cli/main.py",
         "protos/boltmq/v1/store.proto",
