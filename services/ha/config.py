@@ -1,4 +1,4 @@
-"""HAConfig: every setting of one HA service process (DESIGN 7).
+"""HAConfig: every setting of one HA service process (see docs/ha.md).
 
 Loaded through :func:`boltmq.kernel.config.load_config` (defaults, TOML file,
 ``BOLTMQ_*`` environment, flags). Validation happens in ``__post_init__`` so a

@@ -1,33 +1,48 @@
-"""Named errors of the HA service.
+"""Named errors of the HA service, each carrying the gRPC status it ends a call with.
 
-Store failures become :class:`StoreUnavailable` or :class:`StoreFailed` in
-:mod:`services.ha.store_client`, once. The replication errors say why a
-stream was closed; the follower logs them and reconnects with backoff, and
-the master's servicer maps :class:`CannotResume` to FAILED_PRECONDITION.
+They derive from :mod:`boltmq.kernel.errors`, the one error vocabulary of
+every service. Store failures become :class:`StoreUnavailable` or
+:class:`StoreCallFailed` in :mod:`services.ha.store_client`, once. The
+replication errors say why a stream was closed; the follower logs them and
+reconnects with backoff, and the master's servicer ends the Replicate stream
+with the error's ``code``:
+
+=====================  ===================================================
+error                  ``code``
+=====================  ===================================================
+CannotResume           FAILED_PRECONDITION (the message says what to do)
+StreamSilent           DEADLINE_EXCEEDED
+ReplicationBroken      ABORTED (every other disagreement of the two sides)
+StoreUnavailable       UNAVAILABLE
+StoreCallFailed        the status the store answered with
+any other HAError      INTERNAL
+=====================  ===================================================
 """
 
 from __future__ import annotations
 
 import grpc
 
-
-class HAError(Exception):
-    """Base of every error the HA service raises."""
+from boltmq.kernel.errors import FailedPrecondition, ServiceError, Unavailable
 
 
-class StoreUnavailable(HAError):
+class HAError(ServiceError):
+    """Base of every error the HA service raises (``code`` INTERNAL unless a subclass says)."""
+
+
+class StoreUnavailable(HAError, Unavailable):
     """The store beside this HA service could not be reached or did not answer in time."""
 
 
-class StoreFailed(HAError):
-    """The store answered a call with an error status other than unavailability."""
+class StoreCallFailed(HAError):
+    """A call to the store beside this HA service ended with an error status other than
+    unavailability; ``code`` is that status, the message carries the store's text."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+    def __init__(self, message: str, code: grpc.StatusCode) -> None:
+        super().__init__(message, code)
 
 
-class CannotResume(HAError):
+class CannotResume(HAError, FailedPrecondition):
     """The master cannot serve this replica from where it is (its data was deleted, ...)."""
 
 
@@ -37,6 +52,8 @@ class MasterUnknown(HAError):
 
 class ReplicationBroken(HAError):
     """A replication stream is closed because its two ends disagree; the replica reconnects."""
+
+    code = grpc.StatusCode.ABORTED
 
 
 class HandshakeRefused(ReplicationBroken):
@@ -53,3 +70,5 @@ class ChunkRefused(ReplicationBroken):
 
 class StreamSilent(ReplicationBroken):
     """Nothing arrived for the housekeeping interval: the peer is gone or stuck."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED

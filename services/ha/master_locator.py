@@ -1,7 +1,7 @@
 """Where a replica's master HA service is: the static address, else the registries.
 
 A broker group is a ``broker_name``; its master is the live broker with id 0
-(DESIGN 2), and each broker registers the HA address of the HA service beside
+(docs/ha.md), and each broker registers the HA address of the HA service beside
 its store. When several registries disagree during a failover the first that
 answers wins; the next reconnect asks again.
 """

@@ -1,6 +1,6 @@
 """One HA service's parts and the role watcher that switches between them.
 
-The same process serves both sides (DESIGN 7): it reads its store's role
+The same process serves both sides (docs/ha.md): it reads its store's role
 every ``role_check_interval_ms``. While the store is a MASTER it accepts
 Replicate streams and keeps the ReportReplicas stream to the store open;
 while it is a REPLICA it runs the follower. A promotion stops the follower at
@@ -26,7 +26,7 @@ from services.ha.master import MasterSide
 from services.ha.master_locator import MasterLocator
 from services.ha.metrics import LagMetrics
 from services.ha.progress import ProgressForwarder
-from services.ha.replicas import ReplicaTracker
+from services.ha.replicas import ConnectedReplicas
 from services.ha.store_client import HAStoreClient
 
 log = logging.getLogger(__name__)
@@ -43,16 +43,16 @@ class HANode:
         self.tls = tls.client_tls(config)
         """TLS of the HA service's own calls: its store, the registry, the master HA."""
         self.store = HAStoreClient(config.store_address, config.store_timeout_ms, self.tls)
-        self.tracker = ReplicaTracker()
-        self.forwarder = ProgressForwarder(self.store, self.tracker.acked_offsets)
-        self.master = MasterSide(config, self.store, self.tracker, self.forwarder)
+        self.replicas = ConnectedReplicas()
+        self.forwarder = ProgressForwarder(self.store, self.replicas.acked_offsets)
+        self.master = MasterSide(config, self.store, self.replicas, self.forwarder)
         self.locator = MasterLocator(config, self.tls)
         self.follower: Follower | None = None
         self.info: store_pb2.StoreInfo | None = None
         """The store's info as of the last successful poll."""
         self._watch_task: asyncio.Task[None] | None = None
         self._store_failing = False
-        self.metrics = LagMetrics(self.tracker.lags, self._follower_lag_bytes, meter_provider)
+        self.metrics = LagMetrics(self.replicas.lags, self._follower_lag_bytes, meter_provider)
 
     async def start(self, own_address: str) -> None:
         """Wait for the store's first answer, take up its role, then watch it."""
@@ -117,7 +117,7 @@ class HANode:
             if self.follower.running:
                 await self.follower.stop()
                 log.info("the store is now a master: stopped following")
-            self.tracker.note_master_max(info.commitlog_max_offset)
+            self.replicas.note_master_max(info.commitlog_max_offset)
             if not self.master.active:
                 self.master.activate()
                 self.forwarder.start()
@@ -137,7 +137,7 @@ class HANode:
     def _end_master_side(self, reason: str) -> None:
         if not self.master.active:
             return
-        for address in self.tracker.acked_offsets():
+        for address in self.replicas.acked_offsets():
             self.forwarder.disconnected(address)
         self.master.deactivate(reason)
 
@@ -154,7 +154,7 @@ class HANode:
             info = await self.store.store_info()
         except HAError:
             info = self.info if self.info is not None else store_pb2.StoreInfo()
-        self.tracker.note_master_max(info.commitlog_max_offset if info.role == MASTER else 0)
+        self.replicas.note_master_max(info.commitlog_max_offset if info.role == MASTER else 0)
         status = ha_pb2.HAStatus(
             role=info.role,
             store_address=self.store.address,
@@ -162,7 +162,7 @@ class HANode:
             epoch=info.epoch,
         )
         if self.master.active:
-            status.replicas.extend(lag.to_proto() for lag in self.tracker.lags())
+            status.replicas.extend(lag.to_proto() for lag in self.replicas.lags())
         follower = self.follower
         if follower is not None and follower.running:
             status.master_address = follower.status.master_address

@@ -1,13 +1,14 @@
 """Replica progress forwarded to the master's store over one long-lived client stream.
 
 SYNC_MASTER appends wait in the store until a replica has acked past their
-end (DESIGN 7), so every ack a Replicate stream receives goes on to the store
-through ``ReportReplicas``. Updates coalesce per replica (only the newest
-offset matters), which bounds what is pending by the number of replicas. When
-the store restarts the stream breaks; it is reopened with backoff and starts
-with the current offset of every connected replica, so the new store process
-knows them at once. Rejected: one unary call per ack, which would put a round
-trip to the store on every replica ack and reorder acks across calls.
+end (docs/ha.md, "Durability"), so every ack a Replicate stream receives goes
+on to the store through ``ReportReplicas``. Updates coalesce per replica (only
+the newest offset matters), which bounds what is pending by the number of
+replicas. When the store restarts the stream breaks; it is reopened with
+backoff and starts with the current offset of every connected replica, so the
+new store process knows them at once. Rejected: one unary call per ack, which
+would put a round trip to the store on every replica ack and reorder acks
+across calls.
 """
 
 from __future__ import annotations

@@ -46,8 +46,12 @@ class ReplicaLag:
         )
 
 
-class ReplicaTracker:
+class ConnectedReplicas:
     """Progress of every replica connected to this master, by replica address.
+
+    Not the store's own record of replica acks, which SYNC_MASTER appends wait
+    on: the store learns the acks from here through ReportReplicas
+    (:mod:`services.ha.progress`).
 
     A replica that reconnects before its old stream noticed the break has two
     sessions for a moment; each stream holds a session number and only the

@@ -1,4 +1,4 @@
-"""Where a master resumes a replica, from the replica's first report (DESIGN 7).
+"""Where a master resumes a replica, from the replica's first report (docs/ha.md, "Epochs").
 
 Pure: the master's servicer feeds it the replica's report and its own
 store's info, and sends the result in the handshake chunk. The rules, in the

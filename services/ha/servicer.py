@@ -1,11 +1,15 @@
 """The HAService gRPC servicer: the edge where HA errors become gRPC statuses.
 
-Replication failures are statuses on the stream, once, here: a replica that
-cannot be served (its data was deleted on the master, or this store is not a
-master) gets FAILED_PRECONDITION with a message saying what to do; a report
-the master cannot reconcile gets ABORTED; a silent replica DEADLINE_EXCEEDED;
-a store that is down UNAVAILABLE. The follower logs the status and
-reconnects.
+Replication failures are statuses on the stream, once, here: every
+:class:`~services.ha.errors.HAError` carries its own ``code``
+(:mod:`services.ha.errors` lists them). A replica that cannot be served (its
+data was deleted on the master, or this store is not a master) gets
+FAILED_PRECONDITION with a message saying what to do; a report the master
+cannot reconcile gets ABORTED; a silent replica DEADLINE_EXCEEDED; a store that
+is down UNAVAILABLE. The follower logs the status and reconnects. The unary
+Status goes through the kernel's :func:`~boltmq.kernel.errors.answers_errors`;
+the bidirectional Replicate writes its chunks itself (see its docstring), so it
+ends the stream with the error's code by hand.
 """
 
 from __future__ import annotations
@@ -16,33 +20,12 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from boltmq.kernel.errors import answers_errors
 from boltmq.v1 import ha_pb2, ha_pb2_grpc
-from services.ha.errors import (
-    CannotResume,
-    HAError,
-    ReplicationBroken,
-    StoreFailed,
-    StoreUnavailable,
-    StreamSilent,
-)
+from services.ha.errors import HAError
 from services.ha.node import HANode
 
 log = logging.getLogger(__name__)
-
-
-def status_code(error: HAError) -> grpc.StatusCode:
-    """The gRPC status a Replicate stream ends with for ``error``."""
-    if isinstance(error, CannotResume):
-        return grpc.StatusCode.FAILED_PRECONDITION
-    if isinstance(error, StreamSilent):
-        return grpc.StatusCode.DEADLINE_EXCEEDED
-    if isinstance(error, ReplicationBroken):
-        return grpc.StatusCode.ABORTED
-    if isinstance(error, StoreUnavailable):
-        return grpc.StatusCode.UNAVAILABLE
-    if isinstance(error, StoreFailed):
-        return error.code
-    return grpc.StatusCode.INTERNAL
 
 
 class HAServicer(ha_pb2_grpc.HAServiceServicer):
@@ -72,8 +55,9 @@ class HAServicer(ha_pb2_grpc.HAServiceServicer):
                         log.info("replica at %s went away: %r", context.peer(), exc)
                         return
         except HAError as exc:
-            await context.abort(status_code(exc), str(exc))
+            await context.abort(exc.code, str(exc))
 
+    @answers_errors
     async def Status(
         self, request: ha_pb2.HAStatusRequest, context: grpc.aio.ServicerContext
     ) -> ha_pb2.HAStatus:

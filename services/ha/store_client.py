@@ -1,10 +1,10 @@
 """The HA service's connection to its own store: deadlines and named errors.
 
-The HA service touches store data only through these calls (DESIGN 7): a
+The HA service touches store data only through these calls (see docs/ha.md): a
 following CommitLog read on a master, raw appends, truncation and role
 changes on a replica, and one client stream of replica progress. gRPC
 failures become :class:`~services.ha.errors.StoreUnavailable` (unreachable,
-too slow) or :class:`~services.ha.errors.StoreFailed` (any other status, with
+too slow) or :class:`~services.ha.errors.StoreCallFailed` (any other status, with
 the store's own text), here and nowhere else.
 """
 
@@ -17,7 +17,7 @@ import grpc
 
 from boltmq.kernel.store_channel import StoreChannel
 from boltmq.v1 import store_pb2
-from services.ha.errors import HAError, StoreFailed, StoreUnavailable
+from services.ha.errors import HAError, StoreCallFailed, StoreUnavailable
 
 _UNREACHABLE = (
     grpc.StatusCode.UNAVAILABLE,
@@ -34,7 +34,7 @@ class RawAppends:
     that does not come, within the store call timeout is a
     :class:`StoreUnavailable` (a store that went away mid-stream can leave a
     call that never fails on its own). Failures of the call are a
-    :class:`StoreUnavailable` or :class:`StoreFailed`.
+    :class:`StoreUnavailable` or :class:`StoreCallFailed`.
     """
 
     def __init__(
@@ -86,7 +86,7 @@ class HAStoreClient(StoreChannel):
             return StoreUnavailable(
                 f"store at {self.address} is unavailable ({method}: {code.name.lower()}: {details})"
             )
-        return StoreFailed(code, f"store {method} failed: {code.name}: {details}")
+        return StoreCallFailed(f"store {method} failed: {code.name}: {details}", code)
 
     async def store_info(self, *, wait_for_ready: bool = False) -> store_pb2.StoreInfo:
         """Offsets, role, epochs and segment size of the store."""

@@ -1,4 +1,4 @@
-"""RegistryConfig: every setting of one name registry (DESIGN 6).
+"""RegistryConfig: every setting of one name registry.
 
 Loaded through :func:`boltmq.kernel.config.load_config` (defaults, TOML file,
 ``BOLTMQ_*`` environment, flags). Validation happens in ``__post_init__`` so a

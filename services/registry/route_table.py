@@ -1,11 +1,11 @@
-"""The registry's in-memory state: live brokers and the routes they serve (DESIGN 6).
+"""The registry's in-memory state: live brokers and the routes they serve.
 
-Every broker registers every 30 s with every registry, sending its identity
-(cluster name, broker name, broker id, address), its HA address, its whole
-topic set and a data version. A registration *replaces* what the registry
-held for that broker, so a topic the broker deleted disappears with the next
-registration. A broker silent for longer than ``broker_expiry_ms`` is dropped
-together with its routes.
+Every broker registers every 30 s with every registry, sending who it is
+(:class:`BrokerMember`: cluster name, broker name, broker id, address), its
+HA address, its whole topic set and a data version. A registration *replaces*
+what the registry held for that broker, so a topic the broker deleted
+disappears with the next registration. A broker silent for longer than
+``broker_expiry_ms`` is dropped together with its routes.
 
 A broker group is one master (broker id 0) plus replicas paired by broker
 name. A route for a topic has one queue entry per group that serves it; the
@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from boltmq.wire.topic import TOPIC_MAX_LENGTH, TOPIC_PATTERN, InvalidTopic, validate_topic
+from services.registry.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +54,9 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class InvalidRequest(ValueError):
-    """A registration, unregistration or lookup with a bad field; ``field`` names it."""
-
-    def __init__(self, field_name: str, reason: str) -> None:
-        super().__init__(f"{field_name}: {reason}")
-        self.field = field_name
-
-
 def _check_name(field_name: str, value: str) -> None:
-    """Cluster and broker names become topic names on the broker (DESIGN 5), so same rules."""
+    """Cluster and broker names become topic names on the broker, so the topic rules apply
+    (:mod:`boltmq.wire.topic`)."""
     if not value:
         raise InvalidRequest(field_name, "must not be empty")
     if len(value) > TOPIC_MAX_LENGTH or not TOPIC_PATTERN.match(value):
@@ -83,8 +77,9 @@ def _check_address(field_name: str, value: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerIdentity:
-    """Which broker: the key ``(cluster_name, broker_name, broker_id)`` plus its address."""
+class BrokerMember:
+    """One member of a broker group: the key ``(cluster_name, broker_name, broker_id)``
+    plus its address (the broker process a route points at)."""
 
     cluster_name: str
     broker_name: str
@@ -135,12 +130,12 @@ def _check_topic(index: int, topic: TopicSettings) -> None:
 class Registration:
     """A broker's full registration; constructing one validates every field."""
 
-    identity: BrokerIdentity
+    member: BrokerMember
     ha_address: str = ""
     topics: tuple[TopicSettings, ...] = ()
     data_version: int = 0
     epoch: int = 0
-    """Master epoch of the broker's store: a newer epoch's master wins id 0 (DESIGN 7)."""
+    """Master epoch of the broker's store: a newer epoch's master wins id 0 (docs/ha.md)."""
     topics_by_name: Mapping[str, TopicSettings] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -253,7 +248,7 @@ def _route(topic: str, groups: Mapping[tuple[str, str], Mapping[int, _Entry]]) -
             )
         )
         addresses = {
-            broker_id: entry.registration.identity.address for broker_id, entry in members.items()
+            broker_id: entry.registration.member.address for broker_id, entry in members.items()
         }
         brokers.append(BrokerRoute(cluster_name, broker_name, addresses))
         order = order or settings.order
@@ -265,10 +260,10 @@ def _route(topic: str, groups: Mapping[tuple[str, str], Mapping[int, _Entry]]) -
 def _groups(entries: Iterable[_Entry]) -> dict[tuple[str, str], dict[int, _Entry]]:
     """Live entries grouped by ``(cluster_name, broker_name)``, groups in sorted order."""
     groups: dict[tuple[str, str], dict[int, _Entry]] = {}
-    for entry in sorted(entries, key=lambda e: e.registration.identity.key):
-        identity = entry.registration.identity
-        group = groups.setdefault((identity.cluster_name, identity.broker_name), {})
-        group[identity.broker_id] = entry
+    for entry in sorted(entries, key=lambda e: e.registration.member.key):
+        member = entry.registration.member
+        group = groups.setdefault((member.cluster_name, member.broker_name), {})
+        group[member.broker_id] = entry
     return groups
 
 
@@ -297,21 +292,19 @@ class RouteTable:
         an old master coming back after a failover must not take the group's
         writes back. Equal epochs replace (a master that moved address).
         """
-        identity = registration.identity
-        if identity.broker_id != MASTER_ID:
+        member = registration.member
+        if member.broker_id != MASTER_ID:
             return None
         self.expire()
-        current = self._brokers.get(identity.key)
+        current = self._brokers.get(member.key)
         if (
             current is None
-            or current.registration.identity.address == identity.address
+            or current.registration.member.address == member.address
             or current.registration.epoch <= registration.epoch
         ):
             return None
         used = {
-            key[2]
-            for key in self._brokers
-            if key[:2] == (identity.cluster_name, identity.broker_name)
+            key[2] for key in self._brokers if key[:2] == (member.cluster_name, member.broker_name)
         }
         free = next(i for i in range(1, len(used) + 2) if i not in used)
         return Superseded(_live(current), free)
@@ -328,28 +321,28 @@ class RouteTable:
         The data version is stored, not compared: a restarted broker may start
         its counter again, and refusing a lower version would hide it for good.
         """
-        identity = registration.identity
-        key = identity.key
-        other_key = self._keys_by_address.get(identity.address)
+        member = registration.member
+        key = member.key
+        other_key = self._keys_by_address.get(member.address)
         if other_key is not None and other_key != key:
             self._remove(other_key)
         previous = self._brokers.get(key)
-        if previous is not None and previous.registration.identity.address != identity.address:
-            self._keys_by_address.pop(previous.registration.identity.address, None)
+        if previous is not None and previous.registration.member.address != member.address:
+            self._keys_by_address.pop(previous.registration.member.address, None)
         self._brokers[key] = _Entry(registration, self._clock_ms(), self._wall_clock_ms())
-        self._keys_by_address[identity.address] = key
+        self._keys_by_address[member.address] = key
         return previous is None
 
-    def unregister(self, identity: BrokerIdentity) -> bool:
+    def unregister(self, member: BrokerMember) -> bool:
         """Drop a broker; True when it was there at that address.
 
         A different address under the same key means the broker already came
         back elsewhere; a late goodbye from the old process must not remove it.
         """
-        entry = self._brokers.get(identity.key)
-        if entry is None or entry.registration.identity.address != identity.address:
+        entry = self._brokers.get(member.key)
+        if entry is None or entry.registration.member.address != member.address:
             return False
-        self._remove(identity.key)
+        self._remove(member.key)
         return True
 
     def expire(self) -> list[BrokerLive]:
@@ -409,19 +402,19 @@ class RouteTable:
 
     def _remove(self, key: tuple[str, str, int]) -> None:
         entry = self._brokers.pop(key)
-        address = entry.registration.identity.address
+        address = entry.registration.member.address
         if self._keys_by_address.get(address) == key:
             del self._keys_by_address[address]
 
 
 def _live(entry: _Entry) -> BrokerLive:
     registration = entry.registration
-    identity = registration.identity
+    member = registration.member
     return BrokerLive(
-        identity.cluster_name,
-        identity.broker_name,
-        identity.broker_id,
-        identity.address,
+        member.cluster_name,
+        member.broker_name,
+        member.broker_id,
+        member.address,
         registration.ha_address,
         entry.updated_wall_ms,
         registration.data_version,

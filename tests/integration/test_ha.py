@@ -1,4 +1,4 @@
-"""HA replication end to end: real store and HA processes on port 0 (DESIGN 7).
+"""HA replication end to end: real store and HA processes on port 0 (see docs/ha.md).
 
 Each test runs a master store with its HA service and a replica store
 (``broker_role=SLAVE``) with its HA service following the master's statically

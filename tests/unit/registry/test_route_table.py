@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
+from services.registry.errors import InvalidRequest
 from services.registry.route_table import (
-    BrokerIdentity,
-    InvalidRequest,
+    BrokerMember,
     QueueRoute,
     Registration,
     RouteTable,
@@ -46,7 +46,7 @@ def registration(
     cluster: str = CLUSTER,
 ) -> Registration:
     return Registration(
-        BrokerIdentity(cluster, broker_name, broker_id, address), ha_address, topics, data_version
+        BrokerMember(cluster, broker_name, broker_id, address), ha_address, topics, data_version
     )
 
 
@@ -208,14 +208,14 @@ def test_an_expired_master_leaves_the_replica_serving_with_its_own_queue_numbers
 
 def test_unregister_drops_the_broker_only_at_the_registered_address(table: RouteTable) -> None:
     table.register(registration("broker-a", 0, "10.0.0.1:10911", topic("orders")))
-    stale = BrokerIdentity(CLUSTER, "broker-a", 0, "10.0.0.9:10911")
+    stale = BrokerMember(CLUSTER, "broker-a", 0, "10.0.0.9:10911")
 
     assert table.unregister(stale) is False
     assert table.get_route("orders") is not None
 
-    assert table.unregister(BrokerIdentity(CLUSTER, "broker-a", 0, "10.0.0.1:10911")) is True
+    assert table.unregister(BrokerMember(CLUSTER, "broker-a", 0, "10.0.0.1:10911")) is True
     assert table.get_route("orders") is None
-    assert table.unregister(BrokerIdentity(CLUSTER, "broker-a", 0, "10.0.0.1:10911")) is False
+    assert table.unregister(BrokerMember(CLUSTER, "broker-a", 0, "10.0.0.1:10911")) is False
 
 
 def test_a_replica_promoted_to_master_keeps_one_entry_for_its_address(table: RouteTable) -> None:
@@ -242,7 +242,7 @@ def test_a_broker_that_moved_is_listed_at_its_new_address_only(table: RouteTable
         "broker-a": {0: "10.0.0.5:10911"},
         "broker-b": {0: "10.0.0.1:10911"},
     }
-    assert table.unregister(BrokerIdentity(CLUSTER, "broker-a", 0, "10.0.0.1:10911")) is False
+    assert table.unregister(BrokerMember(CLUSTER, "broker-a", 0, "10.0.0.1:10911")) is False
 
 
 def test_cluster_info_reports_every_registered_field(table: RouteTable) -> None:
@@ -296,13 +296,13 @@ def test_groups_with_the_same_broker_name_in_two_clusters_stay_apart(table: Rout
 @pytest.mark.parametrize(
     ("build", "field"),
     [
-        (lambda: BrokerIdentity("", "broker-a", 0, "h:1"), "cluster_name"),
-        (lambda: BrokerIdentity(CLUSTER, "", 0, "h:1"), "broker_name"),
-        (lambda: BrokerIdentity(CLUSTER, "../etc", 0, "h:1"), "broker_name"),
-        (lambda: BrokerIdentity(CLUSTER, "broker-a", -1, "h:1"), "broker_id"),
-        (lambda: BrokerIdentity(CLUSTER, "broker-a", 0, ""), "address"),
-        (lambda: BrokerIdentity(CLUSTER, "broker-a", 0, "no-port"), "address"),
-        (lambda: BrokerIdentity(CLUSTER, "broker-a", 0, "h:70000"), "address"),
+        (lambda: BrokerMember("", "broker-a", 0, "h:1"), "cluster_name"),
+        (lambda: BrokerMember(CLUSTER, "", 0, "h:1"), "broker_name"),
+        (lambda: BrokerMember(CLUSTER, "../etc", 0, "h:1"), "broker_name"),
+        (lambda: BrokerMember(CLUSTER, "broker-a", -1, "h:1"), "broker_id"),
+        (lambda: BrokerMember(CLUSTER, "broker-a", 0, ""), "address"),
+        (lambda: BrokerMember(CLUSTER, "broker-a", 0, "no-port"), "address"),
+        (lambda: BrokerMember(CLUSTER, "broker-a", 0, "h:70000"), "address"),
         (lambda: registration("broker-a", 0, "h:1", ha_address="h:"), "ha_address"),
         (lambda: registration("broker-a", 0, "h:1", topic("ok"), topic("a/b")), "topics[1].name"),
         (lambda: registration("broker-a", 0, "h:1", topic("x" * 128)), "topics[0].name"),
@@ -345,7 +345,7 @@ def test_valid_ipv6_and_unusual_names_are_accepted(table: RouteTable) -> None:
 
 def epoch_registration(broker_id: int, address: str, epoch: int) -> Registration:
     return Registration(
-        BrokerIdentity(CLUSTER, "broker-a", broker_id, address), "", (topic("orders"),), 0, epoch
+        BrokerMember(CLUSTER, "broker-a", broker_id, address), "", (topic("orders"),), 0, epoch
     )
 
 
