@@ -6,11 +6,12 @@ to one queue. It prints the wall rate and the process's CPU seconds per
 record (every thread: appends, dispatch, flush). ``--warm-bytes`` sets
 ``warm_mapped_file_ahead_bytes`` (0: the page warmer off, the default), so the
 cost of fresh pages can be compared with and without faulting them in ahead
-(bench/RESULTS.md, session 7). ``--window-bytes`` sets
-``commitlog_page_cache_window_bytes`` (default 1 GiB as in the store; 0 keeps
-every written page cached): with ``--batches 6000`` (~6.3 GB) it shows what
-fresh pages cost once the machine has to find new ones (session 8). Every
-1,000 batches it prints that slice's CPU per record.
+(bench/history/cluster.md, "the CommitLog is written with pwrite").
+``--window-bytes`` sets ``commitlog_page_cache_window_bytes`` (default 1 GiB as
+in the store; 0 keeps every written page cached): with ``--batches 6000``
+(~6.3 GB) it shows what fresh pages cost once the machine has to find new ones
+(bench/history/cluster.md, "only the newest flushed CommitLog stays in the page
+cache"). Every 1,000 batches it prints that slice's CPU per record.
 
     .venv/bin/python bench/append_cpu.py [--warm-bytes 33554432] [--window-bytes 0]
         [--batches 1500]

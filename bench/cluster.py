@@ -36,7 +36,7 @@ NO_SECURITY: Mapping[str, Any] = {}
 CONSUME_PULL_BATCH = 1024
 """Messages per pull in ``consume``: each gRPC call costs the consumer, broker and store
 a few hundred microseconds whatever it carries, so 1024 per pull (about 1.1 MB) needs
-a quarter of the calls of 256 (bench/RESULTS.md, issue 3: broker CPU halved)."""
+a quarter of the calls of 256 (bench/history/cluster.md: broker CPU halved)."""
 
 
 def bench_produce(

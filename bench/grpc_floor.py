@@ -6,7 +6,7 @@ against a threaded ``grpc.server`` and then an aio ``grpc.aio.server``. It
 prints the round trip and the CPU each side spent per call (the server's
 from ``/proc/<pid>/stat``, every thread). A BoltMQ synchronous send makes
 two such calls in a row (client -> broker -> store), so this is the floor
-under the issue-3 "single synchronous send" figures (bench/RESULTS.md).
+under the synchronous send figures (bench/RESULTS.md).
 
 The last line is the same round trip as one message each way on an open
 bidi stream of the aio server (an echo of the request bytes), which is what

@@ -1,4 +1,4 @@
-"""``python -m bench ha``: replication benchmarks on real processes (DESIGN 7, issue 4).
+"""``python -m bench ha``: replication benchmarks on real processes (docs/ha.md).
 
 Each scenario starts its own master store + HA service and replica store + HA
 service (``broker_role=SLAVE``, following the master statically) in a

@@ -14,7 +14,7 @@ Against a running cluster (``boltmq dev``), one thread sends the same batch of
 Each prints the client's CPU per message (``time.process_time``), msg/s and the
 per-call p50/p99. ``raw`` is the round trip through broker and store with no
 client work at all, so it bounds what a single producer can reach however
-cheap the SDK becomes (bench/RESULTS.md, issue 8).
+cheap the SDK becomes (bench/history/side-by-side.md, "What bounds one batched producer").
 
     .venv/bin/python -m bench.send_split --registry 127.0.0.1:9876 [--calls 300]
 """

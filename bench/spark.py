@@ -47,7 +47,8 @@ PAGE_CACHE_MB = 256
 default is 1 GiB). The benchmark writes ~1.4 GB while the JVM takes its heap: on the 2-core
 VM new pages cost ~15x more once ~1 GiB of them were taken (bench/fresh_pages.py), and a
 store releasing its pages 256 MiB behind keeps reusing cheap ones: writes measured
-134-137k rows/s against 91-108k with 1 GiB (bench/RESULTS.md, session 9)."""
+134-137k rows/s against 91-108k with 1 GiB (bench/history/spark.md, "a smaller page-cache
+window")."""
 TOPIC = "SparkBench"
 WARM_UP_ROWS = 4096
 """Rows of the write warm-up (to a topic of its own, so the broker read counts only the timed

@@ -1,4 +1,4 @@
-"""One line for a failed job, never a page of JVM stack trace (STYLE 13).
+"""One line for a failed job, never a page of JVM stack trace (docs/style.md).
 
 Spark wraps an error raised inside a Python data source (or a task) in a
 Py4J/``PySparkException`` whose message holds the Python traceback of the

@@ -14,7 +14,7 @@ READ_BATCH = 32
 
 
 def small_config(root: Path, **overrides: object) -> StoreConfig:
-    """The issue's small test geometry: 64 KiB segments, 1000-entry queues, tiny index."""
+    """The small test geometry: 64 KiB segments, 1000-entry queues, tiny index."""
     values: dict[str, object] = dict(
         root_dir=root,
         mapped_file_size_commitlog=64 * 1024,

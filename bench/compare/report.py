@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.compare.workload import Row
 
-SECTION_TITLE = "## Side by side (issue 8)"
+SECTION_TITLE = "## Side by side"
 BOLTMQ = "BoltMQ"
 
 
@@ -124,7 +124,7 @@ TARGETS = (
     ("consume", "batched", 1.5),
     ("produce", "one-at-a-time", 1.0),
 )
-"""(scenario, mode, least BoltMQ / peer): issue 8's target."""
+"""(scenario, mode, least BoltMQ / peer): the side-by-side targets (bench/RESULTS.md)."""
 
 
 def target_lines(rows: Sequence[Row]) -> list[str]:

@@ -107,7 +107,7 @@ def section(result: Comparison, command: str) -> str:
         "",
         *report.markdown_table(result.rows),
         "",
-        "Issue 8 target (BoltMQ / this column):",
+        "Side-by-side targets (BoltMQ / this column):",
         *report.target_lines(result.rows),
         "",
     ]

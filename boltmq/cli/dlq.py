@@ -1,9 +1,10 @@
-"""``boltmq admin group dlq GROUP [--resend]``: a group's dead letters (DESIGN 5).
+"""``boltmq admin group dlq GROUP [--resend]``: a group's dead letters.
 
 Lists ``%DLQ%<group>`` on every master broker (a dead-letter topic is never
 pulled by consumers, so the broker reads it for the operator) and, with
 ``--resend``, appends a copy of each listed message to the topic it first
-failed on, where the group consumes it again with ``reconsume_times`` 0.
+failed on, where the group consumes it again with ``reconsume_times`` 0
+(docs/retry-and-delay.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``boltmq admin broker promote`` and ``boltmq admin ha status`` (DESIGN 7).
+"""``boltmq admin broker promote`` and ``boltmq admin ha status`` (docs/ha.md).
 
 Both find the group's members through the registry: brokers (and the HA
 addresses they registered) of one broker name.

@@ -1,7 +1,7 @@
 """Column layouts of both formats and the Arrow record batches that carry them.
 
-Rows leave ``read()`` as Arrow record batches (DESIGN 9: about 3x faster than
-tuples for this schema). Spark checks a batch's schema for equality with the
+Rows leave ``read()`` as Arrow record batches (about 3x faster than tuples for
+this schema; docs/spark.md). Spark checks a batch's schema for equality with the
 Arrow form of the declared schema, so :func:`arrow_schema` derives it with
 Spark's own converter instead of a hand-written copy that could drift.
 """
@@ -21,7 +21,7 @@ MESSAGE_COLUMNS = (
     "store_timestamp timestamp, tags string, keys array<string>, "
     "properties map<string,string>, body binary"
 )
-"""The ``boltmq`` format's columns (DESIGN 9); ``properties`` leaves out TAGS and KEYS,
+"""The ``boltmq`` format's columns (docs/spark.md); ``properties`` leaves out TAGS and KEYS,
 which have their own columns."""
 
 COMMITLOG_COLUMNS = MESSAGE_COLUMNS + ", sys_flag int, reconsume_times int"

@@ -1,6 +1,6 @@
 """Streaming reads of ``boltmq``: offsets, admission control and Trigger.AvailableNow.
 
-The Spark checkpoint holds the offsets (DESIGN 9): a micro-batch reads exactly
+The Spark checkpoint holds the offsets (docs/spark.md): a micro-batch reads exactly
 ``[start, end)`` of every queue as Spark planned it, so a restarted query reads
 from the offsets its checkpoint recorded, with nothing lost or read twice.
 Nothing is committed to a consumer group: ``commit()`` is not called reliably

@@ -29,7 +29,7 @@ if shutil.which("redis-server") is None:
 CONSUME = 1500
 EXISTING = (
     "# Benchmark results\n\n## Earlier\nkept above\n\n"
-    "## Side by side (issue 8)\nstale table\n\n## Later\nkept below\n"
+    "## Side by side\nstale table\n\n## Later\nkept below\n"
 )
 ROW = re.compile(
     r"^\| (?P<scenario>[a-z+]+) \| (?P<mode>[a-z-]+) \| (?P<producers>\d+) \| "
@@ -110,7 +110,7 @@ def test_only_the_side_by_side_section_is_replaced(run: tuple[Path, str]) -> Non
     assert "stale table" not in text
     assert (
         text.index("kept above")
-        < text.index("## Side by side (issue 8)")
+        < text.index("## Side by side")
         < text.index("## Later")
         < text.index("kept below")
     )
@@ -120,8 +120,8 @@ def test_only_the_side_by_side_section_is_replaced(run: tuple[Path, str]) -> Non
 
 
 def test_section_is_appended_when_absent() -> None:
-    text = report.replace_section("# Results\n\n## Other\nx\n", "## Side by side (issue 8)\nT")
-    assert text == "# Results\n\n## Other\nx\n\n## Side by side (issue 8)\nT\n"
+    text = report.replace_section("# Results\n\n## Other\nx\n", "## Side by side\nT")
+    assert text == "# Results\n\n## Other\nx\n\n## Side by side\nT\n"
 
 
 @pytest.mark.skipif(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -18,9 +19,12 @@ LINE = re.compile(
 
 
 def run_floor(*args: str) -> subprocess.CompletedProcess[str]:
+    # The script imports ``bench`` (not an installed package): the checkout on the path.
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     return subprocess.run(
         [sys.executable, "bench/relay_floor.py", *args],
         cwd=REPO_ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,4 +1,4 @@
-"""A replica broker copies its master's metadata when the master enforces the ACL (DESIGN 7).
+"""A replica broker copies its master's metadata when the master enforces the ACL.
 
 A :class:`~boltmq.cli.dev.local_cluster.LocalCluster` group (registry; master and
 replica, each a store, its HA service and its broker) whose brokers both run
@@ -7,7 +7,8 @@ so the replica signs its copies with the ``access_key`` / ``secret_key`` of
 an admin account; without credentials, or with an account that is not an
 admin, the master refuses every copy, both logs say so, and the replica keeps
 serving what it has. LocalCluster gives every broker the same settings: the
-master holds the credentials too, and never uses them (only replicas copy).
+master holds the credentials too, and never uses them (only replicas copy). The copy
+itself is described in docs/ha.md ("Reads and metadata while the master is down").
 """
 
 from __future__ import annotations

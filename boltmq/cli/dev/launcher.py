@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[3]
+"""The checkout this module runs from (boltmq/cli/dev/ is three levels down)."""
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 

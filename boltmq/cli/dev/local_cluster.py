@@ -1,7 +1,7 @@
 """LocalCluster: a registry and one broker group as child processes (``boltmq dev``).
 
 A broker group is members 0..N: member 0 starts as the master, the others as
-replicas (DESIGN 7). Each member is a store, the broker in front of it
+replicas (docs/ha.md). Each member is a store, the broker in front of it
 (broker id = member index while it is a replica, 0 while it is the master)
 and, when the group has replicas, the HA service beside the store. Replicas'
 HA services find the master through the registry, so a promotion or a
