@@ -13,7 +13,7 @@ in the store; 0 keeps every written page cached): with ``--batches 6000``
 (bench/history/cluster.md, "only the newest flushed CommitLog stays in the page
 cache"). Every 1,000 batches it prints that slice's CPU per record.
 
-    .venv/bin/python bench/append_cpu.py [--warm-bytes 33554432] [--window-bytes 0]
+    .venv/bin/python -m bench.append_cpu [--warm-bytes 33554432] [--window-bytes 0]
         [--batches 1500]
 """
 

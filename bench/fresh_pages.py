@@ -7,7 +7,7 @@ as the writer goes, the way the store's page-cache window does
 (services/store/page_cache.py); 0 keeps every file cached until the end. Files
 go to a temporary directory under ``--dir`` and are deleted afterwards.
 
-    .venv/bin/python bench/fresh_pages.py [--files 96] [--keep-files 0] [--dir /tmp]
+    .venv/bin/python -m bench.fresh_pages [--files 96] [--keep-files 0] [--dir /tmp]
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ The last line is the same round trip as one message each way on an open
 bidi stream of the aio server (an echo of the request bytes), which is what
 the broker's appends use (StoreService/AppendStream).
 
-    .venv/bin/python bench/grpc_floor.py [--calls 3000]
+    .venv/bin/python -m bench.grpc_floor [--calls 3000]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ messages on one queue. The script times, best of 5 rounds of ``--reads`` each:
 It prints microseconds per message of each (wall time of one thread; nothing
 else runs in the process).
 
-    .venv/bin/python bench/read_path.py [--messages 4096] [--batch 1024] [--reads 100]
+    .venv/bin/python -m bench.read_path [--messages 4096] [--batch 1024] [--reads 100]
 """
 
 from __future__ import annotations

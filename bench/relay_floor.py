@@ -25,7 +25,7 @@ batch instead (a consumer's pull). It prints msg/s, MB/s and
 the per-call p50/p99, and the CPU seconds each process spent per message, so
 the figures can be set beside ``python -m bench.compare`` (bench/RESULTS.md).
 
-    .venv/bin/python bench/relay_floor.py [--producers 1] [--batch 256] [--direction push]
+    .venv/bin/python -m bench.relay_floor [--producers 1] [--batch 256] [--direction push]
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc
 import psutil
-from grpc_floor import stream_round_trip  # bench/, beside this script
 
+from bench.grpc_floor import stream_round_trip
 from bench.soak_report import percentile_ms
 from boltmq.kernel import allocator
 
@@ -120,7 +121,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 def _start(*args: str) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.relay_floor", *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],  # the checkout: `bench` is not installed
+    )
     assert proc.stdout is not None
     return proc, int(proc.stdout.readline())
 

@@ -1,6 +1,6 @@
 """Print every 256-message put_messages batch slower than 5 ms, with when it happened.
 
-Run: .venv/bin/python bench/stall_probe.py
+Run: .venv/bin/python -m bench.stall_probe
 On the Firecracker VM of bench/RESULTS.md it shows ~20 ms pauses about every 45 ms.
 """
 

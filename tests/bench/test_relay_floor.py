@@ -1,8 +1,7 @@
-"""``bench/relay_floor.py``: the bare two-hop path, unary or streamed; its bad options."""
+"""``python -m bench.relay_floor``: the bare two-hop path, unary or streamed; its bad options."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -19,12 +18,10 @@ LINE = re.compile(
 
 
 def run_floor(*args: str) -> subprocess.CompletedProcess[str]:
-    # The script imports ``bench`` (not an installed package): the checkout on the path.
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    # ``bench`` is not an installed package: run as a module from the checkout.
     return subprocess.run(
-        [sys.executable, "bench/relay_floor.py", *args],
+        [sys.executable, "-m", "bench.relay_floor", *args],
         cwd=REPO_ROOT,
-        env=env,
         capture_output=True,
         text=True,
         timeout=120,
