@@ -48,29 +48,18 @@ import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    LessThan,
-    LessThanOrEqual,
-)
+from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
 
 from boltmq.kernel.allocator import settle_garbage_collector_once
 from boltmq.spark.errors import CorruptCommitLog, OptionError
 from boltmq.spark.options import option_bool, option_text, positive_int
+from boltmq.spark.pushdown import TIME_MAX_MS, RecordFilter, push
 from boltmq.spark.record_columns import RecordBlock, record_starts
 from boltmq.spark.schema import (
     BATCH_ROWS_MAX,
@@ -93,7 +82,6 @@ from boltmq.wire.record import (
 )
 from boltmq.wire.segment_name import is_segment_name
 
-TIME_MAX_MS = 1 << 62
 MIN_PARTITIONS_DEFAULT = 2
 """Tasks come in multiples of this (option ``minPartitions``): the last wave of local[2]
 must not leave a core idle."""
@@ -102,67 +90,6 @@ PARTITION_BYTES_DEFAULT = 256 * 1024 * 1024
 _MAGIC_BYTES = tuple(struct.pack(">I", magic) for magic in sorted(MESSAGE_MAGICS))
 _TOTAL_MAGIC = struct.Struct(">iI")
 _PHYSICAL = struct.Struct(">q")
-
-
-@dataclass
-class RecordFilter:
-    """The filters Spark pushed down, applied exactly (Spark does not apply them again)."""
-
-    topics: frozenset[str] | None = None
-    queue_ids: frozenset[int] | None = None
-    store_from_ms: int = 0
-    """Inclusive lower bound of store_timestamp."""
-    store_until_ms: int = TIME_MAX_MS
-    """Exclusive upper bound of store_timestamp."""
-
-    def accepts_time(self, store_ms: int) -> bool:
-        return self.store_from_ms <= store_ms < self.store_until_ms
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _ms(value: datetime) -> int:
-    """Milliseconds of a pushed timestamp value (UTC when it carries no zone)."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return (value - _EPOCH) // timedelta(milliseconds=1)
-
-
-def _intersect(old: frozenset | None, new: Iterable[Any]) -> frozenset:  # type: ignore[type-arg]
-    values = frozenset(new)
-    return values if old is None else old & values
-
-
-def push(wanted: RecordFilter, item: Filter) -> bool:
-    """Fold ``item`` into ``wanted``; False when this reader cannot apply it."""
-    attribute: tuple[str, ...] = getattr(item, "attribute", ())
-    column = attribute[0] if len(attribute) == 1 else None
-    value: Any = getattr(item, "value", None)
-    if column == "topic" and isinstance(item, EqualTo | In):
-        values = [value] if isinstance(item, EqualTo) else list(value)
-        wanted.topics = _intersect(wanted.topics, values)
-        return True
-    if column == "queue_id" and isinstance(item, EqualTo | In):
-        values = [value] if isinstance(item, EqualTo) else list(value)
-        wanted.queue_ids = _intersect(wanted.queue_ids, values)
-        return True
-    if column != "store_timestamp" or not isinstance(
-        item, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual
-    ):
-        return False
-    if not isinstance(value, datetime) or value.microsecond % 1000:
-        return False  # sub-millisecond bounds: leave them to Spark
-    ms = _ms(value)
-    if isinstance(item, EqualTo | GreaterThanOrEqual):
-        wanted.store_from_ms = max(wanted.store_from_ms, ms)
-    if isinstance(item, GreaterThan):
-        wanted.store_from_ms = max(wanted.store_from_ms, ms + 1)
-    if isinstance(item, EqualTo | LessThanOrEqual):
-        wanted.store_until_ms = min(wanted.store_until_ms, ms + 1)
-    if isinstance(item, LessThan):
-        wanted.store_until_ms = min(wanted.store_until_ms, ms)
-    return True
 
 
 @dataclass(frozen=True)

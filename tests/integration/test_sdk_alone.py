@@ -2,14 +2,16 @@
 
 An application that only sends and consumes must get a working client without the
 server stack: no Spark, no code generator, none of the services' dependencies. The
-venv is built from this checkout as a user would (the package build generates the gRPC
-stubs itself), then a script run by that venv's Python sends and pulls against a real
-cluster of processes started from the development venv.
+venv is built as a user would from the files a clean clone holds (copied, without the
+generated ``boltmq/v1``: the package build must generate the gRPC stubs itself), then a
+script run by that venv's Python sends and pulls against a real cluster of processes
+started from the development venv.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,6 +23,8 @@ import pytest
 from tests.integration.conftest import Cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_SOURCES = ("pyproject.toml", "setup.py", "README.md", "protos", "boltmq", "services")
+"""What building the distribution reads; the generated stubs are left out."""
 
 SERVER_ONLY = {
     "pyspark",
@@ -61,12 +65,26 @@ CLIENT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def sdk_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with only ``pip install <checkout>``; its Python."""
+    """A fresh venv with only ``pip install <sources>``; its Python."""
+    sources = tmp_path_factory.mktemp("sources")
+    stubs = REPO_ROOT / "boltmq" / "v1"
+
+    def ignored(directory: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n == "__pycache__" or n.endswith(".egg-info")}
+        return skipped | ({"v1"} if Path(directory) == stubs.parent else set())
+
+    for name in PACKAGE_SOURCES:
+        origin = REPO_ROOT / name
+        if origin.is_dir():
+            shutil.copytree(origin, sources / name, ignore=ignored)
+        else:
+            shutil.copy2(origin, sources / name)
+    assert not (sources / "boltmq" / "v1").exists()
     home = tmp_path_factory.mktemp("sdk-venv")
     venv.EnvBuilder(with_pip=True).create(home)
     python = home / "bin" / "python"
     installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", str(REPO_ROOT)],
+        [str(python), "-m", "pip", "install", "-q", str(sources)],
         capture_output=True,
         text=True,
         timeout=600,
