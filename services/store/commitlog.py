@@ -235,7 +235,7 @@ class CommitLog:
     def encode(self, msg: MessageLike, now_ms: int, born_host: bytes | None = None) -> _Encoded:
         """Validate ``msg`` and encode its position-independent parts.
 
-        ``msg`` is a :class:`Message` or anything with its attributes (the
+        ``msg`` is a :class:`StoreMessage` or anything with its attributes (the
         store service passes protobuf messages as they arrived, with
         ``born_host`` encoded once per batch instead of per message).
         Raises InvalidMessage (MESSAGE_ILLEGAL) or a PropertiesTooLarge
@@ -279,7 +279,7 @@ class CommitLog:
                     self._tail_cache[(topic, tags)] = cached_tail
             tail, code = cached_tail
             index_keys = ()
-        if born_host is None:  # a Message carries its own born host
+        if born_host is None:  # a StoreMessage carries its own born host
             born_host = self.encode_born_host(
                 getattr(msg, "born_host", "127.0.0.1"), getattr(msg, "born_port", 0)
             )

@@ -43,7 +43,7 @@ from services.store.dispatcher import ArrivalListener, Dispatcher
 from services.store.flusher import CommitLogFlusher, ConsumeQueueFlusher
 from services.store.index_service import IndexService
 from services.store.mapped_file import MappedFile
-from services.store.message import Message, MessageLike
+from services.store.message import MessageLike, StoreMessage
 from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
 from services.store.replica_tracker import ReplicaTracker
 from services.store.role import MASTER_ROLES, RoleChangeRefused, RoleFile, RoleState
@@ -274,7 +274,7 @@ class MessageStore:
             )
         return None
 
-    def put_message(self, msg: Message) -> PutResult:
+    def put_message(self, msg: StoreMessage) -> PutResult:
         """Append one message."""
         return self.put_messages((msg,))[0]
 
