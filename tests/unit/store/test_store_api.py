@@ -23,8 +23,8 @@ from boltmq.wire.record import (
     SYS_FLAG_STORE_HOST_V6,
 )
 from services.store import GetStatus, MessageStore, PutResult, PutStatus, StoreLocked, StoreMessage
+from services.store.errors import StoreNotRunning
 from services.store.message import MessageExt
-from services.store.store import StoreNotRunning
 from tests.conftest import small_config
 
 MAX_BODY_BYTES = 48 * 1024  # small_config's max_message_size_bytes
