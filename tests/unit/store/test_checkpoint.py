@@ -1,4 +1,7 @@
-"""The checkpoint file (DESIGN 4.6): its format, its checks, and a store started on a bad one."""
+"""The checkpoint file: its format, its checks, and a store started on a bad one.
+
+The format is in docs/store-format.md (Checkpoint).
+"""
 
 from __future__ import annotations
 

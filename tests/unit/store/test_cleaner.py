@@ -1,4 +1,4 @@
-"""The cleaner (DESIGN 4.7) on a real CommitLog and real consume queues in tmp_path.
+"""The cleaner (services.store.cleaner) on a real CommitLog and real consume queues in tmp_path.
 
 Messages go straight through ``CommitLog.encode/append`` and their dispatch
 requests into the consume queues, so no MessageStore is involved. Disk usage,

@@ -1,4 +1,4 @@
-"""CommitLog segments (DESIGN 4.1, 4.2): blank markers, file lookup, naming, oversize records.
+"""CommitLog segments (docs/store-format.md): blank markers, file lookup, naming, oversize records.
 
 Record sizes are exact: a message on topic ``T`` with no properties costs
 ``FIXED_OVERHEAD_IPV4 + 1`` bytes plus its body, so a test can put the end of

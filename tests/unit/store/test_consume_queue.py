@@ -1,4 +1,4 @@
-"""ConsumeQueue (DESIGN 4.3) and the reads built on it: entries, offsets by time, tags.
+"""ConsumeQueue (docs/store-format.md) and the reads built on it: entries, offsets by time, tags.
 
 Store times are controlled by appending through ``CommitLog.encode/append``
 with an explicit ``now_ms`` on a started store: the store's own dispatcher
@@ -26,7 +26,7 @@ from services.store.consume_queue import ENTRY_SIZE, ConsumeQueue
 from services.store.mapped_file import file_name
 from tests.conftest import small_config
 
-ENTRY = struct.Struct(">qiq")  # DESIGN 4.3: commitlog_offset, size, tags_code
+ENTRY = struct.Struct(">qiq")  # docs/store-format.md: commitlog_offset, size, tags_code
 ENTRIES_PER_SMALL_FILE = 5
 INT32_MIN = -(2**31)
 

@@ -1,7 +1,7 @@
-"""Flushing the CommitLog (DESIGN 4.5): group commit, flush timeouts, async catch-up, bytes on disk.
+"""Flushing the CommitLog: group commit, flush timeouts, async catch-up, bytes on disk.
 
 The on-disk checks read the segment files with ``open()`` and parse them with
-the byte layout of DESIGN 4.2 written out here, independently of the store's
+the record layout of docs/store-format.md written out here, independently of the store's
 own decoder.
 """
 
@@ -26,7 +26,7 @@ READ_BATCH = 32
 NEVER_MS = 3_600_000  # a flush interval no test lives long enough to reach
 TIMEOUT_ATTEMPTS_MAX = 200
 
-# DESIGN 4.2, IPv4 hosts: the fields the on-disk parser needs.
+# docs/store-format.md, IPv4 hosts: the fields the on-disk parser needs.
 TOTAL_AND_MAGIC = struct.Struct(">iI")
 MAGIC_MESSAGE = 0xDAA320A7
 MAGIC_BLANK = 0xCBD43194

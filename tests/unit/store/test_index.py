@@ -1,4 +1,6 @@
-"""The hash index (DESIGN 4.4): IndexFile and IndexService on real files, and query_messages.
+"""The hash index: IndexFile and IndexService on real files, and query_messages.
+
+The format is in docs/store-format.md (IndexFile).
 
 Direct tests build an :class:`IndexService` in ``tmp_path`` and feed it
 ``build_index`` calls with chosen CommitLog offsets and store times; store
@@ -23,7 +25,7 @@ from services.store import MessageStore, PutResult, PutStatus, StoreMessage
 from services.store.index_file import IndexFile, index_file_name, index_file_size, key_hash
 from services.store.index_service import IndexService
 
-HEADER = struct.Struct(">qqqqii")  # DESIGN 4.4: 40-byte header
+HEADER = struct.Struct(">qqqqii")  # docs/store-format.md: 40-byte header
 ENTRY = struct.Struct(">iqii")  # key_hash, phy_offset, time_diff_s, prev_index
 HEADER_BYTES = 40
 SLOT_BYTES = 4

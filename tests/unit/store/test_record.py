@@ -1,7 +1,7 @@
-"""The CommitLog record (DESIGN 4.2), MessageId, properties, hashes and topic names.
+"""The CommitLog record (docs/store-format.md), MessageId, properties, hashes and topic names.
 
 Expected bytes come from :func:`spec_record`, an encoder written in this file
-straight from the DESIGN 4.2 table (stdlib ``struct``, ``zlib`` and
+straight from the table in docs/store-format.md (stdlib ``struct``, ``zlib`` and
 ``ipaddress`` only), so the store's encoder and decoder are checked against the
 documented format rather than against themselves. Java ``String.hashCode()``
 values are literal constants known from Java, plus a reference implementation
@@ -55,7 +55,7 @@ from services.store import GetStatus, MessageStore, PutStatus, StoreMessage
 
 MiB = 1024 * 1024
 STORE_PORT = 10911  # StoreConfig's default store port
-IPV4_HEAD_BYTES = 88  # total_size .. body_length with two IPv4 hosts (DESIGN 4.2)
+IPV4_HEAD_BYTES = 88  # total_size .. body_length with two IPv4 hosts
 CRC_MASK = 0x7FFFFFFF
 INT32_MIN = -(2**31)
 GARBAGE_EXAMPLES = 400
@@ -66,7 +66,7 @@ MUTATION_EXAMPLES = 300
 
 
 def spec_host(host: str, port: int) -> bytes:
-    """DESIGN 4.2 host field: 4 or 16 address bytes + 4-byte port."""
+    """The record's host field: 4 or 16 address bytes + 4-byte port."""
     return ipaddress.ip_address(host).packed + struct.pack(">i", port)
 
 
@@ -91,7 +91,7 @@ def spec_record(
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
 ) -> bytes:
-    """A record laid out field by field from the DESIGN 4.2 table."""
+    """A record laid out field by field from the table in docs/store-format.md."""
     born_raw, store_raw = spec_host(*born), spec_host(*store)
     if len(born_raw) == 20:
         sys_flag |= 0x10

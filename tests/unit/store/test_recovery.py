@@ -1,4 +1,4 @@
-"""Recovery (DESIGN 4.6): clean restarts, crashes, damaged tails, lost consume queues.
+"""Recovery (docs/store-format.md): clean restarts, crashes, damaged tails, lost consume queues.
 
 A crash is simulated in-process by :func:`crash`: the background threads are
 stopped without the clean-shutdown steps (no final flush, no checkpoint write,
@@ -185,7 +185,7 @@ def properties_bytes(w: Written) -> int:
 def detectable_ranges(w: Written) -> list[tuple[int, int]]:
     """Byte ranges (relative to the record start) whose change recovery must detect.
 
-    DESIGN 4.2 protects only the body with a CRC; total_size, magic, the
+    The record protects only the body with a CRC; total_size, magic, the
     physical offset and the three length fields are checked structurally. The
     other header fields (flag, hosts, timestamps...) and the topic/properties
     bytes carry no check, so damage there is undetectable by design and is
