@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from services.store import Message, MessageStore, StoreConfig
+from services.store import MessageStore, StoreConfig, StoreMessage
 
 BATCH = 256
 COUNT = 200_000
@@ -23,8 +23,10 @@ def main() -> None:
     store = MessageStore(StoreConfig(root_dir=root))
     store.start()
     try:
-        store.put_message(Message(topic="WarmUp", body=b"", queue_id=0))
-        messages = [Message(topic="Probe", body=b"x" * 1024, queue_id=i % 16) for i in range(COUNT)]
+        store.put_message(StoreMessage(topic="WarmUp", body=b"", queue_id=0))
+        messages = [
+            StoreMessage(topic="Probe", body=b"x" * 1024, queue_id=i % 16) for i in range(COUNT)
+        ]
         slow = []
         start = time.perf_counter()
         for i in range(0, COUNT, BATCH):

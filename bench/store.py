@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench.report import BenchResult, result, timed_threads
 from boltmq.wire.record_batch import RecordBatch, encode_send_record
-from services.store import Message, MessageStore, PutStatus, StoreConfig
+from services.store import MessageStore, PutStatus, StoreConfig, StoreMessage
 
 QUEUES = 16
 GET_BATCH = 32
@@ -46,7 +46,7 @@ def _store(directory: Path | None, **overrides: object) -> Iterator[MessageStore
     store.start()
     # Create the first segment (and start pre-allocating the second) before the
     # clock starts: a one-time cost of a new store, not part of steady state.
-    store.put_message(Message(topic="BenchWarmUp", body=b"", queue_id=0))
+    store.put_message(StoreMessage(topic="BenchWarmUp", body=b"", queue_id=0))
     try:
         yield store
     finally:
@@ -54,7 +54,7 @@ def _store(directory: Path | None, **overrides: object) -> Iterator[MessageStore
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _messages(count: int, body: bytes, topic: str = "BenchTopic") -> list[Message]:
+def _messages(count: int, body: bytes, topic: str = "BenchTopic") -> list[StoreMessage]:
     """The input messages, built before the clock starts.
 
     They are frozen out of the garbage collector: the harness holding 200,000
@@ -62,7 +62,9 @@ def _messages(count: int, body: bytes, topic: str = "BenchTopic") -> list[Messag
     producer streaming its messages never pays (measured: up to 40 % of the
     batch scenario).
     """
-    msgs = [Message(topic=topic, body=body, queue_id=i % QUEUES, tags="TagA") for i in range(count)]
+    msgs = [
+        StoreMessage(topic=topic, body=body, queue_id=i % QUEUES, tags="TagA") for i in range(count)
+    ]
     gc.collect()
     gc.freeze()
     return msgs
@@ -167,7 +169,7 @@ def bench_sync(count: int, body_bytes: int, writers: int, directory: Path | None
 
         async def writer(n: int) -> None:
             out = samples[n]
-            batch = [Message(topic="BenchTopic", body=body, queue_id=n % QUEUES, tags="TagA")]
+            batch = [StoreMessage(topic="BenchTopic", body=body, queue_id=n % QUEUES, tags="TagA")]
             for _ in range(per_writer):
                 t0 = time.perf_counter_ns()
                 result = (await store.put_messages_async(batch))[0]
@@ -198,7 +200,7 @@ def bench_sync_threads(
         fsyncs_before = store.flusher.fsync_count
 
         def setup(n: int) -> Callable[[], None]:
-            msg = Message(topic="BenchTopic", body=body, queue_id=n % QUEUES, tags="TagA")
+            msg = StoreMessage(topic="BenchTopic", body=body, queue_id=n % QUEUES, tags="TagA")
 
             def put() -> None:
                 result = store.put_message(msg)

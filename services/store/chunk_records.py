@@ -27,7 +27,7 @@ there, never accept one it would refuse.
 
 A request is the dispatcher's plain tuple ``(topic, queue_id,
 commitlog_offset, size, tags_code, store_timestamp, queue_offset,
-index_keys, sys_flag)`` (``DispatchTuple`` in :mod:`services.store.commitlog`).
+index_keys, sys_flag)`` (``DispatchTuple`` in :mod:`services.store.dispatch_run`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Cleaner: deletes old CommitLog segments, then the consume-queue and index files they orphan.
 
-Rules (DESIGN 4.7, RocketMQ's ``CleanCommitLogService`` / ``CleanConsumeQueueService``),
+Rules (RocketMQ's ``CleanCommitLogService`` / ``CleanConsumeQueueService``),
 applied by :meth:`Cleaner.run_once` every ``clean_resource_interval_ms``:
 
 1. Measure the used share of the file system holding ``<root>/commitlog``

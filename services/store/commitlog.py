@@ -10,6 +10,19 @@ segment touched by a batch.
 Each append returns the dispatch requests of its records (what the dispatcher
 needs to build consume-queue and index entries) so the hot path never decodes
 what it has just encoded; recovery and raw (HA) appends decode from disk.
+
+Three ways in, all under the one append lock:
+
+- :meth:`CommitLog.encode` then :meth:`CommitLog.append`: messages (a
+  :class:`~services.store.message.StoreMessage` or a protobuf as it arrived);
+- :meth:`CommitLog.check_records` then :meth:`CommitLog.append_records`:
+  records a client encoded, copied and patched in place
+  (:mod:`services.store.record_copy`);
+- :meth:`CommitLog.append_raw`: a master's bytes on a replica, as they are.
+
+Reading back: :meth:`CommitLog.read_record` and :meth:`CommitLog.read_bytes`
+at an offset, :meth:`CommitLog.walk` over every record from one
+(:func:`services.store.record_scan.walk_segments`).
 """
 
 from __future__ import annotations
@@ -23,22 +36,17 @@ from typing import NamedTuple
 from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
     HEADS,
-    MAGIC_BLANK,
-    MESSAGE_MAGICS,
     PROPERTY_TAGS,
     SCHEDULE_TOPIC,
-    SHORT,
     SYS_FLAG_BORN_HOST_V6,
     SYS_FLAG_STORE_HOST_V6,
     SYS_FLAG_TRANSACTION_COMMIT,
     SYS_FLAG_TRANSACTION_MASK,
-    TOTAL_AND_MAGIC,
     CorruptRecord,
     InvalidMessage,
     RecordView,
     blank_marker,
     body_crc,
-    decode_properties,
     decode_record,
     encode_host,
     encode_properties,
@@ -50,32 +58,30 @@ from boltmq.wire.record import (
     tags_code,
 )
 from boltmq.wire.record_batch import (
-    H_BODY_LEN,
-    H_BORN_TS,
-    H_FLAG,
-    H_SYS_FLAG,
-    PATCH,
-    PATCH_OFFSET,
-    RAW_HEAD,
     Checked,
-    MalformedBatch,
     PropertiesTooLarge,
     RecordBatch,
     derive_properties,
     index_keys_of,
 )
-from boltmq.wire.record_heads import CheckedColumns, check_batch, stamp_heads
 from boltmq.wire.topic import validate_topic
 from services.store.chunk_records import chunk_requests
 from services.store.config import StoreConfig
-from services.store.dispatch_run import DispatchRun
+from services.store.dispatch_run import DispatchTuple
 from services.store.mapped_file import MappedFile
 from services.store.mapped_file_queue import MappedFileQueue
 from services.store.message import MessageLike
 from services.store.page_cache import PageCacheWindow
 from services.store.page_warmer import PageWarmer
-from services.store.record_scan import check_chunk, whole_records_end
-from services.store.status import PutResult, PutStatus, StoredRun
+from services.store.record_copy import (
+    check_records,
+    copy_records,
+    fits_bulk,
+    stamp_bulk,
+    with_delivery_codes,
+)
+from services.store.record_scan import check_chunk, walk_segments, whole_records_end
+from services.store.status import PutResult, PutStatus, StoredRun, create_failed
 
 
 class DispatchRequest(NamedTuple):
@@ -125,8 +131,6 @@ _Encoded = tuple[
     tuple[str, ...],
     bool,
 ]
-# The fields of DispatchRequest as a plain tuple, built by append().
-DispatchTuple = tuple[str, int, int, int, int, int, int, tuple[str, ...], int]
 
 
 def dispatch_request_of(view: RecordView) -> DispatchRequest:
@@ -150,26 +154,6 @@ def dispatch_request_of(view: RecordView) -> DispatchRequest:
         index_keys,
         view.sys_flag,
     )
-
-
-def _with_delivery_codes(records: bytes, checked: Sequence[Checked], now_ms: int) -> list[Checked]:
-    """Checked SCHEDULE_TOPIC_XXXX records with their delivery time as tag code."""
-    topic_size = len(encode_topic(SCHEDULE_TOPIC)[0])
-    out = []
-    for position, total, head, code, index_keys, consumable in checked:
-        start = position + RAW_HEAD.size + head[H_BODY_LEN] + topic_size + SHORT.size
-        props = decode_properties(records[start : position + total])
-        out.append(
-            (
-                position,
-                total,
-                head,
-                scheduled_tags_code(SCHEDULE_TOPIC, props, now_ms, code),
-                index_keys,
-                consumable,
-            )
-        )
-    return out
 
 
 def is_consumable(sys_flag: int) -> bool:
@@ -235,7 +219,7 @@ class CommitLog:
     def encode(self, msg: MessageLike, now_ms: int, born_host: bytes | None = None) -> _Encoded:
         """Validate ``msg`` and encode its position-independent parts.
 
-        ``msg`` is a :class:`Message` or anything with its attributes (the
+        ``msg`` is a :class:`StoreMessage` or anything with its attributes (the
         store service passes protobuf messages as they arrived, with
         ``born_host`` encoded once per batch instead of per message).
         Raises InvalidMessage (MESSAGE_ILLEGAL) or a PropertiesTooLarge
@@ -279,7 +263,7 @@ class CommitLog:
                     self._tail_cache[(topic, tags)] = cached_tail
             tail, code = cached_tail
             index_keys = ()
-        if born_host is None:  # a Message carries its own born host
+        if born_host is None:  # a StoreMessage carries its own born host
             born_host = self.encode_born_host(
                 getattr(msg, "born_host", "127.0.0.1"), getattr(msg, "born_port", 0)
             )
@@ -327,9 +311,7 @@ class CommitLog:
             try:
                 mf = self.files.last_file_or_create(start_offset)
             except OSError as exc:
-                return _create_failed(len(encoded), exc), AppendBatch(
-                    start_offset, start_offset, []
-                )
+                return create_failed(len(encoded), exc), AppendBatch(start_offset, start_offset, [])
             chunk: list[bytes] = []
             chunk_start = mf.wrote_position
             position = chunk_start
@@ -361,7 +343,7 @@ class CommitLog:
                         mf = self.files.last_file_or_create()
                     except OSError as exc:
                         # Disk full or unwritable: what is written stays; the rest fails.
-                        results += _create_failed(len(encoded) - len(results), exc)
+                        results += create_failed(len(encoded) - len(results), exc)
                         chunk = []
                         break
                     chunk = []
@@ -423,35 +405,11 @@ class CommitLog:
             batch = self._appended(mf, start_offset, requests)
         return results, batch
 
-    # ---------------------------------------------------------------- raw records
+    # ---------------------------------------------------------------- client-encoded records
     def check_records(self, batch: RecordBatch) -> tuple[Sequence[Checked], dict[int, PutResult]]:
-        """Verify a client-encoded batch: the records to append, and a result for each
-        refused one (by index). Nothing is written here.
-
-        A batch whose topic or queue is invalid, or whose records cannot be told
-        apart, is refused whole (MESSAGE_ILLEGAL for every record).
-        """
-        try:
-            validate_topic(batch.topic)
-            queue_id = batch.queue_id
-            if not 0 <= queue_id <= self.config.max_queue_id:
-                raise InvalidMessage(f"queue_id {queue_id} must be 0..{self.config.max_queue_id}")
-            good, bad = check_batch(batch, self.config.max_message_size_bytes, self.max_record_size)
-        except (InvalidMessage, MalformedBatch) as exc:
-            error = str(exc)
-            return [], {
-                i: PutResult(PutStatus.MESSAGE_ILLEGAL, error=error) for i in range(batch.count)
-            }
-        rejected = {
-            index: PutResult(
-                PutStatus.PROPERTIES_SIZE_EXCEEDED
-                if isinstance(exc, PropertiesTooLarge)
-                else PutStatus.MESSAGE_ILLEGAL,
-                error=f"records[{index}]: {exc}",
-            )
-            for index, exc in bad.items()
-        }
-        return good, rejected
+        """Verify a client-encoded batch (:func:`services.store.record_copy.check_records`):
+        the records to append, and a result for each refused one. Nothing is written."""
+        return check_records(batch, self.config, self.max_record_size)
 
     def append_records(
         self,
@@ -462,143 +420,30 @@ class CommitLog:
         born_host: bytes,
         now_ms: int,
     ) -> tuple[Sequence[PutResult], AppendBatch]:
-        """Append checked raw records in order under one lock (see check_records).
+        """Append checked client-encoded records in order under one lock (see check_records).
 
-        Runs of adjacent records go into the mapping with one slice assignment
-        each, and then every record is patched in place with one ``pack_into``
-        (queue and physical offsets, hosts, store time): nothing is decoded or
-        re-encoded. Readers never see an unpatched record, because the write
-        position moves only after the patches. (Copying the request into a
-        bytearray to patch it before the copy was rejected: one more copy of
-        the whole batch; so was a slice assignment per record.)
-
-        The common batch (every record good and consumable, all of it fitting
-        in the current segment; checked as :class:`CheckedColumns`) takes the
-        bulk path instead: one copy, every head stamped with one numpy
-        scatter, and its dispatch requests as one :class:`DispatchRun`.
+        Nothing is decoded or re-encoded: the records are copied and patched in
+        place, or the whole batch stamped at once (:mod:`services.store.record_copy`).
         """
         run = StoredRun(self._msg_id_prefix, now_ms)
-        physicals, queue_offsets, sizes = run.commitlog_offsets, run.queue_offsets, run.sizes
-        failed: list[PutResult] = []
-        requests: list[DispatchTuple] = []
-        source = memoryview(records)
         key = (topic, queue_id)
         fixed = (queue_id, born_host, self.store_host, now_ms)
         if topic == SCHEDULE_TOPIC:  # tag code = delivery time, known only now
-            checked = _with_delivery_codes(records, checked, now_ms)
+            checked = with_delivery_codes(records, checked, now_ms)
         with self.lock:
             start_offset = self.files.max_offset
             try:
                 mf = self.files.last_file_or_create(start_offset)
             except OSError as exc:
-                return _create_failed(len(checked), exc), AppendBatch(
-                    start_offset, start_offset, []
-                )
-            if (
-                isinstance(checked, CheckedColumns)
-                and checked.tiles(len(records))
-                and bool(checked.consumable.all())
-                and mf.wrote_position + len(records) + BLANK_MARKER_SIZE <= mf.file_size
-            ):
-                return self._append_bulk(mf, records, checked, key, fixed, start_offset, run)
-            segment: _SegmentWrite | None = _SegmentWrite(mf, source, fixed)
-            position = mf.wrote_position
-            queue_offset = self.queue_offsets.get(key, 0)
-            for source_position, total, head, code, index_keys, consumable in checked:
-                if total + BLANK_MARKER_SIZE > mf.file_size - position:
-                    segment.finish(position, blank=True)  # type: ignore[union-attr]
-                    try:
-                        mf = self.files.last_file_or_create()
-                    except OSError as exc:
-                        # Disk full or unwritable: what is written stays; the rest fails.
-                        failed = _create_failed(len(checked) - len(physicals), exc)
-                        segment = None
-                        break
-                    segment = _SegmentWrite(mf, source, fixed)
-                    position = mf.wrote_position
-                physical = mf.file_from_offset + position
-                if consumable:
-                    this_offset = queue_offset
-                    queue_offset += 1
-                else:
-                    this_offset = 0
-                segment.add(  # type: ignore[union-attr]
-                    source_position,
-                    total,
-                    position,
-                    head,
-                    this_offset,
-                    physical,
-                )
-                position += total
-                physicals.append(physical)
-                queue_offsets.append(this_offset)
-                sizes.append(total)
-                requests.append(
-                    (
-                        topic,
-                        queue_id,
-                        physical,
-                        total,
-                        code,
-                        now_ms,
-                        this_offset,
-                        index_keys,
-                        head[H_SYS_FLAG],
-                    )
-                )
-            if segment is not None:
-                segment.finish(position, blank=False)
-            self.queue_offsets[key] = queue_offset
-            batch = self._appended(mf, start_offset, requests)
-        return ([*run, *failed] if failed else run), batch
-
-    def _append_bulk(
-        self,
-        mf: MappedFile,
-        records: bytes,
-        checked: CheckedColumns,
-        key: tuple[str, int],
-        fixed: tuple[int, bytes, bytes, int],
-        start_offset: int,
-        run: StoredRun,
-    ) -> tuple[StoredRun, AppendBatch]:
-        """append_records' bulk path (under the lock; the batch fits in ``mf``)."""
-        queue_id, born_host, store_host, now_ms = fixed
-        position = mf.wrote_position
-        first = self.queue_offsets.get(key, 0)
-        count = len(checked)
-        stamped = bytearray(records)
-        physicals = stamp_heads(
-            stamped,
-            0,
-            mf.file_from_offset + position,
-            checked,
-            queue_id,
-            first,
-            born_host,
-            store_host,
-            now_ms,
-        )
-        mf.write_at(position, stamped)
-        mf.wrote_position = mf.committed_position = position + len(records)
-        mf.store_timestamp = now_ms
-        self.queue_offsets[key] = first + count
-        run.commitlog_offsets = physicals.tolist()
-        run.queue_offsets = list(range(first, first + count))
-        run.sizes = checked.totals.tolist()
-        requests = DispatchRun(
-            key[0],
-            queue_id,
-            first,
-            physicals,
-            checked.totals,
-            checked.codes,
-            checked.index_keys,
-            checked.heads["sys_flag"],
-            now_ms,
-        )
-        return run, self._appended(mf, start_offset, requests)
+                return create_failed(len(checked), exc), AppendBatch(start_offset, start_offset, [])
+            first = self.queue_offsets.get(key, 0)
+            if fits_bulk(checked, records, mf):
+                copied = stamp_bulk(mf, records, checked, key, fixed, first, run)
+            else:
+                copied = copy_records(self.files, mf, records, checked, key, fixed, first, run)
+            self.queue_offsets[key] = copied.next_queue_offset
+            batch = self._appended(copied.mf, start_offset, copied.requests)
+        return ([*run, *copied.failed] if copied.failed else run), batch
 
     def _appended(
         self, mf: MappedFile, start_offset: int, requests: Sequence[DispatchTuple]
@@ -709,150 +554,14 @@ class CommitLog:
     def walk(
         self, start_offset: int, *, check_crc: bool
     ) -> Generator[tuple[int, RecordView | None], None, None]:
-        """Yield ``(offset, record)`` from ``start_offset`` to the end of valid data.
-
-        A blank marker yields ``(offset, None)`` and moves to the next segment.
-        Stops silently at zeros (unwritten space) and raises CorruptRecord at the
-        first invalid record, with the offset in ``exc.offset``. Each segment is
-        held while its records are yielded, so the cleaner cannot unmap it under
-        the walker; a segment already being deleted ends the walk.
-        """
-        files = list(self.files.files)
-        index = 0
-        while index < len(files) and files[index].file_end_offset <= start_offset:
-            index += 1
-        offset = start_offset
-        while index < len(files):
-            mf = files[index]
-            if not mf.hold():
-                return
-            try:
-                if not (yield from self._walk_segment(mf, offset, check_crc)):
-                    return
-            finally:
-                mf.release()
-            index += 1
-            offset = mf.file_end_offset
-
-    @staticmethod
-    def _walk_segment(
-        mf: MappedFile, offset: int, check_crc: bool
-    ) -> Generator[tuple[int, RecordView | None], None, bool]:
-        """Records of one segment from ``offset``; True when it ended in a blank marker."""
-        position = offset - mf.file_from_offset
-        view = mf.view
-        limit = mf.wrote_position
-        while True:
-            if position + BLANK_MARKER_SIZE > limit:
-                if position >= limit:
-                    return False
-                raise _corrupt(offset, "truncated record header")
-            total, magic = TOTAL_AND_MAGIC.unpack_from(view, position)
-            if magic == MAGIC_BLANK:
-                if total != mf.file_size - position:
-                    raise _corrupt(offset, f"blank marker of {total} bytes at {position}")
-                yield offset, None
-                return True
-            if total == 0 and magic == 0:
-                return False
-            if magic not in MESSAGE_MAGICS:
-                raise _corrupt(offset, f"bad magic 0x{magic:08X}")
-            if limit < position + total <= mf.file_size:
-                # Raw (HA) appends ship byte ranges, so a replica's last record can
-                # be partly written: not corrupt, just not all there yet.
-                return False
-            try:
-                view_record = decode_record(view, position, check_crc=check_crc)
-            except CorruptRecord as exc:
-                raise _corrupt(offset, str(exc)) from None
-            if view_record.commitlog_offset != offset:
-                raise _corrupt(offset, f"record claims offset {view_record.commitlog_offset}")
-            yield offset, view_record
-            position += total
-            offset += total
+        """Yield ``(offset, record)`` from ``start_offset`` to the end of valid data
+        (:func:`services.store.record_scan.walk_segments`: a blank marker yields
+        ``(offset, None)``; CorruptRecord at the first invalid record)."""
+        return walk_segments(self.files, start_offset, check_crc=check_crc)
 
     def close(self) -> None:
         self.warmer.stop()
         self.files.close()
-
-
-class _SegmentWrite:
-    """The raw records one append puts into one segment: copied run by run, then patched.
-
-    Adjacent source records form one run (a refused record leaves a gap); the
-    write position moves once, after every record of the segment is patched.
-    """
-
-    __slots__ = ("mf", "source", "fixed", "runs", "patches")
-
-    def __init__(
-        self, mf: MappedFile, source: memoryview, fixed: tuple[int, bytes, bytes, int]
-    ) -> None:
-        self.mf = mf
-        self.source = source
-        self.fixed = fixed  # queue_id, born_host, store_host, now_ms
-        self.runs: list[list[int]] = []  # [at, from, to]
-        self.patches: list[tuple[int, int, int, int, int, int]] = []
-
-    def add(
-        self,
-        source_position: int,
-        total: int,
-        at: int,
-        head: tuple,  # type: ignore[type-arg]
-        queue_offset: int,
-        physical: int,
-    ) -> None:
-        runs = self.runs
-        if runs and runs[-1][2] == source_position:
-            runs[-1][2] += total
-        else:
-            runs.append([at, source_position, source_position + total])
-        self.patches.append(
-            (at, head[H_FLAG], queue_offset, physical, head[H_SYS_FLAG], head[H_BORN_TS])
-        )
-
-    def finish(self, end: int, *, blank: bool) -> None:
-        """Copy, patch, write, then publish up to ``end`` (and a blank marker when ``blank``).
-
-        The records are assembled and patched in memory and written with one
-        pwrite (:meth:`MappedFile.write`).
-        """
-        mf, source = self.mf, self.source
-        base = self.runs[0][0] if self.runs else end
-        tail = blank_marker(mf.file_size - end) if blank else b""
-        buf = bytearray(end - base + len(tail))
-        for at, start, stop in self.runs:
-            buf[at - base : at - base + stop - start] = source[start:stop]
-        queue_id, born_host, store_host, now_ms = self.fixed
-        patch = PATCH.pack_into
-        for at, flag, queue_offset, physical, sys_flag, born_ts in self.patches:
-            patch(
-                buf,
-                at - base + PATCH_OFFSET,
-                queue_id,
-                flag,
-                queue_offset,
-                physical,
-                sys_flag,
-                born_ts or now_ms,
-                born_host,
-                now_ms,
-                store_host,
-            )
-        buf[end - base :] = tail
-        if buf:
-            mf.write_at(base, buf)
-        if blank:
-            end = mf.file_size  # the segment is full
-        if self.patches or blank:
-            mf.wrote_position = mf.committed_position = end
-            mf.store_timestamp = now_ms
-
-
-def _create_failed(count: int, exc: OSError) -> list[PutResult]:
-    error = f"cannot create the next CommitLog segment: {exc.strerror or exc}"
-    return [PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=error) for _ in range(count)]
 
 
 def encode_tail_checked(topic_field: bytes, properties_raw: bytes) -> bytes:
@@ -860,9 +569,3 @@ def encode_tail_checked(topic_field: bytes, properties_raw: bytes) -> bytes:
         return encode_tail(topic_field, properties_raw)
     except InvalidMessage as exc:
         raise PropertiesTooLarge(str(exc)) from None
-
-
-def _corrupt(offset: int, reason: str) -> CorruptRecord:
-    exc = CorruptRecord(f"CommitLog offset {offset}: {reason}")
-    exc.offset = offset  # type: ignore[attr-defined]
-    return exc

@@ -20,7 +20,7 @@ _DELETE_WHEN = re.compile(r"^\d{2}(;\d{2})*$")
 
 @dataclass(frozen=True)
 class StoreConfig(ServerSettings):
-    """Settings of one message store (DESIGN 4.9)."""
+    """Settings of one message store."""
 
     root_dir: Path = field(default_factory=lambda: Path("~/store").expanduser())
     """Directory holding commitlog/, consumequeue/, index/, checkpoint, abort, lock, config/."""

@@ -1,4 +1,4 @@
-"""ConfigFiles: the broker's JSON metadata under ``<root>/config/`` (DESIGN 2).
+"""ConfigFiles: the broker's JSON metadata under ``<root>/config/``.
 
 The broker is stateless: topics, consumer offsets, subscription groups and
 delay offsets live in files the store writes for it (PutConfig / GetConfig).
@@ -12,7 +12,7 @@ NAME.bak      | the version before it (a hard link to the replaced file)
 NAME.tmp      | a write in progress; a crash leaves it behind and the next write replaces it
 NAME.bak.tmp  | the next NAME.bak, for the instant between link and rename
 
-A write is tmp -> fsync -> rename -> fsync(dir) (STYLE 7). Before NAME is
+A write is tmp -> fsync -> rename -> fsync(dir). Before NAME is
 replaced, it becomes NAME.bak through a hard link renamed over the old
 backup, so neither NAME nor NAME.bak is ever missing or partial. Copying the
 bytes was rejected: it costs a second data fsync per write for the same

@@ -1,6 +1,6 @@
 """DispatchRun: the dispatch requests of one bulk append, as columns.
 
-The bulk append (:meth:`services.store.commitlog.CommitLog.append_records`,
+The bulk append (:func:`services.store.record_copy.stamp_bulk`,
 for a batch whose records are all good, all consumable and all fit in the
 current segment) puts every record of a batch into one queue at consecutive
 queue offsets. Its dispatch requests are kept as columns, so the dispatcher
@@ -17,11 +17,12 @@ import numpy.typing as npt
 
 from boltmq.wire.column_rows import ColumnRows
 
-# The fields of DispatchRequest as a plain tuple (services.store.commitlog.DispatchTuple).
-_Tuple = tuple[str, int, int, int, int, int, int, tuple[str, ...], int]
+DispatchTuple = tuple[str, int, int, int, int, int, int, tuple[str, ...], int]
+"""The fields of :class:`services.store.commitlog.DispatchRequest` as a plain tuple: what
+every append hands the dispatcher (cheaper to build per record than the NamedTuple)."""
 
 
-class DispatchRun(ColumnRows[_Tuple]):
+class DispatchRun(ColumnRows[DispatchTuple]):
     """Records ``first_queue_offset ..`` of (``topic``, ``queue_id``), all consumable."""
 
     __slots__ = (
@@ -59,7 +60,7 @@ class DispatchRun(ColumnRows[_Tuple]):
         self.sys_flags = sys_flags
         self.store_timestamp = store_timestamp
 
-    def _rows(self) -> list[_Tuple]:
+    def _rows(self) -> list[DispatchTuple]:
         topic, queue_id, now_ms = self.topic, self.queue_id, self.store_timestamp
         first = self.first_queue_offset
         return [

@@ -28,11 +28,10 @@ from services.store.commitlog import (
     AppendBatch,
     CommitLog,
     DispatchRequest,
-    DispatchTuple,
     dispatch_request_of,
 )
 from services.store.consume_queue import ConsumeQueueTable
-from services.store.dispatch_run import DispatchRun
+from services.store.dispatch_run import DispatchRun, DispatchTuple
 from services.store.index_service import IndexService
 
 log = logging.getLogger(__name__)

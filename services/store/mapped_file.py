@@ -134,7 +134,7 @@ class MappedFile:
 
         The mapping sees the bytes at once (one page cache). A write allocates
         the fresh page-cache pages itself, at a third to a half of the cost of
-        faulting them in through the mapping (bench/RESULTS.md, session 7), and
+        faulting them in through the mapping (bench/RESULTS.md), and
         releases the GIL while it copies. The file was allocated whole when it
         was created, so a write cannot fail for space.
         """

@@ -1,4 +1,8 @@
-"""Message: what a producer hands to the store for appending.
+"""StoreMessage: what a producer hands to an embedded store for appending.
+
+Named apart from the SDK's :class:`boltmq.message.Message` (what a client
+sends to a broker): the store's carries the store-side fields too (flag,
+sys_flag, born host and port, prepared transaction offset).
 
 Returned messages are :class:`boltmq.wire.record.RecordView` objects (alias
 ``MessageExt``) that carry every field of the stored record.
@@ -16,7 +20,7 @@ MessageExt = RecordView
 
 
 @dataclass(slots=True)
-class Message:
+class StoreMessage:
     """A message to append. ``tags`` and ``keys`` become the TAGS and KEYS properties."""
 
     topic: str
@@ -36,7 +40,7 @@ class Message:
 
 
 class MessageLike(Protocol):
-    """What the engine reads of a message to append: a :class:`Message`, or a
+    """What the engine reads of a message to append: a :class:`StoreMessage`, or a
     ``boltmq.v1.Message`` protobuf as it arrived (born host given per batch)."""
 
     @property

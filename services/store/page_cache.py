@@ -7,9 +7,9 @@ needs the memory. That has two costs a message store feels:
   a store that writes steadily sits at its memory limit and is reclaimed or
   throttled there, not where its operator sized it.
 - On a virtual machine a page the guest has not used lately must be backed by
-  the host on first touch. Measured on the 2-core VM of bench/RESULTS.md
-  (session 8): ``pwrite`` into new cache costs 0.2 ms per MiB while the
-  kernel hands out pages it freed recently, and 2.3-3.3 ms per MiB once about
+  the host on first touch. Measured on the 2-core VM of bench/RESULTS.md:
+  ``pwrite`` into new cache costs 0.2 ms per MiB while the kernel hands out
+  pages it freed recently, and 2.3-3.3 ms per MiB once about
   1.2 GiB of new cache has been taken, ten times more. At 100 MB/s that is a
   quarter of a core per store.
 
@@ -28,7 +28,7 @@ released range is released again so such reads do not accumulate.
 Such a reader would fault the released pages back in as its copy reaches
 them, each fault waiting for a disk read inside the store's serving thread: a
 consumer reading 1 KiB messages behind the window cost the store 2.2-3.2 us a
-message instead of 1.4 (bench/RESULTS.md, session 17). So a read that starts
+message instead of 1.4 (bench/RESULTS.md). So a read that starts
 behind the window (a pull's raw read, or the decoded path at each segment it
 enters) first asks the kernel for its first READ_AHEAD_BYTES and as many past
 them (``POSIX_FADV_WILLNEED``, which does not wait):

@@ -1,7 +1,12 @@
-"""Record boundaries in raw CommitLog bytes: what HA ships and what a replica accepts.
+"""Record boundaries in CommitLog bytes: walking the segments, what HA ships, what a
+replica accepts.
 
-HA moves CommitLog bytes as they are (DESIGN 7), in chunks of whole records
-so a replica can check every record before it writes a byte:
+:func:`walk_segments` yields every record from an offset to the end of valid
+data, segment by segment (recovery, the dispatcher and ``verify`` read the
+CommitLog this way; :meth:`services.store.commitlog.CommitLog.walk`).
+
+HA moves CommitLog bytes as they are (``docs/ha.md``), in chunks of whole
+records so a replica can check every record before it writes a byte:
 
 - :func:`whole_records_end` picks where a chunk read from a segment ends: at
   the last record boundary within the byte budget (always at least one
@@ -19,6 +24,8 @@ The record layout itself is documented in :mod:`boltmq.wire.record`.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
     MAGIC_BLANK,
@@ -29,6 +36,8 @@ from boltmq.wire.record import (
     decode_record,
 )
 from boltmq.wire.record_batch import derive_properties
+from services.store.mapped_file import MappedFile
+from services.store.mapped_file_queue import MappedFileQueue
 
 
 def whole_records_end(view: memoryview, position: int, limit: int, max_bytes: int) -> int:
@@ -89,3 +98,75 @@ def check_chunk(data: bytes | memoryview, offset: int, segment_bytes: int) -> li
         position += total
         records.append(record)
     return records
+
+
+def walk_segments(
+    segments: MappedFileQueue, start_offset: int, *, check_crc: bool
+) -> Generator[tuple[int, RecordView | None], None, None]:
+    """Yield ``(offset, record)`` from ``start_offset`` to the end of valid data.
+
+    A blank marker yields ``(offset, None)`` and moves to the next segment.
+    Stops silently at zeros (unwritten space) and raises CorruptRecord at the
+    first invalid record, with the offset in ``exc.offset``. Each segment is
+    held while its records are yielded, so the cleaner cannot unmap it under
+    the walker; a segment already being deleted ends the walk.
+    """
+    files = list(segments.files)
+    index = 0
+    while index < len(files) and files[index].file_end_offset <= start_offset:
+        index += 1
+    offset = start_offset
+    while index < len(files):
+        mf = files[index]
+        if not mf.hold():
+            return
+        try:
+            if not (yield from _walk_segment(mf, offset, check_crc)):
+                return
+        finally:
+            mf.release()
+        index += 1
+        offset = mf.file_end_offset
+
+
+def _walk_segment(
+    mf: MappedFile, offset: int, check_crc: bool
+) -> Generator[tuple[int, RecordView | None], None, bool]:
+    """Records of one segment from ``offset``; True when it ended in a blank marker."""
+    position = offset - mf.file_from_offset
+    view = mf.view
+    limit = mf.wrote_position
+    while True:
+        if position + BLANK_MARKER_SIZE > limit:
+            if position >= limit:
+                return False
+            raise _corrupt(offset, "truncated record header")
+        total, magic = TOTAL_AND_MAGIC.unpack_from(view, position)
+        if magic == MAGIC_BLANK:
+            if total != mf.file_size - position:
+                raise _corrupt(offset, f"blank marker of {total} bytes at {position}")
+            yield offset, None
+            return True
+        if total == 0 and magic == 0:
+            return False
+        if magic not in MESSAGE_MAGICS:
+            raise _corrupt(offset, f"bad magic 0x{magic:08X}")
+        if limit < position + total <= mf.file_size:
+            # Raw (HA) appends ship byte ranges, so a replica's last record can
+            # be partly written: not corrupt, just not all there yet.
+            return False
+        try:
+            view_record = decode_record(view, position, check_crc=check_crc)
+        except CorruptRecord as exc:
+            raise _corrupt(offset, str(exc)) from None
+        if view_record.commitlog_offset != offset:
+            raise _corrupt(offset, f"record claims offset {view_record.commitlog_offset}")
+        yield offset, view_record
+        position += total
+        offset += total
+
+
+def _corrupt(offset: int, reason: str) -> CorruptRecord:
+    exc = CorruptRecord(f"CommitLog offset {offset}: {reason}")
+    exc.offset = offset  # type: ignore[attr-defined]
+    return exc

@@ -2,7 +2,7 @@
 
 The store knows its replicas only through the HA service beside it, which
 reports every replica's acked offset (its CommitLog end) over ReportReplicas.
-SYNC_MASTER appends wait here (DESIGN 7):
+SYNC_MASTER appends wait here (``docs/ha.md``):
 
 - SLAVE_NOT_AVAILABLE at once when no connected replica is within
   ``ha_max_gap_not_in_sync_bytes`` of the master's end;

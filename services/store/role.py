@@ -1,4 +1,6 @@
-"""StoreRole: whether a store is a master or a replica, and its master epochs (DESIGN 7).
+"""RoleState and RoleFile: whether a store is a master or a replica, and its master epochs.
+
+How epochs, promotion and demotion serve HA: ``docs/ha.md``.
 
 The role starts as the config's ``broker_role`` and changes only through
 :meth:`RoleState.promote` / :meth:`RoleState.demote` (the SetRole RPC), so

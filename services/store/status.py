@@ -1,4 +1,4 @@
-"""Outcomes of store operations as small enums returned as values (DESIGN 4.8).
+"""Outcomes of store operations as small enums returned as values.
 
 The numeric values equal the proto enums in ``protos/boltmq/v1/message.proto``
 so the servicer edge maps them with ``int()`` alone.
@@ -72,8 +72,15 @@ class PutResult:
     """Why a message was refused (empty when stored)."""
 
 
+def create_failed(count: int, exc: OSError) -> list[PutResult]:
+    """CREATE_MAPPED_FILE_FAILED for ``count`` messages: the next CommitLog segment
+    could not be created (disk full or unwritable)."""
+    error = f"cannot create the next CommitLog segment: {exc.strerror or exc}"
+    return [PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=error) for _ in range(count)]
+
+
 class StoredRun(Sequence[PutResult]):
-    """The results of records appended in one run, kept as columns (DESIGN 11).
+    """The results of records appended in one run, kept as columns.
 
     A 1,024-record batch would otherwise build 1,024 :class:`PutResult`
     objects that the servicer takes apart again into packed arrays; the

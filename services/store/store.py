@@ -2,12 +2,17 @@
 
 It owns no format and no algorithm of its own: CommitLog appends, the
 Dispatcher builds consume queues and the index, flushers force pages, the
-Cleaner deletes, recovery repairs. None of the parts holds a reference back to
-this facade; they are wired here with callables.
+Cleaner deletes, recovery repairs, the MessageReader reads
+(:mod:`services.store.reader`) and RoleChanges promotes, demotes and
+truncates (:mod:`services.store.role_changes`). What stays here is the order
+of things: start-up and shutdown, and an append's waits for its flush and its
+replica. None of the parts holds a reference back to this facade; they are
+wired here with callables.
 
 Files under the root: ``lock`` (flock'd while running, so two stores never
 share a root), ``abort`` (exists while running; its presence at start means
-the last run crashed), ``checkpoint``, and the data directories.
+the last run crashed), ``checkpoint``, and the data directories
+(``docs/store-format.md``).
 """
 
 from __future__ import annotations
@@ -19,48 +24,27 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import numpy as np
-import numpy.typing as npt
-
-from boltmq.wire.record import (
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_KEY,
-    CorruptRecord,
-    InvalidMessage,
-    RecordView,
-    decode_record,
-    parse_msg_id,
-)
+from boltmq.wire.record import InvalidMessage, RecordView
 from boltmq.wire.record_batch import RAW_BORN_HOST_DEFAULT, RecordBatch, decode_batch
-from boltmq.wire.record_heads import verified_runs
-from boltmq.wire.topic import InvalidSubscription, parse_subscription
 from services.store.checkpoint import Checkpoint, CheckpointState
 from services.store.cleaner import Cleaner, DiskUsageProbe, disk_usage_percent
 from services.store.commitlog import CommitLog, PropertiesTooLarge
 from services.store.config import StoreConfig
 from services.store.consume_queue import ConsumeQueueTable
 from services.store.dispatcher import ArrivalListener, Dispatcher
+from services.store.errors import StoreLocked, StoreNotRunning
 from services.store.flusher import CommitLogFlusher, ConsumeQueueFlusher
 from services.store.index_service import IndexService
-from services.store.mapped_file import MappedFile
-from services.store.message import Message, MessageLike
+from services.store.message import MessageLike, StoreMessage
+from services.store.reader import MessageReader
 from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
 from services.store.replica_tracker import ReplicaTracker
-from services.store.role import MASTER_ROLES, RoleChangeRefused, RoleFile, RoleState
-from services.store.status import GetResult, GetStatus, PutResult, PutStatus, StoredRun
+from services.store.role import RoleChangeRefused, RoleFile, RoleState
+from services.store.role_changes import RoleChanges
+from services.store.status import GetResult, PutResult, PutStatus, StoredRun
 from services.store.verify import verify_store
 
 log = logging.getLogger(__name__)
-
-RECOVERY_DISPATCH_TIMEOUT_S = 3600.0
-
-
-class StoreLocked(RuntimeError):
-    """Another process holds the store's lock file."""
-
-
-class StoreNotRunning(RuntimeError):
-    """An operation that needs a started store."""
 
 
 class MessageStore:
@@ -103,9 +87,24 @@ class MessageStore:
         )
         self.recovery: RecoveryReport | None = None
         self.load_notes: list[str] = []
-        self.role_file = RoleFile(self.root)
-        self.role = RoleState(config.broker_role)
         self.replicas = ReplicaTracker()
+        self.role_changes = RoleChanges(
+            config,
+            RoleFile(self.root),
+            self.commitlog,
+            self.queues,
+            self.index,
+            self.dispatcher,
+            self.replicas,
+        )
+        self.reader = MessageReader(
+            config, self.commitlog, self.queues, self.index, self._require_running
+        )
+
+    @property
+    def role(self) -> RoleState:
+        """The role the store runs as now (:class:`RoleChanges` changes it)."""
+        return self.role_changes.role
 
     def _require_running(self) -> None:
         if not self.running:
@@ -138,7 +137,7 @@ class MessageStore:
                 f"checkpoint unusable ({self.checkpoint.problem}); "
                 f"recovering from the first segment"
             )
-        self.role = self._load_role()
+        self.load_notes.extend(self.role_changes.load())
         self.load_notes.extend(self.commitlog.files.load(repair_torn=True))
         self.load_notes.extend(self.queues.load(repair_torn=True))
         if self.queues.torn:
@@ -201,15 +200,6 @@ class MessageStore:
         self.cleaner.start()
         self.running = True
         return report
-
-    def _load_role(self) -> RoleState:
-        """The saved role; a master keeps the configured flavour (ASYNC or SYNC)."""
-        role, note = self.role_file.load(self.config.broker_role)
-        if note:
-            self.load_notes.append(note)
-        if role.is_master and self.config.broker_role in MASTER_ROLES:
-            role.broker_role = self.config.broker_role
-        return role
 
     def shutdown(self) -> None:
         """Flush, dispatch everything, write the checkpoint, remove abort, unlock."""
@@ -274,7 +264,7 @@ class MessageStore:
             )
         return None
 
-    def put_message(self, msg: Message) -> PutResult:
+    def put_message(self, msg: StoreMessage) -> PutResult:
         """Append one message."""
         return self.put_messages((msg,))[0]
 
@@ -335,7 +325,7 @@ class MessageStore:
         return self.config.slave_timeout_ms / 1000
 
     def _replica_refusal(self, end_offset: int) -> PutStatus | None:
-        """SLAVE_NOT_AVAILABLE when no replica is within the in-sync gap (DESIGN 7)."""
+        """SLAVE_NOT_AVAILABLE when no replica is within the in-sync gap (``docs/ha.md``)."""
         if self.replicas.gate.offset >= end_offset:
             return None
         if not self.replicas.in_sync(
@@ -415,6 +405,7 @@ class MessageStore:
 
         return results, end_offset, merge
 
+    # ================================================================ replication and roles
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """Append replicated CommitLog bytes at ``offset``; the new max offset.
 
@@ -441,39 +432,10 @@ class MessageStore:
             self.replicas.report(address, acked_offset, self.commitlog.max_offset)
 
     def promote(self, epoch: int = 0, broker_id: int = 0) -> RoleState:
-        """Turn this replica into a master of a new epoch; writes are accepted after it.
-
-        Everything received is dispatched first and the next queue offset of
-        every queue is rebuilt from the consume queues, so new appends
-        continue each queue where replication left it.
-        """
+        """Turn this replica into a master of a new epoch (:meth:`RoleChanges.promote`)."""
         self._require_running()
         with self._state_lock:
-            if self.role.is_master:
-                raise RoleChangeRefused(
-                    f"store is already {self.role.broker_role} (epoch {self.role.epoch})"
-                )
-            self.wait_dispatched()
-            with self.commitlog.lock, self.dispatcher.paused():
-                finish_queue_offsets(self.commitlog, self.queues)
-                role = RoleState(
-                    self.role.broker_role,
-                    self.role.epoch,
-                    list(self.role.epochs),
-                    self.role.broker_id,
-                )
-                role.promote(self.config.promoted_broker_role, epoch, self.commitlog.max_offset)
-                role.broker_id = broker_id
-                self.role_file.save(role)
-                self.replicas.reset(self.commitlog.max_offset)
-                self.role = role
-        log.warning(
-            "store promoted to %s, epoch %d from CommitLog offset %d",
-            role.broker_role,
-            role.epoch,
-            self.commitlog.max_offset,
-        )
-        return role
+            return self.role_changes.promote(epoch, broker_id, self.wait_dispatched)
 
     def demote(
         self,
@@ -490,57 +452,13 @@ class MessageStore:
         """
         self._require_running()
         with self._state_lock:
-            if only_if_replica and self.role.is_master:
-                raise RoleChangeRefused(
-                    f"the store is {self.role.broker_role} (epoch "
-                    f"{self.role.epoch}); only_if_replica refuses to demote it"
-                )
-            role = RoleState(
-                self.role.broker_role, self.role.epoch, list(self.role.epochs), self.role.broker_id
-            )
-            role.demote(epoch, list(epochs), broker_id)
-            self.role_file.save(role)
-            self.role = role
-            self.replicas.gate.close()  # SYNC_MASTER appends still waiting give up now
-        return role
+            return self.role_changes.demote(epoch, epochs, broker_id, only_if_replica)
 
     def truncate(self, offset: int) -> int:
-        """Cut the CommitLog back to ``offset`` (a record boundary), with what derives from it.
-
-        Replica stores only. Consume queues and index entries past the cut go
-        too, and the cut bytes are zeroed (a crash cannot bring them back).
-        Returns how many bytes were cut.
-        """
+        """Cut a replica's CommitLog back to ``offset`` (:meth:`RoleChanges.truncate`);
+        the bytes cut."""
         self._require_running()
-        if self.role.is_master:
-            raise RoleChangeRefused("only a replica store can be truncated")
-        commitlog = self.commitlog
-        if not commitlog.min_offset <= offset <= commitlog.max_offset:
-            raise ValueError(
-                f"offset {offset} is outside the CommitLog "
-                f"[{commitlog.min_offset}, {commitlog.max_offset}]"
-            )
-        if not commitlog.is_record_start(offset):
-            raise ValueError(f"offset {offset} is not the start of a record")
-        if offset == commitlog.max_offset:
-            return 0
-        with commitlog.lock, self.dispatcher.paused():
-            cut = commitlog.files.truncate_to(offset)
-            shortened = {
-                (cq.topic, cq.queue_id): None for cq in self.queues if cq.truncate_past(offset)
-            }
-            notes = self.index.truncate_past(offset)
-            self.dispatcher.rewind(offset)
-            finish_queue_offsets(commitlog, self.queues)
-            if self.flusher is not None and self.flusher.flushed_offset > offset:
-                self.flusher.gate.reset(offset)
-        # Watchers hear of every queue that lost entries as of an arrival: what they knew
-        # of its end (a broker's kept "nothing new" answer) no longer holds.
-        self.dispatcher.notify(shortened)
-        for note in notes:
-            log.warning("truncate: %s", note)
-        log.warning("CommitLog truncated to %d: %d bytes cut", offset, cut)
-        return cut
+        return self.role_changes.truncate(offset, self.flusher)
 
     # ================================================================ reads
     def get_messages(
@@ -558,187 +476,19 @@ class MessageStore:
 
         With ``raw``, ``result.raw`` holds each record's bytes (views of the
         mapping, checked but not decoded) and ``result.messages`` stays empty:
-        what a server passing records on needs.
+        what a server passing records on needs (:meth:`MessageReader.get_messages`).
         """
-        self._require_running()
-        cq = self.queues.get(topic, queue_id)
-        if cq is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
-        try:
-            sub = parse_subscription(subscription)
-        except InvalidSubscription:
-            return GetResult(
-                GetStatus.NO_MATCHED_MESSAGE,
-                next_begin_offset=queue_offset,
-                min_offset=cq.min_offset(),
-                max_offset=cq.max_offset(),
-            )
-        min_offset, max_offset = cq.min_offset(), cq.max_offset()
-        result = GetResult(
-            GetStatus.NO_MATCHED_MESSAGE, min_offset=min_offset, max_offset=max_offset
+        return self.reader.get_messages(
+            topic, queue_id, queue_offset, max_count, subscription, max_bytes, raw=raw
         )
-        if max_offset == 0:
-            result.status, result.next_begin_offset = GetStatus.NO_MESSAGE_IN_QUEUE, 0
-        elif queue_offset < min_offset:
-            result.status, result.next_begin_offset = GetStatus.OFFSET_TOO_SMALL, min_offset
-        elif queue_offset == max_offset:
-            result.status, result.next_begin_offset = GetStatus.OFFSET_OVERFLOW_ONE, queue_offset
-        elif queue_offset > max_offset:
-            result.status = GetStatus.OFFSET_OVERFLOW_BADLY
-            result.next_begin_offset = min_offset if min_offset == 0 else max_offset
-        else:
-            self._collect(cq, queue_offset, max_count, max_bytes, sub, result, raw)
-        return result
-
-    def _hold_segment(self, physical: int) -> MappedFile | None:
-        """The CommitLog segment holding ``physical``, held (release it), or None when the
-        offset was cleaned away or the segment is being deleted."""
-        mf = self.commitlog.files.find(physical) if physical >= self.commitlog.min_offset else None
-        return mf if mf is not None and mf.hold() else None
-
-    def _next_segment(
-        self, current: MappedFile | None, physical: int
-    ) -> tuple[MappedFile | None, int, int]:
-        """Release ``current`` and hold the segment holding ``physical``, with its
-        ``(file_from_offset, file_end_offset)``; ``(None, 0, 0)`` when it is gone."""
-        if current is not None:
-            current.release()
-        mf = self._hold_segment(physical)
-        if mf is None:
-            return None, 0, 0
-        return mf, mf.file_from_offset, mf.file_end_offset
-
-    def _collect(self, cq, queue_offset, max_count, max_bytes, sub, result, raw) -> None:  # type: ignore[no-untyped-def]
-        """Read matching messages into ``result``; one segment reference per segment."""
-        config = self.config
-        count = (
-            config.max_transfer_count_on_message_in_memory
-            if max_count is None
-            else max(0, min(max_count, 1 << 20))
-        )
-        byte_limit = (
-            config.max_transfer_bytes_on_message_in_memory if max_bytes is None else max_bytes
-        )
-        if raw and sub.matches_all:
-            self._collect_raw(cq, queue_offset, count, byte_limit, result)
-            return
-        check_crc = config.check_crc_on_read
-        messages = result.messages
-        raw_parts = result.raw
-        total_bytes = scanned = missing = 0
-        matches_all = sub.matches_all
-        codes = sub.codes
-        mf = None
-        mf_from = mf_end = 0
-        try:
-            for physical, size, code in cq.entries(
-                queue_offset, max(count, 1) if matches_all else config.max_get_scan_entries
-            ):
-                taken = len(raw_parts) if raw else len(messages)
-                if taken >= count or (taken and total_bytes + size > byte_limit):
-                    break
-                scanned += 1
-                if not matches_all and code not in codes:
-                    continue
-                if not mf_from <= physical < mf_end:
-                    self.commitlog.page_cache.read_ahead(physical, physical + size)
-                    mf, mf_from, mf_end = self._next_segment(mf, physical)
-                    if mf is None:
-                        missing += 1
-                        continue
-                assert mf is not None
-                try:
-                    record = decode_record(mf.view, physical - mf_from, check_crc=check_crc)
-                except CorruptRecord as exc:
-                    log.error("refusing to serve a corrupt record: %s", exc)
-                    missing += 1
-                    continue
-                if not matches_all and not sub.matches_tag(record.tags):
-                    continue
-                if raw:
-                    position = physical - mf_from
-                    raw_parts.append(mf.view[position : position + size])
-                    result.raw_count += 1
-                else:
-                    messages.append(record)
-                total_bytes += size
-        finally:
-            if mf is not None:
-                mf.release()
-        result.next_begin_offset = queue_offset + scanned
-        if messages or raw_parts:
-            result.status = GetStatus.FOUND
-        elif missing:
-            result.status = GetStatus.OFFSET_FOUND_NULL
-
-    def _collect_raw(
-        self,
-        cq,
-        queue_offset: int,
-        count: int,
-        byte_limit: int,  # type: ignore[no-untyped-def]
-        result: GetResult,
-    ) -> None:
-        """Every record from ``queue_offset`` as raw bytes, checked in bulk per segment.
-
-        The consume queue decides which records are taken (:func:`_taken`);
-        :func:`verified_runs` checks them, and a corrupt one is logged and left
-        out, as on the per-record path.
-        """
-        physicals, sizes = cq.entry_columns(queue_offset, max(count, 1))
-        taken = _taken(sizes, count, byte_limit)
-        if taken:
-            self.commitlog.page_cache.read_ahead(
-                int(physicals[0]), int(physicals[taken - 1] + sizes[taken - 1])
-            )
-        missing = at = 0
-        while at < taken:
-            mf = self._hold_segment(int(physicals[at]))
-            if mf is None:  # cleaned away
-                missing += 1
-                at += 1
-                continue
-            try:
-                rest = physicals[at:taken]
-                beyond = np.flatnonzero((rest < mf.file_from_offset) | (rest >= mf.file_end_offset))
-                stop = at + (int(beyond[0]) if len(beyond) else len(rest))
-                found = verified_runs(
-                    mf.view,
-                    physicals[at:stop] - mf.file_from_offset,
-                    sizes[at:stop],
-                    check_crc=self.config.check_crc_on_read,
-                )
-            finally:
-                mf.release()
-            result.raw.extend(found.views)
-            result.raw_count += found.count
-            for exc in found.refused:
-                log.error("refusing to serve a corrupt record: %s", exc)
-            missing += len(found.refused)
-            at = stop
-        result.next_begin_offset = queue_offset + taken
-        if result.raw:
-            result.status = GetStatus.FOUND
-        elif missing:
-            result.status = GetStatus.OFFSET_FOUND_NULL
 
     def look_message(self, commitlog_offset: int) -> RecordView | None:
         """The message whose record starts at ``commitlog_offset``; None if none is there."""
-        self._require_running()
-        try:
-            return self.commitlog.read_record(
-                commitlog_offset, check_crc=self.config.check_crc_on_read
-            )
-        except CorruptRecord:
-            return None
+        return self.reader.look_message(commitlog_offset)
 
     def view_message(self, msg_id: str) -> RecordView | None:
         """The message with this offset MessageId (no index needed); ValueError if malformed."""
-        self._require_running()
-        host, port, offset = parse_msg_id(msg_id)
-        if (host, port) != (self.config.store_host, self.config.store_port):
-            return None  # another store's message: its offset means nothing here
-        return self.look_message(offset)
+        return self.reader.view_message(msg_id)
 
     def query_messages(
         self,
@@ -749,25 +499,7 @@ class MessageStore:
         end_ms: int | None = None,
     ) -> list[RecordView]:
         """Messages of ``topic`` whose KEYS or UNIQ_KEY equals ``key`` in the time range."""
-        self._require_running()
-        end = end_ms if end_ms is not None else time.time_ns() // 1_000_000 + 1000
-        found: list[RecordView] = []
-        if max_count <= 0:
-            return found
-        for offset in self.index.query(topic, key, max_count * 4 + 16, begin_ms, end):
-            record = self.look_message(offset)
-            if record is None or record.topic != topic:
-                continue
-            if not begin_ms <= record.store_timestamp <= end:
-                continue  # the index keeps whole seconds; the record has the exact time
-            props = record.properties
-            keys = props.get(PROPERTY_KEYS, "").split(" ")
-            if key not in keys and props.get(PROPERTY_UNIQ_KEY) != key:
-                continue  # a hash collision
-            found.append(record)
-            if len(found) >= max_count:
-                break
-        return found
+        return self.reader.query_messages(topic, key, max_count, begin_ms, end_ms)
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First queue offset stored at or after ``timestamp_ms`` (0 for an unknown queue)."""
@@ -850,14 +582,3 @@ def _mark(results: Sequence[PutResult], status: PutStatus, unless: frozenset[Put
     for r in results:
         if r.status not in unless:
             r.status = status
-
-
-def _taken(sizes: npt.NDArray[np.int64], count: int, byte_limit: int) -> int:
-    """How many of a queue's next entries (their record ``sizes``) a raw read takes: at
-    most ``count``, the first always, the others while the sizes add up to at most
-    ``byte_limit``. An entry whose record is gone or refused counts too (the per-record
-    path skips it and reads on; here the next pull does)."""
-    if count <= 0 or not len(sizes):
-        return 0
-    head = np.maximum(sizes[:count], 0)  # a damaged entry's size: refused when read
-    return max(1, int(np.searchsorted(np.cumsum(head), byte_limit, side="right")))

@@ -27,7 +27,7 @@ from services.store.config import StoreConfig
 from services.store.consume_queue import ConsumeQueueTable
 from services.store.index_service import IndexService
 
-# Delayed messages keep their delivery time as tag code (DESIGN 4.3).
+# Delayed messages keep their delivery time as tag code (docs/store-format.md, ConsumeQueue).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_PROBLEMS = 1000
 

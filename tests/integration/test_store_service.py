@@ -22,8 +22,8 @@ from boltmq.kernel.channels import channel, sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 from boltmq.wire.record import MAGIC_BLANK, decode_record, decode_records
 from services.store import MessageStore, StoreConfig
+from services.store.arrival_streams import WATCHING_METADATA
 from services.store.server import create_server
-from services.store.servicer import WATCHING_METADATA
 from tests.integration.procs import ServiceProcess
 from tests.waiting import wait_until
 

@@ -121,13 +121,13 @@ def test_broker_kill9_loses_no_acknowledged_message_and_consumers_skip_nothing(
 
 def test_reader_catches_a_lost_acknowledged_message(tmp_path: Path) -> None:
     """The checks above can fail: an acknowledged body missing from the files is caught."""
-    from services.store import Message, MessageStore
+    from services.store import MessageStore, StoreMessage
     from tests.conftest import quiet_disk, small_config
     from tests.reliability.load import Ack
 
     root = tmp_path / "store"
     with MessageStore(small_config(root), disk_usage=quiet_disk) as store:
-        put = store.put_message(Message("T", b"stored"))
+        put = store.put_message(StoreMessage("T", b"stored"))
     acked = {
         b"stored": Ack(0, put.queue_offset, put.commitlog_offset),
         b"never-stored": Ack(0, 1, 999),

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from services.store import GetStatus, Message, MessageStore, PutStatus
+from services.store import GetStatus, MessageStore, PutStatus, StoreMessage
 from services.store.recovery import RecoveryReport
 from tests.conftest import quiet_disk, small_config
 from tests.reliability.files import StoredRecord, scan_commitlog, segment_paths
@@ -77,7 +77,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     with MessageStore(small_config(root), disk_usage=quiet_disk) as store:
         for n in range(MESSAGES):
             body = f"message-{n}-".encode() + rng.randbytes(rng.randrange(50, 400))
-            result = store.put_message(Message(TOPIC, body, queue_id=n % QUEUES, keys=[f"key-{n}"]))
+            result = store.put_message(
+                StoreMessage(TOPIC, body, queue_id=n % QUEUES, keys=[f"key-{n}"])
+            )
             assert result.status is PutStatus.PUT_OK, result
     scan = scan_commitlog(root)
     assert not scan.damage and len(scan.records) == MESSAGES

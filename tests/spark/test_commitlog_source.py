@@ -25,7 +25,7 @@ from boltmq.wire.record import (
     MAGIC_MESSAGE,
     read_total_and_magic,
 )
-from services.store import Message, MessageStore, PutStatus
+from services.store import MessageStore, PutStatus, StoreMessage
 
 SEGMENT_BYTES = 64 * 1024
 TOPICS = ("Orders", "Payments")
@@ -37,7 +37,7 @@ def fill(store: MessageStore, count: int) -> None:
         topic = TOPICS[index % 2]
         body = f"m{index}:".encode() + bytes([index % 251]) * (200 + (index * 37) % 1500)
         result = store.put_message(
-            Message(
+            StoreMessage(
                 topic=topic,
                 queue_id=index % 3,
                 body=body,
@@ -298,12 +298,12 @@ def test_a_single_segment_is_split_for_two_tasks(spark, make_store, tmp_path) ->
 def test_a_split_inside_a_body_that_looks_like_a_record_fails(spark, make_store, tmp_path) -> None:
     """A body holding a fake header that names its own offset: the split must not trust it."""
     store = make_store()
-    first = store.put_message(Message(topic="Orders", queue_id=0, body=b"a" * 50))
+    first = store.put_message(StoreMessage(topic="Orders", queue_id=0, body=b"a" * 50))
     second_at = first.commitlog_offset + first.wrote_bytes
     fake_at = second_at + 88 + 100  # IPv4 hosts: the body starts 88 bytes into a record
     fake = struct.pack(">iI", 200, MAGIC_MESSAGE) + bytes(20) + struct.pack(">q", fake_at)
     body = b"p" * 100 + fake + b"q" * 300
-    second = store.put_message(Message(topic="Orders", queue_id=0, body=body))
+    second = store.put_message(StoreMessage(topic="Orders", queue_id=0, body=body))
     assert second.commitlog_offset == second_at
     store.shutdown()
     root = tmp_path / "store"

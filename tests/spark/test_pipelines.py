@@ -20,8 +20,7 @@ from boltmq.producer import Producer
 from pipelines import events as events_cli
 from pipelines import store_export, window_aggregates
 from pipelines.events import Event, send_events
-from services.store import Message as StoreMessage
-from services.store import MessageStore, PutStatus
+from services.store import MessageStore, PutStatus, StoreMessage
 from tests.integration.conftest import Cluster
 
 MINUTE_MS = 60_000

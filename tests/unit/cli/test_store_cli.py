@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 import boltmq.cli.inspect_store as inspect_store
 from boltmq.cli.inspect_store import inspect_directory
 from boltmq.cli.main import main
-from services.store import Message, MessageStore, PutStatus
+from services.store import MessageStore, PutStatus, StoreMessage
 from services.store.consume_queue import ENTRY_COMMITLOG_OFFSET_OFFSET, ENTRY_SIZE
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -60,7 +60,7 @@ def _fill(store: MessageStore) -> list[tuple[str, int, bytes, int, int]]:
             topic, queue_id = "TopicB", 0
         body = _body(i)
         result = store.put_message(
-            Message(topic, body, queue_id=queue_id, tags=f"tag{i % 2}", keys=[f"key-{i}"])
+            StoreMessage(topic, body, queue_id=queue_id, tags=f"tag{i % 2}", keys=[f"key-{i}"])
         )
         assert result.status == PutStatus.PUT_OK, result
         written.append((topic, queue_id, body, result.commitlog_offset, result.wrote_bytes))
@@ -367,7 +367,7 @@ def test_store_held_by_a_running_store_is_one_clear_line(
 ) -> None:
     root = tmp_path / "store"
     store = make_store(root)
-    store.put_message(Message("TopicA", b"hello"))
+    store.put_message(StoreMessage("TopicA", b"hello"))
 
     result = _invoke("store", command, str(root))
     proc = _run("store", command, str(root))

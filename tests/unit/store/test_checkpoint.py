@@ -1,4 +1,7 @@
-"""The checkpoint file (DESIGN 4.6): its format, its checks, and a store started on a bad one."""
+"""The checkpoint file: its format, its checks, and a store started on a bad one.
+
+The format is in docs/store-format.md (Checkpoint).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.store import GetStatus, Message, MessageStore, PutStatus
+from services.store import GetStatus, MessageStore, PutStatus, StoreMessage
 from services.store.checkpoint import (
     CHECKPOINT_CRC_OFFSET,
     CHECKPOINT_FILE_SIZE,
@@ -186,7 +189,7 @@ def _fill(store: MessageStore, count: int) -> list[tuple[int, int, bytes]]:
     for i in range(count):
         body = f"cp-{i}|".encode() * 200
         result = store.put_message(
-            Message(topic="CP", queue_id=i % 2, body=body, tags="A", keys=[f"cp{i}"])
+            StoreMessage(topic="CP", queue_id=i % 2, body=body, tags="A", keys=[f"cp{i}"])
         )
         assert result.status == PutStatus.PUT_OK
         written.append((i % 2, result.commitlog_offset, body))
@@ -207,7 +210,7 @@ def test_clean_shutdown_writes_the_store_time_of_the_last_record(
 ) -> None:
     store = make_store()
     _fill(store, 20)
-    last = store.put_message(Message(topic="CP", body=b"last", keys=["last"]))
+    last = store.put_message(StoreMessage(topic="CP", body=b"last", keys=["last"]))
     store.shutdown()
     state = decode_checkpoint((store.root / "checkpoint").read_bytes())
     assert state.physic_msg_timestamp == last.store_timestamp

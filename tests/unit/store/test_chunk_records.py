@@ -20,7 +20,7 @@ from boltmq.wire.record import (
     SCHEDULE_TOPIC,
     CorruptRecord,
 )
-from services.store import Message, MessageStore
+from services.store import MessageStore, StoreMessage
 from services.store.chunk_records import SMALL_CHUNK, chunk_requests
 from services.store.commitlog import dispatch_request_of
 from services.store.record_scan import check_chunk
@@ -33,7 +33,7 @@ def scalar_requests(data: bytes, offset: int) -> list[tuple]:  # type: ignore[ty
     return [tuple(dispatch_request_of(r)) for r in check_chunk(data, offset, SEGMENT)]
 
 
-def chunk_of(store: MessageStore, messages: list[Message]) -> tuple[int, bytes]:
+def chunk_of(store: MessageStore, messages: list[StoreMessage]) -> tuple[int, bytes]:
     """Append ``messages``; the CommitLog bytes they took, with their offset."""
     start = store.commitlog.max_offset
     for message in messages:
@@ -41,9 +41,9 @@ def chunk_of(store: MessageStore, messages: list[Message]) -> tuple[int, bytes]:
     return start, store.commitlog.read_bytes(start, SEGMENT)
 
 
-def plain(count: int, topic: str = "T", **fields: object) -> list[Message]:
+def plain(count: int, topic: str = "T", **fields: object) -> list[StoreMessage]:
     return [
-        Message(topic=topic, queue_id=i % 4, body=bytes([i % 251]) * 200, **fields)  # type: ignore[arg-type]
+        StoreMessage(topic=topic, queue_id=i % 4, body=bytes([i % 251]) * 200, **fields)  # type: ignore[arg-type]
         for i in range(count)
     ]
 
@@ -60,7 +60,7 @@ def test_a_plain_chunk_takes_the_vector_path_with_the_scalar_requests(
 
 def test_keys_and_transactions_keep_their_fields(make_store: StoreFactory) -> None:
     messages = [
-        Message(
+        StoreMessage(
             topic="T", queue_id=i % 2, body=b"b" * 100, keys=[f"k{i}", "shared"], tags=f"t{i % 3}"
         )
         for i in range(30)

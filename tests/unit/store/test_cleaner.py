@@ -1,4 +1,4 @@
-"""The cleaner (DESIGN 4.7) on a real CommitLog and real consume queues in tmp_path.
+"""The cleaner (services.store.cleaner) on a real CommitLog and real consume queues in tmp_path.
 
 Messages go straight through ``CommitLog.encode/append`` and their dispatch
 requests into the consume queues, so no MessageStore is involved. Disk usage,
@@ -26,7 +26,7 @@ from services.store.commitlog import CommitLog, DispatchRequest
 from services.store.config import StoreConfig
 from services.store.consume_queue import ENTRY_SIZE, ConsumeQueueTable
 from services.store.mapped_file import file_name
-from services.store.message import Message
+from services.store.message import StoreMessage
 
 SEGMENT_BYTES = 64 * 1024
 BODY = b"x" * (8 * 1024)  # 7 records per 64 KiB segment
@@ -84,7 +84,7 @@ class Rig:
 
     def append(self, now_ms: int, queue_id: int = 0, key: str | None = None) -> DispatchRequest:
         cl = self.commitlog
-        msg = Message("Topic", BODY, queue_id, keys=[key] if key else None)
+        msg = StoreMessage("Topic", BODY, queue_id, keys=[key] if key else None)
         results, batch = cl.append([cl.encode(msg, now_ms)], now_ms)
         assert results[0].status.name == "PUT_OK"
         request = DispatchRequest(*batch.requests[0])

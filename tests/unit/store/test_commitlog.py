@@ -1,4 +1,4 @@
-"""CommitLog segments (DESIGN 4.1, 4.2): blank markers, file lookup, naming, oversize records.
+"""CommitLog segments (docs/store-format.md): blank markers, file lookup, naming, oversize records.
 
 Record sizes are exact: a message on topic ``T`` with no properties costs
 ``FIXED_OVERHEAD_IPV4 + 1`` bytes plus its body, so a test can put the end of
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from boltmq.wire.record import BLANK_MARKER_SIZE, FIXED_OVERHEAD_IPV4, MAGIC_BLANK
-from services.store import Message, MessageStore, PutResult, PutStatus
+from services.store import MessageStore, PutResult, PutStatus, StoreMessage
 from services.store.mapped_file import file_name
 from services.store.mapped_file_queue import CorruptFileLayout, MappedFileQueue
 from tests.conftest import read_queue
@@ -33,10 +33,10 @@ VOLATILE_NAMES = frozenset({"lock", "abort", "checkpoint"})
 # --------------------------------------------------------------------------- helpers
 
 
-def sized(total: int, seed: int) -> Message:
+def sized(total: int, seed: int) -> StoreMessage:
     """A message on ``T``/0 whose CommitLog record is exactly ``total`` bytes."""
     assert total >= RECORD_OVERHEAD
-    return Message(
+    return StoreMessage(
         topic=TOPIC, queue_id=0, body=random.Random(seed).randbytes(total - RECORD_OVERHEAD)
     )
 
@@ -52,7 +52,7 @@ def filler_sizes(start: int, end: int) -> list[int]:
     return sizes
 
 
-def put_each(store: MessageStore, msgs: Sequence[Message], batched: bool) -> list[PutResult]:
+def put_each(store: MessageStore, msgs: Sequence[StoreMessage], batched: bool) -> list[PutResult]:
     results = store.put_messages(msgs) if batched else [store.put_message(m) for m in msgs]
     assert [r.status for r in results] == [PutStatus.PUT_OK] * len(msgs), results
     return results
@@ -64,7 +64,7 @@ def segment_bytes(root: Path, start: int) -> bytes:
 
 
 def assert_readable(
-    store: MessageStore, msgs: Sequence[Message], results: Sequence[PutResult]
+    store: MessageStore, msgs: Sequence[StoreMessage], results: Sequence[PutResult]
 ) -> None:
     """look_message and get_messages serve every message, in order, with its body."""
     for msg, result in zip(msgs, results, strict=True):
@@ -94,7 +94,7 @@ def disk_snapshot(root: Path) -> dict[str, bytes | None]:
     return snapshot
 
 
-def assert_refused_without_a_trace(store: MessageStore, bad: Sequence[Message]) -> None:
+def assert_refused_without_a_trace(store: MessageStore, bad: Sequence[StoreMessage]) -> None:
     """``bad`` is refused with MESSAGE_ILLEGAL and not one byte under the root changes."""
     store.wait_dispatched()
     before = disk_snapshot(store.root)
@@ -341,7 +341,7 @@ def test_body_over_max_message_size_is_illegal_and_writes_nothing(
     put_each(
         store, [sized(size, seed) for seed, size in enumerate(filler_sizes(0, end))], batched=False
     )
-    bad = Message(TOPIC, body=bytes(store.config.max_message_size_bytes + over_bytes))
+    bad = StoreMessage(TOPIC, body=bytes(store.config.max_message_size_bytes + over_bytes))
     assert_refused_without_a_trace(store, [bad])
 
 
@@ -360,7 +360,7 @@ def test_oversize_on_an_empty_store_creates_no_segment(
     make_store: Callable[..., MessageStore],
 ) -> None:
     store = make_store()
-    bad = Message(TOPIC, body=bytes(store.config.max_message_size_bytes + 1))
+    bad = StoreMessage(TOPIC, body=bytes(store.config.max_message_size_bytes + 1))
     assert store.put_message(bad).status == PutStatus.MESSAGE_ILLEGAL
     assert not list((store.root / "commitlog").glob("0*"))
     assert_refused_without_a_trace(store, [bad])
@@ -371,7 +371,7 @@ def test_body_of_exactly_max_message_size_is_stored(
 ) -> None:
     store = make_store()
     limit = store.config.max_message_size_bytes
-    msg = Message(TOPIC, body=random.Random(5).randbytes(limit))
+    msg = StoreMessage(TOPIC, body=random.Random(5).randbytes(limit))
     result = store.put_message(msg)
     assert result.status == PutStatus.PUT_OK
     assert result.wrote_bytes == RECORD_OVERHEAD + limit

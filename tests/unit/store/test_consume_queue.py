@@ -1,4 +1,4 @@
-"""ConsumeQueue (DESIGN 4.3) and the reads built on it: entries, offsets by time, tags.
+"""ConsumeQueue (docs/store-format.md) and the reads built on it: entries, offsets by time, tags.
 
 Store times are controlled by appending through ``CommitLog.encode/append``
 with an explicit ``now_ms`` on a started store: the store's own dispatcher
@@ -21,12 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from boltmq.wire.record import java_string_hash
-from services.store import GetStatus, Message, MessageStore, PutResult, PutStatus
+from services.store import GetStatus, MessageStore, PutResult, PutStatus, StoreMessage
 from services.store.consume_queue import ENTRY_SIZE, ConsumeQueue
 from services.store.mapped_file import file_name
 from tests.conftest import small_config
 
-ENTRY = struct.Struct(">qiq")  # DESIGN 4.3: commitlog_offset, size, tags_code
+ENTRY = struct.Struct(">qiq")  # docs/store-format.md: commitlog_offset, size, tags_code
 ENTRIES_PER_SMALL_FILE = 5
 INT32_MIN = -(2**31)
 
@@ -38,7 +38,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def put_at(store: MessageStore, msg: Message, store_ts: int) -> PutResult:
+def put_at(store: MessageStore, msg: StoreMessage, store_ts: int) -> PutResult:
     """Append ``msg`` with the store time ``store_ts`` (dispatched by the store itself)."""
     commitlog = store.commitlog
     results, _ = commitlog.append([commitlog.encode(msg, store_ts)], store_ts)
@@ -47,7 +47,7 @@ def put_at(store: MessageStore, msg: Message, store_ts: int) -> PutResult:
     return results[0]
 
 
-def put(store: MessageStore, msg: Message) -> PutResult:
+def put(store: MessageStore, msg: StoreMessage) -> PutResult:
     result = store.put_message(msg)
     assert result.status == PutStatus.PUT_OK, result
     return result
@@ -95,9 +95,10 @@ def test_entries_are_20_bytes_at_k_times_20(make_store: Callable[..., MessageSto
     store = make_store()
     tags = ["TagA", None, "polygenelubricants", "标签"]  # the third hashes to Integer.MIN_VALUE
     results = [
-        put(store, Message(topic="Fmt", body=b"x" * (10 + i), tags=t)) for i, t in enumerate(tags)
+        put(store, StoreMessage(topic="Fmt", body=b"x" * (10 + i), tags=t))
+        for i, t in enumerate(tags)
     ]
-    put(store, Message(topic="Other", body=b"y"))
+    put(store, StoreMessage(topic="Other", body=b"y"))
     store.wait_dispatched()
 
     path = queue_dir(store, "Fmt", 0) / file_name(0)
@@ -126,7 +127,7 @@ def test_file_size_rounds_up_to_whole_entries(
     )
     store = make_store(mapped_file_size_consume_queue=configured)
     per_file = rounded // ENTRY_SIZE
-    results = [put(store, Message(topic="R", body=b"m")) for _ in range(per_file + 1)]
+    results = [put(store, StoreMessage(topic="R", body=b"m")) for _ in range(per_file + 1)]
     store.wait_dispatched()
     files = sorted(queue_dir(store, "R", 0).iterdir())
     assert [p.name for p in files] == [file_name(0), file_name(rounded)]
@@ -148,7 +149,7 @@ def test_lookup_by_queue_offset_across_several_files(
             results[queue_id].append(
                 put(
                     store,
-                    Message(
+                    StoreMessage(
                         topic="L",
                         body=f"{queue_id}-{i}".encode(),
                         queue_id=queue_id,
@@ -219,7 +220,7 @@ def test_offset_by_time_ties_before_first_and_after_last(
     store = make_store()
     base = now_ms()
     for delta in (0, 1000, 1000, 1000, 2000):
-        put_at(store, Message(topic="Tm", body=b"x"), base + delta)
+        put_at(store, StoreMessage(topic="Tm", body=b"x"), base + delta)
     expected = {
         base - 60_000: 0,  # before the first: the min offset
         base: 0,
@@ -241,7 +242,7 @@ def test_offset_by_time_across_files(make_store: Callable[..., MessageStore]) ->
     base = now_ms()
     times = [base + 10 * k for k in range(23)]
     for ts in times:
-        put_at(store, Message(topic="Tf", body=b"x"), ts)
+        put_at(store, StoreMessage(topic="Tf", body=b"x"), ts)
     for k, ts in enumerate(times):
         assert store.offset_by_time("Tf", 0, ts) == k
         assert store.offset_by_time("Tf", 0, ts - 5) == k
@@ -254,7 +255,7 @@ def test_offset_by_time_with_skewed_store_times(make_store: Callable[..., Messag
     # The clock stepped back between the second and third message.
     deltas = [0, 3000, 1000, 2000, 4000]
     for delta in deltas:
-        put_at(store, Message(topic="Sk", body=b"x"), base + delta)
+        put_at(store, StoreMessage(topic="Sk", body=b"x"), base + delta)
     for target in (-1, 0, 500, 1000, 1500, 2500, 3000, 3500, 4000, 4001):
         found = store.offset_by_time("Sk", 0, base + target)
         assert 0 <= found <= len(deltas)
@@ -328,7 +329,7 @@ def test_tag_filtering(make_store: Callable[..., MessageStore]) -> None:
     tags = ["A", "B", "C", None, "A", "Aa", "BB", "B", "AB"]
     assert java_string_hash("Aa") == java_string_hash("BB")  # same tags_code in the queue
     for i, tag in enumerate(tags):
-        put(store, Message(topic="Tg", body=str(i).encode(), tags=tag))
+        put(store, StoreMessage(topic="Tg", body=str(i).encode(), tags=tag))
     store.wait_dispatched()
     cq = store.queues.get("Tg", 0)
     assert cq is not None and cq.entry(5)[2] == cq.entry(6)[2] == 2112  # type: ignore[index]
@@ -357,7 +358,7 @@ def test_filtered_get_pages_through_the_queue(make_store: Callable[..., MessageS
     )
     tags = ["X", "Y", "Y", "Y", "Y", "Y", "X", "Y", "X", "X", "Y", "Y"]
     for tag in tags:
-        put(store, Message(topic="Pg", body=b"x", tags=tag))
+        put(store, StoreMessage(topic="Pg", body=b"x", tags=tag))
     store.wait_dispatched()
 
     first = store.get_messages("Pg", 0, 0, 2, "X")
@@ -373,7 +374,7 @@ def test_filtered_get_pages_through_the_queue(make_store: Callable[..., MessageS
 
 def test_invalid_subscription_reads_nothing(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
-    put(store, Message(topic="Iv", body=b"x", tags="A"))
+    put(store, StoreMessage(topic="Iv", body=b"x", tags="A"))
     store.wait_dispatched()
     got = store.get_messages("Iv", 0, 0, 32, "A ||")
     assert got.status == GetStatus.NO_MATCHED_MESSAGE and got.messages == []
@@ -387,8 +388,8 @@ def test_min_and_max_offsets_per_queue(make_store: Callable[..., MessageStore]) 
     store = make_store()
     assert (store.min_offset("Mm", 0), store.max_offset("Mm", 0)) == (0, 0)
     for i in range(7):
-        put(store, Message(topic="Mm", body=b"x", queue_id=i % 2))
-    put(store, Message(topic="Other", body=b"x"))
+        put(store, StoreMessage(topic="Mm", body=b"x", queue_id=i % 2))
+    put(store, StoreMessage(topic="Other", body=b"x"))
     store.wait_dispatched()
     assert [(store.min_offset("Mm", q), store.max_offset("Mm", q)) for q in (0, 1, 2)] == [
         (0, 4),
@@ -402,7 +403,7 @@ def test_min_and_max_offsets_per_queue(make_store: Callable[..., MessageStore]) 
 def test_get_statuses_at_the_edges(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     for _ in range(3):
-        put(store, Message(topic="St", body=b"x"))
+        put(store, StoreMessage(topic="St", body=b"x"))
     store.wait_dispatched()
 
     def status(topic: str, queue_id: int, offset: int) -> tuple[GetStatus, int]:
@@ -447,7 +448,7 @@ def test_statuses_after_old_files_are_cleaned(tmp_path: Path) -> None:
     store.start()
     try:
         results = [
-            put(store, Message(topic="Cl", body=bytes(8 * 1024), tags="t")) for _ in range(40)
+            put(store, StoreMessage(topic="Cl", body=bytes(8 * 1024), tags="t")) for _ in range(40)
         ]
         store.wait_dispatched()
         assert len(store.commitlog.files.files) >= 5

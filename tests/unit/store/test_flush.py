@@ -1,7 +1,7 @@
-"""Flushing the CommitLog (DESIGN 4.5): group commit, flush timeouts, async catch-up, bytes on disk.
+"""Flushing the CommitLog: group commit, flush timeouts, async catch-up, bytes on disk.
 
 The on-disk checks read the segment files with ``open()`` and parse them with
-the byte layout of DESIGN 4.2 written out here, independently of the store's
+the record layout of docs/store-format.md written out here, independently of the store's
 own decoder.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from services.store import GetStatus, Message, MessageStore, PutResult, PutStatus
+from services.store import GetStatus, MessageStore, PutResult, PutStatus, StoreMessage
 from services.store.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 
 SEGMENT_BYTES = 64 * 1024  # small_config's CommitLog segment size
@@ -26,7 +26,7 @@ READ_BATCH = 32
 NEVER_MS = 3_600_000  # a flush interval no test lives long enough to reach
 TIMEOUT_ATTEMPTS_MAX = 200
 
-# DESIGN 4.2, IPv4 hosts: the fields the on-disk parser needs.
+# docs/store-format.md, IPv4 hosts: the fields the on-disk parser needs.
 TOTAL_AND_MAGIC = struct.Struct(">iI")
 MAGIC_MESSAGE = 0xDAA320A7
 MAGIC_BLANK = 0xCBD43194
@@ -109,7 +109,7 @@ def run_writers(
             barrier.wait()
             for i in range(per_writer):
                 result = store.put_message(
-                    Message("T", body=body_of(writer, i), queue_id=writer % QUEUES)
+                    StoreMessage("T", body=body_of(writer, i), queue_id=writer % QUEUES)
                 )
                 outcomes[writer].append((result, store.commitlog.flushed_offset))
         except BaseException as exc:  # reported by the test, not lost in the thread
@@ -176,10 +176,10 @@ def test_flush_disk_timeout_still_stores_the_message(
 ) -> None:
     """With no time to wait for the fsync the put says FLUSH_DISK_TIMEOUT, but it is stored."""
     store = make_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=0)
-    msgs: list[Message] = []
+    msgs: list[StoreMessage] = []
     results: list[PutResult] = []
     for i in range(TIMEOUT_ATTEMPTS_MAX):
-        msgs.append(Message("T", body=f"timeout-{i}".encode() * 10, keys=[f"k{i}"]))
+        msgs.append(StoreMessage("T", body=f"timeout-{i}".encode() * 10, keys=[f"k{i}"]))
         results.append(store.put_message(msgs[-1]))
         if results[-1].status == PutStatus.FLUSH_DISK_TIMEOUT:
             break
@@ -224,7 +224,8 @@ def test_async_flush_catches_up_on_store_flush(make_store: Callable[..., Message
     checkpoint_path = store.root / "checkpoint"
     for round_ in range(2):
         msgs = [
-            Message("T", body=bytes([round_ + 1]) * (1000 + i), queue_id=i % 2) for i in range(150)
+            StoreMessage("T", body=bytes([round_ + 1]) * (1000 + i), queue_id=i % 2)
+            for i in range(150)
         ]
         results = [store.put_message(m) for m in msgs]
         assert all(r.status == PutStatus.PUT_OK for r in results)  # no wait under ASYNC
@@ -257,7 +258,7 @@ def test_commitlog_files_hold_every_message_after_shutdown(
         flush_commitlog_thorough_interval_ms=NEVER_MS,
     )
     msgs = [
-        Message(
+        StoreMessage(
             "T",
             body=f"{i}:".encode() + bytes([i % 251]) * (700 + 13 * i),
             queue_id=i % 3,

@@ -1,4 +1,6 @@
-"""The hash index (DESIGN 4.4): IndexFile and IndexService on real files, and query_messages.
+"""The hash index: IndexFile and IndexService on real files, and query_messages.
+
+The format is in docs/store-format.md (IndexFile).
 
 Direct tests build an :class:`IndexService` in ``tmp_path`` and feed it
 ``build_index`` calls with chosen CommitLog offsets and store times; store
@@ -19,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from boltmq.wire.record import java_string_hash
-from services.store import Message, MessageStore, PutResult, PutStatus
+from services.store import MessageStore, PutResult, PutStatus, StoreMessage
 from services.store.index_file import IndexFile, index_file_name, index_file_size, key_hash
 from services.store.index_service import IndexService
 
-HEADER = struct.Struct(">qqqqii")  # DESIGN 4.4: 40-byte header
+HEADER = struct.Struct(">qqqqii")  # docs/store-format.md: 40-byte header
 ENTRY = struct.Struct(">iqii")  # key_hash, phy_offset, time_diff_s, prev_index
 HEADER_BYTES = 40
 SLOT_BYTES = 4
@@ -136,7 +138,7 @@ def colliding_keys(slots: int, count: int = 2) -> list[str]:
     raise AssertionError("unreachable")
 
 
-def put_at(store: MessageStore, msg: Message, store_ts: int) -> PutResult:
+def put_at(store: MessageStore, msg: StoreMessage, store_ts: int) -> PutResult:
     """Append ``msg`` with the store time ``store_ts`` (dispatched by the store itself)."""
     commitlog = store.commitlog
     results, _ = commitlog.append([commitlog.encode(msg, store_ts)], store_ts)
@@ -145,7 +147,7 @@ def put_at(store: MessageStore, msg: Message, store_ts: int) -> PutResult:
     return results[0]
 
 
-def put(store: MessageStore, msg: Message) -> PutResult:
+def put(store: MessageStore, msg: StoreMessage) -> PutResult:
     result = store.put_message(msg)
     assert result.status == PutStatus.PUT_OK, result
     return result
@@ -208,7 +210,7 @@ def test_header_slot_and_entry_layout(tmp_path: Path) -> None:
 def test_store_index_header_describes_its_entries(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     results = [
-        put(store, Message(topic=TOPIC, body=b"x", keys=[f"a{i}", f"b{i}"])) for i in range(3)
+        put(store, StoreMessage(topic=TOPIC, body=b"x", keys=[f"a{i}", f"b{i}"])) for i in range(3)
     ]
     store.wait_dispatched()
     (path,) = sorted((store.root / "index").iterdir())
@@ -235,9 +237,9 @@ def test_keys_across_several_index_files(make_store: Callable[..., MessageStore]
     results = []
     for i in range(10):
         keys = [f"k{i}", "shared"] if i % 3 == 0 else [f"k{i}"]
-        results.append(put(store, Message(topic=TOPIC, body=str(i).encode(), keys=keys)))
-    put(store, Message(topic="Other", body=b"o", keys=["k1", "shared"]))
-    uniq = put(store, Message(topic=TOPIC, body=b"u", properties={"UNIQ_KEY": "U-1"}))
+        results.append(put(store, StoreMessage(topic=TOPIC, body=str(i).encode(), keys=keys)))
+    put(store, StoreMessage(topic="Other", body=b"o", keys=["k1", "shared"]))
+    uniq = put(store, StoreMessage(topic=TOPIC, body=b"u", properties={"UNIQ_KEY": "U-1"}))
     store.wait_dispatched()
     # 10 + 4 "shared" + 2 of Other + 1 UNIQ_KEY = 17 entries, 4 per file.
     files = sorted((store.root / "index").iterdir())
@@ -277,7 +279,7 @@ def test_service_rolls_files_and_finds_every_key(make_rig: Callable[..., Rig]) -
 def test_keys_of_one_record_may_straddle_two_files(make_store: Callable[..., MessageStore]) -> None:
     store = make_store(max_index_num=5, max_hash_slot_num=8)  # 4 entries per file
     results = [
-        put(store, Message(topic=TOPIC, body=b"x", keys=[f"a{i}", f"b{i}", f"c{i}"]))
+        put(store, StoreMessage(topic=TOPIC, body=b"x", keys=[f"a{i}", f"b{i}", f"c{i}"]))
         for i in range(3)
     ]
     store.wait_dispatched()
@@ -297,7 +299,7 @@ def test_query_messages_max_count_zero_returns_nothing(
 ) -> None:
     store = make_store()
     for _ in range(3):
-        put(store, Message(topic=TOPIC, body=b"x", keys=["k"]))
+        put(store, StoreMessage(topic=TOPIC, body=b"x", keys=["k"]))
     store.wait_dispatched()
     assert len(store.query_messages(TOPIC, "k", 2)) == 2
     assert store.query_messages(TOPIC, "k", 0) == []
@@ -323,10 +325,10 @@ def test_query_messages_drops_keys_whose_hash_collides(
     store = make_store(max_hash_slot_num=4)
     assert key_hash(TOPIC, "Aa") == key_hash(TOPIC, "BB")
     a, b = colliding_keys(4)
-    aa = put(store, Message(topic=TOPIC, body=b"Aa", keys=["Aa"]))
-    bb = put(store, Message(topic=TOPIC, body=b"BB", keys=["BB"]))
-    ra = put(store, Message(topic=TOPIC, body=b"a", keys=[a]))
-    rb = put(store, Message(topic=TOPIC, body=b"b", keys=[b]))
+    aa = put(store, StoreMessage(topic=TOPIC, body=b"Aa", keys=["Aa"]))
+    bb = put(store, StoreMessage(topic=TOPIC, body=b"BB", keys=["BB"]))
+    ra = put(store, StoreMessage(topic=TOPIC, body=b"a", keys=[a]))
+    rb = put(store, StoreMessage(topic=TOPIC, body=b"b", keys=[b]))
     store.wait_dispatched()
     # The index compares hashes only: both colliding records come back...
     assert store.index.query(TOPIC, "Aa", 10, 0, FAR_FUTURE_MS) == [
@@ -371,7 +373,9 @@ def test_query_messages_time_range_includes_and_excludes(
     store = make_store()
     base = now_ms() - 60_000
     results = [
-        put_at(store, Message(topic=TOPIC, body=str(i).encode(), keys=["k"]), base + 10_000 * i)
+        put_at(
+            store, StoreMessage(topic=TOPIC, body=str(i).encode(), keys=["k"]), base + 10_000 * i
+        )
         for i in range(3)
     ]
     ids = [r.msg_id for r in results]
@@ -391,8 +395,8 @@ def test_query_messages_time_range_includes_and_excludes(
 def test_query_messages_compares_exact_store_times(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
     base = now_ms() - 60_000
-    first = put_at(store, Message(topic=TOPIC, body=b"0", keys=["k"]), base)
-    second = put_at(store, Message(topic=TOPIC, body=b"1", keys=["k"]), base + 10_500)
+    first = put_at(store, StoreMessage(topic=TOPIC, body=b"0", keys=["k"]), base)
+    second = put_at(store, StoreMessage(topic=TOPIC, body=b"1", keys=["k"]), base + 10_500)
 
     def query(begin: int, end: int) -> list[str]:
         return [m.msg_id for m in store.query_messages(TOPIC, "k", 32, begin, end)]

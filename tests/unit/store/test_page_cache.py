@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from boltmq.kernel.config import ConfigError
-from services.store import Message, MessageStore, page_cache
+from services.store import MessageStore, StoreMessage, page_cache
 from services.store.mapped_file import PAGE_SIZE, MappedFile, file_name
 from services.store.mapped_file_queue import MappedFileQueue
 from services.store.page_cache import RELEASE_ALIGN_BYTES, PageCacheWindow
@@ -159,7 +159,7 @@ def released_store(
     )
     bodies = [f"message-{i}|".encode() * 60 for i in range(400)]
     for body in bodies:
-        store.put_message(Message(topic=topic, queue_id=0, body=body))
+        store.put_message(StoreMessage(topic=topic, queue_id=0, body=body))
     wait_until(
         lambda: store.commitlog.page_cache.released_to >= 3 * SEGMENT_BYTES,
         "the flusher to release three segments",

@@ -1,7 +1,7 @@
-"""The CommitLog record (DESIGN 4.2), MessageId, properties, hashes and topic names.
+"""The CommitLog record (docs/store-format.md), MessageId, properties, hashes and topic names.
 
 Expected bytes come from :func:`spec_record`, an encoder written in this file
-straight from the DESIGN 4.2 table (stdlib ``struct``, ``zlib`` and
+straight from the table in docs/store-format.md (stdlib ``struct``, ``zlib`` and
 ``ipaddress`` only), so the store's encoder and decoder are checked against the
 documented format rather than against themselves. Java ``String.hashCode()``
 values are literal constants known from Java, plus a reference implementation
@@ -51,11 +51,11 @@ from boltmq.wire.topic import (
     parse_subscription,
     validate_topic,
 )
-from services.store import GetStatus, Message, MessageStore, PutStatus
+from services.store import GetStatus, MessageStore, PutStatus, StoreMessage
 
 MiB = 1024 * 1024
 STORE_PORT = 10911  # StoreConfig's default store port
-IPV4_HEAD_BYTES = 88  # total_size .. body_length with two IPv4 hosts (DESIGN 4.2)
+IPV4_HEAD_BYTES = 88  # total_size .. body_length with two IPv4 hosts
 CRC_MASK = 0x7FFFFFFF
 INT32_MIN = -(2**31)
 GARBAGE_EXAMPLES = 400
@@ -66,7 +66,7 @@ MUTATION_EXAMPLES = 300
 
 
 def spec_host(host: str, port: int) -> bytes:
-    """DESIGN 4.2 host field: 4 or 16 address bytes + 4-byte port."""
+    """The record's host field: 4 or 16 address bytes + 4-byte port."""
     return ipaddress.ip_address(host).packed + struct.pack(">i", port)
 
 
@@ -91,7 +91,7 @@ def spec_record(
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
 ) -> bytes:
-    """A record laid out field by field from the DESIGN 4.2 table."""
+    """A record laid out field by field from the table in docs/store-format.md."""
     born_raw, store_raw = spec_host(*born), spec_host(*store)
     if len(born_raw) == 20:
         sys_flag |= 0x10
@@ -152,12 +152,12 @@ def decode_bytes(raw: bytes, pos: int = 0) -> RecordView:
     return decode_record(memoryview(raw), pos, copy_body=True)
 
 
-def sound_message(topic: str = "T", **fields: object) -> Message:
+def sound_message(topic: str = "T", **fields: object) -> StoreMessage:
     values: dict[str, object] = dict(
         topic=topic, body=b"payload", tags="TagA", keys=["k1", "k2"], properties={"color": "blue"}
     )
     values.update(fields)
-    return Message(**values)  # type: ignore[arg-type]
+    return StoreMessage(**values)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- layout
@@ -165,8 +165,8 @@ def sound_message(topic: str = "T", **fields: object) -> Message:
 
 def test_stored_bytes_follow_the_documented_layout(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
-    store.put_message(Message(topic="Warmup", body=b"x"))  # the record under test is not at 0
-    msg = Message(
+    store.put_message(StoreMessage(topic="Warmup", body=b"x"))  # the record under test is not at 0
+    msg = StoreMessage(
         topic="Orders",
         body=b"hello body",
         queue_id=3,
@@ -326,9 +326,10 @@ def test_long_topic_record_decodes(topic_bytes: int) -> None:
 
 def test_store_refuses_topics_beyond_127_bytes(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
-    assert store.put_message(Message(topic="t" * 127, body=b"x")).status == PutStatus.PUT_OK
+    assert store.put_message(StoreMessage(topic="t" * 127, body=b"x")).status == PutStatus.PUT_OK
     assert (
-        store.put_message(Message(topic="t" * 128, body=b"x")).status == PutStatus.MESSAGE_ILLEGAL
+        store.put_message(StoreMessage(topic="t" * 128, body=b"x")).status
+        == PutStatus.MESSAGE_ILLEGAL
     )
 
 
@@ -337,7 +338,7 @@ def test_store_refuses_topics_beyond_127_bytes(make_store: Callable[..., Message
 
 def test_empty_body_round_trips(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
-    result = store.put_message(Message(topic="E", body=b"", tags="t"))
+    result = store.put_message(StoreMessage(topic="E", body=b"", tags="t"))
     assert result.status == PutStatus.PUT_OK
     assert result.wrote_bytes == 91 + len("E") + len(spec_properties({"TAGS": "t"}))
     record = store.look_message(result.commitlog_offset)
@@ -350,7 +351,7 @@ def test_empty_body_round_trips(make_store: Callable[..., MessageStore]) -> None
 def test_four_mib_body_round_trips(make_store: Callable[..., MessageStore]) -> None:
     store = make_store(max_message_size_bytes=4 * MiB, mapped_file_size_commitlog=8 * MiB)
     body = random.Random(4).randbytes(4 * MiB)
-    result = store.put_message(Message(topic="Big", body=body))
+    result = store.put_message(StoreMessage(topic="Big", body=body))
     assert result.status == PutStatus.PUT_OK
     assert result.wrote_bytes == 91 + len("Big") + 4 * MiB
     got = store.get_messages("Big", 0, 0)  # one message is served even above the byte limit
@@ -358,7 +359,7 @@ def test_four_mib_body_round_trips(make_store: Callable[..., MessageStore]) -> N
     record = got.messages[0]
     assert record.body_bytes() == body
     assert record.body_crc == zlib.crc32(body) & CRC_MASK
-    too_big = store.put_message(Message(topic="Big", body=body + b"!"))
+    too_big = store.put_message(StoreMessage(topic="Big", body=body + b"!"))
     assert too_big.status == PutStatus.MESSAGE_ILLEGAL
     assert store.max_offset("Big", 0) == 1
 
@@ -367,7 +368,7 @@ def test_body_crc_drops_the_top_bit(make_store: Callable[..., MessageStore]) -> 
     body = next(b for i in range(1000) if zlib.crc32(b := f"body-{i}".encode()) & 0x80000000)
     assert body_crc(body) == zlib.crc32(body) & CRC_MASK != zlib.crc32(body)
     store = make_store()
-    result = store.put_message(Message(topic="C", body=body))
+    result = store.put_message(StoreMessage(topic="C", body=body))
     raw = stored_bytes(store, result.commitlog_offset, result.wrote_bytes)
     assert struct.unpack_from(">i", raw, 8)[0] == zlib.crc32(body) & CRC_MASK
 
@@ -388,7 +389,7 @@ def test_unicode_tags_keys_and_properties_round_trip(
 ) -> None:
     store = make_store()
     tag = "标签-A🎯"
-    msg = Message(
+    msg = StoreMessage(
         topic="Uni",
         body="тело".encode(),
         tags=tag,
@@ -397,7 +398,7 @@ def test_unicode_tags_keys_and_properties_round_trip(
     )
     result = store.put_message(msg)
     assert result.status == PutStatus.PUT_OK
-    other = store.put_message(Message(topic="Uni", body=b"other", tags="plain"))
+    other = store.put_message(StoreMessage(topic="Uni", body=b"other", tags="plain"))
     assert other.status == PutStatus.PUT_OK
     store.wait_dispatched()
 
@@ -462,7 +463,7 @@ def test_msg_id_is_store_host_port_and_offset_in_uppercase_hex(
     make_store: Callable[..., MessageStore],
 ) -> None:
     store = make_store()
-    results = [store.put_message(Message(topic="Id", body=b"x" * 300)) for _ in range(3)]
+    results = [store.put_message(StoreMessage(topic="Id", body=b"x" * 300)) for _ in range(3)]
     for result in results:
         assert result.msg_id == f"7F000001{STORE_PORT:08X}{result.commitlog_offset:016X}"
         assert result.msg_id == result.msg_id.upper() and len(result.msg_id) == 32
@@ -474,9 +475,9 @@ def test_msg_id_is_store_host_port_and_offset_in_uppercase_hex(
 
 def test_ipv6_msg_id_has_56_characters(make_store: Callable[..., MessageStore]) -> None:
     store = make_store(store_host="fe80::1:2", store_port=7)
-    result = store.put_message(Message(topic="Id6", body=b"x"))
-    store.put_message(Message(topic="Id6", body=b"y"))
-    second = store.put_message(Message(topic="Id6", body=b"z"))
+    result = store.put_message(StoreMessage(topic="Id6", body=b"x"))
+    store.put_message(StoreMessage(topic="Id6", body=b"y"))
+    second = store.put_message(StoreMessage(topic="Id6", body=b"z"))
     expected_host = ipaddress.ip_address("fe80::1:2").packed.hex().upper()
     assert second.msg_id == f"{expected_host}00000007{second.commitlog_offset:016X}"
     assert len(result.msg_id) == 56
@@ -581,14 +582,17 @@ def test_oversized_properties_and_bad_keys_are_refused(
 ) -> None:
     store = make_store()
     fits = {"p": "v" * (32767 - len("p\x01\x02"))}
-    assert store.put_message(Message(topic="P", properties=fits)).status == PutStatus.PUT_OK
+    assert store.put_message(StoreMessage(topic="P", properties=fits)).status == PutStatus.PUT_OK
     too_big = {"p": "v" * (32768 - len("p\x01\x02"))}
     assert (
-        store.put_message(Message(topic="P", properties=too_big)).status
+        store.put_message(StoreMessage(topic="P", properties=too_big)).status
         == PutStatus.PROPERTIES_SIZE_EXCEEDED
     )
     for keys in (["has space"], [""]):
-        assert store.put_message(Message(topic="P", keys=keys)).status == PutStatus.MESSAGE_ILLEGAL
+        assert (
+            store.put_message(StoreMessage(topic="P", keys=keys)).status
+            == PutStatus.MESSAGE_ILLEGAL
+        )
     assert store.max_offset("P", 0) == 1
 
 
@@ -729,7 +733,9 @@ def test_store_never_makes_a_directory_for_a_bad_topic(
     make_store: Callable[..., MessageStore], tmp_path: Path, topic: str
 ) -> None:
     store = make_store()
-    assert store.put_message(Message(topic=topic, body=b"x")).status == PutStatus.MESSAGE_ILLEGAL
+    assert (
+        store.put_message(StoreMessage(topic=topic, body=b"x")).status == PutStatus.MESSAGE_ILLEGAL
+    )
     store.wait_dispatched()
     queue_root = tmp_path / "store" / "consumequeue"
     assert not queue_root.exists() or list(queue_root.iterdir()) == []

@@ -1,4 +1,4 @@
-"""Recovery (DESIGN 4.6): clean restarts, crashes, damaged tails, lost consume queues.
+"""Recovery (docs/store-format.md): clean restarts, crashes, damaged tails, lost consume queues.
 
 A crash is simulated in-process by :func:`crash`: the background threads are
 stopped without the clean-shutdown steps (no final flush, no checkpoint write,
@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boltmq.wire.record import HEADS
-from services.store import Message, MessageStore, PutResult, PutStatus
+from services.store import MessageStore, PutResult, PutStatus, StoreMessage
 from services.store.checkpoint import CheckpointState, encode_checkpoint
 from services.store.mapped_file import file_name
 from tests.conftest import quiet_disk, read_queue, small_config
@@ -48,7 +48,7 @@ KILL_TIMEOUT_S = 60
 class Written:
     """One acknowledged message: what was sent and where the store put it."""
 
-    msg: Message
+    msg: StoreMessage
     result: PutResult
 
     @property
@@ -86,9 +86,9 @@ def body_of(i: int, seed: int = 0, max_bytes: int = 1500) -> bytes:
 
 def message(
     i: int, seed: int = 0, topic: str = "T", queues: int = 3, max_bytes: int = 1500
-) -> Message:
+) -> StoreMessage:
     """Message ``i``: every one has tags, a key and a property (so properties are never empty)."""
-    return Message(
+    return StoreMessage(
         topic=topic,
         queue_id=i % queues,
         body=body_of(i, seed, max_bytes),
@@ -98,7 +98,7 @@ def message(
     )
 
 
-def put_all(store: MessageStore, msgs: Sequence[Message]) -> list[Written]:
+def put_all(store: MessageStore, msgs: Sequence[StoreMessage]) -> list[Written]:
     written = []
     for msg in msgs:
         result = store.put_message(msg)
@@ -185,7 +185,7 @@ def properties_bytes(w: Written) -> int:
 def detectable_ranges(w: Written) -> list[tuple[int, int]]:
     """Byte ranges (relative to the record start) whose change recovery must detect.
 
-    DESIGN 4.2 protects only the body with a CRC; total_size, magic, the
+    The record protects only the body with a CRC; total_size, magic, the
     physical offset and the three length fields are checked structurally. The
     other header fields (flag, hosts, timestamps...) and the topic/properties
     bytes carry no check, so damage there is undetectable by design and is
@@ -500,7 +500,7 @@ def test_second_crash_after_a_truncation_resurrects_nothing(
     assert store.recovery.commitlog_max_offset == written[victim].offset
     assert_zero_on_disk_from(root, written[victim].offset)
     redo = [
-        Message(
+        StoreMessage(
             topic=w.msg.topic,
             queue_id=w.msg.queue_id,
             body=bytes(b ^ 0x5A for b in w.msg.body),
@@ -530,7 +530,7 @@ def test_second_crash_after_a_truncation_resurrects_nothing(
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from services.store import Message, MessageStore, PutStatus, StoreConfig
+    from services.store import StoreMessage, MessageStore, PutStatus, StoreConfig
 
     store = MessageStore(StoreConfig(
         root_dir=Path(sys.argv[1]), mapped_file_size_commitlog=64 * 1024,
@@ -540,7 +540,7 @@ WRITER = textwrap.dedent("""
     store.start()
     for i in range(1_000_000):
         body = (f"kill-{i}|" * 40).encode()
-        result = store.put_message(Message(topic="Kill", queue_id=i % 2, body=body,
+        result = store.put_message(StoreMessage(topic="Kill", queue_id=i % 2, body=body,
                                            keys=[f"k{i}"]))
         if result.status != PutStatus.PUT_OK:
             sys.exit(f"put {i}: {result}")

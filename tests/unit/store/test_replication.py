@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from boltmq.wire.record import BODY_CRC_OFFSET, CorruptRecord
-from services.store import GetStatus, Message, MessageStore, PutStatus
+from services.store import GetStatus, MessageStore, PutStatus, StoreMessage
 from services.store.role import RoleChangeRefused
 
 SEGMENT = 64 * 1024  # small_config's segment size
@@ -30,7 +30,7 @@ def fill(
     offsets = []
     for i in range(count):
         r = store.put_message(
-            Message(
+            StoreMessage(
                 topic=topic,
                 queue_id=i % queues,
                 body=bytes([i % 251]) * body_bytes,
@@ -210,7 +210,7 @@ def test_master_refuses_raw_appends_and_replica_refuses_client_writes(
     fill(master, 5)
     with pytest.raises(RoleChangeRefused):
         master.append_raw(master.commitlog.max_offset, master.commitlog.read_bytes(0, CHUNK))
-    r = replica.put_message(Message(topic="T", queue_id=0, body=b"x"))
+    r = replica.put_message(StoreMessage(topic="T", queue_id=0, body=b"x"))
     assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
     assert replica.commitlog.max_offset == 0
 
@@ -269,7 +269,7 @@ def test_promotion_continues_every_queue_and_survives_restart(
     end = replica.commitlog.max_offset
     role = replica.promote()
     assert role.is_master and role.epoch == 1 and role.epochs == [(1, end)]
-    r = replica.put_message(Message(topic="T", queue_id=2, body=b"after"))
+    r = replica.put_message(StoreMessage(topic="T", queue_id=2, body=b"after"))
     assert r.status is PutStatus.PUT_OK
     assert r.queue_offset == master.max_offset("T", 2)
     with pytest.raises(RoleChangeRefused):
@@ -277,7 +277,9 @@ def test_promotion_continues_every_queue_and_survives_restart(
     replica.shutdown()
     again = make_store(tmp_path / "replica", broker_role="SLAVE")  # the config still says SLAVE
     assert again.role.is_master and again.role.epoch == 1
-    assert again.put_message(Message(topic="T", queue_id=2, body=b"x")).status is PutStatus.PUT_OK
+    assert (
+        again.put_message(StoreMessage(topic="T", queue_id=2, body=b"x")).status is PutStatus.PUT_OK
+    )
 
 
 def test_demotion_refuses_writes_and_an_older_epoch(
@@ -290,7 +292,7 @@ def test_demotion_refuses_writes_and_an_older_epoch(
     role = master.demote(epoch=5, epochs=[(0, 0), (5, 0)], broker_id=2)
     assert not role.is_master and role.broker_id == 2 and role.epochs == [(0, 0), (5, 0)]
     assert (
-        master.put_message(Message(topic="T", queue_id=0, body=b"x")).status
+        master.put_message(StoreMessage(topic="T", queue_id=0, body=b"x")).status
         is PutStatus.SERVICE_NOT_AVAILABLE
     )
 
@@ -311,7 +313,7 @@ def test_sync_master_without_replica_is_slave_not_available_but_stored(
     make_store: StoreFactory,
 ) -> None:
     store = make_store(broker_role="SYNC_MASTER", slave_timeout_ms=200)
-    r = store.put_message(Message(topic="T", queue_id=0, body=b"x"))
+    r = store.put_message(StoreMessage(topic="T", queue_id=0, body=b"x"))
     assert r.status is PutStatus.SLAVE_NOT_AVAILABLE
     assert store.look_message(r.commitlog_offset) is not None
 
@@ -319,7 +321,7 @@ def test_sync_master_without_replica_is_slave_not_available_but_stored(
 def test_sync_master_times_out_when_the_replica_does_not_ack(make_store: StoreFactory) -> None:
     store = make_store(broker_role="SYNC_MASTER", slave_timeout_ms=100)
     store.report_replica("r1", 0)
-    r = store.put_message(Message(topic="T", queue_id=0, body=b"x"))
+    r = store.put_message(StoreMessage(topic="T", queue_id=0, body=b"x"))
     assert r.status is PutStatus.FLUSH_SLAVE_TIMEOUT
     assert store.get_messages("T", 0, 0, 1).messages
 
@@ -339,7 +341,7 @@ def test_sync_master_acknowledges_once_a_replica_acks_past_the_end(
 
     thread = threading.Thread(target=ack_when_written)
     thread.start()
-    r = store.put_message(Message(topic="T", queue_id=0, body=b"x"))
+    r = store.put_message(StoreMessage(topic="T", queue_id=0, body=b"x"))
     thread.join()
     assert acked.is_set()
     assert r.status is PutStatus.PUT_OK
@@ -349,7 +351,7 @@ def test_sync_master_forgets_a_disconnected_replica(make_store: StoreFactory) ->
     store = make_store(broker_role="SYNC_MASTER", slave_timeout_ms=100)
     store.report_replica("r1", 0)
     store.report_replica("r1", 0, disconnected=True)
-    r = store.put_message(Message(topic="T", queue_id=0, body=b"x"))
+    r = store.put_message(StoreMessage(topic="T", queue_id=0, body=b"x"))
     assert r.status is PutStatus.SLAVE_NOT_AVAILABLE
 
 
@@ -359,7 +361,8 @@ def test_sync_master_replica_too_far_behind_is_not_in_sync(make_store: StoreFact
     )
     store.report_replica("r1", 0)
     fill_status = [
-        store.put_message(Message(topic="T", queue_id=0, body=b"y" * 600)).status for _ in range(4)
+        store.put_message(StoreMessage(topic="T", queue_id=0, body=b"y" * 600)).status
+        for _ in range(4)
     ]
     assert fill_status[0] is PutStatus.FLUSH_SLAVE_TIMEOUT  # within the gap: waited
     assert fill_status[-1] is PutStatus.SLAVE_NOT_AVAILABLE  # past it: at once

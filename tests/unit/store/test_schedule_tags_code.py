@@ -10,7 +10,7 @@ from pathlib import Path
 
 from boltmq.wire.record import SCHEDULE_TOPIC, scheduled_tags_code, tags_code
 from boltmq.wire.record_batch import RecordBatch, encode_send_record
-from services.store import Message, MessageStore
+from services.store import MessageStore, StoreMessage
 
 
 def _code(store: MessageStore, topic: str, queue_id: int, queue_offset: int) -> int:
@@ -36,11 +36,13 @@ def test_append_paths_and_recovery_write_the_delivery_time(
     store = make_store()
     props = {"DELAY_MS": "5000", "REAL_TOPIC": "T", "REAL_QID": "0"}
     per_message = store.put_message(
-        Message(topic=SCHEDULE_TOPIC, queue_id=2, body=b"a", tags="x", properties=props)
+        StoreMessage(topic=SCHEDULE_TOPIC, queue_id=2, body=b"a", tags="x", properties=props)
     )
     raw = encode_send_record(SCHEDULE_TOPIC, b"b", "x", None, props)
     raw_result = store.put_messages(RecordBatch(raw, 1, SCHEDULE_TOPIC, 2))[0]
-    plain = store.put_message(Message(topic="T", queue_id=0, body=b"c", tags="x", properties=props))
+    plain = store.put_message(
+        StoreMessage(topic="T", queue_id=0, body=b"c", tags="x", properties=props)
+    )
     assert _code(store, SCHEDULE_TOPIC, 2, 0) == per_message.store_timestamp + 5000
     assert _code(store, SCHEDULE_TOPIC, 2, 1) == raw_result.store_timestamp + 5000
     assert _code(store, "T", 0, plain.queue_offset) == tags_code("x")

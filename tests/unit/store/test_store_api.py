@@ -22,9 +22,9 @@ from boltmq.wire.record import (
     SYS_FLAG_MULTI_TAGS,
     SYS_FLAG_STORE_HOST_V6,
 )
-from services.store import GetStatus, Message, MessageStore, PutResult, PutStatus, StoreLocked
+from services.store import GetStatus, MessageStore, PutResult, PutStatus, StoreLocked, StoreMessage
+from services.store.errors import StoreNotRunning
 from services.store.message import MessageExt
-from services.store.store import StoreNotRunning
 from tests.conftest import small_config
 
 MAX_BODY_BYTES = 48 * 1024  # small_config's max_message_size_bytes
@@ -72,7 +72,7 @@ def fields(record: MessageExt | None) -> dict[str, object]:
     return out
 
 
-def put_ok(store: MessageStore, msgs: Sequence[Message]) -> list[PutResult]:
+def put_ok(store: MessageStore, msgs: Sequence[StoreMessage]) -> list[PutResult]:
     results = [store.put_message(m) for m in msgs]
     assert [r.status for r in results] == [PutStatus.PUT_OK] * len(msgs), results
     return results
@@ -109,7 +109,7 @@ def all_bytes_under(root: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
 
 
-def sample(i: int, topic: str = "T", queue_id: int = 0, **extra: object) -> Message:
+def sample(i: int, topic: str = "T", queue_id: int = 0, **extra: object) -> StoreMessage:
     """Message ``i``: tags, one key and a UNIQ_KEY, so every read path can find it."""
     values: dict[str, object] = dict(
         topic=topic,
@@ -120,7 +120,7 @@ def sample(i: int, topic: str = "T", queue_id: int = 0, **extra: object) -> Mess
         properties={"UNIQ_KEY": f"U{topic}{i:06d}"},
     )
     values.update(extra)
-    return Message(**values)  # type: ignore[arg-type]
+    return StoreMessage(**values)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- puts
@@ -133,7 +133,7 @@ def test_put_message_reports_where_each_message_went(
     plan = [("T", 0), ("T", 0), ("T", 1), ("U", 0), ("T", 0), ("T", 1), ("U", 3)]
     before = now_ms()
     results = [
-        store.put_message(Message(t, body=b"x" * (10 + i), queue_id=q))
+        store.put_message(StoreMessage(t, body=b"x" * (10 + i), queue_id=q))
         for i, (t, q) in enumerate(plan)
     ]
     after = now_ms()
@@ -204,7 +204,7 @@ def test_every_read_path_returns_every_field(
     store_addr, store_text, store_bit = STORE_HOSTS[store_host]
     store = make_store(store_host=store_addr)
     put_ok(store, [sample(i, topic="Orders", queue_id=5) for i in range(3)])
-    msg = Message(
+    msg = StoreMessage(
         topic="Orders",
         queue_id=5,
         body=bytes(range(256)) * 3,
@@ -272,7 +272,7 @@ def test_every_read_path_returns_every_field(
 
 def test_born_timestamp_zero_means_the_store_time(make_store: Callable[..., MessageStore]) -> None:
     store = make_store()
-    result = put_ok(store, [Message("T", body=b"now")])[0]
+    result = put_ok(store, [StoreMessage("T", body=b"now")])[0]
     record = fields(store.look_message(result.commitlog_offset))
     assert record["born_timestamp"] == record["store_timestamp"] == result.store_timestamp
     assert record["born_host"] == "127.0.0.1:0"
@@ -454,7 +454,7 @@ def test_query_messages_by_key_and_unique_key(make_store: Callable[..., MessageS
     store = make_store()
     t_msgs = [sample(i, queue_id=i % 2) for i in range(20)]
     shared = [
-        Message("T", body=f"shared-{i}".encode(), queue_id=i % 3, keys=["dup", f"s{i}"])
+        StoreMessage("T", body=f"shared-{i}".encode(), queue_id=i % 3, keys=["dup", f"s{i}"])
         for i in range(6)
     ]
     t_results = put_ok(store, t_msgs)
@@ -522,66 +522,75 @@ def test_min_and_max_offset(make_store: Callable[..., MessageStore]) -> None:
 # --------------------------------------------------------------------------- bad input
 
 TOO_BIG_PROPERTY = {"p": "x" * (MAX_PROPERTIES_BYTES - 2)}  # "p\x01" + value + "\x02"
-BAD_INPUTS: dict[str, tuple[Message, PutStatus]] = {
-    "topic-empty": (Message("", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-dot": (Message(".", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-dotdot": (Message("..", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-slash": (Message("/", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-path": (Message("a/b", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-traversal": (Message("../escape", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-absolute": (Message("/tmp/evil", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-dotted": (Message("a.b", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-128-chars": (Message("t" * 128, b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-nul": (Message("a\x00b", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-tab": (Message("a\tb", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-newline-inside": (Message("a\nb", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-trailing-newline": (Message("abc\n", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-escape-char": (Message("a\x1bb", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-space": (Message("a b", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-non-ascii": (Message("tópico", b"x"), PutStatus.MESSAGE_ILLEGAL),
-    "topic-not-a-string": (Message(b"T", b"x"), PutStatus.MESSAGE_ILLEGAL),  # type: ignore[arg-type]
-    "queue-negative": (Message("T", b"x", queue_id=-1), PutStatus.MESSAGE_ILLEGAL),
-    "queue-past-max": (Message("T", b"x", queue_id=MAX_QUEUE_ID + 1), PutStatus.MESSAGE_ILLEGAL),
-    "queue-huge": (Message("T", b"x", queue_id=2**31), PutStatus.MESSAGE_ILLEGAL),
-    "queue-not-int": (Message("T", b"x", queue_id="0"), PutStatus.MESSAGE_ILLEGAL),  # type: ignore[arg-type]
-    "queue-bool": (Message("T", b"x", queue_id=True), PutStatus.MESSAGE_ILLEGAL),
-    "body-too-large": (Message("T", bytes(MAX_BODY_BYTES + 1)), PutStatus.MESSAGE_ILLEGAL),
-    "body-not-bytes": (Message("T", "text"), PutStatus.MESSAGE_ILLEGAL),  # type: ignore[arg-type]
+BAD_INPUTS: dict[str, tuple[StoreMessage, PutStatus]] = {
+    "topic-empty": (StoreMessage("", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-dot": (StoreMessage(".", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-dotdot": (StoreMessage("..", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-slash": (StoreMessage("/", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-path": (StoreMessage("a/b", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-traversal": (StoreMessage("../escape", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-absolute": (StoreMessage("/tmp/evil", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-dotted": (StoreMessage("a.b", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-128-chars": (StoreMessage("t" * 128, b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-nul": (StoreMessage("a\x00b", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-tab": (StoreMessage("a\tb", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-newline-inside": (StoreMessage("a\nb", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-trailing-newline": (StoreMessage("abc\n", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-escape-char": (StoreMessage("a\x1bb", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-space": (StoreMessage("a b", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-non-ascii": (StoreMessage("tópico", b"x"), PutStatus.MESSAGE_ILLEGAL),
+    "topic-not-a-string": (StoreMessage(b"T", b"x"), PutStatus.MESSAGE_ILLEGAL),  # type: ignore[arg-type]
+    "queue-negative": (StoreMessage("T", b"x", queue_id=-1), PutStatus.MESSAGE_ILLEGAL),
+    "queue-past-max": (
+        StoreMessage("T", b"x", queue_id=MAX_QUEUE_ID + 1),
+        PutStatus.MESSAGE_ILLEGAL,
+    ),
+    "queue-huge": (StoreMessage("T", b"x", queue_id=2**31), PutStatus.MESSAGE_ILLEGAL),
+    "queue-not-int": (StoreMessage("T", b"x", queue_id="0"), PutStatus.MESSAGE_ILLEGAL),  # type: ignore[arg-type]
+    "queue-bool": (StoreMessage("T", b"x", queue_id=True), PutStatus.MESSAGE_ILLEGAL),
+    "body-too-large": (StoreMessage("T", bytes(MAX_BODY_BYTES + 1)), PutStatus.MESSAGE_ILLEGAL),
+    "body-not-bytes": (StoreMessage("T", "text"), PutStatus.MESSAGE_ILLEGAL),  # type: ignore[arg-type]
     "properties-over-32767": (
-        Message("T", b"x", properties=TOO_BIG_PROPERTY),
+        StoreMessage("T", b"x", properties=TOO_BIG_PROPERTY),
         PutStatus.PROPERTIES_SIZE_EXCEEDED,
     ),
     "properties-over-in-utf8-bytes": (
-        Message("T", b"x", properties={"p": "é" * 16383}),
+        StoreMessage("T", b"x", properties={"p": "é" * 16383}),
         PutStatus.PROPERTIES_SIZE_EXCEEDED,
     ),
     "keys-over-32767": (
-        Message("T", b"x", keys=[f"k{i:07d}" for i in range(4000)]),
+        StoreMessage("T", b"x", keys=[f"k{i:07d}" for i in range(4000)]),
         PutStatus.PROPERTIES_SIZE_EXCEEDED,
     ),
     "property-name-separator": (
-        Message("T", b"x", properties={"a\x01b": "v"}),
+        StoreMessage("T", b"x", properties={"a\x01b": "v"}),
         PutStatus.MESSAGE_ILLEGAL,
     ),
     "property-value-separator": (
-        Message("T", b"x", properties={"a": "v\x02w"}),
+        StoreMessage("T", b"x", properties={"a": "v\x02w"}),
         PutStatus.MESSAGE_ILLEGAL,
     ),
-    "property-name-empty": (Message("T", b"x", properties={"": "v"}), PutStatus.MESSAGE_ILLEGAL),
+    "property-name-empty": (
+        StoreMessage("T", b"x", properties={"": "v"}),
+        PutStatus.MESSAGE_ILLEGAL,
+    ),
     "property-value-not-str": (
-        Message("T", b"x", properties={"a": 1}),  # type: ignore[dict-item]
+        StoreMessage("T", b"x", properties={"a": 1}),  # type: ignore[dict-item]
         PutStatus.MESSAGE_ILLEGAL,
     ),
-    "tags-separator": (Message("T", b"x", tags="a\x01b"), PutStatus.MESSAGE_ILLEGAL),
-    "key-with-space": (Message("T", b"x", keys=["a b"]), PutStatus.MESSAGE_ILLEGAL),
-    "key-empty": (Message("T", b"x", keys=["ok", ""]), PutStatus.MESSAGE_ILLEGAL),
-    "born-host-not-ip": (Message("T", b"x", born_host="example.com"), PutStatus.MESSAGE_ILLEGAL),
-    "born-port-negative": (Message("T", b"x", born_port=-1), PutStatus.MESSAGE_ILLEGAL),
+    "tags-separator": (StoreMessage("T", b"x", tags="a\x01b"), PutStatus.MESSAGE_ILLEGAL),
+    "key-with-space": (StoreMessage("T", b"x", keys=["a b"]), PutStatus.MESSAGE_ILLEGAL),
+    "key-empty": (StoreMessage("T", b"x", keys=["ok", ""]), PutStatus.MESSAGE_ILLEGAL),
+    "born-host-not-ip": (
+        StoreMessage("T", b"x", born_host="example.com"),
+        PutStatus.MESSAGE_ILLEGAL,
+    ),
+    "born-port-negative": (StoreMessage("T", b"x", born_port=-1), PutStatus.MESSAGE_ILLEGAL),
 }
 
 
 def assert_refused_without_a_trace(
-    store: MessageStore, tmp_path: Path, bad: Sequence[Message], statuses: Sequence[PutStatus]
+    store: MessageStore, tmp_path: Path, bad: Sequence[StoreMessage], statuses: Sequence[PutStatus]
 ) -> None:
     """``bad`` is refused with ``statuses`` one by one and as a batch; nothing on disk changes.
 
@@ -636,11 +645,11 @@ def test_limits_themselves_are_accepted(make_store: Callable[..., MessageStore])
     store = make_store()
     exact_properties = {"p": "x" * (MAX_PROPERTIES_BYTES - 3)}  # exactly 32767 bytes
     edge = [
-        Message("t" * 127, b"x"),
-        Message("%RETRY%group|x_-9", b"x"),
-        Message("T", b"x", queue_id=MAX_QUEUE_ID),
-        Message("T", bytes(MAX_BODY_BYTES)),
-        Message("T", b"x", properties=exact_properties),
+        StoreMessage("t" * 127, b"x"),
+        StoreMessage("%RETRY%group|x_-9", b"x"),
+        StoreMessage("T", b"x", queue_id=MAX_QUEUE_ID),
+        StoreMessage("T", bytes(MAX_BODY_BYTES)),
+        StoreMessage("T", b"x", properties=exact_properties),
     ]
     results = put_ok(store, edge)
     for msg, result in zip(edge, results, strict=True):
@@ -660,10 +669,10 @@ def test_batch_with_bad_messages_stores_only_the_good_ones(
     poison = b"POISON-0123456789"
     batch = [
         sample(0),
-        Message("..", poison + b"topic"),
+        StoreMessage("..", poison + b"topic"),
         sample(1),
-        Message("T", poison + b"props", properties=TOO_BIG_PROPERTY),
-        Message("T", poison + bytes(MAX_BODY_BYTES)),
+        StoreMessage("T", poison + b"props", properties=TOO_BIG_PROPERTY),
+        StoreMessage("T", poison + bytes(MAX_BODY_BYTES)),
         sample(2),
     ]
     results = store.put_messages(batch)

@@ -10,7 +10,7 @@ from boltmq.wire.record import (
     SYS_FLAG_TRANSACTION_PREPARED,
     SYS_FLAG_TRANSACTION_ROLLBACK,
 )
-from services.store import Message, MessageStore
+from services.store import MessageStore, StoreMessage
 
 
 def test_only_commit_markers_are_consumable_and_verify_is_clean(
@@ -18,13 +18,13 @@ def test_only_commit_markers_are_consumable_and_verify_is_clean(
 ) -> None:
     store = make_store()
     half = store.put_message(
-        Message(
+        StoreMessage(
             topic="T", queue_id=0, body=b"half", tags="a", sys_flag=SYS_FLAG_TRANSACTION_PREPARED
         )
     )
-    plain = store.put_message(Message(topic="T", queue_id=0, body=b"plain", tags="a"))
+    plain = store.put_message(StoreMessage(topic="T", queue_id=0, body=b"plain", tags="a"))
     commit = store.put_message(
-        Message(
+        StoreMessage(
             topic="T",
             queue_id=0,
             body=b"half",
@@ -34,7 +34,7 @@ def test_only_commit_markers_are_consumable_and_verify_is_clean(
         )
     )
     store.put_message(
-        Message(
+        StoreMessage(
             topic="T",
             queue_id=0,
             body=b"",

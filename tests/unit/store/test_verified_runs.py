@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from boltmq.wire.record import CorruptRecord, verified_record
 from boltmq.wire.record_heads import SMALL_BATCH, verified_runs
-from services.store import Message, MessageStore
+from services.store import MessageStore, StoreMessage
 
 COUNT = 40
 
@@ -31,10 +31,13 @@ def segment(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[int],
     with MessageStore(small_config(root), disk_usage=quiet_disk) as store:
         for i in range(COUNT):
             store.put_messages(
-                [Message("T", b"body-%d" % i * (1 + i % 7), queue_id=0) for _ in range(1 + i % 3)]
+                [
+                    StoreMessage("T", b"body-%d" % i * (1 + i % 7), queue_id=0)
+                    for _ in range(1 + i % 3)
+                ]
             )
             if i % 5 == 4:
-                store.put_message(Message("T", b"other queue", queue_id=1))
+                store.put_message(StoreMessage("T", b"other queue", queue_id=1))
         store.wait_dispatched()
         cq = store.queues.get("T", 0)
         assert cq is not None
