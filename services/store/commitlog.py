@@ -36,15 +36,9 @@ from boltmq.wire.record import (
     CorruptRecord,
     InvalidMessage,
     RecordView,
-    blank_marker,
     body_crc,
     decode_properties,
     decode_record,
-    encode_host,
-    encode_properties,
-    encode_tail,
-    encode_topic,
-    message_properties,
     scheduled_tags_code,
     store_timestamp_of,
     tags_code,
@@ -63,6 +57,14 @@ from boltmq.wire.record_batch import (
     RecordBatch,
     derive_properties,
     index_keys_of,
+)
+from boltmq.wire.record_encoding import (
+    blank_marker,
+    encode_host,
+    encode_properties,
+    encode_tail,
+    encode_topic,
+    message_properties,
 )
 from boltmq.wire.record_heads import CheckedColumns, check_batch, stamp_heads
 from boltmq.wire.topic import validate_topic

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from boltmq.wire.pulled_records import verified_runs
 from boltmq.wire.record import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -32,7 +33,6 @@ from boltmq.wire.record import (
     parse_msg_id,
 )
 from boltmq.wire.record_batch import RAW_BORN_HOST_DEFAULT, RecordBatch, decode_batch
-from boltmq.wire.record_heads import verified_runs
 from boltmq.wire.topic import InvalidSubscription, parse_subscription
 from services.store.checkpoint import Checkpoint, CheckpointState
 from services.store.cleaner import Cleaner, DiskUsageProbe, disk_usage_percent
