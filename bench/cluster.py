@@ -26,6 +26,7 @@ from typing import Any
 from bench.report import BenchResult, result, timed_threads
 from boltmq.kernel import allocator
 from boltmq.message import Message
+from boltmq.options import PushConsumerOptions
 from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
 
@@ -97,9 +98,9 @@ def bench_consume(
         group,
         {topic: "*"},
         listener,
-        pull_batch_size=CONSUME_PULL_BATCH,
-        consume_batch_max_size=256,
-        long_poll_ms=1000,
+        options=PushConsumerOptions(
+            pull_batch_size=CONSUME_PULL_BATCH, consume_batch_max_size=256, long_poll_ms=1000
+        ),
         **sdk,
     ).start()
     try:
@@ -145,7 +146,12 @@ def bench_e2e(
     with Producer(registry, "BENCH_E2E_PRODUCER", **sdk) as producer:
         producer.send(Message(topic=topic, body=b"warm-up"))
         consumer = PushConsumer(
-            registry, group, {topic: "*"}, listener, consume_from="LAST", long_poll_ms=15_000, **sdk
+            registry,
+            group,
+            {topic: "*"},
+            listener,
+            options=PushConsumerOptions(consume_from="LAST", long_poll_ms=15_000),
+            **sdk,
         ).start()
         try:
             time.sleep(1.0)  # let every queue's first long poll park

@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from boltmq.wire.pulled_records import decode_pulled
 from boltmq.wire.record import decode_records
 from boltmq.wire.record_batch import RecordBatch, encode_send_record
-from boltmq.wire.record_heads import decode_pulled
 from services.store.config import StoreConfig
 from services.store.status import GetResult
 from services.store.store import MessageStore

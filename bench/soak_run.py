@@ -44,6 +44,7 @@ from boltmq.cli.dev.launcher import ServiceProcess
 from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
 from boltmq.kernel import allocator
 from boltmq.message import Message, ReceivedMessage, SendStatus
+from boltmq.options import ProducerOptions, PushConsumerOptions
 from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
 
@@ -259,7 +260,9 @@ def _load(
     """Run producers, consumers and the sampler; (samples, exit codes, all stayed up)."""
     processes = _named_processes(cluster)
     stop = threading.Event()
-    with Producer(registry, "SOAK_PRODUCER", send_timeout_ms=SEND_TIMEOUT_MS) as producer:
+    with Producer(
+        registry, "SOAK_PRODUCER", options=ProducerOptions(send_timeout_ms=SEND_TIMEOUT_MS)
+    ) as producer:
         producer.send(Message(topic=TOPIC, body=b"warm-up"))  # creates the topic
         consumers = [
             PushConsumer(
@@ -267,9 +270,11 @@ def _load(
                 GROUP,
                 {TOPIC: "*"},
                 ledger.on_received,
-                pull_batch_size=256,
-                consume_batch_max_size=256,
-                rebalance_interval_ms=REBALANCE_INTERVAL_MS,
+                options=PushConsumerOptions(
+                    pull_batch_size=256,
+                    consume_batch_max_size=256,
+                    rebalance_interval_ms=REBALANCE_INTERVAL_MS,
+                ),
             ).start()
             for _ in range(spec.consumers)
         ]

@@ -1,6 +1,7 @@
 """BoltMQ: a RocketMQ-style message queue. SDK and shared kernel.
 
     from boltmq import Producer, PushConsumer, PullConsumer, Message
+    from boltmq import ProducerOptions, PushConsumerOptions  # when the defaults do not fit
 
 Names are imported on first use, so ``import boltmq`` (and the CLI) stay fast.
 """
@@ -21,12 +22,14 @@ _EXPORTS = {
     "ConsumeResult": "boltmq.message",
     "ReceivedMessage": "boltmq.message",
     "Producer": "boltmq.producer",
+    "ProducerOptions": "boltmq.options",
     "SendError": "boltmq.producer",
     "PullConsumer": "boltmq.pull_consumer",
     "PullResult": "boltmq.pull_consumer",
     "PullStatus": "boltmq.pull_consumer",
     "PullError": "boltmq.pull_consumer",
     "PushConsumer": "boltmq.push_consumer",
+    "PushConsumerOptions": "boltmq.options",
     "RequestTimeout": "boltmq.request_reply",
     "reply": "boltmq.request_reply",
     "TransactionProducer": "boltmq.transaction_producer",
@@ -46,11 +49,13 @@ __all__ = [
     "MessageError",
     "MessageQueue",
     "Producer",
+    "ProducerOptions",
     "PullConsumer",
     "PullError",
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "PushConsumerOptions",
     "ReceivedMessage",
     "RegistryUnavailable",
     "RequestTimeout",
@@ -75,6 +80,7 @@ if TYPE_CHECKING:
         SendResult,
         SendStatus,
     )
+    from boltmq.options import ProducerOptions, PushConsumerOptions
     from boltmq.producer import Producer, SendError
     from boltmq.pull_consumer import PullConsumer, PullError, PullResult, PullStatus
     from boltmq.push_consumer import PushConsumer

@@ -176,7 +176,7 @@ class ClientInstance:
         After :meth:`read_from_replica` (the master failed to answer, or told
         a consumer far behind to read elsewhere) the master is skipped for
         ``REPLICA_READS_S``; so is one missing from the route. Replicas serve
-        reads (DESIGN 7), so consumers keep going through a failover.
+        reads (docs/ha.md), so consumers keep going through a failover.
         """
         route = self.route(queue.topic)
         for broker in route.brokers:

@@ -6,7 +6,8 @@
   retries the same queue, never another, to keep the order).
 - ``send_batch`` sends one list as one request to one queue.
 - ``send_async`` and ``send_oneway`` go through an accumulator: messages wait
-  up to ``linger_ms`` or until ``batch_size`` of them are queued for a topic, and
+  up to ``linger_ms`` or until ``batch_size`` of them are queued for a topic
+  (both :class:`boltmq.options.ProducerOptions`, as every tuning knob), and
   leave as one batch (Kafka's linger/batch.size), which is what makes an async
   producer fast. Callbacks run on the sender thread.
 - A topic no registry knows is sent through the brokers that serve the
@@ -47,6 +48,7 @@ from boltmq.message import (
     batch_records,
     send_results,
 )
+from boltmq.options import ProducerOptions
 from boltmq.request_reply import Requester
 from boltmq.v1 import broker_pb2
 from boltmq.wire.record import java_string_hash
@@ -76,37 +78,25 @@ class Producer:
         registry: str | Sequence[str],
         group: str = "DEFAULT_PRODUCER",
         *,
-        send_timeout_ms: int = 3_000,
-        retry_times: int = 2,
-        batch_size: int = 256,
-        linger_ms: int = 5,
-        max_pending: int = 100_000,
-        default_topic_queue_nums: int = 4,
-        route_refresh_ms: int = 30_000,
+        options: ProducerOptions | None = None,
         tls: ClientTLS | None = None,
         credentials: Credentials | None = None,
     ) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
-        if batch_size < 1 or linger_ms < 0 or retry_times < 0 or send_timeout_ms <= 0:
-            raise ValueError(
-                "batch_size >= 1, linger_ms >= 0, retry_times >= 0 and "
-                "send_timeout_ms > 0 are required"
-            )
+        self.options = options if options is not None else ProducerOptions()
+        """How this producer sends (defaults: :class:`ProducerOptions`)."""
+        options = self.options
         self.group = group
         self.client = ClientInstance(
             registry,
-            route_refresh_ms=route_refresh_ms,
-            rpc_timeout_s=send_timeout_ms / 1000,
+            route_refresh_ms=options.route_refresh_ms,
+            rpc_timeout_s=options.send_timeout_ms / 1000,
             tls=tls,
             credentials=credentials,
         )
-        self.send_timeout_s = send_timeout_ms / 1000
-        self.retry_times = retry_times
-        self.batch_size = batch_size
-        self.linger_s = linger_ms / 1000
-        self.max_pending = max_pending
-        self.default_topic_queue_nums = default_topic_queue_nums
+        self._send_timeout_s = options.send_timeout_ms / 1000
+        self._linger_s = options.linger_ms / 1000
         # A random start: short-lived producers (one CLI send each) still spread out.
         self._counter = itertools.count(random.randrange(1 << 16))
         # topic -> (encoded record, future, callback) of each queued async message
@@ -205,7 +195,7 @@ class Producer:
     ) -> list[SendResult]:
         tried: set[str] = set()
         retrying = Retrying(
-            stop=stop_after_attempt(self.retry_times + 1),
+            stop=stop_after_attempt(self.options.retry_times + 1),
             wait=wait_exponential(multiplier=0.05, max=1.0),
             retry=retry_if_exception(lambda e: isinstance(e, _Retry)),
             reraise=True,
@@ -216,7 +206,7 @@ class Producer:
                     return self._send_once(topic, records, count, sharding_key, tried)
         except _Retry as exc:
             raise SendError(
-                f"send to {topic!r} failed after {self.retry_times + 1} attempts: {exc}"
+                f"send to {topic!r} failed after {self.options.retry_times + 1} attempts: {exc}"
             ) from None
         raise AssertionError("unreachable")
 
@@ -231,10 +221,12 @@ class Producer:
             record_count=count,
             topic=topic,
             queue_id=queue.queue_id,
-            default_topic_queue_nums=self.default_topic_queue_nums,
+            default_topic_queue_nums=self.options.default_topic_queue_nums,
         )
         try:
-            response = self.client.broker(address).SendMessage(request, timeout=self.send_timeout_s)
+            response = self.client.broker(address).SendMessage(
+                request, timeout=self._send_timeout_s
+            )
         except grpc.RpcError as exc:
             tried.add(queue.broker_name)
             if is_retryable(exc):
@@ -283,7 +275,7 @@ class Producer:
             ) from None
         template = self.client.write_queues(DEFAULT_TOPIC, route)
         brokers = sorted({q.broker_name for q in template})
-        count = self.default_topic_queue_nums
+        count = self.options.default_topic_queue_nums
         return [MessageQueue(topic, b, q) for b in brokers for q in range(count)]
 
     def request(self, msg: Message, timeout_ms: int = 3_000) -> ReceivedMessage:
@@ -292,7 +284,7 @@ class Producer:
         self._check_running()
         with self._cond:
             if self._requester is None:
-                self._requester = Requester(self)
+                self._requester = Requester(self.client, self.send)
         return self._requester.request(msg, timeout_ms)
 
     # ---------------------------------------------------------------- async sends
@@ -303,11 +295,11 @@ class Producer:
         record = msg.to_record(time.time_ns() // 1_000_000, context)  # encoded (checked) here
         future: Future[SendResult] = Future()
         with self._cond:
-            while self._pending_count >= self.max_pending and self._running:
+            while self._pending_count >= self.options.max_pending and self._running:
                 self._cond.wait(0.1)  # back-pressure: never buffer without bound
             self._pending.setdefault(msg.topic, []).append((record, future, callback))
             self._pending_count += 1
-            if self._pending_count >= self.batch_size:
+            if self._pending_count >= self.options.batch_size:
                 self._cond.notify_all()
         return future
 
@@ -326,14 +318,14 @@ class Producer:
     def _send_loop(self) -> None:
         while True:
             with self._cond:
-                if self._running and self._pending_count < self.batch_size:
-                    self._cond.wait(self.linger_s)
+                if self._running and self._pending_count < self.options.batch_size:
+                    self._cond.wait(self._linger_s)
                 if not self._pending:
                     if not self._running:
                         return
                     continue
                 topic, items = next(iter(self._pending.items()))
-                batch, rest = items[: self.batch_size], items[self.batch_size :]
+                batch, rest = items[: self.options.batch_size], items[self.options.batch_size :]
                 if rest:
                     self._pending[topic] = rest
                 else:

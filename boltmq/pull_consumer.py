@@ -26,7 +26,7 @@ from boltmq.kernel.tls import ClientTLS
 from boltmq.message import MessageQueue, ReceivedMessage
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.pull_answer import PULL_QUEUES_MAX, split_records
-from boltmq.wire.record_heads import decode_pulled
+from boltmq.wire.pulled_records import decode_pulled
 
 PULL_MAX_MESSAGES = 32
 """Default messages per pull (RocketMQ's pullBatchSize)."""

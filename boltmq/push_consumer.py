@@ -1,15 +1,18 @@
 """PushConsumer: the broker's messages delivered to a listener.
 
-Every ``rebalance_interval_ms`` (and at start) the consumer heartbeats to the
+The consumer's tuning (the ``*_ms``, sizes and modes named below) is a
+:class:`boltmq.options.PushConsumerOptions`. Every ``rebalance_interval_ms``
+(and at start) the consumer heartbeats to the
 brokers of its topics, reads the group's live members from a broker and takes
 its share of the queues by average allocation (RocketMQ's
 AllocateMessageQueueAveragely) in CLUSTERING, or every queue in BROADCASTING.
-``consume_threads`` threads (4) share the owned queues, every n-th queue to
-each: a thread pulls all of its queues that have nothing pending in one
+``consume_threads`` threads (4; :mod:`boltmq.consume_thread`) share the owned
+queues, every n-th queue to each: a thread pulls all of its queues that have nothing pending in one
 PullQueues call per broker (long-polling them together: an arrival in any
 queue answers it), then hands each queue's messages to the listener in queue
 order. A thread of 1,000 queues costs one call where a thread per queue cost
-1,000 calls and threads (bench/RESULTS.md, session 14). The listener runs on
+1,000 calls and threads (bench/RESULTS.md, the PushConsumer on PullQueues). The
+listener runs on
 these threads: at most ``consume_threads`` calls of it at once. Offsets:
 
 - CLUSTERING: committed to the broker every ``commit_interval_ms``, when a
@@ -45,29 +48,21 @@ from collections.abc import Callable, Mapping, Sequence
 import grpc
 
 from boltmq.client import BrokerUnavailable, ClientInstance, rpc_error_text
+from boltmq.consume_thread import ConsumeThread, QueueState
 from boltmq.kernel import telemetry
 from boltmq.kernel.registry_client import RegistryError, TopicNotFound
 from boltmq.kernel.signing import Credentials
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
-from boltmq.pull_consumer import PullError, PullStatus, pull_queues
+from boltmq.options import PushConsumerOptions
 from boltmq.v1 import broker_pb2
 from boltmq.wire.topic import InvalidSubscription, parse_subscription
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[list[ReceivedMessage]], ConsumeResult | None]
-MODELS = ("CLUSTERING", "BROADCASTING")
-CONSUME_FROM = ("FIRST", "LAST")
-PULL_MAX_BYTES = 4 * 1024 * 1024
-"""Record bytes one PullQueues call of a thread may return, all its queues together
-(``pull_max_bytes``); each queue gives at most ``pull_batch_size`` messages."""
-CONSUME_THREADS = 4
-"""Threads that pull and call the listener; each serves every n-th owned queue."""
 OFFSETS_PER_QUERY = 4096
 """Queues one QueryConsumerOffsets names (the broker's QUERY_OFFSETS_MAX)."""
-PULL_BACKOFF_S = 1.0
-"""Pause after a failed pull (broker down, route changing) before the next one."""
 RETRY_PREFIX = "%RETRY%"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 
@@ -89,141 +84,6 @@ def allocate_average(
     return list(queues[start : start + min(size, total - start)]) if start < total else []
 
 
-class _QueueState:
-    """One owned queue: where its next pull starts and what the listener has yet to take."""
-
-    __slots__ = ("queue", "offset", "committed", "pending", "after", "due")
-
-    def __init__(self, queue: MessageQueue, offset: int) -> None:
-        self.queue = queue
-        self.offset = offset
-        """The next message to consume (what a commit records)."""
-        self.committed = offset
-        self.pending: list[ReceivedMessage] = []
-        """Pulled messages the listener has not taken yet (the queue is not pulled)."""
-        self.after = offset
-        """Where the queue goes on once ``pending`` is consumed (filtered messages skipped)."""
-        self.due = 0.0
-        """``time.monotonic()`` before which the queue is left alone (after a failure)."""
-
-
-class _Puller:
-    """A thread that pulls its share of the owned queues, one PullQueues call per
-    broker, and hands each queue's messages to the listener in queue order."""
-
-    def __init__(self, owner: PushConsumer, index: int) -> None:
-        self.owner = owner
-        self.index = index
-        self.parked = False
-        """At the start of a pass, waiting while the owner reassigns the queues."""
-        self.wake = threading.Event()
-        """Set to end the current wait or long poll (cleared by :meth:`PushConsumer.share`)."""
-        self._calls: list[grpc.Future] | None = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"boltmq-consume-{index}", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def kick(self) -> None:
-        """End the current wait or long poll at once (nothing pulled is lost: the
-        queues' offsets move only when the listener has taken their messages)."""
-        self.wake.set()
-        for call in self._calls or ():
-            call.cancel()
-
-    def join(self, timeout_s: float) -> None:
-        if self._thread.ident is not None:  # started
-            self._thread.join(timeout_s)
-
-    def _track(self, calls: list[grpc.Future] | None) -> None:
-        self._calls = calls
-        if calls is not None and self.wake.is_set():
-            for call in calls:
-                call.cancel()
-
-    def _run(self) -> None:
-        owner = self.owner
-        while True:
-            states = owner.share(self)
-            if states is None:
-                return
-            try:
-                self._pass(states)
-            except Exception:  # never lose the thread (and its queues) to a surprise
-                log.exception("consuming %d queue(s) failed; trying again", len(states))
-                self.wake.wait(PULL_BACKOFF_S)
-
-    def _pass(self, states: list[_QueueState]) -> None:
-        """Deliver what is due, then pull every queue with nothing pending."""
-        owner = self.owner
-        now = time.monotonic()
-        for state in states:
-            if state.pending and state.due <= now and not self.wake.is_set():
-                self._deliver(state)
-        now = time.monotonic()
-        ready = {s.queue: s for s in states if not s.pending and s.due <= now}
-        later = [s.due for s in states if s.due > now]
-        wait_s = min(later) - now if later else owner.long_poll_ms / 1000
-        if not ready or self.wake.is_set():
-            self.wake.wait(wait_s if states else None)
-            return
-        failures: dict[MessageQueue, Exception] = {}
-        try:
-            results = pull_queues(
-                owner.client,
-                owner.group,
-                {q: s.offset for q, s in ready.items()},
-                max_messages=owner.pull_batch_size,
-                subscriptions=owner.expressions,
-                wait_ms=int(min(owner.long_poll_ms, wait_s * 1000)),
-                max_bytes=owner.pull_max_bytes,
-                track=self._track,
-                failures=failures,
-            )
-        except (PullError, RegistryError, OSError) as exc:
-            if isinstance(exc, PullError) and exc.code is grpc.StatusCode.CANCELLED:
-                return
-            failures, results = dict.fromkeys(ready, exc), {}
-        if failures:
-            log.warning(
-                "%s (%d queue(s) wait %.1f s)",
-                next(iter(failures.values())),
-                len(failures),
-                PULL_BACKOFF_S,
-            )
-            for queue in failures:
-                ready[queue].due = time.monotonic() + PULL_BACKOFF_S
-        for queue, result in results.items():
-            state = ready[queue]
-            if result.status is PullStatus.FOUND and result.messages:
-                state.pending, state.after = result.messages, result.next_begin_offset
-            else:
-                state.offset = result.next_begin_offset
-        for queue in results:
-            if ready[queue].pending and not self.wake.is_set():
-                self._deliver(ready[queue])
-
-    def _deliver(self, state: _QueueState) -> None:
-        """Hand ``state``'s pending messages to the listener, a batch at a time, until
-        done, reassigned or a batch fails (then the queue waits suspend_on_failure)."""
-        owner = self.owner
-        size = 1 if owner.orderly else owner.consume_batch_max_size
-        while state.pending and not self.wake.is_set():
-            chunk = state.pending[:size]
-            if not owner.deliver(chunk):
-                left = owner.send_back(state.queue, chunk) if owner.sends_back else chunk
-                if left:  # retried in place: the queue's offset does not pass them
-                    state.pending[: len(chunk)] = left
-                    state.due = time.monotonic() + owner.suspend_on_failure_s
-                    return
-            del state.pending[: len(chunk)]
-            state.offset = chunk[-1].queue_offset + 1
-        if not state.pending:
-            state.offset = state.after
-
-
 class PushConsumer:
     """A consumer whose listener is called with messages (see the module docstring)."""
 
@@ -234,28 +94,12 @@ class PushConsumer:
         subscriptions: Mapping[str, str],
         listener: Listener,
         *,
-        model: str = "CLUSTERING",
-        orderly: bool = False,
-        consume_from: str = "FIRST",
-        pull_batch_size: int = 32,
-        pull_max_bytes: int = PULL_MAX_BYTES,
-        consume_batch_max_size: int = 32,
-        consume_threads: int = CONSUME_THREADS,
-        long_poll_ms: int = 15_000,
-        rebalance_interval_ms: int = 20_000,
-        commit_interval_ms: int = 5_000,
-        suspend_on_failure_ms: int = 1_000,
-        rpc_timeout_ms: int = 5_000,
-        max_reconsume_times: int = 0,
+        options: PushConsumerOptions | None = None,
         tls: ClientTLS | None = None,
         credentials: Credentials | None = None,
     ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
-        if model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, not {model!r}")
-        if consume_from not in CONSUME_FROM:
-            raise ValueError(f"consume_from must be one of {CONSUME_FROM}")
         if not subscriptions:
             raise ValueError("subscribe to at least one topic")
         for topic, expression in subscriptions.items():
@@ -265,49 +109,36 @@ class PushConsumer:
                 raise ValueError(f"subscription of {topic!r}: {exc}") from None
         if not callable(listener):
             raise ValueError("listener must be callable")
-        if (
-            min(
-                pull_batch_size,
-                pull_max_bytes,
-                consume_batch_max_size,
-                consume_threads,
-                rebalance_interval_ms,
-                commit_interval_ms,
-            )
-            <= 0
-            or long_poll_ms < 0
-            or suspend_on_failure_ms < 0
-        ):
-            raise ValueError("batch sizes and intervals must be positive")
-        if type(max_reconsume_times) is not int or max_reconsume_times < 0:
-            raise ValueError("max_reconsume_times must be a non-negative int (0: the group's)")
-        self.max_reconsume_times = max_reconsume_times
+        self.options = options if options is not None else PushConsumerOptions()
+        """How this consumer consumes (defaults: :class:`PushConsumerOptions`)."""
+        options = self.options
         self.retry_topic = RETRY_PREFIX + group
         """The group's retry topic, consumed beside the subscriptions (concurrent CLUSTERING)."""
-        self.sends_back = model == "CLUSTERING" and not orderly
+        self.sends_back = options.model == "CLUSTERING" and not options.orderly
         """Failed messages go back to the broker (else they are retried in place)."""
         self.group = group
         self.subscriptions = dict(subscriptions)
         self.listener = listener
-        self.model = model
-        self.orderly = orderly
-        self.consume_from = consume_from
-        self.pull_batch_size = pull_batch_size
-        self.pull_max_bytes = pull_max_bytes
-        self.consume_batch_max_size = consume_batch_max_size
-        self.consume_threads = consume_threads
-        self.long_poll_ms = long_poll_ms
-        self.rebalance_interval_s = rebalance_interval_ms / 1000
-        self.commit_interval_s = commit_interval_ms / 1000
-        self.suspend_on_failure_s = suspend_on_failure_ms / 1000
         self.client = ClientInstance(
-            registry, rpc_timeout_s=rpc_timeout_ms / 1000, tls=tls, credentials=credentials
+            registry, rpc_timeout_s=options.rpc_timeout_ms / 1000, tls=tls, credentials=credentials
         )
         self.expressions = {topic: self.expression_of(topic) for topic in self._topics()}
-        self.states: dict[MessageQueue, _QueueState] = {}
-        """The owned queues (held under ``_lock``; their pullers change the states)."""
-        self._shares: list[list[_QueueState]] = [[] for _ in range(consume_threads)]
-        self._pullers = [_Puller(self, n) for n in range(consume_threads)]
+        self.states: dict[MessageQueue, QueueState] = {}
+        """The owned queues (held under ``_lock``; their threads change the states)."""
+        self._shares: list[list[QueueState]] = [[] for _ in range(options.consume_threads)]
+        self._pullers = [
+            ConsumeThread(
+                n,
+                self.client,
+                group,
+                self.expressions,
+                options,
+                self.share,
+                self.deliver,
+                self.send_back if self.sends_back else None,
+            )
+            for n in range(options.consume_threads)
+        ]
         self._reassigning = False
         self._stop = threading.Event()
         self._kick = threading.Event()
@@ -387,7 +218,7 @@ class PushConsumer:
                     broker_pb2.ConsumerSendBackRequest(
                         group=self.group,
                         commitlog_offset=message.commitlog_offset,
-                        max_reconsume_times=self.max_reconsume_times,
+                        max_reconsume_times=self.options.max_reconsume_times,
                     ),
                     timeout=self.client.rpc_timeout_s,
                 )
@@ -417,15 +248,17 @@ class PushConsumer:
 
     # ---------------------------------------------------------------- rebalance
     def _housekeeping(self) -> None:
+        rebalance_interval_s = self.options.rebalance_interval_ms / 1000
+        commit_interval_s = self.options.commit_interval_ms / 1000
         last_rebalance = last_commit = time.monotonic()
-        tick = min(self.rebalance_interval_s, self.commit_interval_s, 1.0)
+        tick = min(rebalance_interval_s, commit_interval_s, 1.0)
         while not self._stop.wait(tick):
             now = time.monotonic()
             try:
-                if now - last_commit >= self.commit_interval_s:
+                if now - last_commit >= commit_interval_s:
                     last_commit = now
                     self.commit_offsets()
-                if now - last_rebalance >= self.rebalance_interval_s or self._kick.is_set():
+                if now - last_rebalance >= rebalance_interval_s or self._kick.is_set():
                     last_rebalance = now
                     self._kick.clear()
                     self._heartbeat()
@@ -455,20 +288,20 @@ class PushConsumer:
                     log.warning("rebalance of %s skipped: %s", topic, exc)
                 wanted.update(q for q in self.states if q.topic == topic)
                 continue
-            if self.model == "BROADCASTING":
+            if self.options.model == "BROADCASTING":
                 wanted.update(queues)
                 continue
             wanted.update(
                 allocate_average(queues, self._members(topic, members), self.client.client_id)
             )
-        if self.orderly:
+        if self.options.orderly:
             wanted = self._lock_queues(wanted)
         starts = self._start_offsets(sorted(wanted - set(self.states)))
-        new = [_QueueState(q, offset) for q, offset in starts.items()]
+        new = [QueueState(q, offset) for q, offset in starts.items()]
         gone = self._reassign(wanted, new)
         self._release(gone)
 
-    def _reassign(self, wanted: set[MessageQueue], new: list[_QueueState]) -> list[_QueueState]:
+    def _reassign(self, wanted: set[MessageQueue], new: list[QueueState]) -> list[QueueState]:
         """Own the ``wanted`` queues (``new`` are the states of those not owned yet) and
         deal them to the pullers; the states of the queues given up.
 
@@ -504,7 +337,7 @@ class PushConsumer:
             return []
         return gone
 
-    def share(self, puller: _Puller) -> list[_QueueState] | None:
+    def share(self, puller: ConsumeThread) -> list[QueueState] | None:
         """The states ``puller`` serves for its next pass (None: the consumer stops);
         waits while the queues are being reassigned."""
         with self._lock:
@@ -563,7 +396,7 @@ class PushConsumer:
         timeout = self.client.rpc_timeout_s
         starts: dict[MessageQueue, int] = {}
         by_broker: dict[str, list[MessageQueue]] = {}
-        for queue in queues if self.model == "CLUSTERING" else ():
+        for queue in queues if self.options.model == "CLUSTERING" else ():
             by_broker.setdefault(self.client.address_of(queue), []).append(queue)
         calls = [
             (
@@ -588,7 +421,7 @@ class PushConsumer:
                 if found.found:
                     starts[queue] = int(found.offset)
         rest = [queue for queue in queues if queue not in starts]
-        if self.consume_from == "FIRST":  # a pull below the minimum gets the minimum
+        if self.options.consume_from == "FIRST":  # a pull below the minimum gets the minimum
             return starts | dict.fromkeys(rest, 0)
         ends: dict[tuple[str, str], dict[int, int]] = {}  # one TopicStatus a topic and broker
         for queue in rest:
@@ -602,9 +435,9 @@ class PushConsumer:
         return starts
 
     # ---------------------------------------------------------------- offsets
-    def commit_offsets(self, states: Sequence[_QueueState] | None = None) -> None:
+    def commit_offsets(self, states: Sequence[QueueState] | None = None) -> None:
         """Commit every owned queue's progress that changed (CLUSTERING only)."""
-        if self.model != "CLUSTERING":
+        if self.options.model != "CLUSTERING":
             return
         with self._lock:
             todo = list(self.states.values()) if states is None else list(states)
@@ -624,10 +457,10 @@ class PushConsumer:
             except (grpc.RpcError, RegistryError) as exc:
                 log.warning("commit %s@%d failed: %s", queue, offset, exc)
 
-    def _release(self, states: Sequence[_QueueState]) -> None:
+    def _release(self, states: Sequence[QueueState]) -> None:
         """Commit and (orderly) unlock queues no puller serves any more."""
         self.commit_offsets(states)
-        if self.orderly and states:
+        if self.options.orderly and states:
             self._unlock([s.queue for s in states])
 
     def _unlock(self, queues: Sequence[MessageQueue]) -> None:
@@ -651,8 +484,8 @@ class PushConsumer:
             consumer_groups=[
                 broker_pb2.ConsumerGroupHeartbeat(
                     group=self.group,
-                    model=self.model,
-                    orderly=self.orderly,
+                    model=self.options.model,
+                    orderly=self.options.orderly,
                     subscriptions=[
                         broker_pb2.ConsumerSubscription(topic=t, expression=self.expression_of(t))
                         for t in self._topics()

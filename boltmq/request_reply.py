@@ -31,20 +31,17 @@ import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
-from boltmq.client import DEFAULT_TOPIC, BoltMQError
+from boltmq.client import DEFAULT_TOPIC, BoltMQError, ClientInstance
 from boltmq.kernel.registry_client import TopicNotFound
 from boltmq.message import Message, MessageError, MessageQueue, ReceivedMessage, SendResult
 from boltmq.pull_consumer import PullError, PullStatus, pull_queue
-
-if TYPE_CHECKING:
-    from boltmq.producer import Producer
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +64,19 @@ class RequestTimeout(BoltMQError):
     """No reply within the request's timeout."""
 
 
+class Sender(Protocol):
+    """What :func:`reply` sends the reply with: a started :class:`boltmq.Producer`.
+
+    A protocol, not the Producer class: the producer builds its Requester from
+    this module, and this module names no producer back (one-way imports)."""
+
+    def send(self, msg: Message, sharding_key: str | None = None) -> SendResult:
+        """Send one message and wait for the broker's answer."""
+        ...
+
+
 def reply(
-    producer: Producer,
+    producer: Sender,
     request: ReceivedMessage,
     body: bytes,
     properties: Mapping[str, str] | None = None,
@@ -104,11 +112,15 @@ def reply(
 
 
 class Requester:
-    """The requests of one producer waiting for replies, and the reply pollers."""
+    """The requests of one producer waiting for replies, and the reply pollers.
 
-    def __init__(self, producer: Producer) -> None:
-        self._producer = producer
-        self._client = producer.client
+    ``client``: the producer's routes and broker connections (its client id is
+    the reply tag); ``send``: the producer's :meth:`~boltmq.Producer.send`.
+    """
+
+    def __init__(self, client: ClientInstance, send: Callable[[Message], SendResult]) -> None:
+        self._send = send
+        self._client = client
         self._waiting: dict[str, Future[ReceivedMessage]] = {}
         self._lock = threading.Lock()
         self._listening: set[str] = set()
@@ -143,7 +155,7 @@ class Requester:
         future: Future[ReceivedMessage] = Future()
         self._waiting[correlation_id] = future
         try:
-            self._producer.send(dataclasses.replace(msg, properties=properties))
+            self._send(dataclasses.replace(msg, properties=properties))
             return future.result(timeout=timeout_ms / 1000)
         except FutureTimeout:
             raise RequestTimeout(

@@ -37,6 +37,7 @@ from boltmq.kernel.registry_client import RegistryError, TopicNotFound
 from boltmq.kernel.signing import Credentials
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import Message, MessageQueue, SendResult, SendStatus, send_results
+from boltmq.options import ProducerOptions
 from boltmq.producer import Producer, SendError
 from boltmq.v1 import broker_pb2, message_pb2
 from boltmq.wire.record import SYS_FLAG_TRANSACTION_PREPARED
@@ -101,7 +102,11 @@ class TransactionProducer:
         credentials: Credentials | None = None,
     ) -> None:
         self.producer = Producer(
-            registry, group, send_timeout_ms=send_timeout_ms, tls=tls, credentials=credentials
+            registry,
+            group,
+            options=ProducerOptions(send_timeout_ms=send_timeout_ms),
+            tls=tls,
+            credentials=credentials,
         )
         self.group = group
         self.listener = listener

@@ -26,6 +26,7 @@ from bench.compare.peer import START_TIMEOUT_S, PeerFailed, stop_process
 from boltmq.cli.dev.launcher import REPO_ROOT
 from boltmq.kernel import allocator
 from boltmq.message import Message, ReceivedMessage, SendStatus
+from boltmq.options import PushConsumerOptions
 from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
 
@@ -78,11 +79,13 @@ class BoltMQConsumer:
             f"CMP_C_{uuid.uuid4().hex[:8]}",
             dict.fromkeys(topics, "*"),
             self._listen,
-            consume_from="FIRST" if from_start else "LAST",
-            pull_batch_size=PULL_BATCH,
-            consume_batch_max_size=PULL_BATCH,
-            long_poll_ms=1000,
-            rebalance_interval_ms=60_000,
+            options=PushConsumerOptions(
+                consume_from="FIRST" if from_start else "LAST",
+                pull_batch_size=PULL_BATCH,
+                consume_batch_max_size=PULL_BATCH,
+                long_poll_ms=1000,
+                rebalance_interval_ms=60_000,
+            ),
         ).start()
 
     def _listen(self, messages: list[ReceivedMessage]) -> None:

@@ -182,6 +182,7 @@ def consume(
     from rich.progress import Progress
 
     from boltmq.message import ConsumeResult
+    from boltmq.options import PushConsumerOptions
     from boltmq.push_consumer import PushConsumer
 
     received = 0
@@ -218,10 +219,12 @@ def consume(
                 group,
                 {topic: subscription},
                 listener,
-                consume_from=consume_from,
-                long_poll_ms=1_000,
-                consume_batch_max_size=1 if count else 32,
-                rebalance_interval_ms=5_000,
+                options=PushConsumerOptions(
+                    consume_from=consume_from,
+                    long_poll_ms=1_000,
+                    consume_batch_max_size=1 if count else 32,
+                    rebalance_interval_ms=5_000,
+                ),
                 **sdk_options(),
             ).start()
         except _CLIENT_ERRORS as exc:

@@ -6,7 +6,7 @@ its serialized form, the bytes handed to the store). With glibc's defaults such
 a buffer is mmap'd or the heap top is trimmed after each free, so the next call
 page-faults its memory in again: measured on the 2-core VM with 287 KB calls,
 the servers spent 25-35 % of their CPU in those faults (bench/RESULTS.md,
-issue 3). Keeping freed memory in the heap (raise the mmap and trim thresholds)
+the cluster benchmark). Keeping freed memory in the heap (raise the mmap and trim thresholds)
 removes them, at the price of up to ``TRIM_THRESHOLD_BYTES`` of retained heap.
 
 The environment variables MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ do
@@ -24,7 +24,7 @@ reference counting still frees every acyclic object at once, so only cyclic
 garbage waits a little longer. Spark's Python workers get the same once, at
 their first task of ours (:func:`settle_garbage_collector_once`): a worker
 holds pyspark, pyarrow and numpy, and the collector's walks of that heap took
-a fifth of a commitlog-reading worker's CPU (bench/RESULTS.md, session 9).
+a fifth of a commitlog-reading worker's CPU (bench/RESULTS.md, Spark).
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ LOG_FORMATS = ("text", "json")
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """Settings every service shares: shutdown, telemetry, logs and TLS (DESIGN 10).
+    """Settings every service shares: shutdown, telemetry, logs and TLS (docs/operations.md).
 
     Each service's config dataclass inherits these, so ``BOLTMQ_METRICS_PORT``,
     ``BOLTMQ_TLS_CERT_FILE`` and the rest mean the same thing for the store,

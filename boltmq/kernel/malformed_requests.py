@@ -65,7 +65,7 @@ def _server_stream(
     return handle
 
 
-class MalformedRequests(grpc.aio.ServerInterceptor):
+class MalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc has no type information: its classes are Any
     """Answer unparseable unary requests with INVALID_ARGUMENT (see the module docstring)."""
 
     async def intercept_service(

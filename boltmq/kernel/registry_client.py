@@ -1,4 +1,4 @@
-"""Clients of the name registry for brokers, the SDK and the CLI (DESIGN 6, 8).
+"""Clients of the name registry for brokers, the SDK and the CLI.
 
 Registries are independent and hold no shared state, so the two kinds of call
 treat the list of registries differently:

@@ -188,12 +188,16 @@ class _SyncCallDetails(
         "_SyncCallDetails",
         ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"),
     ),
-    grpc.ClientCallDetails,
+    grpc.ClientCallDetails,  # type: ignore[misc]  # grpc has no type information: its classes are Any
 ):
     """A blocking call's details with the signed metadata added."""
 
 
-class RequestSigner(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+class RequestSigner(
+    # grpc has no type information: its classes are Any.
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+):
     """Signs every call of a blocking channel (``grpc.intercept_channel``)."""
 
     def __init__(self, credentials: Credentials, client_id: str) -> None:
@@ -226,7 +230,9 @@ class RequestSigner(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInte
 
 
 class AsyncRequestSigner(
-    grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor
+    # grpc has no type information: its classes are Any.
+    grpc.aio.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.aio.UnaryStreamClientInterceptor,  # type: ignore[misc]
 ):
     """Signs every call of an aio channel (``channels.channel(..., interceptors=[...])``)."""
 

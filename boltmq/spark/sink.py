@@ -121,6 +121,7 @@ def _records(
 
 def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
     """Send every row of ``batches``; WriteError on the first refusal (the task fails)."""
+    from boltmq.options import ProducerOptions
     from boltmq.producer import Producer
 
     settle_garbage_collector_once()  # a Spark worker's heap (boltmq/kernel/allocator.py)
@@ -128,7 +129,7 @@ def send_all(options: SinkOptions, batches: Iterator[Any]) -> SentCount:
         Producer(
             options.registry,
             options.group,
-            send_timeout_ms=options.send_timeout_ms,
+            options=ProducerOptions(send_timeout_ms=options.send_timeout_ms),
             tls=options.security.tls,
             credentials=options.security.credentials,
         ) as producer,

@@ -5,7 +5,7 @@ A raw pull answers up to 4 MiB of CommitLog records. Put into a
 -> one ``bytes`` -> the message -> its encoding -> gRPC) and twice more on the
 broker, which parsed the store's answer and encoded it again for the client:
 ``memmove`` was 16 % of the store's CPU and 21 % of the broker's while
-consuming (bench/RESULTS.md, session 12). Instead the store writes the
+consuming (bench/RESULTS.md, the consume path's copies). Instead the store writes the
 encoding itself, in one join, and the broker forwards those bytes as they are;
 the SDK takes the answer as bytes too and sets the records aside as a view of
 them (:func:`split_records`), parsing only the rest.
@@ -32,7 +32,7 @@ length of that answer's encoding as a varint, and the answer's parts above;
 the broker may append ``PullQueuesResponse(suggest_broker_id)``. Broker and
 SDK parse it with protobuf: its answers are many and mostly small (one per
 queue, up to 1,024), and walking their framing in Python cost more than
-protobuf's copy of the records (bench/RESULTS.md, session 13).
+protobuf's copy of the records (bench/RESULTS.md, many topics in one call).
 
 The rejected alternative, a second protobuf message type holding only the
 head, would still copy the records while parsing and adds a type clients must

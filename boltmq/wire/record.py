@@ -1,4 +1,4 @@
-"""The CommitLog record: encoding, decoding, properties, hosts and MessageId.
+"""The CommitLog record: its format, and decoding it (hosts, properties, MessageId).
 
 All integers are big-endian (network order), as in BoltMQ-Store / RocketMQ.
 
@@ -28,18 +28,23 @@ marker: total_size = bytes left in the segment, magic 0xCBD43194.
 
 MessageId (offset id): store host address bytes + port + physical offset, as
 uppercase hex: 16 bytes / 32 characters for IPv4, 28 bytes / 56 for IPv6.
+
+Writers encode the sections (topic field, properties, hosts, blank marker) with
+:mod:`boltmq.wire.record_encoding`; raw records a client sends are
+:mod:`boltmq.wire.record_batch`'s.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Final
+from typing import Final, Generic, TypeVar, cast, overload
 
-# zlib-ng's crc32 is the same CRC-32 as zlib's, about 4x faster on 1 KiB bodies.
-from zlib_ng.zlib_ng import crc32
+# zlib-ng's crc32 is the same CRC-32 as zlib's, about 4x faster on 1 KiB bodies; re-exported
+# (``as crc32``) so that every reader of records computes body CRCs with this one.
+from zlib_ng.zlib_ng import crc32 as crc32
 
 MAGIC_MESSAGE: Final = 0xDAA320A7
 MAGIC_MESSAGE_LONG_TOPIC: Final = 0xDAA320AB
@@ -118,10 +123,6 @@ assert HEADS[(False, False)].size == 88
 FIXED_OVERHEAD_IPV4: Final = HEADS[(False, False)].size + 1 + 2
 assert FIXED_OVERHEAD_IPV4 == 91
 
-# After the hosts: store_timestamp follows born_host; reconsume_times,
-# prepared_transaction_offset and body_length follow store_host.
-_TAIL_AFTER_STORE_HOST = struct.Struct(">iqi")
-
 
 class CorruptRecord(ValueError):
     """Bytes at a CommitLog position are not a valid record."""
@@ -160,8 +161,8 @@ def scheduled_tags_code(
     topic: str, properties: Mapping[str, str], store_timestamp: int, code: int
 ) -> int:
     """The consume-queue tag code of a record: for a SCHEDULE_TOPIC_XXXX record with a
-    ``DELAY_MS`` property its delivery timestamp (store_timestamp + DELAY_MS, DESIGN 4.3),
-    else ``code`` (the tags hash).
+    ``DELAY_MS`` property its delivery timestamp (store_timestamp + DELAY_MS; see
+    docs/retry-and-delay.md), else ``code`` (the tags hash).
 
     The broker's scheduler reads delay queues in tag-code order; the store knows no
     delay levels, only this rule, so every path that builds a consume-queue entry
@@ -187,17 +188,6 @@ def body_crc(body: bytes | bytearray | memoryview) -> int:
 # --------------------------------------------------------------------------- hosts
 
 
-def encode_host(host: str, port: int) -> bytes:
-    """Address bytes (4 or 16) + int32 port."""
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError as exc:
-        raise InvalidMessage(f"host {host!r} is not an IP address") from exc
-    if not 0 <= port <= 0x7FFFFFFF:
-        raise InvalidMessage(f"port {port} out of range")
-    return addr.packed + INT.pack(port)
-
-
 def decode_host(raw: bytes | memoryview) -> tuple[str, int]:
     """The inverse of :func:`encode_host`."""
     raw = bytes(raw)
@@ -208,16 +198,6 @@ def format_host(raw: bytes | memoryview) -> str:
     """``addr:port`` (``[addr]:port`` for IPv6)."""
     host, port = decode_host(raw)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def host_sys_flags(born_host: bytes, store_host: bytes) -> int:
-    """The IPv6 sys-flag bits implied by the encoded hosts."""
-    flags = 0
-    if len(born_host) == 20:
-        flags |= SYS_FLAG_BORN_HOST_V6
-    if len(store_host) == 20:
-        flags |= SYS_FLAG_STORE_HOST_V6
-    return flags
 
 
 # --------------------------------------------------------------------------- msg id
@@ -248,32 +228,6 @@ def parse_msg_id(msg_id: str) -> tuple[str, int, int]:
 # --------------------------------------------------------------------------- properties
 
 
-def encode_properties(properties: Mapping[str, str]) -> bytes:
-    """``key\\x01value\\x02`` for every pair, UTF-8; InvalidMessage on separators."""
-    if not properties:
-        return b""
-    parts = []
-    for key, value in properties.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidMessage(f"property {key!r} must map a string to a string")
-        if not key:
-            raise InvalidMessage("property names must not be empty")
-        for text in (key, value):
-            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
-                raise InvalidMessage(f"property {key!r} contains a \\x01 or \\x02 separator")
-        parts.append(f"{key}\x01{value}\x02")
-    return _utf8("".join(parts), "properties")
-
-
-def _utf8(text: str, what: str) -> bytes:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:  # lone surrogates
-        raise InvalidMessage(
-            f"{what} is not valid text: {exc.reason} at character {exc.start}"
-        ) from None
-
-
 def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
     """The inverse of :func:`encode_properties`; CorruptRecord on a malformed pair."""
     if not raw:
@@ -293,64 +247,44 @@ def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
     return result
 
 
-def message_properties(
-    tags: str | None, keys: Iterable[str] | None, properties: Mapping[str, str] | None
-) -> dict[str, str]:
-    """Fold tags and keys into the property map, validating them."""
-    merged = dict(properties) if properties else {}
-    if tags:
-        merged[PROPERTY_TAGS] = tags
-    if keys:
-        key_list = list(keys)
-        for key in key_list:
-            if not key or KEY_SEPARATOR in key:
-                raise InvalidMessage(f"message key {key!r} must be non-empty without spaces")
-        merged[PROPERTY_KEYS] = KEY_SEPARATOR.join(key_list)
-    return merged
-
-
-# --------------------------------------------------------------------------- encode
-
-
-def encode_topic(topic: str) -> tuple[bytes, int]:
-    """``(topic length field + topic bytes, magic)`` choosing the long-topic form."""
-    raw = _utf8(topic, "topic")
-    if len(raw) <= SHORT_TOPIC_MAX_BYTES:
-        return bytes((len(raw),)) + raw, MAGIC_MESSAGE
-    if len(raw) > LONG_TOPIC_MAX_BYTES:
-        raise InvalidMessage(f"topic is {len(raw)} bytes, at most {LONG_TOPIC_MAX_BYTES}")
-    return SHORT.pack(len(raw)) + raw, MAGIC_MESSAGE_LONG_TOPIC
-
-
-def encode_tail(topic_field: bytes, properties_raw: bytes) -> bytes:
-    """Topic and properties sections, which follow the body."""
-    if len(properties_raw) > MAX_PROPERTIES_BYTES:
-        raise InvalidMessage(
-            f"properties are {len(properties_raw)} bytes, at most {MAX_PROPERTIES_BYTES}"
-        )
-    return topic_field + SHORT.pack(len(properties_raw)) + properties_raw
-
-
-def record_size(head_size: int, body_len: int, tail_len: int) -> int:
-    """total_size of a record with these parts."""
-    return head_size + body_len + tail_len
-
-
-def blank_marker(remaining: int) -> bytes:
-    """The end-of-segment marker: total_size = bytes left, blank magic."""
-    return BLANK.pack(remaining, MAGIC_BLANK)
-
-
 # --------------------------------------------------------------------------- decode
 
 
-# Indexes into the head tuple unpacked by HEADS (total_size .. body_length).
+RecordHead = tuple[int, int, int, int, int, int, int, int, int, bytes, int, bytes, int, int, int]
+"""A record's head as one of HEADS unpacks it: total_size .. body_length, in record order."""
+# Indexes into a RecordHead.
 _H_TOTAL, _H_MAGIC, _H_CRC, _H_QUEUE_ID, _H_FLAG, _H_QUEUE_OFFSET, _H_PHYSICAL = range(7)
 _H_SYS_FLAG, _H_BORN_TS, _H_BORN_HOST, _H_STORE_TS, _H_STORE_HOST = range(7, 12)
 _H_RECONSUME, _H_PREPARED, _H_BODY_LEN = range(12, 15)
 _HEAD_V4 = HEADS[(False, False)]
 HOST_V6_BITS: Final = SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6
 """Sys-flag bits of the IPv6 host layout (20-byte hosts instead of 8)."""
+Field = TypeVar("Field", int, bytes)
+"""A head field's type: a number, or a host's raw bytes."""
+
+
+class _HeadField(Generic[Field]):
+    """A field of :class:`RecordView`'s head: one index into its RecordHead, read when
+    asked for (as fast as a ``property`` of a lambda, and typed)."""
+
+    def __init__(self, index: int, doc: str | None = None) -> None:
+        self.index = index
+        self.__doc__ = doc
+
+    @overload
+    def __get__(self, record: None, owner: type[RecordView]) -> _HeadField[Field]: ...
+
+    @overload
+    def __get__(self, record: RecordView, owner: type[RecordView]) -> Field: ...
+
+    def __get__(
+        self, record: RecordView | None, owner: type[RecordView]
+    ) -> Field | _HeadField[Field]:
+        if record is None:
+            return self
+        # The index picks one element of the RecordHead; its type is the one this field
+        # was declared with (mypy sees every element type at a variable index).
+        return cast(Field, record._h[self.index])
 
 
 class RecordView:
@@ -362,7 +296,8 @@ class RecordView:
     unpack) and properties parsed on first use. Why so lazy: the cyclic
     collector walks every object it tracks that outlives a collection, and a
     pull of 1,024 records that kept views and head tuples left ~4,000 of them;
-    the walks were a fifth of a consumer's CPU (bench/RESULTS.md, session 12).
+    the walks were a fifth of a consumer's CPU (bench/RESULTS.md, the consume path's
+    copies and the cyclic collector).
     Now a record is one tracked object.
     """
 
@@ -385,8 +320,8 @@ class RecordView:
         body_end: int,
         topic: str,
         properties_at: int,
-        head: tuple | None = None,
-    ) -> None:  # type: ignore[type-arg]
+        head: RecordHead | None = None,
+    ) -> None:
         self._buf = buf
         self._at = at
         self._body_at = body_at
@@ -398,7 +333,7 @@ class RecordView:
         self._head = head
 
     @property
-    def _h(self) -> tuple:  # type: ignore[type-arg]
+    def _h(self) -> RecordHead:
         """The head's fields, total_size to body_length (unpacked once, when first asked)."""
         head = self._head
         if head is None:
@@ -414,20 +349,20 @@ class RecordView:
         """The body: a slice of the buffer the record was decoded from."""
         return self._buf[self._body_at : self._body_end]
 
-    total_size = property(lambda self: self._h[_H_TOTAL], doc="Bytes of the whole record.")
-    magic = property(lambda self: self._h[_H_MAGIC])
-    body_crc = property(lambda self: self._h[_H_CRC])
-    queue_id = property(lambda self: self._h[_H_QUEUE_ID])
-    flag = property(lambda self: self._h[_H_FLAG])
-    queue_offset = property(lambda self: self._h[_H_QUEUE_OFFSET])
-    commitlog_offset = property(lambda self: self._h[_H_PHYSICAL])
-    sys_flag = property(lambda self: self._h[_H_SYS_FLAG])
-    born_timestamp = property(lambda self: self._h[_H_BORN_TS])
-    born_host_raw = property(lambda self: self._h[_H_BORN_HOST])
-    store_timestamp = property(lambda self: self._h[_H_STORE_TS])
-    store_host_raw = property(lambda self: self._h[_H_STORE_HOST])
-    reconsume_times = property(lambda self: self._h[_H_RECONSUME])
-    prepared_transaction_offset = property(lambda self: self._h[_H_PREPARED])
+    total_size = _HeadField[int](_H_TOTAL, "Bytes of the whole record.")
+    magic = _HeadField[int](_H_MAGIC)
+    body_crc = _HeadField[int](_H_CRC)
+    queue_id = _HeadField[int](_H_QUEUE_ID)
+    flag = _HeadField[int](_H_FLAG)
+    queue_offset = _HeadField[int](_H_QUEUE_OFFSET)
+    commitlog_offset = _HeadField[int](_H_PHYSICAL)
+    sys_flag = _HeadField[int](_H_SYS_FLAG)
+    born_timestamp = _HeadField[int](_H_BORN_TS)
+    born_host_raw = _HeadField[bytes](_H_BORN_HOST)
+    store_timestamp = _HeadField[int](_H_STORE_TS)
+    store_host_raw = _HeadField[bytes](_H_STORE_HOST)
+    reconsume_times = _HeadField[int](_H_RECONSUME)
+    prepared_transaction_offset = _HeadField[int](_H_PREPARED)
     store_size = total_size
 
     @property
@@ -454,15 +389,15 @@ class RecordView:
 
     @property
     def msg_id(self) -> str:
-        return make_msg_id(self._h[_H_STORE_HOST], self._h[_H_PHYSICAL])
+        return make_msg_id(self.store_host_raw, self.commitlog_offset)
 
     @property
     def born_host(self) -> str:
-        return format_host(self._h[_H_BORN_HOST])
+        return format_host(self.born_host_raw)
 
     @property
     def store_host(self) -> str:
-        return format_host(self._h[_H_STORE_HOST])
+        return format_host(self.store_host_raw)
 
     def body_bytes(self) -> bytes:
         return bytes(self.body)
@@ -646,4 +581,5 @@ def store_timestamp_of(buf: memoryview | bytes, pos: int) -> int:
     """The store timestamp of the record at ``pos`` without decoding the rest."""
     sys_flag = INT.unpack_from(buf, pos + SYS_FLAG_OFFSET)[0]
     born_len = 20 if sys_flag & SYS_FLAG_BORN_HOST_V6 else 8
-    return LONG.unpack_from(buf, pos + BORN_HOST_OFFSET + born_len)[0]
+    timestamp: int = LONG.unpack_from(buf, pos + BORN_HOST_OFFSET + born_len)[0]
+    return timestamp

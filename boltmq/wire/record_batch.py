@@ -1,4 +1,4 @@
-"""RecordBatch: CommitLog records a client encoded itself, sent back to back (DESIGN 11).
+"""RecordBatch: CommitLog records a client encoded itself, sent back to back.
 
 The raw send path: a producer encodes each message once, in the record format
 of :mod:`boltmq.wire.record`, the broker checks the headers and forwards the
@@ -46,14 +46,17 @@ from boltmq.wire.record import (
     SHORT,
     CorruptRecord,
     InvalidMessage,
+    RecordHead,
     body_crc,
     decode_properties,
     decode_record,
+    tags_code,
+)
+from boltmq.wire.record_encoding import (
     encode_host,
     encode_properties,
     encode_topic,
     message_properties,
-    tags_code,
 )
 
 RAW_HEAD: Final = HEADS[(False, False)]
@@ -71,10 +74,23 @@ RECORDS_MAX: Final = 16_384
 """Records in one batch at most (the store's Append limit)."""
 _TOTAL = struct.Struct(">i")
 
-# Head tuple indexes (RAW_HEAD field order).
-H_TOTAL, H_MAGIC, H_CRC, H_QUEUE_ID, H_FLAG, H_QUEUE_OFFSET, H_PHYSICAL = range(7)
-H_SYS_FLAG, H_BORN_TS, H_BORN_HOST, H_STORE_TS, H_STORE_HOST = range(7, 12)
-H_RECONSUME, H_PREPARED, H_BODY_LEN = range(12, 15)
+# Head tuple indexes (RAW_HEAD field order), literal so that a RecordHead indexed with
+# one has that field's type.
+H_TOTAL: Final = 0
+H_MAGIC: Final = 1
+H_CRC: Final = 2
+H_QUEUE_ID: Final = 3
+H_FLAG: Final = 4
+H_QUEUE_OFFSET: Final = 5
+H_PHYSICAL: Final = 6
+H_SYS_FLAG: Final = 7
+H_BORN_TS: Final = 8
+H_BORN_HOST: Final = 9
+H_STORE_TS: Final = 10
+H_STORE_HOST: Final = 11
+H_RECONSUME: Final = 12
+H_PREPARED: Final = 13
+H_BODY_LEN: Final = 14
 
 
 class MalformedBatch(CorruptRecord):
@@ -245,7 +261,7 @@ def check_header(
     topic_field: bytes,
     magic: int,
     max_body_bytes: int,
-) -> tuple:  # type: ignore[type-arg]
+) -> RecordHead:
     """The head tuple of the record at ``position`` after checking its framing.
 
     Checks magic, host layout, that body, topic and properties add up to
@@ -294,7 +310,7 @@ def _topic_text(records: bytes | memoryview, cursor: int) -> str:
 
 
 # A record checked by the store: (position, total, head, tags_code, index_keys, consumable).
-Checked = tuple[int, int, tuple, int, tuple[str, ...], bool]  # type: ignore[type-arg]
+Checked = tuple[int, int, RecordHead, int, tuple[str, ...], bool]
 _derived: dict[bytes, tuple[int, tuple[str, ...]]] = {}
 _DERIVED_MAX: Final = 4096
 

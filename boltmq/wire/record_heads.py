@@ -15,18 +15,14 @@ never let one through that it would refuse).
 Record ``i`` starts at ``positions[i]`` and ends where the next one starts
 (the last at the end of the bytes): :func:`frame_records` has tiled them.
 
-Reads use the same heads: the store checks the records a pull serves
-(:func:`verified_runs`, as :func:`verified_record` checks one) and a consumer
-decodes a pull's records (:func:`decode_pulled`, as :func:`decode_records`
-does). In each, what the arrays do not pass goes to the scalar function,
-whose error is the refusal; only the CRCs are computed one record at a time.
+Reads gather the same heads (:func:`gather_heads`): the records a pull serves
+are checked and decoded in bulk by :mod:`boltmq.wire.pulled_records`.
 """
 
 from __future__ import annotations
 
 import mmap
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Final
 
 import numpy as np
@@ -35,23 +31,15 @@ from numpy.lib.stride_tricks import as_strided
 
 from boltmq.wire.column_rows import ColumnRows
 from boltmq.wire.record import (
-    FIXED_OVERHEAD_IPV4,
     HOST_V6_BITS,
-    INT,
-    MAGIC_MESSAGE,
     MAX_PROPERTIES_BYTES,
-    MESSAGE_MAGICS,
     SYS_FLAG_TRANSACTION_COMMIT,
     SYS_FLAG_TRANSACTION_MASK,
     CorruptRecord,
     InvalidMessage,
-    RecordView,
+    RecordHead,
     body_crc,
     crc32,
-    decode_records,
-    encode_topic,
-    topic_name,
-    verified_record,
 )
 from boltmq.wire.record_batch import (
     H_BODY_LEN,
@@ -63,8 +51,8 @@ from boltmq.wire.record_batch import (
     check_header,
     derive_properties,
     frame_records,
-    uniform_positions,
 )
+from boltmq.wire.record_encoding import encode_topic
 
 HEAD_DTYPE: Final = np.dtype(
     [
@@ -103,7 +91,7 @@ class CheckedHeads:
 
     def __init__(
         self,
-        heads: npt.NDArray[np.void] | list[tuple],  # type: ignore[type-arg]
+        heads: npt.NDArray[np.void] | list[RecordHead],
         refused: dict[int, InvalidMessage | CorruptRecord],
         properties_starts: list[int],
         ends: list[int],
@@ -117,7 +105,7 @@ class CheckedHeads:
         self.ends = ends
         """Where each record ends (its properties section too)."""
 
-    def heads(self) -> list[tuple]:  # type: ignore[type-arg]
+    def heads(self) -> list[RecordHead]:
         """Each record's ``RAW_HEAD`` fields, as ``RAW_HEAD.unpack`` gives them."""
         if self._tuples is None:
             assert self._array is not None
@@ -215,7 +203,7 @@ def gather_rows(data: npt.NDArray[np.uint8], starts: Int64s, width: int) -> npt.
     return _windows(data, width, writeable=False)[starts]
 
 
-def _tiles(positions: Sequence[int], size: int) -> tuple[Int64s, Int64s]:
+def tile_bounds(positions: Sequence[int], size: int) -> tuple[Int64s, Int64s]:
     """Where each record starts and ends, records tiling ``size`` bytes from ``positions``."""
     starts = np.asarray(positions, dtype=np.int64)
     ends = np.empty_like(starts)
@@ -242,7 +230,7 @@ def check_heads(
     if len(positions) < SMALL_BATCH:
         return _check_one_by_one(records, positions, topic_field, magic, max_body_bytes)
     data = np.frombuffer(records, dtype=np.uint8)
-    starts, ends = _tiles(positions, len(data))
+    starts, ends = tile_bounds(positions, len(data))
     heads = gather_heads(data, starts)
     body_len = heads["body_length"].astype(np.int64)
     topic_starts = starts + RAW_HEAD.size + body_len
@@ -511,189 +499,3 @@ def stamp_heads(
         count, RAW_HEAD.size
     )
     return physicals
-
-
-_MAGICS: Final = np.array(sorted(MESSAGE_MAGICS), dtype=np.uint32)
-
-
-class VerifiedRuns:
-    """What :func:`verified_runs` found: good records as views, and why others were refused."""
-
-    __slots__ = ("views", "count", "refused")
-
-    def __init__(self) -> None:
-        self.views: list[memoryview] = []
-        """One view per run of good records that lie back to back, in order."""
-        self.count = 0
-        """Good records in ``views``."""
-        self.refused: list[CorruptRecord] = []
-
-
-def verified_runs(
-    view: memoryview,
-    positions: Sequence[int] | Int64s,
-    sizes: Sequence[int] | Int64s,
-    *,
-    check_crc: bool,
-) -> VerifiedRuns:
-    """The records at ``positions`` of ``view`` (``sizes`` from the consume queue), each
-    checked as :func:`verified_record` checks one, in bulk.
-
-    A record passes when its total size is the consume queue's, its magic a
-    message magic, its body within it and (with ``check_crc``) the body's CRC
-    right; the heads are checked with numpy, the CRCs one by one. A record the
-    vector checks do not pass (an IPv6 host, a damaged head) is checked again
-    by :func:`verified_record`, whose CorruptRecord is its refusal. Good records
-    that lie back to back come out as one view (what a pull sends on as it is).
-    """
-    found = VerifiedRuns()
-    count = len(positions)
-    if not count:
-        return found
-    starts = np.asarray(positions, dtype=np.int64)
-    totals = np.asarray(sizes, dtype=np.int64)
-    good, body_lengths, crcs = _vector_checks(view, starts, totals, count)
-    refused: dict[int, CorruptRecord] = {}
-    if check_crc:
-        checked = np.flatnonzero(good)
-        bodies = starts[checked] + RAW_HEAD.size
-        computed = [
-            crc32(view[begin:end]) & 0x7FFFFFFF
-            for begin, end in zip(
-                bodies.tolist(), (bodies + body_lengths[checked]).tolist(), strict=True
-            )
-        ]
-        for index in checked[np.asarray(computed, dtype=np.int64) != crcs[checked]].tolist():
-            good[index] = False
-            refused[index] = CorruptRecord(f"body CRC mismatch at {int(starts[index])}")
-    for index in np.flatnonzero(~good).tolist():
-        if index not in refused:
-            try:
-                verified_record(view, int(starts[index]), int(totals[index]), check_crc=check_crc)
-                good[index] = True
-            except CorruptRecord as exc:
-                refused[index] = exc
-    found.refused = [refused[index] for index in sorted(refused)]
-    kept = np.flatnonzero(good)
-    found.count = len(kept)
-    if found.count:
-        run_starts, run_ends = starts[kept], starts[kept] + totals[kept]
-        joined = np.zeros(len(kept), dtype=bool)
-        joined[1:] = run_starts[1:] == run_ends[:-1]  # back to back with the one before
-        found.views = [
-            view[begin:end]
-            for begin, end in zip(
-                run_starts[~joined].tolist(),
-                run_ends[np.append(~joined[1:], True)].tolist(),
-                strict=True,
-            )
-        ]
-    return found
-
-
-def _vector_checks(
-    view: memoryview, starts: Int64s, totals: Int64s, count: int
-) -> tuple[npt.NDArray[np.bool_], Int64s, Int64s]:
-    """Per record: passed the head checks, body length, body CRC field."""
-    good = np.zeros(count, dtype=bool)
-    lengths = np.zeros(count, dtype=np.int64)
-    crcs = np.zeros(count, dtype=np.int64)
-    if count < SMALL_BATCH:
-        return good, lengths, crcs  # all to verified_record
-    data = np.frombuffer(view, dtype=np.uint8)
-    readable = (starts >= 0) & (starts + FIXED_OVERHEAD_IPV4 <= len(data))
-    inside = np.flatnonzero(readable)
-    heads = gather_heads(data, starts[inside])
-    body_len = heads["body_length"].astype(np.int64)
-    good[inside] = (
-        (heads["total_size"] == totals[inside])
-        & np.isin(heads["magic"], _MAGICS)
-        & (starts[inside] + totals[inside] <= len(data))
-        & ((heads["sys_flag"] & HOST_V6_BITS) == 0)
-        & (body_len >= 0)
-        & (RAW_HEAD.size + body_len + 3 <= totals[inside])
-    )
-    lengths[inside] = body_len
-    crcs[inside] = heads["body_crc"]
-    return good, lengths, crcs
-
-
-def decode_pulled(data: bytes | memoryview, *, check_crc: bool = True) -> list[RecordView]:
-    """Every record of a pull's ``records`` (laid back to back), as :func:`decode_records`
-    decodes them, with the checks in bulk.
-
-    A pull's records are mostly of one topic with IPv4 hosts; for a run of at
-    least SMALL_BATCH such records numpy checks what :func:`decode_records`
-    checks one record at a time (magic, host layout, that body, topic and
-    properties add up to each total_size, one topic) and only the CRCs and the
-    views are made per record. Anything else (a short run, an IPv6 host, a long
-    topic, several topics, a damaged record) goes to :func:`decode_records`,
-    so a refusal is its CorruptRecord, word for word.
-    """
-    view = memoryview(data)
-    positions = _pulled_positions(view)
-    if positions is None or len(positions) < SMALL_BATCH:
-        return decode_records(view, check_crc=check_crc)
-    array = np.frombuffer(view, dtype=np.uint8)
-    starts, ends = _tiles(positions, len(array))
-    heads = gather_heads(array, starts)
-    body_starts = starts + RAW_HEAD.size
-    body_ends = body_starts + heads["body_length"].astype(np.int64)
-    if not (
-        (heads["magic"] == MAGIC_MESSAGE)
-        & ((heads["sys_flag"] & HOST_V6_BITS) == 0)
-        & (body_ends >= body_starts)
-        & (body_ends + 3 <= ends)
-    ).all():
-        return decode_records(view, check_crc=check_crc)
-    topic_lengths = array[body_ends].astype(np.int64)
-    topic_length = int(topic_lengths[0])
-    properties_at = body_ends + 1 + topic_lengths + 2
-    if not ((topic_lengths == topic_length).all() and (properties_at <= ends).all()):
-        return decode_records(view, check_crc=check_crc)
-    lengths = gather_rows(array, properties_at - 2, 2).astype(np.int64)
-    topics = gather_rows(array, body_ends + 1, topic_length)
-    if not (
-        (properties_at + (lengths[:, 0] << 8) + lengths[:, 1] == ends).all()
-        and (topics == topics[0]).all()
-    ):
-        return decode_records(view, check_crc=check_crc)
-    begins, finishes = body_starts.tolist(), body_ends.tolist()
-    if check_crc:
-        crcs = [crc32(view[b:e]) & 0x7FFFFFFF for b, e in zip(begins, finishes, strict=True)]
-        if crcs != heads["body_crc"].tolist():
-            return decode_records(view, check_crc=check_crc)
-    topic = topic_name(topics[0].tobytes())
-    return list(
-        map(
-            RecordView,
-            repeat(view),
-            positions,
-            begins,
-            finishes,
-            repeat(topic),
-            properties_at.tolist(),
-        )
-    )
-
-
-def _pulled_positions(view: memoryview) -> list[int] | None:
-    """Where each record starts when the total_size fields tile ``view``, else None."""
-    end = len(view)
-    if end < FIXED_OVERHEAD_IPV4:
-        return None
-    first = INT.unpack_from(view, 0)[0]
-    if first >= FIXED_OVERHEAD_IPV4 and end % first == 0:
-        uniform = uniform_positions(view, end // first)
-        if uniform is not None:
-            return uniform
-    positions = []
-    position = 0
-    unpack = INT.unpack_from
-    while position + FIXED_OVERHEAD_IPV4 <= end:
-        total = unpack(view, position)[0]
-        if total < FIXED_OVERHEAD_IPV4:
-            return None
-        positions.append(position)
-        position += total
-    return positions if position == end else None

@@ -22,16 +22,14 @@ import grpc
 
 from boltmq.kernel import telemetry
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
-from boltmq.wire.record import (
-    SYS_FLAG_TRANSACTION_MASK,
-    encode_topic,
-)
+from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK
 from boltmq.wire.record_batch import (
     MalformedBatch,
     RecordBatch,
     frame_records,
     select,
 )
+from boltmq.wire.record_encoding import encode_topic
 from boltmq.wire.record_heads import check_heads, sections_contain
 from services.broker.config import BrokerConfig
 from services.broker.delay_message import (

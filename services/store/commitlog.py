@@ -45,14 +45,8 @@ from boltmq.wire.record import (
     CorruptRecord,
     InvalidMessage,
     RecordView,
-    blank_marker,
     body_crc,
     decode_record,
-    encode_host,
-    encode_properties,
-    encode_tail,
-    encode_topic,
-    message_properties,
     scheduled_tags_code,
     store_timestamp_of,
     tags_code,
@@ -63,6 +57,14 @@ from boltmq.wire.record_batch import (
     RecordBatch,
     derive_properties,
     index_keys_of,
+)
+from boltmq.wire.record_encoding import (
+    blank_marker,
+    encode_host,
+    encode_properties,
+    encode_tail,
+    encode_topic,
+    message_properties,
 )
 from boltmq.wire.topic import validate_topic
 from services.store.chunk_records import chunk_requests

@@ -19,11 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
-from boltmq.wire.record import (
-    SYS_FLAG_TRANSACTION_COMMIT,
-    SYS_FLAG_TRANSACTION_MASK,
-    CorruptRecord,
-)
+from boltmq.wire.record import SYS_FLAG_TRANSACTION_COMMIT, SYS_FLAG_TRANSACTION_MASK, CorruptRecord
 from services.store.commitlog import (
     AppendBatch,
     CommitLog,

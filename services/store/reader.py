@@ -39,6 +39,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from boltmq.wire.pulled_records import verified_runs
 from boltmq.wire.record import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -47,7 +48,6 @@ from boltmq.wire.record import (
     decode_record,
     parse_msg_id,
 )
-from boltmq.wire.record_heads import verified_runs
 from boltmq.wire.topic import InvalidSubscription, Subscription, parse_subscription
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig

@@ -35,9 +35,7 @@ from boltmq.wire.record import (
     SCHEDULE_TOPIC,
     SHORT,
     InvalidMessage,
-    blank_marker,
     decode_properties,
-    encode_topic,
     scheduled_tags_code,
 )
 from boltmq.wire.record_batch import (
@@ -53,6 +51,7 @@ from boltmq.wire.record_batch import (
     PropertiesTooLarge,
     RecordBatch,
 )
+from boltmq.wire.record_encoding import blank_marker, encode_topic
 from boltmq.wire.record_heads import CheckedColumns, check_batch, stamp_heads
 from boltmq.wire.topic import validate_topic
 from services.store.config import StoreConfig

@@ -26,15 +26,14 @@ from hypothesis import strategies as st
 from boltmq.pull_consumer import decode_records as sdk_decode_records
 from boltmq.v1 import store_pb2
 from boltmq.wire.pull_answer import PullAnswer, encode_pull, split_records
+from boltmq.wire.pulled_records import decode_pulled
 from boltmq.wire.record import (
     PHYSICAL_OFFSET_OFFSET,
     CorruptRecord,
     InvalidMessage,
-    blank_marker,
     decode_properties,
     decode_record,
     decode_records,
-    encode_properties,
     parse_msg_id,
     verified_record,
 )
@@ -44,7 +43,8 @@ from boltmq.wire.record_batch import (
     encode_send_record,
     frame_records,
 )
-from boltmq.wire.record_heads import check_batch, decode_pulled
+from boltmq.wire.record_encoding import blank_marker, encode_properties
+from boltmq.wire.record_heads import check_batch
 from services.store.checkpoint import (
     CHECKPOINT_FILE_SIZE,
     CheckpointState,

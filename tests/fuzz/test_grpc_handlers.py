@@ -31,7 +31,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from boltmq import Message, Producer, SendError
+from boltmq import Message, Producer, ProducerOptions, SendError
 from boltmq.cli.dev.launcher import ServiceProcess
 from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import broker_pb2, message_pb2, registry_pb2, store_pb2
@@ -309,7 +309,9 @@ def test_mutated_request_bytes_get_a_response_or_a_proper_status_and_services_st
 def test_hostile_names_are_refused_and_create_nothing_outside_the_store(
     fresh: Targets, tmp_path: Path
 ) -> None:
-    with Producer(fresh.cluster.registry.address, "fuzz-names", retry_times=0) as producer:
+    with Producer(
+        fresh.cluster.registry.address, "fuzz-names", options=ProducerOptions(retry_times=0)
+    ) as producer:
         for name in MUST_REFUSE:
             with pytest.raises((SendError, ValueError)):
                 producer.send(Message(name, b"x"))
@@ -326,7 +328,9 @@ def test_hostile_names_are_refused_and_create_nothing_outside_the_store(
 
 
 def test_bodies_at_the_limit_are_stored_and_past_it_refused_clearly(fresh: Targets) -> None:
-    with Producer(fresh.cluster.registry.address, "fuzz-bodies", retry_times=0) as producer:
+    with Producer(
+        fresh.cluster.registry.address, "fuzz-bodies", options=ProducerOptions(retry_times=0)
+    ) as producer:
         stored = producer.send(Message("FuzzBodies", bytes(MAX_BODY_BYTES)))
         assert stored.queue_offset >= 0
         with pytest.raises(SendError, match="body"):

@@ -22,7 +22,14 @@ from typing import IO
 
 import pytest
 
-from boltmq import ConsumeResult, Message, Producer, PushConsumer, ReceivedMessage
+from boltmq import (
+    ConsumeResult,
+    Message,
+    Producer,
+    PushConsumer,
+    PushConsumerOptions,
+    ReceivedMessage,
+)
 from tests.integration.procs import REPO_ROOT
 
 START_DEADLINE_S = 60.0
@@ -144,9 +151,9 @@ def consume(registry: str, topic: str, group: str, count: int) -> list[bytes]:
         group,
         {topic: "*"},
         listener,
-        rebalance_interval_ms=300,
-        long_poll_ms=1_000,
-        commit_interval_ms=200,
+        options=PushConsumerOptions(
+            rebalance_interval_ms=300, long_poll_ms=1_000, commit_interval_ms=200
+        ),
     )
     consumer.start()
     try:

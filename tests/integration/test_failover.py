@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from boltmq import Message, Producer, PullConsumer
+from boltmq import Message, Producer, ProducerOptions, PullConsumer
 from boltmq.cli.dev.local_cluster import BROKER_NAME, ClusterSpec, LocalCluster
 from boltmq.client import MessageQueue
 from boltmq.kernel.channels import sync_channel
@@ -145,7 +145,9 @@ def test_sync_master_acknowledges_after_the_replica_and_says_when_it_cannot(
 ) -> None:
     wait_for(lambda: replica_connected(cluster), "the replica reports to the master")
     master, replica = cluster.members
-    with Producer(registry_of(cluster), group="pg", retry_times=0) as producer:
+    with Producer(
+        registry_of(cluster), group="pg", options=ProducerOptions(retry_times=0)
+    ) as producer:
         ok = producer.send(Message(topic=TOPIC, body=b"replicated"))
         assert ok.status is SendStatus.SEND_OK
         # Acknowledged means the replica has it already.
@@ -170,7 +172,9 @@ def test_sync_master_acknowledges_after_the_replica_and_says_when_it_cannot(
 
 def produce_until_failure(registry: str, acked: list[bytes], stop: threading.Event) -> None:
     """Send one by one (SYNC_MASTER); keep what was acknowledged SEND_OK."""
-    with Producer(registry, group="pg-load", retry_times=0, send_timeout_ms=2000) as producer:
+    with Producer(
+        registry, group="pg-load", options=ProducerOptions(retry_times=0, send_timeout_ms=2000)
+    ) as producer:
         i = 0
         while not stop.is_set():
             body = f"m{i:06d}".encode()
@@ -283,7 +287,7 @@ def _topics_on(broker: str) -> set[str]:
 
 
 def _writable(registry: str) -> bool:
-    with Producer(registry, group="pg-probe", retry_times=0) as producer:
+    with Producer(registry, group="pg-probe", options=ProducerOptions(retry_times=0)) as producer:
         try:
             producer.send(Message(topic=TOPIC, body=b"probe"))
         except SendError:

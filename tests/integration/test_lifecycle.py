@@ -26,7 +26,16 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from boltmq import Message, Producer, PullConsumer, PullError, PullResult, PullStatus, SendStatus
+from boltmq import (
+    Message,
+    Producer,
+    ProducerOptions,
+    PullConsumer,
+    PullError,
+    PullResult,
+    PullStatus,
+    SendStatus,
+)
 from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.registry_client import RegistryClient
 from boltmq.kernel.runtime import LIVENESS_SERVICE
@@ -190,7 +199,9 @@ class Load:
     """A producer thread sending numbered batches until stopped; remembers what was acked."""
 
     def __init__(self, registry: str) -> None:
-        self.producer = Producer(registry, send_timeout_ms=2_000, retry_times=1).start()
+        self.producer = Producer(
+            registry, options=ProducerOptions(send_timeout_ms=2_000, retry_times=1)
+        ).start()
         self.acked: set[bytes] = set()
         self.failures = 0
         self._stop = threading.Event()

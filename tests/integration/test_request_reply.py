@@ -13,6 +13,7 @@ from boltmq import (
     MessageError,
     Producer,
     PushConsumer,
+    PushConsumerOptions,
     ReceivedMessage,
     RequestTimeout,
     reply,
@@ -45,7 +46,7 @@ def replier(
         group=f"{topic}-replier",
         subscriptions={topic: "*"},
         listener=listener,
-        **FAST,
+        options=PushConsumerOptions(**FAST),
     )
     consumer.start()
     return consumer

@@ -27,6 +27,7 @@ from boltmq import (
     Producer,
     PullConsumer,
     PushConsumer,
+    PushConsumerOptions,
     ReceivedMessage,
     SendError,
 )
@@ -113,7 +114,11 @@ def consumer(
     cluster: Cluster, group: str, topic: str, listener: Any, **options: Any
 ) -> PushConsumer:
     return PushConsumer(
-        cluster.registry.address, group, {topic: "*"}, listener, **{**FAST, **options}
+        cluster.registry.address,
+        group,
+        {topic: "*"},
+        listener,
+        options=PushConsumerOptions(**{**FAST, **options}),
     ).start()
 
 
@@ -375,8 +380,7 @@ def test_orderly_consumers_retry_in_place(delay_cluster: DelayCluster, producer:
         "cg-orderly",
         {"ordered": "*"},
         listener,
-        orderly=True,
-        **options,
+        options=PushConsumerOptions(orderly=True, **options),
     ).start()
     try:
         wait_until(lambda: listener.bodies()[b"o-2"] == 1, "the whole ordered run")

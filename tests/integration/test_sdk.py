@@ -35,6 +35,7 @@ from boltmq import (
     PullError,
     PullStatus,
     PushConsumer,
+    PushConsumerOptions,
     ReceivedMessage,
     RegistryUnavailable,
     SendResult,
@@ -124,7 +125,11 @@ def consumers(cluster: Cluster) -> Iterator[Callable[..., PushConsumer]]:
         group: str, subscriptions: dict[str, str], listener: Any, **options: Any
     ) -> PushConsumer:
         consumer = PushConsumer(
-            cluster.registry.address, group, subscriptions, listener, **{**FAST, **options}
+            cluster.registry.address,
+            group,
+            subscriptions,
+            listener,
+            options=PushConsumerOptions(**{**FAST, **options}),
         )
         made.append(consumer)
         return consumer.start()
@@ -408,7 +413,7 @@ def test_two_consumers_split_the_queues_and_one_takes_over_after_a_shutdown(
 
 CONSUMER_SCRIPT = """
 import sys, threading, time
-from boltmq import PushConsumer
+from boltmq import PushConsumer, PushConsumerOptions
 
 registry, topic, group = sys.argv[1:4]
 lock = threading.Lock()  # whole lines: the listener and the main thread both write
@@ -422,8 +427,8 @@ def listener(messages):
     for m in messages:
         say("GOT " + bytes(m.body).decode())
 
-consumer = PushConsumer(registry, group, {topic: "*"}, listener, rebalance_interval_ms=300,
-                        long_poll_ms=2000, commit_interval_ms=200)
+consumer = PushConsumer(registry, group, {topic: "*"}, listener, options=PushConsumerOptions(
+    rebalance_interval_ms=300, long_poll_ms=2000, commit_interval_ms=200))
 consumer.start()
 while True:
     say("ASSIGNED " + str(len(consumer.assigned)))
@@ -734,11 +739,23 @@ def test_bad_sdk_inputs_raise_clear_named_errors(cluster: Cluster, producer: Pro
     with pytest.raises(ValueError, match="subscription"):
         PushConsumer(registry, "cg", {"t": "A ||"}, lambda msgs: None)
     with pytest.raises(ValueError, match="model"):
-        PushConsumer(registry, "cg", {"t": "*"}, lambda msgs: None, model="SOMETIMES")
+        PushConsumer(
+            registry,
+            "cg",
+            {"t": "*"},
+            lambda msgs: None,
+            options=PushConsumerOptions(model="SOMETIMES"),
+        )
     for option in ("consume_threads", "pull_batch_size", "pull_max_bytes"):
         for value in (0, -1):
             with pytest.raises(ValueError, match="must be positive"):
-                PushConsumer(registry, "cg", {"t": "*"}, lambda msgs: None, **{option: value})
+                PushConsumer(
+                    registry,
+                    "cg",
+                    {"t": "*"},
+                    lambda msgs: None,
+                    options=PushConsumerOptions(**{option: value}),
+                )
     with pytest.raises(ValueError, match="registry"):
         Producer("no-port-here")
     never = PushConsumer(registry, "cg-none", {"no-such-topic": "*"}, lambda msgs: None)

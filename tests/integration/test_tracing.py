@@ -22,7 +22,14 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from boltmq import Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
+from boltmq import (
+    Message,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    PushConsumerOptions,
+    ReceivedMessage,
+)
 from boltmq.kernel.telemetry import TRACEPARENT_PROPERTY
 from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, CLUSTER_STORE_SETTINGS
 from tests.integration.procs import ServiceProcess
@@ -100,9 +107,9 @@ def received_by_push(
         group,
         {topic: "*"},
         listener,
-        consume_batch_max_size=1,
-        rebalance_interval_ms=300,
-        long_poll_ms=2_000,
+        options=PushConsumerOptions(
+            consume_batch_max_size=1, rebalance_interval_ms=300, long_poll_ms=2_000
+        ),
     )
     consumer.start()
     try:

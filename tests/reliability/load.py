@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from boltmq import Message, Producer, PullConsumer
+from boltmq import Message, Producer, ProducerOptions, PullConsumer
 from boltmq.client import BoltMQError
 from boltmq.kernel.registry_client import RegistryError
 from boltmq.message import MessageQueue, SendStatus
@@ -155,7 +155,9 @@ class Load:
     # ---------------------------------------------------------------- producers
     def _produce(self, number: int) -> None:
         producer = Producer(
-            self.registry, f"reliability-producer-{number}", retry_times=0, send_timeout_ms=3000
+            self.registry,
+            f"reliability-producer-{number}",
+            options=ProducerOptions(retry_times=0, send_timeout_ms=3000),
         )
         producer.start()
         try:

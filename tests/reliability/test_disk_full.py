@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from boltmq import Message, Producer, SendError
+from boltmq import Message, Producer, ProducerOptions, SendError
 from boltmq.message import SendResult, SendStatus
 from tests.reliability.conftest import FaultCluster, check_files
 from tests.reliability.load import Ack, wait_until
@@ -80,7 +80,9 @@ class Sender:
     """A producer that records acknowledgements and the last refusal."""
 
     def __init__(self, registry: str) -> None:
-        self.producer = Producer(registry, "disk-full", retry_times=0).start()
+        self.producer = Producer(
+            registry, "disk-full", options=ProducerOptions(retry_times=0)
+        ).start()
         self.acked: dict[bytes, Ack] = {}
         self.refusals: list[str] = []
         self.sent = 0

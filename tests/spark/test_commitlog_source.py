@@ -19,12 +19,7 @@ from boltmq.spark.commitlog import (
     plan_partitions,
 )
 from boltmq.spark.schema import COMMITLOG_COLUMNS
-from boltmq.wire.record import (
-    BODY_CRC_OFFSET,
-    MAGIC_BLANK,
-    MAGIC_MESSAGE,
-    read_total_and_magic,
-)
+from boltmq.wire.record import BODY_CRC_OFFSET, MAGIC_BLANK, MAGIC_MESSAGE, read_total_and_magic
 from services.store import MessageStore, PutStatus, StoreMessage
 
 SEGMENT_BYTES = 64 * 1024

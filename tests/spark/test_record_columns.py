@@ -20,9 +20,11 @@ from boltmq.wire.record import (
     FIXED_OVERHEAD_IPV4,
     HEADS,
     MAGIC_BLANK,
-    blank_marker,
     body_crc,
     decode_records,
+)
+from boltmq.wire.record_encoding import (
+    blank_marker,
     encode_host,
     encode_properties,
     encode_tail,

@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from boltmq.wire import record_heads
+from boltmq.wire import pulled_records
+from boltmq.wire.pulled_records import decode_pulled
 from boltmq.wire.record import (
     BODY_CRC_OFFSET,
     SYS_FLAG_BORN_HOST_V6,
@@ -19,7 +20,6 @@ from boltmq.wire.record import (
     decode_records,
 )
 from boltmq.wire.record_batch import RAW_HEAD, encode_send_record
-from boltmq.wire.record_heads import decode_pulled
 
 INT = struct.Struct(">i")
 
@@ -161,7 +161,7 @@ def test_decode_pulled_checks_a_long_run_of_one_topic_without_the_record_loop(
     def loop(data: object, check_crc: bool = True) -> list:  # type: ignore[type-arg]
         raise AssertionError("the run went to the record by record loop")
 
-    monkeypatch.setattr(record_heads, "decode_records", loop)
+    monkeypatch.setattr(pulled_records, "decode_records", loop)
     for run in ("same size", "sizes differ, tags and keys"):
         assert len(decode_pulled(b"".join(RUNS[run]))) == 40
     bad_crc = b"".join(

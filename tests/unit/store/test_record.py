@@ -37,14 +37,12 @@ from boltmq.wire.record import (
     decode_host,
     decode_properties,
     decode_record,
-    encode_host,
-    encode_properties,
-    encode_topic,
     java_string_hash,
     make_msg_id,
     parse_msg_id,
     tags_code,
 )
+from boltmq.wire.record_encoding import encode_host, encode_properties, encode_topic
 from boltmq.wire.topic import (
     InvalidSubscription,
     InvalidTopic,

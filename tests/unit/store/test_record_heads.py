@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from boltmq.wire.record import CorruptRecord, InvalidMessage, encode_topic
+from boltmq.wire.record import CorruptRecord, InvalidMessage
 from boltmq.wire.record_batch import (
     H_SYS_FLAG,
     RAW_HEAD,
@@ -21,6 +21,7 @@ from boltmq.wire.record_batch import (
     encode_send_record,
     frame_records,
 )
+from boltmq.wire.record_encoding import encode_topic
 from boltmq.wire.record_heads import SMALL_BATCH, check_heads, sections_contain
 from services.broker.delay_message import DELAY_MARKERS
 from tests.unit.store.test_record_batch import TOPIC, bad_records, record

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from boltmq.wire.pulled_records import verified_runs
 from boltmq.wire.record import CorruptRecord, verified_record
-from boltmq.wire.record_heads import SMALL_BATCH, verified_runs
+from boltmq.wire.record_heads import SMALL_BATCH
 from services.store import MessageStore, StoreMessage
 
 COUNT = 40
