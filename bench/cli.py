@@ -174,13 +174,13 @@ _REGISTRY = click.option(
 _TOPIC = click.option("--topic", default="BenchTopic", show_default=True)
 
 
-def _echo_result(outcome, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def _echo_result(outcome, as_json: bool) -> None:
     from bench.report import format_result, to_json
 
     click.echo(to_json(outcome) if as_json else format_result(outcome))
 
 
-def _bench_call(fn, *args):  # type: ignore[no-untyped-def]
+def _bench_call(fn, *args):
     from boltmq.client import BoltMQError
     from boltmq.kernel.registry_client import RegistryError
 
@@ -400,7 +400,7 @@ def bench_soak(
         limits=Limits(rss_slope_max, fd_slack),
     )
 
-    def show(sample):  # type: ignore[no-untyped-def]
+    def show(sample):
         procs = "  ".join(f"{n} {p.anon_mib:.0f}MiB/{p.fds}fd" for n, p in sample.processes.items())
         click.echo(
             f"{sample.t_s:>7.1f}s  sent {sample.sent_per_s:>8.0f}/s  received "

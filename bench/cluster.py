@@ -82,7 +82,7 @@ def bench_consume(
     lock = threading.Lock()
     first: list[float] = []
 
-    def listener(messages: list) -> None:  # type: ignore[type-arg]
+    def listener(messages: list) -> None:
         nonlocal received
         with lock:
             if not first:
@@ -134,7 +134,7 @@ def bench_e2e(
     done = threading.Event()
     lock = threading.Lock()
 
-    def listener(messages: list) -> None:  # type: ignore[type-arg]
+    def listener(messages: list) -> None:
         now = time.perf_counter_ns()
         with lock:
             for m in messages:

@@ -162,7 +162,7 @@ def run(
                 .option("topic", topic)
                 .mode("append")
                 .save
-            )  # type: ignore[no-any-return]
+            )
 
         if "write" in paths:
             # Warm-up, as for the reads: the first write of a session also starts the

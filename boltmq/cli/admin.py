@@ -23,7 +23,7 @@ RPC_TIMEOUT_S = 5.0
 
 
 def _rpc_text(exc: grpc.RpcError) -> str:
-    return f"{exc.code().name}: {exc.details()}"  # type: ignore[attr-defined]
+    return f"{exc.code().name}: {exc.details()}"
 
 
 class Admin:

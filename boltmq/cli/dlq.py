@@ -40,7 +40,7 @@ def _dead_letters(
                 timeout=RPC_TIMEOUT_S,
             )
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return letters  # no DLQ topic on this broker
             raise
         letters.extend(page.messages)

@@ -121,7 +121,7 @@ def _queue_lines(queues: ConsumeQueueTable) -> Iterator[str]:
         )
 
 
-def _index_lines(index) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def _index_lines(index) -> Iterator[str]:
     files = list(index.files)
     yield f"index files: {len(files)}"
     for f in files:

@@ -30,7 +30,7 @@ def fail(error: BaseException | str) -> click.ClickException:
     return click.ClickException(str(error))
 
 
-def registry_option(fn):  # type: ignore[no-untyped-def]
+def registry_option(fn):
     """``--registry`` and the TLS / ACL credential options (:mod:`boltmq.cli.security`)."""
     from boltmq.cli.security import security_options
 
@@ -114,14 +114,14 @@ def produce(
         producer.shutdown()
 
 
-def _produce_many(producer, make, count: int, size: int) -> None:  # type: ignore[no-untyped-def]
+def _produce_many(producer, make, count: int, size: int) -> None:
     from rich.progress import Progress
 
     data = b"x" * size
     failures: list[BaseException] = []
     done = threading.Semaphore(0)
 
-    def callback(result, error) -> None:  # type: ignore[no-untyped-def]
+    def callback(result, error) -> None:
         if error is not None:
             failures.append(error)
         done.release()
@@ -193,7 +193,7 @@ def consume(
     with Progress(disable=not quiet or 0 < count < PROGRESS_MIN_COUNT, transient=True) as bar:
         task = bar.add_task("consuming", total=count or None)
 
-        def listener(messages):  # type: ignore[no-untyped-def]
+        def listener(messages):
             nonlocal received, last
             with lock:
                 if count and received >= count:

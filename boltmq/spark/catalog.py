@@ -135,7 +135,7 @@ class Catalog:
                 self.options.security.unreachable_hint()
                 if exc.code() == grpc.StatusCode.UNAVAILABLE
                 else ""
-            )  # type: ignore[attr-defined]
+            )
             raise OptionError(
                 f"broker {address} {method} failed: {rpc_error_text(exc)}{hint}"
             ) from None

@@ -53,7 +53,7 @@ def _ms(value: datetime) -> int:
     return (value - _EPOCH) // timedelta(milliseconds=1)
 
 
-def _intersect(old: frozenset | None, new: Iterable[Any]) -> frozenset:  # type: ignore[type-arg]
+def _intersect(old: frozenset | None, new: Iterable[Any]) -> frozenset:
     values = frozenset(new)
     return values if old is None else old & values
 

@@ -325,7 +325,7 @@ class ConsumeQueue:
     def delete_files_below(self, commitlog_min_offset: int, force_after_s: float) -> int:
         """Destroy files whose every entry points below the CommitLog minimum."""
 
-        def expired(mf) -> bool:  # type: ignore[no-untyped-def]
+        def expired(mf) -> bool:
             last = ENTRY.unpack_from(mf.view, mf.file_size - ENTRY_SIZE)
             return mf.wrote_position >= mf.file_size and 0 <= last[0] < commitlog_min_offset
 

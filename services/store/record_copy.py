@@ -274,7 +274,7 @@ class _SegmentWrite:
         source_position: int,
         total: int,
         at: int,
-        head: tuple,  # type: ignore[type-arg]
+        head: tuple,
         queue_offset: int,
         physical: int,
     ) -> None:

@@ -135,7 +135,7 @@ def recover(
     return report
 
 
-def _cut_queue(cq, commitlog_offset: int) -> list[str]:  # type: ignore[no-untyped-def]
+def _cut_queue(cq, commitlog_offset: int) -> list[str]:
     cut = cq.truncate_past(commitlog_offset)
     if cut:
         return [

@@ -85,7 +85,7 @@ def _check_commitlog_and_queues(
     return end
 
 
-def _check_entry_of(queues: ConsumeQueueTable, request, problems: list[str]) -> None:  # type: ignore[no-untyped-def]
+def _check_entry_of(queues: ConsumeQueueTable, request, problems: list[str]) -> None:
     where = f"{request.topic}/{request.queue_id}@{request.queue_offset}"
     cq = queues.get(request.topic, request.queue_id)
     if cq is None:
@@ -112,7 +112,7 @@ def _check_entry_of(queues: ConsumeQueueTable, request, problems: list[str]) -> 
         problems.append(f"consume queue {where}: tag code {code}, record says {request.tags_code}")
 
 
-def _check_queue(commitlog: CommitLog, cq, dispatched_end: int, problems: list[str]) -> None:  # type: ignore[no-untyped-def]
+def _check_queue(commitlog: CommitLog, cq, dispatched_end: int, problems: list[str]) -> None:
     commitlog_min = commitlog.min_offset
     for queue_offset in range(cq.min_offset(), cq.max_offset()):
         if len(problems) >= MAX_PROBLEMS:
