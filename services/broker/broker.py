@@ -109,8 +109,8 @@ class Broker:
         self._scanner: asyncio.Task[None] | None = None
 
     def _build_cluster(self, config: BrokerConfig, client_tls: tls.ClientTLS | None) -> None:
-        """The store's role, the registrar, the ACL (kept in the store) and the replica's
-        copy of the master's metadata."""
+        """Build ``role`` (the store's), ``registrar``, ``acl`` (kept in the store) and
+        ``sync`` (a replica's copy of its master broker's metadata)."""
         registrar: Registrar  # the role's on_change calls it; bound just below
         self.role = StoreRole(
             self.store,
@@ -152,7 +152,7 @@ class Broker:
         """The processors, and the servicer over them."""
         publisher = TopicPublisher(self.persister, self.registrar)
         group_access = GroupAccess(self.groups, self.persister)
-        self.admin = AdminProcessor(
+        admin = AdminProcessor(
             config,
             self.topics,
             self.groups,
@@ -179,7 +179,7 @@ class Broker:
                 self.locks,
                 RetryTopics(self.topics, publisher),
             ),
-            self.admin,
+            admin,
             self.transactions,
             SendBackProcessor(config, self.topics, group_access, self.store, publisher),
             DeadLetterProcessor(config, self.topics, self.store),
