@@ -1,11 +1,22 @@
-"""The broker: composes its parts and runs their lifecycle, nothing more.
+"""The broker: builds its parts and runs their lifecycle, nothing more.
 
-Parts (each its own module, none holding a reference back here): the store
-client, the topic / group / offset tables and their persister, the client
-and queue-lock tables, the long-poll hub with its arrival watcher, the
-registrar, and the processors the servicer calls. The broker keeps no state
-of its own on disk (DESIGN 2); :meth:`Broker.start` reads its metadata from
-the store and :meth:`Broker.stop` writes back what changed.
+Every part is built once, through its constructor, in dependency order: the
+store client; the metadata tables and their persister; the store's role and
+the registrar; the ACL and the metadata sync; the long-poll hub and its
+arrival watcher; the metrics; the processors; the servicer last. No part
+holds a reference back here, and nothing is assigned onto a part after it is
+built. Two pairs need each other, and get a callable or a small shared object
+instead of the other part:
+
+- the store's role re-registers when it changes, and the registrar asks the
+  role for its id, epoch and demotion: the role gets ``on_change``, a callable
+  bound to the registrar built next;
+- the long-poll hub names the queues pulls wait on, and the arrival watcher
+  wakes the hub's pulls: both share a :class:`QueueInterests`.
+
+The broker keeps no state of its own on disk (the store is the only process
+that writes files): :meth:`Broker.start` reads its metadata from the store
+and :meth:`Broker.stop` writes back what changed.
 """
 
 from __future__ import annotations
@@ -20,36 +31,36 @@ from services.broker.access.acl_table import AclTable, read_seed_file
 from services.broker.access.authorizer import Authorizer
 from services.broker.access.client_limits import ClientLimits
 from services.broker.access.gate import BrokerGate
-from services.broker.admin_processor import AdminProcessor
-from services.broker.arrival_watcher import ArrivalWatcher
-from services.broker.check_channel import CheckChannels
-from services.broker.client_manager import ClientManager
-from services.broker.client_processor import ClientProcessor
+from services.broker.admin.admin_processor import AdminProcessor
+from services.broker.arrivals.arrival_watcher import ArrivalWatcher, QueueInterests
+from services.broker.arrivals.long_poll import LongPollHub
+from services.broker.clients.client_manager import ClientManager
+from services.broker.clients.client_processor import ClientProcessor
+from services.broker.clients.queue_lock import QueueLockManager
+from services.broker.cluster.metadata_sync import MetadataSync
+from services.broker.cluster.registration import BrokerIdentity, Registrar
+from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
-from services.broker.consumer_offset import ConsumerOffsetManager
-from services.broker.dead_letter import DeadLetterProcessor
-from services.broker.delay_message import levels_of
-from services.broker.delay_offset import DelayOffsetManager
+from services.broker.delay.delay_message import levels_of
+from services.broker.delay.schedule_service import ScheduleService
 from services.broker.errors import BrokerError
-from services.broker.group_access import GroupAccess
-from services.broker.long_poll import LongPollHub
-from services.broker.metadata import MetadataPersister
-from services.broker.metadata_sync import MetadataSync
+from services.broker.metadata.consumer_offset import ConsumerOffsetManager
+from services.broker.metadata.delay_offset import DelayOffsetManager
+from services.broker.metadata.group_access import GroupAccess
+from services.broker.metadata.persister import MetadataPersister
+from services.broker.metadata.subscription_group import SubscriptionGroupManager
+from services.broker.metadata.topic_config import TopicConfigManager
 from services.broker.metrics import BrokerMetrics
-from services.broker.pull_processor import PullProcessor
-from services.broker.queue_lock import QueueLockManager
-from services.broker.registration import BrokerIdentity, Registrar
-from services.broker.retry_topic import RetryTopics
-from services.broker.schedule_service import ScheduleService
-from services.broker.send_back import SendBackProcessor
-from services.broker.send_processor import SendProcessor
+from services.broker.pull.pull_processor import PullProcessor
+from services.broker.retry.dead_letter import DeadLetterProcessor
+from services.broker.retry.retry_topic import RetryTopics
+from services.broker.retry.send_back import SendBackProcessor
+from services.broker.send.send_processor import SendProcessor
 from services.broker.servicer import BrokerServicer
-from services.broker.store_client import StoreClient
-from services.broker.store_role import StoreRole
-from services.broker.subscription_group import SubscriptionGroupManager
-from services.broker.topic_config import TopicConfigManager
-from services.broker.topic_publisher import TopicPublisher
-from services.broker.transaction_service import TransactionService
+from services.broker.store.store_client import StoreClient
+from services.broker.store.store_role import StoreRole
+from services.broker.transaction.check_channel import CheckChannels
+from services.broker.transaction.transaction_service import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +81,6 @@ class Broker:
         )
         self.groups = SubscriptionGroupManager(config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager()
-        self.clients = ClientManager(config.client_expiry_ms)
-        self.locks = QueueLockManager(config.queue_lock_expiry_ms)
-        self.hub = LongPollHub(config.long_poll_max_parked)
-        self.watcher = ArrivalWatcher(self.store, self.hub, config.watch_reconnect_max_ms)
         self.delay_offsets = DelayOffsetManager()
         self.persister = MetadataPersister(
             self.store,
@@ -83,15 +90,38 @@ class Broker:
             config.offset_persist_interval_ms,
             self.delay_offsets,
         )
+        self._build_cluster(config, client_tls)
+        self.clients = ClientManager(config.client_expiry_ms)
+        self.locks = QueueLockManager(config.queue_lock_expiry_ms)
+        interests = QueueInterests()
+        self.hub = LongPollHub(config.long_poll_max_parked, on_wait=interests.name)
+        self.watcher = ArrivalWatcher(
+            self.store, self.hub, interests, config.watch_reconnect_max_ms
+        )
+        self.metrics = BrokerMetrics(self.hub, self.offsets)
+        self.transactions = TransactionService(config, self.store, self.role, CheckChannels())
+        self.schedule = ScheduleService(
+            levels_of(config), self.store, self.delay_offsets, self.hub, self.role
+        )
+        self.servicer = self._build_servicer(config)
+        self.gate = _gate(config, self.acl)
+        """The server interceptor in front of every call (None: nothing to enforce)."""
+        self._scanner: asyncio.Task[None] | None = None
+
+    def _build_cluster(self, config: BrokerConfig, client_tls: tls.ClientTLS | None) -> None:
+        """Build ``role`` (the store's), ``registrar``, ``acl`` (kept in the store) and
+        ``sync`` (a replica's copy of its master broker's metadata)."""
+        registrar: Registrar  # the role's on_change calls it; bound just below
         self.role = StoreRole(
             self.store,
             config.broker_id,
             config.ha_address,
             config.role_check_interval_ms,
+            on_change=lambda: registrar.register_all(),
             tls=client_tls,
         )
         identity = BrokerIdentity(config.cluster_name, config.broker_name, config.ha_address)
-        self.registrar = Registrar(
+        registrar = self.registrar = Registrar(
             identity,
             self.role,
             config.registry_address_list,
@@ -100,7 +130,8 @@ class Broker:
             config.registry_timeout_ms,
             client_tls,
         )
-        self.role.on_change = self.registrar.register_all
+        seed = read_seed_file(config.acl_file) if config.acl_file else None
+        self.acl = AclTable(self.store, seed)
         self.sync = MetadataSync(
             config.cluster_name,
             config.broker_name,
@@ -110,13 +141,18 @@ class Broker:
             self.topics,
             self.groups,
             self.offsets,
+            self.acl,
             config.metadata_sync_interval_ms,
             config.store_timeout_ms,
+            Credentials(config.access_key, config.secret_key) if config.access_key else None,
             client_tls,
         )
+
+    def _build_servicer(self, config: BrokerConfig) -> BrokerServicer:
+        """The processors, and the servicer over them."""
         publisher = TopicPublisher(self.persister, self.registrar)
         group_access = GroupAccess(self.groups, self.persister)
-        self.admin = AdminProcessor(
+        admin = AdminProcessor(
             config,
             self.topics,
             self.groups,
@@ -126,63 +162,30 @@ class Broker:
             publisher,
             self.role,
             self.persister,
+            self.registrar.advertised_address,
         )
-        self.transactions = TransactionService(config, self.store, self.role, CheckChannels())
-        send = SendProcessor(config, self.topics, self.store, publisher)
-        send.transactions = self.transactions
-        self.servicer = BrokerServicer(
-            send,
+        return BrokerServicer(
+            SendProcessor(
+                config, self.topics, self.store, publisher, self.transactions, self.metrics
+            ),
             PullProcessor(
                 config, self.topics, group_access, self.offsets, self.store, self.hub, self.role
             ),
-            ClientProcessor(self.topics, group_access, self.clients, self.offsets, self.locks),
-            self.admin,
+            ClientProcessor(
+                self.topics,
+                group_access,
+                self.clients,
+                self.offsets,
+                self.locks,
+                RetryTopics(self.topics, publisher),
+            ),
+            admin,
             self.transactions,
+            SendBackProcessor(config, self.topics, group_access, self.store, publisher),
+            DeadLetterProcessor(config, self.topics, self.store),
+            AclAdmin(self.acl, config.acl_enable),
+            self.metrics,
         )
-        self.metrics = BrokerMetrics(self.hub, self.offsets)
-        self.servicer.metrics = self.metrics
-        send.metrics = self.metrics
-        self._scanner: asyncio.Task[None] | None = None
-        self._wire_retry_and_delay(config, group_access, publisher)
-        self._wire_access(config)
-
-    def _wire_retry_and_delay(
-        self, config: BrokerConfig, group_access: GroupAccess, publisher: TopicPublisher
-    ) -> None:
-        """Send-back, dead letters, retry topics on heartbeats and the delay scheduler."""
-        self.schedule = ScheduleService(
-            levels_of(config), self.store, self.delay_offsets, self.hub, self.role
-        )
-        self.servicer.send_back = SendBackProcessor(
-            config, self.topics, group_access, self.store, publisher
-        )
-        self.servicer.dead_letters = DeadLetterProcessor(config, self.topics, self.store)
-        self.servicer._clients.retry_topics = RetryTopics(self.topics, publisher)
-
-    def _wire_access(self, config: BrokerConfig) -> None:
-        """The ACL (kept in the store), its admin calls, and the replica's copy of it."""
-        seed = read_seed_file(config.acl_file) if config.acl_file else None
-        self.acl = AclTable(self.store, seed)
-        self.servicer.acl = AclAdmin(self.acl, config.acl_enable)
-        self.sync.acl = self.acl
-        if config.access_key:
-            self.sync.credentials = Credentials(config.access_key, config.secret_key)
-        authorizer = (
-            Authorizer(lambda: self.acl.document, config.acl_signature_max_skew_ms)
-            if config.acl_enable
-            else None
-        )
-        limits = (
-            ClientLimits(
-                config.client_request_rate_per_s,
-                config.client_request_burst,
-                config.client_in_flight_max,
-            )
-            if config.client_request_rate_per_s or config.client_in_flight_max
-            else None
-        )
-        self.gate = BrokerGate(authorizer, limits) if authorizer or limits else None
-        """The server interceptor in front of every call (None: nothing to enforce)."""
 
     async def start(self, advertised_address: str) -> None:
         """Load metadata from the store, then open the arrival stream and register."""
@@ -192,7 +195,6 @@ class Broker:
             await self.role.refresh()
         except BrokerError as exc:
             raise BrokerStartError(f"broker cannot load its metadata: {exc}") from None
-        self.admin.advertised_address = advertised_address
         self.watcher.start()
         self.persister.start()
         self.schedule.start()
@@ -237,3 +239,23 @@ class Broker:
                 log.info("consumer %s of group %s expired", client_id, group)
                 self.locks.unlock_client(group, client_id)
             self.locks.expire()
+
+
+def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate | None:
+    """Access control (signed calls checked against ``acl``) and per-client limits, as
+    configured; None when neither is on."""
+    authorizer = (
+        Authorizer(lambda: acl.document, config.acl_signature_max_skew_ms)
+        if config.acl_enable
+        else None
+    )
+    limits = (
+        ClientLimits(
+            config.client_request_rate_per_s,
+            config.client_request_burst,
+            config.client_in_flight_max,
+        )
+        if config.client_request_rate_per_s or config.client_in_flight_max
+        else None
+    )
+    return BrokerGate(authorizer, limits) if authorizer or limits else None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from boltmq.kernel.config import ConfigError, ServerSettings
 from boltmq.kernel.signing import Credentials, SigningError
-from services.broker.delay_level import (
+from services.broker.delay.delay_level import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
     InvalidDelayLevels,
     parse_delay_levels,
@@ -20,13 +20,13 @@ from services.broker.delay_level import (
 
 PORT_MAX = 65535
 NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
-"""Cluster and broker names double as topic names (DESIGN 5), so they obey the topic rule."""
+"""Cluster and broker names double as topic names (system topics), so they obey the topic rule."""
 _ADDRESS_PATTERN = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$")
 
 
 @dataclass(frozen=True)
 class BrokerConfig(ServerSettings):
-    """Settings of one broker (DESIGN 5)."""
+    """Settings of one broker."""
 
     listen_host: str = "127.0.0.1"
     """Address the broker service binds (``0.0.0.0`` in a container)."""
@@ -78,7 +78,7 @@ class BrokerConfig(ServerSettings):
     queue_lock_expiry_ms: int = 60_000
     """An orderly consumer's queue lock not renewed for this long is free again."""
     max_message_size_bytes: int = 4 * 1024 * 1024
-    """Largest body accepted (DESIGN 4.9)."""
+    """Largest body accepted."""
     max_batch_messages: int = 4096
     """Messages in one SendMessage at most."""
     max_query_messages: int = 64
@@ -86,7 +86,7 @@ class BrokerConfig(ServerSettings):
     role_check_interval_ms: int = 1_000
     """How often the store's role is read (a promotion or demotion re-registers at once)."""
     metadata_sync_interval_ms: int = 10_000
-    """Replica side: how often the master broker's metadata is copied (DESIGN 7)."""
+    """Replica side: how often the master broker's metadata is copied (docs/ha.md)."""
     slave_read_enable: bool = False
     """Master side: send consumers that are far behind to a replica (suggest_broker_id)."""
     suggest_pulling_from_slave_lag_messages: int = 100_000

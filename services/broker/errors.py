@@ -1,57 +1,50 @@
-"""Named errors of the broker's domain, each carrying the gRPC status it maps to.
+"""Named errors of the broker's domain, in the kernel's one error vocabulary.
 
-Domain code raises these; the servicer turns them into a status in one place
-(``servicer._rpc``). Outcomes that are not errors (a pull that found nothing,
-a put the store refused) stay enums in responses (DESIGN 4.8).
+Each is a :class:`boltmq.kernel.errors.ServiceError` carrying the gRPC status
+a caller gets, and a :class:`BrokerError`, so the broker's background tasks
+catch every failure of a store call in one ``except``. Domain code raises
+them; the servicer's handlers end a call with their status and message
+(:func:`boltmq.kernel.errors.answers_errors`), there and nowhere else.
+Outcomes that are not errors (a pull that found nothing, a put the store
+refused) stay enums in responses.
 """
 
 from __future__ import annotations
 
 import grpc
 
-
-class BrokerError(Exception):
-    """Base of every error the broker reports to a caller."""
-
-    code = grpc.StatusCode.INTERNAL
+from boltmq.kernel import errors
 
 
-class InvalidArgument(BrokerError):
+class BrokerError(errors.ServiceError):
+    """Base of every error the broker reports to a caller (INTERNAL unless named)."""
+
+
+class InvalidArgument(BrokerError, errors.InvalidArgument):
     """A malformed request; the message names the field."""
 
-    code = grpc.StatusCode.INVALID_ARGUMENT
 
-
-class NotFound(BrokerError):
+class NotFound(BrokerError, errors.NotFound):
     """An unknown topic or group."""
 
-    code = grpc.StatusCode.NOT_FOUND
 
-
-class PermissionDenied(BrokerError):
+class PermissionDenied(BrokerError, errors.PermissionDenied):
     """A topic's perm bits or a group's settings forbid the operation."""
 
-    code = grpc.StatusCode.PERMISSION_DENIED
 
-
-class FailedPrecondition(BrokerError):
+class FailedPrecondition(BrokerError, errors.FailedPrecondition):
     """The operation is not allowed in the current state (e.g. deleting a system topic)."""
 
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
-
-class StoreUnavailable(BrokerError):
+class StoreUnavailable(BrokerError, errors.Unavailable):
     """The store could not be reached or did not answer in time."""
-
-    code = grpc.StatusCode.UNAVAILABLE
 
 
 class StoreFailed(BrokerError):
     """The store answered with an error status other than unavailability."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, code)
 
 
 class CorruptMetadata(BrokerError):

@@ -34,8 +34,8 @@ from collections.abc import Iterable
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from boltmq.kernel import telemetry
-from services.broker.consumer_offset import ConsumerOffsetManager
-from services.broker.long_poll import LongPollHub
+from services.broker.arrivals.long_poll import LongPollHub
+from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 
 METER_NAME = "boltmq.broker"
 

@@ -3,58 +3,31 @@
 Every method delegates to a processor; a :class:`BrokerError` raised anywhere
 below becomes the gRPC status it names (INVALID_ARGUMENT naming the field,
 NOT_FOUND, PERMISSION_DENIED, UNAVAILABLE when the store cannot be reached),
-here and nowhere else.
+here and nowhere else: every handler is wrapped in the kernel's
+:func:`~boltmq.kernel.errors.answers_errors`.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
 
 import grpc
 
 from boltmq.kernel import telemetry
+from boltmq.kernel.errors import answers_errors
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
 from services.broker.access.acl_admin import AclAdmin
 from services.broker.access.acl_file import ACL_FILE
-from services.broker.admin_processor import AdminProcessor
-from services.broker.client_processor import ClientProcessor
-from services.broker.dead_letter import DeadLetterProcessor
-from services.broker.errors import BrokerError, FailedPrecondition
+from services.broker.admin.admin_processor import AdminProcessor
+from services.broker.clients.client_processor import ClientProcessor
+from services.broker.metadata.names import check_client_id, check_group
 from services.broker.metrics import BrokerMetrics
-from services.broker.names import check_client_id, check_group
-from services.broker.pull_processor import PullProcessor
-from services.broker.send_back import SendBackProcessor
-from services.broker.send_processor import SendProcessor
-from services.broker.transaction_service import TransactionService
+from services.broker.pull.pull_processor import PullProcessor
+from services.broker.retry.dead_letter import DeadLetterProcessor
+from services.broker.retry.send_back import SendBackProcessor
+from services.broker.send.send_processor import SendProcessor
+from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import queues_to_proto, topic_to_proto
-
-log = logging.getLogger(__name__)
-
-R = TypeVar("R")
-Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
-
-
-def _rpc(method: Handler[R]) -> Handler[R]:
-    """Map BrokerErrors raised by ``method`` to their gRPC status."""
-
-    @functools.wraps(method)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
-        try:
-            return await method(self, request, context)
-        except BrokerError as exc:
-            if exc.code not in (
-                grpc.StatusCode.INVALID_ARGUMENT,
-                grpc.StatusCode.NOT_FOUND,
-                grpc.StatusCode.PERMISSION_DENIED,
-            ):
-                log.warning("%s failed: %s", method.__name__, exc)
-            await context.abort(exc.code, str(exc))
-            raise AssertionError("context.abort returned") from None
-
-    return wrapper
 
 
 def peer_address(peer: str) -> str:
@@ -72,24 +45,34 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         pull: PullProcessor,
         clients: ClientProcessor,
         admin: AdminProcessor,
-        transactions: TransactionService | None = None,
+        transactions: TransactionService,
+        send_back: SendBackProcessor,
+        dead_letters: DeadLetterProcessor,
+        acl: AclAdmin,
+        metrics: BrokerMetrics,
     ) -> None:
-        self._transactions = transactions
         self._send = send
         self._pull = pull
         self._clients = clients
         self._admin = admin
-        self.metrics: BrokerMetrics | None = None
-        """Pull traffic counters (set by the broker; the send processor counts sends)."""
+        self._transactions = transactions
+        self._send_back = send_back
+        """ConsumerSendBack."""
+        self._dead_letters = dead_letters
+        """ListDeadLetters and ResendDeadLetters."""
+        self._acl = acl
+        """GetAcl and UpdateAcl."""
+        self._metrics = metrics
+        """Pull traffic counters (the send processor counts sends)."""
 
-    @_rpc
+    @answers_errors
     async def SendMessage(
         self, request: broker_pb2.SendRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.SendResponse:
         """Validate a batch and append it to the store in one call."""
         return await self._send.send(request, peer_address(context.peer()))
 
-    @_rpc
+    @answers_errors
     async def PullMessage(
         self, request: broker_pb2.BrokerPullRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
@@ -101,17 +84,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         answer = await self._pull.pull(request)
         size = len(answer.encoded)
         telemetry.annotate(request.topic, request.queue_id, answer.record_count, size)
-        if self.metrics is not None:
-            self.metrics.pulled(
-                request.topic,
-                request.queue_id,
-                answer.record_count,
-                size,
-                answer.response.max_offset,
-            )
+        self._metrics.pulled(
+            request.topic, request.queue_id, answer.record_count, size, answer.response.max_offset
+        )
         return answer.encoded
 
-    @_rpc
+    @answers_errors
     async def PullQueues(
         self, request: broker_pb2.BrokerPullQueuesRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
@@ -120,20 +98,18 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         Answers the store's PullQueuesResponse encoding as it came, like PullMessage.
         """
         answer = await self._pull.pull_queues(request)
-        if self.metrics is not None:
-            for pull, response in zip(
-                request.pulls, answer.responses, strict=False
-            ):  # fewer answers than pulls
-                self.metrics.pulled(
-                    pull.topic,
-                    pull.queue_id,
-                    response.record_count,
-                    response.ByteSize(),
-                    response.max_offset,
-                )
+        # fewer answers than pulls when the store's answers ran out of max_bytes
+        for pull, response in zip(request.pulls, answer.responses, strict=False):
+            self._metrics.pulled(
+                pull.topic,
+                pull.queue_id,
+                response.record_count,
+                response.ByteSize(),
+                response.max_offset,
+            )
         return answer.encoded
 
-    @_rpc
+    @answers_errors
     async def Heartbeat(
         self, request: broker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.HeartbeatResponse:
@@ -141,7 +117,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         await self._clients.heartbeat(request)
         return broker_pb2.HeartbeatResponse()
 
-    @_rpc
+    @answers_errors
     async def UnregisterClient(
         self, request: broker_pb2.UnregisterClientRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.UnregisterClientResponse:
@@ -149,14 +125,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         self._clients.unregister(request)
         return broker_pb2.UnregisterClientResponse()
 
-    @_rpc
+    @answers_errors
     async def GetConsumerList(
         self, request: broker_pb2.GetConsumerListRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.GetConsumerListResponse:
         """Live members of a consumer group, sorted."""
         return broker_pb2.GetConsumerListResponse(client_ids=self._clients.consumer_list(request))
 
-    @_rpc
+    @answers_errors
     async def UpdateConsumerOffset(
         self, request: broker_pb2.UpdateConsumerOffsetRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.UpdateConsumerOffsetResponse:
@@ -164,14 +140,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         await self._clients.update_offset(request)
         return broker_pb2.UpdateConsumerOffsetResponse()
 
-    @_rpc
+    @answers_errors
     async def QueryConsumerOffset(
         self, request: broker_pb2.QueryConsumerOffsetRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.QueryConsumerOffsetResponse:
         """A group's committed offset on one queue (found false: none)."""
         return _offset_answer(self._clients.query_offset(request))
 
-    @_rpc
+    @answers_errors
     async def QueryConsumerOffsets(
         self, request: broker_pb2.QueryConsumerOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.QueryConsumerOffsetsResponse:
@@ -180,14 +156,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
             offsets=[_offset_answer(offset) for offset in self._clients.query_offsets(request)]
         )
 
-    @_rpc
+    @answers_errors
     async def LockQueues(
         self, request: broker_pb2.LockQueuesRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.LockQueuesResponse:
         """Lock or renew queues for an orderly consumer; ``locked`` lists those held."""
         return broker_pb2.LockQueuesResponse(locked=queues_to_proto(self._clients.lock(request)))
 
-    @_rpc
+    @answers_errors
     async def UnlockQueues(
         self, request: broker_pb2.LockQueuesRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.LockQueuesResponse:
@@ -195,7 +171,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         released = self._clients.unlock(request)
         return broker_pb2.LockQueuesResponse(locked=queues_to_proto(released))
 
-    @_rpc
+    @answers_errors
     async def UpsertTopic(
         self, request: broker_pb2.UpsertTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.UpsertTopicResponse:
@@ -203,7 +179,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         config = await self._admin.upsert_topic(request)
         return broker_pb2.UpsertTopicResponse(topic=topic_to_proto(config))
 
-    @_rpc
+    @answers_errors
     async def DeleteTopic(
         self, request: broker_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DeleteTopicResponse:
@@ -211,7 +187,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
         await self._admin.delete_topic(request)
         return broker_pb2.DeleteTopicResponse()
 
-    @_rpc
+    @answers_errors
     async def ListTopics(
         self, request: broker_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListTopicsResponse:
@@ -220,142 +196,120 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[mis
             topics=[topic_to_proto(t) for t in self._admin.list_topics()]
         )
 
-    @_rpc
+    @answers_errors
     async def TopicStatus(
         self, request: broker_pb2.TopicStatusRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.TopicStatusResponse:
         """Min and max offsets of every queue of a topic."""
         return broker_pb2.TopicStatusResponse(queues=await self._admin.topic_status(request))
 
-    @_rpc
+    @answers_errors
     async def ListGroups(
         self, request: broker_pb2.ListGroupsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListGroupsResponse:
         """Every known consumer group with its live members."""
         return broker_pb2.ListGroupsResponse(groups=self._admin.list_groups())
 
-    @_rpc
+    @answers_errors
     async def GroupProgress(
         self, request: broker_pb2.GroupProgressRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.GroupProgressResponse:
         """Broker offset, committed offset and lag per queue of a group."""
         return broker_pb2.GroupProgressResponse(queues=await self._admin.group_progress(request))
 
-    @_rpc
+    @answers_errors
     async def ViewMessage(
         self, request: store_pb2.GetRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.GetResponse:
         """One message by commitlog offset or message id."""
         return await self._admin.view_message(request)
 
-    @_rpc
+    @answers_errors
     async def QueryMessageByKey(
         self, request: store_pb2.QueryByKeyRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.QueryByKeyResponse:
         """Messages of a topic with a key, through the store's index."""
         return await self._admin.query_by_key(request)
 
-    @_rpc
+    @answers_errors
     async def GetBrokerInfo(
         self, request: broker_pb2.GetBrokerInfoRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.BrokerInfo:
         """Who this broker is, and its store's state."""
         return await self._admin.broker_info()
 
-    @_rpc
+    @answers_errors
     async def GetMetadata(
         self, request: broker_pb2.GetMetadataRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.GetMetadataResponse:
         """The metadata documents (replicas of the group copy them), the ACL included."""
         response = self._admin.metadata()
-        if self.acl is not None:
-            response.documents[ACL_FILE] = self.acl.table.to_json()
+        response.documents[ACL_FILE] = self._acl.table.to_json()
         return response
 
-    acl: AclAdmin | None = None
-    """GetAcl and UpdateAcl; set by the broker."""
-
-    @_rpc
+    @answers_errors
     async def GetAcl(
         self, request: broker_pb2.GetAclRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AclDocument:
         """The ACL document, secret keys masked."""
-        assert self.acl is not None, "the broker sets acl"
-        return self.acl.get()
+        return self._acl.get()
 
-    @_rpc
+    @answers_errors
     async def UpdateAcl(
         self, request: broker_pb2.UpdateAclRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AclDocument:
         """Upsert or delete an account, or replace every account; saved in the store."""
-        assert self.acl is not None, "the broker sets acl"
-        return await self.acl.update(request)
+        return await self._acl.update(request)
 
-    @_rpc
+    @answers_errors
     async def Promote(
         self, request: broker_pb2.PromoteRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.BrokerInfo:
         """Make this broker's store the master of its group."""
         return await self._admin.promote(request)
 
-    @_rpc
+    @answers_errors
     async def EndTransaction(
         self, request: broker_pb2.EndTransactionRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.EndTransactionResponse:
         """Commit or roll back a half message (once; a repeat answers the first decision)."""
-        return await self._transaction_service().end(request)
+        return await self._transactions.end(request)
 
+    @answers_errors
     async def TransactionChecks(
         self, request: broker_pb2.TransactionChecksRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[broker_pb2.TransactionCheck]:
         """Stream check-backs of the producer group's undecided half messages."""
-        try:
-            service = self._transaction_service()
-            group = check_group("producer_group", request.producer_group)
-            client_id = check_client_id("client_id", request.client_id)
-        except BrokerError as exc:
-            await context.abort(exc.code, str(exc))
-            return
-        channel = service.channels.open(group, client_id)
+        group = check_group("producer_group", request.producer_group)
+        client_id = check_client_id("client_id", request.client_id)
+        channels = self._transactions.channels
+        channel = channels.open(group, client_id)
         try:
             while True:
                 yield await channel.queue.get()
         finally:
-            service.channels.close(channel)
+            channels.close(channel)
 
-    def _transaction_service(self) -> TransactionService:
-        if self._transactions is None:
-            raise FailedPrecondition("this broker takes no transactions")
-        return self._transactions
-
-    send_back: SendBackProcessor | None = None
-    """ConsumerSendBack; set by the broker."""
-    dead_letters: DeadLetterProcessor | None = None
-    """ListDeadLetters and ResendDeadLetters; set by the broker."""
-
-    @_rpc
+    @answers_errors
     async def ConsumerSendBack(
         self, request: broker_pb2.ConsumerSendBackRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ConsumerSendBackResponse:
         """A consumer's failed message to %RETRY%<group> (delayed) or %DLQ%<group>."""
-        assert self.send_back is not None, "the broker sets send_back"
-        return await self.send_back.send_back(request)
+        return await self._send_back.send_back(request)
 
-    @_rpc
+    @answers_errors
     async def ListDeadLetters(
         self, request: broker_pb2.ListDeadLettersRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListDeadLettersResponse:
         """Dead letters of a group, oldest first."""
-        assert self.dead_letters is not None, "the broker sets dead_letters"
-        return await self.dead_letters.list(request)
+        return await self._dead_letters.list(request)
 
-    @_rpc
+    @answers_errors
     async def ResendDeadLetters(
         self, request: broker_pb2.ResendDeadLettersRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ResendDeadLettersResponse:
         """Copies of dead letters back to the topics they first failed on."""
-        assert self.dead_letters is not None, "the broker sets dead_letters"
-        return await self.dead_letters.resend(request)
+        return await self._dead_letters.resend(request)
 
 
 def _offset_answer(offset: int | None) -> broker_pb2.QueryConsumerOffsetResponse:

@@ -1,13 +1,27 @@
 """Conversions between the broker's domain values and their proto messages.
 
-Kept in one place so the servicer and the registrar speak the same wire form.
+Kept in one place so every part speaks the same wire form: the servicer and
+the registrar (a topic's configuration, queue ids), and every part that
+appends to the store and answers with what the store said (the send path,
+transactions, dead letters resent).
 """
 
 from __future__ import annotations
 
-from boltmq.v1 import broker_pb2, registry_pb2
-from services.broker.queue_lock import QueueKey
-from services.broker.topic_config import TopicConfig
+from collections.abc import Iterable
+
+from boltmq.v1 import broker_pb2, message_pb2, registry_pb2, store_pb2
+from services.broker.metadata.topic_config import TopicConfig
+
+SEND_STATUS_OF_STORED = {
+    message_pb2.PUT_OK: broker_pb2.SEND_OK,
+    message_pb2.FLUSH_DISK_TIMEOUT: broker_pb2.SEND_FLUSH_DISK_TIMEOUT,
+    message_pb2.FLUSH_SLAVE_TIMEOUT: broker_pb2.SEND_FLUSH_SLAVE_TIMEOUT,
+    message_pb2.SLAVE_NOT_AVAILABLE: broker_pb2.SEND_SLAVE_NOT_AVAILABLE,
+}
+"""Stored outcomes; every other PutMessageStatus means nothing was stored (SEND_FAILED)."""
+STORED = frozenset(SEND_STATUS_OF_STORED)
+"""PutMessageStatuses under which the record is in the CommitLog."""
 
 
 def topic_to_proto(config: TopicConfig) -> registry_pb2.TopicConfig:
@@ -21,6 +35,33 @@ def topic_to_proto(config: TopicConfig) -> registry_pb2.TopicConfig:
     )
 
 
-def queues_to_proto(queues: list[QueueKey]) -> list[broker_pb2.QueueId]:
+def queues_to_proto(queues: Iterable[tuple[str, int]]) -> list[broker_pb2.QueueId]:
     """Wire form of ``(topic, queue_id)`` pairs."""
     return [broker_pb2.QueueId(topic=topic, queue_id=queue_id) for topic, queue_id in queues]
+
+
+def to_send_response(
+    response: store_pb2.AppendResponse, topic: str, queue_id: int, broker_name: str
+) -> broker_pb2.SendResponse:
+    """The client's view of a batch's appends: stored statuses keep their meaning, the
+    rest fail (with the store's reason, or its status name when it gave none)."""
+    send_status = SEND_STATUS_OF_STORED
+    statuses = [send_status.get(status, broker_pb2.SEND_FAILED) for status in response.statuses]
+    errors = dict(response.errors)
+    for index, status in enumerate(statuses):
+        if status == broker_pb2.SEND_FAILED and index not in errors:
+            errors[index] = (
+                f"store refused the message: "
+                f"{message_pb2.PutMessageStatus.Name(response.statuses[index])}"
+            )
+    return broker_pb2.SendResponse(
+        statuses=statuses,
+        put_statuses=response.statuses,
+        queue_offsets=response.queue_offsets,
+        commitlog_offsets=response.commitlog_offsets,
+        topic=topic,
+        broker_name=broker_name,
+        queue_id=queue_id,
+        msg_id_prefix=response.msg_id_prefix,
+        errors=errors,
+    )

@@ -24,7 +24,7 @@ from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster, Member
 from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.signing import Credentials, RequestSigner
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2, store_pb2, store_pb2_grpc
-from services.broker.subscription_group import SUBSCRIPTION_GROUP_FILE
+from services.broker.metadata.subscription_group import SUBSCRIPTION_GROUP_FILE
 from tests.integration.conftest import CLUSTER_REGISTRY_SETTINGS
 from tests.integration.test_failover import (
     BROKER_SETTINGS,  # metadata_sync_interval_ms=300: a copy every 0.3 s

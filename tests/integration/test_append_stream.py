@@ -22,7 +22,7 @@ from boltmq.message import Message
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
 from boltmq.wire.record_batch import RecordBatch
 from services.broker.errors import InvalidArgument, StoreUnavailable
-from services.broker.store_client import StoreClient
+from services.broker.store.store_client import StoreClient
 from tests.integration.procs import ServiceProcess
 
 SMALL = (

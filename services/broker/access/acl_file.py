@@ -1,9 +1,10 @@
 """The ACL document: accounts and their permissions (RocketMQ's plain_acl.yml, as JSON).
 
 The broker keeps it in the store as ``plain_acl.json`` (GetConfig/PutConfig,
-like topics.json, DESIGN 2), seeds it from ``acl_file`` when the store has
-none, and edits it through the admin-only ``GetAcl`` / ``UpdateAcl`` calls
-(``boltmq admin acl ...``). The same JSON is the seed file's format::
+like topics.json: :mod:`services.broker.metadata.persister`), seeds it from
+``acl_file`` when the store has none, and edits it through the admin-only
+``GetAcl`` / ``UpdateAcl`` calls (``boltmq admin acl ...``). The same JSON is
+the seed file's format::
 
     {
       "version": 3,

@@ -1,4 +1,4 @@
-"""AclTable: the broker's current ACL document, kept in the store (DESIGN 2).
+"""AclTable: the broker's current ACL document, kept in the store.
 
 At start-up the broker reads ``plain_acl.json`` from its store. When the
 store has none and ``acl_file`` names a seed file (a Kubernetes Secret, say),
@@ -22,7 +22,7 @@ from pathlib import Path
 from boltmq.kernel.config import ConfigError
 from services.broker.access.acl_file import ACL_FILE, AclDocument, InvalidAcl
 from services.broker.errors import CorruptMetadata
-from services.broker.store_client import StoreClient
+from services.broker.store.store_client import StoreClient
 
 log = logging.getLogger(__name__)
 

@@ -23,14 +23,14 @@ import grpc
 from boltmq.kernel.signing import SignedCall, SigningError
 from services.broker.access.acl_file import Account, AclDocument
 from services.broker.access.resources import Kind, is_admin_call, needs_of
+from services.broker.errors import BrokerError
 
 
-class AccessDenied(Exception):
+class AccessDenied(BrokerError):
     """A call refused; ``code`` is UNAUTHENTICATED or PERMISSION_DENIED."""
 
     def __init__(self, code: grpc.StatusCode, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
+        super().__init__(reason, code)
 
 
 def _unauthenticated(reason: str) -> AccessDenied:

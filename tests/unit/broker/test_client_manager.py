@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.broker.client_manager import (
+from services.broker.clients.client_manager import (
     BROADCASTING,
     ClientManager,
     ConsumerGroupHeartbeat,

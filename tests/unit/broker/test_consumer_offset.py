@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from services.broker.consumer_offset import ConsumerOffsetManager
 from services.broker.errors import CorruptMetadata
+from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 
 
 def test_commit_then_query_per_group_topic_and_queue() -> None:

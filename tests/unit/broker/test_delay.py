@@ -9,16 +9,16 @@ from boltmq.v1 import broker_pb2, message_pb2
 from boltmq.wire.record import SCHEDULE_TOPIC
 from boltmq.wire.record_batch import encode_send_record
 from services.broker.config import BrokerConfig
-from services.broker.delay_level import DelayLevels, InvalidDelayLevels, parse_delay_levels
-from services.broker.delay_message import (
+from services.broker.delay.delay_level import DelayLevels, InvalidDelayLevels, parse_delay_levels
+from services.broker.delay.delay_message import (
     due_ms,
     first_hop,
     next_copy,
     records_as_messages,
     schedule,
 )
-from services.broker.delay_offset import DelayOffsetManager
 from services.broker.errors import CorruptMetadata, InvalidArgument
+from services.broker.metadata.delay_offset import DelayOffsetManager
 
 LEVELS = DelayLevels.parse("100ms 1s 1m")
 

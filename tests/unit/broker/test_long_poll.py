@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-from services.broker.long_poll import LongPollHub
+from services.broker.arrivals.long_poll import LongPollHub
 
 LONG_S = 60.0
 """A suspend that no test waits out: a wake-up must come from an event."""
@@ -116,9 +116,11 @@ def test_the_store_is_told_of_each_queue_a_pull_waits_on() -> None:
     others, and again for the pulls an arrival leaves waiting; never otherwise."""
 
     async def scenario() -> None:
-        hub = LongPollHub(max_parked=10)
         told: list[tuple[str, int, int]] = []
-        hub.on_wait = lambda topic, queue_id, offset: told.append((topic, queue_id, offset))
+        hub = LongPollHub(
+            max_parked=10,
+            on_wait=lambda topic, queue_id, offset: told.append((topic, queue_id, offset)),
+        )
         high = await park(hub, offset=8)
         assert told == [("orders", 0, 8)]
         same = await park(hub, offset=9)  # waits above the first: nothing new
@@ -171,9 +173,11 @@ def test_a_pull_of_several_queues_returns_at_once_after_an_arrival_on_one() -> N
 
 def test_a_pull_of_several_queues_times_out_and_leaves_nothing_parked() -> None:
     async def scenario() -> None:
-        hub = LongPollHub(max_parked=10)
         told: list[tuple[str, int, int]] = []
-        hub.on_wait = lambda topic, queue_id, offset: told.append((topic, queue_id, offset))
+        hub = LongPollHub(
+            max_parked=10,
+            on_wait=lambda topic, queue_id, offset: told.append((topic, queue_id, offset)),
+        )
         waits = [(topic, 1, 4, hub.token(topic, 1)) for topic in ("a", "b")]
         assert await hub.wait_any(waits, 0.01) is False
         assert told == [("a", 1, 4), ("b", 1, 4)] and hub.parked_count == 0
@@ -188,9 +192,11 @@ def test_a_queue_the_store_still_watches_is_not_named_again() -> None:
     or a reconnect of the stream make the hub name it again."""
 
     async def scenario() -> None:
-        hub = LongPollHub(max_parked=10)
         told: list[tuple[str, int, int]] = []
-        hub.on_wait = lambda topic, queue_id, offset: told.append((topic, queue_id, offset))
+        hub = LongPollHub(
+            max_parked=10,
+            on_wait=lambda topic, queue_id, offset: told.append((topic, queue_id, offset)),
+        )
         assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
         assert await hub.wait("orders", 0, 5, hub.token("orders", 0), 0.01) is False
         assert await hub.wait("orders", 0, 7, hub.token("orders", 0), 0.01) is False

@@ -7,7 +7,12 @@ import pytest
 from boltmq.kernel.config import ConfigError, load_config
 from services.broker.config import BrokerConfig
 from services.broker.errors import InvalidArgument
-from services.broker.names import check_client_id, check_group, check_subscription, check_topic
+from services.broker.metadata.names import (
+    check_client_id,
+    check_group,
+    check_subscription,
+    check_topic,
+)
 
 
 @pytest.mark.parametrize("topic", ["orders", "%RETRY%g1", "a|b", "A_b-9", "x" * 127])

@@ -13,9 +13,9 @@ from typing import Any, cast
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.pull_answer import QueuesAnswer, encode_pull_queues, pull_parts
+from services.broker.arrivals.long_poll import LongPollHub
 from services.broker.config import BrokerConfig
-from services.broker.long_poll import LongPollHub
-from services.broker.pull_processor import PullProcessor
+from services.broker.pull.pull_processor import PullProcessor
 
 
 class RecordingStore:

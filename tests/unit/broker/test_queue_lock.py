@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.broker.queue_lock import QueueLockManager
+from services.broker.clients.queue_lock import QueueLockManager
 from tests.unit.broker.conftest import ManualClock
 
 EXPIRY_MS = 60_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
-from services.broker.send_processor import to_send_response
+from services.broker.wire import to_send_response
 
 STORED: dict[int, int] = {
     message_pb2.PUT_OK: broker_pb2.SEND_OK,
@@ -16,7 +16,9 @@ STORED: dict[int, int] = {
 
 
 @pytest.mark.parametrize("put_status", list(message_pb2.PutMessageStatus.values()))
-def test_every_put_status_maps_to_a_send_status(put_status: int) -> None:
+def test_every_put_status_maps_to_a_send_status(
+    put_status: message_pb2.PutMessageStatus.ValueType,
+) -> None:
     appended = store_pb2.AppendResponse(
         statuses=[put_status], commitlog_offsets=[10], queue_offsets=[3], msg_id_prefix="AB"
     )
@@ -27,7 +29,7 @@ def test_every_put_status_maps_to_a_send_status(put_status: int) -> None:
     assert result.msg_id_prefix == "AB"
     assert (list(result.commitlog_offsets), list(result.queue_offsets)) == ([10], [3])
     if result.statuses[0] == broker_pb2.SEND_FAILED:
-        name = message_pb2.PutMessageStatus.Name(put_status)  # type: ignore[arg-type]
+        name = message_pb2.PutMessageStatus.Name(put_status)
         assert name in result.errors[0]
     else:
         assert 0 not in result.errors

@@ -7,7 +7,10 @@ import json
 import pytest
 
 from services.broker.errors import CorruptMetadata
-from services.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
+from services.broker.metadata.subscription_group import (
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+)
 from tests.unit.broker.conftest import ManualClock
 
 

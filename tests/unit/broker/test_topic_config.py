@@ -7,7 +7,7 @@ import json
 import pytest
 
 from services.broker.errors import CorruptMetadata
-from services.broker.topic_config import (
+from services.broker.metadata.topic_config import (
     AUTO_CREATE_TEMPLATE_TOPIC,
     OFFSET_MOVED_EVENT_TOPIC,
     PERM_ALL,

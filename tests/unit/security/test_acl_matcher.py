@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import grpc
 import pytest
@@ -13,7 +14,7 @@ from services.broker.access.acl_file import Account, AclDocument, InvalidAcl, Pe
 from services.broker.access.authorizer import AccessDenied, Authorizer
 
 NOW_MS = 1_700_000_000_000
-DOCUMENT = {
+DOCUMENT: dict[str, Any] = {
     "version": 3,
     "accounts": [
         {"accessKey": "admin-key", "secretKey": "admin-secret", "admin": True},

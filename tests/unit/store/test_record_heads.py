@@ -23,7 +23,7 @@ from boltmq.wire.record_batch import (
 )
 from boltmq.wire.record_encoding import encode_topic
 from boltmq.wire.record_heads import SMALL_BATCH, check_heads, sections_contain
-from services.broker.delay_message import DELAY_MARKERS
+from services.broker.delay.delay_message import DELAY_MARKERS
 from tests.unit.store.test_record_batch import TOPIC, bad_records, record
 
 MAX_BODY = 48 * 1024

@@ -1,0 +1,158 @@
+"""Producers and consumers known through their heartbeats.
+
+Clients heartbeat with the groups they belong to; consumers read the sorted
+member list of their group to share its queues out (average allocation), so
+every member must see the same order. A client silent for
+``client_expiry_ms`` is dropped: reads filter silent clients out at once and
+:meth:`ClientManager.expire` forgets them for good when the broker's periodic
+scan runs. Time comes from an injected millisecond clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from services.broker.metadata.clock import Clock, monotonic_ms
+
+CLUSTERING = "CLUSTERING"
+BROADCASTING = "BROADCASTING"
+MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeat:
+    """What one heartbeat says about one consumer group."""
+
+    group: str
+    model: str = CLUSTERING
+    orderly: bool = False
+    subscriptions: tuple[tuple[str, str], ...] = ()
+    """``(topic, expression)`` pairs."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupView:
+    """A consumer group as the broker sees it now."""
+
+    group: str
+    client_ids: tuple[str, ...]
+    model: str
+    orderly: bool
+    subscriptions: tuple[tuple[str, str], ...]
+
+
+@dataclass(slots=True)
+class _Group:
+    last_seen_ms: dict[str, int] = field(default_factory=dict)
+    """client id -> time of its last heartbeat."""
+    model: str = CLUSTERING
+    orderly: bool = False
+    subscriptions: dict[str, str] = field(default_factory=dict)
+
+
+class ClientManager:
+    """Producer and consumer groups with their live members."""
+
+    def __init__(self, expiry_ms: int, clock_ms: Clock = monotonic_ms) -> None:
+        self._expiry_ms = expiry_ms
+        self._clock_ms = clock_ms
+        self._producers: dict[str, dict[str, int]] = {}
+        self._consumers: dict[str, _Group] = {}
+
+    def heartbeat(
+        self,
+        client_id: str,
+        producer_groups: Iterable[str],
+        consumer_groups: Iterable[ConsumerGroupHeartbeat],
+    ) -> list[str]:
+        """Record a heartbeat; return the consumer groups whose member list changed."""
+        now = self._clock_ms()
+        for group in producer_groups:
+            self._producers.setdefault(group, {})[client_id] = now
+        changed = []
+        for beat in consumer_groups:
+            entry = self._consumers.setdefault(beat.group, _Group())
+            if client_id not in entry.last_seen_ms:
+                changed.append(beat.group)
+            entry.last_seen_ms[client_id] = now
+            entry.model, entry.orderly = beat.model, beat.orderly
+            entry.subscriptions.update(beat.subscriptions)
+        return changed
+
+    def unregister(
+        self, client_id: str, producer_groups: Iterable[str], consumer_groups: Iterable[str]
+    ) -> list[str]:
+        """Remove a client from groups; return the consumer groups it left."""
+        for group in producer_groups:
+            _remove(self._producers, group, client_id)
+        left = []
+        for group in consumer_groups:
+            entry = self._consumers.get(group)
+            if entry is not None and entry.last_seen_ms.pop(client_id, None) is not None:
+                left.append(group)
+                if not entry.last_seen_ms:
+                    del self._consumers[group]
+        return left
+
+    def consumer_ids(self, group: str) -> list[str]:
+        """Live members of a consumer group, sorted (every member sees the same order)."""
+        entry = self._consumers.get(group)
+        return [] if entry is None else self._live(entry.last_seen_ms)
+
+    def producer_ids(self, group: str) -> list[str]:
+        """Live members of a producer group, sorted."""
+        return self._live(self._producers.get(group, {}))
+
+    def consumer_group(self, group: str) -> ConsumerGroupView | None:
+        """The consumer group with its live members, or None when it has none."""
+        entry = self._consumers.get(group)
+        if entry is None:
+            return None
+        ids = self._live(entry.last_seen_ms)
+        if not ids:
+            return None
+        return ConsumerGroupView(
+            group,
+            tuple(ids),
+            entry.model,
+            entry.orderly,
+            tuple(sorted(entry.subscriptions.items())),
+        )
+
+    def consumer_groups(self) -> list[str]:
+        """Consumer groups with at least one live member, sorted."""
+        return [g for g in sorted(self._consumers) if self.consumer_ids(g)]
+
+    def expire(self) -> list[tuple[str, str]]:
+        """Forget clients silent for too long; return ``(group, client_id)`` of consumers."""
+        deadline = self._clock_ms() - self._expiry_ms
+        for group in list(self._producers):
+            members = self._producers[group]
+            for client_id in _silent(members, deadline):
+                _remove(self._producers, group, client_id)
+        removed = []
+        for group in list(self._consumers):
+            members = self._consumers[group].last_seen_ms
+            for client_id in _silent(members, deadline):
+                del members[client_id]
+                removed.append((group, client_id))
+            if not members:
+                del self._consumers[group]
+        return removed
+
+    def _live(self, members: dict[str, int]) -> list[str]:
+        deadline = self._clock_ms() - self._expiry_ms
+        return sorted(c for c, seen in members.items() if seen > deadline)
+
+
+def _silent(members: dict[str, int], deadline_ms: int) -> list[str]:
+    return [client_id for client_id, seen in members.items() if seen <= deadline_ms]
+
+
+def _remove(groups: dict[str, dict[str, int]], group: str, client_id: str) -> None:
+    members = groups.get(group)
+    if members is not None:
+        members.pop(client_id, None)
+        if not members:
+            del groups[group]

@@ -1,0 +1,48 @@
+"""The gate every consumer-group request passes: name, existence, permission.
+
+Pulls, heartbeats and offset commits all name a consumer group. The group
+must have a valid name, exist (or be auto-created, then saved at once so it
+survives a restart) and allow consumption.
+"""
+
+from __future__ import annotations
+
+from services.broker.errors import NotFound, PermissionDenied
+from services.broker.metadata.names import check_group
+from services.broker.metadata.persister import MetadataPersister
+from services.broker.metadata.subscription_group import (
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+)
+
+
+class GroupAccess:
+    """Checks and auto-creates consumer groups."""
+
+    def __init__(self, groups: SubscriptionGroupManager, persister: MetadataPersister) -> None:
+        self._groups = groups
+        self._persister = persister
+
+    async def require(self, field: str, group: str) -> SubscriptionGroupConfig:
+        """The group's settings, creating the group when allowed; raise naming ``field``."""
+        check_group(field, group)
+        config = self._groups.get(group)
+        if config is None:
+            config = self._groups.find_or_create(group)
+            if config is None:
+                raise NotFound(
+                    f"{field}: consumer group {group!r} does not exist "
+                    f"(auto_create_subscription_group is off)"
+                )
+            await self._persister.save_groups()
+        return config
+
+    async def require_consumable(self, field: str, group: str) -> SubscriptionGroupConfig:
+        """As :meth:`require`, and the group must be allowed to consume."""
+        config = await self.require(field, group)
+        if not config.consume_enable:
+            raise PermissionDenied(
+                f"{field}: consumer group {group!r} is not allowed to "
+                f"consume (consumeEnable is false)"
+            )
+        return config

@@ -1,0 +1,77 @@
+"""The per-group retry and dead-letter topics (RocketMQ's names; docs/retry-and-delay.md).
+
+``%RETRY%<group>`` holds a group's failed messages until they are due again:
+``retry_queue_nums`` queues, READ and WRITE, created when a clustering consumer
+of the group first heartbeats (so its consumers can subscribe at once) or on
+the first send-back. ``%DLQ%<group>`` holds what failed ``retry_max_times``
+times: one queue, WRITE only, so no consumer ever pulls it; operators list and
+resend dead letters through the broker (``boltmq admin group dlq``).
+"""
+
+from __future__ import annotations
+
+from services.broker.cluster.topic_publisher import TopicPublisher
+from services.broker.metadata.subscription_group import SubscriptionGroupConfig
+from services.broker.metadata.topic_config import (
+    PERM_READ_WRITE,
+    PERM_WRITE,
+    TopicConfig,
+    TopicConfigManager,
+)
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+DLQ_QUEUE_NUMS = 1
+RETRY_TOPIC_MAX_LENGTH = 127
+"""Topic names are at most 127 characters; a longer group simply has no retry topic."""
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``."""
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%<group>``."""
+    return DLQ_PREFIX + group
+
+
+async def ensure_retry_topic(
+    topics: TopicConfigManager, publisher: TopicPublisher, group: SubscriptionGroupConfig
+) -> TopicConfig:
+    """The group's retry topic, created (and registered) when missing."""
+    name = retry_topic(group.group_name)
+    config = topics.get(name)
+    if config is None:
+        queues = max(1, group.retry_queue_nums)
+        config = topics.upsert(TopicConfig(name, queues, queues, PERM_READ_WRITE))
+        await publisher.publish()
+    return config
+
+
+async def ensure_dlq_topic(
+    topics: TopicConfigManager, publisher: TopicPublisher, group: str
+) -> TopicConfig:
+    """The group's dead-letter topic, created (and registered) when missing."""
+    name = dlq_topic(group)
+    config = topics.get(name)
+    if config is None:
+        config = topics.upsert(TopicConfig(name, DLQ_QUEUE_NUMS, DLQ_QUEUE_NUMS, PERM_WRITE))
+        await publisher.publish()
+    return config
+
+
+class RetryTopics:
+    """:func:`ensure_retry_topic` bound to the broker's topic table and publisher."""
+
+    def __init__(self, topics: TopicConfigManager, publisher: TopicPublisher) -> None:
+        self._topics = topics
+        self._publisher = publisher
+
+    async def ensure_retry(self, group: SubscriptionGroupConfig) -> None:
+        """Create the group's retry topic when missing (a clustering consumer's heartbeat)."""
+        if (
+            self._topics.get(retry_topic(group.group_name)) is None
+            and len(retry_topic(group.group_name)) <= RETRY_TOPIC_MAX_LENGTH
+        ):
+            await ensure_retry_topic(self._topics, self._publisher, group)
