@@ -19,6 +19,7 @@ from services.store import MessageStore, PutResult, PutStatus, StoreMessage
 from services.store.mapped_file import file_name
 from services.store.mapped_file_queue import CorruptFileLayout, MappedFileQueue
 from tests.conftest import read_queue
+from tests.unit.store.store_api_helpers import disk_snapshot
 
 SEGMENT_BYTES = 64 * 1024  # small_config's CommitLog segment size
 TOPIC = "T"
@@ -26,8 +27,6 @@ RECORD_OVERHEAD = FIXED_OVERHEAD_IPV4 + len(TOPIC)  # an empty body, no properti
 MAX_BODY_BYTES = 48 * 1024  # small_config's max_message_size_bytes
 FILLER_MAX_BYTES = 40_000  # below MAX_BODY_BYTES
 BLANK = struct.Struct(">iI")  # total_size, magic
-# Files a running store rewrites on its own (lock, abort marker, flush timestamps).
-VOLATILE_NAMES = frozenset({"lock", "abort", "checkpoint"})
 
 
 # --------------------------------------------------------------------------- helpers
@@ -78,20 +77,6 @@ def assert_readable(
     ]
     assert read_queue(store, TOPIC, 0) == expected
     assert [r.queue_offset for r in results] == list(range(len(results)))
-
-
-def disk_snapshot(root: Path) -> dict[str, bytes | None]:
-    """Every directory (None) and file (its bytes) under ``root``, minus volatile files.
-
-    Pre-allocated ``.tmp`` segments are left out: the background thread may
-    still be writing one, and they are never data.
-    """
-    snapshot: dict[str, bytes | None] = {}
-    for path in sorted(root.rglob("*")):
-        if path.name in VOLATILE_NAMES or path.name.endswith(".tmp"):
-            continue
-        snapshot[str(path.relative_to(root))] = path.read_bytes() if path.is_file() else None
-    return snapshot
 
 
 def assert_refused_without_a_trace(store: MessageStore, bad: Sequence[StoreMessage]) -> None:
