@@ -5,8 +5,9 @@ the class carries the gRPC status a caller gets (``code``). Each service
 derives its own names from these (the broker's ``NotFound`` of a topic, the
 store's ``BadRequest`` of a field, the HA service's ``CannotResume``), and its
 servicer wraps every RPC in :func:`answers_errors`, which ends the call with
-``(error.code, str(error))``. Anything else a handler raises is a bug and
-reaches gRPC as it is (``UNKNOWN``, logged by the server).
+``(error.code, str(error))``, and logs a warning for every code but the caller's own
+mistakes (:data:`CALLER_MISTAKES`), which would only flood the log. Anything else a
+handler raises is a bug and reaches gRPC as it is (``UNKNOWN``, logged by the server).
 
 Outcomes that are not errors (a pull that found nothing, a put the store
 refused with a status enum) stay values in the responses.
@@ -16,10 +17,22 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import grpc
+
+log = logging.getLogger(__name__)
+
+CALLER_MISTAKES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+)
+"""Codes that answer a caller's own mistake: not logged by :func:`answers_errors`."""
 
 
 class ServiceError(Exception):
@@ -84,7 +97,7 @@ def answers_errors(handler: _Handler) -> _Handler:
                 async for item in handler(self, request, context):
                     yield item
             except ServiceError as exc:
-                await context.abort(exc.code, str(exc))
+                await _abort(handler, context, exc)
 
         return cast(_Handler, streaming)
 
@@ -95,7 +108,16 @@ def answers_errors(handler: _Handler) -> _Handler:
         try:
             return await unary(self, request, context)
         except ServiceError as exc:
-            await context.abort(exc.code, str(exc))
+            await _abort(handler, context, exc)
         raise AssertionError("context.abort() always raises")
 
     return cast(_Handler, answering)
+
+
+async def _abort(
+    handler: Callable[..., Any], context: grpc.aio.ServicerContext, error: ServiceError
+) -> None:
+    """End the call with ``error``'s status, logged unless it is the caller's mistake."""
+    if error.code not in CALLER_MISTAKES:
+        log.warning("%s failed: %s", handler.__qualname__, error)
+    await context.abort(error.code, str(error))

@@ -36,7 +36,7 @@ def peer_address(peer: str) -> str:
     return address if kind in ("ipv4", "ipv6") else ""
 
 
-class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):  # type: ignore[misc]
+class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     """BrokerService over the broker's processors."""
 
     def __init__(

@@ -8,7 +8,7 @@ In ``deploy/k8s`` a broker group is one StatefulSet; the pod with ordinal N
   SYNC_MASTER) when N is 0 and as ``SLAVE`` otherwise;
 - the broker registers with ``broker_id`` N (while its store is the master it
   registers as 0 anyway: the store, not the flag, decides; see
-  ``services/broker/store_role.py``).
+  ``services/broker/store/store_role.py``).
 
 Every pod of a StatefulSet shares one pod template, so these two values
 cannot be written into the manifest; ``boltmq serve store|broker

@@ -39,7 +39,7 @@ def peer_host(peer: str) -> str:
     return peer
 
 
-class BrokerGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class BrokerGate(grpc.aio.ServerInterceptor):
     """Access control and client limits around the broker's handlers."""
 
     def __init__(self, authorizer: Authorizer | None, limits: ClientLimits | None) -> None:
