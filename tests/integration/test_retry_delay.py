@@ -35,7 +35,7 @@ from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, Cluster
 from tests.integration.procs import REPO_ROOT, ServiceProcess
-from tests.integration.test_sdk import FAST, pull_everything, wait_until
+from tests.integration.sdk_fixtures import FAST, pull_everything, wait_until
 
 LEVELS_MS = (200, 400, 600, 800, 1000, 1200)
 LEVELS = " ".join(f"{ms}ms" for ms in LEVELS_MS)

@@ -1,0 +1,121 @@
+"""Orderly consumption end to end: per-key order, one consume thread, retry in place.
+
+A sharding key keeps each key on one queue; an orderly PushConsumer delivers a
+queue's messages one at a time, in order, and retries a failed message in place
+(concurrent consumers send it back to the broker's retry topic instead:
+tests/integration/test_retry_delay.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from boltmq import ConsumeResult, Message, Producer, PushConsumer, ReceivedMessage
+from tests.integration.conftest import Cluster
+from tests.integration.sdk_fixtures import QUEUES, Collector, bodies, group_lag, send_all
+from tests.integration.sdk_fixtures import consumers as consumers
+from tests.integration.sdk_fixtures import producer as producer
+from tests.waiting import wait_until
+
+
+# ===================================================================== ordering
+def test_sharding_key_keeps_each_key_in_order_for_an_orderly_consumer(
+    producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
+    keys = [f"order-{k}" for k in range(6)]
+    queue_of: dict[str, set[int]] = {k: set() for k in keys}
+    for step in range(20):  # interleaved: key 0 step 0, key 1 step 0, ...
+        for key in keys:
+            result = producer.send(
+                Message(topic="ordered", body=f"{key}:{step}".encode()), sharding_key=key
+            )
+            queue_of[key].add(result.queue.queue_id)
+    assert all(len(queues) == 1 for queues in queue_of.values()), queue_of
+
+    seen_batches: list[int] = []
+
+    def listener(messages: list[ReceivedMessage]) -> None:
+        seen_batches.append(len(messages))
+        collector(messages)
+
+    collector = Collector()
+    consumer = consumers("cg-ordered", {"ordered": "*"}, listener, orderly=True)
+    collector.wait_for({f"{k}:{s}".encode() for k in keys for s in range(20)})
+    assert set(seen_batches) == {1}  # orderly: one message per call
+    assert len(consumer.assigned) == QUEUES
+    steps: dict[str, list[int]] = {k: [] for k in keys}
+    for body in collector.bodies():
+        key, step = body.decode().split(":")
+        steps[key].append(int(step))
+    for key in keys:
+        assert steps[key] == list(range(20)), (key, steps[key])
+
+
+def test_one_thread_serves_many_queues_and_a_failing_queue_holds_back_only_itself(
+    producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
+    # Orderly: a failed message is retried in place. With one consume thread every queue
+    # of both topics is pulled and delivered by that thread.
+    stuck_until = threading.Event()
+
+    def outcome(messages: list[ReceivedMessage]) -> ConsumeResult:
+        if messages[0].topic == "stuck" and not stuck_until.is_set():
+            return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+
+    stuck = send_all(producer, "stuck", bodies("s", 3))
+    flowing = send_all(producer, "flowing", bodies("f", 12))
+    collector = Collector(outcome)
+    consumer = consumers(
+        "cg-one-thread", {"stuck": "*", "flowing": "*"}, collector, orderly=True, consume_threads=1
+    )
+    assert len({r.queue for r in flowing}) > 1
+    collector.wait_for(set(bodies("f", 12)), "the other queues of the thread")
+    assert len(consumer.assigned) == 2 * QUEUES
+    stuck_offered = [b for b in collector.bodies() if b.startswith(b"s")]
+    assert stuck_offered and set(stuck_offered) <= set(bodies("s", 3))
+    stuck_until.set()
+    collector.wait_for(set(bodies("s", 3)), "the failing queue, once its listener succeeds")
+    for queue_id in {r.queue.queue_id for r in stuck}:  # each queue in order, nothing lost
+        offered = [
+            g.body for g in collector.got if g.body.startswith(b"s") and g.queue_id == queue_id
+        ]
+        firsts = list(dict.fromkeys(offered))
+        assert firsts == [
+            b for b, r in zip(bodies("s", 3), stuck, strict=True) if r.queue.queue_id == queue_id
+        ]
+
+
+# ===================================================================== redelivery
+@pytest.mark.parametrize("failure", ["RECONSUME_LATER", "raise"])
+def test_a_failed_listener_gets_the_same_messages_again(
+    cluster: Cluster, producer: Producer, consumers: Callable[..., PushConsumer], failure: str
+) -> None:
+    sent = producer.send_batch([Message(topic="retry", body=b) for b in bodies("r", 5)])
+    attempts: Counter[str] = Counter()
+
+    def outcome(messages: list[ReceivedMessage]) -> ConsumeResult:
+        for m in messages:
+            attempts[m.msg_id] += 1
+        if min(attempts[m.msg_id] for m in messages) < 3:
+            if failure == "raise":
+                raise RuntimeError("listener failed on purpose")
+            return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+
+    collector = Collector(outcome)
+    # Orderly consumers retry in place (concurrent ones send failed messages back to
+    # the broker's retry topic: tests/integration/test_retry_delay.py).
+    consumers("cg-retry", {"retry": "*"}, collector, orderly=True)
+    wanted = {r.msg_id for r in sent}
+    wait_until(
+        lambda: group_lag(cluster, "cg-retry", "retry") == 0,
+        "the messages to be consumed after two failures",
+    )
+    assert {m: attempts[m] for m in wanted} == {m: 3 for m in wanted}
+    delivered = Counter(g.msg_id for g in collector.got)
+    assert {m: delivered[m] for m in wanted} == {m: 3 for m in wanted}
