@@ -26,8 +26,8 @@ from boltmq.wire.record import (
 )
 from boltmq.wire.record_batch import encode_send_record
 from services.broker.config import BrokerConfig
+from tests.integration.broker_fixtures import RPC_TIMEOUT_S, pull, upsert
 from tests.integration.conftest import Cluster
-from tests.integration.test_broker_service import RPC_TIMEOUT_S, pull, upsert
 
 INT = struct.Struct(">i")
 BODY_MAX = BrokerConfig().max_message_size_bytes
