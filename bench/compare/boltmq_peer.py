@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from bench.compare.peer import START_TIMEOUT_S, PeerFailed, stop_process
 from boltmq.cli.dev.launcher import REPO_ROOT
@@ -120,8 +121,12 @@ class BoltMQPeer:
 
     def start(self, workdir: Path) -> None:
         allocator.keep_freed_memory()  # as `python -m bench` does for its own process
-        log = (workdir / "boltmq-dev.log").open("wb")
-        self.proc = subprocess.Popen(
+        with (workdir / "boltmq-dev.log").open("wb") as log:  # the child keeps its own copy
+            self.proc = self._launch(workdir, log)
+        self.registry = self._read_registry()
+
+    def _launch(self, workdir: Path, log: BinaryIO) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -143,7 +148,6 @@ class BoltMQPeer:
             stdout=subprocess.PIPE,
             stderr=log,
         )
-        self.registry = self._read_registry()
 
     def _read_registry(self) -> str:
         assert self.proc is not None and self.proc.stdout is not None

@@ -36,7 +36,8 @@ def test_short_soak_loses_nothing_and_leaks_no_handles(tmp_path: Path) -> None:
     assert summary["acknowledged"] == summary["received"] and summary["missing"] == 0
     assert summary["acknowledged"] > 0 and summary["failed_sends"] == 0
 
-    rows = list(csv.DictReader((tmp_path / "out" / "soak.csv").open()))
+    with (tmp_path / "out" / "soak.csv").open() as samples:
+        rows = list(csv.DictReader(samples))
     assert len(rows) == len(result.samples) >= 2 * 3
     assert {"store_anon_mib", "broker_fds", "registry_rss_mib"} <= set(rows[0])
     assert sum(float(r["received_per_s"]) for r in rows) > 0

@@ -49,6 +49,8 @@ class ServiceProcess:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> ServiceProcess:
+        if self.proc is not None:
+            self.stop(0)  # an earlier run (killed, or stopped): reaped, its pipe closed
         args = [
             sys.executable,
             "-m",
@@ -86,7 +88,7 @@ class ServiceProcess:
                     break
             elif self.proc.poll() is not None:
                 break
-        self.kill()
+        self.stop(0)  # kills it if still running, and closes its pipe
         raise LaunchError(f"{self.service} did not start: {self.last_error()}")
 
     def log(self) -> str:
