@@ -51,12 +51,12 @@ ALGORITHMS: Mapping[str, Callable[..., Any]] = {
     "HmacSHA256": hashlib.sha256,
 }
 DEFAULT_ALGORITHM = "HmacSHA256"
-ACCESS_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{6,128}$")
+ACCESS_KEY_PATTERN = re.compile(r"[A-Za-z0-9_.-]{6,128}")
 """Access keys: 6-128 letters, digits, ``_ . -`` (RocketMQ asks for at least 6)."""
 SECRET_KEY_MIN_CHARS = 6
 SECRET_KEY_MAX_CHARS = 256
 CLIENT_ID_MAX_CHARS = 255
-_PRINTABLE = re.compile(r"^[\x21-\x7e]+$")
+_PRINTABLE = re.compile(r"[\x21-\x7e]+")
 
 
 class SigningError(ValueError):
@@ -83,7 +83,7 @@ class Credentials:
 
 def check_access_key(access_key: str) -> str:
     """``access_key`` when well formed, else SigningError."""
-    if not isinstance(access_key, str) or not ACCESS_KEY_PATTERN.match(access_key):
+    if not isinstance(access_key, str) or not ACCESS_KEY_PATTERN.fullmatch(access_key):
         raise SigningError("access key must be 6-128 letters, digits, '_', '.' or '-'")
     return access_key
 
@@ -92,7 +92,7 @@ def check_secret_key(secret_key: str) -> str:
     """``secret_key`` when well formed (printable ASCII, 6-256 chars), else SigningError."""
     if (
         not isinstance(secret_key, str)
-        or not _PRINTABLE.match(secret_key)
+        or not _PRINTABLE.fullmatch(secret_key)
         or not SECRET_KEY_MIN_CHARS <= len(secret_key) <= SECRET_KEY_MAX_CHARS
     ):
         raise SigningError(
@@ -159,7 +159,7 @@ class SignedCall:
         if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 15:
             raise SigningError(f"{TIMESTAMP_HEADER} is not milliseconds since the epoch")
         client_id = values[CLIENT_ID_HEADER]
-        if len(client_id) > CLIENT_ID_MAX_CHARS or not _PRINTABLE.match(client_id):
+        if len(client_id) > CLIENT_ID_MAX_CHARS or not _PRINTABLE.fullmatch(client_id):
             raise SigningError(
                 f"{CLIENT_ID_HEADER} must be 1-{CLIENT_ID_MAX_CHARS} printable characters"
             )

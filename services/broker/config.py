@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from boltmq.kernel.config import ConfigError, ServerSettings
 from boltmq.kernel.signing import Credentials, SigningError
+from boltmq.wire.topic import is_topic
 from services.broker.delay.delay_level import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
     InvalidDelayLevels,
@@ -19,8 +20,6 @@ from services.broker.delay.delay_level import (
 )
 
 PORT_MAX = 65535
-NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
-"""Cluster and broker names double as topic names (system topics), so they obey the topic rule."""
 _ADDRESS_PATTERN = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$")
 
 
@@ -141,7 +140,7 @@ class BrokerConfig(ServerSettings):
             raise ConfigError(str(exc)) from None
         for name in ("cluster_name", "broker_name"):
             value = getattr(self, name)
-            if not NAME_PATTERN.match(value):
+            if not is_topic(value):  # they double as topic names (system topics)
                 raise ConfigError(
                     f"{name} {value!r} may only use 1-127 letters, digits, '%', '|', '_' and '-'"
                 )
@@ -219,5 +218,5 @@ class BrokerConfig(ServerSettings):
 
 
 def _check_address(name: str, address: str) -> None:
-    if not _ADDRESS_PATTERN.match(address):
+    if not _ADDRESS_PATTERN.fullmatch(address):
         raise ConfigError(f"{name}: expected host:port, got {address!r}")

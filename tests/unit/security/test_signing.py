@@ -75,6 +75,8 @@ def test_malformed_signed_metadata_is_named(change: dict[str, str], message: str
         ("orders-app", "tiny", "HmacSHA256"),
         ("orders-app", "has space in it", "HmacSHA256"),
         ("orders-app", "s3cret-key", "HmacMD5"),
+        ("orders-app\n", "s3cret-key", "HmacSHA256"),
+        ("orders-app", "s3cret-key\n", "HmacSHA256"),
     ],
 )
 def test_bad_credentials_are_refused(access_key: str, secret_key: str, algorithm: str) -> None:
