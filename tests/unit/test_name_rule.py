@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from boltmq.kernel.config import ConfigError
 from boltmq.wire.topic import (
     GROUP_MAX_LENGTH,
     TOPIC_MAX_LENGTH,
@@ -33,6 +34,7 @@ from services.broker.metadata.names import check_group, check_topic
 from services.broker.metadata.subscription_group import SubscriptionGroupManager
 from services.broker.metadata.topic_config import TopicConfig, TopicConfigManager
 from services.broker.retry import retry_topic as broker_retry
+from services.ha.config import HAConfig
 from services.registry.errors import InvalidRequest
 from services.registry.route_table import BrokerMember, Registration, TopicSettings
 
@@ -110,8 +112,11 @@ def test_the_broker_never_keeps_a_topic_the_registry_would_refuse() -> None:
 
 
 def test_broker_and_ha_names_use_the_rule() -> None:
-    with pytest.raises(ValueError, match="broker_name"):
-        BrokerConfig(broker_name="broker-a\n")
+    for config in (BrokerConfig, HAConfig):
+        with pytest.raises(ConfigError, match="broker_name"):
+            config(broker_name="broker-a\n")
+        with pytest.raises(ConfigError, match="cluster_name"):
+            config(cluster_name="DefaultCluster\n")
 
 
 def test_entries_stored_by_the_lax_rule_are_dropped_at_load(
