@@ -30,9 +30,12 @@ The nonce binds it to one call: the broker remembers every nonce it accepted
 for as long as its timestamp is inside the window (``acl_signature_max_skew_ms``,
 either side of the broker's clock; 30 s by default), and refuses it again, so a
 captured call cannot be replayed either, and past the window its timestamp is
-refused. The body digest is SHA-256 whatever the HMAC: one pass over the request
-per call on each side. Signers take bytes already serialized as they are
-(:func:`request_bytes`), so a caller sending pre-encoded requests serializes once.
+refused. Each broker remembers its own nonces and the broker is not signed, so
+within the window a captured call could still reach another broker: TLS keeps
+calls from being captured. The body digest is SHA-256 whatever the HMAC: one
+pass over the request per call on each side. Signers take bytes already
+serialized as they are (:func:`request_bytes`), so a caller sending pre-encoded
+requests serializes once.
 
 Format 1 (no nonce, no body digest; the string to sign was the method, the
 timestamp and the client id) is refused with a message asking to upgrade the
