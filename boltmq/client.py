@@ -65,6 +65,7 @@ def parse_addresses(registry: str | Sequence[str]) -> list[str]:
 BROKER_SERVICE = "/" + broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name
 PULL_METHOD = f"{BROKER_SERVICE}/PullMessage"
 PULL_QUEUES_METHOD = f"{BROKER_SERVICE}/PullQueues"
+SEND_METHOD = f"{BROKER_SERVICE}/SendMessage"
 
 
 def new_client_id() -> str:
@@ -96,6 +97,7 @@ class ClientInstance:
         self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
         self._pulls: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._pull_queues: dict[str, grpc.UnaryUnaryMultiCallable] = {}
+        self._sends: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._lock = threading.Lock()
         self._master_down: dict[str, float] = {}
         """Broker name -> monotonic time until which reads go to a replica."""
@@ -232,9 +234,19 @@ class ClientInstance:
                         PULL_QUEUES_METHOD,
                         request_serializer=broker_pb2.BrokerPullQueuesRequest.SerializeToString,
                     )
+                    self._sends[address] = channel.unary_unary(
+                        SEND_METHOD, response_deserializer=broker_pb2.SendResponse.FromString
+                    )  # no request serializer: see send_encoded
                     stub = broker_pb2_grpc.BrokerServiceStub(channel)
                     self._stubs[address] = stub
         return stub
+
+    def send_encoded(self, address: str) -> grpc.UnaryUnaryMultiCallable:
+        """SendMessage on the broker at ``address``, taking the SendRequest already
+        serialized: the signer digests those bytes and gRPC sends them as they are, so
+        a signed send serializes its request once (:mod:`boltmq.kernel.signing`)."""
+        self.broker(address)
+        return self._sends[address]
 
     def pull_encoded(self, address: str) -> grpc.UnaryUnaryMultiCallable:
         """PullMessage on the broker at ``address``, answering the response's bytes
@@ -262,6 +274,7 @@ class ClientInstance:
             self._stubs.clear()
             self._pulls.clear()
             self._pull_queues.clear()
+            self._sends.clear()
         self.registry.close()
 
 

@@ -224,8 +224,8 @@ class Producer:
             default_topic_queue_nums=self.options.default_topic_queue_nums,
         )
         try:
-            response = self.client.broker(address).SendMessage(
-                request, timeout=self._send_timeout_s
+            response = self.client.send_encoded(address)(
+                request.SerializeToString(), timeout=self._send_timeout_s
             )
         except grpc.RpcError as exc:
             tried.add(queue.broker_name)

@@ -56,14 +56,13 @@ from boltmq.kernel.tls import ClientTLS
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
 from boltmq.options import PushConsumerOptions
 from boltmq.v1 import broker_pb2
-from boltmq.wire.topic import InvalidSubscription, parse_subscription
+from boltmq.wire.topic import RETRY_PREFIX, InvalidSubscription, parse_subscription
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[list[ReceivedMessage]], ConsumeResult | None]
 OFFSETS_PER_QUERY = 4096
 """Queues one QueryConsumerOffsets names (the broker's QUERY_OFFSETS_MAX)."""
-RETRY_PREFIX = "%RETRY%"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 
 

@@ -8,6 +8,7 @@ Option          | Environment                   | Meaning
 --tls-cert      | BOLTMQ_TLS_CLIENT_CERT_FILE   | client certificate (servers with mutual TLS)
 --tls-key       | BOLTMQ_TLS_CLIENT_KEY_FILE    | its private key
 --access-key    | BOLTMQ_ACCESS_KEY             | sign broker calls with this ACL account
+                |                               | (:mod:`boltmq.kernel.signing`, each call anew)
 --secret-key    | BOLTMQ_SECRET_KEY             | its secret (prefer the environment: a flag
                 |                               | shows in ``ps`` and shell history)
 

@@ -1,30 +1,47 @@
 """Signed requests for BoltMQ's access control (RocketMQ's ACL, on gRPC metadata).
 
 A client with an access key / secret key pair signs every broker call; the
-signature travels in gRPC metadata (lower-case keys, all ASCII):
+signature travels in gRPC metadata (lower-case keys, all ASCII). This is
+format 2:
 
 Metadata key                 | Value
 -----------------------------+-------------------------------------------------------
 x-boltmq-access-key          | the access key (names the account; never the secret)
 x-boltmq-timestamp-ms        | client clock, milliseconds since the Unix epoch (decimal)
 x-boltmq-client-id           | the client id (``host@pid@random``), 1-255 printable chars
+x-boltmq-nonce               | 32 lower-case hex digits (16 random bytes), new for every call
+x-boltmq-content-sha256      | 64 lower-case hex digits: SHA-256 of the serialized request
 x-boltmq-signature-method    | ``HmacSHA1`` or ``HmacSHA256``
 x-boltmq-signature           | base64 of HMAC(secret key, string to sign)
 
 String to sign (UTF-8, ``\\n`` between fields, no trailing newline)::
 
+    BOLTMQ2
     <full gRPC method, e.g. /boltmq.v1.BrokerService/SendMessage>
     <x-boltmq-timestamp-ms>
     <x-boltmq-client-id>
+    <x-boltmq-nonce>
+    <x-boltmq-content-sha256>
 
-As in RocketMQ 5's gRPC ACL the signature covers the request's date and the
-client, not the request body: hashing every body would cost as much as the
-send itself on batches of megabytes. The method is signed too, so a captured
-signature cannot be replayed on another call; a captured one for the same call
-is accepted only within the broker's ``acl_signature_max_skew_ms``, and TLS
-keeps it from being captured at all. One ``authorization`` header in RocketMQ's
-``MQv2-HMAC-SHA1 Credential=...`` syntax was rejected: separate keys need no
-parser and each can be refused with its own message.
+The serialized request is the protobuf message exactly as it travels (the
+bytes the broker receives), so the signature binds the call's target and its
+body: a captured signature is useless with another body or on another method.
+The nonce binds it to one call: the broker remembers every nonce it accepted
+for as long as its timestamp is inside the window (``acl_signature_max_skew_ms``,
+either side of the broker's clock; 30 s by default), and refuses it again, so a
+captured call cannot be replayed either, and past the window its timestamp is
+refused. Each broker remembers its own nonces and the broker is not signed, so
+within the window a captured call could still reach another broker: TLS keeps
+calls from being captured. The body digest is SHA-256 whatever the HMAC: one
+pass over the request per call on each side. Signers take bytes already
+serialized as they are (:func:`request_bytes`), so a caller sending pre-encoded
+requests serializes once.
+
+Format 1 (no nonce, no body digest; the string to sign was the method, the
+timestamp and the client id) is refused with a message asking to upgrade the
+client. One ``authorization`` header in RocketMQ's ``MQv2-HMAC-SHA1
+Credential=...`` syntax was rejected: separate keys need no parser and each can
+be refused with its own message.
 """
 
 from __future__ import annotations
@@ -34,6 +51,7 @@ import collections
 import hashlib
 import hmac
 import re
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +62,8 @@ import grpc
 ACCESS_KEY_HEADER = "x-boltmq-access-key"
 TIMESTAMP_HEADER = "x-boltmq-timestamp-ms"
 CLIENT_ID_HEADER = "x-boltmq-client-id"
+NONCE_HEADER = "x-boltmq-nonce"
+CONTENT_HEADER = "x-boltmq-content-sha256"
 ALGORITHM_HEADER = "x-boltmq-signature-method"
 SIGNATURE_HEADER = "x-boltmq-signature"
 ALGORITHMS: Mapping[str, Callable[..., Any]] = {
@@ -51,12 +71,16 @@ ALGORITHMS: Mapping[str, Callable[..., Any]] = {
     "HmacSHA256": hashlib.sha256,
 }
 DEFAULT_ALGORITHM = "HmacSHA256"
-ACCESS_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{6,128}$")
+ACCESS_KEY_PATTERN = re.compile(r"[A-Za-z0-9_.-]{6,128}")
 """Access keys: 6-128 letters, digits, ``_ . -`` (RocketMQ asks for at least 6)."""
 SECRET_KEY_MIN_CHARS = 6
 SECRET_KEY_MAX_CHARS = 256
 CLIENT_ID_MAX_CHARS = 255
-_PRINTABLE = re.compile(r"^[\x21-\x7e]+$")
+FORMAT_TAG = "BOLTMQ2"
+"""First line of the string to sign: the format, so no other string can ever collide."""
+_PRINTABLE = re.compile(r"[\x21-\x7e]+")
+_NONCE = re.compile(r"[0-9a-f]{32}")
+_CONTENT = re.compile(r"[0-9a-f]{64}")
 
 
 class SigningError(ValueError):
@@ -83,7 +107,7 @@ class Credentials:
 
 def check_access_key(access_key: str) -> str:
     """``access_key`` when well formed, else SigningError."""
-    if not isinstance(access_key, str) or not ACCESS_KEY_PATTERN.match(access_key):
+    if not isinstance(access_key, str) or not ACCESS_KEY_PATTERN.fullmatch(access_key):
         raise SigningError("access key must be 6-128 letters, digits, '_', '.' or '-'")
     return access_key
 
@@ -92,7 +116,7 @@ def check_secret_key(secret_key: str) -> str:
     """``secret_key`` when well formed (printable ASCII, 6-256 chars), else SigningError."""
     if (
         not isinstance(secret_key, str)
-        or not _PRINTABLE.match(secret_key)
+        or not _PRINTABLE.fullmatch(secret_key)
         or not SECRET_KEY_MIN_CHARS <= len(secret_key) <= SECRET_KEY_MAX_CHARS
     ):
         raise SigningError(
@@ -102,35 +126,64 @@ def check_secret_key(secret_key: str) -> str:
     return secret_key
 
 
-def string_to_sign(method: str, timestamp_ms: int, client_id: str) -> bytes:
+def request_bytes(request: Any) -> bytes:
+    """The request as it travels: ``request`` itself when already serialized, else its
+    protobuf serialization."""
+    if isinstance(request, bytes):
+        return request
+    if isinstance(request, (bytearray, memoryview)):
+        return bytes(request)
+    data: bytes = request.SerializeToString()
+    return data
+
+
+def content_digest(body: bytes) -> str:
+    """The ``x-boltmq-content-sha256`` value of a serialized request."""
+    return hashlib.sha256(body).hexdigest()
+
+
+def new_nonce() -> str:
+    """A fresh ``x-boltmq-nonce`` (16 random bytes, hex)."""
+    return secrets.token_hex(16)
+
+
+def string_to_sign(
+    method: str, timestamp_ms: int, client_id: str, nonce: str, content_sha256: str
+) -> bytes:
     """The bytes the signature covers (module docstring)."""
-    return f"{method}\n{timestamp_ms}\n{client_id}".encode()
+    return (
+        f"{FORMAT_TAG}\n{method}\n{timestamp_ms}\n{client_id}\n{nonce}\n{content_sha256}".encode()
+    )
 
 
-def signature(
-    secret_key: str, algorithm: str, method: str, timestamp_ms: int, client_id: str
-) -> str:
-    """base64 HMAC of the string to sign under ``secret_key``."""
-    digest = hmac.new(
-        secret_key.encode(), string_to_sign(method, timestamp_ms, client_id), ALGORITHMS[algorithm]
-    ).digest()
+def signature(secret_key: str, algorithm: str, to_sign: bytes) -> str:
+    """base64 HMAC of ``to_sign`` (:func:`string_to_sign`) under ``secret_key``."""
+    digest = hmac.new(secret_key.encode(), to_sign, ALGORITHMS[algorithm]).digest()
     return base64.b64encode(digest).decode()
 
 
 def signed_metadata(
-    credentials: Credentials, method: str, client_id: str, timestamp_ms: int | None = None
+    credentials: Credentials,
+    method: str,
+    client_id: str,
+    body: bytes,
+    timestamp_ms: int | None = None,
+    nonce: str | None = None,
 ) -> tuple[tuple[str, str], ...]:
-    """The metadata entries of one signed call (``timestamp_ms`` defaults to now)."""
+    """The metadata entries of one signed call of ``method`` carrying the serialized request
+    ``body`` (``timestamp_ms`` defaults to now, ``nonce`` to a fresh one)."""
     now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    once = new_nonce() if nonce is None else nonce
+    content = content_digest(body)
+    to_sign = string_to_sign(method, now, client_id, once, content)
     return (
         (ACCESS_KEY_HEADER, credentials.access_key),
         (TIMESTAMP_HEADER, str(now)),
         (CLIENT_ID_HEADER, client_id),
+        (NONCE_HEADER, once),
+        (CONTENT_HEADER, content),
         (ALGORITHM_HEADER, credentials.algorithm),
-        (
-            SIGNATURE_HEADER,
-            signature(credentials.secret_key, credentials.algorithm, method, now, client_id),
-        ),
+        (SIGNATURE_HEADER, signature(credentials.secret_key, credentials.algorithm, to_sign)),
     )
 
 
@@ -141,41 +194,70 @@ class SignedCall:
     access_key: str
     timestamp_ms: int
     client_id: str
+    nonce: str
+    content_sha256: str
     algorithm: str
     signature: str
 
     @classmethod
     def from_metadata(cls, metadata: Sequence[tuple[str, Any]] | None) -> SignedCall | None:
         """The call's signature fields; None when it carries no access key; SigningError
-        naming the first missing or malformed field otherwise."""
+        naming the first missing or malformed field otherwise (a format-1 signature: one
+        asking to upgrade the client)."""
         values = {key: value for key, value in (metadata or ()) if isinstance(value, str)}
         access_key = values.get(ACCESS_KEY_HEADER)
         if access_key is None:
             return None
-        for key in (TIMESTAMP_HEADER, CLIENT_ID_HEADER, ALGORITHM_HEADER, SIGNATURE_HEADER):
+        if NONCE_HEADER not in values and CONTENT_HEADER not in values:
+            raise SigningError(
+                f"old signature format (no {NONCE_HEADER}, request body unsigned) is refused: "
+                "upgrade the client to a BoltMQ release that signs the request body"
+            )
+        for key in (
+            TIMESTAMP_HEADER,
+            CLIENT_ID_HEADER,
+            NONCE_HEADER,
+            CONTENT_HEADER,
+            ALGORITHM_HEADER,
+            SIGNATURE_HEADER,
+        ):
             if not values.get(key):
                 raise SigningError(f"signed call without {key}")
         timestamp = values[TIMESTAMP_HEADER]
         if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 15:
             raise SigningError(f"{TIMESTAMP_HEADER} is not milliseconds since the epoch")
         client_id = values[CLIENT_ID_HEADER]
-        if len(client_id) > CLIENT_ID_MAX_CHARS or not _PRINTABLE.match(client_id):
+        if len(client_id) > CLIENT_ID_MAX_CHARS or not _PRINTABLE.fullmatch(client_id):
             raise SigningError(
                 f"{CLIENT_ID_HEADER} must be 1-{CLIENT_ID_MAX_CHARS} printable characters"
             )
+        if not _NONCE.fullmatch(values[NONCE_HEADER]):
+            raise SigningError(f"{NONCE_HEADER} must be 32 lower-case hex digits")
+        if not _CONTENT.fullmatch(values[CONTENT_HEADER]):
+            raise SigningError(f"{CONTENT_HEADER} must be 64 lower-case hex digits")
         if values[ALGORITHM_HEADER] not in ALGORITHMS:
             raise SigningError(f"{ALGORITHM_HEADER} must be one of {', '.join(ALGORITHMS)}")
         return cls(
             check_access_key(access_key),
             int(timestamp),
             client_id,
+            values[NONCE_HEADER],
+            values[CONTENT_HEADER],
             values[ALGORITHM_HEADER],
             values[SIGNATURE_HEADER],
         )
 
+    def covers(self, body: bytes) -> bool:
+        """True when ``body`` (the serialized request received) is the one signed."""
+        return hmac.compare_digest(content_digest(body), self.content_sha256)
+
     def matches(self, secret_key: str, method: str) -> bool:
-        """True when the signature is the one ``secret_key`` makes (constant time)."""
-        expected = signature(secret_key, self.algorithm, method, self.timestamp_ms, self.client_id)
+        """True when the signature is the one ``secret_key`` makes for a call of ``method``
+        with these fields (constant time); check :meth:`covers` for the body."""
+        to_sign = string_to_sign(
+            method, self.timestamp_ms, self.client_id, self.nonce, self.content_sha256
+        )
+        expected = signature(secret_key, self.algorithm, to_sign)
         return hmac.compare_digest(expected.encode(), self.signature.encode())
 
 
@@ -204,10 +286,15 @@ class RequestSigner(
         self._credentials = credentials
         self._client_id = client_id
 
-    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+    def _details(self, details: grpc.ClientCallDetails, request: Any) -> grpc.ClientCallDetails:
         metadata = [
             *(details.metadata or ()),
-            *signed_metadata(self._credentials, _method_name(details.method), self._client_id),
+            *signed_metadata(
+                self._credentials,
+                _method_name(details.method),
+                self._client_id,
+                request_bytes(request),
+            ),
         ]
         return _SyncCallDetails(
             details.method,
@@ -221,12 +308,12 @@ class RequestSigner(
     def intercept_unary_unary(
         self, continuation: Any, client_call_details: Any, request: Any
     ) -> Any:
-        return continuation(self._details(client_call_details), request)
+        return continuation(self._details(client_call_details, request), request)
 
     def intercept_unary_stream(
         self, continuation: Any, client_call_details: Any, request: Any
     ) -> Any:
-        return continuation(self._details(client_call_details), request)
+        return continuation(self._details(client_call_details, request), request)
 
 
 class AsyncRequestSigner(
@@ -240,10 +327,12 @@ class AsyncRequestSigner(
         self._credentials = credentials
         self._client_id = client_id
 
-    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+    def _details(
+        self, details: grpc.aio.ClientCallDetails, request: Any
+    ) -> grpc.aio.ClientCallDetails:
         metadata = grpc.aio.Metadata(*(details.metadata or ()))
         for key, value in signed_metadata(
-            self._credentials, _method_name(details.method), self._client_id
+            self._credentials, _method_name(details.method), self._client_id, request_bytes(request)
         ):
             metadata.add(key, value)
         return grpc.aio.ClientCallDetails(
@@ -253,9 +342,9 @@ class AsyncRequestSigner(
     async def intercept_unary_unary(
         self, continuation: Any, client_call_details: Any, request: Any
     ) -> Any:
-        return await continuation(self._details(client_call_details), request)
+        return await continuation(self._details(client_call_details, request), request)
 
     async def intercept_unary_stream(
         self, continuation: Any, client_call_details: Any, request: Any
     ) -> Any:
-        return await continuation(self._details(client_call_details), request)
+        return await continuation(self._details(client_call_details, request), request)

@@ -7,7 +7,8 @@ tls.caFile    | PEM CA bundle the servers' certificates chain to; turns TLS on f
 tls.certFile  | PEM client certificate, for servers that ask for one (mutual TLS);
               | needs tls.keyFile and tls.caFile
 tls.keyFile   | its unencrypted PEM private key; needs tls.certFile
-accessKey     | ACL account every broker call is signed with; needs secretKey
+accessKey     | ACL account every broker call is signed with (its method, its body and a
+              | fresh nonce: :mod:`boltmq.kernel.signing`); needs secretKey
 secretKey     | its secret; never shown in a repr, an error or a log line
 
 The files are read and checked on the driver while the query is planned, by

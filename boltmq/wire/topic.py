@@ -1,8 +1,17 @@
-"""Topic names and subscription expressions.
+"""Names (topics, groups) and subscription expressions: the one rule every side applies.
 
-A topic name becomes a directory name under ``consumequeue/``, so it must
-match ``^[%|a-zA-Z0-9_-]{1,127}$``: no ``.``, ``/`` or ``..`` can ever reach the
-file system. A subscription is ``*`` (or empty) for every message, or tags
+A topic name becomes a directory name under ``consumequeue/`` and a group
+name becomes part of the topics ``%RETRY%<group>`` and ``%DLQ%<group>``, so
+both are 1 or more of ``% | a-z A-Z 0-9 _ -`` (RocketMQ's character set):
+no ``.``, ``/``, ``..``, space or control character can ever reach the file
+system or a registry. Topics have at most 127 characters, groups at most 255
+(a group whose derived topic would be longer than 127 has no retry topic).
+The broker, the registry and the store all check names here, with full
+matches: ``re.match`` with ``$`` would let a trailing newline through. The
+patterns are anchored with ``\\A`` and ``\\Z`` so even a careless ``match``
+stays exact.
+
+A subscription is ``*`` (or empty) for every message, or tags
 joined by ``||`` (``"tagA || tagB"``), matched first by the consume queue's
 tag hash and then by the real tag.
 """
@@ -15,25 +24,63 @@ from functools import lru_cache
 
 from boltmq.wire.record import InvalidMessage, java_string_hash
 
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255
+NAME_CHARACTERS = "letters, digits, '%', '|', '_' and '-'"
+TOPIC_PATTERN = re.compile(r"\A[%|a-zA-Z0-9_-]{1,127}\Z")
+GROUP_PATTERN = re.compile(r"\A[%|a-zA-Z0-9_-]{1,255}\Z")
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
 
 
 class InvalidTopic(InvalidMessage):
     """A topic name that is not allowed."""
 
 
+class InvalidGroup(ValueError):
+    """A group name that is not allowed."""
+
+
+def is_topic(name: object) -> bool:
+    """True when ``name`` is a valid topic name."""
+    return isinstance(name, str) and TOPIC_PATTERN.fullmatch(name) is not None
+
+
+def is_group(name: object) -> bool:
+    """True when ``name`` is a valid group name."""
+    return isinstance(name, str) and GROUP_PATTERN.fullmatch(name) is not None
+
+
 def validate_topic(topic: object) -> str:
     """Return ``topic`` when valid, else raise InvalidTopic with the reason."""
     if not isinstance(topic, str) or not topic:
-        raise InvalidTopic("topic must be a non-empty string")
+        raise InvalidTopic("a topic name is required")
     if len(topic) > TOPIC_MAX_LENGTH:
         raise InvalidTopic(f"topic is {len(topic)} characters, at most {TOPIC_MAX_LENGTH}")
     if not TOPIC_PATTERN.fullmatch(topic):
-        raise InvalidTopic(
-            f"topic {topic[:60]!r} may only use letters, digits, '%', '|', '_' and '-'"
-        )
+        raise InvalidTopic(f"topic {topic[:60]!r} may only use {NAME_CHARACTERS}")
     return topic
+
+
+def validate_group(group: object) -> str:
+    """Return ``group`` when valid, else raise InvalidGroup with the reason."""
+    if not isinstance(group, str) or not group:
+        raise InvalidGroup("a group name is required")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise InvalidGroup(f"group is {len(group)} characters, at most {GROUP_MAX_LENGTH}")
+    if not GROUP_PATTERN.fullmatch(group):
+        raise InvalidGroup(f"group {group[:60]!r} may only use {NAME_CHARACTERS}")
+    return group
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``, checked: InvalidGroup or InvalidTopic when it is not a valid name."""
+    return validate_topic(RETRY_PREFIX + validate_group(group))
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%<group>``, checked like :func:`retry_topic`."""
+    return validate_topic(DLQ_PREFIX + validate_group(group))
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from services.broker.access.acl_table import AclTable, read_seed_file
 from services.broker.access.authorizer import Authorizer
 from services.broker.access.client_limits import ClientLimits
 from services.broker.access.gate import BrokerGate
+from services.broker.access.replay_cache import ReplayCache
 from services.broker.admin.admin_processor import AdminProcessor
 from services.broker.arrivals.arrival_watcher import ArrivalWatcher, QueueInterests
 from services.broker.arrivals.long_poll import LongPollHub
@@ -245,7 +246,11 @@ def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate | None:
     """Access control (signed calls checked against ``acl``) and per-client limits, as
     configured; None when neither is on."""
     authorizer = (
-        Authorizer(lambda: acl.document, config.acl_signature_max_skew_ms)
+        Authorizer(
+            lambda: acl.document,
+            config.acl_signature_max_skew_ms,
+            ReplayCache(config.acl_signature_max_skew_ms, config.acl_replay_cache_max_entries),
+        )
         if config.acl_enable
         else None
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from boltmq.kernel.config import ConfigError, ServerSettings
 from boltmq.kernel.signing import Credentials, SigningError
+from boltmq.wire.topic import is_topic
 from services.broker.delay.delay_level import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
     InvalidDelayLevels,
@@ -19,8 +20,8 @@ from services.broker.delay.delay_level import (
 )
 
 PORT_MAX = 65535
-NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
-"""Cluster and broker names double as topic names (system topics), so they obey the topic rule."""
+ACL_SIGNATURE_MAX_SKEW_LIMIT_MS = 60_000
+"""The longest signature window a broker accepts (replays are refused by nonce within it)."""
 _ADDRESS_PATTERN = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$")
 
 
@@ -107,8 +108,13 @@ class BrokerConfig(ServerSettings):
     """Require signed calls and check them against the ACL (docs/security.md)."""
     acl_file: str = ""
     """ACL JSON document written to the store when it holds none yet ("": none)."""
-    acl_signature_max_skew_ms: int = 300_000
-    """A signed call's timestamp may be this far from the broker's clock (stale: refused)."""
+    acl_signature_max_skew_ms: int = 30_000
+    """A signed call's timestamp may be this far from the broker's clock, either way (stale:
+    refused); also how long each accepted nonce is remembered to refuse replays. At most
+    60 s: a captured call cannot be held back longer than that."""
+    acl_replay_cache_max_entries: int = 1_000_000
+    """Nonces of accepted signed calls remembered at most (about 250 bytes each); when that
+    many are unexpired, signed calls get RESOURCE_EXHAUSTED until some expire."""
     access_key: str = ""
     """Access key of this broker's own calls to other brokers (a replica copying its
     master's metadata: an admin account when the master enforces the ACL)."""
@@ -141,7 +147,7 @@ class BrokerConfig(ServerSettings):
             raise ConfigError(str(exc)) from None
         for name in ("cluster_name", "broker_name"):
             value = getattr(self, name)
-            if not NAME_PATTERN.match(value):
+            if not is_topic(value):  # they double as topic names (system topics)
                 raise ConfigError(
                     f"{name} {value!r} may only use 1-127 letters, digits, '%', '|', '_' and '-'"
                 )
@@ -191,8 +197,13 @@ class BrokerConfig(ServerSettings):
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 
     def _check_security(self) -> None:
-        if self.acl_signature_max_skew_ms <= 0:
-            raise ConfigError("acl_signature_max_skew_ms must be positive")
+        if not 0 < self.acl_signature_max_skew_ms <= ACL_SIGNATURE_MAX_SKEW_LIMIT_MS:
+            raise ConfigError(
+                f"acl_signature_max_skew_ms must be 1..{ACL_SIGNATURE_MAX_SKEW_LIMIT_MS}, "
+                f"got {self.acl_signature_max_skew_ms}"
+            )
+        if self.acl_replay_cache_max_entries <= 0:
+            raise ConfigError("acl_replay_cache_max_entries must be positive")
         if bool(self.access_key) != bool(self.secret_key):
             raise ConfigError("access_key and secret_key must be set together")
         if self.access_key:
@@ -219,5 +230,5 @@ class BrokerConfig(ServerSettings):
 
 
 def _check_address(name: str, address: str) -> None:
-    if not _ADDRESS_PATTERN.match(address):
+    if not _ADDRESS_PATTERN.fullmatch(address):
         raise ConfigError(f"{name}: expected host:port, got {address!r}")

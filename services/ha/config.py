@@ -11,11 +11,10 @@ import re
 from dataclasses import dataclass
 
 from boltmq.kernel.config import ConfigError, ServerSettings
+from boltmq.wire.topic import is_topic
 
 PORT_MAX = 65535
 REPLICA_START_MODES = ("LAST_SEGMENT", "FIRST_SEGMENT")
-NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
-"""Cluster and broker names obey the broker's (topic) rule."""
 _ADDRESS_PATTERN = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$")
 MAX_CHUNK_BYTES_LIMIT = 32 * 1024 * 1024
 """The store's own ceiling for one ReadCommitLog chunk."""
@@ -68,7 +67,7 @@ class HAConfig(ServerSettings):
             raise ConfigError(f"listen_port must be between 0 and {PORT_MAX}")
         for name in ("cluster_name", "broker_name"):
             value = getattr(self, name)
-            if not NAME_PATTERN.match(value):
+            if not is_topic(value):  # they double as topic names (system topics)
                 raise ConfigError(
                     f"{name} {value!r} may only use 1-127 letters, digits, '%', '|', '_' and '-'"
                 )
@@ -109,5 +108,5 @@ class HAConfig(ServerSettings):
 
 
 def _check_address(name: str, address: str) -> None:
-    if not _ADDRESS_PATTERN.match(address):
+    if not _ADDRESS_PATTERN.fullmatch(address):
         raise ConfigError(f"{name}: expected host:port, got {address!r}")

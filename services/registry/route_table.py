@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from boltmq.wire.topic import TOPIC_MAX_LENGTH, TOPIC_PATTERN, InvalidTopic, validate_topic
+from boltmq.wire.topic import TOPIC_MAX_LENGTH, InvalidTopic, is_topic, validate_topic
 from services.registry.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def _check_name(field_name: str, value: str) -> None:
     (:mod:`boltmq.wire.topic`)."""
     if not value:
         raise InvalidRequest(field_name, "must not be empty")
-    if len(value) > TOPIC_MAX_LENGTH or not TOPIC_PATTERN.match(value):
+    if not is_topic(value):
         raise InvalidRequest(
             field_name,
             f"{value[:60]!r} must be at most {TOPIC_MAX_LENGTH} "

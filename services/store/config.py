@@ -122,7 +122,7 @@ class StoreConfig(ServerSettings):
             raise ConfigError("mapped_file_size_consume_queue must hold one 20-byte entry")
         if self.max_hash_slot_num < 1 or self.max_index_num < 2:
             raise ConfigError("max_hash_slot_num must be >= 1 and max_index_num >= 2")
-        if not _DELETE_WHEN.match(self.delete_when):
+        if not _DELETE_WHEN.fullmatch(self.delete_when):
             raise ConfigError(
                 f"delete_when must look like '04' or '04;16', got {self.delete_when!r}"
             )

@@ -76,7 +76,7 @@ def validate_config_name(name: str) -> str:
         raise InvalidConfigName("must not be empty")
     if len(name) > CONFIG_NAME_MAX_CHARS:
         raise InvalidConfigName(f"is {len(name)} characters, at most {CONFIG_NAME_MAX_CHARS}")
-    if name in (".", "..") or not CONFIG_NAME_PATTERN.match(name):
+    if name in (".", "..") or not CONFIG_NAME_PATTERN.fullmatch(name):
         raise InvalidConfigName(
             f"{name[:60]!r} may only use letters, digits, '_', '.' and '-' "
             f"and must not be '.' or '..'"

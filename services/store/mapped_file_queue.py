@@ -64,7 +64,7 @@ class MappedFileQueue:
             if path.name.endswith(".tmp"):
                 path.unlink()  # a pre-allocated or half-created file: never data
                 continue
-            if not _NAME.match(path.name):
+            if not _NAME.fullmatch(path.name):
                 warnings.append(f"ignored unexpected file {path}")
                 continue
             names.append(path)

@@ -101,16 +101,21 @@ def acl_cluster(tmp_path: Path) -> Iterator[AclCluster]:
     cluster.stop()
 
 
+SEND_METHOD = "/boltmq.v1.BrokerService/SendMessage"
+
+
+def send_request(topic: str, body: bytes = b"x") -> broker_pb2.SendRequest:
+    return broker_pb2.SendRequest(
+        producer_group="acl-test",
+        messages=[message_pb2.Message(topic=topic, queue_id=0, body=body)],
+    )
+
+
 def send(
     stub: broker_pb2_grpc.BrokerServiceStub, topic: str, body: bytes = b"x", **call: object
 ) -> broker_pb2.SendResponse:
     response: broker_pb2.SendResponse = stub.SendMessage(
-        broker_pb2.SendRequest(
-            producer_group="acl-test",
-            messages=[message_pb2.Message(topic=topic, queue_id=0, body=body)],
-        ),
-        timeout=5,
-        **call,
+        send_request(topic, body), timeout=5, **call
     )
     return response
 
@@ -180,14 +185,13 @@ def test_wrong_missing_or_stale_credentials_are_unauthenticated(acl_cluster: Acl
         refused(lambda: send(acl_cluster.stub(None), "orders")) == grpc.StatusCode.UNAUTHENTICATED
     )
     stale_ms = int(time.time() * 1000) - 120_000  # beyond the broker's 60 s
-    stale = signed_metadata(
-        ORDERS, "/boltmq.v1.BrokerService/SendMessage", new_client_id(), stale_ms
-    )
+    body = send_request("orders").SerializeToString()
+    stale = signed_metadata(ORDERS, SEND_METHOD, new_client_id(), body, stale_ms)
     assert (
         refused(lambda: send(acl_cluster.stub(None), "orders", metadata=stale))
         == grpc.StatusCode.UNAUTHENTICATED
     )
-    fresh = signed_metadata(ORDERS, "/boltmq.v1.BrokerService/SendMessage", new_client_id())
+    fresh = signed_metadata(ORDERS, SEND_METHOD, new_client_id(), body)
     assert send(acl_cluster.stub(None), "orders", metadata=fresh).statuses == [broker_pb2.SEND_OK]
     log = acl_cluster.broker.log()
     assert "UNAUTHENTICATED" in log and "wrong signature for access key orders-app" in log

@@ -1,9 +1,13 @@
 """Authorizer: who signed a call (UNAUTHENTICATED) and may they make it (PERMISSION_DENIED).
 
-Authentication: the call's signed metadata (:mod:`boltmq.kernel.signing`) must name
-an account of the ACL document, carry a timestamp within ``max_skew_ms`` of
-the broker's clock (either way: a clock ahead is as suspect as one behind),
-and a signature the account's secret makes. Authorization: an admin account
+Authentication: the call's signed metadata (:mod:`boltmq.kernel.signing`, format 2)
+must name an account of the ACL document, carry a timestamp within
+``max_skew_ms`` of the broker's clock (either way: a clock ahead is as suspect
+as one behind), a body digest equal to the SHA-256 of the request bytes
+received, a signature the account's secret makes over the method called, and a
+nonce the broker has not accepted before (:class:`ReplayCache`; only calls with
+a good signature are remembered, so nobody without a secret can fill it).
+Authorization: an admin account
 may do everything; any other account needs every right
 :func:`~services.broker.access.resources.needs_of` lists, and never makes an
 admin call.
@@ -22,12 +26,14 @@ import grpc
 
 from boltmq.kernel.signing import SignedCall, SigningError
 from services.broker.access.acl_file import Account, AclDocument
+from services.broker.access.replay_cache import ReplayCache
 from services.broker.access.resources import Kind, is_admin_call, needs_of
 from services.broker.errors import BrokerError
 
 
 class AccessDenied(BrokerError):
-    """A call refused; ``code`` is UNAUTHENTICATED or PERMISSION_DENIED."""
+    """A call refused; ``code`` is UNAUTHENTICATED or PERMISSION_DENIED (RESOURCE_EXHAUSTED
+    when the replay cache is full, INVALID_ARGUMENT for a request that does not parse)."""
 
     def __init__(self, code: grpc.StatusCode, reason: str) -> None:
         super().__init__(reason, code)
@@ -44,14 +50,19 @@ class Authorizer:
         self,
         document: Callable[[], AclDocument],
         max_skew_ms: int,
+        replays: ReplayCache,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self._document = document
         self._max_skew_ms = max_skew_ms
+        self._replays = replays
         self._clock_ms = clock_ms
 
-    def authenticate(self, method: str, metadata: Sequence[tuple[str, Any]] | None) -> Account:
-        """The account that signed the call to ``method`` (full name), else AccessDenied."""
+    def authenticate(
+        self, method: str, metadata: Sequence[tuple[str, Any]] | None, body: bytes
+    ) -> Account:
+        """The account that signed the call to ``method`` (full name) whose serialized
+        request is ``body``, else AccessDenied."""
         try:
             call = SignedCall.from_metadata(metadata)
         except SigningError as exc:
@@ -61,14 +72,34 @@ class Authorizer:
         account = self._document().accounts.get(call.access_key)
         if account is None:
             raise _unauthenticated(f"unknown access key {call.access_key}")
-        skew_ms = abs(self._clock_ms() - call.timestamp_ms)
+        now_ms = self._clock_ms()
+        skew_ms = abs(now_ms - call.timestamp_ms)
         if skew_ms > self._max_skew_ms:
             raise _unauthenticated(
                 f"timestamp of access key {call.access_key} is {skew_ms} ms "
-                f"from the broker's clock (at most {self._max_skew_ms})"
+                f"from the broker's clock (at most {self._max_skew_ms}): "
+                "a stale or replayed call, or an unsynchronised clock"
+            )
+        if not call.covers(body):
+            raise _unauthenticated(
+                f"request body differs from the one access key {call.access_key} signed"
             )
         if not call.matches(account.secret_key, method):
-            raise _unauthenticated(f"wrong signature for access key {call.access_key}")
+            raise _unauthenticated(
+                f"wrong signature for access key {call.access_key} "
+                f"(wrong secret key, or signed for another method than {method})"
+            )
+        why = self._replays.admit(call.nonce, call.timestamp_ms, now_ms)
+        if why == "replayed":
+            raise _unauthenticated(
+                f"replayed call: nonce {call.nonce} of access key {call.access_key} "
+                "was already used"
+            )
+        if why:
+            raise AccessDenied(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "too many signed calls within the signature window: retry shortly",
+            )
         return account
 
     @staticmethod

@@ -7,6 +7,12 @@ Authentication comes first so the budget is keyed by an access key nobody
 can forge; authorization after the budget, because it reads the request and
 a flood should cost as little as possible.
 
+With access control on, the gate takes each request as the bytes received
+(the handler's deserializer is set aside): the signature covers their SHA-256
+(:mod:`boltmq.kernel.signing`), one digest per call, and the request is parsed
+only once its signature is good. A request that does not parse is refused
+INVALID_ARGUMENT.
+
 Refusals are logged (method, peer, access key, reason; never a secret or a
 signature) and answered UNAUTHENTICATED, PERMISSION_DENIED or
 RESOURCE_EXHAUSTED. Health, reflection and other services pass untouched.
@@ -27,6 +33,8 @@ from services.broker.access.resources import BROKER_SERVICE_PREFIX
 
 log = logging.getLogger(__name__)
 
+Parser = Callable[[bytes], Any] | None
+"""A handler's request deserializer, when the gate parses requests itself."""
 FLOOD_LOG_INTERVAL_S = 10.0
 """A client refused for its limits is logged at most once per interval (a flood is many)."""
 
@@ -37,6 +45,19 @@ def peer_host(peer: str) -> str:
     if kind in ("ipv4", "ipv6"):
         return address.rpartition(":")[0]
     return peer
+
+
+def _parsed(parse: Parser, request: Any) -> Any:
+    """``request`` parsed by ``parse`` (None: already parsed); AccessDenied when it does not
+    parse."""
+    if parse is None:
+        return request
+    try:
+        return parse(request)
+    except Exception as exc:  # protobuf's DecodeError, or whatever a deserializer raises
+        raise AccessDenied(
+            grpc.StatusCode.INVALID_ARGUMENT, f"request does not parse: {type(exc).__name__}"
+        ) from None
 
 
 class BrokerGate(grpc.aio.ServerInterceptor):
@@ -54,25 +75,28 @@ class BrokerGate(grpc.aio.ServerInterceptor):
         method: str = handler_call_details.method
         if handler is None or not method.startswith(BROKER_SERVICE_PREFIX):
             return handler
+        parse = handler.request_deserializer if self._authorizer is not None else None
+        # Signed calls: the raw bytes reach _admit, which digests them, then parses them.
+        deserializer = None if parse is not None else handler.request_deserializer
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
+                self._unary(method, handler.unary_unary, parse),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._stream(method, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
+                self._stream(method, handler.unary_stream, parse),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler  # the broker has no client-streaming calls
 
     def _unary(
-        self, method: str, inner: Callable[..., Awaitable[Any]]
+        self, method: str, inner: Callable[..., Awaitable[Any]], parse: Parser
     ) -> Callable[..., Awaitable[Any]]:
         async def gated(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            key = await self._admit(method, request, context)
+            request, key = await self._admit(method, request, context, parse)
             try:
                 return await inner(request, context)
             finally:
@@ -81,10 +105,10 @@ class BrokerGate(grpc.aio.ServerInterceptor):
         return gated
 
     def _stream(
-        self, method: str, inner: Callable[..., AsyncIterator[Any]]
+        self, method: str, inner: Callable[..., AsyncIterator[Any]], parse: Parser
     ) -> Callable[..., AsyncIterator[Any]]:
         async def gated(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            key = await self._admit(method, request, context)
+            request, key = await self._admit(method, request, context, parse)
             try:
                 async for item in inner(request, context):
                     yield item
@@ -94,16 +118,20 @@ class BrokerGate(grpc.aio.ServerInterceptor):
         return gated
 
     async def _admit(
-        self, method: str, request: Any, context: grpc.aio.ServicerContext
-    ) -> str | None:
-        """The client's limits key once the call may go on; aborts the call otherwise."""
+        self, method: str, request: Any, context: grpc.aio.ServicerContext, parse: Parser
+    ) -> tuple[Any, str | None]:
+        """The request (parsed when it came as bytes) and the client's limits key once the
+        call may go on; aborts the call otherwise."""
         peer = context.peer()
         key = peer_host(peer)
         access_key = ""
         try:
             if self._authorizer is not None:
-                account = self._authorizer.authenticate(method, context.invocation_metadata())
+                account = self._authorizer.authenticate(
+                    method, context.invocation_metadata(), request
+                )
                 access_key = key = account.access_key
+                request = _parsed(parse, request)
             if self._limits is not None:
                 why = self._limits.acquire(key)
                 if why:
@@ -127,7 +155,7 @@ class BrokerGate(grpc.aio.ServerInterceptor):
                     exc,
                 )
             await context.abort(exc.code, str(exc))
-        return key if self._limits is not None else None
+        return request, (key if self._limits is not None else None)
 
     def _should_log(self, code: grpc.StatusCode, key: str) -> bool:
         if code is not grpc.StatusCode.RESOURCE_EXHAUSTED:

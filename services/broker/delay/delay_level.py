@@ -31,7 +31,7 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
         raise InvalidDelayLevels(f"message_delay_level: 1..{MAX_LEVELS} delays, got {len(parts)}")
     delays = []
     for part in parts:
-        match = _DELAY.match(part)
+        match = _DELAY.fullmatch(part)
         if match is None:
             raise InvalidDelayLevels(
                 f"message_delay_level: {part!r:.20} is not a number with "

@@ -13,9 +13,10 @@ The file keeps RocketMQ's shape, queue ids as JSON object keys::
 
 from __future__ import annotations
 
+from boltmq.wire.topic import is_group, is_topic
 from services.broker.errors import CorruptMetadata
 from services.broker.metadata import json_document
-from services.broker.metadata.names import GROUP_PATTERN, TOPIC_PATTERN
+from services.broker.metadata.names import dropped_at_load
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 KEY_SEPARATOR = "@"
@@ -97,6 +98,9 @@ class ConsumerOffsetManager:
         raw = json_document.get_object(file, document, "offsetTable")
         table: dict[str, dict[int, int]] = {}
         for key, queues in raw.items():
+            topic, _, group = key.partition(KEY_SEPARATOR)
+            if dropped_at_load(file, "group", group) or dropped_at_load(file, "topic", topic):
+                continue
             _check_key(key)
             if not isinstance(queues, dict):
                 raise CorruptMetadata(f"{file}: {key}: queues are not an object")
@@ -107,7 +111,7 @@ class ConsumerOffsetManager:
 
 def _check_key(key: str) -> None:
     topic, sep, group = key.partition(KEY_SEPARATOR)
-    if not sep or not TOPIC_PATTERN.match(topic) or not GROUP_PATTERN.match(group):
+    if not sep or not is_topic(topic) or not is_group(group):
         raise CorruptMetadata(f"{CONSUMER_OFFSET_FILE}: bad key {key!r:.80} (want topic@group)")
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from boltmq.wire.topic import is_group
 from services.broker.errors import CorruptMetadata
 from services.broker.metadata import json_document
 from services.broker.metadata.clock import Clock, wall_clock_ms
-from services.broker.metadata.names import GROUP_PATTERN
+from services.broker.metadata.names import dropped_at_load
 from services.broker.metadata.topic_config import DataVersion
 
 SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
@@ -69,7 +70,7 @@ class SubscriptionGroupConfig:
         if not isinstance(entry, dict):
             raise CorruptMetadata(f"{SUBSCRIPTION_GROUP_FILE}: entry is not an object")
         name = entry.get("groupName")
-        if not isinstance(name, str) or not GROUP_PATTERN.match(name):
+        if not isinstance(name, str) or not is_group(name):
             raise CorruptMetadata(f"{SUBSCRIPTION_GROUP_FILE}: bad groupName {name!r:.80}")
         values: dict[str, Any] = {"group_name": name}
         for field in fields(cls):
@@ -136,7 +137,13 @@ class SubscriptionGroupManager:
         file = SUBSCRIPTION_GROUP_FILE
         document = json_document.parse_object(file, data)
         table = json_document.get_object(file, document, "subscriptionGroupTable")
-        groups = [SubscriptionGroupConfig.from_dict(entry) for entry in table.values()]
+        groups = [
+            SubscriptionGroupConfig.from_dict(entry)
+            for entry in table.values()
+            if not (
+                isinstance(entry, dict) and dropped_at_load(file, "group", entry.get("groupName"))
+            )
+        ]
         self._groups = {g.group_name: g for g in groups}
         version = json_document.get_object(file, document, "dataVersion")
         self.data_version = DataVersion(

@@ -18,10 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from boltmq.wire.topic import is_topic
 from services.broker.errors import CorruptMetadata
 from services.broker.metadata import json_document
 from services.broker.metadata.clock import Clock, wall_clock_ms
-from services.broker.metadata.names import TOPIC_PATTERN
+from services.broker.metadata.names import check_topic, dropped_at_load
 
 PERM_READ = 4
 PERM_WRITE = 2
@@ -92,7 +93,7 @@ class TopicConfig:
         if not isinstance(entry, dict):
             raise CorruptMetadata(f"{TOPICS_FILE}: topic entry is not an object: {entry!r:.80}")
         name = entry.get("topicName")
-        if not isinstance(name, str) or not TOPIC_PATTERN.match(name):
+        if not isinstance(name, str) or not is_topic(name):
             raise CorruptMetadata(f"{TOPICS_FILE}: bad topicName {name!r:.80}")
         read, write, perm = (
             json_document.get_int(f"{TOPICS_FILE}: topic {name}", entry, key, -1)
@@ -178,7 +179,11 @@ class TopicConfigManager:
         return name in self._system_names
 
     def upsert(self, config: TopicConfig) -> TopicConfig:
-        """Create or replace a topic; the version changes only when something did."""
+        """Create or replace a topic; the version changes only when something did.
+
+        The name is checked here, whatever made it (a request, a group's ``%RETRY%`` or
+        ``%DLQ%`` topic), so no name the registry or the store would refuse is ever kept."""
+        check_topic("topic", config.name)
         if self._topics.get(config.name) != config:
             self._topics[config.name] = config
             self._bump()
@@ -233,5 +238,9 @@ class TopicConfigManager:
 
     def _load_entries(self, entries: Iterable[object]) -> None:
         for entry in entries:
+            if isinstance(entry, dict) and dropped_at_load(
+                TOPICS_FILE, "topic", entry.get("topicName")
+            ):
+                continue
             config = TopicConfig.from_dict(entry)
             self._topics[config.name] = config

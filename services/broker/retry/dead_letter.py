@@ -17,7 +17,7 @@ import grpc
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from services.broker.config import BrokerConfig
 from services.broker.errors import InvalidArgument, NotFound, PermissionDenied, StoreFailed
-from services.broker.metadata.names import check_group, check_topic
+from services.broker.metadata.names import check_group
 from services.broker.metadata.topic_config import TopicConfigManager
 from services.broker.retry.retry_topic import dlq_topic
 from services.broker.retry.send_back import (
@@ -51,7 +51,7 @@ class DeadLetterProcessor:
 
     def _dlq_of(self, group: str) -> str:
         check_group("group", group)
-        topic = check_topic("group", dlq_topic(group))
+        topic = dlq_topic(group)
         if self._topics.get(topic) is None:
             raise NotFound(f"group: group {group!r} has no dead letters ({topic} does not exist)")
         return topic

@@ -10,7 +10,9 @@ resend dead letters through the broker (``boltmq admin group dlq``).
 
 from __future__ import annotations
 
+from boltmq.wire import topic as names
 from services.broker.cluster.topic_publisher import TopicPublisher
+from services.broker.errors import InvalidArgument
 from services.broker.metadata.subscription_group import SubscriptionGroupConfig
 from services.broker.metadata.topic_config import (
     PERM_READ_WRITE,
@@ -19,21 +21,24 @@ from services.broker.metadata.topic_config import (
     TopicConfigManager,
 )
 
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 DLQ_QUEUE_NUMS = 1
-RETRY_TOPIC_MAX_LENGTH = 127
-"""Topic names are at most 127 characters; a longer group simply has no retry topic."""
 
 
 def retry_topic(group: str) -> str:
-    """``%RETRY%<group>``."""
-    return RETRY_PREFIX + group
+    """``%RETRY%<group>``; InvalidArgument when it is no valid topic name (a bad group, or
+    a group so long the topic would pass 127 characters)."""
+    try:
+        return names.retry_topic(group)
+    except (names.InvalidGroup, names.InvalidTopic) as exc:
+        raise InvalidArgument(f"group: no retry topic for {group[:60]!r}: {exc}") from None
 
 
 def dlq_topic(group: str) -> str:
-    """``%DLQ%<group>``."""
-    return DLQ_PREFIX + group
+    """``%DLQ%<group>``; InvalidArgument like :func:`retry_topic`."""
+    try:
+        return names.dlq_topic(group)
+    except (names.InvalidGroup, names.InvalidTopic) as exc:
+        raise InvalidArgument(f"group: no dead-letter topic for {group[:60]!r}: {exc}") from None
 
 
 async def ensure_retry_topic(
@@ -69,9 +74,8 @@ class RetryTopics:
         self._publisher = publisher
 
     async def ensure_retry(self, group: SubscriptionGroupConfig) -> None:
-        """Create the group's retry topic when missing (a clustering consumer's heartbeat)."""
-        if (
-            self._topics.get(retry_topic(group.group_name)) is None
-            and len(retry_topic(group.group_name)) <= RETRY_TOPIC_MAX_LENGTH
-        ):
+        """Create the group's retry topic when missing (a clustering consumer's heartbeat);
+        a group too long for one (more than 120 characters) simply has none."""
+        name = names.RETRY_PREFIX + group.group_name
+        if names.is_topic(name) and self._topics.get(name) is None:
             await ensure_retry_topic(self._topics, self._publisher, group)

@@ -32,9 +32,13 @@ from services.broker.delay.delay_message import (
 )
 from services.broker.errors import InvalidArgument, NotFound, StoreFailed
 from services.broker.metadata.group_access import GroupAccess
-from services.broker.metadata.names import check_topic
 from services.broker.metadata.topic_config import TopicConfigManager
-from services.broker.retry.retry_topic import dlq_topic, ensure_dlq_topic, ensure_retry_topic
+from services.broker.retry.retry_topic import (
+    dlq_topic,
+    ensure_dlq_topic,
+    ensure_retry_topic,
+    retry_topic,
+)
 from services.broker.store.store_client import StoreClient
 from services.broker.wire import STORED
 
@@ -71,7 +75,7 @@ class SendBackProcessor:
     ) -> broker_pb2.ConsumerSendBackResponse:
         """Store the failed message again, in the retry topic or the DLQ."""
         group_config = await self._groups.require_consumable("group", request.group)
-        check_topic("group", dlq_topic(request.group))  # both topic names must be valid
+        retry_topic(request.group), dlq_topic(request.group)  # both topic names must be valid
         levels = levels_of(self._config)
         if request.delay_level < TO_DLQ or request.delay_level > levels.count:
             raise InvalidArgument(

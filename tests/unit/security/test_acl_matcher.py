@@ -1,4 +1,5 @@
-"""The ACL document, the rights each call needs, and the authorizer's verdicts."""
+"""The ACL document, the rights each call needs, and the authorizer's verdicts (its
+authentication: tests/unit/security/test_signed_calls.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 import grpc
 import pytest
 
-from boltmq.kernel.signing import Credentials, signed_metadata
 from boltmq.v1 import broker_pb2, message_pb2
 from services.broker.access.acl_file import Account, AclDocument, InvalidAcl, Perm
 from services.broker.access.authorizer import AccessDenied, Authorizer
@@ -33,11 +33,6 @@ DOCUMENT: dict[str, Any] = {
         },
     ],
 }
-
-
-def _authorizer(skew_ms: int = 60_000) -> Authorizer:
-    document = AclDocument.parse(json.dumps(DOCUMENT))
-    return Authorizer(lambda: document, skew_ms, clock_ms=lambda: NOW_MS)
 
 
 def _verdict(access_key: str, method: str, call: object) -> str:
@@ -199,43 +194,6 @@ def test_default_group_deny_and_named_group() -> None:
     assert _verdict("reader-app", "PullMessage", pull) == "allowed"
     pull.consumer_group = "other"
     assert _verdict("reader-app", "PullMessage", pull) == "denied"
-
-
-def _metadata(
-    access_key: str,
-    secret: str,
-    timestamp_ms: int = NOW_MS,
-    method: str = "/boltmq.v1.BrokerService/SendMessage",
-) -> list[tuple[str, str]]:
-    return list(signed_metadata(Credentials(access_key, secret), method, "c-1", timestamp_ms))
-
-
-def test_authentication_verdicts() -> None:
-    method = "/boltmq.v1.BrokerService/SendMessage"
-    authorizer = _authorizer(skew_ms=60_000)
-    assert (
-        authorizer.authenticate(method, _metadata("orders-app", "orders-secret")).access_key
-        == "orders-app"
-    )
-    cases = {
-        "wrong signature": _metadata("orders-app", "not-the-secret"),
-        "unknown access key": _metadata("nobody-here", "orders-secret"),
-        "from the broker's clock": _metadata("orders-app", "orders-secret", NOW_MS - 61_000),
-        "no credentials": [],
-    }
-    for reason, metadata in cases.items():
-        with pytest.raises(AccessDenied, match=reason) as info:
-            authorizer.authenticate(method, metadata)
-        assert info.value.code == grpc.StatusCode.UNAUTHENTICATED
-        assert "orders-secret" not in str(info.value)
-    future = _metadata("orders-app", "orders-secret", NOW_MS + 61_000)
-    with pytest.raises(AccessDenied, match="from the broker's clock"):
-        authorizer.authenticate(method, future)
-    other_method = _metadata(
-        "orders-app", "orders-secret", method="/boltmq.v1.BrokerService/PullMessage"
-    )
-    with pytest.raises(AccessDenied, match="wrong signature"):
-        authorizer.authenticate(method, other_method)
 
 
 @pytest.mark.parametrize(
