@@ -9,7 +9,9 @@ read its retries.
 Call kind    | Calls
 -------------+-----------------------------------------------------------------
 PUB / SUB    | SendMessage (topic PUB); PullMessage, PullQueues, offsets, locks,
-             | heartbeat, send-back, dead-letter listing, key queries (group / topic SUB)
+             | heartbeat, send-back, dead-letter listing, key queries (group / topic SUB);
+             | the record a send-back names is checked where it is read
+             | (:mod:`services.broker.access.caller`)
 ANY ACCOUNT  | read-only cluster views (ListTopics, TopicStatus, ListGroups,
              | GroupProgress, GetBrokerInfo) and transactions (EndTransaction,
              | TransactionChecks: the half message's topic was checked on send)

@@ -30,9 +30,7 @@ from services.broker.delay.delay_message import records_as_messages, schedule_de
 from services.broker.errors import InvalidArgument, NotFound, PermissionDenied, StoreFailed
 from services.broker.metadata.topic_config import (
     AUTO_CREATE_TEMPLATE_TOPIC,
-    SCHEDULE_TOPIC,
-    TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
+    BROKER_TOPICS,
     TopicConfig,
     TopicConfigManager,
 )
@@ -41,11 +39,6 @@ from services.broker.send.batch_check import check_batch, check_headers, check_r
 from services.broker.store.store_client import StoreClient
 from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import to_send_response
-
-NOT_SENDABLE_TOPICS = frozenset(
-    (AUTO_CREATE_TEMPLATE_TOPIC, SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC)
-)
-"""Only the broker writes these: TBW102 is a template, the schedule topic holds delay messages."""
 
 
 class SendProcessor:
@@ -125,7 +118,7 @@ class SendProcessor:
     ) -> int:
         """The queue a batch goes to, once its topic exists (or was auto-created) and
         may be written."""
-        if topic in NOT_SENDABLE_TOPICS:
+        if topic in BROKER_TOPICS:
             raise PermissionDenied(
                 f"{field}: {topic} is a system topic; clients may not send to it"
             )
