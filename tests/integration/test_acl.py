@@ -47,6 +47,7 @@ SEED = {
             "accessKey": READER.access_key,
             "secretKey": READER.secret_key,
             "topicPerms": {"orders": "SUB"},
+            "groupPerms": {"orders-group": "SUB", "SPARK_READER": "SUB"},
         },
     ]
 }

@@ -35,6 +35,7 @@ from services.broker.metadata.topic_config import (
     TopicConfigManager,
 )
 from services.broker.metrics import BrokerMetrics
+from services.broker.retry.retry_topic import DLQ_PREFIX, RETRY_PREFIX
 from services.broker.send.batch_check import check_batch, check_headers, check_records_request
 from services.broker.store.store_client import StoreClient
 from services.broker.transaction.transaction_service import TransactionService
@@ -121,6 +122,11 @@ class SendProcessor:
         if topic in BROKER_TOPICS:
             raise PermissionDenied(
                 f"{field}: {topic} is a system topic; clients may not send to it"
+            )
+        if topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            raise PermissionDenied(
+                f"{field}: {topic[:60]} is a retry or dead-letter topic: only the broker "
+                f"writes it (a consumer returns a message with ConsumerSendBack)"
             )
         config = self._topics.get(topic) or await self._auto_create(
             topic, request.default_topic_queue_nums, field
