@@ -20,7 +20,7 @@ import pytest
 
 from boltmq import ConsumeResult, PushConsumer, PushConsumerOptions, ReceivedMessage
 from boltmq.kernel.signing import Credentials
-from boltmq.v1 import broker_pb2
+from boltmq.v1 import broker_pb2, message_pb2
 from tests.integration.sdk_fixtures import FAST, wait_until
 from tests.integration.test_acl import ADMIN, ORDERS, READER, AclCluster, refused, send
 
@@ -145,3 +145,25 @@ def test_the_groups_consumer_retries_and_reads_its_dead_letters_but_nobody_else(
     )
     assert "orders" not in details.replace("'mallory-group'", "")
     assert dead_letters(cluster, READER, "orders-group") == [b"poison"]  # nothing was added
+
+
+def test_a_retry_topic_property_set_by_a_producer_is_overwritten(cluster: AclCluster) -> None:
+    """A dead letter goes back (ResendDeadLetters) to its RETRY_TOPIC: a producer that
+    set one on its own message must not aim the resend at a topic it may not write."""
+    forged = cluster.stub(MALLORY).SendMessage(
+        broker_pb2.SendRequest(
+            producer_group="mallory-producers",
+            messages=[
+                message_pb2.Message(
+                    topic="mallory", queue_id=0, body=b"aimed", properties={"RETRY_TOPIC": "orders"}
+                )
+            ],
+        ),
+        timeout=5,
+    )
+    back = send_back(cluster, MALLORY, "mallory-group", forged.commitlog_offsets[0])
+    assert back.dead_letter
+    letters = cluster.stub(MALLORY).ListDeadLetters(
+        broker_pb2.ListDeadLettersRequest(group="mallory-group"), timeout=5
+    )
+    assert [m.properties["RETRY_TOPIC"] for m in letters.messages] == ["mallory"]
