@@ -20,11 +20,12 @@ import pytest
 
 from boltmq import ConsumeResult, PushConsumer, PushConsumerOptions, ReceivedMessage
 from boltmq.kernel.signing import Credentials
-from boltmq.v1 import broker_pb2, message_pb2
+from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from tests.integration.sdk_fixtures import FAST, wait_until
 from tests.integration.test_acl import ADMIN, ORDERS, READER, AclCluster, refused, send
 
 MALLORY = Credentials("mallory-app", "mallory-secret-1")
+WIDE = Credentials("wide-app", "wide-secret-1")
 SEED = {
     "accounts": [
         {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True},
@@ -38,6 +39,13 @@ SEED = {
             "secretKey": READER.secret_key,
             "topicPerms": {"orders": "SUB"},
             "groupPerms": {"orders-group": "SUB"},
+        },
+        {  # reads every topic but orders
+            "accessKey": WIDE.access_key,
+            "secretKey": WIDE.secret_key,
+            "defaultTopicPerm": "SUB",
+            "topicPerms": {"orders": "DENY"},
+            "groupPerms": {"wide-group": "SUB"},
         },
         {
             "accessKey": MALLORY.access_key,
@@ -167,3 +175,38 @@ def test_a_retry_topic_property_set_by_a_producer_is_overwritten(cluster: AclClu
         broker_pb2.ListDeadLettersRequest(group="mallory-group"), timeout=5
     )
     assert [m.properties["RETRY_TOPIC"] for m in letters.messages] == ["mallory"]
+
+
+def test_a_default_sub_reaches_no_other_topic_through_the_broker_topics(
+    cluster: AclCluster,
+) -> None:
+    """The schedule topic holds every topic's delayed messages, the half topic every
+    transaction's: a topic default does not open them, nor a send-back of their records."""
+    delayed = cluster.stub(ORDERS).SendMessage(
+        broker_pb2.SendRequest(
+            producer_group="orders-producers",
+            messages=[
+                message_pb2.Message(
+                    topic="orders", queue_id=0, body=b"later", properties={"DELAY": "6"}
+                )
+            ],
+        ),
+        timeout=5,
+    )
+    offset = delayed.commitlog_offsets[0]
+    for queue_id in range(6):
+        denied_details(
+            lambda queue_id=queue_id: cluster.stub(WIDE).PullMessage(
+                broker_pb2.BrokerPullRequest(
+                    consumer_group="wide-group", topic="SCHEDULE_TOPIC_XXXX", queue_id=queue_id
+                ),
+                timeout=5,
+            )
+        )
+    denied_details(
+        lambda: cluster.stub(WIDE).QueryMessageByKey(
+            store_pb2.QueryByKeyRequest(topic="RMQ_SYS_TRANS_HALF_TOPIC", key="k"), timeout=5
+        )
+    )
+    details = denied_details(lambda: send_back(cluster, WIDE, "wide-group", offset))
+    assert "SCHEDULE" not in details and "orders" not in details

@@ -24,11 +24,16 @@ from boltmq.kernel.signing import SignedCall, SigningError
 from services.broker.access.acl_file import Account, AclDocument, Perm
 from services.broker.access.resources import Kind, Need, is_admin_call, needs_of
 from services.broker.errors import BrokerError
+from services.broker.metadata.topic_config import BROKER_TOPICS
 
 
 def rights_on(account: Account, need: Need) -> Perm:
-    """What ``account`` holds on the topic or group ``need`` names."""
+    """What ``account`` holds on the topic or group ``need`` names; nothing on the topics
+    only the broker writes (delay entries and half messages of every topic), whatever a
+    default says."""
     if need.kind is Kind.TOPIC:
+        if need.name in BROKER_TOPICS:
+            return Perm.DENY
         return account.topic_perm(need.name)
     return account.group_perm(need.name)
 

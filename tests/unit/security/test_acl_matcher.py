@@ -246,6 +246,15 @@ def test_default_group_deny_and_named_group() -> None:
     assert _verdict("reader-app", "PullMessage", pull) == "denied"
 
 
+@pytest.mark.parametrize(
+    "topic", ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"]
+)
+def test_a_topic_default_never_opens_the_broker_topics(topic: str) -> None:
+    pull = broker_pb2.BrokerPullRequest(consumer_group="billing", topic=topic)
+    assert _verdict("reader-app", "PullMessage", pull) == "denied"  # defaultTopicPerm SUB
+    assert _verdict("admin-key", "PullMessage", pull) == "allowed"
+
+
 def test_accounts_with_a_group_default_are_named_for_the_start_up_warning() -> None:
     document = AclDocument.parse(json.dumps(DOCUMENT))
     assert wide_group_defaults(document) == []
