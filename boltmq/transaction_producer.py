@@ -16,7 +16,10 @@ after a restart, answers checks for halves its predecessor sent.
 ``MessageExt`` with its real topic: topic, queue_id, body, tags, keys,
 properties, msg_id) and answers like ``local_fn``; the producer sends the
 answer with EndTransaction(from_check=True). The broker gives up after
-``transaction_check_max`` checks and rolls the message back.
+``transaction_check_max`` checks and rolls the message back. With access
+control on, the account needs PUB on the producer group and on the topic
+(``groupPerms``/``topicPerms``, docs/security.md) to send halves, decide them
+and receive their checks; a refused check stream is logged at WARNING.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ log = logging.getLogger(__name__)
 
 STREAM_RETRY_PAUSE_S = 0.5
 """Pause before reopening a check stream that ended."""
+REFUSED_RETRY_PAUSE_S = 10.0
+"""Pause before reopening a check stream the broker refused (the account lacks PUB on
+the producer group): the ACL may be fixed, but not within the second."""
+REFUSED = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
 BROKER_REFRESH_S = 10.0
 """How often the registry is asked for masters to open check streams to."""
 MASTER_ID = 0
@@ -259,7 +266,16 @@ class TransactionProducer:
                 for check in call:
                     self._answer(address, check)
             except grpc.RpcError as exc:
-                if not self._stop.is_set():
+                if exc.code() in REFUSED:
+                    log.warning(
+                        "check stream to %s refused (this group's undecided transactions "
+                        "are not checked back here; retrying in %.0f s): %s",
+                        address,
+                        REFUSED_RETRY_PAUSE_S,
+                        rpc_error_text(exc),
+                    )
+                    self._stop.wait(REFUSED_RETRY_PAUSE_S)
+                elif not self._stop.is_set():
                     log.debug("check stream to %s ended: %s", address, rpc_error_text(exc))
             self._stop.wait(STREAM_RETRY_PAUSE_S)
 

@@ -76,9 +76,9 @@ def show(admin_: Admin) -> None:
 )
 @click.option(
     "--default-group-perm",
-    default="SUB",
+    default="DENY",
     show_default=True,
-    help="Rights on consumer groups not listed with --group.",
+    help="Rights on groups not listed with --group.",
 )
 @click.option(
     "--topic",
@@ -92,7 +92,8 @@ def show(admin_: Admin) -> None:
     "groups",
     multiple=True,
     metavar="NAME=PERM",
-    help="Rights on one consumer group (repeatable), e.g. billing=SUB.",
+    help="Rights on one group (repeatable): billing=SUB consumes as consumer group "
+    "billing, orders-tx=PUB is transactional producer group orders-tx.",
 )
 @_with_admin
 def set_account(

@@ -17,7 +17,9 @@ from boltmq.kernel import telemetry
 from boltmq.kernel.errors import answers_errors
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
 from services.broker.access.acl_admin import AclAdmin
-from services.broker.access.acl_file import ACL_FILE
+from services.broker.access.acl_file import ACL_FILE, Perm
+from services.broker.access.caller import current_caller
+from services.broker.access.resources import group_need, topic_need
 from services.broker.admin.admin_processor import AdminProcessor
 from services.broker.clients.client_processor import ClientProcessor
 from services.broker.metadata.names import check_client_id, check_group
@@ -283,7 +285,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         group = check_group("producer_group", request.producer_group)
         client_id = check_client_id("client_id", request.client_id)
         channels = self._transactions.channels
-        channel = channels.open(group, client_id)
+        caller = current_caller()  # the gate checked the group's PUB; the topic per check
+        channel = channels.open(
+            group,
+            client_id,
+            lambda topic: (
+                caller is None
+                or caller.may(group_need(group, Perm.PUB), topic_need(topic, Perm.PUB))
+            ),
+        )
         try:
             while True:
                 yield await channel.queue.get()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import grpc
@@ -47,6 +47,7 @@ SEED = {
             "accessKey": READER.access_key,
             "secretKey": READER.secret_key,
             "topicPerms": {"orders": "SUB"},
+            "groupPerms": {"orders-group": "SUB", "SPARK_READER": "SUB"},
         },
     ]
 }
@@ -56,10 +57,16 @@ SECRETS = [ADMIN.secret_key, ORDERS.secret_key, READER.secret_key]
 class AclCluster:
     """Registry, store and an ACL-enforcing broker; the broker restarts on its port."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        seed: Mapping[str, object] | None = None,
+        broker_settings: tuple[str, ...] = (),
+    ) -> None:
         self.log_dir = tmp_path / "logs"
         self.seed = tmp_path / "acl.json"
-        self.seed.write_text(json.dumps(SEED))
+        self.seed.write_text(json.dumps(seed or SEED))
+        self.broker_settings = broker_settings
         self.registry = ServiceProcess("registry", self.log_dir, *CLUSTER_REGISTRY_SETTINGS).start()
         self.store = ServiceProcess(
             "store", self.log_dir, f"root_dir={tmp_path / 'store'}", *CLUSTER_STORE_SETTINGS
@@ -76,6 +83,7 @@ class AclCluster:
             "acl_enable=true",
             f"acl_file={self.seed}",
             "acl_signature_max_skew_ms=60000",
+            *self.broker_settings,
             port=port,
         ).start()
 

@@ -11,9 +11,9 @@ the seed file's format::
       "accounts": [
         {"accessKey": "admin-key", "secretKey": "...", "admin": true},
         {"accessKey": "orders-app", "secretKey": "...",
-         "defaultTopicPerm": "DENY", "defaultGroupPerm": "SUB",
+         "defaultTopicPerm": "DENY", "defaultGroupPerm": "DENY",
          "topicPerms": {"orders": "PUB|SUB", "audit": "PUB"},
-         "groupPerms": {"billing": "SUB", "legacy": "DENY"}}
+         "groupPerms": {"billing": "SUB", "orders-tx": "PUB"}}
       ]
     }
 
@@ -25,14 +25,21 @@ accessKey         | string            | 6-128 of ``A-Z a-z 0-9 _ . -``
 secretKey         | string            | 6-256 printable ASCII, no spaces
 admin             | bool (false)      | may do everything, admin calls included
 defaultTopicPerm  | perm ("DENY")     | on topics not named in topicPerms
-defaultGroupPerm  | perm ("SUB")      | on consumer groups not named in groupPerms
+defaultGroupPerm  | perm ("DENY")     | on groups not named in groupPerms
 topicPerms        | {topic: perm}     | per-topic permissions
-groupPerms        | {group: perm}     | per-group permissions
+groupPerms        | {group: perm}     | per-group permissions: SUB consumes as a
+                  |                   | consumer group, PUB is a transactional
+                  |                   | producer group
 
 A perm is ``DENY``, ``PUB``, ``SUB`` or ``PUB|SUB`` (``SUB|PUB`` too). As in
 RocketMQ, DENY wins over everything, and a named topic or group replaces the
 default rather than adding to it. Unknown fields are refused, so a typo
-("topicPerm") never silently grants the defaults.
+("topicPerm") never silently grants the defaults. Groups default to DENY: a
+group is an identity (its offsets, retries, dead letters, transactions), so
+an account gets only the groups named for it. Documents written before this
+default (every account's ``defaultGroupPerm`` spelled out as ``SUB``) keep
+what they say; the broker warns about such accounts at start
+(:func:`wide_group_defaults`).
 """
 
 from __future__ import annotations
@@ -109,7 +116,7 @@ class Account:
     secret_key: str = field(repr=False)
     admin: bool = False
     default_topic_perm: Perm = Perm.DENY
-    default_group_perm: Perm = Perm.SUB
+    default_group_perm: Perm = Perm.DENY
     topic_perms: Mapping[str, Perm] = field(default_factory=dict)
     group_perms: Mapping[str, Perm] = field(default_factory=dict)
 
@@ -118,7 +125,7 @@ class Account:
         return self.topic_perms.get(topic, self.default_topic_perm)
 
     def group_perm(self, group: str) -> Perm:
-        """Rights on consumer group ``group``: its own entry, else the default."""
+        """Rights on group ``group``: its own entry, else the default."""
         return self.group_perms.get(group, self.default_group_perm)
 
     @classmethod
@@ -143,7 +150,7 @@ class Account:
             secret_key,
             admin,
             Perm.parse(item.get("defaultTopicPerm", "DENY"), f"{where} defaultTopicPerm"),
-            Perm.parse(item.get("defaultGroupPerm", "SUB"), f"{where} defaultGroupPerm"),
+            Perm.parse(item.get("defaultGroupPerm", "DENY"), f"{where} defaultGroupPerm"),
             _perm_map(item.get("topicPerms", {}), f"{where} topicPerms"),
             _perm_map(item.get("groupPerms", {}), f"{where} groupPerms"),
         )
@@ -236,3 +243,13 @@ class AclDocument:
     def replaced_by(self, accounts: Iterable[Account]) -> AclDocument:
         """A copy holding exactly ``accounts``, version bumped past this one's."""
         return AclDocument({a.access_key: a for a in accounts}, self.version + 1)
+
+
+def wide_group_defaults(document: AclDocument) -> list[str]:
+    """Access keys of the accounts (admins aside) that may use every group not named in
+    their ``groupPerms``: another application's offsets, retries and dead letters."""
+    return sorted(
+        a.access_key
+        for a in document.accounts.values()
+        if not a.admin and Perm.DENY not in a.default_group_perm and a.default_group_perm
+    )

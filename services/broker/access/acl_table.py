@@ -20,7 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from boltmq.kernel.config import ConfigError
-from services.broker.access.acl_file import ACL_FILE, AclDocument, InvalidAcl
+from services.broker.access.acl_file import (
+    ACL_FILE,
+    AclDocument,
+    InvalidAcl,
+    wide_group_defaults,
+)
 from services.broker.errors import CorruptMetadata
 from services.broker.store.store_client import StoreClient
 
@@ -66,10 +71,17 @@ class AclTable:
                     ACL_FILE,
                     self.document.version,
                 )
-            return
-        if self._seed is not None:
+        elif self._seed is not None:
             await self.update(lambda _: self._seed or AclDocument())
             log.info("ACL seeded from acl_file: %d accounts", len(self.document.accounts))
+        wide = wide_group_defaults(self.document)
+        if wide:
+            log.warning(
+                "ACL accounts %s may use every group not in their groupPerms "
+                "(defaultGroupPerm is not DENY): other applications' offsets, retries "
+                "and dead letters; name their groups and set defaultGroupPerm to DENY",
+                ", ".join(wide[:20]) + (f" and {len(wide) - 20} more" if len(wide) > 20 else ""),
+            )
 
     def load_json(self, data: bytes) -> None:
         """Take a document as stored (start-up, or a replica's copy of its master's)."""

@@ -25,10 +25,27 @@ from typing import Any
 import grpc
 
 from boltmq.kernel.signing import SignedCall, SigningError
-from services.broker.access.acl_file import Account, AclDocument
+from services.broker.access.acl_file import Account, AclDocument, Perm
 from services.broker.access.replay_cache import ReplayCache
-from services.broker.access.resources import Kind, is_admin_call, needs_of
+from services.broker.access.resources import Kind, Need, is_admin_call, needs_of
 from services.broker.errors import BrokerError
+from services.broker.metadata.topic_config import BROKER_TOPICS
+
+
+def rights_on(account: Account, need: Need) -> Perm:
+    """What ``account`` holds on the topic or group ``need`` names; nothing on the topics
+    only the broker writes (delay entries and half messages of every topic), whatever a
+    default says."""
+    if need.kind is Kind.TOPIC:
+        if need.name in BROKER_TOPICS:
+            return Perm.DENY
+        return account.topic_perm(need.name)
+    return account.group_perm(need.name)
+
+
+def holds(account: Account, need: Need) -> bool:
+    """True when ``account`` is an admin or holds ``need``'s right."""
+    return account.admin or rights_on(account, need).grants(need.perm)
 
 
 class AccessDenied(BrokerError):
@@ -53,7 +70,8 @@ class Authorizer:
         replays: ReplayCache,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
-        self._document = document
+        self.document = document
+        """The ACL document in force (read at every call)."""
         self._max_skew_ms = max_skew_ms
         self._replays = replays
         self._clock_ms = clock_ms
@@ -69,7 +87,7 @@ class Authorizer:
             raise _unauthenticated(str(exc)) from None
         if call is None:
             raise _unauthenticated("no credentials: sign the call with an access key")
-        account = self._document().accounts.get(call.access_key)
+        account = self.document().accounts.get(call.access_key)
         if account is None:
             raise _unauthenticated(f"unknown access key {call.access_key}")
         now_ms = self._clock_ms()
@@ -113,11 +131,7 @@ class Authorizer:
                 f"{short_method} needs an admin account; {account.access_key} is not one",
             )
         for need in needs_of(short_method, request):
-            owned = (
-                account.topic_perm(need.name)
-                if need.kind is Kind.TOPIC
-                else account.group_perm(need.name)
-            )
+            owned = rights_on(account, need)
             if not owned.grants(need.perm):
                 raise AccessDenied(
                     grpc.StatusCode.PERMISSION_DENIED,

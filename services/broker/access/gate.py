@@ -2,7 +2,9 @@
 
 In order, for each call: authenticate (when access control is on), take the
 client's rate and in-flight budget (:class:`ClientLimits`), authorize the
-request against the ACL, run the call, give the in-flight slot back.
+request against the ACL, run the call, give the in-flight slot back. The
+authenticated caller is left in the call's context for the rights a handler
+can only check on what it reads (:mod:`services.broker.access.caller`).
 Authentication comes first so the budget is keyed by an access key nobody
 can forge; authorization after the budget, because it reads the request and
 a flood should cost as little as possible.
@@ -28,6 +30,7 @@ from typing import Any
 import grpc
 
 from services.broker.access.authorizer import AccessDenied, Authorizer
+from services.broker.access.caller import Caller, set_caller
 from services.broker.access.client_limits import ClientLimits
 from services.broker.access.resources import BROKER_SERVICE_PREFIX
 
@@ -132,6 +135,7 @@ class BrokerGate(grpc.aio.ServerInterceptor):
                 )
                 access_key = key = account.access_key
                 request = _parsed(parse, request)
+                set_caller(Caller(access_key, self._authorizer.document))
             if self._limits is not None:
                 why = self._limits.acquire(key)
                 if why:

@@ -8,11 +8,14 @@ read its retries.
 
 Call kind    | Calls
 -------------+-----------------------------------------------------------------
-PUB / SUB    | SendMessage (topic PUB); PullMessage, PullQueues, offsets, locks,
-             | heartbeat, send-back, dead-letter listing, key queries (group / topic SUB)
+PUB / SUB    | SendMessage (topic PUB; a half message also its producer group's PUB);
+             | EndTransaction, TransactionChecks (producer group PUB; the half's
+             | topic PUB where the half is read); PullMessage, PullQueues, offsets, locks,
+             | heartbeat, send-back, dead-letter listing, key queries (group / topic SUB);
+             | the record a send-back names is checked where it is read
+             | (:mod:`services.broker.access.caller`)
 ANY ACCOUNT  | read-only cluster views (ListTopics, TopicStatus, ListGroups,
-             | GroupProgress, GetBrokerInfo) and transactions (EndTransaction,
-             | TransactionChecks: the half message's topic was checked on send)
+             | GroupProgress, GetBrokerInfo)
 ADMIN        | UpsertTopic, DeleteTopic, Promote, ViewMessage, GetMetadata,
              | ResendDeadLetters, GetAcl, UpdateAcl, and any call not listed
              | (a new call is admin-only until it is given a row here)
@@ -25,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK
 from services.broker.access.acl_file import Perm
 
 BROKER_SERVICE_PREFIX = "/boltmq.v1.BrokerService/"
@@ -55,9 +59,10 @@ def topic_need(topic: str, perm: Perm) -> Need:
     return Need(Kind.TOPIC, topic, perm)
 
 
-def group_need(group: str) -> Need:
-    """A consumer group's SUB."""
-    return Need(Kind.GROUP, group, Perm.SUB)
+def group_need(group: str, perm: Perm = Perm.SUB) -> Need:
+    """A group's right: SUB to consume as a consumer group, PUB to be a transactional
+    producer group (its check-backs, its decisions)."""
+    return Need(Kind.GROUP, group, perm)
 
 
 def _send(request: Any) -> Iterator[Need]:
@@ -66,6 +71,12 @@ def _send(request: Any) -> Iterator[Need]:
         topics.add(request.topic)
     for topic in sorted(topics):
         yield topic_need(topic, Perm.PUB)
+    if any(m.sys_flag & SYS_FLAG_TRANSACTION_MASK for m in request.messages):
+        yield group_need(request.producer_group, Perm.PUB)  # a half message: its group's
+
+
+def _producer_group(request: Any) -> Iterator[Need]:
+    yield group_need(request.producer_group, Perm.PUB)
 
 
 def _pull(request: Any) -> Iterator[Need]:
@@ -134,8 +145,8 @@ NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "ListGroups": _nothing,
     "GroupProgress": _nothing,
     "GetBrokerInfo": _nothing,
-    "EndTransaction": _nothing,
-    "TransactionChecks": _nothing,
+    "EndTransaction": _producer_group,
+    "TransactionChecks": _producer_group,
 }
 """Non-admin calls by method name -> the rights they need; every other call is admin-only."""
 

@@ -38,6 +38,11 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 """Half (prepared) transaction messages; only the broker reads and writes it."""
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 """Decisions and checks of half messages; only the broker reads and writes it."""
+BROKER_TOPICS = frozenset(
+    (AUTO_CREATE_TEMPLATE_TOPIC, SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC)
+)
+"""Topics only the broker writes: TBW102 is a template, the schedule topic holds delay
+messages, the transaction topics half messages and their decisions."""
 REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"
 """``<cluster>_REPLY_TOPIC`` carries replies of request-reply to their requesters."""
 TEMPLATE_QUEUE_NUMS = 8

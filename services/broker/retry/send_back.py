@@ -5,8 +5,15 @@ RocketMQ's consumerSendMsgBack, step by step (docs/retry-and-delay.md):
 1. the group must exist and may consume; the message is read back from the
    store by the commitlog offset the consumer got it at (an unknown offset is
    NOT_FOUND);
-2. its original topic is ``RETRY_TOPIC`` when it came from a retry topic, else
-   its topic; ``ORIGIN_MESSAGE_ID`` keeps the first message id;
+2. its original topic is ``RETRY_TOPIC`` when it came from the group's own
+   retry topic, else its topic (a ``RETRY_TOPIC`` a client set on an ordinary
+   message is overwritten); ``ORIGIN_MESSAGE_ID`` keeps the first message id.
+   Only what a consumer of the group can have received goes back: a message
+   of another group's retry topic, of a dead-letter topic or of a system topic
+   (half messages, delay entries) is refused, and with access control on the
+   caller must hold SUB on the original topic. A commitlog offset is an
+   address anyone can count through, so the record fetched is authorized, not
+   the request; the refusal names neither the record's topic nor its group;
 3. when it was already consumed ``max_reconsume_times`` times (the request's,
    else the group's ``retry_max_times``), or the consumer asks for it, it goes
    to ``%DLQ%<group>`` and is never delivered again;
@@ -22,6 +29,10 @@ import itertools
 import grpc
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from boltmq.wire.topic import DLQ_PREFIX, RETRY_PREFIX
+from services.broker.access.acl_file import Perm
+from services.broker.access.caller import caller_may
+from services.broker.access.resources import topic_need
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
 from services.broker.delay.delay_message import (
@@ -30,9 +41,9 @@ from services.broker.delay.delay_message import (
     levels_of,
     schedule,
 )
-from services.broker.errors import InvalidArgument, NotFound, StoreFailed
+from services.broker.errors import InvalidArgument, NotFound, PermissionDenied, StoreFailed
 from services.broker.metadata.group_access import GroupAccess
-from services.broker.metadata.topic_config import TopicConfigManager
+from services.broker.metadata.topic_config import BROKER_TOPICS, TopicConfigManager
 from services.broker.retry.retry_topic import (
     dlq_topic,
     ensure_dlq_topic,
@@ -92,8 +103,15 @@ class SendBackProcessor:
         if not found.found:
             raise NotFound(f"commitlog_offset: no message at {request.commitlog_offset}")
         original = found.message
+        origin = _origin_topic(original, request.group)
+        if origin is None or not caller_may(topic_need(origin, Perm.SUB)):
+            raise PermissionDenied(
+                f"commitlog_offset: the message at {request.commitlog_offset} is not one "
+                f"consumer group {request.group!r} may send back (a message it consumed "
+                f"from a topic this account may consume)"
+            )
         max_times = request.max_reconsume_times or group_config.retry_max_times
-        copy = _retry_copy(original)
+        copy = _retry_copy(original, origin)
         if original.reconsume_times >= max_times or request.delay_level == TO_DLQ:
             config = await ensure_dlq_topic(self._topics, self._publisher, request.group)
             copy.topic, copy.queue_id = config.name, 0
@@ -127,15 +145,31 @@ class SendBackProcessor:
         )
 
 
-def _retry_copy(original: message_pb2.MessageExt) -> message_pb2.Message:
-    """The message as it goes back: same body, flag, born time and user properties."""
+def _origin_topic(record: message_pb2.MessageExt, group: str) -> str | None:
+    """The topic ``group`` consumed ``record`` from; None when no consumer of the group
+    can have received it (step 2 of the module docstring)."""
+    if record.topic == retry_topic(group):
+        origin = record.properties.get(PROPERTY_RETRY_TOPIC, "")
+    else:
+        origin = record.topic
+    if not origin or origin.startswith((RETRY_PREFIX, DLQ_PREFIX)) or origin in BROKER_TOPICS:
+        return None
+    return origin
+
+
+def _retry_copy(original: message_pb2.MessageExt, origin: str) -> message_pb2.Message:
+    """The message as it goes back: same body, flag, born time and user properties,
+    ``RETRY_TOPIC`` = ``origin``."""
     props = {
         k: v
         for k, v in original.properties.items()
         if k not in SCHEDULING_PROPERTIES and k != PROPERTY_SCHEDULE_SOURCE
     }
-    props.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
-    props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, original.msg_id)
+    if original.topic != origin:  # from the retry topic: its first id is kept
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, original.msg_id)
+    else:
+        props[PROPERTY_ORIGIN_MESSAGE_ID] = original.msg_id
+    props[PROPERTY_RETRY_TOPIC] = origin
     return message_pb2.Message(
         body=original.body,
         flag=original.flag,

@@ -24,15 +24,14 @@ from boltmq.kernel import telemetry
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK
 from boltmq.wire.record_batch import MalformedBatch, RecordBatch, frame_records, select
+from boltmq.wire.topic import DLQ_PREFIX, RETRY_PREFIX
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
 from services.broker.delay.delay_message import records_as_messages, schedule_delayed
 from services.broker.errors import InvalidArgument, NotFound, PermissionDenied, StoreFailed
 from services.broker.metadata.topic_config import (
     AUTO_CREATE_TEMPLATE_TOPIC,
-    SCHEDULE_TOPIC,
-    TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
+    BROKER_TOPICS,
     TopicConfig,
     TopicConfigManager,
 )
@@ -41,11 +40,6 @@ from services.broker.send.batch_check import check_batch, check_headers, check_r
 from services.broker.store.store_client import StoreClient
 from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import to_send_response
-
-NOT_SENDABLE_TOPICS = frozenset(
-    (AUTO_CREATE_TEMPLATE_TOPIC, SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC)
-)
-"""Only the broker writes these: TBW102 is a template, the schedule topic holds delay messages."""
 
 
 class SendProcessor:
@@ -125,9 +119,14 @@ class SendProcessor:
     ) -> int:
         """The queue a batch goes to, once its topic exists (or was auto-created) and
         may be written."""
-        if topic in NOT_SENDABLE_TOPICS:
+        if topic in BROKER_TOPICS:
             raise PermissionDenied(
                 f"{field}: {topic} is a system topic; clients may not send to it"
+            )
+        if topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            raise PermissionDenied(
+                f"{field}: {topic[:60]} is a retry or dead-letter topic: only the broker "
+                f"writes it (a consumer returns a message with ConsumerSendBack)"
             )
         config = self._topics.get(topic) or await self._auto_create(
             topic, request.default_topic_queue_nums, field

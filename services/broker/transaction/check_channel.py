@@ -2,16 +2,17 @@
 
 A :class:`TransactionProducer` keeps one server-streaming call per broker open;
 the broker pushes a :class:`TransactionCheck` down one live stream of the
-half message's group (round-robin), and the producer answers through
-EndTransaction. A stream is a bounded queue: a producer that stops reading
-loses checks (they are sent again after the next timeout), it never makes the
-broker buffer without limit.
+half message's group (round-robin) whose caller may publish to the half's
+topic, and the producer answers through EndTransaction. A stream is a
+bounded queue: a producer that stops reading loses checks (they are sent
+again after the next timeout), it never makes the broker buffer without limit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from boltmq.v1 import broker_pb2
@@ -26,6 +27,8 @@ class CheckChannel:
 
     group: str
     client_id: str
+    accepts: Callable[[str], bool] = lambda topic: True
+    """Whether this stream may carry a half message of the topic (its caller's rights)."""
     queue: asyncio.Queue[broker_pb2.TransactionCheck] = field(
         default_factory=lambda: asyncio.Queue(CHECK_CHANNEL_QUEUE_MAX)
     )
@@ -38,9 +41,12 @@ class CheckChannels:
         self._by_group: dict[str, list[CheckChannel]] = {}
         self._turn = itertools.count()
 
-    def open(self, group: str, client_id: str) -> CheckChannel:
-        """Register a stream; the caller closes it when the call ends."""
-        channel = CheckChannel(group, client_id)
+    def open(
+        self, group: str, client_id: str, accepts: Callable[[str], bool] = lambda topic: True
+    ) -> CheckChannel:
+        """Register a stream taking the halves of topics ``accepts`` allows; the caller
+        closes it when the call ends."""
+        channel = CheckChannel(group, client_id, accepts)
         self._by_group.setdefault(group, []).append(channel)
         return channel
 
@@ -53,14 +59,16 @@ class CheckChannels:
             self._by_group.pop(channel.group, None)
 
     def push(self, group: str, check: broker_pb2.TransactionCheck) -> str | None:
-        """Hand ``check`` to one live stream of ``group``; its client id, or None when the
-        group has no stream (or every one is full)."""
+        """Hand ``check`` to one live stream of ``group`` that accepts its topic; its
+        client id, or None when the group has no such stream (or every one is full)."""
         channels = self._by_group.get(group, [])
         if not channels:
             return None
         start = next(self._turn)
         for i in range(len(channels)):
             channel = channels[(start + i) % len(channels)]
+            if not channel.accepts(check.message.topic):
+                continue
             try:
                 channel.queue.put_nowait(check)
             except asyncio.QueueFull:

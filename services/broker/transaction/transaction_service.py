@@ -28,6 +28,12 @@ are built in :mod:`services.broker.transaction.half_message`):
   one crash window -- marker stored, op record lost -- is closed by looking
   for a marker through the index (real topic + UNIQ_KEY, then sys flag and
   prepared offset compared) before an undecided half re-enters the table.
+- **Who decides.** A half is its producer group's (``PGROUP``): deciding it,
+  and receiving its check-backs, takes that group (``producer_group``) and,
+  with access control on, PUB on the group and on the half's real topic. Any
+  other offset -- nothing there, another record, another group's half, a
+  topic the caller may not publish to -- gets one NOT_FOUND that describes
+  nothing of what is there (:func:`_no_half`).
 - **Check-back.** Every ``transaction_check_interval_ms``, halves undecided
   for ``transaction_timeout_ms`` since their store time or last check are
   pushed to one open TransactionChecks stream of their group
@@ -53,6 +59,9 @@ import grpc
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK, SYS_FLAG_TRANSACTION_PREPARED
+from services.broker.access.acl_file import Perm
+from services.broker.access.caller import caller_may
+from services.broker.access.resources import topic_need
 from services.broker.config import BrokerConfig
 from services.broker.errors import (
     BrokerError,
@@ -95,6 +104,16 @@ CHECKS_PER_ROUND_MAX = 10_000
 """Half messages checked (or given up) in one round at most."""
 MARKER_QUERY_MAX = 64
 """Index hits examined when looking for a half message's marker."""
+
+
+def _no_half(offset: int, group: str) -> NotFound:
+    """The one answer for an offset that is not a half message the caller may decide:
+    nothing at it, another kind of record, another group's half, or a half of a topic
+    the caller may not publish to. It says nothing about the record."""
+    return NotFound(
+        f"prepared_commitlog_offset: no half message of producer group {group!r} "
+        f"this account may decide at {offset}"
+    )
 
 
 class TransactionService:
@@ -194,34 +213,26 @@ class TransactionService:
         half = self._pending.get(offset)
         if half is None:
             return await self._not_pending(offset, group)
-        if half.group != group:
-            raise InvalidArgument(
-                f"producer_group: the half message at {offset} belongs to "
-                f"group {half.group!r}, not {group!r}"
-            )
+        if half.group != group or not caller_may(topic_need(half.topic, Perm.PUB)):
+            raise _no_half(offset, group)
         marker = await self._settle(half, request.decision)
         return broker_pb2.EndTransactionResponse(
             decision=request.decision, marker_commitlog_offset=marker
         )
 
     async def _not_pending(self, offset: int, group: str) -> broker_pb2.EndTransactionResponse:
-        """A decided half answers its decision; anything else is the caller's mistake."""
+        """A decided half of the caller's answers its decision; anything else is
+        :func:`_no_half`, whatever the record at ``offset`` is."""
         got = await self._store.get(store_pb2.GetRequest(commitlog_offset=offset))
-        if not got.found or got.message.commitlog_offset != offset:
-            raise NotFound(f"prepared_commitlog_offset: no message at commitlog offset {offset}")
         message = got.message
-        if message.topic != TRANS_HALF_TOPIC:
-            raise FailedPrecondition(
-                f"prepared_commitlog_offset: the message at {offset} "
-                f"(topic {message.topic[:60]!r}) is not a prepared "
-                f"transaction message"
-            )
-        owner = message.properties.get(PROPERTY_PGROUP, "")
-        if owner != group:
-            raise InvalidArgument(
-                f"producer_group: the half message at {offset} belongs to "
-                f"group {owner!r}, not {group!r}"
-            )
+        if (
+            not got.found
+            or message.commitlog_offset != offset
+            or message.topic != TRANS_HALF_TOPIC
+            or message.properties.get(PROPERTY_PGROUP, "") != group
+            or not caller_may(topic_need(message.properties.get(PROPERTY_REAL_TOPIC, ""), Perm.PUB))
+        ):
+            raise _no_half(offset, group)
         return broker_pb2.EndTransactionResponse(
             decision=self._decided.get(offset, broker_pb2.TRANSACTION_UNKNOWN),
             already_decided=True,

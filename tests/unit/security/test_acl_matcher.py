@@ -10,7 +10,13 @@ import grpc
 import pytest
 
 from boltmq.v1 import broker_pb2, message_pb2
-from services.broker.access.acl_file import Account, AclDocument, InvalidAcl, Perm
+from services.broker.access.acl_file import (
+    Account,
+    AclDocument,
+    InvalidAcl,
+    Perm,
+    wide_group_defaults,
+)
 from services.broker.access.authorizer import AccessDenied, Authorizer
 
 NOW_MS = 1_700_000_000_000
@@ -22,7 +28,7 @@ DOCUMENT: dict[str, Any] = {
             "accessKey": "orders-app",
             "secretKey": "orders-secret",
             "topicPerms": {"orders": "PUB|SUB", "audit": "PUB", "secret": "DENY"},
-            "groupPerms": {"legacy": "DENY"},
+            "groupPerms": {"legacy": "DENY", "g": "SUB", "orders-tx": "PUB"},
         },
         {
             "accessKey": "reader-app",
@@ -71,7 +77,8 @@ def test_deny_grants_nothing_and_named_entries_replace_defaults() -> None:
     assert not Perm.DENY.grants(Perm.SUB)
     assert account.topic_perm("orders") == Perm.PUB | Perm.SUB
     assert account.topic_perm("elsewhere") == Perm.DENY  # the default
-    assert account.group_perm("anything") == Perm.SUB  # the default
+    assert account.group_perm("anything") == Perm.DENY  # the default: groups are named
+    assert account.group_perm("g") == Perm.SUB
     assert account.group_perm("legacy") == Perm.DENY
 
 
@@ -173,6 +180,44 @@ def test_deny_grants_nothing_and_named_entries_replace_defaults() -> None:
             ),
             "denied",
         ),
+        (
+            "PullMessage",
+            broker_pb2.BrokerPullRequest(consumer_group="unnamed", topic="orders"),
+            "denied",
+        ),
+        (
+            "UpdateConsumerOffset",
+            broker_pb2.UpdateConsumerOffsetRequest(group="unnamed", topic="orders"),
+            "denied",
+        ),
+        ("ListDeadLetters", broker_pb2.ListDeadLettersRequest(group="unnamed"), "denied"),
+        ("ListDeadLetters", broker_pb2.ListDeadLettersRequest(group="g"), "allowed"),
+        (
+            "EndTransaction",
+            broker_pb2.EndTransactionRequest(producer_group="orders-tx"),
+            "allowed",
+        ),
+        ("EndTransaction", broker_pb2.EndTransactionRequest(producer_group="g"), "denied"),
+        (
+            "TransactionChecks",
+            broker_pb2.TransactionChecksRequest(producer_group="unnamed"),
+            "denied",
+        ),
+        (
+            "SendMessage",
+            broker_pb2.SendRequest(
+                producer_group="g", messages=[message_pb2.Message(topic="orders", sys_flag=4)]
+            ),
+            "denied",
+        ),
+        (
+            "SendMessage",
+            broker_pb2.SendRequest(
+                producer_group="orders-tx",
+                messages=[message_pb2.Message(topic="orders", sys_flag=4)],
+            ),
+            "allowed",
+        ),
         ("ListTopics", broker_pb2.ListTopicsRequest(), "allowed"),
         ("UpsertTopic", broker_pb2.UpsertTopicRequest(), "denied"),
         ("DeleteTopic", broker_pb2.DeleteTopicRequest(topic="orders"), "denied"),
@@ -194,6 +239,24 @@ def test_default_group_deny_and_named_group() -> None:
     assert _verdict("reader-app", "PullMessage", pull) == "allowed"
     pull.consumer_group = "other"
     assert _verdict("reader-app", "PullMessage", pull) == "denied"
+
+
+@pytest.mark.parametrize(
+    "topic", ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"]
+)
+def test_a_topic_default_never_opens_the_broker_topics(topic: str) -> None:
+    pull = broker_pb2.BrokerPullRequest(consumer_group="billing", topic=topic)
+    assert _verdict("reader-app", "PullMessage", pull) == "denied"  # defaultTopicPerm SUB
+    assert _verdict("admin-key", "PullMessage", pull) == "allowed"
+
+
+def test_accounts_with_a_group_default_are_named_for_the_start_up_warning() -> None:
+    document = AclDocument.parse(json.dumps(DOCUMENT))
+    assert wide_group_defaults(document) == []
+    legacy = Account.from_json(
+        {"accessKey": "legacy-app", "secretKey": "legacy-secret", "defaultGroupPerm": "SUB"}
+    )
+    assert wide_group_defaults(document.with_account(legacy)) == ["legacy-app"]
 
 
 @pytest.mark.parametrize(
