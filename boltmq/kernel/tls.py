@@ -11,6 +11,9 @@ tls_client_ca_file     | server  | CA bundle; callers must present a certificate
 tls_ca_file            | client  | CA bundle trusted for outgoing calls ("": plaintext calls)
 tls_client_cert_file   | client  | certificate presented on outgoing calls (mutual TLS)
 tls_client_key_file    | client  | its private key
+tls_internal_ca_file   | server  | internal CA (component certificates); trusted like
+                       |         | tls_client_ca_file, and the only CA internal RPCs
+                       |         | believe (boltmq.kernel.internal_gate)
 
 Every file is read and parsed once, at start-up, with ``cryptography``: a
 missing, unreadable or non-PEM file is a :class:`TLSFileError` (a
@@ -127,12 +130,15 @@ def server_tls(settings: ServerSettings) -> ServerTLS | None:
     """The server side of ``settings`` (None: plaintext); TLSFileError on a bad file."""
     if not settings.tls_cert_file:
         return None
+    trusted = [
+        read_certificates(name, path)
+        for name in ("tls_client_ca_file", "tls_internal_ca_file")
+        if (path := getattr(settings, name))
+    ]
     return ServerTLS(
         read_certificates("tls_cert_file", settings.tls_cert_file),
         read_private_key("tls_key_file", settings.tls_key_file),
-        read_certificates("tls_client_ca_file", settings.tls_client_ca_file)
-        if settings.tls_client_ca_file
-        else None,
+        b"\n".join(trusted) if trusted else None,
     )
 
 

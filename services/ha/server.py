@@ -13,8 +13,10 @@ import grpc
 from opentelemetry.metrics import MeterProvider
 
 from boltmq.kernel import runtime
+from boltmq.kernel.internal_gate import internal_gate
 from boltmq.v1 import ha_pb2, ha_pb2_grpc
 from services.ha.config import HAConfig
+from services.ha.internal_callers import HA_CALLERS
 from services.ha.node import HANode
 from services.ha.servicer import HAServicer
 
@@ -31,6 +33,9 @@ class HAService:
     service_names: tuple[str, ...] = (SERVICE_NAME,)
 
     def __init__(self, config: HAConfig, meter_provider: MeterProvider | None = None) -> None:
+        gate = internal_gate(config, SERVICE_NAME, HA_CALLERS)
+        self.interceptors = (gate,) if gate else ()
+        """Replicate only for its own group's HA services (under TLS; HA_CALLERS)."""
         self.config = config
         self.node = HANode(config, meter_provider)
         self._servicer = HAServicer(self.node)
