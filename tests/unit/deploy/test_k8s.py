@@ -349,7 +349,7 @@ def test_production_is_a_sync_master_with_a_replica_tls_and_telemetry() -> None:
 
 
 def test_production_components_have_their_own_certificates_and_check_internal_callers() -> None:
-    """Store and HA believe only the internal CA's component certificates; every
+    """Store, HA and registry believe only the internal CA's component certificates; every
     container presents its own (one Secret per component), so a store cannot pass for its
     broker and an application CA never issues a component's identity."""
     secrets: dict[str, str] = {}
@@ -359,9 +359,15 @@ def test_production_components_have_their_own_certificates_and_check_internal_ca
         secret = volumes[tls_volume]["secret"]["secretName"]
         assert secrets.setdefault(c.service, secret) == secret, c.name
         assert c.config.tls_client_cert_file == c.config.tls_cert_file, c.name
-        if c.service in ("store", "ha"):
+        if c.service in ("store", "ha", "registry"):
             assert c.config.tls_internal_ca_file == c.config.tls_ca_file, c.name
             assert not c.config.allow_unauthenticated_internal
+        if c.service == "registry":
+            assert c.config.tls_client_ca_file
+            assert (
+                PurePosixPath(c.config.tls_client_ca_file).parent
+                != PurePosixPath(c.config.tls_internal_ca_file).parent
+            )  # the application CA is another Secret
     assert len(set(secrets.values())) == len(secrets) == 4, secrets
 
 

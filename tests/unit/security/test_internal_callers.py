@@ -9,12 +9,14 @@ import pytest
 
 from boltmq.kernel.internal_gate import NOBODY, OPEN, Group, InternalGate, Refused, Rule
 from boltmq.kernel.peer_identity import IdentityReader, PeerIdentity
-from boltmq.v1 import ha_pb2, store_pb2
+from boltmq.v1 import ha_pb2, registry_pb2, store_pb2
 from services.ha.internal_callers import HA_CALLERS
+from services.registry.internal_callers import REGISTRY_CALLERS
 from services.store.internal_callers import STORE_CALLERS
 
 STORE = store_pb2.DESCRIPTOR.services_by_name["StoreService"]
 HA = ha_pb2.DESCRIPTOR.services_by_name["HAService"]
+REGISTRY = registry_pb2.DESCRIPTOR.services_by_name["RegistryService"]
 
 
 def test_every_store_and_ha_rpc_is_in_its_table() -> None:
@@ -83,3 +85,12 @@ def test_a_request_group_rule_compares_with_the_request_and_nobody_passes_nobody
         registry_gate.check("/m", rule, broker_a, SimpleNamespace(broker_name="broker-b"))
     with pytest.raises(Refused, match="accepts no caller"):
         registry_gate.check("/m", NOBODY, broker_a, None)
+
+
+def test_only_brokers_of_the_named_group_write_to_the_registry() -> None:
+    assert set(REGISTRY_CALLERS) == {m.name for m in REGISTRY.methods}
+    for name in ("RegisterBroker", "UnregisterBroker"):
+        rule = REGISTRY_CALLERS[name]
+        assert rule is not None and rule.roles == {"broker"} and rule.group is Group.REQUEST
+    for name in ("GetRoute", "GetRoutes", "GetClusterInfo"):
+        assert REGISTRY_CALLERS[name] is OPEN
