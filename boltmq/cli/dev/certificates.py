@@ -34,6 +34,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,8 +207,11 @@ def generate(
     ``groups``, and an application client certificate into ``directory`` (created)."""
     directory.mkdir(parents=True, exist_ok=True)
     files = DevCertificates(directory)
-    internal_ca, internal_key = _ca("BoltMQ dev internal CA")
-    app_ca, app_key = _ca("BoltMQ dev application CA")
+    # A name of its own per run: TLS stacks find a peer's issuer by name, so two
+    # generated CAs trusted side by side must not share one.
+    run = secrets.token_hex(4)
+    internal_ca, internal_key = _ca(f"BoltMQ dev internal CA {run}")
+    app_ca, app_key = _ca(f"BoltMQ dev application CA {run}")
     _write(files.ca_file, internal_ca.public_bytes(serialization.Encoding.PEM))
     _write(files.app_ca_file, app_ca.public_bytes(serialization.Encoding.PEM))
     both = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
