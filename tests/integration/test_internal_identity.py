@@ -249,3 +249,13 @@ def test_a_tls_internal_service_needs_the_internal_ca_or_an_explicit_opt_out(
         assert "accepts internal calls from ANY caller" in allowed.log()
     finally:
         allowed.stop()
+
+
+def test_an_ha_service_with_another_groups_certificate_does_not_start(
+    tmp_path: Path, certificates: DevCertificates
+) -> None:
+    settings = (*certificates.settings_for("ha", "broker-b"), "store_address=127.0.0.1:1")
+    process = ServiceProcess("ha", tmp_path / "logs", *settings, "broker_name=broker-a")
+    with pytest.raises(LaunchError, match="did not start"):
+        process.start()
+    assert "names boltmq://broker-b/ha but broker_name is 'broker-a'" in process.last_error()
