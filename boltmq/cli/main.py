@@ -83,8 +83,8 @@ def main() -> None:
 @click.option(
     "--tls",
     is_flag=True,
-    help="Generate a throwaway CA and certificates in DATA_DIR/tls and run every "
-    "service with TLS and mutual TLS.",
+    help="Generate throwaway CAs and certificates in DATA_DIR/tls (an internal CA for "
+    "the components, an application CA for clients) and run every service with mutual TLS.",
 )
 def dev(
     data_dir: Path,
@@ -128,7 +128,7 @@ def dev(
             store_set,
             broker_set,
             ha_set,
-            tls_settings=certificates.server_settings() if certificates else (),
+            certificates=certificates,
         )
     )
     try:
@@ -150,6 +150,11 @@ def dev(
             f"{member.broker.address}   ha {member.ha.address}   data {member.data_dir}"
         )
     click.echo(f"logs      {cluster.log_dir}")
+    if certificates:
+        click.echo(
+            f"application TLS: CA {certificates.ca_file}  certificate "
+            f"{certificates.client_cert_file}  key {certificates.client_key_file}"
+        )
     tls_flags = (
         f" --tls-ca {certificates.ca_file} --tls-cert {certificates.client_cert_file}"
         f" --tls-key {certificates.client_key_file}"

@@ -140,6 +140,12 @@ class ServerSettings:
     """PEM certificate this service presents when it calls others (mutual TLS)."""
     tls_client_key_file: str = ""
     """PEM private key of ``tls_client_cert_file``."""
+    tls_internal_ca_file: str = ""
+    """PEM bundle of the internal CA that issues component certificates: callers it issued
+    are trusted by the port too, and internal RPCs accept only them (docs/security.md)."""
+    allow_unauthenticated_internal: bool = False
+    """Let a TLS service with internal RPCs start without ``tls_internal_ca_file``, so
+    any caller the handshake accepts may make its internal calls (logged at every start)."""
 
     def __post_init__(self) -> None:
         if self.shutdown_grace_ms < 0:
@@ -157,5 +163,6 @@ class ServerSettings:
             raise ConfigError("tls_cert_file and tls_key_file must be set together")
         if bool(self.tls_client_cert_file) != bool(self.tls_client_key_file):
             raise ConfigError("tls_client_cert_file and tls_client_key_file must be set together")
-        if self.tls_client_ca_file and not self.tls_cert_file:
-            raise ConfigError("tls_client_ca_file (mutual TLS) needs tls_cert_file")
+        for name in ("tls_client_ca_file", "tls_internal_ca_file"):
+            if getattr(self, name) and not self.tls_cert_file:
+                raise ConfigError(f"{name} (mutual TLS) needs tls_cert_file")

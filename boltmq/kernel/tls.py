@@ -11,6 +11,10 @@ tls_client_ca_file     | server  | CA bundle; callers must present a certificate
 tls_ca_file            | client  | CA bundle trusted for outgoing calls ("": plaintext calls)
 tls_client_cert_file   | client  | certificate presented on outgoing calls (mutual TLS)
 tls_client_key_file    | client  | its private key
+tls_internal_ca_file   | server  | internal CA (component certificates); trusted like
+                       |         | tls_client_ca_file, and the only CA internal RPCs
+                       |         | believe (boltmq.kernel.internal_gate); it may share
+                       |         | no CA key with tls_client_ca_file (a ConfigError)
 
 Every file is read and parsed once, at start-up, with ``cryptography``: a
 missing, unreadable or non-PEM file is a :class:`TLSFileError` (a
@@ -123,16 +127,40 @@ class ClientTLS:
         return grpc.ssl_channel_credentials(self.root_ca, self.private_key, self.cert_chain)
 
 
+def shared_keys(first_pem: bytes, second_pem: bytes) -> bool:
+    """Whether two PEM bundles hold a certificate of the same key (the same CA, perhaps
+    re-issued)."""
+
+    def keys(pem: bytes) -> set[bytes]:
+        return {
+            c.public_key().public_bytes(
+                serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+            for c in x509.load_pem_x509_certificates(pem)
+        }
+
+    return not keys(first_pem).isdisjoint(keys(second_pem))
+
+
 def server_tls(settings: ServerSettings) -> ServerTLS | None:
     """The server side of ``settings`` (None: plaintext); TLSFileError on a bad file."""
     if not settings.tls_cert_file:
         return None
+    trusted = [
+        read_certificates(name, path)
+        for name in ("tls_client_ca_file", "tls_internal_ca_file")
+        if (path := getattr(settings, name))
+    ]
+    if len(trusted) == 2 and shared_keys(*trusted):
+        raise ConfigError(
+            f"tls_internal_ca_file: {settings.tls_internal_ca_file} shares a CA with "
+            f"tls_client_ca_file {settings.tls_client_ca_file}: the internal CA must issue "
+            "component certificates only, or an application's certificate passes as a component's"
+        )
     return ServerTLS(
         read_certificates("tls_cert_file", settings.tls_cert_file),
         read_private_key("tls_key_file", settings.tls_key_file),
-        read_certificates("tls_client_ca_file", settings.tls_client_ca_file)
-        if settings.tls_client_ca_file
-        else None,
+        b"\n".join(trusted) if trusted else None,
     )
 
 

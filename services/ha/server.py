@@ -13,8 +13,11 @@ import grpc
 from opentelemetry.metrics import MeterProvider
 
 from boltmq.kernel import runtime
+from boltmq.kernel.config import ConfigError
+from boltmq.kernel.internal_gate import internal_gate
 from boltmq.v1 import ha_pb2, ha_pb2_grpc
 from services.ha.config import HAConfig
+from services.ha.internal_callers import HA_CALLERS
 from services.ha.node import HANode
 from services.ha.servicer import HAServicer
 
@@ -31,6 +34,14 @@ class HAService:
     service_names: tuple[str, ...] = (SERVICE_NAME,)
 
     def __init__(self, config: HAConfig, meter_provider: MeterProvider | None = None) -> None:
+        gate = internal_gate(config, SERVICE_NAME, HA_CALLERS)
+        if gate is not None and gate.own.group != config.broker_name:
+            raise ConfigError(
+                f"tls_cert_file names {gate.own} but broker_name is {config.broker_name!r}: "
+                "the HA service would accept replicas of another group"
+            )
+        self.interceptors = (gate,) if gate else ()
+        """Replicate only for its own group's HA services (under TLS; HA_CALLERS)."""
         self.config = config
         self.node = HANode(config, meter_provider)
         self._servicer = HAServicer(self.node)

@@ -18,8 +18,10 @@ import logging
 import grpc
 
 from boltmq.kernel import runtime
+from boltmq.kernel.internal_gate import internal_gate
 from boltmq.v1 import registry_pb2, registry_pb2_grpc
 from services.registry.config import RegistryConfig
+from services.registry.internal_callers import REGISTRY_CALLERS
 from services.registry.route_table import RouteTable
 from services.registry.servicer import RegistryServicer
 
@@ -38,6 +40,9 @@ class RegistryService:
     service_names: tuple[str, ...] = (SERVICE_NAME,)
 
     def __init__(self, config: RegistryConfig) -> None:
+        gate = internal_gate(config, SERVICE_NAME, REGISTRY_CALLERS)
+        self.interceptors = (gate,) if gate else ()
+        """Registrations only from the named group's broker (under TLS; REGISTRY_CALLERS)."""
         self.config = config
         self.table = RouteTable(config.broker_expiry_ms)
         self._servicer = RegistryServicer(self.table)

@@ -18,8 +18,10 @@ import logging
 import grpc
 
 from boltmq.kernel import runtime, tls
+from boltmq.kernel.internal_gate import internal_gate
 from boltmq.v1 import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
+from services.store.internal_callers import STORE_CALLERS
 from services.store.servicer import StoreServicer
 from services.store.store import MessageStore
 
@@ -43,6 +45,9 @@ class StoreService:
     service_names: tuple[str, ...] = (SERVICE_NAME,)
 
     def __init__(self, config: StoreConfig, store: MessageStore | None = None) -> None:
+        gate = internal_gate(config, SERVICE_NAME, STORE_CALLERS)
+        self.interceptors = (gate,) if gate else ()
+        """Only its group's broker and HA service may call (under TLS; STORE_CALLERS)."""
         self.config = config
         self.owns_store = store is None
         self.store = store if store is not None else MessageStore(config)

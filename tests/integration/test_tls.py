@@ -54,7 +54,7 @@ def tls_cluster(tmp_path: Path, certificates: DevCertificates) -> Iterator[Local
         store_settings=CLUSTER_STORE_SETTINGS,
         broker_settings=CLUSTER_BROKER_SETTINGS,
         registry_settings=CLUSTER_REGISTRY_SETTINGS,
-        tls_settings=certificates.server_settings(mutual=True),
+        certificates=certificates,
     )
     cluster = LocalCluster(spec).start()
     yield cluster
@@ -69,6 +69,12 @@ def client_tls(certificates: DevCertificates, *, with_certificate: bool = True) 
         str(certificates.client_cert_file),
         str(certificates.client_key_file),
     )
+
+
+def component_tls(certificates: DevCertificates, role: str, group: str = "broker-a") -> ClientTLS:
+    """What component ``role`` of ``group`` presents on its calls."""
+    cert, key = certificates.component_files(role, group)
+    return ClientTLS.from_files(str(certificates.ca_file), str(cert), str(key))
 
 
 def broker_info(address: str, tls: ClientTLS | None) -> broker_pb2.BrokerInfo:
@@ -99,11 +105,13 @@ def test_produce_and_consume_over_mutual_tls_and_replicate(
         consumer.shutdown()
     assert bodies == {f"m{i}".encode() for i in range(5)}
 
-    # The replica's HA service followed the master's over TLS, through stores on TLS.
+    # The replica's HA service followed the master's over TLS, through stores on TLS
+    # (which only the group's broker and HA service may call).
     master, replica = tls_cluster.members
+    broker_tls = component_tls(certificates, "broker")
     with (
-        sync_channel(master.store.address, tls) as m_chan,
-        sync_channel(replica.store.address, tls) as r_chan,
+        sync_channel(master.store.address, broker_tls) as m_chan,
+        sync_channel(replica.store.address, broker_tls) as r_chan,
     ):
         master_end = info(store_pb2_grpc.StoreServiceStub(m_chan)).commitlog_max_offset
         wait_until(
@@ -183,10 +191,10 @@ def test_a_service_with_an_unusable_tls_file_stops_with_one_clear_line(
 ) -> None:
     names = {
         "missing": str(tmp_path / "missing.pem"),
-        "key": str(certificates.server_key_file),
-        "cert": str(certificates.server_cert_file),
+        "key": str(certificates.component_files("registry")[1]),
+        "cert": str(certificates.component_files("registry")[0]),
     }
-    settings = dict(item.split("=", 1) for item in certificates.server_settings())
+    settings = dict(item.split("=", 1) for item in certificates.settings_for(service))
     name, value = setting.format(**names).split("=", 1)
     settings[name] = value
     if service == "store":
@@ -206,13 +214,8 @@ def test_dev_tls_generates_certificates_and_serves_only_tls(tmp_path: Path) -> N
         tls_dir = tmp_path / "data" / "tls"
         hint = next(line for line in dev.banner if line.startswith("try:"))
         assert f"--tls-ca {tls_dir / 'ca.pem'}" in hint
-        certificates = DevCertificates(
-            tls_dir / "ca.pem",
-            tls_dir / "server.pem",
-            tls_dir / "server.key",
-            tls_dir / "client.pem",
-            tls_dir / "client.key",
-        )
+        certificates = DevCertificates(tls_dir)
+        assert f"certificate {tls_dir / 'client.pem'}" in "\n".join(dev.banner)
         assert broker_info(endpoints["broker"], client_tls(certificates)).broker_name
         with pytest.raises(grpc.RpcError):
             broker_info(endpoints["broker"], None)
@@ -234,7 +237,7 @@ def test_health_port_answers_plaintext_probes_of_a_mutual_tls_service_and_nothin
     tmp_path: Path, certificates: DevCertificates, service: str
 ) -> None:
     health_port = free_port()
-    settings = [*certificates.server_settings(mutual=True), f"health_port={health_port}"]
+    settings = [*certificates.settings_for(service), f"health_port={health_port}"]
     if service == "store":
         settings.append(f"root_dir={tmp_path / 'store'}")
     process = ServiceProcess(service, tmp_path / "logs", *settings).start()

@@ -47,7 +47,7 @@ def tls_cluster(
         store_settings=CLUSTER_STORE_SETTINGS,
         broker_settings=CLUSTER_BROKER_SETTINGS,
         registry_settings=CLUSTER_REGISTRY_SETTINGS,
-        tls_settings=certificates.server_settings(mutual=True),
+        certificates=certificates,
     )
     cluster = LocalCluster(spec).start()
     yield cluster

@@ -1,20 +1,32 @@
 """Throwaway certificates for ``boltmq dev --tls`` and the TLS tests.
 
-:func:`generate` writes a self-signed CA, a server certificate (SAN:
-``localhost``, ``127.0.0.1``, ``::1``, the host's name and any extra host
-given) and a client certificate, all signed by that CA, into one directory:
+:func:`generate` writes two self-signed CAs into one directory, so an
+application's certificate can never pass for a component's:
 
-File         | Holds
--------------+----------------------------------------------------------
-ca.pem       | the CA certificate (what every side trusts)
-server.pem   | server certificate (serverAuth), signed by the CA
-server.key   | its private key (PKCS#8, unencrypted, mode 0600)
-client.pem   | client certificate (clientAuth), signed by the CA
-client.key   | its private key (PKCS#8, unencrypted, mode 0600)
+- the **internal CA** issues one certificate per component (registry, and per
+  broker group its broker, HA service and store). Each is both the
+  component's server certificate (SAN: ``localhost``, ``127.0.0.1``, ``::1``,
+  the host's name and any extra host) and the one it presents on its own
+  calls, and names the component in a URI SAN ``boltmq://<group>/<role>``
+  (:mod:`boltmq.kernel.peer_identity`);
+- the **application CA** issues the applications' and the CLI's client
+  certificate, which names no component.
 
-Keys are ECDSA P-256 (fast to make, accepted by gRPC's BoringSSL); the
+File                  | Holds
+----------------------+------------------------------------------------------------
+ca.pem                | the internal CA certificate (what clients trust for servers)
+app-ca.pem            | the application CA certificate (what brokers, registries
+                      | and HA services accept application certificates from)
+client.pem            | application client certificate (clientAuth), app CA
+client.key            | its private key
+registry.pem / .key   | the registry's certificate (``boltmq:///registry``)
+<group>-<role>.pem    | a component's certificate (serverAuth + clientAuth),
+<group>-<role>.key    | ``boltmq://<group>/<role>``, role broker, ha or store
+
+Keys are ECDSA P-256 (fast to make, accepted by gRPC's BoringSSL), private
+keys PKCS#8, unencrypted, mode 0600; the CA keys are not written. The
 certificates last ``VALID_DAYS``. They are for a laptop only: production
-certificates come from the operator's own CA (docs/security.md).
+certificates come from the operator's own CAs (docs/security.md).
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,27 +50,57 @@ CLOCK_SKEW = datetime.timedelta(minutes=5)
 """Certificates start this long before now, so a slightly late peer clock accepts them."""
 
 
+COMPONENT_ROLES = ("broker", "ha", "store")
+"""Roles that get one certificate per broker group (the registry gets one in all)."""
+APPLICATION_PORTS = ("broker", "ha", "registry")
+"""Services whose port also accepts application certificates (the store's does not)."""
+
+
 @dataclass(frozen=True)
 class DevCertificates:
-    """Paths of the files :func:`generate` wrote."""
+    """Paths of the files :func:`generate` wrote into ``directory``."""
 
-    ca_file: Path
-    server_cert_file: Path
-    server_key_file: Path
-    client_cert_file: Path
-    client_key_file: Path
+    directory: Path
 
-    def server_settings(self, *, mutual: bool = True) -> tuple[str, ...]:
-        """``NAME=VALUE`` settings of a service: serve with TLS, call others with TLS."""
+    @property
+    def ca_file(self) -> Path:
+        """The internal CA: issues component certificates; clients trust it for servers."""
+        return self.directory / "ca.pem"
+
+    @property
+    def app_ca_file(self) -> Path:
+        """The application CA: issues application (client) certificates."""
+        return self.directory / "app-ca.pem"
+
+    @property
+    def client_cert_file(self) -> Path:
+        """The application's client certificate."""
+        return self.directory / "client.pem"
+
+    @property
+    def client_key_file(self) -> Path:
+        return self.directory / "client.key"
+
+    def component_files(self, role: str, group: str = "") -> tuple[Path, Path]:
+        """Certificate and key of the component ``role`` of broker group ``group``."""
+        stem = "registry" if role == "registry" else f"{group}-{role}"
+        return self.directory / f"{stem}.pem", self.directory / f"{stem}.key"
+
+    def settings_for(self, role: str, group: str = "broker-a") -> tuple[str, ...]:
+        """``NAME=VALUE`` settings of service ``role`` of ``group``: its own certificate on
+        its port and its calls, internal identities checked, applications accepted where
+        they call."""
+        cert, key = self.component_files(role, group)
         settings = [
-            f"tls_cert_file={self.server_cert_file}",
-            f"tls_key_file={self.server_key_file}",
+            f"tls_cert_file={cert}",
+            f"tls_key_file={key}",
             f"tls_ca_file={self.ca_file}",
-            f"tls_client_cert_file={self.client_cert_file}",
-            f"tls_client_key_file={self.client_key_file}",
+            f"tls_client_cert_file={cert}",
+            f"tls_client_key_file={key}",
+            f"tls_internal_ca_file={self.ca_file}",
         ]
-        if mutual:
-            settings.append(f"tls_client_ca_file={self.ca_file}")
+        if role in APPLICATION_PORTS:
+            settings.append(f"tls_client_ca_file={self.app_ca_file}")
         return tuple(settings)
 
 
@@ -109,7 +152,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def _leaf(
     name: str,
-    usage: x509.ObjectIdentifier,
+    usages: list[x509.ObjectIdentifier],
     ca: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
     alt_names: x509.SubjectAlternativeName | None,
@@ -118,20 +161,18 @@ def _leaf(
     builder = (
         _builder(name, ca.subject, key)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     )
     if alt_names is not None:
         builder = builder.add_extension(alt_names, critical=False)
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
-def generate(directory: Path, hosts: tuple[str, ...] = ()) -> DevCertificates:
-    """Write a fresh CA, server and client certificate into ``directory`` (created)."""
-    directory.mkdir(parents=True, exist_ok=True)
+def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("BoltMQ dev CA")
+    ca_name = _name(common_name)
     ca = (
-        _builder("BoltMQ dev CA", ca_name, ca_key)
+        _builder(common_name, ca_name, ca_key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -149,21 +190,38 @@ def generate(directory: Path, hosts: tuple[str, ...] = ()) -> DevCertificates:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    server, server_key = _leaf(
-        "boltmq-server", ExtendedKeyUsageOID.SERVER_AUTH, ca, ca_key, _alt_names(hosts)
-    )
-    client, client_key = _leaf("boltmq-client", ExtendedKeyUsageOID.CLIENT_AUTH, ca, ca_key, None)
-    files = DevCertificates(
-        directory / "ca.pem",
-        directory / "server.pem",
-        directory / "server.key",
-        directory / "client.pem",
-        directory / "client.key",
-    )
-    pem = serialization.Encoding.PEM
-    _write(files.ca_file, ca.public_bytes(pem))
-    _write(files.server_cert_file, server.public_bytes(pem))
-    _write(files.server_key_file, _key_pem(server_key), secret=True)
-    _write(files.client_cert_file, client.public_bytes(pem))
-    _write(files.client_key_file, _key_pem(client_key), secret=True)
+    return ca, ca_key
+
+
+def _write_pair(
+    cert_file: Path, key_file: Path, pair: tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
+) -> None:
+    _write(cert_file, pair[0].public_bytes(serialization.Encoding.PEM))
+    _write(key_file, _key_pem(pair[1]), secret=True)
+
+
+def generate(
+    directory: Path, hosts: tuple[str, ...] = (), groups: tuple[str, ...] = ("broker-a",)
+) -> DevCertificates:
+    """Write fresh CAs, component certificates for the registry and every group in
+    ``groups``, and an application client certificate into ``directory`` (created)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = DevCertificates(directory)
+    # A name of its own per run: TLS stacks find a peer's issuer by name, so two
+    # generated CAs trusted side by side must not share one.
+    run = secrets.token_hex(4)
+    internal_ca, internal_key = _ca(f"BoltMQ dev internal CA {run}")
+    app_ca, app_key = _ca(f"BoltMQ dev application CA {run}")
+    _write(files.ca_file, internal_ca.public_bytes(serialization.Encoding.PEM))
+    _write(files.app_ca_file, app_ca.public_bytes(serialization.Encoding.PEM))
+    both = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    hosts_san = _alt_names(hosts)
+    components = [("registry", ""), *((r, g) for g in groups for r in COMPONENT_ROLES)]
+    for role, group in components:
+        uri = x509.UniformResourceIdentifier(f"boltmq://{group}/{role}")
+        names = x509.SubjectAlternativeName([*hosts_san, uri])
+        pair = _leaf(f"boltmq-{group}-{role}", both, internal_ca, internal_key, names)
+        _write_pair(*files.component_files(role, group), pair)
+    client = _leaf("boltmq-application", [ExtendedKeyUsageOID.CLIENT_AUTH], app_ca, app_key, None)
+    _write_pair(files.client_cert_file, files.client_key_file, client)
     return files

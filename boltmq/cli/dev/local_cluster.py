@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from boltmq.cli.dev.certificates import DevCertificates
 from boltmq.cli.dev.launcher import ServiceProcess
 
 BROKER_NAME = "broker-a"
@@ -55,8 +56,15 @@ class ClusterSpec:
     broker_settings: tuple[str, ...] = ()
     ha_settings: tuple[str, ...] = ()
     registry_settings: tuple[str, ...] = ()
-    tls_settings: tuple[str, ...] = ()
-    """``tls_*`` settings given to every service (``boltmq dev --tls``: DevCertificates)."""
+    certificates: DevCertificates | None = None
+    """``boltmq dev --tls``: every service serves and calls with its own component
+    certificate (its ``tls_*`` settings: :meth:`DevCertificates.settings_for`)."""
+
+    def tls_settings(self, role: str) -> tuple[str, ...]:
+        """The ``tls_*`` settings of service ``role`` (none without certificates)."""
+        if self.certificates is None:
+            return ()
+        return self.certificates.settings_for(role, BROKER_NAME)
 
 
 @dataclass
@@ -81,7 +89,7 @@ class LocalCluster:
                     "registry",
                     self.log_dir,
                     *spec.registry_settings,
-                    *spec.tls_settings,
+                    *spec.tls_settings("registry"),
                     port=spec.registry_port,
                     host=spec.host,
                 )
@@ -111,7 +119,7 @@ class LocalCluster:
                 f"flush_disk_type={spec.flush}",
                 f"broker_role={store_role}",
                 *spec.store_settings,
-                *spec.tls_settings,
+                *spec.tls_settings("store"),
                 port=spec.store_port if first else 0,
                 host=spec.host,
             )
@@ -126,7 +134,7 @@ class LocalCluster:
                     f"registry_addresses={self.registry.address}",
                     f"broker_name={BROKER_NAME}",
                     *spec.ha_settings,
-                    *spec.tls_settings,
+                    *spec.tls_settings("ha"),
                     port=spec.ha_port if first else 0,
                     host=spec.host,
                 )
@@ -142,7 +150,7 @@ class LocalCluster:
                 f"broker_id={index}",
                 *ha_setting,
                 *spec.broker_settings,
-                *spec.tls_settings,
+                *spec.tls_settings("broker"),
                 port=spec.broker_port if first else 0,
                 host=spec.host,
             )

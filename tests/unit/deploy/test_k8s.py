@@ -306,7 +306,15 @@ def test_every_container_has_requests_and_limits(target: str) -> None:
 def test_tls_files_are_mounted_from_a_secret(target: str) -> None:
     for c in containers(target):
         volumes = {v["name"]: v for v in c.pod.get("volumes", [])}
-        for name in ("tls_cert_file", "tls_key_file", "tls_ca_file"):
+        for name in (
+            "tls_cert_file",
+            "tls_key_file",
+            "tls_ca_file",
+            "tls_client_cert_file",
+            "tls_client_key_file",
+            "tls_client_ca_file",
+            "tls_internal_ca_file",
+        ):
             path = getattr(c.config, name)
             if not path:
                 continue
@@ -338,6 +346,29 @@ def test_production_is_a_sync_master_with_a_replica_tls_and_telemetry() -> None:
         assert c.env["OTEL_SERVICE_NAME"] == f"boltmq-{c.service}"
     broker_pod = workloads["boltmq-broker-a"]["spec"]["template"]["spec"]
     assert "boltmq-acl" in {v.get("secret", {}).get("secretName") for v in broker_pod["volumes"]}
+
+
+def test_production_components_have_their_own_certificates_and_check_internal_callers() -> None:
+    """Store, HA and registry believe only the internal CA's component certificates; every
+    container presents its own (one Secret per component), so a store cannot pass for its
+    broker and an application CA never issues a component's identity."""
+    secrets: dict[str, str] = {}
+    for c in containers("production"):
+        volumes = {v["name"]: v for v in c.pod.get("volumes", [])}
+        tls_volume = c.mounts()[str(PurePosixPath(c.config.tls_cert_file).parent)]
+        secret = volumes[tls_volume]["secret"]["secretName"]
+        assert secrets.setdefault(c.service, secret) == secret, c.name
+        assert c.config.tls_client_cert_file == c.config.tls_cert_file, c.name
+        if c.service in ("store", "ha", "registry"):
+            assert c.config.tls_internal_ca_file == c.config.tls_ca_file, c.name
+            assert not c.config.allow_unauthenticated_internal
+        if c.service == "registry":
+            assert c.config.tls_client_ca_file
+            assert (
+                PurePosixPath(c.config.tls_client_ca_file).parent
+                != PurePosixPath(c.config.tls_internal_ca_file).parent
+            )  # the application CA is another Secret
+    assert len(set(secrets.values())) == len(secrets) == 4, secrets
 
 
 def test_production_brokers_enforce_the_acl_and_sign_their_own_metadata_copies() -> None:
