@@ -86,6 +86,12 @@ def main() -> None:
     help="Generate throwaway CAs and certificates in DATA_DIR/tls (an internal CA for "
     "the components, an application CA for clients) and run every service with mutual TLS.",
 )
+@click.option(
+    "--acl",
+    is_flag=True,
+    help="Turn the brokers' access control on, seeded with one admin account (dev-admin; "
+    "its secret in DATA_DIR/acl/admin.secret).",
+)
 def dev(
     data_dir: Path,
     registry_port: int,
@@ -100,6 +106,7 @@ def dev(
     broker_set: tuple[str, ...],
     ha_set: tuple[str, ...],
     tls: bool,
+    acl: bool,
 ) -> None:
     """Run a local cluster (registry, store, broker; replicas with HA) until Ctrl-C."""
     from boltmq.cli.dev.launcher import LaunchError
@@ -114,6 +121,12 @@ def dev(
         from boltmq.cli.dev import certificates as dev_certificates
 
         certificates = dev_certificates.generate(data_dir / "tls", hosts=(host,))
+    dev_acl = None
+    if acl:
+        from boltmq.cli.dev import acl_seed
+
+        dev_acl = acl_seed.ensure(data_dir / "acl")
+        broker_set = (*dev_acl.broker_settings(), *broker_set)
     cluster = LocalCluster(
         ClusterSpec(
             data_dir,
@@ -161,6 +174,11 @@ def dev(
         if certificates
         else ""
     )
+    if dev_acl:
+        click.echo(
+            f"ACL on: export BOLTMQ_ACCESS_KEY={dev_acl.access_key} "
+            f"BOLTMQ_SECRET_KEY=$(cat {dev_acl.secret_file})"
+        )
     click.echo(
         f"try: boltmq produce --registry {cluster.registry.address}{tls_flags} "
         "--topic T --body hello"

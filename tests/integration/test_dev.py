@@ -214,3 +214,54 @@ def test_dev_runs_a_cluster_and_stops_it_cleanly(dev: Dev) -> None:
     finally:
         again.kill()
     assert not (dev.data_dir / "store" / "abort").exists()
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "boltmq.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+
+
+def test_dev_with_tls_and_acl_runs_the_way_production_does(tmp_path: Path) -> None:
+    """``--tls --acl``: mutual TLS everywhere and a broker that refuses unsigned calls; the
+    banner says where the application's certificate and the admin's secret are, and never
+    prints the secret."""
+    dev = Dev(tmp_path / "data", "--tls", "--acl")
+    try:
+        registry = dev.wait_ready()["registry"]
+        secret_file = dev.data_dir / "acl" / "admin.secret"
+        secret = secret_file.read_text().strip()
+        assert secret_file.stat().st_mode & 0o077 == 0
+        assert (dev.data_dir / "acl" / "plain_acl.json").stat().st_mode & 0o077 == 0
+        assert not [line for line in dev.banner if secret in line]
+        acl_line = next(line for line in dev.banner if line.startswith("ACL on: "))
+        assert f"BOLTMQ_SECRET_KEY=$(cat {secret_file})" in acl_line
+        try_line = next(line for line in dev.banner if line.startswith("try: "))
+        tls = re.findall(r"(--tls-(?:ca|cert|key)) (\S+)", try_line)
+        assert [flag for flag, _ in tls] == ["--tls-ca", "--tls-cert", "--tls-key"]
+        flags = [part for pair in tls for part in pair]
+        produce = ["produce", "--registry", registry, *flags, "--topic", "Secured", "--body", "x"]
+        base = {k: v for k, v in os.environ.items() if not k.startswith("BOLTMQ_")}
+        base.update(PYTHONPATH=str(REPO_ROOT))
+
+        signed = _cli(
+            *produce, env=dict(base, BOLTMQ_ACCESS_KEY="dev-admin", BOLTMQ_SECRET_KEY=secret)
+        )
+        assert signed.returncode == 0, signed.stderr
+        unsigned = _cli(*produce, env=base)
+        assert unsigned.returncode != 0
+        assert "UNAUTHENTICATED" in unsigned.stderr + unsigned.stdout
+        plaintext = _cli(
+            "produce", "--registry", registry, "--topic", "Secured", "--body", "x", env=base
+        )
+        assert plaintext.returncode != 0 and "Traceback" not in plaintext.stderr
+
+        code, _, err = dev.stop(signal.SIGTERM)
+        assert code == 0, err
+    finally:
+        dev.kill()
