@@ -93,7 +93,30 @@ class BrokerGate(grpc.aio.ServerInterceptor):
                 request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler  # the broker has no client-streaming calls
+        return _refused(method, handler)
+
+
+def _refused(method: str, handler: Any) -> Any:
+    """A client-streaming handler, which the gate cannot check request by request: the call
+    is refused, never let through unchecked (the broker serves none today; one added later
+    must be gated before it can be reached)."""
+    why = f"{method}: client-streaming calls are not served through the broker's access gate"
+
+    async def refuse(_requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, why)
+
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            refuse, handler.request_deserializer, handler.response_serializer
+        )
+
+    async def refuse_stream(_requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, why)
+        yield  # an async generator, as a stream-stream behaviour must be
+
+    return grpc.stream_stream_rpc_method_handler(
+        refuse_stream, handler.request_deserializer, handler.response_serializer
+    )
 
     def _unary(
         self, method: str, inner: Callable[..., Awaitable[Any]], parse: Parser
