@@ -49,3 +49,9 @@ class StoreFailed(BrokerError):
 
 class CorruptMetadata(BrokerError):
     """A metadata file read back from the store is not what the broker wrote."""
+
+
+class TooManyStreams(BrokerError):
+    """A caller holds as many long-lived streams of a kind as one caller may."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED

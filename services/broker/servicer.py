@@ -19,6 +19,7 @@ from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
 from services.broker.access.acl_admin import AclAdmin
 from services.broker.access.acl_file import ACL_FILE, Perm
 from services.broker.access.caller import current_caller
+from services.broker.access.gate import peer_host
 from services.broker.access.resources import group_need, topic_need
 from services.broker.admin.admin_processor import AdminProcessor
 from services.broker.clients.client_processor import ClientProcessor
@@ -293,6 +294,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 caller is None
                 or caller.may(group_need(group, Perm.PUB), topic_need(topic, Perm.PUB))
             ),
+            owner=caller.access_key if caller is not None else peer_host(context.peer()),
         )
         try:
             while True:

@@ -95,29 +95,6 @@ class BrokerGate(grpc.aio.ServerInterceptor):
             )
         return _refused(method, handler)
 
-
-def _refused(method: str, handler: Any) -> Any:
-    """A client-streaming handler, which the gate cannot check request by request: the call
-    is refused, never let through unchecked (the broker serves none today; one added later
-    must be gated before it can be reached)."""
-    why = f"{method}: client-streaming calls are not served through the broker's access gate"
-
-    async def refuse(_requests: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, why)
-
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(
-            refuse, handler.request_deserializer, handler.response_serializer
-        )
-
-    async def refuse_stream(_requests: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, why)
-        yield  # an async generator, as a stream-stream behaviour must be
-
-    return grpc.stream_stream_rpc_method_handler(
-        refuse_stream, handler.request_deserializer, handler.response_serializer
-    )
-
     def _unary(
         self, method: str, inner: Callable[..., Awaitable[Any]], parse: Parser
     ) -> Callable[..., Awaitable[Any]]:
@@ -198,3 +175,26 @@ def _refused(method: str, handler: Any) -> Any:
     def _release(self, key: str | None) -> None:
         if key is not None and self._limits is not None:
             self._limits.release(key)
+
+
+def _refused(method: str, handler: Any) -> Any:
+    """A client-streaming handler, which the gate cannot check request by request: the call
+    is refused, never let through unchecked (the broker serves none today; one added later
+    must be gated before it can be reached)."""
+    why = f"{method}: client-streaming calls are not served through the broker's access gate"
+
+    async def refuse(_requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, why)
+
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            refuse, handler.request_deserializer, handler.response_serializer
+        )
+
+    async def refuse_stream(_requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, why)
+        yield  # an async generator, as a stream-stream behaviour must be
+
+    return grpc.stream_stream_rpc_method_handler(
+        refuse_stream, handler.request_deserializer, handler.response_serializer
+    )

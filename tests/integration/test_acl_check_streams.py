@@ -1,0 +1,60 @@
+"""Transaction check-back streams cannot be used to hold the broker's calls.
+
+A TransactionChecks call lasts as long as its producer keeps it. An account opening
+them by the dozen would fill the broker's concurrent calls with streams that never
+end; each caller (access key) holds a bounded number, the next is refused with
+RESOURCE_EXHAUSTED, and other accounts' producers still get theirs. The streams are
+opened by hand against real processes with the ACL on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from services.broker.transaction.check_channel import CHECK_STREAMS_PER_CALLER_MAX
+from tests.integration.test_acl import ORDERS, AclCluster
+from tests.integration.test_acl_transactions import MALLORY, SEED, TX_SETTINGS, RawChecks
+from tests.waiting import wait_until
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[AclCluster]:
+    started = AclCluster(tmp_path, SEED, TX_SETTINGS)
+    yield started
+    started.stop()
+
+
+def test_one_account_cannot_hold_more_than_its_share_of_check_streams(
+    cluster: AclCluster,
+) -> None:
+    held = [
+        RawChecks(cluster, MALLORY, "mallory-group") for _ in range(CHECK_STREAMS_PER_CALLER_MAX)
+    ]
+    try:
+        extra = RawChecks(cluster, MALLORY, "mallory-group")
+        wait_until(lambda: extra.code is not None, what="the stream past the cap is refused")
+        assert extra.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "at most" in extra.details and "TransactionChecks" in extra.details
+        assert all(stream.code is None for stream in held), "the streams within the cap stay open"
+
+        # Another account's producer is not crowded out.
+        own = RawChecks(cluster, ORDERS, "txg")
+        try:
+            own.thread.join(timeout=1.0)  # a refusal comes at once; an open stream stays
+            assert own.code is None
+        finally:
+            own.close()
+
+        # A stream given back makes room for one more.
+        held.pop().close()
+        again = RawChecks(cluster, MALLORY, "mallory-group")
+        held.append(again)
+        again.thread.join(timeout=1.0)
+        assert again.code is None
+    finally:
+        for stream in held:
+            stream.close()
