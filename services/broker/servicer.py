@@ -26,6 +26,7 @@ from services.broker.pull.pull_processor import PullProcessor
 from services.broker.retry.dead_letter import DeadLetterProcessor
 from services.broker.retry.send_back import SendBackProcessor
 from services.broker.send.send_processor import SendProcessor
+from services.broker.transaction.check_channel import CHECKS_OPEN_METADATA
 from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import queues_to_proto, topic_to_proto
 
@@ -285,6 +286,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         channels = self._transactions.channels
         channel = channels.open(group, client_id)
         try:
+            await context.send_initial_metadata(CHECKS_OPEN_METADATA)
             while True:
                 yield await channel.queue.get()
         finally:

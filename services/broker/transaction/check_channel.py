@@ -6,6 +6,9 @@ half message's group (round-robin), and the producer answers through
 EndTransaction. A stream is a bounded queue: a producer that stops reading
 loses checks (they are sent again after the next timeout), it never makes the
 broker buffer without limit.
+
+Initial metadata (:data:`CHECKS_OPEN_METADATA`) is sent once a stream is
+registered: a producer that waits for it knows a check from then on reaches it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from dataclasses import dataclass, field
 
 from boltmq.v1 import broker_pb2
 
+CHECKS_OPEN_METADATA = (("boltmq-checks-open", "1"),)
+"""Initial metadata of TransactionChecks, sent once the stream is registered."""
 CHECK_CHANNEL_QUEUE_MAX = 1024
 """Checks waiting in one stream at most; a full stream drops the check (it comes again)."""
 
