@@ -11,7 +11,9 @@ SIGINT. Services provide a ``Service`` with ``add_to(server)``, ``start()`` and
 listener that serves only the health service, with the same statuses: the
 kubelet's native gRPC probes speak neither TLS (before an alpha feature gate)
 nor mutual TLS, so a service port under TLS cannot be probed. It says nothing
-but SERVING / NOT_SERVING, and is meant for the pod network only.
+but SERVING / NOT_SERVING, and is meant for the pod network only. It binds
+``health_host`` when set, so a service bound to loopback (the Kubernetes store)
+can still be probed at the pod's address.
 
 A process started by a test or by ``boltmq dev`` prints one line on stdout,
 ``READY <service> <host:port>``, once it is SERVING, so the parent can read the
@@ -312,10 +314,12 @@ async def serve(
     grace_s: float = 10.0,
     tls: ServerTLS | None = None,
     health_port: int = 0,
+    health_host: str = "",
 ) -> None:
     """Start ``service`` on ``host:port``, announce READY, run until SIGTERM/SIGINT.
 
-    ``health_port`` > 0 also serves the health statuses in plaintext there.
+    ``health_port`` > 0 also serves the health statuses in plaintext there, on
+    ``health_host`` ("": ``host``).
     """
     allocator.keep_freed_memory()  # batch calls stop page-faulting their buffers in
     stop = asyncio.Event()
@@ -326,7 +330,9 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     server, bound, health_servicer = await create_server([service], host, port, tls)
     health_server = (
-        await start_health_listener(health_servicer, host, health_port) if health_port else None
+        await start_health_listener(health_servicer, health_host or host, health_port)
+        if health_port
+        else None
     )
     try:
         await server.start()
@@ -382,4 +388,5 @@ async def serve_configured(
         grace_s=settings.shutdown_grace_ms / 1000,
         tls=tls,
         health_port=settings.health_port,
+        health_host=settings.health_host,
     )
