@@ -129,6 +129,9 @@ class ServerSettings:
     loopback sets the pod's wildcard here so the kubelet's probes still reach it."""
     metrics_host: str = ""
     """Host the metrics endpoint binds ("": the service's listen host)."""
+    reflection: bool = True
+    """Serve gRPC reflection on the service port (grpcurl lists the methods); production
+    turns it off on ports applications reach."""
     log_format: str = "text"
     """``text`` (one line per record) or ``json`` (one object per line, with trace ids)."""
     trace_file: str = ""

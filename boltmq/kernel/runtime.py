@@ -207,9 +207,14 @@ def _bind(
 
 
 async def create_server(
-    services: Iterable[Service], host: str, port: int, tls: ServerTLS | None = None
+    services: Iterable[Service],
+    host: str,
+    port: int,
+    tls: ServerTLS | None = None,
+    reflection_on: bool = True,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """Build the server with every service, health and reflection; bind; return the port.
+    """Build the server with every service, health and reflection (unless ``reflection_on``
+    is false); bind; return the port.
 
     ``tls`` makes the port a TLS one (mutual TLS when it names a client CA).
     A service may declare ``interceptors`` (run after the shared ones, e.g.
@@ -237,7 +242,8 @@ async def create_server(
             await health_servicer.set(service_name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection(names, server)
+    if reflection_on:
+        reflection.enable_server_reflection(names, server)
     bound = _bind(server, host, port, tls)
     for service in services:
         on_bound = getattr(service, "bound", None)
@@ -315,11 +321,12 @@ async def serve(
     tls: ServerTLS | None = None,
     health_port: int = 0,
     health_host: str = "",
+    reflection_on: bool = True,
 ) -> None:
     """Start ``service`` on ``host:port``, announce READY, run until SIGTERM/SIGINT.
 
     ``health_port`` > 0 also serves the health statuses in plaintext there, on
-    ``health_host`` ("": ``host``).
+    ``health_host`` ("": ``host``). ``reflection_on`` false serves no gRPC reflection.
     """
     allocator.keep_freed_memory()  # batch calls stop page-faulting their buffers in
     stop = asyncio.Event()
@@ -328,7 +335,7 @@ async def serve(
         # Before the port opens: "liveness" says SERVING from then on, and a signal
         # during start-up (recovery) must end in a clean stop once it is done.
         loop.add_signal_handler(sig, stop.set)
-    server, bound, health_servicer = await create_server([service], host, port, tls)
+    server, bound, health_servicer = await create_server([service], host, port, tls, reflection_on)
     health_server = (
         await start_health_listener(health_servicer, health_host or host, health_port)
         if health_port
@@ -389,4 +396,5 @@ async def serve_configured(
         tls=tls,
         health_port=settings.health_port,
         health_host=settings.health_host,
+        reflection_on=settings.reflection,
     )

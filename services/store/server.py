@@ -117,6 +117,7 @@ async def serve(config: StoreConfig) -> None:
             tls=server_tls,
             health_port=config.health_port,
             health_host=config.health_host,
+            reflection_on=config.reflection,
         )
     finally:
         # runtime.serve stops the service after a signal; this covers the paths

@@ -7,7 +7,8 @@ brokers' ports and nothing else: not the HA port (only the pods of the same
 broker group), not the store (it binds loopback and no container port or
 Service names it), not metrics (the ``monitoring`` namespace only), not the
 health ports (left to the kubelet, whose traffic from the node Kubernetes
-always allows). In production the store and HA ports demand a client
+always allows). Production serves no gRPC reflection, which a NetworkPolicy
+cannot separate from a port's own calls. In production the store and HA ports demand a client
 certificate of an internal CA mounted from its own Secret, apart from the CA
 applications trust, and the HA service and the broker present one.
 NetworkPolicies are evaluated by :mod:`tests.unit.deploy.network_policy`.
@@ -132,6 +133,12 @@ def test_metrics_admit_only_the_monitoring_namespace_and_health_ports_no_peer(
             for peer in (*applications(pod.namespace), group):
                 assert not admits(policies(target), pod, metrics, peer), c.name
                 assert not admits(policies(target), pod, health, peer), c.name
+
+
+def test_production_serves_no_reflection_and_the_base_does() -> None:
+    """A NetworkPolicy cannot keep reflection off the ports applications reach."""
+    assert not any(c.config.reflection for c in containers("production"))
+    assert all(c.config.reflection for c in containers("base"))
 
 
 # ---------------------------------------------------------------- mutual TLS (production)
