@@ -370,3 +370,40 @@ def test_mutated_stream_messages_end_or_serve_with_proper_statuses_and_services_
     targets: StreamTargets, name: str
 ) -> None:
     fuzz_stream(targets, name, mutate=True)
+
+
+# ------------------------------------------------------------------ named cases
+GARBLED = b"\x82:\x18_"
+"""Bytes that parse as no message (a length-delimited field running past the end)."""
+
+
+@pytest.mark.parametrize(
+    ("method", "first"),
+    [
+        (f"{STORE}AppendStream", store_pb2.AppendStreamRequest(id=1)),
+        (f"{STORE}AppendRawStream", store_pb2.CommitLogChunk(offset=0, data=b"x", end_offset=1)),
+        (f"{STORE}WatchQueues", store_pb2.QueueInterest(topic="FuzzSeed", queue_id=0)),
+        ("/boltmq.v1.HAService/Replicate", ha_pb2.ReplicaReport(max_offset=0)),
+    ],
+)
+def test_a_garbled_message_mid_stream_ends_the_call_invalid_argument_at_once(
+    targets: StreamTargets, method: str, first: ProtoMessage
+) -> None:
+    """After a valid first message (an AppendStream append then waits for its fsync on
+    the SYNC_FLUSH master, and its answer is being written as the garbled one arrives)."""
+    address = targets.ha.address if "HAService" in method else targets.cluster.store.address
+    requests = Requests([first.SerializeToString(), GARBLED])
+    with sync_channel(address) as channel:
+        code, _ = ended(channel.stream_stream(method)(iter(requests), timeout=CALL_TIMEOUT_S))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    check_healthy(targets)
+
+
+def test_a_garbled_replica_progress_ends_report_replicas_invalid_argument(
+    targets: StreamTargets,
+) -> None:
+    payloads = [store_pb2.ReplicaProgress(replica_address="r:1").SerializeToString(), GARBLED]
+    assert client_stream(targets.cluster.store.address, f"{STORE}ReportReplicas", payloads) is (
+        grpc.StatusCode.INVALID_ARGUMENT
+    )
+    check_healthy(targets)
