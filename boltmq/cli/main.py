@@ -292,7 +292,9 @@ def serve(
     try:
         module, config = service_config(service, config_file, host, port, settings, statefulset_pod)
         configure_logging(log_level, config.log_format)  # the config's format from here on
-        observability = telemetry.configure(service, config, config.listen_host)
+        observability = telemetry.configure(
+            service, config, config.metrics_host or config.listen_host
+        )
         try:
             asyncio.run(module.serve(config))
         finally:

@@ -124,6 +124,14 @@ class ServerSettings:
     health_port: int = 0
     """Port of a plaintext listener with only the gRPC health service, for probes that
     cannot speak the service port's TLS (0: none)."""
+    health_host: str = ""
+    """Host the health listener binds ("": the service's listen host); a service bound to
+    loopback sets the pod's wildcard here so the kubelet's probes still reach it."""
+    metrics_host: str = ""
+    """Host the metrics endpoint binds ("": the service's listen host)."""
+    reflection: bool = True
+    """Serve gRPC reflection on the service port (grpcurl lists the methods); production
+    turns it off on ports applications reach."""
     log_format: str = "text"
     """``text`` (one line per record) or ``json`` (one object per line, with trace ids)."""
     trace_file: str = ""

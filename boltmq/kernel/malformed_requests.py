@@ -7,9 +7,14 @@ status of a server bug. This interceptor, installed on every server by
 with a unary request so a DecodeError becomes a marker, and the handler
 answers it with INVALID_ARGUMENT naming the parse error instead.
 
-Handlers with a streaming request (client or bidi streams: HA replication,
-reflection) are left as they are: their messages are parsed one by one inside
-the stream, where grpc already ends the call on a bad one. The rejected
+Handlers with a streaming request (client or bidi streams: the store's
+AppendStream, HA replication) get the same deserializer, and their request
+iterator is wrapped: the first message that does not parse is raised where the
+handler reads it as :class:`MalformedStreamMessage` (an InvalidArgument), and the
+call ends INVALID_ARGUMENT once the handler let it out, where grpc alone would end
+it UNKNOWN with a traceback. The call is not aborted from inside the iterator: a
+handler may still be writing answers (AppendStream), and an abort then would
+collide with the write and leave the call hanging. The rejected
 alternative, patching each servicer, would repeat the check in every method.
 """
 
@@ -22,6 +27,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from boltmq.kernel.errors import InvalidArgument
+
 
 class MalformedRequest:
     """What the wrapped deserializer returns for bytes that do not parse."""
@@ -30,7 +37,10 @@ class MalformedRequest:
         self.reason = reason
 
 
-def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+def tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``deserialize`` that returns a :class:`MalformedRequest` for bytes that do not parse
+    (also for a client reading a stream from a peer it cannot trust: the HA follower)."""
+
     def parse(raw: bytes) -> Any:
         try:
             return deserialize(raw)
@@ -65,8 +75,46 @@ def _server_stream(
     return handle
 
 
+class MalformedStreamMessage(InvalidArgument):
+    """A message of a request stream did not parse (raised where the handler reads it)."""
+
+
+async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if isinstance(request, MalformedRequest):
+            raise MalformedStreamMessage(request.reason)
+        yield request
+
+
+def _client_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """A streaming-request behavior (coroutine or async generator) over checked requests.
+
+    The error reaches the handler where it reads; one that lets it out (its own
+    clean-up done, its writes finished) has the call ended here. A handler in
+    :func:`~boltmq.kernel.errors.answers_errors` ends it itself, as any InvalidArgument.
+    """
+    if inspect.isasyncgenfunction(behavior):
+
+        async def stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                async for item in behavior(_checked(requests), context):
+                    yield item
+            except MalformedStreamMessage as exc:
+                await context.abort(exc.code, str(exc))
+
+        return stream
+
+    async def handle(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await behavior(_checked(requests), context)
+        except MalformedStreamMessage as exc:
+            await context.abort(exc.code, str(exc))
+
+    return handle
+
+
 class MalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc has no type information: its classes are Any
-    """Answer unparseable unary requests with INVALID_ARGUMENT (see the module docstring)."""
+    """Answer unparseable requests with INVALID_ARGUMENT (see the module docstring)."""
 
     async def intercept_service(
         self,
@@ -74,9 +122,21 @@ class MalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # gr
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+        if handler is None or handler.request_deserializer is None:
             return handler
-        parse = _tolerant(handler.request_deserializer)
+        parse = tolerant(handler.request_deserializer)
+        if handler.stream_unary is not None and inspect.iscoroutinefunction(handler.stream_unary):
+            return grpc.stream_unary_rpc_method_handler(
+                _client_stream(handler.stream_unary),
+                request_deserializer=parse,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None and _async(handler.stream_stream):
+            return grpc.stream_stream_rpc_method_handler(
+                _client_stream(handler.stream_stream),
+                request_deserializer=parse,
+                response_serializer=handler.response_serializer,
+            )
         if handler.unary_unary is not None and inspect.iscoroutinefunction(handler.unary_unary):
             return grpc.unary_unary_rpc_method_handler(
                 _unary(handler.unary_unary),
@@ -90,3 +150,7 @@ class MalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # gr
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+
+def _async(behavior: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)

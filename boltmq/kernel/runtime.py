@@ -11,7 +11,9 @@ SIGINT. Services provide a ``Service`` with ``add_to(server)``, ``start()`` and
 listener that serves only the health service, with the same statuses: the
 kubelet's native gRPC probes speak neither TLS (before an alpha feature gate)
 nor mutual TLS, so a service port under TLS cannot be probed. It says nothing
-but SERVING / NOT_SERVING, and is meant for the pod network only.
+but SERVING / NOT_SERVING, and is meant for the pod network only. It binds
+``health_host`` when set, so a service bound to loopback (the Kubernetes store)
+can still be probed at the pod's address.
 
 A process started by a test or by ``boltmq dev`` prints one line on stdout,
 ``READY <service> <host:port>``, once it is SERVING, so the parent can read the
@@ -205,9 +207,14 @@ def _bind(
 
 
 async def create_server(
-    services: Iterable[Service], host: str, port: int, tls: ServerTLS | None = None
+    services: Iterable[Service],
+    host: str,
+    port: int,
+    tls: ServerTLS | None = None,
+    reflection_on: bool = True,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """Build the server with every service, health and reflection; bind; return the port.
+    """Build the server with every service, health and reflection (unless ``reflection_on``
+    is false); bind; return the port.
 
     ``tls`` makes the port a TLS one (mutual TLS when it names a client CA).
     A service may declare ``interceptors`` (run after the shared ones, e.g.
@@ -235,7 +242,8 @@ async def create_server(
             await health_servicer.set(service_name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection(names, server)
+    if reflection_on:
+        reflection.enable_server_reflection(names, server)
     bound = _bind(server, host, port, tls)
     for service in services:
         on_bound = getattr(service, "bound", None)
@@ -312,10 +320,13 @@ async def serve(
     grace_s: float = 10.0,
     tls: ServerTLS | None = None,
     health_port: int = 0,
+    health_host: str = "",
+    reflection_on: bool = True,
 ) -> None:
     """Start ``service`` on ``host:port``, announce READY, run until SIGTERM/SIGINT.
 
-    ``health_port`` > 0 also serves the health statuses in plaintext there.
+    ``health_port`` > 0 also serves the health statuses in plaintext there, on
+    ``health_host`` ("": ``host``). ``reflection_on`` false serves no gRPC reflection.
     """
     allocator.keep_freed_memory()  # batch calls stop page-faulting their buffers in
     stop = asyncio.Event()
@@ -324,9 +335,11 @@ async def serve(
         # Before the port opens: "liveness" says SERVING from then on, and a signal
         # during start-up (recovery) must end in a clean stop once it is done.
         loop.add_signal_handler(sig, stop.set)
-    server, bound, health_servicer = await create_server([service], host, port, tls)
+    server, bound, health_servicer = await create_server([service], host, port, tls, reflection_on)
     health_server = (
-        await start_health_listener(health_servicer, host, health_port) if health_port else None
+        await start_health_listener(health_servicer, health_host or host, health_port)
+        if health_port
+        else None
     )
     try:
         await server.start()
@@ -382,4 +395,6 @@ async def serve_configured(
         grace_s=settings.shutdown_grace_ms / 1000,
         tls=tls,
         health_port=settings.health_port,
+        health_host=settings.health_host,
+        reflection_on=settings.reflection,
     )

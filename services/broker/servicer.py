@@ -29,6 +29,7 @@ from services.broker.pull.pull_processor import PullProcessor
 from services.broker.retry.dead_letter import DeadLetterProcessor
 from services.broker.retry.send_back import SendBackProcessor
 from services.broker.send.send_processor import SendProcessor
+from services.broker.transaction.check_channel import CHECKS_OPEN_METADATA
 from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import queues_to_proto, topic_to_proto
 
@@ -297,6 +298,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             owner=caller.access_key if caller is not None else peer_host(context.peer()),
         )
         try:
+            await context.send_initial_metadata(CHECKS_OPEN_METADATA)
             while True:
                 yield await channel.queue.get()
         finally:

@@ -30,14 +30,16 @@ from tenacity import (
 )
 
 from boltmq.kernel import channels, runtime
+from boltmq.kernel.malformed_requests import MalformedRequest, tolerant
 from boltmq.kernel.tls import ClientTLS
-from boltmq.v1 import ha_pb2, ha_pb2_grpc, store_pb2
+from boltmq.v1 import ha_pb2, store_pb2
 from services.ha.config import HAConfig
 from services.ha.errors import (
     ChunkRefused,
     HAError,
     HandshakeRefused,
     OffsetMismatch,
+    ReplicationBroken,
     StreamSilent,
 )
 from services.ha.master_locator import MasterLocator
@@ -45,6 +47,9 @@ from services.ha.store_client import HAStoreClient, RawAppends
 
 log = logging.getLogger(__name__)
 
+REPLICATE = "/boltmq.v1.HAService/Replicate"
+"""Opened by path: the master's chunks are parsed tolerantly (garbled bytes end the
+session as a disagreement, not as a traceback in grpc's own log)."""
 APPENDS_IN_FLIGHT = 4
 """Chunks sent to the store and not yet answered (4 x the 4 MiB default chunk at most)."""
 
@@ -148,7 +153,11 @@ class Follower:
         self._epoch = info.epoch
         self.status.store_max_offset = info.commitlog_max_offset
         chan = channels.channel(master_address, self._tls)
-        call = ha_pb2_grpc.HAServiceStub(chan).Replicate()
+        call = chan.stream_stream(
+            REPLICATE,
+            request_serializer=ha_pb2.ReplicaReport.SerializeToString,
+            response_deserializer=tolerant(store_pb2.CommitLogChunk.FromString),
+        )()
         progressed = False
         try:
             try:
@@ -194,6 +203,8 @@ class Follower:
             ) from None
         if message is grpc.aio.EOF:
             return None
+        if isinstance(message, MalformedRequest):
+            raise ReplicationBroken(f"master {master_address} sent bytes that are no chunk")
         assert isinstance(message, store_pb2.CommitLogChunk)
         return message
 

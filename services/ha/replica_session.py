@@ -20,6 +20,7 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 
+from boltmq.kernel.errors import ServiceError
 from boltmq.v1 import ha_pb2, store_pb2
 from services.ha.config import HAConfig
 from services.ha.errors import HAError, OffsetMismatch, StreamSilent
@@ -91,7 +92,9 @@ class ReplicaSession:
         acked = plan.truncate_to if plan.truncate_to >= 0 else reported_offset
         self._window = AckWindow(acked, plan.start_offset)
         self._acks = asyncio.Event()
-        self._ended: asyncio.Future[HAError | None] = asyncio.get_running_loop().create_future()
+        self._ended: asyncio.Future[ServiceError | None] = (
+            asyncio.get_running_loop().create_future()
+        )
         self._session = replicas.open(address, acked)
         forwarder.acked(address, acked)
 
@@ -106,7 +109,7 @@ class ReplicaSession:
             self._forwarder.disconnected(self.address)
         log.info("replica %s disconnected at %d", self.address, self._window.acked_offset)
 
-    def _end(self, error: HAError | None) -> None:
+    def _end(self, error: ServiceError | None) -> None:
         if not self._ended.done():
             self._ended.set_result(error)
 
@@ -131,7 +134,7 @@ class ReplicaSession:
                 yield chunk
         finally:
             reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, HAError):
+            with contextlib.suppress(asyncio.CancelledError, ServiceError):
                 await reader
             await chunks.aclose()
         error = self._ended.result() if self._ended.done() else None
@@ -193,7 +196,7 @@ class ReplicaSession:
                     self._acks.set()
                 else:
                     self._replicas.report(self.address, self._session, report.max_offset)
-        except HAError as exc:
+        except ServiceError as exc:  # an HAError, or a report that does not parse
             log.warning("closing replication stream to %s: %s", self.address, exc)
             self._end(exc)
         except Exception as exc:  # the transport failed under the read: the stream is over

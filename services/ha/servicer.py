@@ -6,10 +6,12 @@ Replication failures are statuses on the stream, once, here: every
 data was deleted on the master, or this store is not a master) gets
 FAILED_PRECONDITION with a message saying what to do; a report the master
 cannot reconcile gets ABORTED; a silent replica DEADLINE_EXCEEDED; a store that
-is down UNAVAILABLE. The follower logs the status and reconnects. The unary
-Status goes through the kernel's :func:`~boltmq.kernel.errors.answers_errors`;
-the bidirectional Replicate writes its chunks itself (see its docstring), so it
-ends the stream with the error's code by hand.
+is down UNAVAILABLE; a report that does not parse INVALID_ARGUMENT (the kernel's
+``MalformedStreamMessage``, handled as every other service error). The follower
+logs the status and reconnects. The unary Status goes through the kernel's
+:func:`~boltmq.kernel.errors.answers_errors`; the bidirectional Replicate writes
+its chunks itself (see its docstring), so it ends the stream with the error's
+code by hand.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from boltmq.kernel.errors import answers_errors
+from boltmq.kernel.errors import ServiceError, answers_errors
 from boltmq.v1 import ha_pb2, ha_pb2_grpc
-from services.ha.errors import HAError
 from services.ha.node import HANode
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class HAServicer(ha_pb2_grpc.HAServiceServicer):
                     except Exception as exc:  # gRPC's core error when the peer is gone
                         log.info("replica at %s went away: %r", context.peer(), exc)
                         return
-        except HAError as exc:
+        except ServiceError as exc:  # an HAError, or a report that does not parse
             await context.abort(exc.code, str(exc))
 
     @answers_errors

@@ -121,6 +121,8 @@ async def serve(config: StoreConfig) -> None:
             grace_s=config.shutdown_grace_ms / 1000,
             tls=server_tls,
             health_port=config.health_port,
+            health_host=config.health_host,
+            reflection_on=config.reflection,
         )
     finally:
         # runtime.serve stops the service after a signal; this covers the paths

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from boltmq.cli.dev.launcher import REPO_ROOT, ServiceProcess
-from tests.integration.conftest import CLUSTER_STORE_SETTINGS, Cluster
+from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, CLUSTER_STORE_SETTINGS, Cluster
 from tests.reliability.files import (
     CommitLogScan,
     exactly_once,
@@ -35,7 +35,8 @@ UNHANDLED_MARKS = (
 
 
 class FaultCluster(Cluster):
-    """A registry, a store (``flush``, ``store_settings``, ``root_dir``) and a broker."""
+    """A registry, a store (``flush``, ``store_settings``, ``root_dir``) and a broker
+    (``broker_settings``)."""
 
     def __init__(
         self,
@@ -43,10 +44,22 @@ class FaultCluster(Cluster):
         flush: str = "SYNC_FLUSH",
         store_settings: tuple[str, ...] = (),
         root_dir: Path | None = None,
+        broker_settings: tuple[str, ...] = (),
     ) -> None:
         self.store_settings = (*CLUSTER_STORE_SETTINGS, f"flush_disk_type={flush}", *store_settings)
         self.store_root = root_dir
+        self.broker_settings = broker_settings
         super().__init__(tmp_path)
+
+    def _start_broker(self, port: int = 0) -> ServiceProcess:
+        return self._start(
+            "broker",
+            f"store_address={self.store.address}",
+            f"registry_addresses={self.registry.address}",
+            *CLUSTER_BROKER_SETTINGS,
+            *self.broker_settings,
+            port=port,
+        )
 
     def _start_store(self, port: int = 0) -> ServiceProcess:
         if self.store_root is not None:

@@ -11,6 +11,9 @@ A stream lasts as long as its producer keeps it, so each caller (its access key,
 or its host when the ACL is off) holds at most ``CHECK_STREAMS_PER_CALLER_MAX``
 open at once: a few accounts cannot fill the broker's concurrent calls with
 streams that never end.
+
+Initial metadata (:data:`CHECKS_OPEN_METADATA`) is sent once a stream is
+registered: a producer that waits for it knows a check from then on reaches it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from services.broker.errors import TooManyStreams
 CHECK_STREAMS_PER_CALLER_MAX = 16
 """Open TransactionChecks streams one caller may hold (a producer keeps one per broker
 and producer group)."""
+CHECKS_OPEN_METADATA = (("boltmq-checks-open", "1"),)
+"""Initial metadata of TransactionChecks, sent once the stream is registered."""
 CHECK_CHANNEL_QUEUE_MAX = 1024
 """Checks waiting in one stream at most; a full stream drops the check (it comes again)."""
 

@@ -43,6 +43,9 @@ SCHEMA_VERSIONS = {
     "production": (MIN_KUBERNETES, LATEST_KUBERNETES),
 }
 WILDCARD_HOST = "0.0.0.0"
+LOOPBACK_HOST = "127.0.0.1"
+LOOPBACK_SERVICES = frozenset({"store"})
+"""Bound to loopback: only the other containers of its own pod call it."""
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 _QUANTITY = re.compile(r"^(\d+)(Mi|Gi|Ti)$")
 _QUANTITY_MIB = {"Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
@@ -100,7 +103,8 @@ def test_every_container_runs_boltmq_serve_with_a_valid_config(target: str) -> N
     resolved = containers(target)
     assert {c.service for c in resolved} == {"registry", "store", "ha", "broker"}
     for c in resolved:
-        assert c.config.listen_host == WILDCARD_HOST, c.name
+        expected = LOOPBACK_HOST if c.service in LOOPBACK_SERVICES else WILDCARD_HOST
+        assert c.config.listen_host == expected, c.name
         unknown = {
             name
             for name in c.env
@@ -160,9 +164,12 @@ def test_probes_ask_the_plaintext_health_port(target: str) -> None:
     """
     for c in containers(target):
         ports = {p["containerPort"] for p in c.spec["ports"]}
-        assert c.config.listen_port in ports, c.name
+        # A loopback port is no container port; probes and scrapes come to the pod's address.
+        assert (c.config.listen_port in ports) == (c.config.listen_host != LOOPBACK_HOST)
+        assert (c.config.health_host or c.config.listen_host) == WILDCARD_HOST, c.name
         if c.config.metrics_port:
             assert c.config.metrics_port in ports, c.name
+            assert (c.config.metrics_host or c.config.listen_host) == WILDCARD_HOST, c.name
         assert c.config.health_port, f"{c.pod_name}/{c.name}: no BOLTMQ_HEALTH_PORT"
         assert c.config.health_port in ports, c.name
         assert c.config.health_port not in (c.config.listen_port, c.config.metrics_port)
@@ -224,7 +231,11 @@ def test_advertised_addresses_are_the_pods_stable_dns_names(target: str) -> None
         assert service["spec"]["clusterIP"] == "None", service_name
         host = f"{c.pod_name}.{service_name}.{c.namespace}.svc"
         assert c.config.advertised_address == f"{host}:{c.config.listen_port}"
-        assert c.config.listen_port in {p["port"] for p in service["spec"]["ports"]}
+        # The pod's name resolves whatever ports the headless Service lists; the HA
+        # port is in none (only the group's own pods may dial it: NetworkPolicy).
+        assert c.config.listen_port in {p["containerPort"] for p in c.spec["ports"]}
+        in_service = c.config.listen_port in {p["port"] for p in service["spec"]["ports"]}
+        assert in_service == (c.service == "broker"), c.name
 
 
 def test_brokers_and_ha_register_with_every_registry_pod(target: str) -> None:
