@@ -30,6 +30,7 @@ from services.broker.access.acl_admin import AclAdmin
 from services.broker.access.acl_table import AclTable, read_seed_file
 from services.broker.access.authorizer import Authorizer
 from services.broker.access.client_limits import ClientLimits
+from services.broker.access.creation_limits import CreationLimits
 from services.broker.access.gate import BrokerGate
 from services.broker.admin.admin_processor import AdminProcessor
 from services.broker.arrivals.arrival_watcher import ArrivalWatcher, QueueInterests
@@ -105,7 +106,7 @@ class Broker:
         )
         self.servicer = self._build_servicer(config)
         self.gate = _gate(config, self.acl)
-        """The server interceptor in front of every call (None: nothing to enforce)."""
+        """The server interceptor in front of every call."""
         self._scanner: asyncio.Task[None] | None = None
 
     def _build_cluster(self, config: BrokerConfig, client_tls: tls.ClientTLS | None) -> None:
@@ -151,7 +152,13 @@ class Broker:
     def _build_servicer(self, config: BrokerConfig) -> BrokerServicer:
         """The processors, and the servicer over them."""
         publisher = TopicPublisher(self.persister, self.registrar)
-        group_access = GroupAccess(self.groups, self.persister)
+        creations = CreationLimits(
+            config.auto_create_max_per_call,
+            config.auto_create_max_per_client,
+            config.auto_create_rate_per_s,
+            config.auto_create_burst,
+        )
+        group_access = GroupAccess(self.groups, self.persister, creations)
         admin = AdminProcessor(
             config,
             self.topics,
@@ -166,7 +173,13 @@ class Broker:
         )
         return BrokerServicer(
             SendProcessor(
-                config, self.topics, self.store, publisher, self.transactions, self.metrics
+                config,
+                self.topics,
+                self.store,
+                publisher,
+                self.transactions,
+                self.metrics,
+                creations,
             ),
             PullProcessor(
                 config, self.topics, group_access, self.offsets, self.store, self.hub, self.role
@@ -178,6 +191,7 @@ class Broker:
                 self.offsets,
                 self.locks,
                 RetryTopics(self.topics, publisher),
+                creations,
             ),
             admin,
             self.transactions,
@@ -241,9 +255,9 @@ class Broker:
             self.locks.expire()
 
 
-def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate | None:
+def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate:
     """Access control (signed calls checked against ``acl``) and per-client limits, as
-    configured; None when neither is on."""
+    configured; always installed, as it names each call's caller (creation limits)."""
     authorizer = (
         Authorizer(lambda: acl.document, config.acl_signature_max_skew_ms)
         if config.acl_enable
@@ -258,4 +272,4 @@ def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate | None:
         if config.client_request_rate_per_s or config.client_in_flight_max
         else None
     )
-    return BrokerGate(authorizer, limits) if authorizer or limits else None
+    return BrokerGate(authorizer, limits)

@@ -262,6 +262,18 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return await self._acl.update(request)
 
     @answers_errors
+    async def UpsertGroup(
+        self, request: broker_pb2.UpsertGroupRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.UpsertGroupResponse:
+        """Create or change a consumer group's settings."""
+        config = await self._admin.upsert_group(request)
+        return broker_pb2.UpsertGroupResponse(
+            group=config.group_name,
+            retry_max_times=config.retry_max_times,
+            consume_message_orderly=config.consume_message_orderly,
+        )
+
+    @answers_errors
     async def Promote(
         self, request: broker_pb2.PromoteRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.BrokerInfo:

@@ -56,7 +56,9 @@ SECRETS = [ADMIN.secret_key, ORDERS.secret_key, READER.secret_key]
 class AclCluster:
     """Registry, store and an ACL-enforcing broker; the broker restarts on its port."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *broker_settings: str) -> None:
+        self.broker_settings = broker_settings
+        """Settings of the broker beyond the ACL's (``name=value``)."""
         self.log_dir = tmp_path / "logs"
         self.seed = tmp_path / "acl.json"
         self.seed.write_text(json.dumps(SEED))
@@ -76,6 +78,7 @@ class AclCluster:
             "acl_enable=true",
             f"acl_file={self.seed}",
             "acl_signature_max_skew_ms=60000",
+            *self.broker_settings,
             port=port,
         ).start()
 

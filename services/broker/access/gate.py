@@ -2,7 +2,8 @@
 
 In order, for each call: authenticate (when access control is on), take the
 client's rate and in-flight budget (:class:`ClientLimits`), authorize the
-request against the ACL, run the call, give the in-flight slot back.
+request against the ACL, run the call as its caller (:mod:`caller`: the
+auto-creation limits charge it), give the in-flight slot back.
 Authentication comes first so the budget is keyed by an access key nobody
 can forge; authorization after the budget, because it reads the request and
 a flood should cost as little as possible.
@@ -22,6 +23,7 @@ from typing import Any
 import grpc
 
 from services.broker.access.authorizer import AccessDenied, Authorizer
+from services.broker.access.caller import reset_caller, set_caller
 from services.broker.access.client_limits import ClientLimits
 from services.broker.access.resources import BROKER_SERVICE_PREFIX
 
@@ -73,9 +75,11 @@ class BrokerGate(grpc.aio.ServerInterceptor):
     ) -> Callable[..., Awaitable[Any]]:
         async def gated(request: Any, context: grpc.aio.ServicerContext) -> Any:
             key = await self._admit(method, request, context)
+            token = set_caller(key)
             try:
                 return await inner(request, context)
             finally:
+                reset_caller(token)
                 self._release(key)
 
         return gated
@@ -93,10 +97,8 @@ class BrokerGate(grpc.aio.ServerInterceptor):
 
         return gated
 
-    async def _admit(
-        self, method: str, request: Any, context: grpc.aio.ServicerContext
-    ) -> str | None:
-        """The client's limits key once the call may go on; aborts the call otherwise."""
+    async def _admit(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> str:
+        """The caller's key (limits, creations) once the call may go on; aborts it otherwise."""
         peer = context.peer()
         key = peer_host(peer)
         access_key = ""
@@ -127,7 +129,7 @@ class BrokerGate(grpc.aio.ServerInterceptor):
                     exc,
                 )
             await context.abort(exc.code, str(exc))
-        return key if self._limits is not None else None
+        return key
 
     def _should_log(self, code: grpc.StatusCode, key: str) -> bool:
         if code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -140,6 +142,6 @@ class BrokerGate(grpc.aio.ServerInterceptor):
         self._flood_logged[key] = now
         return True
 
-    def _release(self, key: str | None) -> None:
-        if key is not None and self._limits is not None:
+    def _release(self, key: str) -> None:
+        if self._limits is not None:
             self._limits.release(key)

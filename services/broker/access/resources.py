@@ -13,7 +13,7 @@ PUB / SUB    | SendMessage (topic PUB); PullMessage, PullQueues, offsets, locks,
 ANY ACCOUNT  | read-only cluster views (ListTopics, TopicStatus, ListGroups,
              | GroupProgress, GetBrokerInfo) and transactions (EndTransaction,
              | TransactionChecks: the half message's topic was checked on send)
-ADMIN        | UpsertTopic, DeleteTopic, Promote, ViewMessage, GetMetadata,
+ADMIN        | UpsertTopic, DeleteTopic, UpsertGroup, Promote, ViewMessage, GetMetadata,
              | ResendDeadLetters, GetAcl, UpdateAcl, and any call not listed
              | (a new call is admin-only until it is given a row here)
 """

@@ -68,10 +68,12 @@ class RetryTopics:
         self._topics = topics
         self._publisher = publisher
 
+    def missing(self, group: str) -> bool:
+        """True when :meth:`ensure_retry` would create the group's retry topic."""
+        name = retry_topic(group)
+        return self._topics.get(name) is None and len(name) <= RETRY_TOPIC_MAX_LENGTH
+
     async def ensure_retry(self, group: SubscriptionGroupConfig) -> None:
         """Create the group's retry topic when missing (a clustering consumer's heartbeat)."""
-        if (
-            self._topics.get(retry_topic(group.group_name)) is None
-            and len(retry_topic(group.group_name)) <= RETRY_TOPIC_MAX_LENGTH
-        ):
+        if self.missing(group.group_name):
             await ensure_retry_topic(self._topics, self._publisher, group)
