@@ -244,7 +244,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> broker_pb2.GetMetadataResponse:
         """The metadata documents (replicas of the group copy them), the ACL included."""
         response = self._admin.metadata()
-        response.documents[ACL_FILE] = self._acl.table.to_json()
+        if self._acl.shared_with(context.peer()):
+            response.documents[ACL_FILE] = self._acl.table.to_json()
         return response
 
     @answers_errors
@@ -252,14 +253,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self, request: broker_pb2.GetAclRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AclDocument:
         """The ACL document, secret keys masked."""
-        return self._acl.get()
+        return self._acl.get(context.peer())
 
     @answers_errors
     async def UpdateAcl(
         self, request: broker_pb2.UpdateAclRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AclDocument:
         """Upsert or delete an account, or replace every account; saved in the store."""
-        return await self._acl.update(request)
+        return await self._acl.update(request, context.peer())
 
     @answers_errors
     async def UpsertGroup(
