@@ -197,7 +197,7 @@ class Broker:
             self.transactions,
             SendBackProcessor(config, self.topics, group_access, self.store, publisher),
             DeadLetterProcessor(config, self.topics, self.store),
-            AclAdmin(self.acl, config.acl_enable),
+            AclAdmin(self.acl, config.acl_enable, config.access_key),
             self.metrics,
         )
 

@@ -17,7 +17,8 @@ from boltmq.kernel import telemetry
 from boltmq.kernel.errors import answers_errors
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
 from services.broker.access.acl_admin import AclAdmin
-from services.broker.access.acl_file import ACL_FILE
+from services.broker.access.acl_seal import SEALED_ACL_FILE
+from services.broker.access.caller import current_caller
 from services.broker.admin.admin_processor import AdminProcessor
 from services.broker.clients.client_processor import ClientProcessor
 from services.broker.metadata.names import check_client_id, check_group
@@ -242,10 +243,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetMetadata(
         self, request: broker_pb2.GetMetadataRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.GetMetadataResponse:
-        """The metadata documents (replicas of the group copy them), the ACL included."""
+        """The metadata documents (replicas of the group copy them); the ACL only sealed
+        for the brokers' own account."""
         response = self._admin.metadata()
-        if self._acl.shared_with(context.peer()):
-            response.documents[ACL_FILE] = self._acl.table.to_json()
+        sealed = self._acl.sealed_copy_for(current_caller())
+        if sealed is not None:
+            response.documents[SEALED_ACL_FILE] = sealed
         return response
 
     @answers_errors

@@ -149,7 +149,8 @@ def test_remote_callers_cannot_read_or_plant_accounts_while_the_acl_is_off(
         assert "access control is off" in error.details()
         assert "--broker-address 127.0.0.1:PORT" in error.details()
     documents = remote.GetMetadata(broker_pb2.GetMetadataRequest(), timeout=5).documents
-    assert "topics.json" in documents and "plain_acl.json" not in documents
+    assert "topics.json" in documents
+    assert not any(name.startswith("plain_acl") for name in documents)
     assert not any(OPERATOR.secret_key.encode() in data for data in documents.values())
 
     # The CLI run from elsewhere gets the broker's explanation, not a traceback.

@@ -10,8 +10,9 @@ While access control is off (``acl_enable`` false, the phase to prepare
 accounts) no call is signed, so nothing tells an operator from anyone who
 can reach the port: GetAcl and UpdateAcl are then answered only to a
 loopback peer (``boltmq admin acl ... --broker-address 127.0.0.1:PORT`` on
-the broker's host), and GetMetadata leaves the ACL document out for anyone
-else (:meth:`AclAdmin.shared_with`). Otherwise an unsigned caller could read
+the broker's host). GetMetadata then carries no ACL at all; while the ACL is
+on it carries it only to the brokers' own account, sealed
+(:meth:`AclAdmin.sealed_copy_for`, :mod:`acl_seal`). Otherwise an unsigned caller could read
 the prepared accounts or plant an admin account that outlives turning the
 ACL on. Requiring an admin identity from the first start was rejected: it
 would make the ACL mandatory, and ``boltmq dev`` and the tests run without.
@@ -25,6 +26,7 @@ import logging
 
 from boltmq.v1 import broker_pb2
 from services.broker.access.acl_file import Account, AclDocument, InvalidAcl
+from services.broker.access.acl_seal import seal
 from services.broker.access.acl_table import AclTable
 from services.broker.access.gate import peer_host
 from services.broker.errors import FailedPrecondition, InvalidArgument, PermissionDenied
@@ -35,9 +37,21 @@ log = logging.getLogger(__name__)
 class AclAdmin:
     """Reads and edits the ACL for the servicer."""
 
-    def __init__(self, table: AclTable, enforced: bool) -> None:
+    def __init__(self, table: AclTable, enforced: bool, brokers_access_key: str = "") -> None:
         self.table = table
         self.enforced = enforced
+        self.brokers_access_key = brokers_access_key
+        """The account brokers sign their own calls with (the ``access_key`` setting)."""
+
+    def sealed_copy_for(self, caller: str) -> bytes | None:
+        """The document sealed for ``caller`` (the account that signed a GetMetadata), or
+        None unless the ACL is on and ``caller`` is the brokers' own account."""
+        if not self.enforced or not caller or caller != self.brokers_access_key:
+            return None
+        account = self.table.document.accounts.get(caller)
+        if account is None:
+            return None
+        return seal(self.table.to_json(), account.access_key, account.secret_key)
 
     def shared_with(self, peer: str) -> bool:
         """True when ``peer`` (gRPC's ``context.peer()``) may be handed the ACL: access

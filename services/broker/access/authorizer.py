@@ -8,8 +8,11 @@ may do everything; any other account needs every right
 :func:`~services.broker.access.resources.needs_of` lists, and never makes an
 admin call.
 
-Denials carry a reason for the log and the caller; neither ever holds a
-secret or a signature.
+Denials carry a reason for the caller and one for the broker's log; neither
+ever holds a secret or a signature. An unknown access key and a wrong
+signature get the same answer (and cost the same HMAC), so a caller cannot
+probe which access keys exist; only the log tells them apart. The timestamp
+is checked before the account is looked up, for the same reason.
 """
 
 from __future__ import annotations
@@ -25,16 +28,29 @@ from services.broker.access.acl_file import Account, AclDocument
 from services.broker.access.resources import Kind, is_admin_call, needs_of
 from services.broker.errors import BrokerError
 
+_NO_SUCH_SECRET = "no-account-has-this-secret"
+"""Checked against the signature of an unknown access key, so both failures cost alike."""
+
 
 class AccessDenied(BrokerError):
-    """A call refused; ``code`` is UNAUTHENTICATED or PERMISSION_DENIED."""
+    """A call refused; ``code`` is UNAUTHENTICATED, PERMISSION_DENIED or RESOURCE_EXHAUSTED."""
 
-    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
+    def __init__(self, code: grpc.StatusCode, reason: str, log_reason: str = "") -> None:
         super().__init__(reason, code)
+        self.log_reason = log_reason or reason
+        """What the broker logs (may say more than the caller is told)."""
 
 
-def _unauthenticated(reason: str) -> AccessDenied:
-    return AccessDenied(grpc.StatusCode.UNAUTHENTICATED, reason)
+def _unauthenticated(reason: str, log_reason: str = "") -> AccessDenied:
+    return AccessDenied(grpc.StatusCode.UNAUTHENTICATED, reason, log_reason)
+
+
+def _bad_credentials(access_key: str, log_reason: str) -> AccessDenied:
+    """One answer for an unknown access key and a wrong signature."""
+    return _unauthenticated(
+        f"access key {access_key} is unknown or the signature does not match its secret",
+        log_reason,
+    )
 
 
 class Authorizer:
@@ -58,17 +74,20 @@ class Authorizer:
             raise _unauthenticated(str(exc)) from None
         if call is None:
             raise _unauthenticated("no credentials: sign the call with an access key")
-        account = self._document().accounts.get(call.access_key)
-        if account is None:
-            raise _unauthenticated(f"unknown access key {call.access_key}")
         skew_ms = abs(self._clock_ms() - call.timestamp_ms)
         if skew_ms > self._max_skew_ms:
             raise _unauthenticated(
                 f"timestamp of access key {call.access_key} is {skew_ms} ms "
                 f"from the broker's clock (at most {self._max_skew_ms})"
             )
+        account = self._document().accounts.get(call.access_key)
+        if account is None:
+            call.matches(_NO_SUCH_SECRET, method)
+            raise _bad_credentials(call.access_key, f"unknown access key {call.access_key}")
         if not call.matches(account.secret_key, method):
-            raise _unauthenticated(f"wrong signature for access key {call.access_key}")
+            raise _bad_credentials(
+                call.access_key, f"wrong signature for access key {call.access_key}"
+            )
         return account
 
     @staticmethod

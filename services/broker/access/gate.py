@@ -126,7 +126,7 @@ class BrokerGate(grpc.aio.ServerInterceptor):
                     peer,
                     f" (access key {access_key})" if access_key else "",
                     exc.code.name,
-                    exc,
+                    exc.log_reason,
                 )
             await context.abort(exc.code, str(exc))
         return key
