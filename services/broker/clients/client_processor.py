@@ -76,9 +76,9 @@ class ClientProcessor:
 
     def _creations_of(self, beats: list[ConsumerGroupHeartbeat]) -> int:
         """Groups and retry topics a heartbeat would create (charged before any is)."""
-        new_groups = {b.group for b in beats if not self._groups.exists(b.group)}
         if not self._groups.auto_create:
-            return 0  # nothing is created: the heartbeat fails on the first unknown group
+            return 0  # no group is created: the heartbeat fails on the first unknown one
+        new_groups = {b.group for b in beats if not self._groups.exists(b.group)}
         new_retry = {
             b.group for b in beats if b.model == CLUSTERING and self._retry_topics.missing(b.group)
         }
