@@ -2,7 +2,9 @@
 
 Brokers are found through the registry (``GetClusterInfo``); a command that
 changes a topic goes to every master broker of the cluster (or the one named
-with ``--broker``), as RocketMQ's ``updateTopic -c`` does.
+with ``--broker``), as RocketMQ's ``updateTopic -c`` does. ``--broker-address
+HOST:PORT`` skips the registry and talks to that one broker (on the broker's
+own host, ``127.0.0.1:PORT``: how accounts are prepared while the ACL is off).
 """
 
 from __future__ import annotations
@@ -29,12 +31,18 @@ def _rpc_text(exc: grpc.RpcError) -> str:
 class Admin:
     """Registry and broker stubs for one admin command."""
 
-    def __init__(self, registry: str, broker: str | None) -> None:
+    def __init__(
+        self, registry: str, broker: str | None, broker_address: str | None = None
+    ) -> None:
         try:
             self.registry = RegistryClient(parse_addresses(registry), tls=client_tls())
+            if broker_address is not None:
+                parse_addresses(broker_address)
         except ValueError as exc:
             raise fail(str(exc)) from None
         self.only_broker = broker
+        self.broker_address = broker_address
+        """Talk to this broker alone, without asking the registry."""
         self._channels: list[grpc.Channel] = []
 
     def cluster(self) -> registry_pb2.ClusterInfo:
@@ -44,6 +52,9 @@ class Admin:
             raise fail(str(exc)) from None
 
     def masters(self) -> list[registry_pb2.BrokerLiveInfo]:
+        if self.broker_address:
+            address = self.broker_address
+            return [registry_pb2.BrokerLiveInfo(broker_name=address, address=address)]
         brokers = [
             b
             for b in self.cluster().brokers
@@ -81,8 +92,17 @@ def _with_admin(fn: Callable[..., None]) -> Callable[..., None]:
 
     @registry_option
     @click.option("--broker", default=None, help="Only this broker name.")
-    def wrapper(registry: str, broker: str | None, **kwargs: Any) -> None:
-        admin = Admin(registry, broker)
+    @click.option(
+        "--broker-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="Only the broker at this address, without asking the registry "
+        "(127.0.0.1:PORT on the broker's host while the ACL is off).",
+    )
+    def wrapper(
+        registry: str, broker: str | None, broker_address: str | None, **kwargs: Any
+    ) -> None:
+        admin = Admin(registry, broker, broker_address)
         try:
             fn(admin, **kwargs)
         finally:
@@ -216,6 +236,23 @@ def topic_status(admin_: Admin, name: str) -> None:
 @admin.group()
 def group() -> None:
     """Consumer groups and their progress."""
+
+
+@group.command("create")
+@click.argument("name")
+@click.option("--retry-max-times", default=16, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--orderly", is_flag=True, help="The group consumes orderly.")
+@_with_admin
+def group_create(admin_: Admin, name: str, retry_max_times: int, orderly: bool) -> None:
+    """Create (or change) consumer group NAME on every master (or --broker)."""
+    request = broker_pb2.UpsertGroupRequest(
+        group=name, retry_max_times=retry_max_times, consume_message_orderly=orderly
+    )
+    for broker_name, g in admin_.each_master("UpsertGroup", request):
+        click.echo(
+            f"{broker_name}: group {g.group} retry-max-times {g.retry_max_times}"
+            f"{' orderly' if g.consume_message_orderly else ''}"
+        )
 
 
 @group.command("list")

@@ -30,6 +30,7 @@ from services.broker.access.acl_admin import AclAdmin
 from services.broker.access.acl_table import AclTable, read_seed_file
 from services.broker.access.authorizer import Authorizer
 from services.broker.access.client_limits import ClientLimits
+from services.broker.access.creation_limits import CreationLimits
 from services.broker.access.gate import BrokerGate
 from services.broker.access.replay_cache import ReplayCache
 from services.broker.admin.admin_processor import AdminProcessor
@@ -106,7 +107,7 @@ class Broker:
         )
         self.servicer = self._build_servicer(config)
         self.gate = _gate(config, self.acl)
-        """The server interceptor in front of every call (None: nothing to enforce)."""
+        """The server interceptor in front of every call."""
         self._scanner: asyncio.Task[None] | None = None
 
     def _build_cluster(self, config: BrokerConfig, client_tls: tls.ClientTLS | None) -> None:
@@ -152,7 +153,13 @@ class Broker:
     def _build_servicer(self, config: BrokerConfig) -> BrokerServicer:
         """The processors, and the servicer over them."""
         publisher = TopicPublisher(self.persister, self.registrar)
-        group_access = GroupAccess(self.groups, self.persister)
+        creations = CreationLimits(
+            config.auto_create_max_per_call,
+            config.auto_create_max_per_client,
+            config.auto_create_rate_per_s,
+            config.auto_create_burst,
+        )
+        group_access = GroupAccess(self.groups, self.persister, creations)
         admin = AdminProcessor(
             config,
             self.topics,
@@ -167,7 +174,13 @@ class Broker:
         )
         return BrokerServicer(
             SendProcessor(
-                config, self.topics, self.store, publisher, self.transactions, self.metrics
+                config,
+                self.topics,
+                self.store,
+                publisher,
+                self.transactions,
+                self.metrics,
+                creations,
             ),
             PullProcessor(
                 config, self.topics, group_access, self.offsets, self.store, self.hub, self.role
@@ -179,12 +192,13 @@ class Broker:
                 self.offsets,
                 self.locks,
                 RetryTopics(self.topics, publisher),
+                creations,
             ),
             admin,
             self.transactions,
             SendBackProcessor(config, self.topics, group_access, self.store, publisher),
             DeadLetterProcessor(config, self.topics, self.store),
-            AclAdmin(self.acl, config.acl_enable),
+            AclAdmin(self.acl, config.acl_enable, config.access_key),
             self.metrics,
         )
 
@@ -242,9 +256,9 @@ class Broker:
             self.locks.expire()
 
 
-def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate | None:
+def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate:
     """Access control (signed calls checked against ``acl``) and per-client limits, as
-    configured; None when neither is on."""
+    configured; always installed, as it names each call's caller (creation limits)."""
     authorizer = (
         Authorizer(
             lambda: acl.document,
@@ -263,4 +277,4 @@ def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate | None:
         if config.client_request_rate_per_s or config.client_in_flight_max
         else None
     )
-    return BrokerGate(authorizer, limits) if authorizer or limits else None
+    return BrokerGate(authorizer, limits)

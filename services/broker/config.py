@@ -130,6 +130,18 @@ class BrokerConfig(ServerSettings):
     """Calls a client may make at once above its rate after being idle."""
     client_in_flight_max: int = 5_000
     """Calls of one client in progress at once, parked pulls included (0: no limit)."""
+    auto_create_max_per_call: int = 32
+    """Topics and consumer groups one call may auto-create (a clustering group's heartbeat
+    creates two: the group and its retry topic); beyond it INVALID_ARGUMENT (0: no cap)."""
+    auto_create_max_per_client: int = 2_000
+    """Topics and consumer groups one client (access key with the ACL on, else IP address)
+    may auto-create since the broker started; beyond it RESOURCE_EXHAUSTED (0: no cap)."""
+    auto_create_rate_per_s: float = 5.0
+    """Auto-creations per second per client (token bucket); beyond it RESOURCE_EXHAUSTED
+    (0: no limit)."""
+    auto_create_burst: int = 200
+    """Auto-creations a client may make at once after being idle (at least
+    auto_create_max_per_call)."""
 
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     """Delay levels 1..n (at most 18): delays with a unit (ms, s, m, h, d), growing."""
@@ -221,6 +233,22 @@ class BrokerConfig(ServerSettings):
         if self.client_request_rate_per_s < 0 or self.client_request_burst < 1:
             raise ConfigError(
                 "client_request_rate_per_s must be >= 0 and client_request_burst >= 1"
+            )
+        self._check_auto_create_limits()
+
+    def _check_auto_create_limits(self) -> None:
+        if min(self.auto_create_max_per_call, self.auto_create_max_per_client) < 0:
+            raise ConfigError(
+                "auto_create_max_per_call and auto_create_max_per_client must be >= 0"
+            )
+        if self.auto_create_rate_per_s < 0:
+            raise ConfigError("auto_create_rate_per_s must be >= 0")
+        if self.auto_create_rate_per_s and not (
+            1 <= self.auto_create_max_per_call <= self.auto_create_burst
+        ):
+            raise ConfigError(
+                "with auto_create_rate_per_s on, auto_create_max_per_call must be between 1 "
+                "and auto_create_burst, or a larger call could never be granted"
             )
 
     @property

@@ -29,7 +29,7 @@ class BrokerService:
         self.broker = Broker(config)
         self.bound_port = config.listen_port
         """The port the server really listens on (differs from the config for port 0)."""
-        self.interceptors = (self.broker.gate,) if self.broker.gate else ()
+        self.interceptors = (self.broker.gate,)
         """Access control and client limits, in front of every broker call."""
         self.maximum_concurrent_rpcs = config.max_concurrent_rpcs or None
         """Calls in progress at once (gRPC answers RESOURCE_EXHAUSTED beyond)."""

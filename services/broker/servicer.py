@@ -17,8 +17,9 @@ from boltmq.kernel import telemetry
 from boltmq.kernel.errors import answers_errors
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, store_pb2
 from services.broker.access.acl_admin import AclAdmin
-from services.broker.access.acl_file import ACL_FILE, Perm
-from services.broker.access.caller import current_caller
+from services.broker.access.acl_file import Perm
+from services.broker.access.acl_seal import SEALED_ACL_FILE
+from services.broker.access.caller import current_caller, current_client_key
 from services.broker.access.gate import peer_host
 from services.broker.access.resources import group_need, topic_need
 from services.broker.admin.admin_processor import AdminProcessor
@@ -246,9 +247,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetMetadata(
         self, request: broker_pb2.GetMetadataRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.GetMetadataResponse:
-        """The metadata documents (replicas of the group copy them), the ACL included."""
+        """The metadata documents (replicas of the group copy them); the ACL only sealed
+        for the brokers' own account."""
         response = self._admin.metadata()
-        response.documents[ACL_FILE] = self._acl.table.to_json()
+        sealed = self._acl.sealed_copy_for(current_client_key())
+        if sealed is not None:
+            response.documents[SEALED_ACL_FILE] = sealed
         return response
 
     @answers_errors
@@ -256,14 +260,26 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self, request: broker_pb2.GetAclRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AclDocument:
         """The ACL document, secret keys masked."""
-        return self._acl.get()
+        return self._acl.get(context.peer())
 
     @answers_errors
     async def UpdateAcl(
         self, request: broker_pb2.UpdateAclRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AclDocument:
         """Upsert or delete an account, or replace every account; saved in the store."""
-        return await self._acl.update(request)
+        return await self._acl.update(request, context.peer())
+
+    @answers_errors
+    async def UpsertGroup(
+        self, request: broker_pb2.UpsertGroupRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.UpsertGroupResponse:
+        """Create or change a consumer group's settings."""
+        config = await self._admin.upsert_group(request)
+        return broker_pb2.UpsertGroupResponse(
+            group=config.group_name,
+            retry_max_times=config.retry_max_times,
+            consume_message_orderly=config.consume_message_orderly,
+        )
 
     @answers_errors
     async def Promote(

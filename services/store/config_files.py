@@ -25,6 +25,12 @@ same check that picks the readable version on the way out protects the way in.
 Names are ``[A-Za-z0-9_.-]+``, never ``.`` or ``..``, so a name can only ever
 be a plain file in ``config/``; the ``.bak`` and ``.tmp`` endings are reserved
 for the files above.
+
+The files hold secrets (``plain_acl.json``: the ACL's secret keys, and its
+``.bak`` the secrets before the last edit), so ``config/`` is mode 0700 and
+every file in it 0600 (``FILE_MODE``): nobody but the store's own user reads
+them. Files and directories left wider by an older version are narrowed when
+the store opens them.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ CONFIG_CONTENT_MAX_BYTES: Final = 16 * 1024 * 1024
 """Largest content accepted (a consumerOffset.json of ~100,000 queue offsets fits)."""
 CONFIG_FILES_MAX: Final = 1024
 """Distinct names kept at most (the broker uses four)."""
+FILE_MODE: Final = 0o600
+"""Mode of every file in config/ (they may hold secret keys)."""
+DIRECTORY_MODE: Final = 0o700
 BACKUP_SUFFIX: Final = ".bak"
 TMP_SUFFIX: Final = ".tmp"
 _RESERVED_SUFFIXES: Final = (BACKUP_SUFFIX, TMP_SUFFIX)
@@ -117,6 +126,16 @@ class ConfigFiles:
         self.directory = root_dir / directory_name
         # One writer at a time: two puts of a name would share NAME.tmp.
         self._write_lock = threading.Lock()
+        self._narrow_modes()
+
+    def _narrow_modes(self) -> None:
+        """Make an existing config/ 0700 and its files 0600 (an older version wrote 0644)."""
+        if not self.directory.is_dir():
+            return
+        os.chmod(self.directory, DIRECTORY_MODE)
+        for entry in os.scandir(self.directory):
+            if entry.is_file(follow_symlinks=False) and entry.stat().st_mode & 0o777 != FILE_MODE:
+                os.chmod(entry.path, FILE_MODE)
 
     def put(self, name: str, content: bytes) -> None:
         """Replace ``name`` atomically, keeping the version before it as ``name.bak``.
@@ -127,7 +146,9 @@ class ConfigFiles:
         validate_config_content(content)
         path = self.directory / name
         with self._write_lock:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if not self.directory.is_dir():
+                self.directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+                os.chmod(self.directory, DIRECTORY_MODE)  # mkdir's mode is filtered by umask
             if not path.exists() and self._count() >= CONFIG_FILES_MAX:
                 raise TooManyConfigFiles(
                     f"config/ already holds {CONFIG_FILES_MAX} files; refusing {name!r}"
@@ -175,8 +196,9 @@ class ConfigFiles:
 
 def _write_synced(path: Path, content: bytes) -> None:
     """Write ``content`` to a fresh ``path`` and fsync it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
+        os.fchmod(fd, FILE_MODE)  # a NAME.tmp left by a crash keeps its old mode otherwise
         view = memoryview(content)
         while view:
             view = view[os.write(fd, view) :]

@@ -135,6 +135,13 @@ def refused(call: object) -> grpc.StatusCode:
     return info.value.code()  # type: ignore[attr-defined,no-any-return]
 
 
+def refusal_text(call: object) -> str:
+    """The details of a call expected to fail."""
+    with pytest.raises(grpc.RpcError) as info:
+        call()  # type: ignore[operator]
+    return info.value.details()  # type: ignore[attr-defined,no-any-return]
+
+
 def queue_end(cluster: AclCluster, topic: str) -> int:
     status = cluster.stub(ADMIN).TopicStatus(broker_pb2.TopicStatusRequest(topic=topic), timeout=5)
     return sum(q.max_offset for q in status.queues)
@@ -203,6 +210,16 @@ def test_wrong_missing_or_stale_credentials_are_unauthenticated(acl_cluster: Acl
     assert send(acl_cluster.stub(None), "orders", metadata=fresh).statuses == [broker_pb2.SEND_OK]
     log = acl_cluster.broker.log()
     assert "UNAUTHENTICATED" in log and "wrong signature for access key orders-app" in log
+    # The caller is not told whether the access key exists; only the log says.
+    unknown = Credentials("nobody-here", ORDERS.secret_key)
+    answers = {
+        refusal_text(lambda c=c: send(acl_cluster.stub(c), "orders")).replace(c.access_key, "K")
+        for c in (wrong, unknown)
+    }
+    assert answers == {
+        "access key K is unknown, or the signature does not match its secret and the method called"
+    }
+    assert "unknown access key nobody-here" in acl_cluster.broker.log()
     assert not any(secret in log for secret in [*SECRETS, "not-the-secret"])
 
 

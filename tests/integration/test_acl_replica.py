@@ -153,6 +153,17 @@ def test_a_replica_signed_as_an_admin_copies_the_masters_metadata(tmp_path: Path
         assert GROUP in copied and copied == original
         assert "cannot copy" not in broker_of(replica).log()
         assert "GetMetadata" not in broker_of(master).log()
+        # An account added on the master reaches the replica's store (sealed on the way).
+        master_stub.UpdateAcl(
+            broker_pb2.UpdateAclRequest(
+                upsert_account_json='{"accessKey": "late-app", "secretKey": "late-secret-1"}'
+            ),
+            timeout=5,
+        )
+        wait_for(
+            lambda: b"late-secret-1" in store_config(replica, "plain_acl.json"),
+            "the replica's store holds the account added on the master",
+        )
     finally:
         group.stop()
 

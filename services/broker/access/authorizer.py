@@ -12,8 +12,11 @@ may do everything; any other account needs every right
 :func:`~services.broker.access.resources.needs_of` lists, and never makes an
 admin call.
 
-Denials carry a reason for the log and the caller; neither ever holds a
-secret or a signature.
+Denials carry a reason for the caller and one for the broker's log; neither
+ever holds a secret or a signature. An unknown access key and a wrong
+signature get the same answer (and cost the same HMAC), so a caller cannot
+probe which access keys exist; only the log tells them apart. The timestamp
+is checked before the account is looked up, for the same reason.
 """
 
 from __future__ import annotations
@@ -48,16 +51,31 @@ def holds(account: Account, need: Need) -> bool:
     return account.admin or rights_on(account, need).grants(need.perm)
 
 
+_NO_SUCH_SECRET = "no-account-has-this-secret"
+"""Checked against the signature of an unknown access key, so both failures cost alike."""
+
+
 class AccessDenied(BrokerError):
     """A call refused; ``code`` is UNAUTHENTICATED or PERMISSION_DENIED (RESOURCE_EXHAUSTED
     when the replay cache is full, INVALID_ARGUMENT for a request that does not parse)."""
 
-    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
+    def __init__(self, code: grpc.StatusCode, reason: str, log_reason: str = "") -> None:
         super().__init__(reason, code)
+        self.log_reason = log_reason or reason
+        """What the broker logs (may say more than the caller is told)."""
 
 
-def _unauthenticated(reason: str) -> AccessDenied:
-    return AccessDenied(grpc.StatusCode.UNAUTHENTICATED, reason)
+def _unauthenticated(reason: str, log_reason: str = "") -> AccessDenied:
+    return AccessDenied(grpc.StatusCode.UNAUTHENTICATED, reason, log_reason)
+
+
+def _bad_credentials(access_key: str, log_reason: str) -> AccessDenied:
+    """One answer for an unknown access key and a wrong signature."""
+    return _unauthenticated(
+        f"access key {access_key} is unknown, or the signature does not match its secret "
+        "and the method called",
+        log_reason,
+    )
 
 
 class Authorizer:
@@ -87,9 +105,6 @@ class Authorizer:
             raise _unauthenticated(str(exc)) from None
         if call is None:
             raise _unauthenticated("no credentials: sign the call with an access key")
-        account = self.document().accounts.get(call.access_key)
-        if account is None:
-            raise _unauthenticated(f"unknown access key {call.access_key}")
         now_ms = self._clock_ms()
         skew_ms = abs(now_ms - call.timestamp_ms)
         if skew_ms > self._max_skew_ms:
@@ -102,10 +117,15 @@ class Authorizer:
             raise _unauthenticated(
                 f"request body differs from the one access key {call.access_key} signed"
             )
+        account = self.document().accounts.get(call.access_key)
+        if account is None:
+            call.matches(_NO_SUCH_SECRET, method)
+            raise _bad_credentials(call.access_key, f"unknown access key {call.access_key}")
         if not call.matches(account.secret_key, method):
-            raise _unauthenticated(
+            raise _bad_credentials(
+                call.access_key,
                 f"wrong signature for access key {call.access_key} "
-                f"(wrong secret key, or signed for another method than {method})"
+                f"(wrong secret key, or signed for another method than {method})",
             )
         why = self._replays.admit(call.nonce, call.timestamp_ms, now_ms)
         if why == "replayed":

@@ -11,12 +11,19 @@ call's :class:`Caller` in a context variable, which the handler's task sees
 A Caller looks its account up in the document in force at each question, so
 an account edited or deleted while a stream is open loses its rights at
 once. With access control off there is no caller, and everything is allowed.
+
+The gate also names the *client* of each call, whom its side effects are
+charged to (:func:`current_client_key`): the access key with access control on,
+else the caller's IP address, as for the client limits. Code deep in a call
+(auto-creating a topic or a consumer group) reads it without every processor
+passing it along; outside a gated call (background tasks, unit tests) it is
+``""``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
 from services.broker.access.acl_file import AclDocument
@@ -55,3 +62,21 @@ def caller_may(*needs: Need) -> bool:
     access control off)."""
     caller = _CALLER.get()
     return caller is None or caller.may(*needs)
+
+
+_CLIENT_KEY: ContextVar[str] = ContextVar("boltmq_broker_client_key", default="")
+
+
+def current_client_key() -> str:
+    """Whom the call in progress is charged to, or ``""`` outside a gated call."""
+    return _CLIENT_KEY.get()
+
+
+def set_client_key(key: str) -> Token[str]:
+    """Charge the running call to ``key``; give the token to :func:`reset_client_key`."""
+    return _CLIENT_KEY.set(key)
+
+
+def reset_client_key(token: Token[str]) -> None:
+    """Undo :func:`set_client_key` (the call is over)."""
+    _CLIENT_KEY.reset(token)

@@ -4,7 +4,9 @@ In order, for each call: authenticate (when access control is on), take the
 client's rate and in-flight budget (:class:`ClientLimits`), authorize the
 request against the ACL, run the call, give the in-flight slot back. The
 authenticated caller is left in the call's context for the rights a handler
-can only check on what it reads (:mod:`services.broker.access.caller`).
+can only check on what it reads, and the client the call is charged to (its
+access key, else its IP address) for the auto-creation limits
+(:mod:`services.broker.access.caller`).
 Authentication comes first so the budget is keyed by an access key nobody
 can forge; authorization after the budget, because it reads the request and
 a flood should cost as little as possible.
@@ -30,7 +32,7 @@ from typing import Any
 import grpc
 
 from services.broker.access.authorizer import AccessDenied, Authorizer
-from services.broker.access.caller import Caller, set_caller
+from services.broker.access.caller import Caller, reset_client_key, set_caller, set_client_key
 from services.broker.access.client_limits import ClientLimits
 from services.broker.access.resources import BROKER_SERVICE_PREFIX
 
@@ -100,9 +102,11 @@ class BrokerGate(grpc.aio.ServerInterceptor):
     ) -> Callable[..., Awaitable[Any]]:
         async def gated(request: Any, context: grpc.aio.ServicerContext) -> Any:
             request, key = await self._admit(method, request, context, parse)
+            token = set_client_key(key)
             try:
                 return await inner(request, context)
             finally:
+                reset_client_key(token)
                 self._release(key)
 
         return gated
@@ -122,9 +126,9 @@ class BrokerGate(grpc.aio.ServerInterceptor):
 
     async def _admit(
         self, method: str, request: Any, context: grpc.aio.ServicerContext, parse: Parser
-    ) -> tuple[Any, str | None]:
-        """The request (parsed when it came as bytes) and the client's limits key once the
-        call may go on; aborts the call otherwise."""
+    ) -> tuple[Any, str]:
+        """The request (parsed when it came as bytes) and the client's key (limits,
+        creations) once the call may go on; aborts the call otherwise."""
         peer = context.peer()
         key = peer_host(peer)
         access_key = ""
@@ -156,10 +160,10 @@ class BrokerGate(grpc.aio.ServerInterceptor):
                     peer,
                     f" (access key {access_key})" if access_key else "",
                     exc.code.name,
-                    exc,
+                    exc.log_reason,
                 )
             await context.abort(exc.code, str(exc))
-        return request, (key if self._limits is not None else None)
+        return request, key
 
     def _should_log(self, code: grpc.StatusCode, key: str) -> bool:
         if code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -172,8 +176,8 @@ class BrokerGate(grpc.aio.ServerInterceptor):
         self._flood_logged[key] = now
         return True
 
-    def _release(self, key: str | None) -> None:
-        if key is not None and self._limits is not None:
+    def _release(self, key: str) -> None:
+        if self._limits is not None:
             self._limits.release(key)
 
 

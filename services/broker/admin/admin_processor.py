@@ -1,7 +1,9 @@
-"""Admin RPCs: topic upsert/delete/list/status, groups and their lag, message lookup."""
+"""Admin RPCs: topic upsert/delete/list/status, group upsert, groups and their lag, message
+lookup."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from boltmq.v1 import broker_pb2, store_pb2
@@ -12,7 +14,10 @@ from services.broker.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.metadata.names import check_group, check_topic
 from services.broker.metadata.persister import MetadataPersister
-from services.broker.metadata.subscription_group import SubscriptionGroupManager
+from services.broker.metadata.subscription_group import (
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+)
 from services.broker.metadata.topic_config import PERM_ALL, TopicConfig, TopicConfigManager
 from services.broker.store.store_client import StoreClient
 from services.broker.store.store_role import StoreRole
@@ -75,6 +80,22 @@ class AdminProcessor:
                 f"this broker's store is a replica: {what} on the group's "
                 f"master (replicas copy its metadata)"
             )
+
+    async def upsert_group(self, request: broker_pb2.UpsertGroupRequest) -> SubscriptionGroupConfig:
+        """Create or change a consumer group's settings and save them (other settings kept)."""
+        self._require_master("create and change groups")
+        name = check_group("group", request.group)
+        if request.retry_max_times < 0:
+            raise InvalidArgument("retry_max_times: must not be negative")
+        config = dataclasses.replace(
+            self._groups.get(name) or SubscriptionGroupConfig(name),
+            retry_max_times=request.retry_max_times
+            or SubscriptionGroupConfig(name).retry_max_times,
+            consume_message_orderly=request.consume_message_orderly,
+        )
+        self._groups.upsert(config)
+        await self._persister.save_groups()
+        return config
 
     async def upsert_topic(self, request: broker_pb2.UpsertTopicRequest) -> TopicConfig:
         """Create or change a topic, save it and register it everywhere."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from boltmq.v1 import broker_pb2
+from services.broker.access.creation_limits import CreationLimits
 from services.broker.clients.client_manager import (
     CLUSTERING,
     MESSAGE_MODELS,
@@ -42,6 +43,7 @@ class ClientProcessor:
         offsets: ConsumerOffsetManager,
         locks: QueueLockManager,
         retry_topics: RetryTopics,
+        creations: CreationLimits,
     ) -> None:
         self._topics = topics
         self._groups = groups
@@ -50,6 +52,8 @@ class ClientProcessor:
         self._locks = locks
         self._retry_topics = retry_topics
         """Creates a clustering group's %RETRY% topic on its heartbeat."""
+        self._creations = creations
+        """Caps the groups and retry topics a heartbeat creates."""
 
     async def heartbeat(self, request: broker_pb2.HeartbeatRequest) -> None:
         """Record the client in each group it names (consumer groups are created on demand)."""
@@ -61,11 +65,24 @@ class ClientProcessor:
         for index, group in enumerate(request.producer_groups):
             check_group(f"producer_groups[{index}]", group)
         beats = [_consumer_beat(index, beat) for index, beat in enumerate(request.consumer_groups)]
+        self._creations.charge(self._creations_of(beats), "consumer_groups")
         for index, beat in enumerate(beats):
-            config = await self._groups.require(f"consumer_groups[{index}].group", beat.group)
+            config = await self._groups.require(
+                f"consumer_groups[{index}].group", beat.group, charged=True
+            )
             if beat.model == CLUSTERING:
                 await self._retry_topics.ensure_retry(config)  # consumers subscribe to it at once
         self._clients.heartbeat(client_id, request.producer_groups, beats)
+
+    def _creations_of(self, beats: list[ConsumerGroupHeartbeat]) -> int:
+        """Groups and retry topics a heartbeat would create (charged before any is)."""
+        if not self._groups.auto_create:
+            return 0  # no group is created: the heartbeat fails on the first unknown one
+        new_groups = {b.group for b in beats if not self._groups.exists(b.group)}
+        new_retry = {
+            b.group for b in beats if b.model == CLUSTERING and self._retry_topics.missing(b.group)
+        }
+        return len(new_groups) + len(new_retry)
 
     def unregister(self, request: broker_pb2.UnregisterClientRequest) -> None:
         """Remove the client from the groups it names and release its queue locks there."""

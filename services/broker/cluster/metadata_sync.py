@@ -6,6 +6,10 @@ store's ``config/``. A replica's broker fetches the master broker's documents
 its own store, so a promoted replica already knows every topic, group and
 committed offset: consumers resume where they were, not from the start.
 
+With the ACL on, the master also answers its ACL document, sealed for the
+brokers' own account (:mod:`services.broker.access.acl_seal`); the replica
+opens it with its own credentials and keeps it in its store.
+
 The master is found through the registry: the live broker of the same
 cluster and broker name with id 0. The master's documents replace the
 replica's, as in RocketMQ's slave synchronisation; a master that cannot be
@@ -24,7 +28,7 @@ from boltmq.kernel.registry_client import AsyncRegistryClient, RegistryError
 from boltmq.kernel.signing import AsyncRequestSigner, Credentials
 from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
-from services.broker.access.acl_file import ACL_FILE
+from services.broker.access.acl_seal import SEALED_ACL_FILE, UnsealFailed, unseal
 from services.broker.access.acl_table import AclTable
 from services.broker.errors import BrokerError
 from services.broker.metadata.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
@@ -186,7 +190,16 @@ class MetadataSync:
             await self._persister.save_offsets()
         if DELAY_OFFSET_FILE in documents:
             await self._persister.copy_delay_offsets(documents[DELAY_OFFSET_FILE])
-        if ACL_FILE in documents:
-            await self._acl.save_copy(documents[ACL_FILE])
+        if SEALED_ACL_FILE in documents and self._credentials is not None:
+            try:
+                acl = unseal(
+                    documents[SEALED_ACL_FILE],
+                    self._credentials.access_key,
+                    self._credentials.secret_key,
+                )
+            except UnsealFailed as exc:
+                log.warning("ACL not copied from the master broker at %s: %s", address, exc)
+            else:
+                await self._acl.save_copy(acl)
         self.synced_rounds += 1
         return True

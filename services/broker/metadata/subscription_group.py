@@ -96,6 +96,11 @@ class SubscriptionGroupManager:
         self._groups: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion(clock_ms(), 0)
 
+    @property
+    def auto_create(self) -> bool:
+        """True when unknown groups are created on first use."""
+        return self._auto_create
+
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's settings, or None when unknown."""
         return self._groups.get(group)

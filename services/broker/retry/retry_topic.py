@@ -73,9 +73,13 @@ class RetryTopics:
         self._topics = topics
         self._publisher = publisher
 
+    def missing(self, group: str) -> bool:
+        """True when :meth:`ensure_retry` would create the group's retry topic (a group too
+        long for one, more than 120 characters, simply has none)."""
+        name = names.RETRY_PREFIX + group
+        return names.is_topic(name) and self._topics.get(name) is None
+
     async def ensure_retry(self, group: SubscriptionGroupConfig) -> None:
-        """Create the group's retry topic when missing (a clustering consumer's heartbeat);
-        a group too long for one (more than 120 characters) simply has none."""
-        name = names.RETRY_PREFIX + group.group_name
-        if names.is_topic(name) and self._topics.get(name) is None:
+        """Create the group's retry topic when missing (a clustering consumer's heartbeat)."""
+        if self.missing(group.group_name):
             await ensure_retry_topic(self._topics, self._publisher, group)

@@ -25,6 +25,7 @@ from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK
 from boltmq.wire.record_batch import MalformedBatch, RecordBatch, frame_records, select
 from boltmq.wire.topic import DLQ_PREFIX, RETRY_PREFIX
+from services.broker.access.creation_limits import CreationLimits
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
 from services.broker.delay.delay_message import records_as_messages, schedule_delayed
@@ -53,6 +54,7 @@ class SendProcessor:
         publisher: TopicPublisher,
         transactions: TransactionService,
         metrics: BrokerMetrics,
+        creations: CreationLimits,
     ) -> None:
         self._config = config
         self._topics = topics
@@ -62,6 +64,8 @@ class SendProcessor:
         """Stores half messages (sys flag PREPARED)."""
         self._metrics = metrics
         self._round_robin: dict[str, Iterator[int]] = {}
+        self._creations = creations
+        """Caps the topics a client's sends auto-create."""
 
     async def send(
         self, request: broker_pb2.SendRequest, peer_address: str
@@ -188,6 +192,7 @@ class SendProcessor:
             raise NotFound(
                 f"{field}: topic {topic!r} does not exist (auto_create_topic_enable is off)"
             )
+        self._creations.charge(1, field)
         created = self._topics.create_from_template(
             topic, requested_queue_nums or self._config.default_topic_queue_nums
         )

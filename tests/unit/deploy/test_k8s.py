@@ -412,3 +412,14 @@ def test_production_brokers_enforce_the_acl_and_sign_their_own_metadata_copies()
             for c in containers(target)
             if c.service == "broker"
         )
+
+
+def test_production_brokers_create_no_topic_or_group_on_an_application_s_call() -> None:
+    """An application naming new topics or groups would make the broker rewrite its
+    metadata and re-register for each: in production operators create them."""
+    brokers = [c for c in containers("production") if c.service == "broker"]
+    assert brokers
+    for c in brokers:
+        assert not c.config.auto_create_topic_enable
+        assert not c.config.auto_create_subscription_group
+        assert c.config.auto_create_max_per_call and c.config.auto_create_rate_per_s
