@@ -34,7 +34,8 @@ from tests.fuzz.test_grpc_handlers import CALL_TIMEOUT_S, SETTINGS, message_of, 
 from tests.integration.conftest import CLUSTER_STORE_SETTINGS
 
 SEGMENT_BYTES = 4_194_304
-EDGES = [0, 1, -1, 2**63 - 1, -(2**63), SEGMENT_BYTES, SEGMENT_BYTES - 1]
+INT64_MAX = 2**63 - 1
+EDGES = [0, 1, -1, INT64_MAX, -(2**63), SEGMENT_BYTES, SEGMENT_BYTES - 1]
 HA_SETTINGS = (
     "heartbeat_interval_ms=200",
     "housekeeping_interval_ms=2000",
@@ -114,7 +115,7 @@ def plausible_session(draw: st.DrawFn) -> list[bytes]:
     offset = 0
     for data in draw(st.lists(st.binary(max_size=400), max_size=4)):
         start = offset if draw(st.booleans()) else draw(edge)
-        end = start + len(data) if draw(st.booleans()) else draw(edge)
+        end = min(start + len(data), INT64_MAX) if draw(st.booleans()) else draw(edge)
         chunks.append(
             store_pb2.CommitLogChunk(
                 offset=start, data=data, end_offset=end, master_max_offset=draw(edge)

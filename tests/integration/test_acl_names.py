@@ -29,6 +29,8 @@ def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
 
 
 def heartbeat(cluster: AclCluster, group: str, topic: str = "orders") -> None:
+    """A heartbeat as the admin: no ACL refusal stands before the name rule (an ordinary
+    account holds no right on a group it was not given, and is refused before)."""
     request = broker_pb2.HeartbeatRequest(
         client_id="names-test",
         consumer_groups=[
@@ -39,7 +41,7 @@ def heartbeat(cluster: AclCluster, group: str, topic: str = "orders") -> None:
             )
         ],
     )
-    cluster.stub(ORDERS).Heartbeat(request, timeout=5)
+    cluster.stub(ADMIN).Heartbeat(request, timeout=5)
 
 
 def registry(cluster: AclCluster) -> registry_pb2_grpc.RegistryServiceStub:

@@ -23,6 +23,24 @@ from boltmq.push_consumer import PushConsumer
 from boltmq.v1 import broker_pb2
 from tests.integration.test_acl import ADMIN, ORDERS, READER, AclCluster, send
 
+SEED = {
+    "accounts": [
+        {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True},
+        {  # may consume as any group: the account a flood of new groups would come from
+            "accessKey": ORDERS.access_key,
+            "secretKey": ORDERS.secret_key,
+            "topicPerms": {"orders": "PUB|SUB"},
+            "defaultGroupPerm": "SUB",
+        },
+        {
+            "accessKey": READER.access_key,
+            "secretKey": READER.secret_key,
+            "topicPerms": {"orders": "SUB"},
+            "groupPerms": {"reader-group": "SUB"},
+        },
+    ]
+}
+
 BURST = 40
 
 
@@ -85,6 +103,7 @@ def limited(tmp_path: Path) -> Iterator[AclCluster]:
     """ACL on, the default per-call cap, a small burst and next to no refill."""
     cluster = AclCluster(
         tmp_path,
+        SEED,
         broker_settings=(
             "auto_create_max_per_call=32",
             f"auto_create_burst={BURST}",
@@ -129,6 +148,7 @@ def production(tmp_path: Path) -> Iterator[AclCluster]:
     """The production overlay's broker settings: ACL on, auto-creation off."""
     cluster = AclCluster(
         tmp_path,
+        SEED,
         broker_settings=("auto_create_topic_enable=false", "auto_create_subscription_group=false"),
     )
     yield cluster
