@@ -17,7 +17,6 @@ from typing import Any
 import grpc
 import pytest
 
-from boltmq.cli.dev import certificates as dev_certificates
 from boltmq.cli.dev.certificates import DevCertificates
 from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
 from boltmq.kernel.channels import sync_channel
@@ -32,15 +31,9 @@ from tests.integration.conftest import (
 )
 from tests.integration.procs import LaunchError, ServiceProcess
 from tests.integration.test_internal_identity import application, component
+from tests.integration.test_internal_identity import certificates as certificates
 
 TOPIC = "RegistryIdentity"
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> DevCertificates:
-    return dev_certificates.generate(
-        tmp_path_factory.mktemp("tls"), groups=("broker-a", "broker-b")
-    )
 
 
 @pytest.fixture(scope="module")
