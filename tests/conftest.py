@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from boltmq.kernel.config import ENV_PREFIX
 from services.store import GetStatus, MessageStore, StoreConfig
 
 READ_BATCH = 32
 
+DISK_RATIOS_OFF: dict[str, int] = dict(
+    disk_max_used_space_ratio=100,
+    disk_space_clean_forcibly_ratio=100,
+    disk_space_warning_level_ratio=100,
+)
+"""Disk watermarks no usage can pass. How full the test machine's disk is (a shared
+disk may sit above 85 % before the suite writes a byte) must not decide a test that
+is not about the disk: above the forced ratio the cleaner deletes segments the test
+wrote, above the warning ratio every write is refused. Tests of the watermarks set
+their own ratios and a probe."""
+DISK_RATIOS_OFF_SETTINGS: tuple[str, ...] = tuple(f"{k}={v}" for k, v in DISK_RATIOS_OFF.items())
+"""The same, as ``key=value`` settings for a spawned store process."""
+
+
+@pytest.fixture(autouse=True, scope="session")
+def disk_ratios_off_in_spawned_stores() -> Iterator[None]:
+    """Every store process a test starts (``boltmq serve store``, ``boltmq dev``) reads
+    :data:`DISK_RATIOS_OFF` from its ``BOLTMQ_*`` environment; a ``--set`` on its
+    command line still wins, so the watermark tests choose their own."""
+    names = [ENV_PREFIX + name.upper() for name in DISK_RATIOS_OFF]
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update({ENV_PREFIX + k.upper(): str(v) for k, v in DISK_RATIOS_OFF.items()})
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
 
 def small_config(root: Path, **overrides: object) -> StoreConfig:
-    """The small test geometry: 64 KiB segments, 1000-entry queues, tiny index."""
+    """The small test geometry: 64 KiB segments, 1000-entry queues, tiny index, no disk
+    watermarks (:data:`DISK_RATIOS_OFF`)."""
     values: dict[str, object] = dict(
+        **DISK_RATIOS_OFF,
         root_dir=root,
         mapped_file_size_commitlog=64 * 1024,
         mapped_file_size_consume_queue=1000 * 20,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import DISK_RATIOS_OFF_SETTINGS
 from tests.integration.procs import ServiceProcess
 
 
@@ -31,9 +32,7 @@ CLUSTER_STORE_SETTINGS = (
     "mapped_file_size_consume_queue=60000",
     "max_hash_slot_num=5000",
     "max_index_num=20000",
-    "disk_max_used_space_ratio=100",
-    "disk_space_clean_forcibly_ratio=100",
-    "disk_space_warning_level_ratio=100",
+    *DISK_RATIOS_OFF_SETTINGS,
 )
 """Small segments: a test's store is created in milliseconds, not gigabytes. The disk
 ratios are off: how full this machine's disk is must not decide a test's outcome."""

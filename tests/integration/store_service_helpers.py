@@ -20,6 +20,7 @@ import pytest
 
 from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from tests.conftest import DISK_RATIOS_OFF_SETTINGS
 from tests.integration.procs import ServiceProcess
 
 SEGMENT_BYTES = 65536
@@ -29,6 +30,7 @@ SMALL = (
     "max_hash_slot_num=1000",
     "max_index_num=4000",
     "max_message_size_bytes=8192",
+    *DISK_RATIOS_OFF_SETTINGS,
 )
 OK = message_pb2.PUT_OK
 ILLEGAL = message_pb2.MESSAGE_ILLEGAL

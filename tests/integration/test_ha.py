@@ -23,6 +23,7 @@ import pytest
 from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.registry_client import RegistryClient
 from boltmq.v1 import ha_pb2, ha_pb2_grpc, message_pb2, store_pb2, store_pb2_grpc
+from tests.conftest import DISK_RATIOS_OFF_SETTINGS
 from tests.integration.procs import ServiceProcess
 from tests.page_residency import resident_pages
 from tests.waiting import wait_until
@@ -34,10 +35,7 @@ STORE_SETTINGS = (
     "max_hash_slot_num=1000",
     "max_index_num=4000",
     "max_message_size_bytes=8192",
-    # A busy shared disk must not make the cleaner delete segments mid-test.
-    "disk_max_used_space_ratio=100",
-    "disk_space_clean_forcibly_ratio=100",
-    "disk_space_warning_level_ratio=100",
+    *DISK_RATIOS_OFF_SETTINGS,
 )
 HA_SETTINGS = (
     "heartbeat_interval_ms=200",

@@ -12,6 +12,7 @@ import pytest
 from boltmq.message import Message
 from boltmq.producer import Producer
 from boltmq.v1 import broker_pb2
+from tests.conftest import DISK_RATIOS_OFF_SETTINGS
 from tests.integration.conftest import CLUSTER_STORE_SETTINGS, Cluster
 
 ALL_HOURS = ";".join(f"{hour:02d}" for hour in range(24))
@@ -23,9 +24,7 @@ RETENTION_SETTINGS = (
     f"delete_when={ALL_HOURS}",
     "clean_resource_interval_ms=200",
     "delete_commitlog_files_interval_ms=0",
-    "disk_max_used_space_ratio=100",
-    "disk_space_clean_forcibly_ratio=100",
-    "disk_space_warning_level_ratio=100",
+    *DISK_RATIOS_OFF_SETTINGS,
 )
 """64 KiB segments and 20-entry consume-queue files, every segment but the newest expired
 at once and the cleaner running every 200 ms: retention happens while the test watches."""

@@ -229,16 +229,8 @@ def test_a_bad_topic_or_queue_refuses_the_whole_batch(
     assert store.commitlog.max_offset == 0
 
 
-# The cleaner must not delete the first segment under a busy shared disk while we look.
-ROOMY_DISK = dict(
-    disk_max_used_space_ratio=100,
-    disk_space_clean_forcibly_ratio=100,
-    disk_space_warning_level_ratio=100,
-)
-
-
 def test_raw_records_cross_segments_and_survive_a_restart(make_store: MakeStore) -> None:
-    store = make_store(**ROOMY_DISK)
+    store = make_store()
     body = b"y" * 3000  # 64 KiB segments: a 40-record batch needs two of them
     results = store.put_messages(batch(*[record(body + bytes([i])) for i in range(40)]))
     assert all(r.status is PutStatus.PUT_OK for r in results)
@@ -246,7 +238,7 @@ def test_raw_records_cross_segments_and_survive_a_restart(make_store: MakeStore)
     assert [r.queue_offset for r in results] == list(range(40))
     root = store.config.root_dir
     store.shutdown()
-    again = make_store(root, **ROOMY_DISK)
+    again = make_store(root)
     assert again.verify() == []
     assert again.wait_dispatched()
     got = again.get_messages(TOPIC, 1, 0, 40)
