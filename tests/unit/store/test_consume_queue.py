@@ -443,6 +443,7 @@ def test_statuses_after_old_files_are_cleaned(tmp_path: Path) -> None:
         tmp_path / "store",
         mapped_file_size_consume_queue=10 * ENTRY_SIZE,
         delete_commitlog_files_interval_ms=0,
+        disk_space_clean_forcibly_ratio=85,  # the watermark this test crosses with its probe
     )
     store = MessageStore(config, disk_usage=lambda path: usage[0])
     store.start()
