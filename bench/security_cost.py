@@ -10,8 +10,14 @@ each round so a drift of the shared machine touches both alike:
 - ``one at a time``: ``--single`` synchronous sends from one thread;
 - ``consume``: a fresh group reads what ``batched`` wrote, 1024 per pull.
 
+With ``--baseline CHECKOUT`` a third cluster runs in the rounds: plain ``boltmq dev``
+started from another checkout of BoltMQ (an earlier revision, with its stubs generated),
+so the plain figures of today are compared with the plain figures of that revision on
+the same machine in the same minutes (whether the access gate, now always installed,
+costs anything while TLS and the ACL are off). The client is this checkout's SDK.
+
 Each result prints msg/s, MB/s and latency percentiles (per call), then one line per
-workload with the secured rate as a ratio of the plain one in the same round. The
+workload and cluster with its rate as a ratio of the plain one in the same round. The
 secured cluster's client uses the application certificate ``--tls`` issued and the
 admin account ``--acl`` seeded. These print numbers; they assert nothing.
 """
@@ -47,6 +53,8 @@ class DevCluster:
 
     name: str
     flags: tuple[str, ...]
+    checkout: Path = REPO_ROOT
+    """The BoltMQ checkout whose ``boltmq dev`` runs (its root on PYTHONPATH)."""
     proc: subprocess.Popen[str] | None = None
     registry: str = ""
     sdk: dict[str, Any] = field(default_factory=dict)
@@ -59,7 +67,8 @@ class DevCluster:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            cwd=REPO_ROOT,
+            cwd=self.checkout,
+            env=dict(os.environ, PYTHONPATH=str(self.checkout)),
             start_new_session=True,
         )
         banner = self._banner()
@@ -125,31 +134,47 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--single", type=int, default=2_000, help="one-at-a-time sends")
     parser.add_argument("--size", type=int, default=1024, help="body bytes")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--baseline", type=Path, help="another BoltMQ checkout: its plain cluster runs too"
+    )
     args = parser.parse_args(argv)
     for name in ("count", "single", "size", "rounds"):
         if getattr(args, name) < (0 if name == "size" else 1):
             parser.error(f"--{name} must be positive")
-    plain = DevCluster("plain", ())
-    secured = DevCluster("tls+acl", ("--tls", "--acl"))
+    clusters = [DevCluster("plain", ()), DevCluster("tls+acl", ("--tls", "--acl"))]
+    if args.baseline is not None:
+        if not (args.baseline / "boltmq" / "v1" / "__init__.py").is_file():
+            parser.error(f"--baseline {args.baseline}: not a checkout with generated stubs")
+        clusters.append(DevCluster("plain@baseline", (), args.baseline.resolve()))
     with tempfile.TemporaryDirectory(prefix="boltmq-security-cost-") as scratch:
         try:
-            plain.start(Path(scratch) / "plain")
-            secured.start(Path(scratch) / "secured")
+            for index, cluster in enumerate(clusters):
+                cluster.start(Path(scratch) / f"cluster-{index}")
             for round_no in range(1, args.rounds + 1):
-                order = (plain, secured) if round_no % 2 else (secured, plain)
+                # Each round starts with the next cluster: drift touches every one alike.
+                shift = (round_no - 1) % len(clusters)
+                order = clusters[shift:] + clusters[:shift]
                 got = {
                     c.name: _round(c, round_no, args.count, args.single, args.size) for c in order
                 }
-                for workload, base in got["plain"].items():
-                    other = got["tls+acl"][workload]
-                    ratio = other.msgs_per_s / base.msgs_per_s
-                    print(
-                        f"round {round_no} {workload}: tls+acl {other.msgs_per_s:,.0f} msg/s "
-                        f"vs plain {base.msgs_per_s:,.0f} = {ratio:.2f}x"
-                    )
+                _print_ratios(round_no, got)
         finally:
-            secured.stop()
-            plain.stop()
+            for cluster in reversed(clusters):
+                cluster.stop()
+
+
+def _print_ratios(round_no: int, got: dict[str, dict[str, BenchResult]]) -> None:
+    """One line per workload and cluster: its rate over the plain cluster's, this round."""
+    for workload, base in got["plain"].items():
+        for name, results in got.items():
+            if name == "plain":
+                continue
+            other = results[workload]
+            ratio = other.msgs_per_s / base.msgs_per_s
+            print(
+                f"round {round_no} {workload}: {name} {other.msgs_per_s:,.0f} msg/s "
+                f"vs plain {base.msgs_per_s:,.0f} = {ratio:.2f}x"
+            )
 
 
 if __name__ == "__main__":
