@@ -40,9 +40,10 @@ call to one group: a broker refuses a call whose target is not its own
 ``broker_name``, and as the target line is always signed, it can be neither
 stripped nor changed. A call signed with an empty target is accepted by every
 broker (within the window, a captured one could reach each group once): the
-SDK always names the group (it knows it from the route of every queue), the
-``boltmq`` CLI when it finds brokers through the registry or is given
-``--broker`` with ``--broker-address``; TLS keeps calls from being captured.
+SDK names the group of every broker address it calls (from the routes and the
+cluster view it reads), the ``boltmq`` CLI when it finds brokers through the
+registry or is given ``--broker`` with ``--broker-address``; TLS keeps calls
+from being captured.
 The replicas of a group share its name: a call captured on its way to the
 master could reach a replica within the window. The body digest is SHA-256
 whatever the HMAC: one pass over the request per call on each side. Signers
