@@ -3,7 +3,10 @@
 Routes come from the registries (:mod:`boltmq.kernel.registry_client`) and are cached
 for ``route_refresh_ms``; a failure that suggests a stale route (a broker gone)
 drops the cached entry so the next call asks again. One gRPC channel per broker
-address is shared by every producer and consumer of the instance.
+address is shared by every producer and consumer of the instance. With
+credentials, every call on it is signed for the broker group the routes name at
+that address (:mod:`boltmq.kernel.signing`'s target), so a captured call is
+refused by every other group.
 """
 
 from __future__ import annotations
@@ -99,6 +102,9 @@ class ClientInstance:
         self._pull_queues: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._sends: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._lock = threading.Lock()
+        self._names: dict[str, str] = {}
+        """Broker address -> the name of its group, from the routes (what calls are signed
+        for)."""
         self._master_down: dict[str, float] = {}
         """Broker name -> monotonic time until which reads go to a replica."""
 
@@ -109,7 +115,7 @@ class ClientInstance:
         if cached is not None:
             return cached
         route = self.registry.get_route(topic)
-        self._routes[topic] = (route, time.monotonic())
+        self._keep(topic, route, time.monotonic())
         return route
 
     def routes(self, topics: Iterable[str]) -> list[str]:
@@ -123,8 +129,27 @@ class ClientInstance:
         found, missing = self.registry.get_routes(stale)
         now = time.monotonic()
         for topic, route in found.items():
-            self._routes[topic] = (route, now)
+            self._keep(topic, route, now)
         return missing
+
+    def _keep(self, topic: str, route: registry_pb2.TopicRoute, now: float) -> None:
+        """Cache ``route`` and learn the group name of each of its broker addresses."""
+        self._routes[topic] = (route, now)
+        for broker in route.brokers:
+            for address in broker.addresses.values():
+                self._names[address] = broker.broker_name
+
+    def cluster_brokers(self) -> list[registry_pb2.BrokerLiveInfo]:
+        """Every live broker the registries know (``GetClusterInfo``), learning the group
+        name at each address; RegistryError when none answers."""
+        brokers = list(self.registry.cluster_info().brokers)
+        for broker in brokers:
+            self._names[broker.address] = broker.broker_name
+        return brokers
+
+    def broker_name_at(self, address: str) -> str:
+        """The group name the routes give the broker at ``address`` (empty: unknown)."""
+        return self._names.get(address, "")
 
     def _fresh(self, topic: str, now: float) -> registry_pb2.TopicRoute | None:
         """The cached route of ``topic`` if younger than ``route_refresh_s``."""
@@ -225,7 +250,7 @@ class ClientInstance:
                 stub = self._stubs.get(address)
                 if stub is None:
                     self._channels[address] = channels.sync_channel(address, self.tls)
-                    channel = self._signed(self._channels[address])
+                    channel = self._signed(self._channels[address], address)
                     self._pulls[address] = channel.unary_unary(
                         PULL_METHOD,
                         request_serializer=broker_pb2.BrokerPullRequest.SerializeToString,
@@ -261,10 +286,15 @@ class ClientInstance:
         self.broker(address)
         return self._pull_queues[address]
 
-    def _signed(self, channel: grpc.Channel) -> grpc.Channel:
+    def _signed(self, channel: grpc.Channel, address: str) -> grpc.Channel:
+        """``channel`` with every call signed for the group at ``address`` (read at each
+        call: a route refresh may name another group there)."""
         if self.credentials is None:
             return channel
-        return grpc.intercept_channel(channel, RequestSigner(self.credentials, self.client_id))
+        signer = RequestSigner(
+            self.credentials, self.client_id, lambda: self.broker_name_at(address)
+        )
+        return grpc.intercept_channel(channel, signer)
 
     def close(self) -> None:
         with self._lock:

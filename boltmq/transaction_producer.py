@@ -231,7 +231,7 @@ class TransactionProducer:
 
     def _open_streams(self) -> None:
         try:
-            brokers = self.producer.client.registry.cluster_info().brokers
+            brokers = self.producer.client.cluster_brokers()
         except RegistryError as exc:
             log.warning("no registry answered; check streams not refreshed: %s", exc)
             return

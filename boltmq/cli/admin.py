@@ -5,6 +5,11 @@ changes a topic goes to every master broker of the cluster (or the one named
 with ``--broker``), as RocketMQ's ``updateTopic -c`` does. ``--broker-address
 HOST:PORT`` skips the registry and talks to that one broker (on the broker's
 own host, ``127.0.0.1:PORT``: how accounts are prepared while the ACL is off).
+
+Signed calls name the broker group they are for (:mod:`boltmq.kernel.signing`):
+the registry gives each master's name; with ``--broker-address``, ``--broker NAME``
+names it, else the calls are signed for any broker (a captured one could be
+replayed on another group within the signature window).
 """
 
 from __future__ import annotations
@@ -52,9 +57,12 @@ class Admin:
             raise fail(str(exc)) from None
 
     def masters(self) -> list[registry_pb2.BrokerLiveInfo]:
+        """The masters to call: each registered one (or the one ``--broker`` names), or the
+        broker at ``--broker-address`` named ``--broker`` (else by its address)."""
         if self.broker_address:
             address = self.broker_address
-            return [registry_pb2.BrokerLiveInfo(broker_name=address, address=address)]
+            name = self.only_broker or address
+            return [registry_pb2.BrokerLiveInfo(broker_name=name, address=address)]
         brokers = [
             b
             for b in self.cluster().brokers
@@ -69,8 +77,15 @@ class Admin:
     def stub(channel: grpc.Channel) -> broker_pb2_grpc.BrokerServiceStub:
         return broker_pb2_grpc.BrokerServiceStub(channel)
 
-    def call(self, address: str, method: str, request: Any) -> Any:
-        channel = signed_channel(address)
+    def target(self, broker: registry_pb2.BrokerLiveInfo) -> str:
+        """The group name ``broker``'s calls are signed for (empty: any broker, for a
+        ``--broker-address`` without ``--broker``)."""
+        if self.broker_address:
+            return self.only_broker or ""
+        return broker.broker_name
+
+    def call(self, address: str, method: str, request: Any, target: str = "") -> Any:
+        channel = signed_channel(address, target)
         self._channels.append(channel)
         stub = self.stub(channel)
         try:
@@ -79,7 +94,10 @@ class Admin:
             raise fail(f"{method} on {address}: {_rpc_text(exc)}") from None
 
     def each_master(self, method: str, request: Any) -> list[tuple[str, Any]]:
-        return [(b.broker_name, self.call(b.address, method, request)) for b in self.masters()]
+        return [
+            (b.broker_name, self.call(b.address, method, request, self.target(b)))
+            for b in self.masters()
+        ]
 
     def close(self) -> None:
         for channel in self._channels:
@@ -91,7 +109,12 @@ def _with_admin(fn: Callable[..., None]) -> Callable[..., None]:
     """Adds --registry and --broker and hands the command an :class:`Admin`."""
 
     @registry_option
-    @click.option("--broker", default=None, help="Only this broker name.")
+    @click.option(
+        "--broker",
+        default=None,
+        help="Only this broker name (with --broker-address: the name of the broker there, "
+        "which signed calls are for).",
+    )
     @click.option(
         "--broker-address",
         default=None,

@@ -66,7 +66,7 @@ def group_dlq(admin_: Admin, name: str, resend: bool, limit: int) -> None:
     """Dead letters of group NAME; --resend sends them back to their original topics."""
     total = 0
     for broker in admin_.masters():
-        channel = signed_channel(broker.address)
+        channel = signed_channel(broker.address, admin_.target(broker))
         try:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             letters = _dead_letters(stub, name, limit)

@@ -32,9 +32,12 @@ def _group_members(admin_: Admin, broker_name: str) -> list[registry_pb2.BrokerL
     return members
 
 
-def _call_once(address: str, what: str, call: Callable[[grpc.Channel], Any]) -> Any:
-    """One call on a fresh channel to ``address``; a failure is one clear CLI line."""
-    channel = signed_channel(address)
+def _call_once(
+    address: str, what: str, call: Callable[[grpc.Channel], Any], target: str = ""
+) -> Any:
+    """One call on a fresh channel to ``address``, signed for the broker group ``target``;
+    a failure is one clear CLI line."""
+    channel = signed_channel(address, target)
     try:
         return call(channel)
     except grpc.RpcError as exc:
@@ -80,6 +83,7 @@ def promote(admin_: Admin, broker_name: str, broker_id: int | None, max_lag_byte
         lambda channel: admin_.stub(channel).Promote(
             broker_pb2.PromoteRequest(max_lag_bytes=max_lag_bytes), timeout=PROMOTE_TIMEOUT_S
         ),
+        broker_name,
     )
     click.echo(
         f"{broker_name}: {target.address} is the master now (epoch {info.store.epoch}, "
@@ -113,6 +117,7 @@ def status(admin_: Admin) -> None:
             lambda channel: ha_pb2_grpc.HAServiceStub(channel).Status(
                 ha_pb2.HAStatusRequest(), timeout=RPC_TIMEOUT_S
             ),
+            master.broker_name,
         )
         click.echo(
             f"{master.broker_name}: master {master.address} epoch {state.epoch} "

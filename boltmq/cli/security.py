@@ -17,7 +17,9 @@ The environment names are the services' own settings of the same meaning
 needs nothing more. The options do not reach the command's parameters: they
 are kept in the click context, and :func:`client_tls`, :func:`credentials`,
 :func:`signed_channel` and :func:`sdk_options` read them back, so commands
-keep their signatures.
+keep their signatures. Calls are signed for the broker group they go to when
+the command knows its name (from the registry, or ``--broker`` beside
+``--broker-address``); otherwise for any broker.
 """
 
 from __future__ import annotations
@@ -134,10 +136,11 @@ def sdk_options() -> dict[str, Any]:
     return {"tls": client_tls(), "credentials": credentials()}
 
 
-def signed_channel(address: str) -> grpc.Channel:
-    """A blocking channel for a CLI call: TLS when asked, every call signed when asked."""
+def signed_channel(address: str, target: str = "") -> grpc.Channel:
+    """A blocking channel for a CLI call: TLS when asked, every call signed when asked, for
+    the broker group named ``target`` (empty: any broker; :mod:`boltmq.kernel.signing`)."""
     channel = sync_channel(address, client_tls())
     signing = credentials()
     if signing is None:
         return channel
-    return grpc.intercept_channel(channel, RequestSigner(signing, new_client_id()))
+    return grpc.intercept_channel(channel, RequestSigner(signing, new_client_id(), target))

@@ -2,7 +2,7 @@
 
 A client with an access key / secret key pair signs every broker call; the
 signature travels in gRPC metadata (lower-case keys, all ASCII). This is
-format 2:
+format 3:
 
 Metadata key                 | Value
 -----------------------------+-------------------------------------------------------
@@ -11,35 +11,50 @@ x-boltmq-timestamp-ms        | client clock, milliseconds since the Unix epoch (
 x-boltmq-client-id           | the client id (``host@pid@random``), 1-255 printable chars
 x-boltmq-nonce               | 32 lower-case hex digits (16 random bytes), new for every call
 x-boltmq-content-sha256      | 64 lower-case hex digits: SHA-256 of the serialized request
+x-boltmq-target              | the name of the broker group the call is for (a broker's
+                             | ``broker_name``: 1-127 letters, digits, ``% | _ -``), or
+                             | empty: any broker
 x-boltmq-signature-method    | ``HmacSHA1`` or ``HmacSHA256``
 x-boltmq-signature           | base64 of HMAC(secret key, string to sign)
 
-String to sign (UTF-8, ``\\n`` between fields, no trailing newline)::
+String to sign (UTF-8, ``\\n`` between fields, no trailing newline; the last line
+is empty for an empty target)::
 
-    BOLTMQ2
+    BOLTMQ3
     <full gRPC method, e.g. /boltmq.v1.BrokerService/SendMessage>
     <x-boltmq-timestamp-ms>
     <x-boltmq-client-id>
     <x-boltmq-nonce>
     <x-boltmq-content-sha256>
+    <x-boltmq-target>
 
 The serialized request is the protobuf message exactly as it travels (the
-bytes the broker receives), so the signature binds the call's target and its
+bytes the broker receives), so the signature binds the call's method and its
 body: a captured signature is useless with another body or on another method.
 The nonce binds it to one call: the broker remembers every nonce it accepted
 for as long as its timestamp is inside the window (``acl_signature_max_skew_ms``,
 either side of the broker's clock; 30 s by default), and refuses it again, so a
 captured call cannot be replayed either, and past the window its timestamp is
-refused. Each broker remembers its own nonces and the broker is not signed, so
-within the window a captured call could still reach another broker: TLS keeps
-calls from being captured. The body digest is SHA-256 whatever the HMAC: one
-pass over the request per call on each side. Signers take bytes already
-serialized as they are (:func:`request_bytes`), so a caller sending pre-encoded
-requests serializes once.
+refused. Each broker group remembers its own nonces, so the target binds the
+call to one group: a broker refuses a call whose target is not its own
+``broker_name``, and as the target line is always signed, it can be neither
+stripped nor changed. A call signed with an empty target is accepted by every
+broker (within the window, a captured one could reach each group once): the
+SDK names the group of every broker address it calls (from the routes and the
+cluster view it reads), the ``boltmq`` CLI when it finds brokers through the
+registry or is given ``--broker`` with ``--broker-address``; TLS keeps calls
+from being captured.
+The replicas of a group share its name: a call captured on its way to the
+master could reach a replica within the window. The body digest is SHA-256
+whatever the HMAC: one pass over the request per call on each side. Signers
+take bytes already serialized as they are (:func:`request_bytes`), so a caller
+sending pre-encoded requests serializes once.
 
-Format 1 (no nonce, no body digest; the string to sign was the method, the
-timestamp and the client id) is refused with a message asking to upgrade the
-client. One ``authorization`` header in RocketMQ's ``MQv2-HMAC-SHA1
+Older formats are refused with a message asking to upgrade the client:
+format 1 (no nonce, no body digest; the string to sign was the method, the
+timestamp and the client id) and format 2 (``BOLTMQ2``: format 3 without the
+target, so a call captured on its way to one broker group could be replayed
+on another). One ``authorization`` header in RocketMQ's ``MQv2-HMAC-SHA1
 Credential=...`` syntax was rejected: separate keys need no parser and each can
 be refused with its own message.
 """
@@ -64,6 +79,7 @@ TIMESTAMP_HEADER = "x-boltmq-timestamp-ms"
 CLIENT_ID_HEADER = "x-boltmq-client-id"
 NONCE_HEADER = "x-boltmq-nonce"
 CONTENT_HEADER = "x-boltmq-content-sha256"
+TARGET_HEADER = "x-boltmq-target"
 ALGORITHM_HEADER = "x-boltmq-signature-method"
 SIGNATURE_HEADER = "x-boltmq-signature"
 ALGORITHMS: Mapping[str, Callable[..., Any]] = {
@@ -76,11 +92,14 @@ ACCESS_KEY_PATTERN = re.compile(r"[A-Za-z0-9_.-]{6,128}")
 SECRET_KEY_MIN_CHARS = 6
 SECRET_KEY_MAX_CHARS = 256
 CLIENT_ID_MAX_CHARS = 255
-FORMAT_TAG = "BOLTMQ2"
+FORMAT_TAG = "BOLTMQ3"
 """First line of the string to sign: the format, so no other string can ever collide."""
 _PRINTABLE = re.compile(r"[\x21-\x7e]+")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _CONTENT = re.compile(r"[0-9a-f]{64}")
+_TARGET = re.compile(r"[A-Za-z0-9%|_-]{0,127}")
+Target = str | Callable[[], str]
+"""A signer's target broker name: fixed, or read at every call (empty: any broker)."""
 
 
 class SigningError(ValueError):
@@ -148,12 +167,22 @@ def new_nonce() -> str:
 
 
 def string_to_sign(
-    method: str, timestamp_ms: int, client_id: str, nonce: str, content_sha256: str
+    method: str, timestamp_ms: int, client_id: str, nonce: str, content_sha256: str, target: str
 ) -> bytes:
     """The bytes the signature covers (module docstring)."""
     return (
-        f"{FORMAT_TAG}\n{method}\n{timestamp_ms}\n{client_id}\n{nonce}\n{content_sha256}".encode()
-    )
+        f"{FORMAT_TAG}\n{method}\n{timestamp_ms}\n{client_id}\n{nonce}\n{content_sha256}\n{target}"
+    ).encode()
+
+
+def check_target(target: str) -> str:
+    """``target`` when it is a broker name or empty, else SigningError."""
+    if not isinstance(target, str) or not _TARGET.fullmatch(target):
+        raise SigningError(
+            f"{TARGET_HEADER} must be a broker name (up to 127 letters, digits, "
+            "'%', '|', '_' or '-') or empty"
+        )
+    return target
 
 
 def signature(secret_key: str, algorithm: str, to_sign: bytes) -> str:
@@ -169,19 +198,23 @@ def signed_metadata(
     body: bytes,
     timestamp_ms: int | None = None,
     nonce: str | None = None,
+    *,
+    target: str = "",
 ) -> tuple[tuple[str, str], ...]:
     """The metadata entries of one signed call of ``method`` carrying the serialized request
-    ``body`` (``timestamp_ms`` defaults to now, ``nonce`` to a fresh one)."""
+    ``body`` to the broker group named ``target`` (empty: any broker; ``timestamp_ms``
+    defaults to now, ``nonce`` to a fresh one)."""
     now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     once = new_nonce() if nonce is None else nonce
     content = content_digest(body)
-    to_sign = string_to_sign(method, now, client_id, once, content)
+    to_sign = string_to_sign(method, now, client_id, once, content, check_target(target))
     return (
         (ACCESS_KEY_HEADER, credentials.access_key),
         (TIMESTAMP_HEADER, str(now)),
         (CLIENT_ID_HEADER, client_id),
         (NONCE_HEADER, once),
         (CONTENT_HEADER, content),
+        (TARGET_HEADER, target),
         (ALGORITHM_HEADER, credentials.algorithm),
         (SIGNATURE_HEADER, signature(credentials.secret_key, credentials.algorithm, to_sign)),
     )
@@ -196,14 +229,16 @@ class SignedCall:
     client_id: str
     nonce: str
     content_sha256: str
+    target: str
+    """The broker group the call is for; empty: any broker."""
     algorithm: str
     signature: str
 
     @classmethod
     def from_metadata(cls, metadata: Sequence[tuple[str, Any]] | None) -> SignedCall | None:
         """The call's signature fields; None when it carries no access key; SigningError
-        naming the first missing or malformed field otherwise (a format-1 signature: one
-        asking to upgrade the client)."""
+        naming the first missing or malformed field otherwise (a format-1 or format-2
+        signature: one asking to upgrade the client)."""
         values = {key: value for key, value in (metadata or ()) if isinstance(value, str)}
         access_key = values.get(ACCESS_KEY_HEADER)
         if access_key is None:
@@ -212,6 +247,11 @@ class SignedCall:
             raise SigningError(
                 f"old signature format (no {NONCE_HEADER}, request body unsigned) is refused: "
                 "upgrade the client to a BoltMQ release that signs the request body"
+            )
+        if TARGET_HEADER not in values:
+            raise SigningError(
+                f"old signature format (no {TARGET_HEADER}, target broker unsigned) is "
+                "refused: upgrade the client to a BoltMQ release that signs the target broker"
             )
         for key in (
             TIMESTAMP_HEADER,
@@ -237,12 +277,14 @@ class SignedCall:
             raise SigningError(f"{CONTENT_HEADER} must be 64 lower-case hex digits")
         if values[ALGORITHM_HEADER] not in ALGORITHMS:
             raise SigningError(f"{ALGORITHM_HEADER} must be one of {', '.join(ALGORITHMS)}")
+        check_target(values[TARGET_HEADER])
         return cls(
             check_access_key(access_key),
             int(timestamp),
             client_id,
             values[NONCE_HEADER],
             values[CONTENT_HEADER],
+            values[TARGET_HEADER],
             values[ALGORITHM_HEADER],
             values[SIGNATURE_HEADER],
         )
@@ -255,7 +297,7 @@ class SignedCall:
         """True when the signature is the one ``secret_key`` makes for a call of ``method``
         with these fields (constant time); check :meth:`covers` for the body."""
         to_sign = string_to_sign(
-            method, self.timestamp_ms, self.client_id, self.nonce, self.content_sha256
+            method, self.timestamp_ms, self.client_id, self.nonce, self.content_sha256, self.target
         )
         expected = signature(secret_key, self.algorithm, to_sign)
         return hmac.compare_digest(expected.encode(), self.signature.encode())
@@ -263,6 +305,10 @@ class SignedCall:
 
 def _method_name(method: str | bytes) -> str:
     return method.decode() if isinstance(method, bytes) else method
+
+
+def _target_name(target: Target) -> str:
+    return target if isinstance(target, str) else target()
 
 
 class _SyncCallDetails(
@@ -280,11 +326,13 @@ class RequestSigner(
     grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
     grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
 ):
-    """Signs every call of a blocking channel (``grpc.intercept_channel``)."""
+    """Signs every call of a blocking channel (``grpc.intercept_channel``) for the broker
+    group ``target`` names (a name, or a function read at every call; empty: any broker)."""
 
-    def __init__(self, credentials: Credentials, client_id: str) -> None:
+    def __init__(self, credentials: Credentials, client_id: str, target: Target = "") -> None:
         self._credentials = credentials
         self._client_id = client_id
+        self._target = target
 
     def _details(self, details: grpc.ClientCallDetails, request: Any) -> grpc.ClientCallDetails:
         metadata = [
@@ -294,6 +342,7 @@ class RequestSigner(
                 _method_name(details.method),
                 self._client_id,
                 request_bytes(request),
+                target=_target_name(self._target),
             ),
         ]
         return _SyncCallDetails(
@@ -321,18 +370,24 @@ class AsyncRequestSigner(
     grpc.aio.UnaryUnaryClientInterceptor,  # type: ignore[misc]
     grpc.aio.UnaryStreamClientInterceptor,  # type: ignore[misc]
 ):
-    """Signs every call of an aio channel (``channels.channel(..., interceptors=[...])``)."""
+    """Signs every call of an aio channel (``channels.channel(..., interceptors=[...])``)
+    for the broker group ``target`` names, as :class:`RequestSigner`."""
 
-    def __init__(self, credentials: Credentials, client_id: str) -> None:
+    def __init__(self, credentials: Credentials, client_id: str, target: Target = "") -> None:
         self._credentials = credentials
         self._client_id = client_id
+        self._target = target
 
     def _details(
         self, details: grpc.aio.ClientCallDetails, request: Any
     ) -> grpc.aio.ClientCallDetails:
         metadata = grpc.aio.Metadata(*(details.metadata or ()))
         for key, value in signed_metadata(
-            self._credentials, _method_name(details.method), self._client_id, request_bytes(request)
+            self._credentials,
+            _method_name(details.method),
+            self._client_id,
+            request_bytes(request),
+            target=_target_name(self._target),
         ):
             metadata.add(key, value)
         return grpc.aio.ClientCallDetails(

@@ -89,11 +89,11 @@ class Catalog:
 
     def _all_topics(self) -> set[str]:
         try:
-            cluster = self.client.registry.cluster_info()
+            brokers = self.client.cluster_brokers()
         except RegistryError as exc:
             raise self._unreachable(exc) from None
         names: set[str] = set()
-        for broker in cluster.brokers:
+        for broker in brokers:
             if broker.broker_id != 0:
                 continue
             response = self._call(broker.address, "ListTopics", broker_pb2.ListTopicsRequest())

@@ -264,6 +264,7 @@ def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate:
             lambda: acl.document,
             config.acl_signature_max_skew_ms,
             ReplayCache(config.acl_signature_max_skew_ms, config.acl_replay_cache_max_entries),
+            broker_name=config.broker_name,
         )
         if config.acl_enable
         else None

@@ -1,7 +1,8 @@
 """Authorizer: who signed a call (UNAUTHENTICATED) and may they make it (PERMISSION_DENIED).
 
-Authentication: the call's signed metadata (:mod:`boltmq.kernel.signing`, format 2)
-must name an account of the ACL document, carry a timestamp within
+Authentication: the call's signed metadata (:mod:`boltmq.kernel.signing`, format 3)
+must name this broker group (its ``broker_name``) as the target, or no broker
+(an empty target), name an account of the ACL document, carry a timestamp within
 ``max_skew_ms`` of the broker's clock (either way: a clock ahead is as suspect
 as one behind), a body digest equal to the SHA-256 of the request bytes
 received, a signature the account's secret makes over the method called, and a
@@ -87,9 +88,13 @@ class Authorizer:
         max_skew_ms: int,
         replays: ReplayCache,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        broker_name: str = "",
     ) -> None:
         self.document = document
         """The ACL document in force (read at every call)."""
+        self._broker_name = broker_name
+        """This broker group's name: a call signed for another group is refused (empty:
+        no target is checked)."""
         self._max_skew_ms = max_skew_ms
         self._replays = replays
         self._clock_ms = clock_ms
@@ -105,6 +110,12 @@ class Authorizer:
             raise _unauthenticated(str(exc)) from None
         if call is None:
             raise _unauthenticated("no credentials: sign the call with an access key")
+        if call.target and self._broker_name and call.target != self._broker_name:
+            raise _unauthenticated(
+                f"call of access key {call.access_key} was signed for broker "
+                f"{call.target!r}, not for this broker ({self._broker_name!r}): "
+                "a call replayed on another broker group, or sent to the wrong address"
+            )
         now_ms = self._clock_ms()
         skew_ms = abs(now_ms - call.timestamp_ms)
         if skew_ms > self._max_skew_ms:

@@ -163,7 +163,7 @@ class MetadataSync:
         if address is None:
             return False
         signer = (
-            [AsyncRequestSigner(self._credentials, f"broker@{self._group[1]}")]
+            [AsyncRequestSigner(self._credentials, f"broker@{self._group[1]}", self._group[1])]
             if self._credentials
             else []
         )

@@ -272,6 +272,5 @@ def records_as_messages(
     return broker_pb2.SendRequest(
         producer_group=request.producer_group,
         messages=messages,
-        born_host=request.born_host,
         default_topic_queue_nums=request.default_topic_queue_nums,
     )

@@ -11,6 +11,15 @@ check happens before anything is stored: a batch is refused whole with a
 status naming the field, never half-stored. What the store then says about
 each message is mapped to a :data:`SendStatus` per message
 (:func:`services.broker.wire.to_send_response`).
+
+Every message is stored with the born host the broker observed: the
+connection's remote ``host:port`` (``peer_address``), never what the request
+claims (``SendRequest.born_host`` and the born host bytes of a pre-encoded
+record are ignored), so a client cannot make its messages look as if they
+came from another host. Half messages of transactions and delayed messages
+rewritten by the broker take the same address; copies the broker makes of a
+stored message (send-back, dead letters, delay delivery, transaction
+commits) keep the original record's.
 """
 
 from __future__ import annotations
@@ -70,7 +79,9 @@ class SendProcessor:
     async def send(
         self, request: broker_pb2.SendRequest, peer_address: str
     ) -> broker_pb2.SendResponse:
-        """Validate, pick the queue, append the batch, and map the store's results."""
+        """Validate, pick the queue, append the batch as born at ``peer_address`` (the
+        connection's remote ``host:port``; empty: the store records the broker's), and map
+        the store's results."""
         records = request.records  # each access copies the bytes: once only
         if records or request.record_count:
             return self._observed(
@@ -103,13 +114,11 @@ class SendProcessor:
         topic, queue_id = check_batch(request, self._config)
         queue_id = await self._writable_queue(request, topic, queue_id, "messages[0].topic")
         if any(m.sys_flag & SYS_FLAG_TRANSACTION_MASK for m in request.messages):
-            return await self._transactions.prepare(
-                request, topic, queue_id, request.born_host or peer_address
-            )
+            return await self._transactions.prepare(request, topic, queue_id, peer_address)
         for message in request.messages:
             message.queue_id = queue_id
         schedule_delayed(request.messages, self._config)
-        response = await self._store.append(request.messages, request.born_host or peer_address)
+        response = await self._store.append(request.messages, peer_address)
         if len(response.statuses) != len(request.messages):
             raise StoreFailed(
                 grpc.StatusCode.INTERNAL,
@@ -175,7 +184,7 @@ class SendProcessor:
                     self._config.broker_name,
                 )
             batch = select(batch, positions, (i for i in range(batch.count) if i not in refused))
-        response = await self._store.append_records(batch, request.born_host or peer_address)
+        response = await self._store.append_records(batch, peer_address)
         if len(response.statuses) != batch.count:
             raise StoreFailed(
                 grpc.StatusCode.INTERNAL,

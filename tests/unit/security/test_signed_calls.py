@@ -1,4 +1,5 @@
-"""The broker's authentication of signed calls: body, method, window, nonce (one replay cache).
+"""The broker's authentication of signed calls: body, method, window, nonce (one replay cache),
+target broker group.
 
 The clock is a fixed number: no test depends on the wall clock.
 """
@@ -33,9 +34,13 @@ class Clock:
         return self.now_ms
 
 
-def authorizer(clock: Clock, max_entries: int = 1000) -> Authorizer:
+def authorizer(clock: Clock, max_entries: int = 1000, broker: str = "broker-a") -> Authorizer:
     return Authorizer(
-        lambda: DOCUMENT, WINDOW_MS, ReplayCache(WINDOW_MS, max_entries), clock_ms=clock
+        lambda: DOCUMENT,
+        WINDOW_MS,
+        ReplayCache(WINDOW_MS, max_entries),
+        clock_ms=clock,
+        broker_name=broker,
     )
 
 
@@ -44,8 +49,9 @@ def signed(
     method: str = SEND,
     body: bytes = BODY,
     timestamp_ms: int = NOW_MS,
+    target: str = "broker-a",
 ) -> list[tuple[str, str]]:
-    return list(signed_metadata(credentials, method, "c-1", body, timestamp_ms))
+    return list(signed_metadata(credentials, method, "c-1", body, timestamp_ms, target=target))
 
 
 def refusal(auth: Authorizer, metadata: list[tuple[str, str]], body: bytes = BODY) -> str:
@@ -103,6 +109,27 @@ def test_the_old_format_is_refused_with_an_upgrade_message() -> None:
         if key not in ("x-boltmq-nonce", "x-boltmq-content-sha256")
     ]
     assert "upgrade the client" in refusal(authorizer(Clock()), old)
+
+
+def test_format_2_without_a_target_is_refused_with_an_upgrade_message() -> None:
+    old = [(key, value) for key, value in signed() if key != "x-boltmq-target"]
+    assert "signs the target broker" in refusal(authorizer(Clock()), old)
+
+
+def test_a_call_signed_for_another_broker_group_is_refused_without_using_its_nonce() -> None:
+    broker_a, broker_b = authorizer(Clock()), authorizer(Clock(), broker="broker-b")
+    metadata = signed(target="broker-a")
+    assert "signed for broker 'broker-a', not for this broker ('broker-b')" in refusal(
+        broker_b, metadata
+    )
+    assert broker_a.authenticate(SEND, metadata, BODY).access_key == "orders-app"
+    assert "replayed call" in refusal(broker_a, metadata)
+
+
+def test_a_call_signed_for_any_broker_is_accepted_by_every_group() -> None:
+    for broker in ("broker-a", "broker-b"):
+        auth = authorizer(Clock(), broker=broker)
+        assert auth.authenticate(SEND, signed(target=""), BODY).access_key == "orders-app"
 
 
 def test_the_replay_cache_is_bounded_and_expires_in_order() -> None:

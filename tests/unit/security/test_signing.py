@@ -1,4 +1,4 @@
-"""Signing a call and reading its signature back (boltmq.kernel.signing, format 2)."""
+"""Signing a call and reading its signature back (boltmq.kernel.signing, format 3)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from boltmq.kernel.signing import (
     CONTENT_HEADER,
     NONCE_HEADER,
     SIGNATURE_HEADER,
+    TARGET_HEADER,
     TIMESTAMP_HEADER,
     Credentials,
     SignedCall,
@@ -31,18 +32,28 @@ BODY = broker_pb2.SendRequest(producer_group="pg", topic="orders").SerializeToSt
 NONCE = "0123456789abcdef0123456789abcdef"
 
 
-def test_signature_is_the_documented_hmac_over_method_time_client_nonce_and_body() -> None:
+@pytest.mark.parametrize("target", ["broker-a", ""])
+def test_signature_is_the_documented_hmac_over_method_time_client_nonce_body_and_target(
+    target: str,
+) -> None:
     creds = Credentials("orders-app", "s3cret-key", "HmacSHA1")
     metadata = dict(
         signed_metadata(
-            creds, METHOD, "host@1@ab", BODY, timestamp_ms=1_700_000_000_000, nonce=NONCE
+            creds,
+            METHOD,
+            "host@1@ab",
+            BODY,
+            timestamp_ms=1_700_000_000_000,
+            nonce=NONCE,
+            target=target,
         )
     )
     content = hashlib.sha256(BODY).hexdigest()
-    to_sign = f"BOLTMQ2\n{METHOD}\n1700000000000\nhost@1@ab\n{NONCE}\n{content}"
+    to_sign = f"BOLTMQ3\n{METHOD}\n1700000000000\nhost@1@ab\n{NONCE}\n{content}\n{target}"
     expected = base64.b64encode(hmac.new(b"s3cret-key", to_sign.encode(), hashlib.sha1).digest())
     assert metadata[SIGNATURE_HEADER] == expected.decode()
     assert metadata[CONTENT_HEADER] == content and metadata[NONCE_HEADER] == NONCE
+    assert metadata[TARGET_HEADER] == target
     assert metadata[ACCESS_KEY_HEADER] == "orders-app"
     assert "s3cret-key" not in metadata.values()
 
@@ -80,6 +91,23 @@ def test_a_signature_covers_exactly_its_body(signed: bytes, sent: bytes, method:
     assert not call.matches("s3cret-key", "/s/C")
 
 
+def test_the_target_is_signed_so_it_can_be_neither_changed_nor_stripped() -> None:
+    creds = Credentials("orders-app", "s3cret-key")
+    metadata = dict(signed_metadata(creds, METHOD, "c", BODY, target="broker-a"))
+    call = SignedCall.from_metadata(list(metadata.items()))
+    assert call is not None and call.target == "broker-a" and call.matches("s3cret-key", METHOD)
+    for other in ("broker-b", ""):
+        changed = SignedCall.from_metadata(list({**metadata, TARGET_HEADER: other}.items()))
+        assert changed is not None and changed.target == other
+        assert not changed.matches("s3cret-key", METHOD)
+
+
+def test_a_target_that_is_no_broker_name_is_refused() -> None:
+    creds = Credentials("orders-app", "s3cret-key")
+    with pytest.raises(SigningError, match="broker name"):
+        signed_metadata(creds, METHOD, "c", BODY, target="broker a")
+
+
 def test_metadata_without_access_key_is_not_a_signed_call() -> None:
     assert SignedCall.from_metadata([("x-other", "1")]) is None
     assert SignedCall.from_metadata(None) is None
@@ -97,6 +125,13 @@ def test_the_old_format_is_refused_with_an_upgrade_message() -> None:
         SignedCall.from_metadata(list(old.items()))
 
 
+def test_format_2_without_a_target_is_refused_with_an_upgrade_message() -> None:
+    metadata = dict(signed_metadata(Credentials("orders-app", "s3cret-key"), METHOD, "c", BODY))
+    del metadata[TARGET_HEADER]
+    with pytest.raises(SigningError, match="target broker unsigned.* upgrade the client"):
+        SignedCall.from_metadata(list(metadata.items()))
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -111,6 +146,8 @@ def test_the_old_format_is_refused_with_an_upgrade_message() -> None:
         ({CLIENT_ID_HEADER: "has space"}, "printable"),
         ({CLIENT_ID_HEADER: "c-1\n"}, "printable"),
         ({ACCESS_KEY_HEADER: "a b"}, "access key"),
+        ({TARGET_HEADER: "broker\na"}, "broker name"),
+        ({TARGET_HEADER: "b" * 128}, "broker name"),
     ],
 )
 def test_malformed_signed_metadata_is_named(change: dict[str, str], message: str) -> None:
