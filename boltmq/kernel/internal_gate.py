@@ -89,7 +89,8 @@ class InternalGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc cl
     ) -> None:
         self._prefix = f"/{service_name}/"
         self._rules = {self._prefix + name: rule for name, rule in rules.items()}
-        self._reader = reader
+        self.reader = reader
+        """Reads callers' identities (the caller limits key calls by them too)."""
         self.own = own
         """This component's identity (its group is what ``Group.OWN`` means)."""
 
@@ -136,7 +137,7 @@ class InternalGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc cl
     ) -> None:
         try:
             try:
-                identity = self._reader.of_caller(context)
+                identity = self.reader.of_caller(context)
             except IdentityError as exc:
                 raise Refused(
                     grpc.StatusCode.UNAUTHENTICATED,
