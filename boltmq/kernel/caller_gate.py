@@ -43,17 +43,10 @@ import grpc
 
 from boltmq.kernel.caller_limits import CallerLimits, peer_host
 from boltmq.kernel.config import CallerLimitSettings
-from boltmq.kernel.internal_gate import InternalGate
+from boltmq.kernel.internal_gate import HANDLER_KINDS, InternalGate
 from boltmq.kernel.peer_identity import IdentityError, IdentityReader
 
 log = logging.getLogger(__name__)
-
-HANDLER_KINDS = (
-    ("unary_unary", grpc.unary_unary_rpc_method_handler),
-    ("unary_stream", grpc.unary_stream_rpc_method_handler),
-    ("stream_unary", grpc.stream_unary_rpc_method_handler),
-    ("stream_stream", grpc.stream_stream_rpc_method_handler),
-)
 
 
 class CallerGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc classes are Any

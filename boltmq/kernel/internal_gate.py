@@ -63,6 +63,15 @@ class Rule:
         return f"{roles} of {where}"
 
 
+HANDLER_KINDS = (
+    ("unary_unary", grpc.unary_unary_rpc_method_handler),
+    ("unary_stream", grpc.unary_stream_rpc_method_handler),
+    ("stream_unary", grpc.stream_unary_rpc_method_handler),
+    ("stream_stream", grpc.stream_stream_rpc_method_handler),
+)
+"""A method handler's four behaviour kinds and how to make a handler of each (an
+interceptor wraps the one that is set)."""
+
 OPEN = None
 """A method any caller the TLS handshake accepted may call (e.g. route look-ups)."""
 NOBODY = Rule(frozenset())
@@ -104,13 +113,7 @@ class InternalGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc cl
         rule = self._rules.get(method, NOBODY)
         if rule is OPEN:
             return handler
-        kinds = (
-            ("unary_unary", grpc.unary_unary_rpc_method_handler),
-            ("unary_stream", grpc.unary_stream_rpc_method_handler),
-            ("stream_unary", grpc.stream_unary_rpc_method_handler),
-            ("stream_stream", grpc.stream_stream_rpc_method_handler),
-        )
-        for kind, make in kinds:
+        for kind, make in HANDLER_KINDS:
             inner = getattr(handler, kind)
             if inner is not None:
                 return make(
