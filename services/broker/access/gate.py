@@ -1,9 +1,9 @@
 """BrokerGate: the server interceptor in front of every BrokerService call.
 
 In order, for each call: authenticate (when access control is on), take the
-client's rate and in-flight budget (:class:`~boltmq.kernel.caller_limits.CallerLimits`),
-authorize the
-request against the ACL, run the call, give the in-flight slot back. The
+client's rate and in-flight budget
+(:class:`~boltmq.kernel.caller_limits.CallerLimits`), authorize the request
+against the ACL, run the call, give the in-flight slot back. The
 authenticated caller is left in the call's context for the rights a handler
 can only check on what it reads, and the client the call is charged to (its
 access key, else its IP address) for the auto-creation limits
