@@ -19,13 +19,19 @@ import grpc
 
 from boltmq.cli.dev.certificates import DevCertificates
 from boltmq.kernel.channels import sync_channel
-from boltmq.v1 import registry_pb2, registry_pb2_grpc, store_pb2, store_pb2_grpc
+from boltmq.v1 import registry_pb2, registry_pb2_grpc, store_pb2_grpc
 from tests.integration.conftest import CLUSTER_STORE_SETTINGS
 from tests.integration.procs import ServiceProcess
-from tests.integration.test_caller_limits import FLOOD, append, code_of, flood, store_info
+from tests.integration.test_caller_limits import (
+    FLOOD,
+    append,
+    code_of,
+    flood,
+    open_streams,
+    store_info,
+)
 from tests.integration.test_internal_identity import application, component
 from tests.integration.test_internal_identity import certificates as certificates
-from tests.waiting import wait_until
 
 
 def test_a_compromised_ha_service_cannot_starve_its_stores_broker(
@@ -39,18 +45,13 @@ def test_a_compromised_ha_service_cannot_starve_its_stores_broker(
         "caller_in_flight_max=2",
         "caller_request_rate_per_s=0",
     )
-    follow = store_pb2.ReadCommitLogRequest(offset=0, follow=True, heartbeat_ms=200)
     with (
         sync_channel(store.address, component(certificates, "ha")) as ha_channel,
         sync_channel(store.address, component(certificates, "broker")) as broker_channel,
     ):
         ha = store_pb2_grpc.StoreServiceStub(ha_channel)
-        streams = [ha.ReadCommitLog(follow) for _ in range(2)]
+        streams = open_streams(ha, 2)
         try:
-            wait_until(
-                lambda: code_of(store_info(ha))[0] is grpc.StatusCode.RESOURCE_EXHAUSTED,
-                "the HA service's streams to take its every slot",
-            )
             outcomes = flood(store_info(ha))
             assert {code for code, _ in outcomes} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
             assert outcomes[0][1] == (
