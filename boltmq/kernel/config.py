@@ -174,3 +174,36 @@ class ServerSettings:
         for name in ("tls_client_ca_file", "tls_internal_ca_file"):
             if getattr(self, name) and not self.tls_cert_file:
                 raise ConfigError(f"{name} (mutual TLS) needs tls_cert_file")
+
+
+@dataclass(frozen=True)
+class CallerLimitSettings(ServerSettings):
+    """Per-caller limits of the store, HA service and registry (docs/security.md, Limits).
+
+    A caller is its component identity when the internal gate is on (its client
+    certificate from the internal CA), else its IP address. Streams count as
+    calls in flight for as long as they stay open. The defaults are far above
+    what the cluster's own components use (the broker keeps a few streams open
+    on its store, a replica one on its master's HA service), so only a flood
+    meets them.
+    """
+
+    caller_request_rate_per_s: float = 20_000.0
+    """Calls per second per caller (token bucket); beyond it RESOURCE_EXHAUSTED (0: no limit)."""
+    caller_request_burst: int = 40_000
+    """Calls a caller may make at once above its rate after being idle."""
+    caller_in_flight_max: int = 5_000
+    """Calls and open streams of one caller at once; beyond it RESOURCE_EXHAUSTED (0: no
+    limit)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("caller_request_rate_per_s", "caller_request_burst", "caller_in_flight_max"):
+            value = getattr(self, name)
+            if not value >= 0:  # NaN too
+                raise ConfigError(f"{name} must be >= 0 (0: no limit), got {value:g}")
+        if self.caller_request_rate_per_s and self.caller_request_burst < 1:
+            raise ConfigError(
+                "caller_request_burst must be >= 1 while caller_request_rate_per_s is on "
+                "(a burst of 0 would refuse every call)"
+            )

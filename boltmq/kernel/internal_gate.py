@@ -63,6 +63,15 @@ class Rule:
         return f"{roles} of {where}"
 
 
+HANDLER_KINDS = (
+    ("unary_unary", grpc.unary_unary_rpc_method_handler),
+    ("unary_stream", grpc.unary_stream_rpc_method_handler),
+    ("stream_unary", grpc.stream_unary_rpc_method_handler),
+    ("stream_stream", grpc.stream_stream_rpc_method_handler),
+)
+"""A method handler's four behaviour kinds and how to make a handler of each (an
+interceptor wraps the one that is set)."""
+
 OPEN = None
 """A method any caller the TLS handshake accepted may call (e.g. route look-ups)."""
 NOBODY = Rule(frozenset())
@@ -89,7 +98,8 @@ class InternalGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc cl
     ) -> None:
         self._prefix = f"/{service_name}/"
         self._rules = {self._prefix + name: rule for name, rule in rules.items()}
-        self._reader = reader
+        self.reader = reader
+        """Reads callers' identities (the caller limits key calls by them too)."""
         self.own = own
         """This component's identity (its group is what ``Group.OWN`` means)."""
 
@@ -103,13 +113,7 @@ class InternalGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc cl
         rule = self._rules.get(method, NOBODY)
         if rule is OPEN:
             return handler
-        kinds = (
-            ("unary_unary", grpc.unary_unary_rpc_method_handler),
-            ("unary_stream", grpc.unary_stream_rpc_method_handler),
-            ("stream_unary", grpc.stream_unary_rpc_method_handler),
-            ("stream_stream", grpc.stream_stream_rpc_method_handler),
-        )
-        for kind, make in kinds:
+        for kind, make in HANDLER_KINDS:
             inner = getattr(handler, kind)
             if inner is not None:
                 return make(
@@ -136,7 +140,7 @@ class InternalGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc cl
     ) -> None:
         try:
             try:
-                identity = self._reader.of_caller(context)
+                identity = self.reader.of_caller(context)
             except IdentityError as exc:
                 raise Refused(
                     grpc.StatusCode.UNAUTHENTICATED,

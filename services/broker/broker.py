@@ -25,11 +25,11 @@ import asyncio
 import logging
 
 from boltmq.kernel import runtime, tls
+from boltmq.kernel.caller_limits import CallerLimits
 from boltmq.kernel.signing import Credentials
 from services.broker.access.acl_admin import AclAdmin
 from services.broker.access.acl_table import AclTable, read_seed_file
 from services.broker.access.authorizer import Authorizer
-from services.broker.access.client_limits import ClientLimits
 from services.broker.access.creation_limits import CreationLimits
 from services.broker.access.gate import BrokerGate
 from services.broker.access.replay_cache import ReplayCache
@@ -270,7 +270,7 @@ def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate:
         else None
     )
     limits = (
-        ClientLimits(
+        CallerLimits(
             config.client_request_rate_per_s,
             config.client_request_burst,
             config.client_in_flight_max,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from boltmq.kernel.config import ConfigError, ServerSettings
+from boltmq.kernel.config import CallerLimitSettings, ConfigError
 from boltmq.wire.topic import is_topic
 
 PORT_MAX = 65535
@@ -21,7 +21,7 @@ MAX_CHUNK_BYTES_LIMIT = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class HAConfig(ServerSettings):
+class HAConfig(CallerLimitSettings):
     """Settings of one HA service, the process beside one store (either role)."""
 
     listen_host: str = "127.0.0.1"

@@ -13,6 +13,7 @@ import grpc
 from opentelemetry.metrics import MeterProvider
 
 from boltmq.kernel import runtime
+from boltmq.kernel.caller_gate import caller_gate
 from boltmq.kernel.config import ConfigError
 from boltmq.kernel.internal_gate import internal_gate
 from boltmq.v1 import ha_pb2, ha_pb2_grpc
@@ -40,8 +41,10 @@ class HAService:
                 f"tls_cert_file names {gate.own} but broker_name is {config.broker_name!r}: "
                 "the HA service would accept replicas of another group"
             )
-        self.interceptors = (gate,) if gate else ()
-        """Replicate only for its own group's HA services (under TLS; HA_CALLERS)."""
+        limits = caller_gate(config, SERVICE_NAME, "HA service", gate)
+        self.interceptors = tuple(i for i in (limits, gate) if i is not None)
+        """Each caller's rate and in-flight limits (a replica's stream holds one slot), then:
+        Replicate only for its own group's HA services (under TLS; HA_CALLERS)."""
         self.config = config
         self.node = HANode(config, meter_provider)
         self._servicer = HAServicer(self.node)

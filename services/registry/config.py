@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from boltmq.kernel.config import ConfigError, ServerSettings
+from boltmq.kernel.config import CallerLimitSettings, ConfigError
 
 PORT_MAX = 65535
 
 
 @dataclass(frozen=True)
-class RegistryConfig(ServerSettings):
+class RegistryConfig(CallerLimitSettings):
     """Settings of one registry process; registries share nothing, so each has its own."""
 
     listen_host: str = "127.0.0.1"

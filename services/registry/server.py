@@ -18,6 +18,7 @@ import logging
 import grpc
 
 from boltmq.kernel import runtime
+from boltmq.kernel.caller_gate import caller_gate
 from boltmq.kernel.internal_gate import internal_gate
 from boltmq.v1 import registry_pb2, registry_pb2_grpc
 from services.registry.config import RegistryConfig
@@ -41,8 +42,10 @@ class RegistryService:
 
     def __init__(self, config: RegistryConfig) -> None:
         gate = internal_gate(config, SERVICE_NAME, REGISTRY_CALLERS)
-        self.interceptors = (gate,) if gate else ()
-        """Registrations only from the named group's broker (under TLS; REGISTRY_CALLERS)."""
+        limits = caller_gate(config, SERVICE_NAME, "registry", gate)
+        self.interceptors = tuple(i for i in (limits, gate) if i is not None)
+        """Each caller's rate and in-flight limits (applications by IP address), then:
+        registrations only from the named group's broker (under TLS; REGISTRY_CALLERS)."""
         self.config = config
         self.table = RouteTable(config.broker_expiry_ms)
         self._servicer = RegistryServicer(self.table)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from boltmq.kernel.config import ConfigError, ServerSettings
+from boltmq.kernel.config import CallerLimitSettings, ConfigError
 
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
@@ -19,7 +19,7 @@ _DELETE_WHEN = re.compile(r"^\d{2}(;\d{2})*$")
 
 
 @dataclass(frozen=True)
-class StoreConfig(ServerSettings):
+class StoreConfig(CallerLimitSettings):
     """Settings of one message store."""
 
     root_dir: Path = field(default_factory=lambda: Path("~/store").expanduser())

@@ -18,6 +18,7 @@ import logging
 import grpc
 
 from boltmq.kernel import runtime, tls
+from boltmq.kernel.caller_gate import caller_gate
 from boltmq.kernel.internal_gate import internal_gate
 from boltmq.v1 import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
@@ -46,8 +47,10 @@ class StoreService:
 
     def __init__(self, config: StoreConfig, store: MessageStore | None = None) -> None:
         gate = internal_gate(config, SERVICE_NAME, STORE_CALLERS)
-        self.interceptors = (gate,) if gate else ()
-        """Only its group's broker and HA service may call (under TLS; STORE_CALLERS)."""
+        limits = caller_gate(config, SERVICE_NAME, "store", gate)
+        self.interceptors = tuple(i for i in (limits, gate) if i is not None)
+        """Each caller's rate and in-flight limits, then: only its group's broker and HA
+        service may call (under TLS; STORE_CALLERS)."""
         self.config = config
         self.owns_store = store is None
         self.store = store if store is not None else MessageStore(config)

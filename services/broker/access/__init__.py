@@ -2,7 +2,7 @@
 
 ``acl_file`` (the document), ``resources`` (what each call needs),
 ``authorizer`` (signature and rights checks), ``acl_table`` (the document in
-force, kept in the store), ``acl_admin`` (GetAcl / UpdateAcl),
-``client_limits`` (per-client rate and in-flight caps) and ``gate`` (the
-server interceptor that applies them).
+force, kept in the store), ``acl_admin`` (GetAcl / UpdateAcl) and ``gate``
+(the server interceptor that applies them and the per-client rate and
+in-flight caps of :mod:`boltmq.kernel.caller_limits`).
 """

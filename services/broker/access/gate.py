@@ -1,8 +1,9 @@
 """BrokerGate: the server interceptor in front of every BrokerService call.
 
 In order, for each call: authenticate (when access control is on), take the
-client's rate and in-flight budget (:class:`ClientLimits`), authorize the
-request against the ACL, run the call, give the in-flight slot back. The
+client's rate and in-flight budget
+(:class:`~boltmq.kernel.caller_limits.CallerLimits`), authorize the request
+against the ACL, run the call, give the in-flight slot back. The
 authenticated caller is left in the call's context for the rights a handler
 can only check on what it reads, and the client the call is charged to (its
 access key, else its IP address) for the auto-creation limits
@@ -25,31 +26,21 @@ RESOURCE_EXHAUSTED. Health, reflection and other services pass untouched.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 
+from boltmq.kernel.caller_limits import CallerLimits, peer_host
 from services.broker.access.authorizer import AccessDenied, Authorizer
 from services.broker.access.caller import Caller, reset_client_key, set_caller, set_client_key
-from services.broker.access.client_limits import ClientLimits
 from services.broker.access.resources import BROKER_SERVICE_PREFIX
 
 log = logging.getLogger(__name__)
 
 Parser = Callable[[bytes], Any] | None
 """A handler's request deserializer, when the gate parses requests itself."""
-FLOOD_LOG_INTERVAL_S = 10.0
-"""A client refused for its limits is logged at most once per interval (a flood is many)."""
-
-
-def peer_host(peer: str) -> str:
-    """``ipv4:1.2.3.4:5`` -> ``1.2.3.4``; ``ipv6:[::1]:5`` -> ``[::1]``; else ``peer``."""
-    kind, _, address = peer.partition(":")
-    if kind in ("ipv4", "ipv6"):
-        return address.rpartition(":")[0]
-    return peer
+__all__ = ["BrokerGate", "peer_host"]
 
 
 def _parsed(parse: Parser, request: Any) -> Any:
@@ -68,10 +59,11 @@ def _parsed(parse: Parser, request: Any) -> Any:
 class BrokerGate(grpc.aio.ServerInterceptor):
     """Access control and client limits around the broker's handlers."""
 
-    def __init__(self, authorizer: Authorizer | None, limits: ClientLimits | None) -> None:
+    def __init__(self, authorizer: Authorizer | None, limits: CallerLimits | None) -> None:
         self._authorizer = authorizer
         self._limits = limits
-        self._flood_logged: dict[str, float] = {}
+        self._reports = limits if limits is not None else CallerLimits(0, 1, 0)
+        """Remembers when each client's flood was last logged (limits off: nothing else)."""
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
@@ -166,15 +158,8 @@ class BrokerGate(grpc.aio.ServerInterceptor):
         return request, key
 
     def _should_log(self, code: grpc.StatusCode, key: str) -> bool:
-        if code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
-            return True
-        now = time.monotonic()
-        if now - self._flood_logged.get(key, -FLOOD_LOG_INTERVAL_S) < FLOOD_LOG_INTERVAL_S:
-            return False
-        if len(self._flood_logged) > 10_000:
-            self._flood_logged.clear()
-        self._flood_logged[key] = now
-        return True
+        """Every refusal but a flood's, which is logged once per client and interval."""
+        return code is not grpc.StatusCode.RESOURCE_EXHAUSTED or self._reports.should_report(key)
 
     def _release(self, key: str) -> None:
         if self._limits is not None:
