@@ -151,6 +151,9 @@ class ServerSettings:
     tls_internal_ca_file: str = ""
     """PEM bundle of the internal CA that issues component certificates: callers it issued
     are trusted by the port too, and internal RPCs accept only them (docs/security.md)."""
+    tls_internal_crl_file: str = ""
+    """PEM CRLs the internal CA signed: component certificates they list are refused on
+    every internal port; read again within a second of a change (boltmq/kernel/revocation.py)."""
     allow_unauthenticated_internal: bool = False
     """Let a TLS service with internal RPCs start without ``tls_internal_ca_file``, so
     any caller the handshake accepts may make its internal calls (logged at every start)."""
@@ -174,6 +177,10 @@ class ServerSettings:
         for name in ("tls_client_ca_file", "tls_internal_ca_file"):
             if getattr(self, name) and not self.tls_cert_file:
                 raise ConfigError(f"{name} (mutual TLS) needs tls_cert_file")
+        if self.tls_internal_crl_file and not self.tls_internal_ca_file:
+            raise ConfigError(
+                "tls_internal_crl_file needs tls_internal_ca_file (the CA it revokes for)"
+            )
 
 
 @dataclass(frozen=True)

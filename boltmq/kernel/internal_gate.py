@@ -196,7 +196,7 @@ def internal_gate(
         )
         return None
     internal_ca = read_certificates("tls_internal_ca_file", settings.tls_internal_ca_file)
-    reader = IdentityReader(internal_ca)
+    reader = IdentityReader(internal_ca, settings.tls_internal_crl_file)
     try:
         own = own_identity(read_certificates("tls_cert_file", settings.tls_cert_file))
     except IdentityError as exc:

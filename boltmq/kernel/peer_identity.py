@@ -22,7 +22,9 @@ several CAs (the registry's port trusts applications' too), so
 :class:`IdentityReader` checks the leaf's signature against the internal CA
 itself. That check costs a signature verification, so its outcome is kept
 per certificate (:data:`IDENTITY_CACHE_MAX` of them): a call costs a dict
-look-up once its peer's certificate was seen.
+look-up once its peer's certificate was seen. A certificate whose serial the
+internal CA's revocation list names has no identity either
+(:mod:`boltmq.kernel.revocation`); a changed list drops every kept outcome.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from typing import Final
 import grpc
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+
+from boltmq.kernel.revocation import Revocations
 
 ROLES: Final = ("broker", "ha", "store", "registry")
 """Every component role a certificate may name."""
@@ -107,12 +111,15 @@ def own_identity(cert_chain_pem: bytes) -> PeerIdentity:
 class IdentityReader:
     """Identities of callers, believed only from certificates the internal CA issued."""
 
-    def __init__(self, internal_ca_pem: bytes) -> None:
+    def __init__(self, internal_ca_pem: bytes, crl_file: str = "") -> None:
         self._issuers = x509.load_pem_x509_certificates(internal_ca_pem)
         self._verdicts: dict[bytes, PeerIdentity | str] = {}
+        self._revocations = Revocations(crl_file, self._issuers) if crl_file else None
 
     def of_certificate(self, pem: bytes) -> PeerIdentity:
         """The identity of the PEM leaf certificate ``pem``; IdentityError when it has none."""
+        if self._revocations is not None and self._revocations.refresh():
+            self._verdicts.clear()
         verdict = self._verdicts.get(pem)
         if verdict is None:
             verdict = self._judge(pem)
@@ -137,6 +144,12 @@ class IdentityReader:
             return "the client certificate does not parse"
         if not any(self._issued_by(certificate, issuer) for issuer in self._issuers):
             return "the client certificate was not issued by the internal CA"
+        revoked = self._revocations.serials if self._revocations is not None else ()
+        if certificate.serial_number in revoked:
+            return (
+                f"the client certificate (serial {certificate.serial_number:x}) is revoked "
+                "by the internal CA's CRL"
+            )
         try:
             return certificate_identity(certificate)
         except IdentityError as exc:

@@ -23,8 +23,11 @@ registry.pem / .key   | the registry's certificate (``boltmq:///registry``)
 <group>-<role>.pem    | a component's certificate (serverAuth + clientAuth),
 <group>-<role>.key    | ``boltmq://<group>/<role>``, role broker, ha or store
 
+internal-ca.key       | the internal CA's private key, only with ``keep_internal_ca_key``
+                      | (tests that sign a revocation list with it)
+
 Keys are ECDSA P-256 (fast to make, accepted by gRPC's BoringSSL), private
-keys PKCS#8, unencrypted, mode 0600; the CA keys are not written. The
+keys PKCS#8, unencrypted, mode 0600; the CA keys are not written unless asked. The
 certificates last ``VALID_DAYS``. They are for a laptop only: production
 certificates come from the operator's own CAs (docs/security.md).
 """
@@ -80,6 +83,10 @@ class DevCertificates:
     @property
     def client_key_file(self) -> Path:
         return self.directory / "client.key"
+
+    @property
+    def internal_ca_key_file(self) -> Path:
+        return self.directory / "internal-ca.key"
 
     def component_files(self, role: str, group: str = "") -> tuple[Path, Path]:
         """Certificate and key of the component ``role`` of broker group ``group``."""
@@ -201,10 +208,15 @@ def _write_pair(
 
 
 def generate(
-    directory: Path, hosts: tuple[str, ...] = (), groups: tuple[str, ...] = ("broker-a",)
+    directory: Path,
+    hosts: tuple[str, ...] = (),
+    groups: tuple[str, ...] = ("broker-a",),
+    *,
+    keep_internal_ca_key: bool = False,
 ) -> DevCertificates:
     """Write fresh CAs, component certificates for the registry and every group in
-    ``groups``, and an application client certificate into ``directory`` (created)."""
+    ``groups``, and an application client certificate into ``directory`` (created);
+    with ``keep_internal_ca_key`` the internal CA's private key too."""
     directory.mkdir(parents=True, exist_ok=True)
     files = DevCertificates(directory)
     # A name of its own per run: TLS stacks find a peer's issuer by name, so two
@@ -214,6 +226,8 @@ def generate(
     app_ca, app_key = _ca(f"BoltMQ dev application CA {run}")
     _write(files.ca_file, internal_ca.public_bytes(serialization.Encoding.PEM))
     _write(files.app_ca_file, app_ca.public_bytes(serialization.Encoding.PEM))
+    if keep_internal_ca_key:
+        _write(files.internal_ca_key_file, _key_pem(internal_key), secret=True)
     both = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
     hosts_san = _alt_names(hosts)
     components = [("registry", ""), *((r, g) for g in groups for r in COMPONENT_ROLES)]
