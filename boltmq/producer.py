@@ -11,7 +11,14 @@
   leave as one batch (Kafka's linger/batch.size), which is what makes an async
   producer fast. Callbacks run on the sender thread.
 - A topic no registry knows is sent through the brokers that serve the
-  auto-create template ``TBW102``; the broker creates it (when enabled).
+  auto-create template ``TBW102``; the broker creates it (when enabled). So
+  that an auto-created topic reaches every broker group that auto-creates,
+  not only the one its first send landed on, the producer keeps adding the
+  template's queues of the groups the topic's route still lacks to its
+  round-robin until the route has them all (each such send creates the topic
+  there and refreshes the route). Sharded sends never get these queues: a
+  key's queue must not change under it. A group that refuses the creation is
+  dropped from this spreading and the send retried on the route's queues.
 """
 
 from __future__ import annotations
@@ -106,6 +113,8 @@ class Producer:
         self._sender: threading.Thread | None = None
         self._running = False
         self._requester: Requester | None = None
+        self._creating: set[str] = set()
+        """Topics this producer's sends auto-create, until every template group has them."""
 
     # ---------------------------------------------------------------- lifecycle
     def start(self, topics: Iterable[str] = ()) -> Producer:
@@ -213,7 +222,7 @@ class Producer:
     def _send_once(
         self, topic: str, records: bytes, count: int, sharding_key: str | None, tried: set[str]
     ) -> list[SendResult]:
-        queue, address = self._pick(topic, sharding_key, tried)
+        queue, address, creating = self._pick(topic, sharding_key, tried)
         # The records go as they are to any queue: the store writes the queue id.
         request = broker_pb2.SendRequest(
             producer_group=self.group,
@@ -232,7 +241,12 @@ class Producer:
             if is_retryable(exc):
                 self.client.forget_route(topic)
                 raise _Retry(f"{address}: {rpc_error_text(exc)}") from None
+            if creating:  # that group does not create it: the route's groups take the send
+                self._creating.discard(topic)
+                raise _Retry(f"{address}: {rpc_error_text(exc)}") from None
             raise SendError(f"send to {topic!r} refused: {rpc_error_text(exc)}") from None
+        if creating:
+            self.client.forget_route(topic)  # the next send sees the group it reached
         results = send_results(response)
         failed = [r for r in results if r.status is SendStatus.SEND_FAILED]
         if failed and failed[0].put_status == "SERVICE_NOT_AVAILABLE":
@@ -242,13 +256,24 @@ class Producer:
 
     def _pick(
         self, topic: str, sharding_key: str | None, tried: set[str]
-    ) -> tuple[MessageQueue, str]:
-        route_topic = topic
+    ) -> tuple[MessageQueue, str, bool]:
+        """A queue, its broker's address, and whether the send creates the topic, which
+        exists elsewhere, on a group the topic's route lacks (the module docstring)."""
+        uncreated: set[str] = set()  # groups the existing route lacks, from the template
+        found = True
         try:
             queues = self.client.write_queues(topic)
         except TopicNotFound:
             queues = self._template_queues(topic)
-            route_topic = DEFAULT_TOPIC  # the new topic's brokers are the template's
+            found = False
+            self._creating.add(topic)
+        else:
+            if topic in self._creating and sharding_key is None:
+                extra = self._template_queues(topic, {q.broker_name for q in queues})
+                if not extra:
+                    self._creating.discard(topic)
+                uncreated = {q.broker_name for q in extra}
+                queues += extra
         if not queues:
             raise SendError(f"no writable queue for topic {topic!r}")
         if sharding_key is not None:
@@ -258,23 +283,35 @@ class Producer:
             candidates = [queues[(start + i) % len(queues)] for i in range(len(queues))]
             fresh = [q for q in candidates if q.broker_name not in tried]
             queue = (fresh or candidates)[0]
+        creating = queue.broker_name in uncreated
+        # A group that lacks the topic is found through the template's route.
+        route_topic = DEFAULT_TOPIC if creating or not found else topic
         try:
-            return queue, self.client.address_of(
-                MessageQueue(route_topic, queue.broker_name, queue.queue_id)
+            return (
+                queue,
+                self.client.address_of(
+                    MessageQueue(route_topic, queue.broker_name, queue.queue_id)
+                ),
+                creating,
             )
         except BrokerUnavailable as exc:
             raise _Retry(str(exc)) from None
 
-    def _template_queues(self, topic: str) -> list[MessageQueue]:
-        """Queues an auto-created ``topic`` will have on the template's brokers."""
+    def _template_queues(self, topic: str, skip: set[str] | None = None) -> list[MessageQueue]:
+        """Queues an auto-created ``topic`` will have on the template's brokers (but those
+        in ``skip``, which have it already). SendError when no broker auto-creates and
+        none has the topic."""
         try:
             route = self.client.route(DEFAULT_TOPIC)
         except TopicNotFound:
+            if skip is not None:
+                self._creating.discard(topic)
+                return []
             raise SendError(
                 f"topic {topic!r} does not exist and no broker auto-creates topics"
             ) from None
         template = self.client.write_queues(DEFAULT_TOPIC, route)
-        brokers = sorted({q.broker_name for q in template})
+        brokers = sorted({q.broker_name for q in template} - (skip or set()))
         count = self.options.default_topic_queue_nums
         return [MessageQueue(topic, b, q) for b in brokers for q in range(count)]
 
