@@ -326,22 +326,6 @@ def group_progress(admin_: Admin, name: str) -> None:
     click.echo(f"total lag {total}")
 
 
-# ------------------------------------------------------------------------ cluster
-@admin.command("cluster")
-@_with_admin
-def cluster(admin_: Admin) -> None:
-    """Live brokers as the registry sees them."""
-    info = admin_.cluster()
-    if not info.brokers:
-        click.echo("no live brokers")
-    for b in sorted(info.brokers, key=lambda b: (b.cluster_name, b.broker_name, b.broker_id)):
-        role = "master" if b.broker_id == 0 else f"replica {b.broker_id}"
-        click.echo(
-            f"{b.cluster_name:<16} {b.broker_name:<12} {role:<10} {b.address:<22} "
-            f"topics {b.topic_count}"
-        )
-
-
 # ------------------------------------------------------------------------ messages
 @admin.group()
 def message() -> None:

@@ -367,6 +367,7 @@ def inspect(directory: Path, records: int, from_offset: int | None) -> None:
 def _register_client_commands() -> None:
     from boltmq.cli import (
         acl,  # noqa: F401 - adds ``admin acl``
+        cluster,  # noqa: F401 - adds ``admin cluster``
         dlq,  # noqa: F401 - adds ``admin group dlq``
         ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
     )

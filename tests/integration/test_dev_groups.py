@@ -9,13 +9,16 @@ group count or ports that leave no room for the last group.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from boltmq.cli.cluster import COLUMNS
 from tests.integration.procs import REPO_ROOT
 from tests.integration.test_dev import READY_LINE, Dev
 
@@ -31,10 +34,23 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+def cluster_rows(registry: str, tls: list[str], env: dict[str, str]) -> list[dict[str, str]]:
+    """``boltmq admin cluster``'s table, a dict per row by column (no cell has a space)."""
+    info = _cli("admin", "cluster", "--registry", registry, *tls, env=env)
+    assert info.returncode == 0, info.stderr
+    header, *lines = info.stdout.splitlines()
+    columns = re.split(r"\s{2,}", header.strip())
+    assert columns == list(COLUMNS)
+    rows = [line.split() for line in lines]
+    assert all(len(row) == len(columns) for row in rows), info.stdout
+    return [dict(zip(columns, row, strict=True)) for row in rows]
+
+
 def test_dev_runs_two_groups_with_tls_and_acl(tmp_path: Path) -> None:
-    """Each group has its own ports, data directory and component certificates; both
-    register with the one registry; a signed CLI send over TLS reaches them."""
-    dev = Dev(tmp_path / "data", "--broker-groups", "2", "--tls", "--acl")
+    """Each group (a master and a replica) has its own ports, data directories and
+    component certificates; both register with the one registry; ``admin cluster``
+    shows every member; a signed CLI send over TLS reaches both groups."""
+    dev = Dev(tmp_path / "data", "--broker-groups", "2", "--replicas", "1", "--tls", "--acl")
     try:
         registry = dev.wait_ready()["registry"]
         assert set(dev.groups) == {"broker-a", "broker-b"}
@@ -43,6 +59,7 @@ def test_dev_runs_two_groups_with_tls_and_acl(tmp_path: Path) -> None:
         data = dev.data_dir
         assert (data / "store" / "abort").exists()  # broker-a keeps the one-group layout
         assert (data / "broker-b" / "store" / "abort").exists()
+        assert (data / "broker-b" / "store-replica-1" / "abort").exists()
         for group in ("broker-a", "broker-b"):
             for role in ("broker", "ha", "store"):
                 assert (data / "tls" / f"{group}-{role}.pem").exists()
@@ -63,9 +80,17 @@ def test_dev_runs_two_groups_with_tls_and_acl(tmp_path: Path) -> None:
             BOLTMQ_ACCESS_KEY="dev-admin",
             BOLTMQ_SECRET_KEY=(data / "acl" / "admin.secret").read_text().strip(),
         )
-        info = _cli("admin", "cluster", "--registry", registry, *tls, env=env)
-        assert info.returncode == 0, info.stderr
-        assert a["broker"] in info.stdout and b["broker"] in info.stdout
+        rows = cluster_rows(registry, tls, env)
+        assert [(r["GROUP"], r["ROLE"], r["ID"]) for r in rows] == [
+            ("broker-a", "master", "0"),
+            ("broker-a", "replica", "1"),
+            ("broker-b", "master", "0"),
+            ("broker-b", "replica", "1"),
+        ]
+        assert [r["ADDRESS"] for r in rows if r["ROLE"] == "master"] == [a["broker"], b["broker"]]
+        assert [r["STORE ROLE"] for r in rows] == ["ASYNC_MASTER", "SLAVE"] * 2
+        assert {r["EPOCH"] for r in rows} == {"0"}
+        assert [r["LAG B"] for r in rows if r["ROLE"] == "master"] == ["-", "-"]
         created = _cli("admin", "topic", "create", "Both", "--registry", registry, *tls, env=env)
         assert created.returncode == 0, created.stderr
         assert {line.split(":")[0] for line in created.stdout.splitlines()} == {
@@ -76,6 +101,17 @@ def test_dev_runs_two_groups_with_tls_and_acl(tmp_path: Path) -> None:
             "produce", "--registry", registry, *tls, "--topic", "Both", "--count", "16", env=env
         )
         assert sent.returncode == 0, sent.stderr
+        deadline = time.monotonic() + 30
+        while True:  # the replicas catch up: their lag, from both ends' CommitLogs, is 0
+            rows = cluster_rows(registry, tls, env)
+            ends = {(r["GROUP"], r["ROLE"]): int(r["COMMITLOG END"]) for r in rows}
+            if all(r["LAG B"] == "0" for r in rows if r["ROLE"] == "replica"):
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.2)
+        assert ends[("broker-a", "master")] + ends[("broker-b", "master")] > 0  # one batch
+        for group in ("broker-a", "broker-b"):
+            assert ends[(group, "replica")] == ends[(group, "master")]
 
         code, out, err = dev.stop(signal.SIGTERM)
         assert code == 0 and out.strip().splitlines()[-1] == "cluster stopped cleanly", err

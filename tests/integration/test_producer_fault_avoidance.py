@@ -140,3 +140,20 @@ def test_a_sharded_send_fails_rather_than_move_to_another_group(cluster: LocalCl
         assert all(outcomes.values()), outcomes  # both kinds of key were tried
     finally:
         p.shutdown()
+
+
+def test_admin_cluster_shows_a_dead_member_without_failing(cluster: LocalCluster) -> None:
+    """The registry still lists broker-b's killed broker: its row stays, its store's
+    columns say ``-``, and a line names why, while broker-a's row is complete."""
+    assert cluster.registry is not None
+    kill_broker_b(cluster)
+    result = run_cli("admin", "cluster", "--registry", cluster.registry.address)
+    assert result.returncode == 0, result.stderr
+    header, a_row, b_row, note = result.stdout.splitlines()
+    assert header.split()[:2] == ["CLUSTER", "GROUP"]
+    a, b = a_row.split(), b_row.split()
+    assert a[1:4] == ["broker-a", "master", "0"] and a[5] == "ASYNC_MASTER" and a[7].isdigit()
+    assert b[1:4] == ["broker-b", "master", "0"] and b[5] == "-" and b[7] == "-"
+    broker = cluster.groups["broker-b"][0].broker
+    assert broker is not None
+    assert note.startswith(f"broker-b 0 at {broker.address} did not answer: UNAVAILABLE")
