@@ -75,6 +75,8 @@ class FaultAvoidance:
     def order(self, candidates: Sequence[T], broker_of: Callable[[T], str]) -> list[T]:
         """``candidates`` (in their order) on available groups first, then the avoided
         ones, soonest-ending mark first (each group's queues keep their order)."""
+        if not self._until:  # the usual case: nothing failed lately
+            return list(candidates)
         available = [c for c in candidates if self.available(broker_of(c))]
         if len(available) == len(candidates):
             return list(candidates)
