@@ -63,11 +63,16 @@ class ProducerOptions:
     """Queues per broker of a topic that this producer's first send creates (queues)."""
     route_refresh_ms: int = 30_000
     """How long a topic's route is used before the registry is asked again (ms)."""
+    fault_avoidance_ms: int = 10_000
+    """How long a broker group is skipped after a send to it failed as unreachable,
+    timed out, overloaded or SERVICE_NOT_AVAILABLE (ms; :mod:`boltmq.fault_avoidance`):
+    sends take other groups' queues meanwhile. Sharded sends never move (order): they
+    fail instead. 0: off (a failed send still retries on another group)."""
 
     def __post_init__(self) -> None:
         for name in ("send_timeout_ms", "batch_size", "max_pending", "default_topic_queue_nums"):
             _check_int(self, name, minimum=1)
-        for name in ("retry_times", "linger_ms", "route_refresh_ms"):
+        for name in ("retry_times", "linger_ms", "route_refresh_ms", "fault_avoidance_ms"):
             _check_int(self, name, minimum=0)
 
 

@@ -2,8 +2,11 @@
 
 - ``send`` picks a writable queue round-robin (or by ``sharding_key``, so one
   key always lands in one queue and stays ordered) and retries a retriable
-  failure on the next queue of another broker (tenacity; a sharded send
-  retries the same queue, never another, to keep the order).
+  failure on the next queue of another broker (tenacity). A group whose send
+  failed that way is avoided for ``fault_avoidance_ms`` by later sends
+  (:mod:`boltmq.fault_avoidance`). A sharded send retries the queue its first
+  attempt chose, never another: when that queue's group has no live master it
+  fails (SendError) rather than move the key and reorder it.
 - ``send_batch`` sends one list as one request to one queue.
 - ``send_async`` and ``send_oneway`` go through an accumulator: messages wait
   up to ``linger_ms`` or until ``batch_size`` of them are queued for a topic
@@ -11,7 +14,14 @@
   leave as one batch (Kafka's linger/batch.size), which is what makes an async
   producer fast. Callbacks run on the sender thread.
 - A topic no registry knows is sent through the brokers that serve the
-  auto-create template ``TBW102``; the broker creates it (when enabled).
+  auto-create template ``TBW102``; the broker creates it (when enabled). So
+  that an auto-created topic reaches every broker group that auto-creates,
+  not only the one its first send landed on, the producer keeps adding the
+  template's queues of the groups the topic's route still lacks to its
+  round-robin until the route has them all (each such send creates the topic
+  there and refreshes the route). Sharded sends never get these queues: a
+  key's queue must not change under it. A group that refuses the creation is
+  dropped from this spreading and the send retried on the route's queues.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from boltmq.client import (
     is_retryable,
     rpc_error_text,
 )
+from boltmq.fault_avoidance import FaultAvoidance
 from boltmq.kernel import telemetry
 from boltmq.kernel.registry_client import TopicNotFound
 from boltmq.kernel.signing import Credentials
@@ -68,6 +79,16 @@ class SendError(BoltMQError):
 
 class _Retry(Exception):
     """A failure worth another attempt on another queue."""
+
+
+class _Attempts:
+    """What the attempts of one send share: the groups tried, a sharded send's queue."""
+
+    __slots__ = ("tried", "pinned")
+
+    def __init__(self) -> None:
+        self.tried: set[str] = set()
+        self.pinned: MessageQueue | None = None
 
 
 class Producer:
@@ -106,6 +127,10 @@ class Producer:
         self._sender: threading.Thread | None = None
         self._running = False
         self._requester: Requester | None = None
+        self._creating: set[str] = set()
+        self.avoidance = FaultAvoidance(options.fault_avoidance_ms)
+        """Broker groups sends skip for a while after a failure there."""
+        """Topics this producer's sends auto-create, until every template group has them."""
 
     # ---------------------------------------------------------------- lifecycle
     def start(self, topics: Iterable[str] = ()) -> Producer:
@@ -193,7 +218,7 @@ class Producer:
     def _send_records(
         self, topic: str, records: bytes, count: int, sharding_key: str | None
     ) -> list[SendResult]:
-        tried: set[str] = set()
+        attempts = _Attempts()
         retrying = Retrying(
             stop=stop_after_attempt(self.options.retry_times + 1),
             wait=wait_exponential(multiplier=0.05, max=1.0),
@@ -203,7 +228,7 @@ class Producer:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._send_once(topic, records, count, sharding_key, tried)
+                    return self._send_once(topic, records, count, sharding_key, attempts)
         except _Retry as exc:
             raise SendError(
                 f"send to {topic!r} failed after {self.options.retry_times + 1} attempts: {exc}"
@@ -211,9 +236,14 @@ class Producer:
         raise AssertionError("unreachable")
 
     def _send_once(
-        self, topic: str, records: bytes, count: int, sharding_key: str | None, tried: set[str]
+        self,
+        topic: str,
+        records: bytes,
+        count: int,
+        sharding_key: str | None,
+        attempts: _Attempts,
     ) -> list[SendResult]:
-        queue, address = self._pick(topic, sharding_key, tried)
+        queue, address, creating = self._pick(topic, sharding_key, attempts)
         # The records go as they are to any queue: the store writes the queue id.
         request = broker_pb2.SendRequest(
             producer_group=self.group,
@@ -228,53 +258,100 @@ class Producer:
                 request.SerializeToString(), timeout=self._send_timeout_s
             )
         except grpc.RpcError as exc:
-            tried.add(queue.broker_name)
+            attempts.tried.add(queue.broker_name)
             if is_retryable(exc):
+                self.avoidance.failed(queue.broker_name)
                 self.client.forget_route(topic)
                 raise _Retry(f"{address}: {rpc_error_text(exc)}") from None
+            if creating:  # that group does not create it: the route's groups take the send
+                self._creating.discard(topic)
+                raise _Retry(f"{address}: {rpc_error_text(exc)}") from None
             raise SendError(f"send to {topic!r} refused: {rpc_error_text(exc)}") from None
+        if creating:
+            self.client.forget_route(topic)  # the next send sees the group it reached
         results = send_results(response)
         failed = [r for r in results if r.status is SendStatus.SEND_FAILED]
         if failed and failed[0].put_status == "SERVICE_NOT_AVAILABLE":
-            tried.add(queue.broker_name)
+            attempts.tried.add(queue.broker_name)
+            self.avoidance.failed(queue.broker_name)
             raise _Retry(f"{address}: {failed[0].error}")
+        self.avoidance.succeeded(queue.broker_name)
         return results
 
     def _pick(
-        self, topic: str, sharding_key: str | None, tried: set[str]
-    ) -> tuple[MessageQueue, str]:
-        route_topic = topic
+        self, topic: str, sharding_key: str | None, attempts: _Attempts
+    ) -> tuple[MessageQueue, str, bool]:
+        """A queue, its broker's address, and whether the send creates the topic, which
+        exists elsewhere, on a group the topic's route lacks (the module docstring)."""
+        uncreated: set[str] = set()  # groups the existing route lacks, from the template
+        found = True
         try:
             queues = self.client.write_queues(topic)
         except TopicNotFound:
             queues = self._template_queues(topic)
-            route_topic = DEFAULT_TOPIC  # the new topic's brokers are the template's
+            found = False
+            self._creating.add(topic)
+        else:
+            if topic in self._creating and sharding_key is None:
+                extra = self._template_queues(topic, {q.broker_name for q in queues})
+                if not extra:
+                    self._creating.discard(topic)
+                uncreated = {q.broker_name for q in extra}
+                queues += extra
         if not queues:
             raise SendError(f"no writable queue for topic {topic!r}")
         if sharding_key is not None:
-            queue = queues[abs(java_string_hash(sharding_key)) % len(queues)]
-        else:
-            start = next(self._counter)
-            candidates = [queues[(start + i) % len(queues)] for i in range(len(queues))]
-            fresh = [q for q in candidates if q.broker_name not in tried]
-            queue = (fresh or candidates)[0]
+            if attempts.pinned is None:
+                attempts.pinned = queues[abs(java_string_hash(sharding_key)) % len(queues)]
+            return self._pinned(attempts.pinned, found)
+        start = next(self._counter)
+        candidates = [queues[(start + i) % len(queues)] for i in range(len(queues))]
+        fresh = [q for q in candidates if q.broker_name not in attempts.tried]
+        queue = self.avoidance.order(fresh or candidates, _broker_name)[0]
+        creating = queue.broker_name in uncreated
+        # A group that lacks the topic is found through the template's route.
+        route_topic = DEFAULT_TOPIC if creating or not found else topic
         try:
-            return queue, self.client.address_of(
-                MessageQueue(route_topic, queue.broker_name, queue.queue_id)
+            return (
+                queue,
+                self.client.address_of(
+                    MessageQueue(route_topic, queue.broker_name, queue.queue_id)
+                ),
+                creating,
             )
         except BrokerUnavailable as exc:
             raise _Retry(str(exc)) from None
 
-    def _template_queues(self, topic: str) -> list[MessageQueue]:
-        """Queues an auto-created ``topic`` will have on the template's brokers."""
+    def _pinned(self, queue: MessageQueue, found: bool) -> tuple[MessageQueue, str, bool]:
+        """A sharded send's queue and address; SendError when its group has no live master
+        (moving the key to another group would reorder it)."""
+        route_topic = queue.topic if found else DEFAULT_TOPIC
+        try:
+            address = self.client.address_of(
+                MessageQueue(route_topic, queue.broker_name, queue.queue_id)
+            )
+        except BrokerUnavailable as exc:
+            raise SendError(
+                f"sharded send to {queue} failed: {exc}; a sharded send stays on its queue "
+                "(moving it to another broker group would reorder its key)"
+            ) from None
+        return queue, address, False
+
+    def _template_queues(self, topic: str, skip: set[str] | None = None) -> list[MessageQueue]:
+        """Queues an auto-created ``topic`` will have on the template's brokers (but those
+        in ``skip``, which have it already). SendError when no broker auto-creates and
+        none has the topic."""
         try:
             route = self.client.route(DEFAULT_TOPIC)
         except TopicNotFound:
+            if skip is not None:
+                self._creating.discard(topic)
+                return []
             raise SendError(
                 f"topic {topic!r} does not exist and no broker auto-creates topics"
             ) from None
         template = self.client.write_queues(DEFAULT_TOPIC, route)
-        brokers = sorted({q.broker_name for q in template})
+        brokers = sorted({q.broker_name for q in template} - (skip or set()))
         count = self.options.default_topic_queue_nums
         return [MessageQueue(topic, b, q) for b in brokers for q in range(count)]
 
@@ -352,6 +429,10 @@ class Producer:
         for (_, future, callback), result in zip(batch, results, strict=False):
             future.set_result(result)
             _call(callback, result, None)
+
+
+def _broker_name(queue: MessageQueue) -> str:
+    return queue.broker_name
 
 
 def _call(

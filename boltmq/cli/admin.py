@@ -2,7 +2,9 @@
 
 Brokers are found through the registry (``GetClusterInfo``); a command that
 changes a topic goes to every master broker of the cluster (or the one named
-with ``--broker``), as RocketMQ's ``updateTopic -c`` does. ``--broker-address
+with ``--broker``, or those ``topic create --groups a,b`` names), as RocketMQ's
+``updateTopic -c`` does, so a topic's queues live on every group and its route
+merges them. ``--broker-address
 HOST:PORT`` skips the registry and talks to that one broker (on the broker's
 own host, ``127.0.0.1:PORT``: how accounts are prepared while the ACL is off).
 
@@ -56,9 +58,13 @@ class Admin:
         except RegistryError as exc:
             raise fail(str(exc)) from None
 
-    def masters(self) -> list[registry_pb2.BrokerLiveInfo]:
-        """The masters to call: each registered one (or the one ``--broker`` names), or the
-        broker at ``--broker-address`` named ``--broker`` (else by its address)."""
+    def masters(self, groups: str | None = None) -> list[registry_pb2.BrokerLiveInfo]:
+        """The masters to call: each registered one (or the one ``--broker`` names), the
+        broker at ``--broker-address`` named ``--broker`` (else by its address), or the
+        live masters of the comma-separated broker ``groups`` when given (each must have
+        one, otherwise the command fails naming it and the live groups)."""
+        if groups is not None:
+            return self._masters_of(groups)
         if self.broker_address:
             address = self.broker_address
             name = self.only_broker or address
@@ -72,6 +78,31 @@ class Admin:
             where = f"named {self.only_broker!r} " if self.only_broker else ""
             raise fail(f"no live master broker {where}is registered")
         return sorted(brokers, key=lambda b: b.broker_name)
+
+    def _masters_of(self, groups: str) -> list[registry_pb2.BrokerLiveInfo]:
+        names = [name.strip() for name in groups.split(",")]
+        if not all(names):
+            raise fail(f"--groups: give broker group names separated by commas, not {groups!r}")
+        if self.only_broker or self.broker_address:
+            raise fail("--groups: give either --groups or --broker / --broker-address")
+        live = {b.broker_name: b for b in self.cluster().brokers if b.broker_id == 0}
+        unknown = [name for name in dict.fromkeys(names) if name not in live]
+        if unknown:
+            raise fail(
+                f"--groups: no live master of {', '.join(map(repr, unknown))} "
+                f"(live groups: {', '.join(sorted(live)) or 'none'})"
+            )
+        return [live[name] for name in sorted(set(names))]
+
+    def each_master_of(
+        self, groups: str | None, method: str, request: Any
+    ) -> list[tuple[str, Any]]:
+        """:meth:`each_master`, limited to ``groups`` (comma separated) when given."""
+        masters = self.masters(groups)
+        return [
+            (b.broker_name, self.call(b.address, method, request, self.target(b)))
+            for b in masters
+        ]
 
     @staticmethod
     def stub(channel: grpc.Channel) -> broker_pb2_grpc.BrokerServiceStub:
@@ -151,12 +182,14 @@ def _perm_text(perm: int) -> str:
     return ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-")
 
 
-def _upsert(admin_: Admin, name: str, queues: int, perm: int, order: bool) -> None:
+def _upsert(
+    admin_: Admin, name: str, queues: int, perm: int, order: bool, groups: str | None
+) -> None:
     config = registry_pb2.TopicConfig(
         name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm, order=order
     )
-    for broker_name, response in admin_.each_master(
-        "UpsertTopic", broker_pb2.UpsertTopicRequest(topic=config)
+    for broker_name, response in admin_.each_master_of(
+        groups, "UpsertTopic", broker_pb2.UpsertTopicRequest(topic=config)
     ):
         t = response.topic
         click.echo(
@@ -174,6 +207,12 @@ _PERM = click.option(
     help="READ 4 | WRITE 2 | INHERIT 1.",
 )
 _ORDER = click.option("--order", is_flag=True, help="Mark the topic as ordered.")
+_GROUPS = click.option(
+    "--groups",
+    default=None,
+    metavar="A,B",
+    help="Only these broker groups (comma separated; default: every live master).",
+)
 
 
 @topic.command("create")
@@ -181,10 +220,13 @@ _ORDER = click.option("--order", is_flag=True, help="Mark the topic as ordered."
 @_QUEUES
 @_PERM
 @_ORDER
+@_GROUPS
 @_with_admin
-def topic_create(admin_: Admin, name: str, queues: int, perm: int, order: bool) -> None:
-    """Create topic NAME on every master (or --broker)."""
-    _upsert(admin_, name, queues, perm, order)
+def topic_create(
+    admin_: Admin, name: str, queues: int, perm: int, order: bool, groups: str | None
+) -> None:
+    """Create topic NAME on every master (or --broker, or --groups)."""
+    _upsert(admin_, name, queues, perm, order, groups)
 
 
 @topic.command("update")
@@ -192,10 +234,13 @@ def topic_create(admin_: Admin, name: str, queues: int, perm: int, order: bool) 
 @_QUEUES
 @_PERM
 @_ORDER
+@_GROUPS
 @_with_admin
-def topic_update(admin_: Admin, name: str, queues: int, perm: int, order: bool) -> None:
-    """Change topic NAME's queues or permissions."""
-    _upsert(admin_, name, queues, perm, order)
+def topic_update(
+    admin_: Admin, name: str, queues: int, perm: int, order: bool, groups: str | None
+) -> None:
+    """Change topic NAME's queues or permissions (every master, or --broker, or --groups)."""
+    _upsert(admin_, name, queues, perm, order, groups)
 
 
 @topic.command("delete")
@@ -305,22 +350,6 @@ def group_progress(admin_: Admin, name: str) -> None:
                 f"consumer {q.consumer_offset:>12} lag {q.lag:>10}"
             )
     click.echo(f"total lag {total}")
-
-
-# ------------------------------------------------------------------------ cluster
-@admin.command("cluster")
-@_with_admin
-def cluster(admin_: Admin) -> None:
-    """Live brokers as the registry sees them."""
-    info = admin_.cluster()
-    if not info.brokers:
-        click.echo("no live brokers")
-    for b in sorted(info.brokers, key=lambda b: (b.cluster_name, b.broker_name, b.broker_id)):
-        role = "master" if b.broker_id == 0 else f"replica {b.broker_id}"
-        click.echo(
-            f"{b.cluster_name:<16} {b.broker_name:<12} {role:<10} {b.address:<22} "
-            f"topics {b.topic_count}"
-        )
 
 
 # ------------------------------------------------------------------------ messages

@@ -43,7 +43,8 @@ def main() -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("data"),
     show_default=True,
-    help="Directory for the store's files (DATA_DIR/store).",
+    help="Directory for the stores' files (DATA_DIR/store; another group's in "
+    "DATA_DIR/<group>/store).",
 )
 @click.option("--registry-port", default=9876, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--store-port", default=10913, show_default=True, type=click.IntRange(0, 65535))
@@ -64,11 +65,18 @@ def main() -> None:
     help="Port of the master's HA service (with --replicas).",
 )
 @click.option(
+    "--broker-groups",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 26),
+    help="Broker groups broker-a, broker-b, ... (group g's ports are the given ones + 10 g).",
+)
+@click.option(
     "--replicas",
     default=0,
     show_default=True,
     type=click.IntRange(0, 8),
-    help="Replica stores (each with its HA service and broker).",
+    help="Replica stores of every group (each with its HA service and broker).",
 )
 @click.option(
     "--role",
@@ -100,6 +108,7 @@ def dev(
     host: str,
     flush: str,
     ha_port: int,
+    broker_groups: int,
     replicas: int,
     role: str,
     store_set: tuple[str, ...],
@@ -108,27 +117,14 @@ def dev(
     tls: bool,
     acl: bool,
 ) -> None:
-    """Run a local cluster (registry, store, broker; replicas with HA) until Ctrl-C."""
+    """Run a local cluster (registry; per broker group a store and a broker, replicas with
+    HA) until Ctrl-C."""
     from boltmq.cli.dev.launcher import LaunchError
     from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
 
     data_dir = data_dir.resolve()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    certificates = None
-    if tls:
-        from boltmq.cli.dev import certificates as dev_certificates
-
-        certificates = dev_certificates.generate(data_dir / "tls", hosts=(host,))
-    dev_acl = None
-    if acl:
-        from boltmq.cli.dev import acl_seed
-
-        dev_acl = acl_seed.ensure(data_dir / "acl")
-        broker_set = (*dev_acl.broker_settings(), *broker_set)
-    cluster = LocalCluster(
-        ClusterSpec(
+    try:
+        spec = ClusterSpec(
             data_dir,
             replicas,
             host,
@@ -141,27 +137,42 @@ def dev(
             store_set,
             broker_set,
             ha_set,
-            certificates=certificates,
+            groups=broker_groups,
         )
-    )
+    except ValueError as exc:
+        raise fail(exc) from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if tls:
+        from boltmq.cli.dev import certificates as dev_certificates
+
+        spec.certificates = dev_certificates.generate(
+            data_dir / "tls", hosts=(host,), groups=tuple(spec.group_names())
+        )
+    certificates = spec.certificates
+    dev_acl = None
+    if acl:
+        from boltmq.cli.dev import acl_seed
+
+        dev_acl = acl_seed.ensure(data_dir / "acl")
+        spec.broker_settings = (*dev_acl.broker_settings(), *broker_set)
+    cluster = LocalCluster(spec)
     try:
         cluster.start()
     except LaunchError as exc:
         raise fail(exc) from None
     assert cluster.registry is not None
     click.echo(f"registry  {cluster.registry.address}")
-    master, *replica_members = cluster.members
-    assert master.broker is not None
-    click.echo(f"store     {master.store.address}   data {master.data_dir}")
-    click.echo(f"broker    {master.broker.address}")
-    if master.ha is not None:
-        click.echo(f"ha        {master.ha.address}")
-    for member in replica_members:
-        assert member.broker is not None and member.ha is not None
-        click.echo(
-            f"replica {member.index} store {member.store.address}   broker "
-            f"{member.broker.address}   ha {member.ha.address}   data {member.data_dir}"
-        )
+    for group, members in cluster.groups.items():
+        for member in members:
+            assert member.broker is not None
+            role_text = "master" if member.index == 0 else f"replica {member.index}"
+            ha_text = f"ha {member.ha.address}  " if member.ha is not None else ""
+            click.echo(
+                f"{group}  {role_text:<10} store {member.store.address}  broker "
+                f"{member.broker.address}  {ha_text}data {member.data_dir}"
+            )
     click.echo(f"logs      {cluster.log_dir}")
     if certificates:
         click.echo(
@@ -356,6 +367,7 @@ def inspect(directory: Path, records: int, from_offset: int | None) -> None:
 def _register_client_commands() -> None:
     from boltmq.cli import (
         acl,  # noqa: F401 - adds ``admin acl``
+        cluster,  # noqa: F401 - adds ``admin cluster``
         dlq,  # noqa: F401 - adds ``admin group dlq``
         ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
     )

@@ -168,8 +168,12 @@ def test_admin_topic_create_update_list_route_status_delete(boltmq: Run, cluster
 
 
 def test_admin_cluster_and_message_lookups(boltmq: Run, cluster: Cluster) -> None:
-    info = boltmq("admin", "cluster").stdout.split()
-    assert info[:4] == ["DefaultCluster", "broker-a", "master", cluster.broker.address]
+    header, row = boltmq("admin", "cluster").stdout.splitlines()
+    assert header.split()[:5] == ["CLUSTER", "GROUP", "ROLE", "ID", "ADDRESS"]
+    cells = row.split()
+    assert cells[:5] == ["DefaultCluster", "broker-a", "master", "0", cluster.broker.address]
+    assert cells[5] in ("ASYNC_MASTER", "SYNC_MASTER") and cells[6] == "0"  # store role, epoch
+    assert cells[8] == "-"  # a master has no lag of its own
 
     sent = boltmq("produce", "--topic", "lookups", "--body", "find-me", "--keys", "order-7").stdout
     msg_id = sent.split()[1]

@@ -68,6 +68,8 @@ class Dev:
             start_new_session=True,
         )
         self.banner: list[str] = []
+        self.groups: dict[str, dict[str, str]] = {}
+        """Each group's master endpoints (store, broker, ha) as the banner printed them."""
 
     def wait_ready(self) -> dict[str, str]:
         """Read the banner up to READY_LINE; the endpoints by service name."""
@@ -85,11 +87,14 @@ class Dev:
                 raise AssertionError(f"dev never became ready: {self.banner}") from None
             assert line is not None, f"dev exited: {self.banner} {self.proc.stderr.read()}"  # type: ignore
             self.banner.append(line)
-        return {
-            m.group(1): m.group(2)
+        self.groups = {
+            m.group(1): dict(re.findall(r"(store|broker|ha) (\S+:\d+)", line))
             for line in self.banner
-            if (m := re.match(r"(registry|store|broker)\s+(\S+:\d+)", line))
+            if (m := re.match(r"(broker-[a-z])\s+master\s", line))
         }
+        registry = next(line.split()[1] for line in self.banner if line.startswith("registry "))
+        first = self.groups["broker-a"]
+        return {"registry": registry, "store": first["store"], "broker": first["broker"]}
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str, str]:
         """Send ``sig``; the exit code and the rest of stdout and stderr."""
