@@ -100,8 +100,7 @@ class Admin:
         """:meth:`each_master`, limited to ``groups`` (comma separated) when given."""
         masters = self.masters(groups)
         return [
-            (b.broker_name, self.call(b.address, method, request, self.target(b)))
-            for b in masters
+            (b.broker_name, self.call(b.address, method, request, self.target(b))) for b in masters
         ]
 
     @staticmethod
