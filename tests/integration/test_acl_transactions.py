@@ -93,6 +93,14 @@ class RawChecks:
         except grpc.RpcError as exc:
             self.code, self.details = exc.code(), str(exc.details())
 
+    def opened(self) -> bool:
+        """Wait for the broker's answer: True once it has the stream open (its initial
+        metadata came), False when it refused the stream."""
+        try:
+            return ("boltmq-checks-open", "1") in tuple(self.call.initial_metadata() or ())
+        except grpc.RpcError:
+            return False
+
     def close(self) -> None:
         self.call.cancel()
         self.thread.join(5)
