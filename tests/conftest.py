@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from boltmq.kernel.config import ENV_PREFIX
 from services.store import GetStatus, MessageStore, StoreConfig
+from tests.etcd_server import EtcdServer
 
 READ_BATCH = 32
 
@@ -120,3 +121,13 @@ def span_exporter() -> Iterator[InMemorySpanExporter]:
     provider.shutdown()
     trace._TRACER_PROVIDER = None
     trace._TRACER_PROVIDER_SET_ONCE = Once()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    """A real single-member etcd on free loopback ports, its data in ``tmp_path``."""
+    server = EtcdServer(tmp_path / "etcd").start()
+    try:
+        yield server
+    finally:
+        server.stop()
