@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from boltmq.cli.etcd_server import EtcdServer
 from boltmq.kernel.config import ENV_PREFIX
 from services.store import GetStatus, MessageStore, StoreConfig
-from tests.etcd_server import EtcdServer
 
 READ_BATCH = 32
 

@@ -20,9 +20,9 @@ import pytest
 
 from boltmq import Message, Producer, ProducerOptions
 from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
+from boltmq.cli.etcd_server import EtcdServer
 from boltmq.message import SendStatus
 from boltmq.producer import SendError
-from tests.etcd_server import EtcdServer
 from tests.integration.conftest import CLUSTER_REGISTRY_SETTINGS
 from tests.integration.test_failover import (
     BROKER_SETTINGS,
@@ -38,6 +38,8 @@ from tests.integration.test_failover import (
 )
 
 LEASE_MS = 2000
+ACKNOWLEDGED = (SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE)
+"""A send the master took: SLAVE_NOT_AVAILABLE while its only replica is down."""
 
 
 def start_cluster(tmp_path: Path, etcd: EtcdServer, master_role: str) -> LocalCluster:
@@ -113,10 +115,7 @@ def test_elected_without_a_manual_step_kill_9_fails_over_and_the_old_master_rejo
     wait_for(lambda: store_info(replica.store.address).role == "MASTER", "the replica is elected")
     assert store_info(replica.store.address).epoch > first_epoch
     wait_for(
-        lambda: (
-            send_one(registry, b"probe") == SendStatus.SEND_OK
-            or send_one(registry, b"probe") == SendStatus.SLAVE_NOT_AVAILABLE
-        ),
+        lambda: send_one(registry, b"probe") in ACKNOWLEDGED,
         "sends are acknowledged by the new master",
     )
     survivors = read_all(registry, "cg-after")

@@ -1,11 +1,13 @@
-"""A real etcd for tests: Debian's ``etcd-server`` (``/usr/bin/etcd``) on free loopback ports.
+"""A local etcd for tests and benchmarks: Debian's ``etcd-server`` (``/usr/bin/etcd``)
+on free loopback ports.
 
 :class:`EtcdServer` starts one single-member etcd with its data in a temporary
 directory, waits until it answers ``/health``, and stops it (SIGTERM, then
 SIGKILL). ``stop`` and ``start`` again keep the data, so a test can take etcd
 away from the services that use it and give it back. The HA controller's tests
-use the ``etcd`` fixture of ``tests/conftest.py``; CI installs the package when
-``etcd`` is missing (``.ci/run``).
+use the ``etcd`` fixture of ``tests/conftest.py`` and ``python -m bench.failover``
+starts one; CI installs the package when ``etcd`` is missing (``.ci/run``).
+``BOLTMQ_ETCD_BINARY`` names another binary.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ETCD_BINARY = os.environ.get("BOLTMQ_TEST_ETCD", "etcd")
+ETCD_BINARY = os.environ.get("BOLTMQ_ETCD_BINARY", "etcd")
 START_WAIT_S = 20.0
 STOP_WAIT_S = 10.0
 
