@@ -17,7 +17,12 @@ epoch      none    ``{"epoch", "ha_address"}``: the last elected epoch (the
 confirmed  none    ``{"offset"}``: a CommitLog offset every acknowledged append
                    of the group ends at or before; only a store holding this much
                    may be elected (absent until the first election)
+members/A  member  ``{"end"}``: the CommitLog end of the store beside HA service
+                   ``A``, as it last announced it; gone with the service's lease
 ========== ======= ============================================================
+
+Each controller holds one lease (its session); ``master`` and its ``members/``
+key are attached to it.
 
 An election is one transaction: *if* ``master`` does not exist *and*
 ``epoch`` is unchanged since it was read, *then* put ``master`` with the
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aetcd
+from aetcd.utils import prefix_range_end
 
 from services.ha.errors import ControllerUnavailable
 
@@ -67,6 +73,8 @@ class GroupState:
     """HA address of the last elected master ("" before the first election)."""
     confirmed: int | None
     """Offset every acknowledged append ends at or before; None before the first election."""
+    members: dict[str, int]
+    """HA address -> announced CommitLog end of every member whose lease is alive."""
 
 
 def _doc(value: bytes) -> dict[str, Any]:
@@ -94,6 +102,7 @@ class GroupKeys:
         self.master_key = (base + "master").encode()
         self.epoch_key = (base + "epoch").encode()
         self.confirmed_key = (base + "confirmed").encode()
+        self.members_prefix = (base + "members/").encode()
         self._client: aetcd.Client | None = None
 
     def _connected(self) -> aetcd.Client:
@@ -137,19 +146,26 @@ class GroupKeys:
                     ops.get(self.master_key),
                     ops.get(self.epoch_key),
                     ops.get(self.confirmed_key),
+                    ops.get(self.members_prefix, prefix_range_end(self.members_prefix)),
                 ],
                 failure=[],
             )
 
         _, answers = await self._run("reading the group's keys", read)
-        master_kv, epoch_kv, confirmed_kv = (a[0] if a else None for a in answers)
+        master_kv, epoch_kv, confirmed_kv = (a[0] if a else None for a in answers[:3])
         try:
-            return self._parse(master_kv, epoch_kv, confirmed_kv)
+            members = {
+                meta.key[len(self.members_prefix) :].decode(): int(_doc(value)["end"])
+                for value, meta in answers[3]
+            }
+            return self._parse(master_kv, epoch_kv, confirmed_kv, members)
         except (ValueError, KeyError, TypeError) as exc:
             raise ControllerUnavailable(f"etcd holds an unreadable group key: {exc}") from None
 
     @staticmethod
-    def _parse(master_kv: Any, epoch_kv: Any, confirmed_kv: Any) -> GroupState:
+    def _parse(
+        master_kv: Any, epoch_kv: Any, confirmed_kv: Any, members: dict[str, int]
+    ) -> GroupState:
         master = None
         if master_kv is not None:
             value, meta = master_kv
@@ -163,7 +179,7 @@ class GroupKeys:
             doc = _doc(value)
             epoch, revision, last_master = int(doc["epoch"]), meta.mod_revision, doc["ha_address"]
         confirmed = None if confirmed_kv is None else int(_doc(confirmed_kv[0])["offset"])
-        return GroupState(master, epoch, revision, str(last_master), confirmed)
+        return GroupState(master, epoch, revision, str(last_master), confirmed, members)
 
     async def grant(self, ttl_s: int) -> int:
         """A new lease of ``ttl_s`` seconds; its id."""
@@ -201,6 +217,12 @@ class GroupKeys:
         """Refresh the lease; False when etcd no longer has it (it expired)."""
         answer = await self._run("renewing the lease", lambda c: c.refresh_lease(lease_id))
         return int(answer.TTL) > 0
+
+    async def announce(self, ha_address: str, end: int, lease_id: int) -> None:
+        """Put ``members/<ha_address>`` = the store's CommitLog ``end``, under ``lease_id``."""
+        key = self.members_prefix + ha_address.encode()
+        value = json.dumps({"end": end}).encode()
+        await self._run("announcing the store's end", lambda c: c.put(key, value, lease=lease_id))
 
     async def publish_confirmed(self, offset: int) -> None:
         """Raise ``confirmed`` to ``offset`` (callers only ever raise it)."""

@@ -32,6 +32,8 @@ class FakeEtcd:
         self.epoch_revision = 0
         self.last_master = ""
         self.confirmed: int | None = None
+        self.members: dict[str, tuple[int, int]] = {}
+        """HA address -> (announced end, lease)."""
         self.leases: set[int] = set()
         self._ids = itertools.count(1)
         self._revisions = itertools.count(1)
@@ -41,6 +43,7 @@ class FakeEtcd:
         self.leases.discard(lease_id)
         if self.master is not None and self.master.lease_id == lease_id:
             self.master = None
+        self.members = {a: m for a, m in self.members.items() if m[1] != lease_id}
 
 
 @dataclass
@@ -56,7 +59,8 @@ class FakeKeys:
     async def state(self) -> GroupState:
         self._up()
         e = self.etcd
-        return GroupState(e.master, e.epoch, e.epoch_revision, e.last_master, e.confirmed)
+        members = {address: end for address, (end, _) in e.members.items()}
+        return GroupState(e.master, e.epoch, e.epoch_revision, e.last_master, e.confirmed, members)
 
     async def grant(self, ttl_s: int) -> int:
         self._up()
@@ -81,6 +85,11 @@ class FakeKeys:
     async def keep_alive(self, lease_id: int) -> bool:
         self._up()
         return lease_id in self.etcd.leases
+
+    async def announce(self, ha_address: str, end: int, lease_id: int) -> None:
+        self._up()
+        assert lease_id in self.etcd.leases
+        self.etcd.members[ha_address] = (end, lease_id)
 
     async def publish_confirmed(self, offset: int) -> None:
         self._up()
@@ -150,8 +159,8 @@ def controller(
     return node
 
 
-def state(confirmed: int | None, last_master: str = "") -> GroupState:
-    return GroupState(None, 3, 9, last_master, confirmed)
+def state(confirmed: int | None, members: dict[str, int] | None = None) -> GroupState:
+    return GroupState(None, 3, 9, "", confirmed, members or {})
 
 
 def info(end: int, role: str = "REPLICA") -> store_pb2.StoreInfo:
@@ -160,11 +169,19 @@ def info(end: int, role: str = "REPLICA") -> store_pb2.StoreInfo:
 
 def test_who_may_stand_for_election() -> None:
     # Before the first election only a store that was a master may stand.
-    assert campaign_refusal(info(0), state(None), was_master=True) == ""
-    assert "never a master" in campaign_refusal(info(500), state(None), was_master=False)
-    # After it, a store must hold everything the last master confirmed.
-    assert campaign_refusal(info(1000), state(1000), was_master=False) == ""
-    assert "before the offset 1000" in campaign_refusal(info(999), state(1000), was_master=True)
+    assert campaign_refusal(info(0), state(None), "b:1", was_master=True) == ""
+    refusal = campaign_refusal(info(500), state(None), "b:1", was_master=False)
+    assert "never a master" in refusal
+    # After it, a store must hold everything the last master confirmed,
+    assert campaign_refusal(info(1000), state(1000), "b:1", was_master=False) == ""
+    refusal = campaign_refusal(info(999), state(1000), "b:1", was_master=True)
+    assert "before the 1000 the last master confirmed" in refusal
+    # and no live member may hold more (it has appends only it acknowledged).
+    members = {"b:1": 1500, "c:1": 1600, "d:1": 1200}
+    refusal = campaign_refusal(info(1500), state(1000, members), "b:1", was_master=False)
+    assert "c:1 holds more (its store ends at 1600, this one at 1500)" in refusal
+    members["c:1"] = 1500  # a tie: both may stand, the transaction picks one
+    assert campaign_refusal(info(1500), state(1000, members), "b:1", was_master=False) == ""
 
 
 def test_an_election_takes_an_epoch_above_every_epoch_seen() -> None:
@@ -211,7 +228,7 @@ def test_a_lost_lease_fences_the_master_and_the_replica_in_sync_takes_the_next_e
         store_a.end, store_b.end, acked["b:1"] = 900, 900, 900
         await a.step()  # the master publishes what its replica acknowledged
         assert etcd.confirmed == 900
-        etcd.expire(a._lease_id)
+        etcd.expire(a.lease_id)
         await a.step()  # the renewal says the lease is gone: stop acknowledging
         assert not a.leading and store_a.role == "REPLICA"
         await b.step()  # the last master gets one tick to come back first
@@ -270,9 +287,11 @@ def test_a_master_whose_store_stops_answering_resigns() -> None:
         a = controller(etcd, store_a, "a:1")
         await a.step()
         store_a.down = True
-        await a.step()
+        with pytest.raises(StoreUnavailable):
+            await a.step()
         assert a.leading  # one missed answer is not enough
-        await a.step()
+        with pytest.raises(StoreUnavailable):
+            await a.step()
         assert not a.leading and etcd.master is None  # the lease is given up at once
 
     asyncio.run(scenario())
@@ -287,5 +306,33 @@ def test_two_candidates_never_win_the_same_epoch() -> None:
         await asyncio.gather(*(n.step() for n in nodes))
         assert [n.leading for n in nodes].count(True) == 1
         assert sorted(s.epoch for s in stores) == [4, 5]
+
+    asyncio.run(scenario())
+
+
+def test_of_two_replicas_the_one_holding_more_is_elected() -> None:
+    async def scenario() -> None:
+        etcd = FakeEtcd()
+        acked = {"b:1": 0, "c:1": 0}
+        stores = {n: FakeStore("MASTER" if n == "a" else "REPLICA") for n in "abc"}
+        nodes = {
+            n: controller(etcd, stores[n], f"{n}:1", acked if n == "a" else None) for n in "abc"
+        }
+        for n in "abc":
+            await nodes[n].step()
+        stores["a"].end, stores["b"].end, stores["c"].end = 1000, 900, 900
+        acked.update({"b:1": 900, "c:1": 900})
+        for n in "abc":
+            await nodes[n].step()
+        assert etcd.confirmed == 900
+        # c acknowledges the last appends and announces them; the master dies before it
+        # publishes them as confirmed: b reaches `confirmed` but c holds more.
+        stores["c"].end, acked["c:1"] = 1000, 1000
+        await nodes["c"].step()
+        etcd.expire(nodes["a"].lease_id)  # the master dies
+        for _ in range(2):
+            for n in "bc":
+                await nodes[n].step()
+        assert stores["c"].role == "MASTER" and stores["b"].role == "REPLICA"
 
     asyncio.run(scenario())
