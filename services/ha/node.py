@@ -8,6 +8,11 @@ once (nothing more is appended once the change is seen) and a demotion ends
 every replica's stream and starts following. Rejected: a push from the store
 on role changes, which would make the store call out to its HA service and
 point a lower layer at a higher one.
+
+With ``controller_endpoints`` set, the node also runs the controller
+(:mod:`services.ha.controller`), which changes the store's role itself (elected:
+promote; fenced or not elected: demote); the watcher then follows the store's
+role as it does after a manual promotion.
 """
 
 from __future__ import annotations

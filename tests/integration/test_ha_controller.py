@@ -9,6 +9,7 @@ timing assertion.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -23,6 +24,8 @@ from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
 from boltmq.cli.etcd_server import EtcdServer
 from boltmq.message import SendStatus
 from boltmq.producer import SendError
+from services.ha.errors import ControllerUnavailable
+from services.ha.group_keys import GroupKeys, MasterRecord
 from tests.integration.conftest import CLUSTER_REGISTRY_SETTINGS
 from tests.integration.test_failover import (
     BROKER_SETTINGS,
@@ -36,6 +39,7 @@ from tests.integration.test_failover import (
     store_info,
     wait_for,
 )
+from tests.integration.test_metrics import free_port
 
 LEASE_MS = 2000
 ACKNOWLEDGED = (SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE)
@@ -205,3 +209,35 @@ def test_bad_controller_settings_are_refused_at_start(
     assert done.returncode != 0
     assert message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_controller_moves_to_the_next_etcd_endpoint_when_one_fails(
+    etcd: EtcdServer,
+) -> None:
+    async def scenario() -> None:
+        dead = f"127.0.0.1:{free_port()}"
+        keys = GroupKeys((dead, etcd.endpoint), "/boltmq", "C", "g", timeout_s=3.0)
+        try:
+            with pytest.raises(ControllerUnavailable, match=f"etcd at {dead}"):
+                await keys.state()
+            state = await keys.state()  # the next endpoint answers
+            assert state.master is None and state.confirmed is None and state.members == {}
+            lease_id = await keys.grant(2)
+            record = MasterRecord("127.0.0.1:1", "127.0.0.1:2", 1)
+            assert await keys.campaign(state, record, lease_id, 42)
+            assert not await keys.campaign(state, record, lease_id, 42)  # the key exists
+            await keys.announce("127.0.0.1:1", 42, lease_id)
+            elected = await keys.state()
+            assert elected.master == MasterRecord("127.0.0.1:1", "127.0.0.1:2", 1, lease_id)
+            assert (elected.epoch, elected.confirmed, elected.members) == (
+                1,
+                42,
+                {"127.0.0.1:1": 42},
+            )
+            await keys.revoke(lease_id)  # the master key and the member key go with it
+            after = await keys.state()
+            assert after.master is None and after.members == {} and after.epoch == 1
+        finally:
+            await keys.close()
+
+    asyncio.run(scenario())
