@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from boltmq.cli.etcd_server import EtcdServer
 from boltmq.kernel.config import ENV_PREFIX
 from services.store import GetStatus, MessageStore, StoreConfig
 
@@ -120,3 +121,13 @@ def span_exporter() -> Iterator[InMemorySpanExporter]:
     provider.shutdown()
     trace._TRACER_PROVIDER = None
     trace._TRACER_PROVIDER_SET_ONCE = Once()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    """A real single-member etcd on free loopback ports, its data in ``tmp_path``."""
+    server = EtcdServer(tmp_path / "etcd").start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -11,6 +11,8 @@ It talks to the store beside it only through the store's gRPC API. Its modules:
 - :mod:`~services.ha.resume`: where a master resumes a replica (pure rules).
 - :mod:`~services.ha.progress`: replica acks forwarded to the master's store (ReportReplicas).
 - :mod:`~services.ha.follower`: the replica side: follows the master into the own store.
+- :mod:`~services.ha.controller`: the master elected through etcd, and self-fencing (optional).
+- :mod:`~services.ha.group_keys`: the group's keys in etcd and every etcd call (their layout).
 - :mod:`~services.ha.master_locator`: where the master's HA service is (config or registries).
 - :mod:`~services.ha.store_client`: calls to the own store, with deadlines and named errors.
 - :mod:`~services.ha.metrics`: replication lag as OpenTelemetry gauges.

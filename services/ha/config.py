@@ -16,6 +16,10 @@ from boltmq.wire.topic import is_topic
 PORT_MAX = 65535
 REPLICA_START_MODES = ("LAST_SEGMENT", "FIRST_SEGMENT")
 _ADDRESS_PATTERN = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$")
+CONTROLLER_LEASE_MIN_MS = 2_000
+"""etcd grants no lease shorter than its own minimum TTL (about 1.5 election timeouts)."""
+CONTROLLER_LEASE_MAX_MS = 600_000
+_PREFIX_PATTERN = re.compile(r"^/[A-Za-z0-9_.\-/]*[A-Za-z0-9_.\-]$")
 MAX_CHUNK_BYTES_LIMIT = 32 * 1024 * 1024
 """The store's own ceiling for one ReadCommitLog chunk."""
 
@@ -60,6 +64,14 @@ class HAConfig(CallerLimitSettings):
     """Longest pause between two reconnect attempts."""
     unacked_chunks_max: int = 4_096
     """Master: chunks sent but not yet acknowledged by a replica before sending pauses."""
+    controller_endpoints: str = ""
+    """Comma-separated etcd ``host:port`` endpoints: the group elects its master there
+    (docs/ha.md, "Automatic failover"). Empty: no controller, roles change only by hand."""
+    controller_lease_ms: int = 3_000
+    """TTL of the master's etcd lease, whole seconds: a dead master is replaced about this
+    long after it stops; a live master cut off from etcd fences itself well within it."""
+    controller_prefix: str = "/boltmq"
+    """etcd key prefix of the controller's keys (``<prefix>/<cluster>/<group>/...``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -97,9 +109,42 @@ class HAConfig(CallerLimitSettings):
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.reconnect_max_ms < self.reconnect_min_ms:
             raise ConfigError("reconnect_max_ms must not be below reconnect_min_ms")
+        self._check_controller()
         if self.housekeeping_interval_ms <= self.heartbeat_interval_ms:
             # Otherwise a healthy but idle stream would be closed between two heartbeats.
             raise ConfigError("housekeeping_interval_ms must exceed heartbeat_interval_ms")
+
+    def _check_controller(self) -> None:
+        for address in self.controller_endpoint_list:
+            _check_address("controller_endpoints", address)
+        if not self.controller_endpoint_list:
+            return
+        if self.master_address:
+            raise ConfigError(
+                "master_address and controller_endpoints exclude each other: the controller "
+                "elects the master, a static master_address would outlive a failover"
+            )
+        if not self.registry_address_list:
+            raise ConfigError(
+                "controller_endpoints needs registry_addresses: a replica finds the elected "
+                "master's HA service through the registries"
+            )
+        lease_ms = self.controller_lease_ms
+        if lease_ms % 1000 or not CONTROLLER_LEASE_MIN_MS <= lease_ms <= CONTROLLER_LEASE_MAX_MS:
+            raise ConfigError(
+                f"controller_lease_ms must be whole seconds between {CONTROLLER_LEASE_MIN_MS} "
+                f"and {CONTROLLER_LEASE_MAX_MS} (an etcd lease TTL), got {lease_ms}"
+            )
+        if not _PREFIX_PATTERN.fullmatch(self.controller_prefix):
+            raise ConfigError(
+                "controller_prefix must start with '/', not end with one, and use only "
+                f"letters, digits, '/', '_', '.' and '-', got {self.controller_prefix!r}"
+            )
+
+    @property
+    def controller_endpoint_list(self) -> tuple[str, ...]:
+        """The etcd endpoints, parsed from ``controller_endpoints``."""
+        return tuple(a.strip() for a in self.controller_endpoints.split(",") if a.strip())
 
     @property
     def registry_address_list(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ CannotResume           FAILED_PRECONDITION (the message says what to do)
 StreamSilent           DEADLINE_EXCEEDED
 ReplicationBroken      ABORTED (every other disagreement of the two sides)
 StoreUnavailable       UNAVAILABLE
+ControllerUnavailable  UNAVAILABLE (etcd; only logged, never ends a call)
 StoreCallFailed        the status the store answered with
 any other HAError      INTERNAL
 =====================  ===================================================
@@ -44,6 +45,10 @@ class StoreCallFailed(HAError):
 
 class CannotResume(HAError, FailedPrecondition):
     """The master cannot serve this replica from where it is (its data was deleted, ...)."""
+
+
+class ControllerUnavailable(HAError, Unavailable):
+    """The controller's etcd did not answer (or answered with an error) in time."""
 
 
 class MasterUnknown(HAError):

@@ -8,6 +8,11 @@ once (nothing more is appended once the change is seen) and a demotion ends
 every replica's stream and starts following. Rejected: a push from the store
 on role changes, which would make the store call out to its HA service and
 point a lower layer at a higher one.
+
+With ``controller_endpoints`` set, the node also runs the controller
+(:mod:`services.ha.controller`), which changes the store's role itself (elected:
+promote; fenced or not elected: demote); the watcher then follows the store's
+role as it does after a manual promotion.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from opentelemetry.metrics import MeterProvider
 from boltmq.kernel import runtime, tls
 from boltmq.v1 import ha_pb2, store_pb2
 from services.ha.config import HAConfig
+from services.ha.controller import Controller
 from services.ha.errors import HAError
 from services.ha.follower import Follower
 from services.ha.master import MasterSide
@@ -48,6 +54,12 @@ class HANode:
         self.master = MasterSide(config, self.store, self.replicas, self.forwarder)
         self.locator = MasterLocator(config, self.tls)
         self.follower: Follower | None = None
+        self.controller = (
+            Controller(config, self.store, self.replicas.acked_offsets)
+            if config.controller_endpoint_list
+            else None
+        )
+        """Elects the group's master through etcd; None without ``controller_endpoints``."""
         self.info: store_pb2.StoreInfo | None = None
         """The store's info as of the last successful poll."""
         self._watch_task: asyncio.Task[None] | None = None
@@ -60,13 +72,18 @@ class HANode:
         info = await self._first_store_info()
         await self._apply_role(info)
         self._watch_task = asyncio.create_task(self._watch(), name="ha-role-watch")
+        if self.controller is not None:
+            self.controller.start(own_address)
 
     async def before_stop(self) -> None:
         """End every replica's stream (they would hold the server's grace period)."""
         self._end_master_side("the HA service is stopping")
 
     async def stop(self) -> None:
-        """Stop watching, following and forwarding; close the connections."""
+        """Stop electing (a master demotes its store), watching, following and forwarding;
+        close the connections."""
+        if self.controller is not None:
+            await self.controller.stop()
         task, self._watch_task = self._watch_task, None
         await runtime.cancel_and_wait(task)
         if self.follower is not None:

@@ -132,6 +132,22 @@ class HAStoreClient(StoreChannel):
         )
         return info
 
+    async def promote(self, epoch: int) -> store_pb2.StoreInfo:
+        """Make the store the master of ``epoch`` (the controller's election; it must be a
+        replica: a master is refused)."""
+        info: store_pb2.StoreInfo = await self._call(
+            "SetRole", store_pb2.SetRoleRequest(role=store_pb2.MASTER, epoch=epoch, broker_id=0)
+        )
+        return info
+
+    async def fence(self) -> store_pb2.StoreInfo:
+        """Make the store a replica now, keeping its epoch, history and id: it refuses client
+        writes, and SYNC_MASTER appends still waiting for a replica give up."""
+        info: store_pb2.StoreInfo = await self._call(
+            "SetRole", store_pb2.SetRoleRequest(role=store_pb2.REPLICA, epoch=0, broker_id=-1)
+        )
+        return info
+
     async def read_commitlog(
         self, offset: int, max_chunk_bytes: int, heartbeat_ms: int
     ) -> AsyncGenerator[store_pb2.CommitLogChunk, None]:

@@ -79,7 +79,8 @@ class StoreConfig(CallerLimitSettings):
     slave_timeout_ms: int = 3_000
     """SYNC_MASTER: how long an append waits for a replica ack."""
     promoted_broker_role: str = "ASYNC_MASTER"
-    """The role a replica store takes when promoted (ASYNC_MASTER or SYNC_MASTER)."""
+    """The role a replica store takes when promoted (ASYNC_MASTER or SYNC_MASTER); a store
+    configured as a master (``broker_role``) takes that role again when promoted."""
     store_host: str = "127.0.0.1"
     """Address written as store host and into message ids."""
     store_port: int = 10911

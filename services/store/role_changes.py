@@ -70,6 +70,12 @@ class RoleChanges:
         self.role = role
         return [note] if note else []
 
+    def _promoted_role(self) -> str:
+        """A store configured as a master returns to that flavour (a SYNC_MASTER demoted
+        by a fence and elected again stays SYNC); a replica takes ``promoted_broker_role``."""
+        configured = self.config.broker_role
+        return configured if configured in MASTER_ROLES else self.config.promoted_broker_role
+
     def _copy(self) -> RoleState:
         role = self.role
         return RoleState(role.broker_role, role.epoch, list(role.epochs), role.broker_id)
@@ -92,7 +98,7 @@ class RoleChanges:
         with commitlog.lock, self.dispatcher.paused():
             finish_queue_offsets(commitlog, self.queues)
             role = self._copy()
-            role.promote(self.config.promoted_broker_role, epoch, commitlog.max_offset)
+            role.promote(self._promoted_role(), epoch, commitlog.max_offset)
             role.broker_id = broker_id
             self.role_file.save(role)
             self.replicas.reset(commitlog.max_offset)

@@ -42,6 +42,25 @@ def test_config_loads_from_flags_and_env_and_refuses_nonsense() -> None:
             load_config(HAConfig, env={}, overrides=bad)
 
 
+def test_controller_settings_are_checked_together() -> None:
+    base = {"registry_addresses": "r:1", "controller_endpoints": "e1:2379, e2:2379"}
+    config = load_config(HAConfig, env={}, overrides=base)
+    assert config.controller_endpoint_list == ("e1:2379", "e2:2379")
+    assert config.controller_lease_ms == 3000 and config.controller_prefix == "/boltmq"
+    assert load_config(HAConfig, env={}, overrides={}).controller_endpoint_list == ()  # off
+    for bad, match in (
+        ({"controller_endpoints": "e1"}, "controller_endpoints: expected host:port"),
+        ({"registry_addresses": ""}, "controller_endpoints needs registry_addresses"),
+        ({"master_address": "m:1"}, "exclude each other"),
+        ({"controller_lease_ms": "2500"}, "whole seconds between 2000 and 600000"),
+        ({"controller_lease_ms": "1000"}, "whole seconds between 2000 and 600000"),
+        ({"controller_prefix": "/boltmq/"}, "controller_prefix must start with '/'"),
+        ({"controller_prefix": "/a b"}, "controller_prefix must start with '/'"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            load_config(HAConfig, env={}, overrides={**base, **bad})
+
+
 def test_the_master_is_the_live_broker_id_0_of_the_group() -> None:
     def live(name: str, broker_id: int, ha: str, epoch: int = 0) -> registry_pb2.BrokerLiveInfo:
         return registry_pb2.BrokerLiveInfo(

@@ -306,6 +306,17 @@ def test_only_if_replica_never_undoes_a_promotion(pair: tuple[MessageStore, Mess
     assert role.epoch == 2 and not role.is_master
 
 
+def test_a_demoted_master_promoted_again_keeps_its_configured_flavour(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    # A SYNC_MASTER fenced (demoted) and elected again must not come back ASYNC.
+    master = make_store(broker_role="SYNC_MASTER", promoted_broker_role="ASYNC_MASTER")
+    master.demote()
+    assert master.promote(epoch=4).broker_role == "SYNC_MASTER"
+    replica = make_store(tmp_path / "replica", broker_role="SLAVE")
+    assert replica.promote().broker_role == "ASYNC_MASTER"  # promoted_broker_role's default
+
+
 # --------------------------------------------------------------------------- SYNC_MASTER
 
 
