@@ -10,7 +10,7 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install lock proto node run test test-reliability lint bench soak bench-compare pipeline-demo clean
+.PHONY: install lock proto node etcd run test test-reliability lint bench soak bench-compare pipeline-demo clean
 
 install: $(STAMP)
 
@@ -43,10 +43,17 @@ $(NODE_STAMP): clients/node/package.json clients/node/package-lock.json
 	cd clients/node && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
+# The HA controller's tests and `boltmq dev --controller etcd` run a real etcd: Debian's
+# etcd-server (/usr/bin/etcd), installed with apt-get when missing (as root, or through sudo).
+etcd:
+	@command -v etcd >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q etcd-server; }
+
 run: install proto
 	$(VENV)/bin/boltmq dev --data-dir $(DATA)
 
-test: install proto node
+test: install proto node etcd
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fault and fuzz suites at full length (make test runs them short):
@@ -54,7 +61,7 @@ test: install proto node
 RELIABILITY_ROUNDS ?= 10
 FUZZ_EXAMPLES ?= 1000
 
-test-reliability: install proto
+test-reliability: install proto etcd
 	BOLTMQ_RELIABILITY_ROUNDS=$(RELIABILITY_ROUNDS) BOLTMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 		$(PY) -m pytest tests/reliability tests/fuzz -s $(PYTEST_ARGS)
 
