@@ -6,7 +6,7 @@ directory, waits until it answers ``/health``, and stops it (SIGTERM, then
 SIGKILL). ``stop`` and ``start`` again keep the data, so a test can take etcd
 away from the services that use it and give it back. The HA controller's tests
 use the ``etcd`` fixture of ``tests/conftest.py`` and ``python -m bench.failover``
-starts one; CI installs the package when ``etcd`` is missing (``.ci/run``).
+starts one; ``make test`` installs the package when ``etcd`` is missing (``make etcd``).
 ``BOLTMQ_ETCD_BINARY`` names another binary.
 """
 
@@ -51,6 +51,7 @@ class EtcdServer:
         """Start (or restart, with the same ports and data) and wait until it is healthy."""
         client_url = f"http://{self.endpoint}"
         peer_url = f"http://127.0.0.1:{self.peer_port}"
+        self._data_dir.parent.mkdir(parents=True, exist_ok=True)
         with self._log.open("ab") as log:
             self._proc = subprocess.Popen(
                 [

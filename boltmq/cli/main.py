@@ -13,12 +13,16 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from boltmq.cli.messages import fail
 from boltmq.kernel.config import ConfigError
+
+if TYPE_CHECKING:
+    from boltmq.cli.dev.launcher import ServiceProcess
+    from boltmq.cli.dev.local_cluster import LocalCluster
 
 _USER_ERRORS = (
     ConfigError,
@@ -100,6 +104,21 @@ def main() -> None:
     help="Turn the brokers' access control on, seeded with one admin account (dev-admin; "
     "its secret in DATA_DIR/acl/admin.secret).",
 )
+@click.option(
+    "--controller",
+    type=click.Choice(["none", "etcd"]),
+    default="none",
+    show_default=True,
+    help="etcd: each group's HA services elect its master through etcd (needs --replicas); "
+    "a dead master is replaced without a command, and the cluster keeps running.",
+)
+@click.option(
+    "--etcd",
+    "etcd_endpoints",
+    default="",
+    metavar="HOST:PORT,...",
+    help="The etcd of --controller etcd (default: start one, its data in DATA_DIR/etcd).",
+)
 def dev(
     data_dir: Path,
     registry_port: int,
@@ -116,6 +135,8 @@ def dev(
     ha_set: tuple[str, ...],
     tls: bool,
     acl: bool,
+    controller: str,
+    etcd_endpoints: str,
 ) -> None:
     """Run a local cluster (registry; per broker group a store and a broker, replicas with
     HA) until Ctrl-C."""
@@ -141,6 +162,10 @@ def dev(
         )
     except ValueError as exc:
         raise fail(exc) from None
+    if controller == "none" and etcd_endpoints:
+        raise fail("--etcd is the etcd of --controller etcd: give both or neither")
+    if controller == "etcd" and not replicas:
+        raise fail("--controller etcd elects a master among a group's members: add --replicas")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -157,13 +182,28 @@ def dev(
 
         dev_acl = acl_seed.ensure(data_dir / "acl")
         spec.broker_settings = (*dev_acl.broker_settings(), *broker_set)
+    local_etcd = None
+    if controller == "etcd":
+        if not etcd_endpoints:
+            from boltmq.cli.etcd_server import EtcdServer
+
+            try:
+                local_etcd = EtcdServer(data_dir / "etcd").start()
+            except RuntimeError as exc:
+                raise fail(exc) from None
+            etcd_endpoints = local_etcd.endpoint
+        spec.ha_settings = (f"controller_endpoints={etcd_endpoints}", *spec.ha_settings)
     cluster = LocalCluster(spec)
     try:
         cluster.start()
     except LaunchError as exc:
+        if local_etcd is not None:
+            local_etcd.stop()
         raise fail(exc) from None
     assert cluster.registry is not None
     click.echo(f"registry  {cluster.registry.address}")
+    if controller == "etcd":
+        click.echo(f"etcd      {etcd_endpoints}  (masters elected by the HA services)")
     for group, members in cluster.groups.items():
         for member in members:
             assert member.broker is not None
@@ -195,15 +235,33 @@ def dev(
         "--topic T --body hello"
     )
     click.echo("press Ctrl-C to stop")
+    try:
+        _watch(cluster, stop, survive_deaths=controller == "etcd")
+    finally:
+        if local_etcd is not None:
+            local_etcd.stop()
+    click.echo("cluster stopped cleanly")
+
+
+def _watch(cluster: LocalCluster, stop: threading.Event, *, survive_deaths: bool) -> None:
+    """Until ``stop``: a process that dies stops the cluster with its error, or, when a
+    controller replaces dead masters (``survive_deaths``), is reported once and left
+    dead; then stop the rest, failing if one of them does not exit cleanly."""
+    dead: set[ServiceProcess] = set()
     while not stop.wait(0.5):
-        dead = [p for p in cluster.processes() if not p.alive()]
-        if dead:
-            cluster.stop()
-            raise fail(RuntimeError(f"{dead[0].service} exited: {dead[0].last_error()}"))
-    codes = cluster.stop()
+        for process in cluster.processes():
+            if process.alive() or process in dead:
+                continue
+            if not survive_deaths:
+                cluster.stop()
+                raise fail(RuntimeError(f"{process.service} exited: {process.last_error()}"))
+            dead.add(process)
+            click.echo(f"{process.service} {process.address} exited; the others keep serving")
+    alive = [p for p in cluster.processes() if p not in dead]
+    codes = [p.stop() for p in reversed(alive) if p.proc is not None]
+    cluster.stop()
     if any(code not in (0, None) for code in codes):
         raise fail(RuntimeError(f"a service did not stop cleanly (exit codes {codes})"))
-    click.echo("cluster stopped cleanly")
 
 
 # ------------------------------------------------------------------------- serve
