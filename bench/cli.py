@@ -197,17 +197,39 @@ def _bench_call(fn, *args):
 @_SIZE
 @click.option("--batch", default=256, show_default=True, type=click.IntRange(1, 4096))
 @click.option("--concurrency", default=2, show_default=True, type=click.IntRange(1, 256))
+@click.option(
+    "--natural-batching/--no-natural-batching",
+    default=True,
+    show_default=True,
+    help="ProducerOptions.natural_batching: concurrent sends queued behind a call leave "
+    "together (--concurrency 64 --batch 1 shows it).",
+)
 @_JSON
 @security_options
 def bench_produce(
-    registry: str, topic: str, count: int, size: int, batch: int, concurrency: int, as_json: bool
+    registry: str,
+    topic: str,
+    count: int,
+    size: int,
+    batch: int,
+    concurrency: int,
+    natural_batching: bool,
+    as_json: bool,
 ) -> None:
     """Produce to a running cluster (batch 1: one synchronous send per call)."""
     from bench import cluster as c
 
     _echo_result(
         _bench_call(
-            c.bench_produce, registry, topic, count, size, batch, concurrency, sdk_options()
+            c.bench_produce,
+            registry,
+            topic,
+            count,
+            size,
+            batch,
+            concurrency,
+            sdk_options(),
+            natural_batching,
         ),
         as_json,
     )

@@ -1,7 +1,10 @@
 """``python -m bench produce|consume|e2e|redis``: benchmarks against a running cluster.
 
 - ``produce``: ``--concurrency`` threads each send ``--batch`` messages per call
-  (``send_batch``; batch 1 is a synchronous ``send``); latency per call.
+  (``send_batch``; batch 1 is a synchronous ``send``); latency per call. The
+  threads share one Producer: ``--concurrency 64 --batch 1`` is 64 senders each
+  waiting for its result, which natural batching serves
+  (``--no-natural-batching``: one call per send, for an A/B).
 - ``consume``: a PushConsumer of a fresh group reads ``--count`` messages that
   are already in the topic (produce first), 1024 per pull; throughput only.
 - ``e2e``: a consumer long-polls while a producer sends one message at a time
@@ -26,7 +29,7 @@ from typing import Any
 from bench.report import BenchResult, result, timed_threads
 from boltmq.kernel import allocator
 from boltmq.message import Message
-from boltmq.options import PushConsumerOptions
+from boltmq.options import ProducerOptions, PushConsumerOptions
 from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
 
@@ -48,11 +51,13 @@ def bench_produce(
     batch: int,
     concurrency: int,
     sdk: Mapping[str, Any] = NO_SECURITY,
+    natural_batching: bool = True,
 ) -> BenchResult:
     allocator.keep_freed_memory()
     body = b"x" * size
     per_thread = max(1, count // concurrency // batch)
-    with Producer(registry, "BENCH_PRODUCER", **sdk) as producer:
+    options = ProducerOptions(natural_batching=natural_batching)
+    with Producer(registry, "BENCH_PRODUCER", options=options, **sdk) as producer:
         producer.send(Message(topic=topic, body=body))  # routes and channels warm
         allocator.settle_garbage_collector()  # as the servers do (boltmq/kernel/allocator.py)
 
@@ -69,7 +74,8 @@ def bench_produce(
         seconds,
         size,
         samples,
-        f"batch {batch}, {concurrency} threads, latency per call",
+        f"batch {batch}, {concurrency} threads, natural batching "
+        f"{'on' if natural_batching else 'off'}, latency per call",
     )
 
 

@@ -53,7 +53,8 @@ class ProducerOptions:
     queue each time; a sharded send retries its own queue). 0: no retry."""
     batch_size: int = 256
     """Messages of one topic that ``send_async`` / ``send_oneway`` gather into one request
-    at most; a full batch leaves without waiting for ``linger_ms``."""
+    at most; a full batch leaves without waiting for ``linger_ms``. Also the most messages
+    one natural batch of concurrent sends carries (``natural_batching``)."""
     linger_ms: int = 5
     """How long an asynchronous message waits for others to join its batch (ms)."""
     max_pending: int = 100_000
@@ -68,8 +69,17 @@ class ProducerOptions:
     timed out, overloaded or SERVICE_NOT_AVAILABLE (ms; :mod:`boltmq.fault_avoidance`):
     sends take other groups' queues meanwhile. Sharded sends never move (order): they
     fail instead. 0: off (a failed send still retries on another group)."""
+    natural_batching: bool = True
+    """Concurrent synchronous sends (``send``, ``send_batch`` of several threads) to one
+    broker and topic that queue while a call there is in flight leave together in the next
+    call, each getting its own result or error (:mod:`boltmq.send_batcher`); a send alone
+    leaves at once. False: every send is its own call."""
 
     def __post_init__(self) -> None:
+        if type(self.natural_batching) is not bool:
+            raise ValueError(
+                f"ProducerOptions.natural_batching must be a bool, not {self.natural_batching!r}"
+            )
         for name in ("send_timeout_ms", "batch_size", "max_pending", "default_topic_queue_nums"):
             _check_int(self, name, minimum=1)
         for name in ("retry_times", "linger_ms", "route_refresh_ms", "fault_avoidance_ms"):

@@ -8,6 +8,13 @@
   attempt chose, never another: when that queue's group has no live master it
   fails (SendError) rather than move the key and reorder it.
 - ``send_batch`` sends one list as one request to one queue.
+- Natural batching (``natural_batching``, on by default): while a send's call
+  to a broker is in flight, the sends of other threads for that broker and
+  topic (and, when sharded, queue) wait and then leave together as one call;
+  a send that finds no call in flight leaves at once (no linger). Each keeps
+  its own results, errors, retries and fault avoidance, and its own span and
+  trace context, made before it joins (:mod:`boltmq.send_batcher`). An
+  unsharded send joins whatever queue of that broker its batch goes to.
 - ``send_async`` and ``send_oneway`` go through an accumulator: messages wait
   up to ``linger_ms`` or until ``batch_size`` of them are queued for a topic
   (both :class:`boltmq.options.ProducerOptions`, as every tuning knob), and
@@ -61,10 +68,14 @@ from boltmq.message import (
 )
 from boltmq.options import ProducerOptions
 from boltmq.request_reply import Requester
+from boltmq.send_batcher import BatchMismatch, SendBatcher
 from boltmq.v1 import broker_pb2
 from boltmq.wire.record import java_string_hash
 
 log = logging.getLogger(__name__)
+
+BATCH_MAX_BYTES = 4 * 1024 * 1024
+"""Record bytes a natural batch of concurrent sends carries at most (a bigger send goes alone)."""
 
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 
@@ -128,9 +139,13 @@ class Producer:
         self._running = False
         self._requester: Requester | None = None
         self._creating: set[str] = set()
+        """Topics this producer's sends auto-create, until every template group has them."""
         self.avoidance = FaultAvoidance(options.fault_avoidance_ms)
         """Broker groups sends skip for a while after a failure there."""
-        """Topics this producer's sends auto-create, until every template group has them."""
+        self._batcher: SendBatcher[SendResult] | None = (
+            SendBatcher(options.batch_size, BATCH_MAX_BYTES) if options.natural_batching else None
+        )
+        """Groups concurrent sends to one broker (:mod:`boltmq.send_batcher`); None: off."""
 
     # ---------------------------------------------------------------- lifecycle
     def start(self, topics: Iterable[str] = ()) -> Producer:
@@ -244,19 +259,29 @@ class Producer:
         attempts: _Attempts,
     ) -> list[SendResult]:
         queue, address, creating = self._pick(topic, sharding_key, attempts)
-        # The records go as they are to any queue: the store writes the queue id.
-        request = broker_pb2.SendRequest(
-            producer_group=self.group,
-            records=records,
-            record_count=count,
-            topic=topic,
-            queue_id=queue.queue_id,
-            default_topic_queue_nums=self.options.default_topic_queue_nums,
-        )
-        try:
-            response = self.client.send_encoded(address)(
-                request.SerializeToString(), timeout=self._send_timeout_s
+
+        def call(records: bytes, count: int, timeout_s: float) -> list[SendResult]:
+            # The records go as they are to any queue: the store writes the queue id.
+            request = broker_pb2.SendRequest(
+                producer_group=self.group,
+                records=records,
+                record_count=count,
+                topic=topic,
+                queue_id=queue.queue_id,
+                default_topic_queue_nums=self.options.default_topic_queue_nums,
             )
+            send = self.client.send_encoded(address)
+            return send_results(send(request.SerializeToString(), timeout=timeout_s))
+
+        try:
+            if self._batcher is None:
+                results = call(records, count, self._send_timeout_s)
+            else:
+                # An unsharded send takes any queue of the broker: it joins the
+                # broker's batch of the topic whatever queue it picked.
+                key = (address, topic, queue.queue_id if sharding_key is not None else -1)
+                deadline = time.monotonic() + self._send_timeout_s
+                results = list(self._batcher.send(key, records, count, deadline, call))
         except grpc.RpcError as exc:
             attempts.tried.add(queue.broker_name)
             if is_retryable(exc):
@@ -267,9 +292,10 @@ class Producer:
                 self._creating.discard(topic)
                 raise _Retry(f"{address}: {rpc_error_text(exc)}") from None
             raise SendError(f"send to {topic!r} refused: {rpc_error_text(exc)}") from None
+        except BatchMismatch as exc:
+            raise SendError(f"send to {topic!r}: broker at {address} answered {exc}") from None
         if creating:
             self.client.forget_route(topic)  # the next send sees the group it reached
-        results = send_results(response)
         failed = [r for r in results if r.status is SendStatus.SEND_FAILED]
         if failed and failed[0].put_status == "SERVICE_NOT_AVAILABLE":
             attempts.tried.add(queue.broker_name)

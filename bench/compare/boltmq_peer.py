@@ -162,6 +162,8 @@ class BoltMQPeer:
 
     def stop(self) -> None:
         code = stop_process(self.proc)
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()  # the banner's pipe
         if code not in (0, None):
             raise PeerFailed(f"boltmq dev exited {code}")
 
@@ -191,6 +193,10 @@ class BoltMQPeer:
             time.sleep(0.2)
 
     def producer(self, topics: Sequence[str]) -> BoltMQProducer:
+        return BoltMQProducer(self.registry, topics)
+
+    def shared_producer(self, topics: Sequence[str]) -> BoltMQProducer:
+        """A Producer is thread-safe; concurrent sends batch (natural batching)."""
         return BoltMQProducer(self.registry, topics)
 
     def consumer(self, topics: Sequence[str], from_start: bool) -> BoltMQConsumer:

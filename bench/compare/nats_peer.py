@@ -8,13 +8,16 @@ waiting for all the acks. Consuming is a pull consumer over ``<round>.>``
 fetching 1024 messages per call with ``AckPolicy.ALL`` (one ack per fetch,
 like a committed offset). Durability: file storage with the server's default
 syncing (no fsync per message). nats-py is asyncio only: each client runs its
-own event loop in the thread that uses it.
+own event loop in the thread that uses it; the client many sender threads
+share runs its loop in a thread of its own, and each thread's publish is a
+coroutine handed to it (one connection, publishes multiplexed on it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,6 +75,35 @@ class NatsProducer(_Loop):
         return 1
 
     close = _Loop.close
+
+
+class NatsSharedProducer:
+    """JetStream publishes of many threads on one connection, its loop in its own thread."""
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.nc = self._run(_nats().connect(url, max_reconnect_attempts=0))
+        self.js = self.nc.jetstream()
+
+    def _run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def send_batch(self, topic: str, bodies: Sequence[bytes]) -> int:
+        for body in bodies:
+            self._run(self.js.publish(topic, body))
+        return len(bodies)
+
+    def send_one(self, topic: str, body: bytes) -> int:
+        self._run(self.js.publish(topic, body))
+        return 1
+
+    def close(self) -> None:
+        self._run(self.nc.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
 
 
 class NatsConsumer(_Loop):
@@ -154,6 +186,9 @@ class NatsPeer:
 
     def producer(self, topics: Sequence[str]) -> NatsProducer:
         return NatsProducer(self.url)
+
+    def shared_producer(self, topics: Sequence[str]) -> NatsSharedProducer:
+        return NatsSharedProducer(self.url)
 
     def consumer(self, topics: Sequence[str], from_start: bool) -> NatsConsumer:
         return NatsConsumer(self.url, topics[0].split(".")[0], from_start)

@@ -2,7 +2,8 @@
 
 A :class:`Peer` starts its server on loopback in a temporary directory, makes
 the topics of one round, and hands out clients: one :class:`ProducerClient`
-per producer thread and one :class:`ConsumerClient` per consumer. The
+per producer thread (or one that many sender threads share) and one
+:class:`ConsumerClient` per consumer. The
 workload (:mod:`bench.compare.workload`) only talks to these interfaces, so
 every system runs exactly the same loop.
 
@@ -75,6 +76,10 @@ class Peer(Protocol):
     def producer(self, topics: Sequence[str]) -> ProducerClient:
         """A producer that will send to ``topics``, ready before the timed run starts
         (BoltMQ's fetches their routes in one registry call; the others connect)."""
+
+    def shared_producer(self, topics: Sequence[str]) -> ProducerClient:
+        """A producer whose ``send_one`` many threads call at once (the
+        ``concurrent-sends`` run), made as :meth:`producer`."""
 
     def consumer(self, topics: Sequence[str], from_start: bool) -> ConsumerClient:
         """A consumer of a new group: from the first message, or only new ones."""

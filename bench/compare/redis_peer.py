@@ -144,5 +144,9 @@ class RedisPeer:
     def producer(self, topics: Sequence[str]) -> RedisProducer:
         return RedisProducer(self.port)
 
+    def shared_producer(self, topics: Sequence[str]) -> RedisProducer:
+        """redis-py's client is thread-safe: each thread's XADD takes a pooled connection."""
+        return RedisProducer(self.port)
+
     def consumer(self, topics: Sequence[str], from_start: bool) -> RedisConsumer:
         return RedisConsumer(self.port, topics, from_start)

@@ -142,6 +142,12 @@ def section(result: Comparison, command: str) -> str:
     help="Producer counts (default: 1, 4).",
 )
 @click.option(
+    "--senders",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Threads of the concurrent-sends run, sharing one producer (default: 64).",
+)
+@click.option(
     "--install", is_flag=True, help="apt-get install a missing redis-server or nats-server (root)."
 )
 @click.option(
@@ -166,6 +172,7 @@ def main(
     systems: tuple[str, ...],
     topic_counts: tuple[int, ...],
     producer_counts: tuple[int, ...],
+    senders: int | None,
     install: bool,
     results: Path,
     charts_dir: Path,
@@ -178,6 +185,7 @@ def main(
         consume_messages or base.consume_messages,
         topic_counts=topic_counts or base.topic_counts,
         producer_counts=producer_counts or base.producer_counts,
+        senders=senders or base.senders,
     )
     try:
         result = compare(systems or SYSTEMS, work, install, progress=_show)

@@ -9,6 +9,11 @@ warm-up message. In each round, in this order:
   next topic each call, round-robin, threads starting apart);
   ``one-at-a-time`` sends one body per call and waits for its ack. msg/s
   counts acknowledged messages; latency is per call.
+- ``produce``, ``concurrent-sends``: ``senders`` threads (64, RocketMQ's own
+  benchmark) share one client (``Peer.shared_producer``), each sending one
+  body per call to the next topic and waiting for its ack, for ``seconds``
+  (where a client batches concurrent sends, as BoltMQ's natural batching,
+  this is where it shows). The ``producers`` column holds the thread count.
 - ``consume``: a new group reads the round's first ``consume_messages``
   messages from the start (topped up, untimed, if the produce runs left
   fewer). msg/s counts delivered messages from the consumer's creation to
@@ -39,6 +44,8 @@ BODY_HEADER = struct.Struct(">q")
 DRAIN_TIMEOUT_S = 120.0
 CONSUME_TIMEOUT_S = 300.0
 MODES = ("batched", "one-at-a-time")
+CONCURRENT = "concurrent-sends"
+"""The mode of the many-senders-one-client run."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,8 @@ class Workload:
     batch: int = 256
     topic_counts: tuple[int, ...] = (1, 64, 1024)
     producer_counts: tuple[int, ...] = (1, 4)
+    senders: int = 64
+    """Threads of the ``concurrent-sends`` run, sharing one client."""
 
 
 @dataclass
@@ -99,6 +108,10 @@ def run_round(
             stored += row.messages
             rows.append(row)
             progress(row)
+    row = produce_concurrently(peer, work, topics)
+    stored += row.messages
+    rows.append(row)
+    progress(row)
     if stored < work.consume_messages:
         _top_up(peer, work, topics, work.consume_messages - stored)
     rows.append(consume(peer, work, topics))
@@ -159,6 +172,52 @@ def _producers(
     if errors:
         raise PeerFailed(f"{peer.name} producer failed: {errors[0]!r}") from errors[0]
     return seconds, sum(r[0] for r in results), [s for r in results for s in r[1]]
+
+
+def _senders(
+    peer: Peer, work: Workload, topics: Sequence[str], stop: threading.Event
+) -> tuple[float, int, list[int]]:
+    """``work.senders`` threads sharing one client until ``stop``, each sending one body
+    per call and waiting for its ack; (seconds, acked, latency samples)."""
+    client = peer.shared_producer(topics)
+    results: list[tuple[int, list[int]]] = [(0, [])] * work.senders
+    errors: list[BaseException] = []
+    spread = max(1, len(topics) // work.senders)
+
+    def worker(n: int) -> None:
+        try:
+            results[n] = _send_loop(client, work, topics, n * spread, "one-at-a-time", stop.is_set)
+        except BaseException as exc:  # re-raised below, on the caller's thread
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(work.senders)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - start
+    client.close()
+    if errors:
+        raise PeerFailed(f"{peer.name} concurrent sender failed: {errors[0]!r}") from errors[0]
+    return seconds, sum(r[0] for r in results), [s for r in results for s in r[1]]
+
+
+def produce_concurrently(peer: Peer, work: Workload, topics: Sequence[str]) -> Row:
+    seconds, acked, samples = _senders(peer, work, topics, _timer(work.seconds))
+    return Row(
+        peer.name,
+        "produce",
+        CONCURRENT,
+        work.senders,
+        len(topics),
+        acked,
+        seconds,
+        work.size,
+        percentile_ms(samples, 0.50),
+        percentile_ms(samples, 0.99),
+    )
 
 
 def _timer(seconds: float) -> threading.Event:

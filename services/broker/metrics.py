@@ -6,6 +6,8 @@ Instrument                               Kind      Attributes / meaning
 ``boltmq.broker.in.messages``            counter   ``topic``: messages the store stored
 ``boltmq.broker.in.bytes``               counter   ``topic``: encoded bytes of the send
                                                    requests' messages passed to the store
+``boltmq.broker.in.requests``            counter   ``topic``: SendMessage calls that stored
+                                                   something (a batch is one)
 ``boltmq.broker.out.messages``           counter   ``topic``: messages pulls returned
 ``boltmq.broker.out.bytes``              counter   ``topic``: bytes of those pull answers
 ``boltmq.broker.consumer.lag``           gauge     ``consumer_group``, ``topic``,
@@ -63,6 +65,11 @@ class BrokerMetrics:
             unit="By",
             description="Encoded bytes of the messages sent to the store",
         )
+        self._requests_in = meter.create_counter(
+            "boltmq.broker.in.requests",
+            unit="{request}",
+            description="SendMessage calls that stored messages (a batch is one)",
+        )
         self._messages_out = meter.create_counter(
             "boltmq.broker.out.messages",
             unit="{message}",
@@ -91,6 +98,7 @@ class BrokerMetrics:
         attributes = {"topic": topic}
         self._messages_in.add(stored, attributes)
         self._bytes_in.add(encoded_bytes, attributes)
+        self._requests_in.add(1, attributes)
         if queue_end > 0:
             self._queue_ends[(topic, queue_id)] = queue_end
 

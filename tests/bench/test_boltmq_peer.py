@@ -1,4 +1,5 @@
-"""The comparison's BoltMQ consumer of several topics reads every message exactly once."""
+"""The comparison's BoltMQ consumer of several topics reads every message exactly once;
+the concurrent-sends run counts what its threads, sharing one producer, had acked."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 from pathlib import Path
 
 from bench.compare.boltmq_peer import BoltMQPeer
+from bench.compare.workload import Workload, produce_concurrently
 
 DEADLINE_S = 60.0
 WARM_UP_PER_TOPIC = 5
@@ -41,3 +43,22 @@ def test_the_consumer_of_several_topics_reads_every_message_once_and_can_start_a
         late.close()
     finally:
         peer.stop()
+
+
+def test_the_concurrent_senders_share_one_producer_and_count_what_was_acked(
+    tmp_path: Path,
+) -> None:
+    peer = BoltMQPeer()
+    peer.start(tmp_path)
+    try:
+        topics = peer.create_topics("many", 2)
+        row = produce_concurrently(peer, Workload(seconds=0.5, senders=8), topics)
+    finally:
+        peer.stop()
+    assert (row.scenario, row.mode, row.producers, row.topics) == (
+        "produce",
+        "concurrent-sends",
+        8,
+        2,
+    )
+    assert row.messages > 0 and row.p50_ms is not None and row.p99_ms is not None

@@ -16,6 +16,7 @@ from bench.compare.peer import PeerFailed
         (["--seconds", "0"], "--seconds"),
         (["--topics", "0"], "--topics"),
         (["--producers", "65"], "--producers"),
+        (["--senders", "0"], "--senders"),
         (["--consume-messages", "-1"], "--consume-messages"),
     ],
 )

@@ -77,6 +77,7 @@ def test_every_scenario_has_a_row_per_system_with_real_counts(run: tuple[Path, s
     expected = {
         ("produce", "batched"),
         ("produce", "one-at-a-time"),
+        ("produce", "concurrent-sends"),
         ("consume", "batched"),
         ("produce+consume", "batched"),
     }

@@ -55,8 +55,10 @@ class Cluster:
     the new process; the store restarts on the same root directory.
     """
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, broker_settings: tuple[str, ...] = ()) -> None:
         self.log_dir = tmp_path / "logs"
+        self.broker_settings = broker_settings
+        """Settings the broker starts with besides the cluster's (e.g. ``metrics_port=``)."""
         self.root_dir = tmp_path / "store"
         self.started: list[ServiceProcess] = []
         self.registry = self._start("registry", *CLUSTER_REGISTRY_SETTINGS)
@@ -77,6 +79,7 @@ class Cluster:
             f"store_address={self.store.address}",
             f"registry_addresses={self.registry.address}",
             *CLUSTER_BROKER_SETTINGS,
+            *self.broker_settings,
             port=port,
         )
 

@@ -103,6 +103,7 @@ def test_store_and_broker_serve_their_metrics_to_prometheus(
     broker = scrape(broker_port)
     assert value(broker, "boltmq_broker_in_messages_total", topic="Metered") == SENT
     assert value(broker, "boltmq_broker_in_bytes_total", topic="Metered") > SENT * 100
+    assert value(broker, "boltmq_broker_in_requests_total", topic="Metered") == 1  # one batch
     assert value(broker, "boltmq_broker_out_messages_total", topic="Metered") == PULLED
     assert value(broker, "boltmq_broker_out_bytes_total", topic="Metered") > PULLED * 100
     assert (

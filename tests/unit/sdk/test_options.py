@@ -12,6 +12,7 @@ from boltmq import Producer, ProducerOptions, PushConsumer, PushConsumerOptions
 def test_the_defaults_are_valid_and_the_options_frozen() -> None:
     producer, consumer = ProducerOptions(), PushConsumerOptions()
     assert (producer.send_timeout_ms, producer.linger_ms, producer.batch_size) == (3_000, 5, 256)
+    assert producer.natural_batching is True
     assert (consumer.model, consumer.consume_from, consumer.consume_threads) == (
         "CLUSTERING",
         "FIRST",
@@ -31,6 +32,8 @@ def test_the_defaults_are_valid_and_the_options_frozen() -> None:
         ("retry_times", -1, "ProducerOptions.retry_times must be an int >= 0, not -1"),
         ("linger_ms", 1.5, "ProducerOptions.linger_ms must be an int >= 0, not 1.5"),
         ("route_refresh_ms", -5, "route_refresh_ms must be an int >= 0"),
+        ("natural_batching", "no", "ProducerOptions.natural_batching must be a bool, not 'no'"),
+        ("natural_batching", 0, "ProducerOptions.natural_batching must be a bool, not 0"),
     ],
 )
 def test_a_wrong_producer_option_is_a_value_error_naming_it(

@@ -1,0 +1,188 @@
+"""SendBatcher with a fake call: who leaves alone, who leaves together, who gets what.
+
+The fake call records each request and, when told, blocks until the test
+releases it, so a call is "in flight" exactly as long as the test says; threads
+are observed through ``queued`` (no sleeps, no timing thresholds).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from boltmq.send_batcher import BatchMismatch, SendBatcher
+from tests.waiting import wait_until
+
+KEY = ("broker-a:10911", "Orders", -1)
+
+
+class FakeCall:
+    """Answers ``"<record>"`` per one-byte record; can hold calls or fail them."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[bytes, int, float]] = []
+        self.hold = False
+        self.started = threading.Semaphore(0)
+        self.release = threading.Semaphore(0)
+        self.error: BaseException | None = None
+        self.short = False
+
+    def __call__(self, records: bytes, count: int, timeout_s: float) -> Sequence[str]:
+        self.requests.append((records, count, timeout_s))
+        self.started.release()
+        if self.hold:
+            self.release.acquire()
+        if self.error is not None:
+            raise self.error
+        answers = [chr(b) for b in records]
+        return answers[:-1] if self.short else answers
+
+
+class Sender(threading.Thread):
+    """One thread's send; keeps its results or error."""
+
+    def __init__(
+        self, batcher: SendBatcher[str], call: FakeCall, records: bytes, key: object = KEY
+    ) -> None:
+        super().__init__(daemon=True)
+        self.batcher, self.call, self.records, self.key = batcher, call, records, key
+        self.results: Sequence[str] | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.results = self.batcher.send(
+                self.key, self.records, len(self.records), 1000.0, self.call
+            )
+        except BaseException as exc:
+            self.error = exc
+
+
+def clock() -> float:
+    return 990.0
+
+
+def start_in_flight(batcher: SendBatcher[str], call: FakeCall, records: bytes) -> Sender:
+    """A send whose call is in flight until ``call.release`` is released."""
+    call.hold = True
+    first = Sender(batcher, call, records)
+    first.start()
+    call.started.acquire()
+    return first
+
+
+def queue_behind(batcher: SendBatcher[str], call: FakeCall, *records: bytes) -> list[Sender]:
+    """Sends started one after the other, each queued behind the call in flight."""
+    senders = []
+    for index, chunk in enumerate(records):
+        sender = Sender(batcher, call, chunk)
+        sender.start()
+        wait_until(lambda n=index + 1: batcher.queued(KEY) == n, f"{index + 1} queued sends")
+        senders.append(sender)
+    return senders
+
+
+def test_a_send_alone_leaves_at_once_with_its_deadline() -> None:
+    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    assert batcher.send(KEY, b"ab", 2, 1003.0, call) == ["a", "b"]
+    assert call.requests == [(b"ab", 2, 13.0)]
+    assert batcher.calls == 1 and batcher.queued(KEY) == 0
+
+
+def test_sends_queued_behind_a_call_leave_together_each_with_its_results() -> None:
+    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    first = start_in_flight(batcher, call, b"a")
+    others = queue_behind(batcher, call, b"bc", b"d", b"ef")
+    call.hold = False
+    call.release.release()  # the first call returns: the queued ones leave as one call
+    for sender in [first, *others]:
+        sender.join()
+    assert [r for r, _, _ in call.requests] == [b"a", b"bcdef"]  # arrival order kept
+    assert [c for _, c, _ in call.requests] == [1, 5]
+    assert first.results == ["a"]
+    assert [s.results for s in others] == [["b", "c"], ["d"], ["e", "f"]]
+    assert batcher.calls == 2 and batcher.queued(KEY) == 0
+
+
+def test_other_keys_do_not_wait_for_a_call_in_flight() -> None:
+    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    held = FakeCall()
+    first = start_in_flight(batcher, held, b"a")
+    other = FakeCall()
+    assert batcher.send(("broker-b:10911", "Orders", -1), b"z", 1, 1000.0, other) == ["z"]
+    assert batcher.send((KEY[0], "Orders", 3), b"y", 1, 1000.0, other) == ["y"]  # a sharded queue
+    held.release.release()
+    first.join()
+    assert first.results == ["a"]
+
+
+def test_a_batch_is_capped_and_the_rest_leaves_in_the_next_call() -> None:
+    batcher: SendBatcher[str] = SendBatcher(3, 1 << 20, clock)
+    call = FakeCall()
+    first = start_in_flight(batcher, call, b"a")
+    others = queue_behind(batcher, call, b"bc", b"d", b"ef")
+    call.release.release()  # frees "a"; "bc"+"d" leave (3 messages), "ef" waits
+    call.started.acquire()
+    call.release.release()  # frees "bcd"; "ef" leaves
+    call.started.acquire()
+    call.release.release()
+    for sender in [first, *others]:
+        sender.join()
+    assert [r for r, _, _ in call.requests] == [b"a", b"bcd", b"ef"]
+    assert [s.results for s in others] == [["b", "c"], ["d"], ["e", "f"]]
+
+
+def test_the_byte_cap_splits_batches_but_a_big_send_still_goes_alone() -> None:
+    batcher: SendBatcher[str] = SendBatcher(256, 2, clock)
+    call = FakeCall()
+    first = start_in_flight(batcher, call, b"a")
+    others = queue_behind(batcher, call, b"bcd", b"e", b"f")
+    for _ in range(2):  # "a" returns, "bcd" leaves; "bcd" returns, "ef" leaves
+        call.release.release()
+        call.started.acquire()
+    call.release.release()
+    for sender in [first, *others]:
+        sender.join()
+    assert [r for r, _, _ in call.requests] == [b"a", b"bcd", b"ef"]
+    assert [s.results for s in others] == [["b", "c", "d"], ["e"], ["f"]]
+
+
+def test_a_failed_call_fails_every_send_of_its_batch_with_the_same_error() -> None:
+    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    first = start_in_flight(batcher, call, b"a")
+    others = queue_behind(batcher, call, b"b", b"c")
+    boom = ConnectionError("broker gone")
+    call.error = boom
+    call.hold = False
+    call.release.release()
+    for sender in [first, *others]:
+        sender.join()
+    assert [s.error for s in [first, *others]] == [boom, boom, boom]
+    assert batcher.queued(KEY) == 0
+    call.error = None
+    assert batcher.send(KEY, b"d", 1, 1000.0, call) == ["d"]  # the key is free again
+
+
+def test_a_call_answering_too_few_results_fails_its_sends() -> None:
+    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    call.short = True
+    with pytest.raises(BatchMismatch, match="1 results for 2 messages"):
+        batcher.send(KEY, b"ab", 2, 1000.0, call)
+
+
+def test_a_batch_takes_the_earliest_deadline_and_a_passed_one_still_calls() -> None:
+    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    assert batcher.send(KEY, b"a", 1, 980.0, call) == ["a"]  # 10 s late: the call times out
+    assert call.requests[0][2] == 0.001
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="must be positive"):
+        SendBatcher(0, 1)
