@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from tests.unit.deploy.manifests import Container, containers, objects_of, render
+from tests.unit.deploy.manifests import (
+    Container,
+    boltmq_workloads,
+    containers,
+    objects_of,
+    render,
+)
 from tests.unit.deploy.network_policy import Peer, Pod, admits, selecting
 
 GUARDED = ("base", "production")
@@ -37,9 +43,10 @@ def applications(namespace: str) -> list[Peer]:
 
 
 def pods(target: str) -> list[tuple[Pod, list[Container]]]:
-    """Each StatefulSet's pod template as a destination, with its resolved containers."""
+    """Each BoltMQ StatefulSet's pod template as a destination, with its resolved containers
+    (etcd's: test_k8s_etcd.py)."""
     out = []
-    for name, workload in objects_of(render(target), "StatefulSet").items():
+    for name, workload in boltmq_workloads(render(target)).items():
         members = [c for c in containers(target) if c.workload["metadata"]["name"] == name]
         named = {
             p["name"]: p["containerPort"]
