@@ -40,8 +40,10 @@ TARGETS = {
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 SAMPLE_POD_IP = "10.1.2.3"
+APP_NAME_LABEL = "app.kubernetes.io/name"
 RENDER_TIMEOUT_S = 120
 _VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_LABEL_FIELD = re.compile(r"metadata\.labels\['([^']+)'\]")
 
 
 class ManifestError(AssertionError):
@@ -62,15 +64,20 @@ def kubectl() -> str:
 @cache
 def render(target: str) -> tuple[dict[str, Any], ...]:
     """Every object ``kubectl kustomize`` renders for ``target``."""
+    return render_dir(TARGETS[target])
+
+
+def render_dir(path: Path) -> tuple[dict[str, Any], ...]:
+    """Every object ``kubectl kustomize`` renders for the kustomization in ``path``."""
     done = subprocess.run(
-        [kubectl(), "kustomize", str(TARGETS[target])],
+        [kubectl(), "kustomize", str(path)],
         capture_output=True,
         text=True,
         timeout=RENDER_TIMEOUT_S,
         check=False,
     )
     if done.returncode != 0:
-        pytest.fail(f"kubectl kustomize {target} failed: {done.stderr.strip()}")
+        pytest.fail(f"kubectl kustomize {path} failed: {done.stderr.strip()}")
     return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
 
 
@@ -172,23 +179,33 @@ def expand(value: str, env: dict[str, str]) -> str:
     return _VAR_REFERENCE.sub(one, value)
 
 
-def _field(path: str, pod_name: str, namespace: str) -> str:
+def _field(path: str, pod_name: str, namespace: str, labels: dict[str, str]) -> str:
     fields = {
         "metadata.name": pod_name,
         "metadata.namespace": namespace,
         "status.podIP": SAMPLE_POD_IP,
     }
+    label = _LABEL_FIELD.fullmatch(path)
+    if label is not None:
+        if label[1] not in labels:
+            raise ManifestError(f"downward-API field {path!r}: the pod has no such label")
+        return labels[label[1]]
     if path not in fields:
         raise ManifestError(f"downward-API field {path!r} is not one the tests can fill")
     return fields[path]
 
 
 def container_env(
-    container: dict[str, Any], config_maps: dict[str, dict[str, Any]], pod_name: str, namespace: str
+    container: dict[str, Any],
+    config_maps: dict[str, dict[str, Any]],
+    pod_name: str,
+    namespace: str,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The container's environment: envFrom ConfigMaps first, ``env`` over them.
 
-    A Secret's key stands in as ``sample-<secret>-<key>`` (the tests have no Secrets).
+    ``labels`` are the pod's (``metadata.labels['key']`` fields). A Secret's key
+    stands in as ``sample-<secret>-<key>`` (the tests have no Secrets).
     """
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
@@ -204,7 +221,7 @@ def container_env(
             env[item["name"]] = f"sample-{ref['name']}-{ref['key']}"
         else:
             env[item["name"]] = _field(
-                item["valueFrom"]["fieldRef"]["fieldPath"], pod_name, namespace
+                item["valueFrom"]["fieldRef"]["fieldPath"], pod_name, namespace, labels or {}
             )
     return env
 
@@ -263,7 +280,8 @@ def resolve(
     """``container`` of pod ``ordinal`` of ``workload`` (a StatefulSet), as it would run."""
     pod_name = f"{workload['metadata']['name']}-{ordinal}"
     namespace = workload["metadata"].get("namespace", "default")
-    env = container_env(container, config_maps, pod_name, namespace)
+    labels = dict(workload["spec"]["template"]["metadata"].get("labels", {}))
+    env = container_env(container, config_maps, pod_name, namespace, labels)
     entrypoint = container.get("command") or dockerfile_entrypoint()
     assert entrypoint[0] == "boltmq", f"{container['name']}: the entrypoint must be boltmq"
     argv = [expand(arg, env) for arg in [*entrypoint[1:], *container.get("args", [])]]
@@ -282,11 +300,24 @@ def resolve(
 
 @cache
 def containers(target: str) -> tuple[Container, ...]:
-    """Every container of every pod of every StatefulSet of ``target``."""
-    objects = render(target)
+    """Every BoltMQ container of every pod of every StatefulSet of ``target``."""
+    return containers_of(render(target))
+
+
+def boltmq_workloads(objects: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
+    """The StatefulSets running BoltMQ (not those of the etcd component) by name."""
+    return {
+        name: workload
+        for name, workload in objects_of(objects, "StatefulSet").items()
+        if workload["spec"]["template"]["metadata"]["labels"].get(APP_NAME_LABEL) == "boltmq"
+    }
+
+
+def containers_of(objects: tuple[dict[str, Any], ...]) -> tuple[Container, ...]:
+    """Every BoltMQ container of every pod of every StatefulSet of rendered ``objects``."""
     config_maps = objects_of(objects, "ConfigMap")
     out = []
-    for workload in objects_of(objects, "StatefulSet").values():
+    for workload in boltmq_workloads(objects).values():
         for ordinal in range(workload["spec"].get("replicas", 1)):
             for spec in workload["spec"]["template"]["spec"]["containers"]:
                 try:

@@ -25,6 +25,7 @@ from tests.unit.deploy.manifests import (
     TARGETS,
     Container,
     ManifestError,
+    boltmq_workloads,
     container_env,
     containers,
     dockerfile_entrypoint,
@@ -47,6 +48,7 @@ LOOPBACK_HOST = "127.0.0.1"
 LOOPBACK_SERVICES = frozenset({"store"})
 """Bound to loopback: only the other containers of its own pod call it."""
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+BROKER_NAME_LABEL = "boltmq.io/broker-name"
 _QUANTITY = re.compile(r"^(\d+)(Mi|Gi|Ti)$")
 _QUANTITY_MIB = {"Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
 
@@ -285,7 +287,7 @@ def test_services_and_budgets_select_pods_and_ports_that_exist(target: str) -> N
 def test_pods_run_non_root_with_read_only_root_filesystems(target: str) -> None:
     accounts = objects_of(render(target), "ServiceAccount")
     image_user = final_stage_user()
-    for workload in _workloads(target).values():
+    for workload in boltmq_workloads(render(target)).values():  # etcd: test_k8s_etcd.py
         pod = workload["spec"]["template"]["spec"]
         context = pod["securityContext"]
         assert context["runAsNonRoot"] is True
@@ -363,12 +365,16 @@ def test_production_components_have_their_own_certificates_and_check_internal_ca
     """Store, HA and registry believe only the internal CA's component certificates; every
     container presents its own (one Secret per component), so a store cannot pass for its
     broker and an application CA never issues a component's identity."""
-    secrets: dict[str, str] = {}
+    secrets: dict[tuple[str, str], str] = {}
     for c in containers("production"):
         volumes = {v["name"]: v for v in c.pod.get("volumes", [])}
         tls_volume = c.mounts()[str(PurePosixPath(c.config.tls_cert_file).parent)]
         secret = volumes[tls_volume]["secret"]["secretName"]
-        assert secrets.setdefault(c.service, secret) == secret, c.name
+        component = (c.workload["metadata"]["name"], c.service)
+        assert secrets.setdefault(component, secret) == secret, c.name
+        if c.service != "registry":  # a group's Secret names its group
+            group = c.workload["spec"]["template"]["metadata"]["labels"][BROKER_NAME_LABEL]
+            assert secret == f"boltmq-tls-{group}-{c.service}", c.name
         assert c.config.tls_client_cert_file == c.config.tls_cert_file, c.name
         if c.service in ("store", "ha", "registry"):
             assert c.config.tls_internal_ca_file == c.config.tls_ca_file, c.name
@@ -379,7 +385,9 @@ def test_production_components_have_their_own_certificates_and_check_internal_ca
                 PurePosixPath(c.config.tls_client_ca_file).parent
                 != PurePosixPath(c.config.tls_internal_ca_file).parent
             )  # the application CA is another Secret
-    assert len(set(secrets.values())) == len(secrets) == 4, secrets
+    groups = {name for name, service in secrets if service == "store"}
+    assert len(groups) == 2
+    assert len(set(secrets.values())) == len(secrets) == 1 + 3 * len(groups), secrets
 
 
 def test_production_brokers_enforce_the_acl_and_sign_their_own_metadata_copies() -> None:

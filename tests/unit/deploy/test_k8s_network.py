@@ -21,13 +21,20 @@ from typing import Any
 
 import pytest
 
-from tests.unit.deploy.manifests import Container, containers, objects_of, render
+from tests.unit.deploy.manifests import (
+    Container,
+    boltmq_workloads,
+    containers,
+    objects_of,
+    render,
+)
 from tests.unit.deploy.network_policy import Peer, Pod, admits, selecting
 
 GUARDED = ("base", "production")
 """Targets checked here (dev inherits the base's policies)."""
 MONITORING = Peer({"app.kubernetes.io/name": "prometheus"}, "monitoring")
 CLIENT_TLS = ("tls_client_cert_file", "tls_client_key_file")
+BROKER_NAME_LABEL = "boltmq.io/broker-name"
 
 
 def applications(namespace: str) -> list[Peer]:
@@ -36,9 +43,10 @@ def applications(namespace: str) -> list[Peer]:
 
 
 def pods(target: str) -> list[tuple[Pod, list[Container]]]:
-    """Each StatefulSet's pod template as a destination, with its resolved containers."""
+    """Each BoltMQ StatefulSet's pod template as a destination, with its resolved containers
+    (etcd's: test_k8s_etcd.py)."""
     out = []
-    for name, workload in objects_of(render(target), "StatefulSet").items():
+    for name, workload in boltmq_workloads(render(target)).items():
         members = [c for c in containers(target) if c.workload["metadata"]["name"] == name]
         named = {
             p["name"]: p["containerPort"]
@@ -87,15 +95,23 @@ def test_applications_reach_only_the_broker_and_registry_ports(target: str) -> N
 
 
 def test_the_ha_port_admits_only_pods_of_its_own_broker_group(target: str) -> None:
+    """Each group's HA port: its own pods, not another group's (the rendered groups'
+    pods and a group that does not exist yet), not the same labels elsewhere."""
+    every_pod = [dict(pod.labels) for pod, _ in pods(target)]
+    groups = [labels for labels in every_pod if labels.get(BROKER_NAME_LABEL)]
+    assert len({labels[BROKER_NAME_LABEL] for labels in groups}) == 2
     for pod, members in pods(target):
         for c in members:
             if c.service != "ha":
                 continue
             port = c.config.listen_port
             group = dict(pod.labels)
-            other_group = {**group, "boltmq.io/broker-name": "broker-b"}
+            assert group[BROKER_NAME_LABEL] == c.config.broker_name
+            strangers = [labels for labels in every_pod if labels != group]
+            strangers.append({**group, BROKER_NAME_LABEL: "broker-z"})
             assert admits(policies(target), pod, port, Peer(group, pod.namespace))
-            assert not admits(policies(target), pod, port, Peer(other_group, pod.namespace))
+            for other in strangers:
+                assert not admits(policies(target), pod, port, Peer(other, pod.namespace))
             assert not admits(policies(target), pod, port, Peer(group, "shop"))
             assert not admits(policies(target), pod, port, MONITORING)
 
@@ -165,14 +181,15 @@ def test_production_components_present_their_own_internal_certificates() -> None
     by_service: dict[str, list[Container]] = {}
     for c in containers("production"):
         by_service.setdefault(c.service, []).append(c)
-    own_secrets: dict[str, set[str]] = {}
+    own_secrets: dict[tuple[str, str], set[str]] = {}
     for c in [c for group in by_service.values() for c in group]:
         cert = secret_file(c, c.config.tls_cert_file)
         for name in CLIENT_TLS:
             path = getattr(c.config, name)
             assert path, f"{c.name}: no {name}"
             assert secret_file(c, path)[0] == cert[0], f"{c.name}: {name} is not its own"
-        own_secrets.setdefault(c.service, set()).add(cert[0])
+        # A component is a service of one workload: broker-a's store is not broker-b's.
+        own_secrets.setdefault((c.workload["metadata"]["name"], c.service), set()).add(cert[0])
     assert all(len(names) == 1 for names in own_secrets.values()), own_secrets
     assert len({next(iter(n)) for n in own_secrets.values()}) == len(own_secrets), own_secrets
     for c in [*by_service["store"], *by_service["ha"], *by_service["registry"]]:
