@@ -302,7 +302,7 @@ def topic_status(admin_: Admin, name: str) -> None:
 # ------------------------------------------------------------------------ groups
 @admin.group()
 def group() -> None:
-    """Consumer groups and their progress."""
+    """Consumer groups: settings, members, progress and dead letters."""
 
 
 @group.command("list")
