@@ -302,24 +302,7 @@ def topic_status(admin_: Admin, name: str) -> None:
 # ------------------------------------------------------------------------ groups
 @admin.group()
 def group() -> None:
-    """Consumer groups and their progress."""
-
-
-@group.command("create")
-@click.argument("name")
-@click.option("--retry-max-times", default=16, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--orderly", is_flag=True, help="The group consumes orderly.")
-@_with_admin
-def group_create(admin_: Admin, name: str, retry_max_times: int, orderly: bool) -> None:
-    """Create (or change) consumer group NAME on every master (or --broker)."""
-    request = broker_pb2.UpsertGroupRequest(
-        group=name, retry_max_times=retry_max_times, consume_message_orderly=orderly
-    )
-    for broker_name, g in admin_.each_master("UpsertGroup", request):
-        click.echo(
-            f"{broker_name}: group {g.group} retry-max-times {g.retry_max_times}"
-            f"{' orderly' if g.consume_message_orderly else ''}"
-        )
+    """Consumer groups: settings, members, progress and dead letters."""
 
 
 @group.command("list")

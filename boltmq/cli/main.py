@@ -427,6 +427,7 @@ def _register_client_commands() -> None:
         acl,  # noqa: F401 - adds ``admin acl``
         cluster,  # noqa: F401 - adds ``admin cluster``
         dlq,  # noqa: F401 - adds ``admin group dlq``
+        group_admin,  # noqa: F401 - adds ``admin group create|update|delete|show``
         ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
     )
     from boltmq.cli.admin import admin

@@ -22,6 +22,7 @@ from services.broker.access.acl_seal import SEALED_ACL_FILE
 from services.broker.access.caller import current_caller, current_client_key
 from services.broker.access.gate import peer_host
 from services.broker.access.resources import group_need, topic_need
+from services.broker.admin import group_settings
 from services.broker.admin.admin_processor import AdminProcessor
 from services.broker.clients.client_processor import ClientProcessor
 from services.broker.metadata.names import check_client_id, check_group
@@ -279,7 +280,24 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             group=config.group_name,
             retry_max_times=config.retry_max_times,
             consume_message_orderly=config.consume_message_orderly,
+            settings=group_settings.settings_message(config),
         )
+
+    @answers_errors
+    async def DeleteGroup(
+        self, request: broker_pb2.DeleteGroupRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DeleteGroupResponse:
+        """Forget a consumer group's settings (refused while it has live consumers unless
+        forced)."""
+        await self._admin.delete_group(request)
+        return broker_pb2.DeleteGroupResponse()
+
+    @answers_errors
+    async def GetGroup(
+        self, request: broker_pb2.GetGroupRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.GetGroupResponse:
+        """A consumer group's settings and live members with their subscriptions."""
+        return self._admin.get_group(request)
 
     @answers_errors
     async def Promote(

@@ -175,5 +175,5 @@ def test_in_production_only_operators_create_topics_and_groups(production: AclCl
     assert made.exit_code == 0, made.output
     made = runner.invoke(main, ["admin", "group", "create", "orders-consumers", *registry], env=env)
     assert made.exit_code == 0, made.output
-    assert "group orders-consumers retry-max-times 16" in made.output
+    assert "group orders-consumers" in made.output and "retry-max-times 16" in made.output
     assert consume_one(production, "orders-consumers") == b"legit"

@@ -207,3 +207,18 @@ def test_lookup_by_id_and_by_key_finds_either_groups_message(cluster: LocalClust
         assert found[0].startswith(f"{group}: {msg_id} Lookups/") and f"body=b'{key}'" in found[0]
         keyed = cli(cluster, "admin", "message", "key", "Lookups", key).splitlines()
         assert len(keyed) == 1 and keyed[0].startswith(f"{group}: {msg_id} "), keyed
+
+
+def test_group_settings_change_on_every_groups_master(cluster: LocalCluster) -> None:
+    """``admin group create|update|show|delete`` reach broker-a's and broker-b's masters."""
+    created = cli(cluster, "admin", "group", "create", "cg-both", "--retry-max-times", "4")
+    assert all(f"{name}: group cg-both" in created for name in GROUPS), created
+    cli(cluster, "admin", "group", "update", "cg-both", "--consume-disable")
+    shown = cli(cluster, "admin", "group", "show", "cg-both")
+    for name in GROUPS:
+        block = shown.split(f"{name}: group cg-both")[1].split(": group")[0]
+        assert "consume-enable false" in block and "retry-max-times 4" in block, shown
+    deleted = cli(cluster, "admin", "group", "delete", "cg-both")
+    assert all(f"{name}: group cg-both deleted" in deleted for name in GROUPS), deleted
+    gone = run_cli("admin", "group", "show", "cg-both", "--registry", registry_of(cluster))
+    assert gone.returncode == 1 and "unknown on every master" in gone.stderr

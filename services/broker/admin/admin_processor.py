@@ -1,12 +1,12 @@
-"""Admin RPCs: topic upsert/delete/list/status, group upsert, groups and their lag, message
-lookup."""
+"""Admin RPCs: topic upsert/delete/list/status, group upsert/delete/show, groups and their
+lag, message lookup."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from boltmq.v1 import broker_pb2, store_pb2
+from services.broker.admin import group_settings
 from services.broker.clients.client_manager import ClientManager
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
@@ -19,6 +19,7 @@ from services.broker.metadata.subscription_group import (
     SubscriptionGroupManager,
 )
 from services.broker.metadata.topic_config import PERM_ALL, TopicConfig, TopicConfigManager
+from services.broker.retry.retry_topic import resize_retry_topic
 from services.broker.store.store_client import StoreClient
 from services.broker.store.store_role import StoreRole
 
@@ -82,20 +83,57 @@ class AdminProcessor:
             )
 
     async def upsert_group(self, request: broker_pb2.UpsertGroupRequest) -> SubscriptionGroupConfig:
-        """Create or change a consumer group's settings and save them (other settings kept)."""
+        """Create or change a consumer group's settings and save them (settings the request
+        leaves unset kept; :mod:`~services.broker.admin.group_settings`)."""
         self._require_master("create and change groups")
         name = check_group("group", request.group)
-        if request.retry_max_times < 0:
-            raise InvalidArgument("retry_max_times: must not be negative")
-        config = dataclasses.replace(
-            self._groups.get(name) or SubscriptionGroupConfig(name),
-            retry_max_times=request.retry_max_times
-            or SubscriptionGroupConfig(name).retry_max_times,
-            consume_message_orderly=request.consume_message_orderly,
-        )
+        current = self._groups.get(name) or SubscriptionGroupConfig(name)
+        config = group_settings.updated(current, request, self._config.max_topic_queue_nums)
         self._groups.upsert(config)
         await self._persister.save_groups()
+        await resize_retry_topic(self._topics, self._publisher, config)
         return config
+
+    async def delete_group(self, request: broker_pb2.DeleteGroupRequest) -> None:
+        """Forget a consumer group's settings; refused while it has live consumers unless
+        ``force`` (its offsets and retry and dead-letter topics are kept)."""
+        self._require_master("delete groups")
+        name = check_group("group", request.group)
+        if self._groups.get(name) is None:
+            raise NotFound(f"group: consumer group {name!r} does not exist")
+        members = self._clients.consumer_ids(name)
+        if members and not request.force:
+            raise FailedPrecondition(
+                f"group: consumer group {name!r} has {len(members)} live consumer(s) "
+                f"({', '.join(members[:5])}); stop them first or delete with force"
+            )
+        self._groups.delete(name)
+        await self._persister.save_groups()
+
+    def get_group(self, request: broker_pb2.GetGroupRequest) -> broker_pb2.GetGroupResponse:
+        """A group's settings and its live members with their own subscriptions."""
+        name = check_group("group", request.group)
+        config = self._groups.get(name)
+        members = self._clients.members(name)
+        if config is None and not members:
+            raise NotFound(f"group: consumer group {name!r} is unknown")
+        response = broker_pb2.GetGroupResponse(
+            inconsistent=len({m.subscriptions for m in members}) > 1,
+            members=[
+                broker_pb2.GroupMember(
+                    client_id=m.client_id,
+                    model=m.model,
+                    subscriptions=[
+                        broker_pb2.ConsumerSubscription(topic=t, expression=e)
+                        for t, e in m.subscriptions
+                    ],
+                )
+                for m in members
+            ],
+        )
+        if config is not None:
+            response.settings.CopyFrom(group_settings.settings_message(config))
+        return response
 
     async def upsert_topic(self, request: broker_pb2.UpsertTopicRequest) -> TopicConfig:
         """Create or change a topic, save it and register it everywhere."""

@@ -6,10 +6,17 @@ every member must see the same order. A client silent for
 ``client_expiry_ms`` is dropped: reads filter silent clients out at once and
 :meth:`ClientManager.expire` forgets them for good when the broker's periodic
 scan runs. Time comes from an injected millisecond clock.
+
+Members of one group should subscribe alike. When they do not (other topics
+or expressions), the group's subscriptions are those of the last heartbeat,
+as in RocketMQ (each pull still filters with the expression its consumer
+sends); the change is logged and ``boltmq admin group show`` lists every
+member's own subscriptions (:meth:`ClientManager.members`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -18,6 +25,11 @@ from services.broker.metadata.clock import Clock, monotonic_ms
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
 MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
+
+log = logging.getLogger(__name__)
+
+Subscriptions = tuple[tuple[str, str], ...]
+"""``(topic, expression)`` pairs, sorted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +51,17 @@ class ConsumerGroupView:
     client_ids: tuple[str, ...]
     model: str
     orderly: bool
-    subscriptions: tuple[tuple[str, str], ...]
+    subscriptions: Subscriptions
+    """The last heartbeat's."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """One live member of a consumer group and what its last heartbeat said."""
+
+    client_id: str
+    model: str
+    subscriptions: Subscriptions
 
 
 @dataclass(slots=True)
@@ -48,7 +70,9 @@ class _Group:
     """client id -> time of its last heartbeat."""
     model: str = CLUSTERING
     orderly: bool = False
-    subscriptions: dict[str, str] = field(default_factory=dict)
+    subscriptions: Subscriptions = ()
+    beats: dict[str, tuple[str, Subscriptions]] = field(default_factory=dict)
+    """client id -> (model, subscriptions) of its last heartbeat."""
 
 
 class ClientManager:
@@ -76,8 +100,19 @@ class ClientManager:
             if client_id not in entry.last_seen_ms:
                 changed.append(beat.group)
             entry.last_seen_ms[client_id] = now
+            subscriptions = tuple(sorted(set(beat.subscriptions)))
+            if subscriptions != entry.subscriptions and len(entry.last_seen_ms) > 1:
+                log.warning(
+                    "consumer group %s: %s subscribes %s, the group had %s; the last heartbeat "
+                    "wins (members should subscribe alike)",
+                    beat.group,
+                    client_id,
+                    list(subscriptions),
+                    list(entry.subscriptions),
+                )
             entry.model, entry.orderly = beat.model, beat.orderly
-            entry.subscriptions.update(beat.subscriptions)
+            entry.subscriptions = subscriptions
+            entry.beats[client_id] = (beat.model, subscriptions)
         return changed
 
     def unregister(
@@ -90,6 +125,7 @@ class ClientManager:
         for group in consumer_groups:
             entry = self._consumers.get(group)
             if entry is not None and entry.last_seen_ms.pop(client_id, None) is not None:
+                entry.beats.pop(client_id, None)
                 left.append(group)
                 if not entry.last_seen_ms:
                     del self._consumers[group]
@@ -117,8 +153,18 @@ class ClientManager:
             tuple(ids),
             entry.model,
             entry.orderly,
-            tuple(sorted(entry.subscriptions.items())),
+            entry.subscriptions,
         )
+
+    def members(self, group: str) -> list[GroupMember]:
+        """Live members of a consumer group with their own last heartbeat, sorted by id."""
+        entry = self._consumers.get(group)
+        if entry is None:
+            return []
+        return [
+            GroupMember(client_id, *entry.beats.get(client_id, (entry.model, ())))
+            for client_id in self._live(entry.last_seen_ms)
+        ]
 
     def consumer_groups(self) -> list[str]:
         """Consumer groups with at least one live member, sorted."""
@@ -136,6 +182,7 @@ class ClientManager:
             members = self._consumers[group].last_seen_ms
             for client_id in _silent(members, deadline):
                 del members[client_id]
+                self._consumers[group].beats.pop(client_id, None)
                 removed.append((group, client_id))
             if not members:
                 del self._consumers[group]

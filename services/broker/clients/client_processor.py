@@ -5,13 +5,14 @@ from __future__ import annotations
 from boltmq.v1 import broker_pb2
 from services.broker.access.creation_limits import CreationLimits
 from services.broker.clients.client_manager import (
+    BROADCASTING,
     CLUSTERING,
     MESSAGE_MODELS,
     ClientManager,
     ConsumerGroupHeartbeat,
 )
 from services.broker.clients.queue_lock import QueueKey, QueueLockManager
-from services.broker.errors import InvalidArgument
+from services.broker.errors import InvalidArgument, PermissionDenied
 from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.metadata.group_access import GroupAccess
 from services.broker.metadata.names import (
@@ -70,6 +71,11 @@ class ClientProcessor:
             config = await self._groups.require(
                 f"consumer_groups[{index}].group", beat.group, charged=True
             )
+            if beat.model == BROADCASTING and not config.consume_broadcast_enable:
+                raise PermissionDenied(
+                    f"consumer_groups[{index}].model: consumer group {beat.group!r} may not "
+                    f"consume BROADCASTING (consumeBroadcastEnable is false)"
+                )
             if beat.model == CLUSTERING:
                 await self._retry_topics.ensure_retry(config)  # consumers subscribe to it at once
         self._clients.heartbeat(client_id, request.producer_groups, beats)

@@ -72,9 +72,15 @@ class GroupAccess:
     async def require_consumable(self, field: str, group: str) -> SubscriptionGroupConfig:
         """As :meth:`require`, and the group must be allowed to consume."""
         config = await self.require(field, group)
-        if not config.consume_enable:
+        self.check_consumable(field, group)
+        return config
+
+    def check_consumable(self, field: str, group: str) -> None:
+        """PermissionDenied when the group's consumeEnable is false (again after a pull
+        was parked: an operator may have turned consumption off meanwhile)."""
+        config = self._groups.get(group)
+        if config is not None and not config.consume_enable:
             raise PermissionDenied(
                 f"{field}: consumer group {group!r} is not allowed to "
                 f"consume (consumeEnable is false)"
             )
-        return config

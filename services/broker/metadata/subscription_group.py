@@ -1,8 +1,10 @@
 """Consumer-group settings (subscriptionGroup.json).
 
 A group is created with RocketMQ's defaults the first time the broker sees it
-(when ``auto_create_subscription_group`` is on); an operator may later turn
-consumption off or change retry settings. The file keeps RocketMQ's names::
+(when ``auto_create_subscription_group`` is on); an admin creates, changes and
+deletes groups live (``boltmq admin group``; what each setting does, and which
+values are refused, is in :mod:`services.broker.admin.group_settings`). The file
+keeps RocketMQ's names::
 
     {"subscriptionGroupTable": {"G": {"groupName": "G", "consumeEnable": true, ...}},
      "dataVersion": {"timestamp": 1700000000000, "counter": 2}}

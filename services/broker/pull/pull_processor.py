@@ -110,6 +110,7 @@ class PullProcessor:
         answer = await self._read_or_park(
             read, [(request.topic, request.queue_id, offset)], request.suspend_timeout_ms
         )
+        self._groups.check_consumable("consumer_group", request.consumer_group)
         if self._far_behind(answer.response):
             answer.suggest(REPLICA_SUGGESTED)
         return answer
@@ -153,6 +154,7 @@ class PullProcessor:
             queues,
             request.suspend_timeout_ms,
         )
+        self._groups.check_consumable("consumer_group", request.consumer_group)
         if any(self._far_behind(response) for response in answer.responses):
             answer.suggest(REPLICA_SUGGESTED)
         return answer

@@ -10,6 +10,8 @@ resend dead letters through the broker (``boltmq admin group dlq``).
 
 from __future__ import annotations
 
+import dataclasses
+
 from boltmq.wire import topic as names
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.errors import InvalidArgument
@@ -52,6 +54,21 @@ async def ensure_retry_topic(
         config = topics.upsert(TopicConfig(name, queues, queues, PERM_READ_WRITE))
         await publisher.publish()
     return config
+
+
+async def resize_retry_topic(
+    topics: TopicConfigManager, publisher: TopicPublisher, group: SubscriptionGroupConfig
+) -> None:
+    """Give an existing retry topic the group's ``retry_queue_nums`` write queues; its read
+    queues never shrink, so retries already waiting in a dropped queue are still read."""
+    name = retry_topic(group.group_name)
+    config = topics.get(name)
+    queues = max(1, group.retry_queue_nums)
+    if config is None or config.write_queue_nums == queues:
+        return
+    read = max(config.read_queue_nums, queues)
+    topics.upsert(dataclasses.replace(config, read_queue_nums=read, write_queue_nums=queues))
+    await publisher.publish()
 
 
 async def ensure_dlq_topic(

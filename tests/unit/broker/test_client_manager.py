@@ -86,3 +86,21 @@ def test_group_view_carries_model_orderly_and_subscriptions(clock: ManualClock) 
     assert view.subscriptions == (("orders", "A || B"), ("payments", "*"))
     clock.advance(EXPIRY_MS)
     assert clients.consumer_group("g1") is None
+
+
+def test_members_keep_their_own_subscriptions_and_the_last_heartbeat_wins(
+    clock: ManualClock,
+) -> None:
+    clients = ClientManager(EXPIRY_MS, clock)
+    clients.heartbeat("c-1", [], [beat("g1", ("orders", "A"))])
+    clients.heartbeat("c-2", [], [beat("g1", ("orders", "B"), ("payments", "*"))])
+    view = clients.consumer_group("g1")
+    assert view is not None
+    assert view.subscriptions == (("orders", "B"), ("payments", "*"))
+    members = {m.client_id: m.subscriptions for m in clients.members("g1")}
+    assert members == {"c-1": (("orders", "A"),), "c-2": (("orders", "B"), ("payments", "*"))}
+    clients.heartbeat("c-1", [], [beat("g1", ("orders", "A"))])
+    view = clients.consumer_group("g1")
+    assert view is not None and view.subscriptions == (("orders", "A"),)
+    clients.unregister("c-2", [], ["g1"])
+    assert [m.client_id for m in clients.members("g1")] == ["c-1"]
