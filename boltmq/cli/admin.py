@@ -398,7 +398,7 @@ def message_id(admin_: Admin, msg_id: str, topic_name: str | None) -> None:
         for broker_name, response in admin_.each_master(
             "ViewMessage", store_pb2.GetRequest(msg_id=msg_id)
         ):
-            if response.found and response.message.msg_id == msg_id:
+            if response.found and response.message.msg_id == msg_id.upper():
                 found = True
                 _show(broker_name, response.message)
     if not found:

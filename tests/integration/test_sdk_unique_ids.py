@@ -115,9 +115,10 @@ def test_find_by_unique_id_through_the_sdk_and_the_cli(cluster: Cluster) -> None
         assert f"unique_id={target.unique_id}" in line and "b'find-2'" in line
         assert target.msg_id in line
 
-    by_offset = run_cli("admin", "message", "id", target.msg_id, "--registry", registry)
-    assert by_offset.returncode == 0, by_offset.stderr
-    assert f"unique_id={target.unique_id}" in by_offset.stdout
+    for offset_id in (target.msg_id, target.msg_id.lower()):
+        by_offset = run_cli("admin", "message", "id", offset_id, "--registry", registry)
+        assert by_offset.returncode == 0, by_offset.stderr
+        assert f"unique_id={target.unique_id}" in by_offset.stdout
 
     missing = run_cli("admin", "message", "id", "F" * 32, "--registry", registry)
     assert missing.returncode != 0
