@@ -3,8 +3,14 @@
 A received message is a :class:`boltmq.wire.record.RecordView` decoded from
 the raw CommitLog records the broker returns (``raw_records``): every record
 field is an attribute (topic, queue_id, queue_offset, commitlog_offset,
-msg_id, body, tags, keys, properties, born/store timestamps and hosts,
-reconsume_times), and the body is a view, not a copy.
+msg_id, unique_id, body, tags, keys, properties, born/store timestamps and
+hosts, reconsume_times), and the body is a view, not a copy.
+
+Two ids name a message: ``msg_id``, the offset id of the stored copy (where
+it lies), and ``unique_id``, the producer's id (the ``UNIQ_KEY`` property,
+:mod:`boltmq.unique_id`), given once before the first send attempt, so the
+copies a retried send may leave all carry it. A message whose properties
+already hold ``UNIQ_KEY`` keeps it (a Message sent twice that way is one id).
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from boltmq.unique_id import new_unique_id
 from boltmq.v1 import broker_pb2, message_pb2
-from boltmq.wire.record import InvalidMessage, RecordView
+from boltmq.wire.record import PROPERTY_UNIQ_KEY, InvalidMessage, RecordView
 from boltmq.wire.record_batch import send_record_parts
 
 MAX_DELAY_LEVEL = 18
@@ -87,8 +94,15 @@ class Message:
             merged[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_at_ms)
         return merged
 
+    def unique_id(self) -> str:
+        """The id a send of this message carries: its ``UNIQ_KEY`` property, else a new one."""
+        return self.properties.get(PROPERTY_UNIQ_KEY) or new_unique_id()
+
     def to_record(
-        self, born_timestamp_ms: int = 0, trace_context: Mapping[str, str] | None = None
+        self,
+        born_timestamp_ms: int = 0,
+        trace_context: Mapping[str, str] | None = None,
+        unique_id: str | None = None,
     ) -> bytes:
         """The message as a CommitLog record, the form the SDK sends (encoded once, here).
 
@@ -98,11 +112,15 @@ class Message:
         MessageError for what no store would accept (a topic that does not
         encode, property names or values with the \\x01 / \\x02 separators,
         keys with spaces, properties over 32767 bytes).
+        ``unique_id``: its ``UNIQ_KEY`` property (:meth:`unique_id`).
         """
-        return b"".join(self.record_parts(born_timestamp_ms, trace_context))
+        return b"".join(self.record_parts(born_timestamp_ms, trace_context, unique_id))
 
     def record_parts(
-        self, born_timestamp_ms: int = 0, trace_context: Mapping[str, str] | None = None
+        self,
+        born_timestamp_ms: int = 0,
+        trace_context: Mapping[str, str] | None = None,
+        unique_id: str | None = None,
     ) -> tuple[bytes, bytes, bytes]:
         """:meth:`to_record` in three parts (head, body, tail): a batch joins every
         message's parts at once (:func:`batch_records`).
@@ -130,7 +148,14 @@ class Message:
         ):
             try:
                 return send_record_parts(
-                    topic, body, self.tags or None, None, None, self.flag, born_timestamp_ms
+                    topic,
+                    body,
+                    self.tags or None,
+                    None,
+                    None,
+                    self.flag,
+                    born_timestamp_ms,
+                    unique_id,
                 )
             except (InvalidMessage, TypeError, struct.error):
                 pass
@@ -144,6 +169,7 @@ class Message:
                 self._properties(trace_context),
                 self.flag,
                 born_timestamp_ms,
+                unique_id,
             )
         except (InvalidMessage, TypeError) as exc:
             raise MessageError(f"message to {self.topic[:60]!r}: {exc}") from None
@@ -174,13 +200,19 @@ def batch_records(
     msgs: Sequence[Message],
     born_timestamp_ms: int = 0,
     trace_context: Mapping[str, str] | None = None,
+    unique_ids: Sequence[str] | None = None,
 ) -> bytes:
     """Every message as a CommitLog record, back to back: the body of a batch send
-    (the bytes of ``to_record`` of each, joined; the same MessageError)."""
+    (the bytes of ``to_record`` of each, joined; the same MessageError).
+    ``unique_ids``: one per message (:meth:`Message.unique_id`), or none."""
     parts: list[bytes] = []
     extend = parts.extend
-    for msg in msgs:
-        extend(msg.record_parts(born_timestamp_ms, trace_context))
+    if unique_ids is None:
+        for msg in msgs:
+            extend(msg.record_parts(born_timestamp_ms, trace_context))
+    else:
+        for msg, unique_id in zip(msgs, unique_ids, strict=True):
+            extend(msg.record_parts(born_timestamp_ms, trace_context, unique_id))
     return b"".join(parts)
 
 
@@ -239,10 +271,15 @@ class SendResult(NamedTuple):
     error: str = ""
     put_status: str = "PUT_OK"
     """The store's PutMessageStatus name (why a SEND_FAILED failed)."""
+    unique_id: str = ""
+    """The producer's id of the message (``UNIQ_KEY``; the module docstring)."""
 
 
-def send_results(response: broker_pb2.SendResponse) -> list[SendResult]:
-    """One SendResult per message of a SendResponse (packed arrays, in order)."""
+def send_results(
+    response: broker_pb2.SendResponse, unique_ids: Sequence[str] | None = None
+) -> list[SendResult]:
+    """One SendResult per message of a SendResponse (packed arrays, in order), with
+    ``unique_ids`` (one per message) when given."""
     queue = MessageQueue(response.topic, response.broker_name, response.queue_id)
     prefix = response.msg_id_prefix
     errors = response.errors
@@ -259,14 +296,16 @@ def send_results(response: broker_pb2.SendResponse) -> list[SendResult]:
                 offset,
                 errors.get(index, "") if errors else "",
                 put_name[put_status],
+                unique_id,
             )
         )
-        for index, (status, put_status, queue_offset, offset) in enumerate(
+        for index, (status, put_status, queue_offset, offset, unique_id) in enumerate(
             zip(
                 response.statuses,
                 response.put_statuses,
                 response.queue_offsets,
                 response.commitlog_offsets,
+                unique_ids if unique_ids is not None else [""] * len(response.statuses),
                 strict=True,
             )
         )

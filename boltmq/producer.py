@@ -8,6 +8,11 @@
   attempt chose, never another: when that queue's group has no live master it
   fails (SendError) rather than move the key and reorder it.
 - ``send_batch`` sends one list as one request to one queue.
+- Every message gets its unique id (``UNIQ_KEY``, :mod:`boltmq.unique_id`;
+  one it names in its properties is kept) before it is encoded, once, before
+  the first attempt: retries send the same bytes, so every copy a retried send
+  leaves carries the id, which ``SendResult.unique_id`` shows and
+  :meth:`Producer.find_message` looks up.
 - Natural batching (``natural_batching``, on by default): while a send's call
   to a broker is in flight, the sends of other threads for that broker and
   topic (and, when sharded, queue) wait and then leave together as one call;
@@ -66,11 +71,17 @@ from boltmq.message import (
     batch_records,
     send_results,
 )
+from boltmq.message_lookup import find_by_unique_id
 from boltmq.options import ProducerOptions
 from boltmq.request_reply import Requester
 from boltmq.send_batcher import BatchMismatch, SendBatcher
-from boltmq.v1 import broker_pb2
-from boltmq.wire.record import java_string_hash
+from boltmq.v1 import broker_pb2, message_pb2
+from boltmq.wire.record import (
+    PROPERTY_UNIQ_KEY,
+    CorruptRecord,
+    decode_records,
+    java_string_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +142,8 @@ class Producer:
         self._linger_s = options.linger_ms / 1000
         # A random start: short-lived producers (one CLI send each) still spread out.
         self._counter = itertools.count(random.randrange(1 << 16))
-        # topic -> (encoded record, future, callback) of each queued async message
-        self._pending: dict[str, list[tuple[bytes, Future[SendResult], SendCallback | None]]] = {}
+        # topic -> the queued async messages
+        self._pending: dict[str, list[_Pending]] = {}
         self._pending_count = 0
         self._cond = threading.Condition()
         self._sender: threading.Thread | None = None
@@ -206,8 +217,11 @@ class Producer:
         born_ms = time.time_ns() // 1_000_000
         with telemetry.producer_span(topic, len(msgs), msgs[0].body) as span:
             context = telemetry.message_context(span)  # {} without tracing
-            records = batch_records(msgs, born_ms, context)
-            results = self._send_records(topic, records, len(msgs), sharding_key)
+            unique_ids = [m.unique_id() for m in msgs]  # before the first attempt
+            records = batch_records(msgs, born_ms, context, unique_ids)
+            results = _with_ids(
+                self._send_records(topic, records, len(msgs), sharding_key), unique_ids
+            )
             telemetry.record_send(span, results)
         return results
 
@@ -221,12 +235,15 @@ class Producer:
         For connectors that encode straight from their own columns (the Spark sink):
         no Message objects. The broker checks every record as it checks a batch's. The
         records carry no trace context (they were encoded before the send's span).
+        Each result's ``unique_id`` is its record's ``UNIQ_KEY`` property (give
+        ``unique_id`` to :func:`boltmq.wire.record_batch.send_record_parts`).
         """
         self._check_running()
         if count <= 0 or not records:
             raise ValueError("send_records needs at least one record")
         with telemetry.producer_span(topic, count, None) as span:
             results = self._send_records(topic, records, count, sharding_key)
+            results = _with_ids(results, _record_unique_ids(records, count))
             telemetry.record_send(span, results)
         return results
 
@@ -390,17 +407,24 @@ class Producer:
                 self._requester = Requester(self.client, self.send)
         return self._requester.request(msg, timeout_ms)
 
+    def find_message(self, topic: str, unique_id: str) -> list[message_pb2.MessageExt]:
+        """Every stored copy of the message of ``topic`` whose unique id (``SendResult.
+        unique_id``) is ``unique_id`` (:func:`boltmq.message_lookup.find_by_unique_id`)."""
+        return find_by_unique_id(self.client, topic, unique_id)
+
     # ---------------------------------------------------------------- async sends
     def send_async(self, msg: Message, callback: SendCallback | None = None) -> Future[SendResult]:
         """Queue ``msg`` for the sender thread; ``callback(result, error)`` when done."""
         self._check_running()
         context = telemetry.create_context(msg.topic, msg.body)  # {} without tracing
-        record = msg.to_record(time.time_ns() // 1_000_000, context)  # encoded (checked) here
+        unique_id = msg.unique_id()
+        # encoded (checked) here, once: a retry sends the same bytes, the same id
+        record = msg.to_record(time.time_ns() // 1_000_000, context, unique_id)
         future: Future[SendResult] = Future()
         with self._cond:
             while self._pending_count >= self.options.max_pending and self._running:
                 self._cond.wait(0.1)  # back-pressure: never buffer without bound
-            self._pending.setdefault(msg.topic, []).append((record, future, callback))
+            self._pending.setdefault(msg.topic, []).append((record, unique_id, future, callback))
             self._pending_count += 1
             if self._pending_count >= self.options.batch_size:
                 self._cond.notify_all()
@@ -438,23 +462,42 @@ class Producer:
                 self._pending_count -= len(batch)
                 self._cond.notify_all()
 
-    def _send_accumulated(
-        self, topic: str, batch: list[tuple[bytes, Future[SendResult], SendCallback | None]]
-    ) -> None:
+    def _send_accumulated(self, topic: str, batch: list[_Pending]) -> None:
         try:
             results = self._send_records(
-                topic, b"".join([r for r, _, _ in batch]), len(batch), None
+                topic, b"".join([r for r, _, _, _ in batch]), len(batch), None
             )
         except BaseException as exc:  # every waiter must hear how its message ended
-            for _, future, callback in batch:
+            for _, _, future, callback in batch:
                 future.set_exception(exc)
                 _call(callback, None, exc)
-            if not any(cb for _, _, cb in batch):
+            if not any(cb for _, _, _, cb in batch):
                 log.warning("async send to %s failed: %s", topic, exc)
             return
-        for (_, future, callback), result in zip(batch, results, strict=False):
+        for (_, unique_id, future, callback), result in zip(batch, results, strict=False):
+            result = result._replace(unique_id=unique_id)
             future.set_result(result)
             _call(callback, result, None)
+
+
+_Pending = tuple[bytes, str, "Future[SendResult]", "SendCallback | None"]
+"""A queued async message: its encoded record, unique id, future and callback."""
+
+
+def _with_ids(results: list[SendResult], unique_ids: Sequence[str]) -> list[SendResult]:
+    """The results with each message's unique id (the SDK's results carry none)."""
+    return [r._replace(unique_id=u) for r, u in zip(results, unique_ids, strict=True)]
+
+
+def _record_unique_ids(records: bytes, count: int) -> list[str]:
+    """The ``UNIQ_KEY`` of every encoded record ("" where none, or when they do not decode)."""
+    try:
+        views = decode_records(records, check_crc=False)
+    except CorruptRecord:
+        return [""] * count
+    if len(views) != count:
+        return [""] * count
+    return [v.properties.get(PROPERTY_UNIQ_KEY, "") for v in views]
 
 
 def _broker_name(queue: MessageQueue) -> str:

@@ -175,7 +175,7 @@ class TransactionProducer:
             raise SendError(
                 f"half message to {msg.topic!r} refused: {rpc_error_text(exc)}"
             ) from None
-        result = send_results(response)[0]
+        result = send_results(response, [transaction_id])[0]
         if result.status is SendStatus.SEND_FAILED:
             raise SendError(
                 f"half message to {msg.topic!r} refused: {result.put_status}: {result.error}",

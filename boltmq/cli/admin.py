@@ -27,6 +27,7 @@ from boltmq.cli.security import client_tls, signed_channel
 from boltmq.client import PERM_READ, PERM_WRITE, parse_addresses
 from boltmq.kernel.registry_client import RegistryClient, RegistryError
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2, store_pb2
+from boltmq.wire.record import PROPERTY_UNIQ_KEY, parse_msg_id
 
 RPC_TIMEOUT_S = 5.0
 
@@ -122,6 +123,12 @@ class Admin:
             return getattr(stub, method)(request, timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
             raise fail(f"{method} on {address}: {_rpc_text(exc)}") from None
+
+    def stub_of(self, broker: registry_pb2.BrokerLiveInfo) -> broker_pb2_grpc.BrokerServiceStub:
+        """A stub for many calls to ``broker`` (closed with the others)."""
+        channel = signed_channel(broker.address, self.target(broker))
+        self._channels.append(channel)
+        return self.stub(channel)
 
     def each_master(self, method: str, request: Any) -> list[tuple[str, Any]]:
         return [
@@ -344,24 +351,79 @@ def _show(broker_name: str, m: Any) -> None:
     click.echo(
         f"{broker_name}: {m.msg_id} {m.topic}/{m.queue_id}@{m.queue_offset} "
         f"commitlog {m.commitlog_offset} stored {m.store_timestamp_ms} "
-        f"tags={m.tags or '-'} keys={' '.join(m.keys) or '-'} body={m.body!r}"
+        f"tags={m.tags or '-'} keys={' '.join(m.keys) or '-'} "
+        f"unique_id={m.properties.get(PROPERTY_UNIQ_KEY) or '-'} body={m.body!r}"
     )
 
 
 @message.command("id")
 @click.argument("msg_id")
+@click.option(
+    "--topic",
+    "topic_name",
+    default=None,
+    help="Search this topic's index only for a unique id (default: every topic).",
+)
 @_with_admin
-def message_id(admin_: Admin, msg_id: str) -> None:
-    """The message with offset id MSG_ID."""
+def message_id(admin_: Admin, msg_id: str, topic_name: str | None) -> None:
+    """The message with id MSG_ID: an offset id (32 or 56 hex digits, where the copy
+    lies) or a producer's unique id (UNIQ_KEY, found through the index of every master,
+    for every topic or --topic's; every copy a retried send left)."""
+    if not msg_id or any(c.isspace() for c in msg_id):
+        raise fail(f"message id {msg_id!r} must be non-empty without spaces")
     found = False
-    for broker_name, response in admin_.each_master(
-        "ViewMessage", store_pb2.GetRequest(msg_id=msg_id)
-    ):
-        if response.found:
-            found = True
-            _show(broker_name, response.message)
+    not_offset_id = ""
+    try:
+        parse_msg_id(msg_id)
+    except ValueError as exc:
+        not_offset_id = f" (not an offset id: {exc})"  # a unique id only
+    else:
+        for broker_name, response in admin_.each_master(
+            "ViewMessage", store_pb2.GetRequest(msg_id=msg_id)
+        ):
+            if response.found and response.message.msg_id == msg_id.upper():
+                found = True
+                _show(broker_name, response.message)
     if not found:
-        raise fail(f"no message with id {msg_id}")
+        for broker_name, m in _by_unique_id(admin_, msg_id, topic_name):
+            found = True
+            _show(broker_name, m)
+    if not found:
+        where = f"topic {topic_name!r}" if topic_name else "any topic"
+        kind = "unique id" if not_offset_id else "offset id or unique id"
+        raise fail(f"no message with {kind} {msg_id} in {where}{not_offset_id}")
+
+
+def _by_unique_id(admin_: Admin, unique_id: str, topic_name: str | None) -> list[tuple[str, Any]]:
+    """(broker name, message) of every master's messages whose UNIQ_KEY is ``unique_id``,
+    in ``topic_name`` or in every topic the master has."""
+    found = []
+    for b in admin_.masters():
+        stub = admin_.stub_of(b)
+        try:
+            if topic_name is not None:
+                topics = [topic_name]
+            else:
+                listed = stub.ListTopics(broker_pb2.ListTopicsRequest(), timeout=RPC_TIMEOUT_S)
+                topics = sorted(t.name for t in listed.topics)
+            responses = []
+            for name in topics:
+                request = store_pb2.QueryByKeyRequest(topic=name, key=unique_id, max_count=16)
+                try:
+                    responses.append(stub.QueryMessageByKey(request, timeout=RPC_TIMEOUT_S))
+                except grpc.RpcError as exc:
+                    if exc.code() is not grpc.StatusCode.NOT_FOUND:
+                        raise
+                    # the topic is not (or no longer) on this group
+        except grpc.RpcError as exc:
+            raise fail(f"unique id lookup on {b.address}: {_rpc_text(exc)}") from None
+        for response in responses:
+            found += [
+                (b.broker_name, m)
+                for m in response.messages
+                if m.properties.get(PROPERTY_UNIQ_KEY) == unique_id
+            ]
+    return found
 
 
 @message.command("offset")

@@ -34,7 +34,8 @@ from boltmq.kernel.allocator import settle_garbage_collector_once
 from boltmq.message import SendStatus
 from boltmq.spark.errors import OptionError, WriteError
 from boltmq.spark.options import SinkOptions
-from boltmq.wire.record import InvalidMessage
+from boltmq.unique_id import new_unique_id
+from boltmq.wire.record import PROPERTY_UNIQ_KEY, InvalidMessage
 from boltmq.wire.record_batch import send_record_parts
 
 SAVE_MODE_HELP = (
@@ -103,16 +104,17 @@ def _records(
         topic = topics[row] or options.topic
         if not topic:
             raise WriteError(f"row {row}: topic is null and no topic option was given")
-        props = properties[row]
         try:
+            props = dict(properties[row]) if properties[row] else None
             parts = send_record_parts(
                 topic,
                 _body(bodies[row], row),
                 _text(tags[row]) or None,
                 keys[row] or (),
-                dict(props) if props else None,
+                props,
                 0,
                 born_ms,
+                (props or {}).get(PROPERTY_UNIQ_KEY) or new_unique_id(),
             )
         except (InvalidMessage, TypeError, struct.error) as exc:
             raise WriteError(f"row {row}: a message to {topic[:60]!r} is invalid: {exc}") from None

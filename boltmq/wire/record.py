@@ -392,6 +392,11 @@ class RecordView:
         return make_msg_id(self.store_host_raw, self.commitlog_offset)
 
     @property
+    def unique_id(self) -> str:
+        """The producer's id (``UNIQ_KEY``; boltmq.unique_id), "" when it set none."""
+        return self.properties.get(PROPERTY_UNIQ_KEY, "")
+
+    @property
     def born_host(self) -> str:
         return format_host(self.born_host_raw)
 

@@ -117,7 +117,9 @@ class RecordBatch:
 # --------------------------------------------------------------------------- encode
 
 
-_tails: dict[tuple[str, str | None], tuple[bytes, int]] = {}
+_tails: dict[tuple[str, str | None], tuple[bytes, bytes, bytes, int]] = {}
+"""(topic, tags) -> (tail, topic field, properties section, magic) of the records with
+no keys or other properties."""
 _TAILS_MAX: Final = 4096
 
 
@@ -146,24 +148,32 @@ def send_record_parts(
     properties: Mapping[str, str] | None = None,
     flag: int = 0,
     born_timestamp_ms: int = 0,
+    unique_id: str | None = None,
 ) -> tuple[bytes, bytes, bytes]:
     """:func:`encode_send_record` as its three parts (head, body, tail), so a batch
-    joins all of its records' parts at once (one copy of each body, not two)."""
+    joins all of its records' parts at once (one copy of each body, not two).
+
+    ``unique_id``: the message's UNIQ_KEY property (:mod:`boltmq.unique_id`),
+    added to the others (it replaces a UNIQ_KEY among ``properties``)."""
     if keys or properties:
         topic_field, magic = encode_topic(topic)
+        if unique_id:
+            properties = {**(properties or {}), PROPERTY_UNIQ_KEY: unique_id}
         tail = _tail(topic_field, encode_properties(message_properties(tags, keys, properties)))
     else:
-        # Most messages carry tags at most: the tail depends on (topic, tags) alone.
+        # Most messages carry tags at most: the tail depends on (topic, tags) alone,
+        # but for the unique id, appended as one more property.
         cached = _tails.get((topic, tags))
         if cached is None:
             topic_field, magic = encode_topic(topic)
-            cached = (
-                _tail(topic_field, encode_properties(message_properties(tags, None, None))),
-                magic,
-            )
+            properties_raw = encode_properties(message_properties(tags, None, None))
+            cached = (_tail(topic_field, properties_raw), topic_field, properties_raw, magic)
             if len(_tails) < _TAILS_MAX:
                 _tails[(topic, tags)] = cached
-        tail, magic = cached
+        tail, topic_field, properties_raw, magic = cached
+        if unique_id:
+            properties_raw += encode_properties({PROPERTY_UNIQ_KEY: unique_id})
+            tail = _tail(topic_field, properties_raw)
     body_len = len(body)
     return (
         RAW_HEAD.pack(

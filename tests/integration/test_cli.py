@@ -218,7 +218,10 @@ def test_every_user_mistake_is_one_line_and_a_non_zero_exit(cluster: Cluster) ->
             ("subscription",),
         ),
         (("admin", "message", "id", absent_id, *registry), ("no message", absent_id)),
-        (("admin", "message", "id", "not-hex", *registry), ("msg_id",)),
+        (
+            ("admin", "message", "id", "not-hex", *registry),
+            ("no message with unique id not-hex", "not an offset id"),
+        ),
         (("admin", "message", "key", "known", "absent-key", *registry), ("absent-key",)),
         (("serve", "registry", "--port", taken_port), ("cannot listen", taken_port)),
     ]

@@ -115,7 +115,12 @@ def test_write_then_read_back_equal(spark, cluster) -> None:
         "topic", "SparkWritten"
     ).mode("append").save()
     back = reader(spark, cluster, "SparkWritten").collect()
-    got = sorted((bytes(r.body), r.tags, list(r.keys), dict(r.properties)) for r in back)
+    properties = [dict(r.properties) for r in back]
+    # the sink gave every row its own unique id, as a producer's send
+    unique_ids = {p.pop("UNIQ_KEY") for p in properties}
+    assert len(unique_ids) == len(back) and all(len(i) == 32 for i in unique_ids)
+    rows = zip(back, properties, strict=True)
+    got = sorted((bytes(r.body), r.tags, list(r.keys), p) for r, p in rows)
     assert got == sorted(data)
 
 

@@ -1,9 +1,12 @@
 """The sink's encoder (rows of an Arrow batch straight to CommitLog records) against
-the SDK's (``Message.to_record``): the same bytes, and the same refusals, named by row.
+the SDK's (``Message.to_record``, with the unique id the sink gave the row): the same
+bytes, and the same refusals, named by row.
 No SparkSession: the encoder reads Arrow batches only.
 """
 
 from __future__ import annotations
+
+import re
 
 import pyarrow as pa
 import pytest
@@ -12,6 +15,7 @@ from boltmq.message import Message
 from boltmq.spark.errors import WriteError
 from boltmq.spark.options import WRITE_COLUMNS, SinkOptions
 from boltmq.spark.sink import _records
+from boltmq.wire.record import decode_records
 
 BORN_MS = 1_700_000_000_000
 
@@ -28,6 +32,11 @@ def encoded(batch: pa.RecordBatch, topic: str | None = None) -> list[tuple[objec
     return [
         (key, b"".join(parts)) for key, parts in _records(options(batch, topic), batch, BORN_MS)
     ]
+
+
+def unique_id(record: bytes) -> str:
+    """The unique id the sink gave a row (each its own, as a producer's send)."""
+    return decode_records(record, check_crc=False)[0].unique_id
 
 
 def test_rows_encode_to_the_records_the_sdk_encodes() -> None:
@@ -47,18 +56,32 @@ def test_rows_encode_to_the_records_the_sdk_encodes() -> None:
         Message(topic="Default", body=b"\x00two"),
         Message(topic="B", body=b"three"),
     ]
-    assert encoded(batch, topic="Default") == [
-        (("A", None), expected[0].to_record(BORN_MS)),
-        (("Default", "user-1"), expected[1].to_record(BORN_MS)),
-        (("B", None), expected[2].to_record(BORN_MS)),
+    got = encoded(batch, topic="Default")
+    ids = [unique_id(record) for _, record in got]
+    assert all(re.fullmatch("[0-9A-F]{32}", i) for i in ids) and len(set(ids)) == 3
+    assert got == [
+        (("A", None), expected[0].to_record(BORN_MS, unique_id=ids[0])),
+        (("Default", "user-1"), expected[1].to_record(BORN_MS, unique_id=ids[1])),
+        (("B", None), expected[2].to_record(BORN_MS, unique_id=ids[2])),
     ]
+
+
+def test_a_row_keeps_the_unique_id_its_properties_name() -> None:
+    batch = pa.record_batch(
+        {
+            "body": pa.array([b"x"]),
+            "properties": pa.array([[("UNIQ_KEY", "row-id")]], pa.map_(pa.string(), pa.string())),
+        }
+    )
+    ((_, record),) = encoded(batch, topic="T")
+    assert unique_id(record) == "row-id"
 
 
 def test_a_string_body_is_sent_as_its_utf8_bytes() -> None:
     batch = pa.record_batch({"body": pa.array(["héllo"])})
-    assert encoded(batch, topic="T") == [
-        (("T", None), Message(topic="T", body="héllo".encode()).to_record(BORN_MS))
-    ]
+    ((key, record),) = encoded(batch, topic="T")
+    message = Message(topic="T", body="héllo".encode())
+    assert (key, record) == (("T", None), message.to_record(BORN_MS, None, unique_id(record)))
 
 
 @pytest.mark.parametrize(
