@@ -231,10 +231,9 @@ class Dispatcher:
         )
         touched[key] = None
         if any(run.index_keys):
-            physicals = run.commitlog_offsets.tolist()
-            for at, keys in enumerate(run.index_keys):
-                if keys:
-                    self.index.build_index(run.topic, keys, physicals[at], run.store_timestamp)
+            self.index.build_index_run(
+                run.topic, run.index_keys, run.commitlog_offsets.tolist(), run.store_timestamp
+            )
         self.last_store_timestamp = run.store_timestamp
 
     def notify(self, touched: dict[tuple[str, int], None]) -> None:

@@ -32,8 +32,12 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
+
+import numpy as np
+import numpy.typing as npt
 
 from boltmq.wire.record import java_string_hash
 from services.store.mapped_file import MappedFile
@@ -67,6 +71,38 @@ def key_hash(topic: str, key: str) -> int:
     """The entry hash of ``topic#key``: abs of the Java hash, Integer.MIN_VALUE -> 0."""
     h = java_string_hash(f"{topic}#{key}")
     return 0 if h == -0x80000000 else abs(h)
+
+
+_POWERS: dict[int, npt.NDArray[np.uint64]] = {}
+"""31^(n-1) .. 31^0 modulo 2^32, by string length n (in UTF-16 code units)."""
+
+
+def key_hashes(topic: str, keys: Sequence[str]) -> list[int]:
+    """:func:`key_hash` of every key, computed together: the keys of one length as a
+    matrix of UTF-16 code units times the powers of 31 (each product < 2^48, a row's
+    sum < 2^63, so uint64 holds it exactly before the modulo). Every message the SDK
+    sends has a unique UNIQ_KEY, so a bulk append hashes a key per record; one at a
+    time in Python that cost more than the rest of the append."""
+    prefix = f"{topic}#"
+    encoded = [(prefix + key).encode("utf-16-le") for key in keys]
+    by_length: dict[int, list[int]] = {}
+    for at, text in enumerate(encoded):
+        by_length.setdefault(len(text) // 2, []).append(at)
+    out = [0] * len(encoded)
+    for length, places in by_length.items():
+        powers = _POWERS.get(length)
+        if powers is None:
+            powers = np.array(
+                [pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64
+            )
+            if len(_POWERS) < 4096:
+                _POWERS[length] = powers
+        codes = np.frombuffer(b"".join(encoded[at] for at in places), dtype="<u2")
+        sums = (codes.reshape(len(places), length).astype(np.uint64) * powers).sum(axis=1)
+        for at, h in zip(places, (sums & np.uint64(0xFFFFFFFF)).tolist(), strict=True):
+            # signed int32, then abs with Integer.MIN_VALUE -> 0 (key_hash's rule)
+            out[at] = 0 if h == 0x80000000 else (0x100000000 - h if h & 0x80000000 else h)
+    return out
 
 
 def index_file_size(slots: int, entries: int) -> int:
@@ -184,6 +220,40 @@ class IndexFile:
         self._write_header()
         self.dirty = True
         return True
+
+    def put_many(self, hashes: Sequence[int], phy_offsets: Sequence[int], store_ts: int) -> int:
+        """:meth:`put` of each ``(hash, offset)`` in order, the header written once at
+        the end; returns how many fit (the rest go to the next file)."""
+        number = self.index_count
+        room = min(len(hashes), self.max_entries - number)
+        if room <= 0:
+            return 0
+        mm = self.mapped.mm
+        if number == 1:
+            self.begin_timestamp = store_ts
+            self.begin_phy_offset = phy_offsets[0]
+        diff = (store_ts - self.begin_timestamp) // 1000
+        diff = 0 if diff < 0 else min(diff, INT32_MAX)
+        slots, entries_at = self.slots, self._entries_at
+        read_slot, write_slot, write_entry = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
+        for h, phy_offset in zip(hashes[:room], phy_offsets[:room], strict=True):
+            slot_pos = HEADER_SIZE + (h % slots) * SLOT_SIZE
+            prev = read_slot(mm, slot_pos)[0]
+            if prev < 0 or prev >= number:
+                prev = 0  # a slot pointing at garbage starts a fresh chain
+            # Entry first, then the slot (the header after the loop): a concurrent
+            # reader that sees the new slot value finds a complete entry behind it.
+            write_entry(mm, entries_at + number * ENTRY_SIZE, h, phy_offset, diff, prev)
+            write_slot(mm, slot_pos, number)
+            number += 1
+        self.hash_slot_count += number - self.index_count
+        self.index_count = number
+        if store_ts > self.end_timestamp:
+            self.end_timestamp = store_ts
+        self.end_phy_offset = phy_offsets[room - 1]
+        self._write_header()
+        self.dirty = True
+        return room
 
     def truncate_to(self, keep_entries: int) -> int:
         """Drop entries numbered above ``keep_entries``; returns how many were dropped.

@@ -18,10 +18,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from services.store.index_file import CorruptIndexFile, IndexFile, index_file_name, key_hash
+from services.store.index_file import (
+    CorruptIndexFile,
+    IndexFile,
+    index_file_name,
+    key_hash,
+    key_hashes,
+)
 from services.store.mapped_file import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -122,6 +128,35 @@ class IndexService:
             if current is None or not current.put(h, commitlog_offset, store_ts):
                 current = self._roll()
                 current.put(h, commitlog_offset, store_ts)
+
+    def build_index_run(
+        self,
+        topic: str,
+        keys_of_records: Sequence[tuple[str, ...]],
+        commitlog_offsets: Sequence[int],
+        store_ts: int,
+    ) -> None:
+        """:meth:`build_index` for every record of a bulk append, the keys hashed together."""
+        files = self.files
+        current = files[-1] if files else None
+        # Offsets rise through the run: only its first records can be below what the
+        # last file already holds (indexed before a restart).
+        done = current.end_phy_offset if current is not None and current.entry_count else -1
+        flat: list[str] = []
+        offsets: list[int] = []
+        for keys, commitlog_offset in zip(keys_of_records, commitlog_offsets, strict=True):
+            if commitlog_offset <= done:
+                continue
+            for key in keys:
+                if key:
+                    flat.append(key)
+                    offsets.append(commitlog_offset)
+        hashes = key_hashes(topic, flat)
+        while hashes:
+            written = current.put_many(hashes, offsets, store_ts) if current is not None else 0
+            if written < len(hashes):
+                current = self._roll()
+            hashes, offsets = hashes[written:], offsets[written:]
 
     def _roll(self) -> IndexFile:
         """Start a new file (the previous one, if any, is full)."""
