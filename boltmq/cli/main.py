@@ -428,6 +428,7 @@ def _register_client_commands() -> None:
         cluster,  # noqa: F401 - adds ``admin cluster``
         dlq,  # noqa: F401 - adds ``admin group dlq``
         ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
+        offsets,  # noqa: F401 - adds ``admin group reset-offset``
     )
     from boltmq.cli.admin import admin
     from boltmq.cli.messages import consume, produce

@@ -3,14 +3,17 @@ helpers those tests use: topics on both groups, timed batches of sends."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from boltmq import Message, Producer, SendStatus
+from boltmq import Message, Producer, PushConsumer, PushConsumerOptions, SendStatus
 from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
 from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, CLUSTER_STORE_SETTINGS
+from tests.integration.sdk_fixtures import FAST, Collector
 from tests.integration.test_cli import run_cli
 
 GROUPS = ("broker-a", "broker-b")
@@ -62,3 +65,30 @@ def now_ms_between_batches() -> int:
     now = time.time_ns() // 1_000_000
     time.sleep(0.02)
     return now
+
+
+def start_consumer(
+    cluster: LocalCluster, group: str, topic: str, collector: Collector, **options: Any
+) -> PushConsumer:
+    """A started PushConsumer of ``topic`` with the tests' short intervals."""
+    consumer = PushConsumer(
+        registry_of(cluster),
+        group,
+        {topic: "*"},
+        collector,
+        options=PushConsumerOptions(**{**FAST, **options}),
+    )
+    return consumer.start()
+
+
+def cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """``boltmq admin ARGS --registry R`` against the cluster."""
+    return run_cli("admin", *args, "--registry", registry_of(cluster))
+
+
+def total_lag(cluster: LocalCluster, group: str) -> int:
+    """The group's lag over both groups' masters (``admin group progress``)."""
+    shown = cli(cluster, "group", "progress", group)
+    if shown.returncode != 0:
+        return -1  # not known yet
+    return int(shown.stdout.strip().splitlines()[-1].split()[-1])
