@@ -35,9 +35,6 @@ from tests.integration.two_groups import (
 from tests.integration.two_groups import two_groups as two_groups
 from tests.waiting import wait_until
 
-SETTLE_S = 1.5
-"""How long a consumer is watched for messages it must not get (its long poll is 2 s)."""
-
 
 def iso(ms: int) -> str:
     """``ms`` as ISO-8601 in UTC, to the millisecond."""

@@ -279,10 +279,10 @@ class PullProcessor:
 
 
 def _reset_answer(offset: int) -> store_pb2.PullResponse:
-    """The answer to a pull of a queue reset to ``offset`` (OFFSET_RESET, no messages)."""
-    return store_pb2.PullResponse(
-        status=message_pb2.OFFSET_RESET, next_begin_offset=offset, min_offset=0, max_offset=offset
-    )
+    """The answer to a pull of a queue reset to ``offset``: OFFSET_RESET, no messages, and
+    no queue range (min and max 0: the store was not asked; the broker's lag metric keeps
+    the queue end it last saw)."""
+    return store_pb2.PullResponse(status=message_pb2.OFFSET_RESET, next_begin_offset=offset)
 
 
 def _check_numbers(request: Any, fields: tuple[str, ...]) -> None:
