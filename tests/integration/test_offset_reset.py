@@ -16,9 +16,10 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
-from boltmq import Producer
+from boltmq import Producer, PullConsumer
 from boltmq.cli.dev.local_cluster import LocalCluster
 from boltmq.kernel.channels import sync_channel
+from boltmq.pull_consumer import PullStatus
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.sdk_fixtures import Collector
 from tests.integration.two_groups import (
@@ -104,6 +105,27 @@ def test_to_latest_skips_a_backlog_and_to_earliest_reads_everything_again(
             collector.wait_for(everything, "every message again")
         finally:
             consumer.shutdown()
+
+
+def test_a_pull_consumer_sees_the_reset_once_then_pulls_as_usual(
+    two_groups: LocalCluster,
+) -> None:
+    topic, group = "ResetPull", "reset-pull"
+    create_topic(two_groups, topic)
+    with Producer(registry_of(two_groups), "reset-pg") as producer:
+        send_batch(producer, topic, "m", 16)
+    reset(two_groups, group, topic, "--to-earliest")
+    with PullConsumer(registry_of(two_groups), group) as consumer:
+        for queue in consumer.queues(topic):  # both groups' queues, each on its master
+            moved = consumer.pull(queue, 3)  # PullMessage, from elsewhere than the reset
+            assert (moved.status, moved.next_begin_offset, moved.messages) == (
+                PullStatus.OFFSET_RESET,
+                0,
+                [],
+            )
+            assert consumer.pull(queue, 0).status is PullStatus.FOUND  # followed: reset done
+            assert consumer.pull(queue, 3).status is not PullStatus.OFFSET_RESET
+            assert consumer.committed(queue) == 0
 
 
 @pytest.mark.parametrize(
