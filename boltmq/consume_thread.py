@@ -11,6 +11,11 @@ The thread is handed what it uses, not the consumer: its share of the queues
 comes from ``share`` at the start of every pass (None: stop), a batch goes to
 the listener through ``deliver`` and, when the consumer sends failed messages
 back to the broker, through ``send_back``.
+
+A queue an operator reset (``boltmq admin group reset-offset``) is answered
+``OFFSET_RESET`` by the broker with the reset offset, which the broker has
+committed already: the queue goes on from there, like after a filtered answer,
+and its later progress is committed over the reset as usual.
 """
 
 from __future__ import annotations
@@ -144,6 +149,8 @@ class ConsumeThread:
                 state.pending, state.after = result.messages, result.next_begin_offset
             else:
                 state.offset = result.next_begin_offset
+                if result.status is PullStatus.OFFSET_RESET:  # the broker committed it
+                    state.committed = result.next_begin_offset
         for queue in results:
             if ready[queue].pending and not self.wake.is_set():
                 self._deliver(ready[queue])

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 MODELS = ("CLUSTERING", "BROADCASTING")
 """Message models of a push consumer's group."""
-CONSUME_FROM = ("FIRST", "LAST")
-"""Where a push consumer starts a queue its group has no committed offset for."""
+CONSUME_FROM = ("FIRST", "LAST", "TIMESTAMP", "FIRST_OFFSET", "LAST_OFFSET")
+"""Where a push consumer starts a queue its group has no committed offset for
+(``FIRST_OFFSET`` and ``LAST_OFFSET``: RocketMQ's names of ``FIRST`` and ``LAST``)."""
 PULL_MAX_BYTES = 4 * 1024 * 1024
 """Default ``pull_max_bytes``: the record bytes of one PullQueues call."""
 CONSUME_THREADS = 4
@@ -97,8 +98,13 @@ class PushConsumerOptions:
     """Lock each queue on the broker and pass its messages one at a time, in order; a
     failed message is retried in place (its queue waits) instead of sent back."""
     consume_from: str = "FIRST"
-    """Where a queue with no committed offset starts: ``FIRST`` (everything retained) or
-    ``LAST`` (only new messages)."""
+    """Where a queue the group has no committed offset for starts: ``FIRST`` (or
+    ``FIRST_OFFSET``: everything retained), ``LAST`` (or ``LAST_OFFSET``: only new
+    messages) or ``TIMESTAMP`` (the first message stored at or after
+    ``consume_timestamp_ms``). A queue with a committed offset always resumes there."""
+    consume_timestamp_ms: int = 0
+    """With ``consume_from="TIMESTAMP"`` (and only then, where it is required): the time
+    new queues start from (epoch ms)."""
     pull_batch_size: int = 32
     """Messages one pull takes from each queue at most (messages)."""
     pull_max_bytes: int = PULL_MAX_BYTES
@@ -126,6 +132,13 @@ class PushConsumerOptions:
     def __post_init__(self) -> None:
         _check_choice(self, "model", MODELS)
         _check_choice(self, "consume_from", CONSUME_FROM)
+        _check_int(self, "consume_timestamp_ms", minimum=0)
+        if (self.consume_from == "TIMESTAMP") != (self.consume_timestamp_ms > 0):
+            raise ValueError(
+                "PushConsumerOptions.consume_timestamp_ms (epoch ms) is set with "
+                "consume_from='TIMESTAMP', and only then; got consume_from="
+                f"{self.consume_from!r}, consume_timestamp_ms={self.consume_timestamp_ms!r}"
+            )
         if type(self.orderly) is not bool:
             raise ValueError(f"PushConsumerOptions.orderly must be a bool, not {self.orderly!r}")
         for name in (

@@ -4,6 +4,13 @@ The caller chooses queues (:meth:`PullConsumer.queues`), pulls from an offset
 (optionally long-polling up to ``wait_ms``) and commits what it has processed.
 Messages arrive as raw CommitLog records and are decoded here, so a pull of
 many messages costs one gRPC call and one decode per record.
+
+:meth:`PullConsumer.offset_for_time` answers where a queue's messages of a time
+begin (RocketMQ's searchOffset): the first offset stored at or after
+``timestamp_ms``, asked of the master of the queue's broker group (SearchOffset).
+A pull of a queue an operator reset for the group (``boltmq admin group
+reset-offset``) answers ``PullStatus.OFFSET_RESET``, no messages, and the reset
+offset as ``next_begin_offset``, until the group pulls from there.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ class PullStatus(enum.Enum):
     NO_NEW_MSG = "NO_NEW_MSG"
     NO_MATCHED_MSG = "NO_MATCHED_MSG"
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+    OFFSET_RESET = "OFFSET_RESET"
+    """The group's offset of the queue was reset: go on from ``next_begin_offset``."""
 
 
 _STATUS = {
@@ -49,6 +58,7 @@ _STATUS = {
     message_pb2.NO_MATCHED_LOGIC_QUEUE: PullStatus.NO_NEW_MSG,
     message_pb2.OFFSET_OVERFLOW_BADLY: PullStatus.OFFSET_ILLEGAL,
     message_pb2.OFFSET_TOO_SMALL: PullStatus.OFFSET_ILLEGAL,
+    message_pb2.OFFSET_RESET: PullStatus.OFFSET_RESET,
 }
 
 
@@ -288,6 +298,27 @@ def _result(response: store_pb2.PullResponse, records: bytes | memoryview) -> Pu
     )
 
 
+def search_offset(client: ClientInstance, queue: MessageQueue, timestamp_ms: int) -> int:
+    """The first offset of ``queue`` stored at or after ``timestamp_ms`` (epoch ms), from
+    the master of its group: its max offset when nothing is that recent, its min offset
+    when everything is. ValueError for a time that is no int >= 0; PullError when the
+    broker refuses (unknown topic or queue, no right to consume the topic)."""
+    if type(timestamp_ms) is not int or timestamp_ms < 0:
+        raise ValueError(f"timestamp_ms must be an int >= 0 (epoch ms), not {timestamp_ms!r}")
+    request = broker_pb2.SearchOffsetRequest(
+        topic=queue.topic, queue_id=queue.queue_id, timestamp_ms=timestamp_ms
+    )
+    try:
+        response = client.broker(client.address_of(queue)).SearchOffset(
+            request, timeout=client.rpc_timeout_s
+        )
+    except grpc.RpcError as exc:
+        raise PullError(
+            f"SearchOffset for {queue} failed: {rpc_error_text(exc)}", exc.code()
+        ) from None
+    return int(response.queue_offset)
+
+
 class PullConsumer:
     """A consumer that pulls explicitly (see the module docstring)."""
 
@@ -370,6 +401,11 @@ class PullConsumer:
             wait_ms=wait_ms,
             max_bytes=max_bytes,
         )
+
+    def offset_for_time(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset of ``queue`` stored at or after ``timestamp_ms`` (epoch ms):
+        pull from it to read the queue's messages of that time on (:func:`search_offset`)."""
+        return search_offset(self.client, queue, timestamp_ms)
 
     def processing(self, messages: Sequence[ReceivedMessage]) -> AbstractContextManager[Any]:
         """``with consumer.processing(result.messages): ...``: the work as a ``process``

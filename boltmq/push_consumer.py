@@ -21,7 +21,12 @@ these threads: at most ``consume_threads`` calls of it at once. Offsets:
 - BROADCASTING: each member keeps its own offsets in memory (every member
   reads everything).
 - A queue with no committed offset starts at ``consume_from``: ``"FIRST"``
-  (everything retained, the default) or ``"LAST"`` (only new messages).
+  (everything retained, the default), ``"LAST"`` (only new messages) or
+  ``"TIMESTAMP"`` (the first message stored at or after ``consume_timestamp_ms``,
+  asked of the queue's master: SearchOffset); RocketMQ's ``FIRST_OFFSET`` and
+  ``LAST_OFFSET`` are ``FIRST`` and ``LAST``. A committed offset always wins.
+- An operator's reset (``boltmq admin group reset-offset``) reaches a live
+  consumer on its next pull of each queue (:mod:`boltmq.consume_thread`).
 
 The listener gets a list of messages and returns ``ConsumeResult.SUCCESS`` (or
 None). ``RECONSUME_LATER`` or an exception sends each message of the batch back
@@ -55,6 +60,7 @@ from boltmq.kernel.signing import Credentials
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
 from boltmq.options import PushConsumerOptions
+from boltmq.pull_consumer import search_offset
 from boltmq.v1 import broker_pb2
 from boltmq.wire.topic import RETRY_PREFIX, InvalidSubscription, parse_subscription
 
@@ -420,8 +426,12 @@ class PushConsumer:
                 if found.found:
                     starts[queue] = int(found.offset)
         rest = [queue for queue in queues if queue not in starts]
-        if self.options.consume_from == "FIRST":  # a pull below the minimum gets the minimum
+        consume_from = self.options.consume_from
+        if consume_from in ("FIRST", "FIRST_OFFSET"):  # a pull below the minimum gets it
             return starts | dict.fromkeys(rest, 0)
+        if consume_from == "TIMESTAMP":
+            moment = self.options.consume_timestamp_ms
+            return starts | {queue: search_offset(self.client, queue, moment) for queue in rest}
         ends: dict[tuple[str, str], dict[int, int]] = {}  # one TopicStatus a topic and broker
         for queue in rest:
             address = self.client.address_of(queue)

@@ -34,6 +34,7 @@ from services.broker.access.creation_limits import CreationLimits
 from services.broker.access.gate import BrokerGate
 from services.broker.access.replay_cache import ReplayCache
 from services.broker.admin.admin_processor import AdminProcessor
+from services.broker.admin.offset_admin import OffsetAdmin
 from services.broker.arrivals.arrival_watcher import ArrivalWatcher, QueueInterests
 from services.broker.arrivals.long_poll import LongPollHub
 from services.broker.clients.client_manager import ClientManager
@@ -49,6 +50,7 @@ from services.broker.errors import BrokerError
 from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.metadata.delay_offset import DelayOffsetManager
 from services.broker.metadata.group_access import GroupAccess
+from services.broker.metadata.offset_reset import OffsetResets
 from services.broker.metadata.persister import MetadataPersister
 from services.broker.metadata.subscription_group import SubscriptionGroupManager
 from services.broker.metadata.topic_config import TopicConfigManager
@@ -83,6 +85,7 @@ class Broker:
         )
         self.groups = SubscriptionGroupManager(config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager()
+        self.resets = OffsetResets()
         self.delay_offsets = DelayOffsetManager()
         self.persister = MetadataPersister(
             self.store,
@@ -183,7 +186,14 @@ class Broker:
                 creations,
             ),
             PullProcessor(
-                config, self.topics, group_access, self.offsets, self.store, self.hub, self.role
+                config,
+                self.topics,
+                group_access,
+                self.offsets,
+                self.store,
+                self.hub,
+                self.role,
+                self.resets,
             ),
             ClientProcessor(
                 self.topics,
@@ -200,6 +210,15 @@ class Broker:
             DeadLetterProcessor(config, self.topics, self.store),
             AclAdmin(self.acl, config.acl_enable, config.access_key),
             self.metrics,
+            OffsetAdmin(
+                self.topics,
+                self.offsets,
+                self.resets,
+                self.store,
+                self.hub,
+                self.role,
+                self.persister,
+            ),
         )
 
     async def start(self, advertised_address: str) -> None:

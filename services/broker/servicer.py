@@ -24,6 +24,7 @@ from services.broker.access.gate import peer_host
 from services.broker.access.resources import group_need, topic_need
 from services.broker.admin import group_settings
 from services.broker.admin.admin_processor import AdminProcessor
+from services.broker.admin.offset_admin import OffsetAdmin
 from services.broker.clients.client_processor import ClientProcessor
 from services.broker.metadata.names import check_client_id, check_group
 from services.broker.metrics import BrokerMetrics
@@ -56,6 +57,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         dead_letters: DeadLetterProcessor,
         acl: AclAdmin,
         metrics: BrokerMetrics,
+        offset_admin: OffsetAdmin,
     ) -> None:
         self._send = send
         self._pull = pull
@@ -70,6 +72,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         """GetAcl and UpdateAcl."""
         self._metrics = metrics
         """Pull traffic counters (the send processor counts sends)."""
+        self._offset_admin = offset_admin
+        """SearchOffset and ResetOffset."""
 
     @answers_errors
     async def SendMessage(
@@ -222,6 +226,21 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> broker_pb2.GroupProgressResponse:
         """Broker offset, committed offset and lag per queue of a group."""
         return broker_pb2.GroupProgressResponse(queues=await self._admin.group_progress(request))
+
+    @answers_errors
+    async def SearchOffset(
+        self, request: broker_pb2.SearchOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.SearchOffsetResponse:
+        """The first offset of a queue stored at or after a time."""
+        offset = await self._offset_admin.search_offset(request)
+        return broker_pb2.SearchOffsetResponse(queue_offset=offset)
+
+    @answers_errors
+    async def ResetOffset(
+        self, request: broker_pb2.ResetOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.ResetOffsetResponse:
+        """Reset a group's offsets of a topic on this broker; live consumers follow."""
+        return broker_pb2.ResetOffsetResponse(queues=await self._offset_admin.reset_offset(request))
 
     @answers_errors
     async def ViewMessage(

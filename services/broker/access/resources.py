@@ -11,14 +11,15 @@ Call kind    | Calls
 PUB / SUB    | SendMessage (topic PUB; a half message also its producer group's PUB);
              | EndTransaction, TransactionChecks (producer group PUB; the half's
              | topic PUB where the half is read); PullMessage, PullQueues, offsets, locks,
-             | heartbeat, send-back, dead-letter listing, key queries (group / topic SUB);
+             | heartbeat, send-back, dead-letter listing, key queries, SearchOffset
+             | (group / topic SUB);
              | the record a send-back names is checked where it is read
              | (:mod:`services.broker.access.caller`)
 ANY ACCOUNT  | read-only cluster views (ListTopics, TopicStatus, ListGroups,
              | GroupProgress, GetBrokerInfo)
-ADMIN        | UpsertTopic, DeleteTopic, UpsertGroup, DeleteGroup, GetGroup, Promote,
-             | ViewMessage, GetMetadata, ResendDeadLetters, GetAcl, UpdateAcl, and any
-             | call not listed
+ADMIN        | UpsertTopic, DeleteTopic, UpsertGroup, DeleteGroup, GetGroup, ResetOffset,
+             | Promote, ViewMessage, GetMetadata, ResendDeadLetters, GetAcl, UpdateAcl,
+             | and any call not listed
              | (a new call is admin-only until it is given a row here)
 """
 
@@ -139,6 +140,7 @@ NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "LockQueues": _group_and_queues,
     "UnlockQueues": _group_and_queues,
     "QueryMessageByKey": _key_query,
+    "SearchOffset": _key_query,
     "ConsumerSendBack": _group,
     "ListDeadLetters": _group,
     "ListTopics": _nothing,

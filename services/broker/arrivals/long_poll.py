@@ -127,6 +127,10 @@ class LongPollHub:
             del self._parked[key]
         return woken
 
+    def wake(self, topic: str, queue_id: int) -> int:
+        """Wake every pull parked on the queue to pull again (its offset was reset)."""
+        return self.notify(topic, queue_id, 1 << 63)
+
     def wake_all(self) -> int:
         """Wake every parked pull to pull again (arrivals may have been missed)."""
         self._forget_store()

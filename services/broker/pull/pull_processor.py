@@ -17,6 +17,10 @@ may have news: a queue the store still watches from the pull's offset is
 answered as the store last answered it (:meth:`PullProcessor._read_queues`),
 so a consumer of 1,024 queues woken by one arrival costs the store one
 queue's read, not 1,024.
+
+A queue an operator reset for the group (:mod:`services.broker.metadata.offset_reset`)
+is answered ``OFFSET_RESET`` with the reset offset as ``next_begin_offset``, and
+no messages, until the group pulls from that offset; the call is not parked then.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from services.broker.errors import InvalidArgument
 from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.metadata.group_access import GroupAccess
 from services.broker.metadata.names import check_subscription
+from services.broker.metadata.offset_reset import OffsetResets
 from services.broker.metadata.topic_config import TopicConfig, TopicConfigManager
 from services.broker.pull.read_check import check_queue_count, check_read_queue, readable_topic
 from services.broker.store.store_client import StoreClient
@@ -72,8 +77,11 @@ class PullProcessor:
         store: StoreClient,
         hub: LongPollHub,
         role: StoreRole,
+        resets: OffsetResets | None = None,
     ) -> None:
         self._config = config
+        self._resets = resets if resets is not None else OffsetResets()
+        """Offsets reset for a group that its consumers have not pulled from yet."""
         self._role = role
         self._topics = topics
         self._groups = groups
@@ -102,8 +110,12 @@ class PullProcessor:
             raw_records=request.raw_records,
         )
         offset = request.queue_offset
+        group = request.consumer_group
 
         async def read(_tokens: list[ArrivalToken]) -> tuple[PullAnswer, bool]:
+            moved = self._resets.moved_to(group, request.topic, request.queue_id, offset)
+            if moved is not None:
+                return PullAnswer.parse(_reset_answer(moved).SerializeToString()), False
             answer = await self._store.pull_answer(store_request)
             return answer, parkable(answer.response.status, offset)
 
@@ -149,7 +161,12 @@ class PullProcessor:
         queues = [(pull.topic, pull.queue_id, pull.queue_offset) for pull in pulls]
         answer = await self._read_or_park(
             lambda tokens: self._read_queues(
-                pulls, queues, request.max_messages, request.max_bytes, tokens
+                request.consumer_group,
+                pulls,
+                queues,
+                request.max_messages,
+                request.max_bytes,
+                tokens,
             ),
             queues,
             request.suspend_timeout_ms,
@@ -161,6 +178,7 @@ class PullProcessor:
 
     async def _read_queues(
         self,
+        group: str,
         pulls: Sequence[broker_pb2.QueuePull],
         queues: list[tuple[str, int, int]],
         max_messages: int,
@@ -171,12 +189,18 @@ class PullProcessor:
         whether no queue has anything new; the store is asked only of the queues that may
         have news: one it watches from the pull's offset has had no arrival since it last
         answered "nothing new" there, and that answer is given again
-        (:meth:`LongPollHub.idle_answers`). Answers stop where the store's stop (max_bytes)."""
+        (:meth:`LongPollHub.idle_answers`). Answers stop where the store's stop (max_bytes).
+        A queue reset for the group is answered OFFSET_RESET, not asked (module docstring)."""
         hub = self._hub
         kept = hub.idle_answers(queues)
+        moved = False
+        for n, (topic, queue_id, queue_offset) in enumerate(queues):
+            offset = self._resets.moved_to(group, topic, queue_id, queue_offset)
+            if offset is not None:
+                kept[n], moved = (_reset_answer(offset), answer_frame(_reset_answer(offset))), True
         asked = [n for n, answer in enumerate(kept) if answer is None]
         if not asked:
-            return QueuesAnswer.assemble(kept), True
+            return QueuesAnswer.assemble(kept), not moved
         read = await self._store.pull_queues_answer(
             store_pb2.PullQueuesRequest(
                 max_bytes=max_bytes,
@@ -193,7 +217,7 @@ class PullProcessor:
                 ],
             )
         )
-        idle = True
+        idle = not moved
         for n, response in zip(asked, read.responses, strict=False):
             topic, queue_id, queue_offset = queues[n]
             if parkable(response.status, queue_offset):
@@ -254,6 +278,13 @@ class PullProcessor:
             )
             if not woken:
                 return answer
+
+
+def _reset_answer(offset: int) -> store_pb2.PullResponse:
+    """The answer to a pull of a queue reset to ``offset``: OFFSET_RESET, no messages, and
+    no queue range (min and max 0: the store was not asked; the broker's lag metric keeps
+    the queue end it last saw)."""
+    return store_pb2.PullResponse(status=message_pb2.OFFSET_RESET, next_begin_offset=offset)
 
 
 def _check_numbers(request: Any, fields: tuple[str, ...]) -> None:

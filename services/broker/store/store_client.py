@@ -142,6 +142,17 @@ class StoreClient(StoreChannel):
         response: store_pb2.QueryByKeyResponse = await self._call("QueryByKey", request)
         return response
 
+    async def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset of the queue stored at or after ``timestamp_ms`` (its max offset
+        when none is; 0 for a queue the store does not hold)."""
+        response = await self._call(
+            "OffsetByTime",
+            store_pb2.OffsetByTimeRequest(
+                topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms
+            ),
+        )
+        return int(response.queue_offset)
+
     async def list_queues(self, topic: str) -> list[store_pb2.QueueInfo]:
         """Every queue the store holds for ``topic`` ("" for all), with its offsets."""
         response = await self._call("ListQueues", store_pb2.ListQueuesRequest(topic=topic))

@@ -3,7 +3,9 @@
 A queue the store watches from the pull's offset (a parked pull named it, no
 arrival since) is answered with the store's last "nothing new" answer; the
 others are asked of the store, and the answers are put back in the request's
-order. The store here is a stand-in that records what it was asked.
+order. The store here is a stand-in that records what it was asked. A queue
+reset for the group is answered OFFSET_RESET without asking the store, until
+the group pulls from the reset offset.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.pull_answer import QueuesAnswer, encode_pull_queues, pull_parts
 from services.broker.arrivals.long_poll import LongPollHub
 from services.broker.config import BrokerConfig
+from services.broker.metadata.offset_reset import OffsetResets
 from services.broker.pull.pull_processor import PullProcessor
 
 
@@ -48,18 +51,25 @@ class RecordingStore:
         return QueuesAnswer.parse(encode_pull_queues(answers))
 
 
-def processor(store: RecordingStore, hub: LongPollHub) -> PullProcessor:
+def processor(
+    store: RecordingStore, hub: LongPollHub, resets: OffsetResets | None = None
+) -> PullProcessor:
     unused = cast(Any, None)  # topics, groups, offsets and role play no part in a read
-    return PullProcessor(BrokerConfig(), unused, unused, unused, cast(Any, store), hub, unused)
+    return PullProcessor(
+        BrokerConfig(), unused, unused, unused, cast(Any, store), hub, unused, resets
+    )
 
 
 def read(
-    pulls: list[broker_pb2.QueuePull], store: RecordingStore, hub: LongPollHub
+    pulls: list[broker_pb2.QueuePull],
+    store: RecordingStore,
+    hub: LongPollHub,
+    resets: OffsetResets | None = None,
 ) -> store_pb2.PullQueuesResponse:
     async def scenario() -> QueuesAnswer:
         queues = [(p.topic, p.queue_id, p.queue_offset) for p in pulls]
-        answer, idle = await processor(store, hub)._read_queues(
-            pulls, queues, 0, 0, hub.tokens(queues)
+        answer, idle = await processor(store, hub, resets)._read_queues(
+            "g", pulls, queues, 0, 0, hub.tokens(queues)
         )
         assert idle == all(r.status == message_pb2.OFFSET_OVERFLOW_ONE for r in answer.responses)
         return answer
@@ -122,3 +132,25 @@ def test_answers_stop_where_the_stores_stop() -> None:
         message_pb2.FOUND,
         message_pb2.OFFSET_OVERFLOW_ONE,
     ]
+
+
+def test_a_reset_queue_is_moved_until_the_group_pulls_from_the_reset_offset() -> None:
+    store = RecordingStore({("t", 0): [b"a", b"b", b"c"], ("t", 1): [b"x"]})
+    hub = LongPollHub(max_parked=10)
+    resets = OffsetResets()
+    resets.reset("g", "t", 0, 1)
+    resets.reset("other-group", "t", 1, 0)  # another group's reset changes nothing here
+    answer = read([pull(0, 3), pull(1, 1)], store, hub, resets)
+    assert store.asked == [[("t", 1, 1)]]  # the reset queue is not read
+    assert (answer.answers[0].status, answer.answers[0].next_begin_offset) == (
+        message_pb2.OFFSET_RESET,
+        1,
+    )
+    assert answer.answers[0].record_count == 0
+    again = read([pull(0, 3)], store, hub, resets)  # still not where the reset put it
+    assert again.answers[0].status == message_pb2.OFFSET_RESET
+    moved = read([pull(0, 1)], store, hub, resets)  # the consumer followed: reset done
+    assert (moved.answers[0].status, moved.answers[0].record_count) == (message_pb2.FOUND, 2)
+    assert len(resets) == 1  # only the other group's is left
+    after = read([pull(0, 3)], store, hub, resets)
+    assert after.answers[0].status == message_pb2.OFFSET_OVERFLOW_ONE

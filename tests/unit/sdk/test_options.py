@@ -48,6 +48,10 @@ def test_a_wrong_producer_option_is_a_value_error_naming_it(
     [
         ("model", "SOMETIMES", "PushConsumerOptions.model must be one of"),
         ("consume_from", "MIDDLE", "PushConsumerOptions.consume_from must be one of"),
+        ("consume_from", "TIMESTAMP", "consume_timestamp_ms \\(epoch ms\\) is set with"),
+        ("consume_timestamp_ms", 5, "is set with consume_from='TIMESTAMP', and only then"),
+        ("consume_timestamp_ms", -1, "consume_timestamp_ms must be an int >= 0, not -1"),
+        ("consume_timestamp_ms", 1.5, "consume_timestamp_ms must be an int >= 0, not 1.5"),
         ("orderly", "yes", "PushConsumerOptions.orderly must be a bool"),
         ("pull_batch_size", 0, "pull_batch_size must be positive, not 0"),
         ("pull_max_bytes", -1, "pull_max_bytes must be positive"),
@@ -67,6 +71,13 @@ def test_a_wrong_push_consumer_option_is_a_value_error_naming_it(
 ) -> None:
     with pytest.raises(ValueError, match=error):
         PushConsumerOptions(**{field: value})  # type: ignore[arg-type]
+
+
+def test_rocketmq_names_and_a_timestamp_are_accepted() -> None:
+    for name in ("FIRST", "LAST", "FIRST_OFFSET", "LAST_OFFSET"):
+        assert PushConsumerOptions(consume_from=name).consume_from == name
+    options = PushConsumerOptions(consume_from="TIMESTAMP", consume_timestamp_ms=1_767_225_600_000)
+    assert options.consume_timestamp_ms == 1_767_225_600_000
 
 
 def test_zero_is_allowed_where_it_means_something() -> None:
