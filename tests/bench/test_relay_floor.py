@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 
 import pytest
 
-from boltmq.cli.dev.launcher import REPO_ROOT
+from tests.bench import run_bench
 
 LINE = re.compile(
     r"^(push|pull) batch (\d+) x (\d+) B, (\d+) producer\(s\), (unary|stream) "
@@ -18,15 +17,7 @@ LINE = re.compile(
 
 
 def run_floor(*args: str) -> subprocess.CompletedProcess[str]:
-    # ``bench`` is not an installed package: run as a module from the checkout.
-    return subprocess.run(
-        [sys.executable, "-m", "bench.relay_floor", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_bench("bench.relay_floor", *args, timeout_s=120)
 
 
 @pytest.mark.parametrize("call", ["unary", "stream"])

@@ -6,24 +6,18 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench import run_bench
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ("batched", "one at a time", "consume")
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.security_cost", *args],
-        cwd=REPO_ROOT,  # ``bench`` is not an installed package: run from the checkout
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_bench("bench.security_cost", *args, timeout_s=600)
 
 
 @pytest.mark.timeout(900)

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from boltmq.cli.dev.launcher import REPO_ROOT
+from tests.bench import run_bench
 from tests.integration.conftest import Cluster
 
 WAYS = ("sdk", "request", "request+results", "raw")
 
 
 def run_split(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.send_split", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_bench("bench.send_split", *args, timeout_s=120)
 
 
 def test_each_way_prints_its_rate_cpu_and_percentiles(tmp_path: Path) -> None:

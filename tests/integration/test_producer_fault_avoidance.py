@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from boltmq import Message, Producer, ProducerOptions
-from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
+from boltmq.cli.dev.local_cluster import LocalCluster
 from boltmq.producer import SendError
 from boltmq.wire.record import java_string_hash
-from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, CLUSTER_STORE_SETTINGS
 from tests.integration.test_cli import run_cli
+from tests.integration.two_groups import create_topic, start_two_groups
 
 TOPIC = "Avoid"
 SENDS = 40
@@ -30,27 +30,10 @@ SENDS = 40
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(
-        tmp_path,
-        groups=2,
-        store_settings=CLUSTER_STORE_SETTINGS,
-        broker_settings=CLUSTER_BROKER_SETTINGS,
-        registry_settings=("broker_expiry_ms=120000",),  # a dead broker stays routed
-    )
-    started = LocalCluster(spec).start()
+    # a dead broker stays routed
+    started = start_two_groups(tmp_path, ("broker_expiry_ms=120000",))
     try:
-        assert started.registry is not None
-        created = run_cli(
-            "admin",
-            "topic",
-            "create",
-            TOPIC,
-            "--queues",
-            "4",
-            "--registry",
-            started.registry.address,
-        )
-        assert created.returncode == 0, created.stderr
+        create_topic(started, TOPIC, 4)
         yield started
     finally:
         started.stop()

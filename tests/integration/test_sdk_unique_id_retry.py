@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from boltmq import BoltMQError, Message, Producer, ProducerOptions
-from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
-from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, CLUSTER_STORE_SETTINGS
-from tests.integration.test_cli import run_cli
+from boltmq.cli.dev.local_cluster import LocalCluster
+from tests.integration.two_groups import create_topic, start_two_groups
 from tests.waiting import wait_until
 
 TOPIC = "Retried"
@@ -29,21 +28,10 @@ TOPIC = "Retried"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(
-        tmp_path,
-        groups=2,
-        store_settings=CLUSTER_STORE_SETTINGS,
-        broker_settings=CLUSTER_BROKER_SETTINGS,
-        registry_settings=("broker_expiry_ms=120000",),  # the frozen broker stays routed
-    )
-    started = LocalCluster(spec).start()
+    # the frozen broker stays routed
+    started = start_two_groups(tmp_path, ("broker_expiry_ms=120000",))
     try:
-        assert started.registry is not None
-        created = run_cli(
-            "admin", "topic", "create", TOPIC, "--queues", "2", "--registry",
-            started.registry.address,
-        )  # fmt: skip
-        assert created.returncode == 0, created.stderr
+        create_topic(started, TOPIC, 2)
         yield started
     finally:
         started.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,15 +22,21 @@ QUEUES = 2
 """Queues of a test topic on each group."""
 
 
-@pytest.fixture(scope="module")
-def two_groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def start_two_groups(data_dir: Path, registry_settings: tuple[str, ...] = ()) -> LocalCluster:
+    """A started LocalCluster of broker-a and broker-b with the tests' settings."""
     spec = ClusterSpec(
-        tmp_path_factory.mktemp("two-groups"),
+        data_dir,
         groups=2,
         store_settings=CLUSTER_STORE_SETTINGS,
         broker_settings=CLUSTER_BROKER_SETTINGS,
+        registry_settings=registry_settings,
     )
-    started = LocalCluster(spec).start()
+    return LocalCluster(spec).start()
+
+
+@pytest.fixture(scope="module")
+def two_groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    started = start_two_groups(tmp_path_factory.mktemp("two-groups"))
     try:
         yield started
     finally:
@@ -41,10 +48,10 @@ def registry_of(cluster: LocalCluster) -> str:
     return cluster.registry.address
 
 
-def create_topic(cluster: LocalCluster, topic: str) -> None:
-    """``topic`` with QUEUES queues on every group's master."""
+def create_topic(cluster: LocalCluster, topic: str, queues: int = QUEUES) -> None:
+    """``topic`` with ``queues`` queues on every group's master."""
     made = run_cli(
-        "admin", "topic", "create", topic, "--queues", str(QUEUES), "--registry",
+        "admin", "topic", "create", topic, "--queues", str(queues), "--registry",
         registry_of(cluster),
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
