@@ -106,13 +106,8 @@ class Replication:
         shutdown the stream stops reading like AppendStream; the follower
         reconnects and resumes at what the store really holds.
         """
-        try:
-            with self._streams.reading():
-                async for chunk in requests:
-                    await context.write(await self.append_raw(chunk))
-        except asyncio.CancelledError:
-            if not self._streams.closing:
-                raise
+        async for chunk in self._streams.each(requests):
+            await context.write(await self.append_raw(chunk))
 
     async def truncate(self, request: store_pb2.TruncateRequest) -> store_pb2.TruncateResponse:
         """Cut a replica's CommitLog back to a record boundary (FAILED_PRECONDITION on a master)."""

@@ -147,21 +147,17 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 slots.release()
 
         try:
-            with self._streams.reading():
-                async for request in requests:
-                    if not self._store.needs_async_wait:
-                        if not await answer(request):
-                            return  # nobody reads the answers any more
-                        continue
-                    await slots.acquire()
-                    task = asyncio.create_task(answer_later(request))
-                    waiting.add(task)
-                    task.add_done_callback(waiting.discard)
-        except asyncio.CancelledError:
-            if not self._streams.closing:
-                raise
-            # Shutdown (end_streams): read no more; the stream ends once the
-            # appends already taken are answered, and the broker opens another.
+            # At shutdown (end_streams) the loop ends: read no more; the stream ends
+            # once the appends already taken are answered, and the broker opens another.
+            async for request in self._streams.each(requests):
+                if not self._store.needs_async_wait:
+                    if not await answer(request):
+                        return  # nobody reads the answers any more
+                    continue
+                await slots.acquire()
+                task = asyncio.create_task(answer_later(request))
+                waiting.add(task)
+                task.add_done_callback(waiting.discard)
         finally:
             if waiting:
                 await asyncio.wait(waiting)
