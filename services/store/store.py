@@ -42,7 +42,7 @@ from services.store.replica_tracker import ReplicaTracker
 from services.store.role import RoleChangeRefused, RoleFile, RoleState
 from services.store.role_changes import RoleChanges
 from services.store.status import GetResult, PutResult, PutStatus, StoredRun
-from services.store.verify import verify_store
+from services.store.verify import Snapshot, verify_store
 
 log = logging.getLogger(__name__)
 
@@ -551,9 +551,16 @@ class MessageStore:
             self.queue_flusher.flush_now()
 
     def verify(self) -> list[str]:
-        """Every inconsistency between CommitLog, consume queues and index (empty: sound)."""
+        """Every inconsistency between CommitLog, consume queues and index (empty: sound).
+
+        Safe beside writes: only what was dispatched when it started is checked
+        (services/store/verify.py).
+        """
         self._require_running()
-        return verify_store(self.commitlog, self.queues, self.index, self.dispatcher.reput_offset)
+        with self.dispatcher.paused():
+            snapshot = Snapshot.of(self.queues, self.dispatcher.reput_offset)
+        snapshot.pause = self.dispatcher.paused
+        return verify_store(self.commitlog, self.queues, self.index, snapshot)
 
 
 def _same(results: Sequence[PutResult]) -> Sequence[PutResult]:

@@ -11,14 +11,28 @@ Checks, each reported as one line:
 
 :func:`verify_directory` runs the same checks on a stopped store's directory
 without changing a byte (``boltmq store verify``).
+
+A running store keeps writing while it is verified, so :meth:`MessageStore.verify`
+passes a :class:`Snapshot` taken inside the dispatcher's ``paused()`` (a copy of
+``reput_offset`` and of every queue's max offset: cheap, the lock is held for
+one dict copy). Only what lies below it is checked: CommitLog records below the
+dispatched offset, queue entries below each queue's snapshot max offset, no queue
+created later. Dispatch is not paused for the walk itself (that would stall every
+consumer, and under ASYNC_FLUSH every put, for the whole walk). Two things still
+move beneath a walk and are re-read before a line is reported: the cleaner may
+delete a CommitLog or consume-queue segment (entries below the new minimum are
+skipped), and an index file's slots are written before its header's entry count
+(index problems found without the lock are checked again inside ``paused()``,
+where no dispatch writes, and only those that remain are reported).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from boltmq.wire.record import CorruptRecord, decode_record
@@ -32,20 +46,46 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_PROBLEMS = 1000
 
 
+@dataclass
+class Snapshot:
+    """What a running store had dispatched at one instant (taken with dispatch paused)."""
+
+    dispatched_offset: int
+    queue_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    pause: Callable[[], AbstractContextManager[None]] | None = None
+
+    @classmethod
+    def of(cls, queues: ConsumeQueueTable, dispatched_offset: int) -> Snapshot:
+        """A stopped store: everything up to ``dispatched_offset`` and every queue's end."""
+        ends = {(cq.topic, cq.queue_id): cq.max_offset() for cq in queues}
+        return cls(dispatched_offset, ends)
+
+
 def verify_store(
     commitlog: CommitLog,
     queues: ConsumeQueueTable,
     index: IndexService | None,
-    dispatched_offset: int,
+    snapshot: Snapshot,
 ) -> list[str]:
     """All inconsistencies (at most MAX_PROBLEMS lines); empty when the store is sound."""
     problems: list[str] = []
-    end = _check_commitlog_and_queues(commitlog, queues, index, dispatched_offset, problems)
-    for cq in queues:
-        _check_queue(commitlog, cq, min(end, dispatched_offset), problems)
+    dispatched = snapshot.dispatched_offset
+    end = _check_commitlog_and_queues(commitlog, queues, index, dispatched, problems)
+    for cq in list(queues):
+        queue_end = snapshot.queue_ends.get((cq.topic, cq.queue_id))
+        if queue_end is not None:
+            _check_queue(commitlog, cq, queue_end, min(end, dispatched), problems)
     if index is not None:
-        problems.extend(index.verify_entries())
+        problems.extend(_index_problems(index, snapshot))
     return problems[:MAX_PROBLEMS]
+
+
+def _index_problems(index: IndexService, snapshot: Snapshot) -> list[str]:
+    problems = index.verify_entries()
+    if problems and snapshot.pause is not None:
+        with snapshot.pause():
+            problems = index.verify_entries()
+    return problems
 
 
 def _check_commitlog_and_queues(
@@ -59,12 +99,14 @@ def _check_commitlog_and_queues(
     index_floor = index.files[0].begin_phy_offset if index is not None and index.files else None
     try:
         for offset, record in commitlog.walk(commitlog.min_offset, check_crc=True):
+            if offset >= dispatched_offset:
+                break  # written after the snapshot (or not dispatched): not checked
             if record is None:
                 mf = commitlog.files.find(offset)
                 end = mf.file_end_offset if mf else offset
                 continue
             end = offset + record.total_size
-            if offset >= dispatched_offset or len(problems) >= MAX_PROBLEMS:
+            if len(problems) >= MAX_PROBLEMS:
                 continue
             request = dispatch_request_of(record)
             if is_consumable(record.sys_flag):
@@ -112,15 +154,18 @@ def _check_entry_of(queues: ConsumeQueueTable, request, problems: list[str]) -> 
         problems.append(f"consume queue {where}: tag code {code}, record says {request.tags_code}")
 
 
-def _check_queue(commitlog: CommitLog, cq, dispatched_end: int, problems: list[str]) -> None:
+def _check_queue(
+    commitlog: CommitLog, cq, queue_end: int, dispatched_end: int, problems: list[str]
+) -> None:
     commitlog_min = commitlog.min_offset
-    for queue_offset in range(cq.min_offset(), cq.max_offset()):
+    for queue_offset in range(cq.min_offset(), queue_end):
         if len(problems) >= MAX_PROBLEMS:
             return
         entry = cq.entry(queue_offset)
         where = f"consume queue {cq.topic}/{cq.queue_id}@{queue_offset}"
         if entry is None:
-            problems.append(f"{where}: unreadable entry")
+            if queue_offset >= cq.min_offset():  # else the cleaner took it meanwhile
+                problems.append(f"{where}: unreadable entry")
             continue
         physical, size, _ = entry
         if physical < commitlog_min:
@@ -135,7 +180,8 @@ def _check_queue(commitlog: CommitLog, cq, dispatched_end: int, problems: list[s
             continue
         mf = commitlog.files.find(physical)
         if mf is None:
-            problems.append(f"{where}: CommitLog offset {physical} is in no segment")
+            if physical >= commitlog.min_offset:  # else the cleaner took it meanwhile
+                problems.append(f"{where}: CommitLog offset {physical} is in no segment")
             continue
         try:
             record = decode_record(mf.view, physical - mf.file_from_offset, check_crc=False)
@@ -166,7 +212,7 @@ def verify_directory(root: Path, config: StoreConfig | None = None) -> list[str]
     with offline_lock(root):
         commitlog, queues, index = open_offline(root, cfg)
         try:
-            return verify_store(commitlog, queues, index, commitlog.max_offset)
+            return verify_store(commitlog, queues, index, Snapshot.of(queues, commitlog.max_offset))
         finally:
             commitlog.close()
             queues.close()

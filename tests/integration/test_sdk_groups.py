@@ -156,3 +156,44 @@ def test_broadcasting_delivers_every_message_to_every_member(
     for member in members:
         member.wait_for(set(sent) | {b"seed"}, "a broadcast member")
         assert Counter(member.bodies()) == Counter(set(sent) | {b"seed"})
+
+
+def test_a_joining_member_reads_its_queues_twice_only_until_the_old_owner_rebalances(
+    producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
+    """The bound on duplicates without any fault (docs/reliability.md, duplicates).
+
+    A member takes its share at start; a member started before it gives those
+    queues up only at its own next rebalance (here: only when told, the interval
+    being ten minutes). Until then both read the moved queues: exactly the
+    messages of those queues arrive twice, no other. Once the old owner has
+    rebalanced, nothing arrives twice.
+    """
+    send_all(producer, "handover", [b"seed"])
+    first, second = Collector(), Collector()
+    never = dict(rebalance_interval_ms=600_000)
+    c1 = consumers("cg-handover", {"handover": "*"}, first, **never)
+    assert len(c1.assigned) == QUEUES
+    c2 = consumers("cg-handover", {"handover": "*"}, second, **never)
+    moved = {q.queue_id for q in c2.assigned}
+    assert len(moved) == QUEUES // 2 and len(c1.assigned) == QUEUES  # not given up yet
+
+    window = bodies("window", 40)
+    send_all(producer, "handover", window)
+    first.wait_for(set(window), "the old owner to read every queue")
+    on_moved = {g.body for g in first.got if g.queue_id in moved and g.body in set(window)}
+    second.wait_for(on_moved, "the new owner to read its queues")
+    twice = set(first.bodies()) & set(second.bodies()) & set(window)
+    assert twice == on_moved and on_moved  # the moved queues' messages, and only those
+
+    c1.rebalance()
+    assert not set(c1.assigned) & set(c2.assigned)
+    seen = len(first.got), len(second.got)
+    after = bodies("after", 40)
+    send_all(producer, "handover", after)
+    wait_until(
+        lambda: set(after) <= set(first.bodies()) | set(second.bodies()),
+        "the group to consume everything",
+    )
+    late = [g.body for g in first.got[seen[0] :] + second.got[seen[1] :] if g.body in set(after)]
+    assert Counter(late) == Counter(after)  # each exactly once
