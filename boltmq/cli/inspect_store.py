@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from boltmq.wire.body_compression import CorruptBody, inflate_body
+from boltmq.wire.body_compression import CorruptBody, original_body
 from boltmq.wire.record import SYS_FLAG_COMPRESSED, CorruptRecord, RecordView
 from services.store.checkpoint import CHECKPOINT_FILE_SIZE, CorruptCheckpoint, decode_checkpoint
 from services.store.commitlog import CommitLog
@@ -175,12 +175,11 @@ def _body_text(record: RecordView) -> str:
     it does not inflate)."""
     stored = record.body
     zipped = ""
-    body: bytes | memoryview = stored
+    try:
+        body = original_body(record)
+    except CorruptBody as exc:
+        return f"body {len(stored)} bytes stored compressed: {exc}"
     if record.sys_flag & SYS_FLAG_COMPRESSED:
-        try:
-            body = inflate_body(stored, record.sys_flag)
-        except CorruptBody as exc:
-            return f"body {len(stored)} bytes stored compressed: {exc}"
         zipped = f" (zlib, {len(stored)} stored)"
     preview = bytes(body[:BODY_PREVIEW_BYTES])
     more = "..." if len(body) > BODY_PREVIEW_BYTES else ""

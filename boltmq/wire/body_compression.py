@@ -112,6 +112,22 @@ class InflatingRecordView(RecordView):
         return inflated
 
 
+def original_body(record: RecordView) -> bytes | memoryview:
+    """The body ``record`` was sent with, whether it came through :func:`inflating` or
+    straight from a segment; CorruptBody naming the message when it does not inflate."""
+    if isinstance(record, InflatingRecordView):
+        stored = record.stored_body
+    else:
+        stored = record.body
+    try:
+        return inflate_body(stored, record.sys_flag)
+    except CorruptBody as exc:
+        raise CorruptBody(
+            f"topic {record.topic} queue {record.queue_id} offset {record.queue_offset} "
+            f"(commitlog {record.commitlog_offset}): {exc}"
+        ) from None
+
+
 def inflating(records: list[RecordView]) -> list[RecordView]:
     """``records`` with each compressed one as an :class:`InflatingRecordView`
     (the others as they are; the list itself when none is compressed)."""
