@@ -30,7 +30,13 @@ from __future__ import annotations
 import zlib
 from typing import Final
 
-from boltmq.wire.record import SYS_FLAG_COMPRESSED, CorruptRecord, RecordView
+from boltmq.wire.record import (
+    INT,
+    SYS_FLAG_COMPRESSED,
+    SYS_FLAG_OFFSET,
+    CorruptRecord,
+    RecordView,
+)
 
 COMPRESSION_TYPE_SHIFT: Final = 8
 COMPRESSION_TYPE_MASK: Final = 0x7 << COMPRESSION_TYPE_SHIFT
@@ -131,9 +137,12 @@ def original_body(record: RecordView) -> bytes | memoryview:
 def inflating(records: list[RecordView]) -> list[RecordView]:
     """``records`` with each compressed one as an :class:`InflatingRecordView`
     (the others as they are; the list itself when none is compressed)."""
-    if not any(record.sys_flag & SYS_FLAG_COMPRESSED for record in records):
+    # the sys_flag read straight from the buffer: the views' heads stay unpacked (lazy)
+    unpack = INT.unpack_from
+    flags = [unpack(r._buf, r._at + SYS_FLAG_OFFSET)[0] for r in records]
+    if not any(flag & SYS_FLAG_COMPRESSED for flag in flags):
         return records
     return [
-        InflatingRecordView(record) if record.sys_flag & SYS_FLAG_COMPRESSED else record
-        for record in records
+        InflatingRecordView(record) if flag & SYS_FLAG_COMPRESSED else record
+        for record, flag in zip(records, flags, strict=True)
     ]
