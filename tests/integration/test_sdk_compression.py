@@ -205,4 +205,4 @@ def test_a_corrupt_compressed_body_is_a_per_message_error(
     assert "reconsumed 2" in listed() and "body unreadable: compressed body" in listed()
 
     out = _inspect(cluster, 2)
-    assert "stored compressed: compressed body" in out and "does not inflate" in out
+    assert "stored compressed: topic zipbad queue" in out and "does not inflate" in out
