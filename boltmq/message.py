@@ -4,7 +4,9 @@ A received message is a :class:`boltmq.wire.record.RecordView` decoded from
 the raw CommitLog records the broker returns (``raw_records``): every record
 field is an attribute (topic, queue_id, queue_offset, commitlog_offset,
 msg_id, unique_id, body, tags, keys, properties, born/store timestamps and
-hosts, reconsume_times), and the body is a view, not a copy.
+hosts, reconsume_times), and the body is a view, not a copy. A body the
+producer compressed (longer than ``ProducerOptions.compress_body_over``) is
+inflated when first read (:mod:`boltmq.wire.body_compression`).
 
 Two ids name a message: ``msg_id``, the offset id of the stored copy (where
 it lies), and ``unique_id``, the producer's id (the ``UNIQ_KEY`` property,
@@ -103,6 +105,7 @@ class Message:
         born_timestamp_ms: int = 0,
         trace_context: Mapping[str, str] | None = None,
         unique_id: str | None = None,
+        compress_over: int = 0,
     ) -> bytes:
         """The message as a CommitLog record, the form the SDK sends (encoded once, here).
 
@@ -113,14 +116,19 @@ class Message:
         encode, property names or values with the \\x01 / \\x02 separators,
         keys with spaces, properties over 32767 bytes).
         ``unique_id``: its ``UNIQ_KEY`` property (:meth:`unique_id`).
+        ``compress_over``: a body longer than this many bytes is stored zlib-compressed
+        (:mod:`boltmq.wire.body_compression`); 0: never.
         """
-        return b"".join(self.record_parts(born_timestamp_ms, trace_context, unique_id))
+        return b"".join(
+            self.record_parts(born_timestamp_ms, trace_context, unique_id, compress_over)
+        )
 
     def record_parts(
         self,
         born_timestamp_ms: int = 0,
         trace_context: Mapping[str, str] | None = None,
         unique_id: str | None = None,
+        compress_over: int = 0,
     ) -> tuple[bytes, bytes, bytes]:
         """:meth:`to_record` in three parts (head, body, tail): a batch joins every
         message's parts at once (:func:`batch_records`).
@@ -156,6 +164,7 @@ class Message:
                     self.flag,
                     born_timestamp_ms,
                     unique_id,
+                    compress_over,
                 )
             except (InvalidMessage, TypeError, struct.error):
                 pass
@@ -170,6 +179,7 @@ class Message:
                 self.flag,
                 born_timestamp_ms,
                 unique_id,
+                compress_over,
             )
         except (InvalidMessage, TypeError) as exc:
             raise MessageError(f"message to {self.topic[:60]!r}: {exc}") from None
@@ -201,18 +211,20 @@ def batch_records(
     born_timestamp_ms: int = 0,
     trace_context: Mapping[str, str] | None = None,
     unique_ids: Sequence[str] | None = None,
+    compress_over: int = 0,
 ) -> bytes:
     """Every message as a CommitLog record, back to back: the body of a batch send
     (the bytes of ``to_record`` of each, joined; the same MessageError).
-    ``unique_ids``: one per message (:meth:`Message.unique_id`), or none."""
+    ``unique_ids``: one per message (:meth:`Message.unique_id`), or none.
+    ``compress_over``: as :meth:`Message.to_record`'s, for each message."""
     parts: list[bytes] = []
     extend = parts.extend
     if unique_ids is None:
         for msg in msgs:
-            extend(msg.record_parts(born_timestamp_ms, trace_context))
+            extend(msg.record_parts(born_timestamp_ms, trace_context, None, compress_over))
     else:
         for msg, unique_id in zip(msgs, unique_ids, strict=True):
-            extend(msg.record_parts(born_timestamp_ms, trace_context, unique_id))
+            extend(msg.record_parts(born_timestamp_ms, trace_context, unique_id, compress_over))
     return b"".join(parts)
 
 

@@ -75,13 +75,24 @@ class ProducerOptions:
     broker and topic that queue while a call there is in flight leave together in the next
     call, each getting its own result or error (:mod:`boltmq.send_batcher`); a send alone
     leaves at once. False: every send is its own call."""
+    compress_body_over: int = 4096
+    """Bodies longer than this (bytes; RocketMQ's ``compressMsgBodyOverHowmuch``) are
+    sent and stored zlib-compressed, with the COMPRESSED sys flag (zlib only: the
+    standard library's); consumers inflate them (:mod:`boltmq.wire.body_compression`).
+    At least 1; a value above the broker's largest body turns compression off."""
 
     def __post_init__(self) -> None:
         if type(self.natural_batching) is not bool:
             raise ValueError(
                 f"ProducerOptions.natural_batching must be a bool, not {self.natural_batching!r}"
             )
-        for name in ("send_timeout_ms", "batch_size", "max_pending", "default_topic_queue_nums"):
+        for name in (
+            "send_timeout_ms",
+            "batch_size",
+            "max_pending",
+            "default_topic_queue_nums",
+            "compress_body_over",
+        ):
             _check_int(self, name, minimum=1)
         for name in ("retry_times", "linger_ms", "route_refresh_ms", "fault_avoidance_ms"):
             _check_int(self, name, minimum=0)

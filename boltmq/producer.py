@@ -218,7 +218,9 @@ class Producer:
         with telemetry.producer_span(topic, len(msgs), msgs[0].body) as span:
             context = telemetry.message_context(span)  # {} without tracing
             unique_ids = [m.unique_id() for m in msgs]  # before the first attempt
-            records = batch_records(msgs, born_ms, context, unique_ids)
+            records = batch_records(
+                msgs, born_ms, context, unique_ids, self.options.compress_body_over
+            )
             results = _with_ids(
                 self._send_records(topic, records, len(msgs), sharding_key), unique_ids
             )
@@ -419,7 +421,9 @@ class Producer:
         context = telemetry.create_context(msg.topic, msg.body)  # {} without tracing
         unique_id = msg.unique_id()
         # encoded (checked) here, once: a retry sends the same bytes, the same id
-        record = msg.to_record(time.time_ns() // 1_000_000, context, unique_id)
+        record = msg.to_record(
+            time.time_ns() // 1_000_000, context, unique_id, self.options.compress_body_over
+        )
         future: Future[SendResult] = Future()
         with self._cond:
             while self._pending_count >= self.options.max_pending and self._running:

@@ -43,6 +43,7 @@ from boltmq.message import Message, MessageQueue, SendResult, SendStatus, send_r
 from boltmq.options import ProducerOptions
 from boltmq.producer import Producer, SendError
 from boltmq.v1 import broker_pb2, message_pb2
+from boltmq.wire.body_compression import compress_body
 from boltmq.wire.record import SYS_FLAG_TRANSACTION_PREPARED
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,10 @@ class TransactionProducer:
         """Send ``msg`` as a half message, run ``local_fn(msg)``, end the transaction."""
         transaction_id = uuid.uuid4().hex.upper()
         proto = msg.to_proto()
-        proto.sys_flag = SYS_FLAG_TRANSACTION_PREPARED
+        # a long body goes compressed, as every send of the producer's (the bits stay on
+        # the committed copy: the broker copies body and sys_flag together)
+        proto.body, compressed = compress_body(proto.body, self.producer.options.compress_body_over)
+        proto.sys_flag = SYS_FLAG_TRANSACTION_PREPARED | compressed
         proto.properties.update(
             {"TRAN_MSG": "true", "PGROUP": self.group, "UNIQ_KEY": transaction_id}
         )

@@ -16,6 +16,7 @@ from boltmq.cli.admin import RPC_TIMEOUT_S, Admin, _rpc_text, _with_admin, group
 from boltmq.cli.messages import fail
 from boltmq.cli.security import signed_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
+from boltmq.wire.body_compression import CorruptBody, inflate_body
 
 PAGE_MESSAGES = 256
 """Dead letters fetched per ListDeadLetters call."""
@@ -75,7 +76,7 @@ def group_dlq(admin_: Admin, name: str, resend: bool, limit: int) -> None:
                     f"{broker.broker_name}: {m.msg_id} commitlog {m.commitlog_offset} "
                     f"topic {m.properties.get('RETRY_TOPIC', '-')} "
                     f"reconsumed {m.reconsume_times} stored {m.store_timestamp_ms} "
-                    f"body={m.body[:80]!r}"
+                    f"{_body_text(m)}"
                 )
             total += len(letters)
             if resend and letters:
@@ -107,3 +108,12 @@ def _resend(
                 f"{broker_name}: resent {letter.msg_id} to {result.topic}/"
                 f"{result.queue_id}: {status}"
             )
+
+
+def _body_text(letter: message_pb2.MessageExt) -> str:
+    """``body=b'...'`` (80 bytes at most; a compressed body inflated), or why it is unreadable."""
+    try:
+        body = inflate_body(letter.body, letter.sys_flag)
+    except CorruptBody as exc:
+        return f"body unreadable: {exc}"
+    return f"body={bytes(body[:80])!r}"

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from boltmq.wire.record import CorruptRecord, RecordView
+from boltmq.wire.body_compression import CorruptBody, original_body
+from boltmq.wire.record import SYS_FLAG_COMPRESSED, CorruptRecord, RecordView
 from services.store.checkpoint import CHECKPOINT_FILE_SIZE, CorruptCheckpoint, decode_checkpoint
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
@@ -161,11 +162,25 @@ def _record_lines(commitlog: CommitLog, start: int, count: int) -> Iterator[str]
 
 def _record_line(offset: int, record: RecordView) -> str:
     keys = " ".join(record.keys) or "-"
-    preview = bytes(record.body[:BODY_PREVIEW_BYTES])
-    more = "..." if len(record.body) > BODY_PREVIEW_BYTES else ""
     return (
         f"  {offset}: size {record.total_size}, topic {record.topic}, "
         f"queue {record.queue_id}@{record.queue_offset}, "
         f"stored {_iso(record.store_timestamp)}, tags {record.tags or '-'}, keys {keys}, "
-        f"msg id {record.msg_id}, body {len(record.body)} bytes {preview!r}{more}"
+        f"msg id {record.msg_id}, {_body_text(record)}"
     )
+
+
+def _body_text(record: RecordView) -> str:
+    """``body N bytes b'...'``: a compressed body inflated, with its stored size (or why
+    it does not inflate)."""
+    stored = record.body
+    zipped = ""
+    try:
+        body = original_body(record)
+    except CorruptBody as exc:
+        return f"body {len(stored)} bytes stored compressed: {exc}"
+    if record.sys_flag & SYS_FLAG_COMPRESSED:
+        zipped = f" (zlib, {len(stored)} stored)"
+    preview = bytes(body[:BODY_PREVIEW_BYTES])
+    more = "..." if len(body) > BODY_PREVIEW_BYTES else ""
+    return f"body {len(body)} bytes{zipped} {preview!r}{more}"

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zlib_ng.zlib_ng import crc32
 
+from boltmq.wire.body_compression import CorruptBody, inflate_body
 from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
     FIXED_OVERHEAD_IPV4,
@@ -44,6 +45,7 @@ from boltmq.wire.record import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    SYS_FLAG_COMPRESSED,
 )
 from boltmq.wire.record_batch import RAW_HEAD
 from boltmq.wire.record_heads import gather_heads, gather_rows
@@ -321,8 +323,25 @@ class RecordBlock:
         views[long, 3] = self.body_starts[long] - low
         array = pa.Array.from_buffers(
             pa.binary_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.data[low:high])]
-        )
-        return array.cast(pa.binary())
+        ).cast(pa.binary())
+        compressed = np.flatnonzero(self.heads["sys_flag"] & SYS_FLAG_COMPRESSED)
+        return self._inflated(array, compressed) if len(compressed) else array
+
+    def _inflated(self, array: pa.Array, compressed: np.ndarray) -> pa.Array:
+        """``array`` with the bodies at ``compressed`` inflated (:mod:`boltmq.wire.
+        body_compression`); CorruptBody naming the record when one does not inflate."""
+        bodies = array.to_pylist()
+        flags = self.heads["sys_flag"]
+        for index in compressed.tolist():
+            try:
+                bodies[index] = inflate_body(bodies[index], int(flags[index]))
+            except CorruptBody as exc:
+                head = self.heads[index]
+                raise CorruptBody(
+                    f"queue {int(head['queue_id'])} offset {int(head['queue_offset'])} "
+                    f"(commitlog {int(head['commitlog_offset'])}): {exc}"
+                ) from None
+        return pa.array(bodies, pa.binary())
 
     def to_batch(
         self,

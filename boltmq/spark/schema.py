@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from boltmq.wire.body_compression import original_body
 from boltmq.wire.record import PROPERTY_KEYS, PROPERTY_TAGS, RecordView
 
 MESSAGE_COLUMNS = (
@@ -95,7 +96,7 @@ class RowBuffer:
         self.tags.append(properties.get(PROPERTY_TAGS))
         self.keys.append(record.keys)
         self.properties.append([item for item in properties.items() if item[0] not in _OWN_COLUMNS])
-        self.bodies.append(bytes(record.body) if self.include_body else None)
+        self.bodies.append(bytes(original_body(record)) if self.include_body else None)
         if self.commitlog_extras:
             self.sys_flags.append(record.sys_flag)
             self.reconsume.append(record.reconsume_times)

@@ -15,7 +15,7 @@ Offset | Size | Field             | the sender writes         | the store writes
 16     | 4    | flag              | the user flag             | (kept)
 20     | 8    | queue_offset      | anything                  | the queue's next offset
 28     | 8    | physical_offset   | anything                  | the record's CommitLog offset
-36     | 4    | sys_flag          | host bits 0x10/0x20 clear | (kept)
+36     | 4    | sys_flag          | 0 or 0x301 (zlib body)    | (kept)
 40     | 8    | born_timestamp    | ms (0: the store's clock) | the store's clock when 0
 48     | 8    | born_host         | 8 placeholder bytes       | the producer's address
 56     | 8    | store_timestamp   | anything                  | the store's clock
@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from boltmq.wire.body_compression import compress_body
 from boltmq.wire.record import (
     FIXED_OVERHEAD_IPV4,
     HEADS,
@@ -149,12 +150,15 @@ def send_record_parts(
     flag: int = 0,
     born_timestamp_ms: int = 0,
     unique_id: str | None = None,
+    compress_over: int = 0,
 ) -> tuple[bytes, bytes, bytes]:
     """:func:`encode_send_record` as its three parts (head, body, tail), so a batch
     joins all of its records' parts at once (one copy of each body, not two).
 
     ``unique_id``: the message's UNIQ_KEY property (:mod:`boltmq.unique_id`),
-    added to the others (it replaces a UNIQ_KEY among ``properties``)."""
+    added to the others (it replaces a UNIQ_KEY among ``properties``).
+    ``compress_over``: a body longer than this is stored zlib-compressed, with the
+    sys_flag bits saying so (:mod:`boltmq.wire.body_compression`); 0: never."""
     if keys or properties:
         topic_field, magic = encode_topic(topic)
         if unique_id:
@@ -174,6 +178,9 @@ def send_record_parts(
         if unique_id:
             properties_raw += _unique_id_pair(unique_id)
             tail = _tail(topic_field, properties_raw)
+    sys_flag = 0
+    if compress_over > 0 and len(body) > compress_over:
+        body, sys_flag = compress_body(body, compress_over)
     body_len = len(body)
     return (
         RAW_HEAD.pack(
@@ -184,7 +191,7 @@ def send_record_parts(
             flag,
             0,
             0,
-            0,
+            sys_flag,
             born_timestamp_ms,
             HOST_PLACEHOLDER,
             0,

@@ -296,3 +296,15 @@ def test_streaming_write_refuses_complete_and_update_output_modes(
         )
         with pytest.raises(Exception, match=message):
             query.awaitTermination()
+
+
+def test_compressed_bodies_come_back_whole(spark, cluster, producer) -> None:
+    """Bodies over the producer's threshold are stored zlib-compressed; the source
+    gives the originals, mixed with short ones stored as they are."""
+    long = [(f"long-{i} " * 20_000).encode()[: 100 * 1024] for i in range(6)]
+    short = [f"short-{i}".encode() for i in range(30)]
+    sent = [*long, *short]
+    results = producer.send_batch([Message(topic="SparkZipped", body=b) for b in sent])
+    assert len(results) == len(sent)
+    rows = reader(spark, cluster, "SparkZipped").collect()
+    assert sorted(bytes(r.body) for r in rows) == sorted(sent)

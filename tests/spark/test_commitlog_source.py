@@ -357,3 +357,23 @@ def test_planning_spans_segment_edges() -> None:
         (whole[0], SegmentRange(whole[1].path, 100, 0, 50)),
         (SegmentRange(whole[1].path, 100, 50, None), whole[2]),
     ]
+
+
+def test_compressed_bodies_are_inflated(spark, make_store, tmp_path) -> None:
+    """Records a producer compressed (sys_flag 0x301), among plain ones: the rows hold
+    the original bodies and the stored sys_flag."""
+    from boltmq.wire.body_compression import ZLIB_SYS_FLAG
+    from boltmq.wire.record_batch import RecordBatch, send_record_parts
+
+    store = make_store()
+    bodies = [(b"zipped %d " % i) * 2_000 if i % 3 == 0 else b"plain %d" % i for i in range(40)]
+    raw = b"".join(b"".join(send_record_parts("Zipped", b, compress_over=4096)) for b in bodies)
+    results = store.put_messages(RecordBatch(raw, len(bodies), "Zipped", 0), ("10.0.0.1", 1))
+    assert {r.status for r in results} == {PutStatus.PUT_OK}
+    store.shutdown()
+    rows = spark.read.format("boltmq-commitlog").load(str(tmp_path / "store")).collect()
+    by_offset = sorted(rows, key=lambda r: r.queue_offset)
+    assert [bytes(r.body) for r in by_offset] == bodies
+    assert [r.sys_flag for r in by_offset] == [
+        ZLIB_SYS_FLAG if i % 3 == 0 else 0 for i in range(len(bodies))
+    ]

@@ -15,6 +15,7 @@ import itertools
 import grpc
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from boltmq.wire.body_compression import BODY_SYS_FLAGS
 from services.broker.config import BrokerConfig
 from services.broker.errors import InvalidArgument, NotFound, PermissionDenied, StoreFailed
 from services.broker.metadata.names import check_group
@@ -123,6 +124,7 @@ class DeadLetterProcessor:
             topic=origin,
             queue_id=queue_id,
             body=letter.body,
+            sys_flag=letter.sys_flag & BODY_SYS_FLAGS,  # a compressed body stays compressed
             flag=letter.flag,
             born_timestamp=letter.born_timestamp_ms,
             properties={k: v for k, v in letter.properties.items() if k not in _DROPPED_ON_RESEND},

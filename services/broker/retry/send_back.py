@@ -29,6 +29,7 @@ import itertools
 import grpc
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from boltmq.wire.body_compression import BODY_SYS_FLAGS
 from boltmq.wire.topic import DLQ_PREFIX, RETRY_PREFIX
 from services.broker.access.acl_file import Perm
 from services.broker.access.caller import caller_may
@@ -158,8 +159,8 @@ def _origin_topic(record: message_pb2.MessageExt, group: str) -> str | None:
 
 
 def _retry_copy(original: message_pb2.MessageExt, origin: str) -> message_pb2.Message:
-    """The message as it goes back: same body, flag, born time and user properties,
-    ``RETRY_TOPIC`` = ``origin``."""
+    """The message as it goes back: same body (and its compression bits), flag, born
+    time and user properties, ``RETRY_TOPIC`` = ``origin``."""
     props = {
         k: v
         for k, v in original.properties.items()
@@ -172,6 +173,7 @@ def _retry_copy(original: message_pb2.MessageExt, origin: str) -> message_pb2.Me
     props[PROPERTY_RETRY_TOPIC] = origin
     return message_pb2.Message(
         body=original.body,
+        sys_flag=original.sys_flag & BODY_SYS_FLAGS,  # a compressed body stays compressed
         flag=original.flag,
         properties=props,
         born_timestamp=original.born_timestamp_ms,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from boltmq.v1 import broker_pb2, message_pb2
+from boltmq.wire.body_compression import BODY_SYS_FLAGS
 from boltmq.wire.record import (
     SYS_FLAG_BORN_HOST_V6,
     SYS_FLAG_STORE_HOST_V6,
@@ -101,6 +102,8 @@ def marker_message(
         SYS_FLAG_TRANSACTION_MASK | SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6
     )
     commit = decision == broker_pb2.TRANSACTION_COMMIT
+    if not commit:  # the rollback marker has no body: nothing compressed
+        sys_flag &= ~BODY_SYS_FLAGS
     return message_pb2.Message(
         topic=half.properties.get(PROPERTY_REAL_TOPIC, ""),
         queue_id=int(half.properties.get(PROPERTY_REAL_QID, "0")),

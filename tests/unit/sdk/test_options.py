@@ -13,6 +13,7 @@ def test_the_defaults_are_valid_and_the_options_frozen() -> None:
     producer, consumer = ProducerOptions(), PushConsumerOptions()
     assert (producer.send_timeout_ms, producer.linger_ms, producer.batch_size) == (3_000, 5, 256)
     assert producer.natural_batching is True
+    assert producer.compress_body_over == 4096  # RocketMQ's compressMsgBodyOverHowmuch
     assert (consumer.model, consumer.consume_from, consumer.consume_threads) == (
         "CLUSTERING",
         "FIRST",
@@ -34,6 +35,11 @@ def test_the_defaults_are_valid_and_the_options_frozen() -> None:
         ("route_refresh_ms", -5, "route_refresh_ms must be an int >= 0"),
         ("natural_batching", "no", "ProducerOptions.natural_batching must be a bool, not 'no'"),
         ("natural_batching", 0, "ProducerOptions.natural_batching must be a bool, not 0"),
+        ("compress_body_over", 0, "ProducerOptions.compress_body_over must be positive, not 0"),
+        ("compress_body_over", -4096, "compress_body_over must be positive, not -4096"),
+        ("compress_body_over", "4096", "compress_body_over must be positive, not '4096'"),
+        ("compress_body_over", 4096.0, "compress_body_over must be positive, not 4096.0"),
+        ("compress_body_over", True, "compress_body_over must be positive, not True"),
     ],
 )
 def test_a_wrong_producer_option_is_a_value_error_naming_it(
