@@ -30,6 +30,8 @@ from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2
 PERM_READ = 4
 PERM_WRITE = 2
 MASTER_ID = 0
+LANGUAGE = "PYTHON"
+"""What heartbeats say this SDK is written in (RocketMQ's LanguageCode)."""
 REPLICA_READS_S = 5.0
 """How long reads stay on a replica after the master failed to answer or suggested it."""
 DEFAULT_TOPIC = "TBW102"
@@ -73,6 +75,25 @@ SEND_METHOD = f"{BROKER_SERVICE}/SendMessage"
 
 def new_client_id() -> str:
     return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+
+
+def heartbeat_request(
+    client_id: str,
+    *,
+    producer_groups: Sequence[str] = (),
+    consumer_groups: Sequence[broker_pb2.ConsumerGroupHeartbeat] = (),
+) -> broker_pb2.HeartbeatRequest:
+    """A heartbeat of ``client_id`` in these groups, saying what this SDK is: language
+    ``PYTHON`` and version ``boltmq.__version__``."""
+    from boltmq import __version__  # the package imports its modules lazily: no cycle
+
+    return broker_pb2.HeartbeatRequest(
+        client_id=client_id,
+        producer_groups=producer_groups,
+        consumer_groups=consumer_groups,
+        language=LANGUAGE,
+        version=__version__,
+    )
 
 
 class ClientInstance:
@@ -229,6 +250,17 @@ class ClientInstance:
             self.forget_route(queue.topic)
             raise BrokerUnavailable(f"no live broker {queue.broker_name!r} serves {queue.topic!r}")
         return address
+
+    def known_masters(self) -> set[str]:
+        """Addresses of the masters of every broker group a cached route names."""
+        with self._lock:
+            routes = [route for route, _ in self._routes.values()]
+        return {
+            broker.addresses[MASTER_ID]
+            for route in routes
+            for broker in route.brokers
+            if MASTER_ID in broker.addresses
+        }
 
     def brokers_of(self, topics: Sequence[str]) -> set[str]:
         """Addresses of every broker serving any of ``topics`` (unknown topics skipped)."""

@@ -75,13 +75,22 @@ class ProducerOptions:
     broker and topic that queue while a call there is in flight leave together in the next
     call, each getting its own result or error (:mod:`boltmq.send_batcher`); a send alone
     leaves at once. False: every send is its own call."""
+    heartbeat_interval_ms: int = 30_000
+    """How often the producer heartbeats its group to every master it knows (ms;
+    :mod:`boltmq.producer_heartbeat`); a master it learns of is heartbeated within a second."""
 
     def __post_init__(self) -> None:
         if type(self.natural_batching) is not bool:
             raise ValueError(
                 f"ProducerOptions.natural_batching must be a bool, not {self.natural_batching!r}"
             )
-        for name in ("send_timeout_ms", "batch_size", "max_pending", "default_topic_queue_nums"):
+        for name in (
+            "send_timeout_ms",
+            "batch_size",
+            "max_pending",
+            "default_topic_queue_nums",
+            "heartbeat_interval_ms",
+        ):
             _check_int(self, name, minimum=1)
         for name in ("retry_times", "linger_ms", "route_refresh_ms", "fault_avoidance_ms"):
             _check_int(self, name, minimum=0)

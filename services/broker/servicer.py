@@ -124,7 +124,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self, request: broker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.HeartbeatResponse:
         """Record a client in its producer and consumer groups."""
-        await self._clients.heartbeat(request)
+        await self._clients.heartbeat(request, context.peer() or "")
         return broker_pb2.HeartbeatResponse()
 
     @answers_errors
@@ -317,6 +317,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> broker_pb2.GetGroupResponse:
         """A consumer group's settings and live members with their subscriptions."""
         return self._admin.get_group(request)
+
+    @answers_errors
+    async def GetConnections(
+        self, request: broker_pb2.GetConnectionsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.GetConnectionsResponse:
+        """A group's live producer or consumer clients with how they connect."""
+        return self._admin.connections(request)
 
     @answers_errors
     async def Promote(

@@ -110,6 +110,31 @@ class AdminProcessor:
         self._groups.delete(name)
         await self._persister.save_groups()
 
+    def connections(
+        self, request: broker_pb2.GetConnectionsRequest
+    ) -> broker_pb2.GetConnectionsResponse:
+        """A group's live producer or consumer clients (empty when none heartbeats here)."""
+        name = check_group("group", request.group)
+        if request.kind not in ("producer", "consumer"):
+            raise InvalidArgument(f"kind: 'producer' or 'consumer', got {request.kind[:40]!r}")
+        return broker_pb2.GetConnectionsResponse(
+            connections=[
+                broker_pb2.ClientConnection(
+                    client_id=c.client_id,
+                    address=c.info.address,
+                    language=c.info.language,
+                    version=c.info.version,
+                    since_ms=c.since_ms,
+                    model=c.model,
+                    subscriptions=[
+                        broker_pb2.ConsumerSubscription(topic=t, expression=e)
+                        for t, e in c.subscriptions
+                    ],
+                )
+                for c in self._clients.connections(name, producers=request.kind == "producer")
+            ]
+        )
+
     def get_group(self, request: broker_pb2.GetGroupRequest) -> broker_pb2.GetGroupResponse:
         """A group's settings and its live members with their own subscriptions."""
         name = check_group("group", request.group)
