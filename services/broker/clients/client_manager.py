@@ -24,11 +24,10 @@ epoch ms from an injected clock) until the client leaves its last group, and
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from services.broker.metadata.clock import Clock, monotonic_ms
+from services.broker.metadata.clock import Clock, monotonic_ms, wall_clock_ms
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
@@ -94,11 +93,6 @@ class Connection:
     subscriptions: Subscriptions = ()
 
 
-def wall_ms() -> int:
-    """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
-
-
 @dataclass(slots=True)
 class _Group:
     last_seen_ms: dict[str, int] = field(default_factory=dict)
@@ -114,11 +108,11 @@ class ClientManager:
     """Producer and consumer groups with their live members."""
 
     def __init__(
-        self, expiry_ms: int, clock_ms: Clock = monotonic_ms, wall_clock_ms: Clock = wall_ms
+        self, expiry_ms: int, clock_ms: Clock = monotonic_ms, wall_ms: Clock = wall_clock_ms
     ) -> None:
         self._expiry_ms = expiry_ms
         self._clock_ms = clock_ms
-        self._wall_ms = wall_clock_ms
+        self._wall_ms = wall_ms
         self._producers: dict[str, dict[str, int]] = {}
         self._consumers: dict[str, _Group] = {}
         self._infos: dict[str, tuple[ClientInfo, int]] = {}
