@@ -431,6 +431,7 @@ def _register_client_commands() -> None:
         group_admin,  # noqa: F401 - adds ``admin group create|update|delete|show``
         ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
         offsets,  # noqa: F401 - adds ``admin group reset-offset``
+        stats,  # noqa: F401 - adds ``admin stats topic|group``
     )
     from boltmq.cli.admin import admin
     from boltmq.cli.messages import consume, produce
