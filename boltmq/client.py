@@ -128,6 +128,8 @@ class ClientInstance:
         for)."""
         self._master_down: dict[str, float] = {}
         """Broker name -> monotonic time until which reads go to a replica."""
+        self._cluster_masters: set[str] = set()
+        """The masters the last :meth:`cluster_brokers` answer named."""
 
     # ---------------------------------------------------------------- routes
     def route(self, topic: str, *, refresh: bool = False) -> registry_pb2.TopicRoute:
@@ -166,6 +168,8 @@ class ClientInstance:
         brokers = list(self.registry.cluster_info().brokers)
         for broker in brokers:
             self._names[broker.address] = broker.broker_name
+        with self._lock:
+            self._cluster_masters = {b.address for b in brokers if b.broker_id == MASTER_ID}
         return brokers
 
     def broker_name_at(self, address: str) -> str:
@@ -252,10 +256,12 @@ class ClientInstance:
         return address
 
     def known_masters(self) -> set[str]:
-        """Addresses of the masters of every broker group a cached route names."""
+        """Addresses of the masters of every broker group a cached route names, and those
+        the last :meth:`cluster_brokers` answer named."""
         with self._lock:
             routes = [route for route, _ in self._routes.values()]
-        return {
+            masters = set(self._cluster_masters)
+        return masters | {
             broker.addresses[MASTER_ID]
             for route in routes
             for broker in route.brokers

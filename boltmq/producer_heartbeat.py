@@ -3,7 +3,9 @@
 The brokers list a group's producers (``boltmq admin connections producer
 GROUP``) from these heartbeats and forget a producer silent for their
 ``client_expiry_ms``. A background thread heartbeats every master of every
-broker group a cached route names (the brokers this producer sends to) once
+broker group a cached route names (the brokers this producer sends to), and
+every master of the cluster once the client asked for them (a
+TransactionProducer does, for its check streams), once
 per ``heartbeat_interval_ms``, and a master it learns of between two rounds at
 its next check (at most a second later); :meth:`ProducerHeartbeat.stop` ends
 the thread and unregisters the producer from those masters, as a RocketMQ

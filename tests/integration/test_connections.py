@@ -3,7 +3,8 @@
 A LocalCluster of two broker groups (registry, stores and brokers as
 processes) and the CLI as a process. What is shown: a started Producer
 heartbeats its group to both masters, which list it with the address they saw,
-language PYTHON, the package's version and since when; a PushConsumer is
+language PYTHON, the package's version and since when (a TransactionProducer
+before its first send, to the masters of its check streams); a PushConsumer is
 listed with its model and subscription; a shut-down producer is gone at once
 (it unregisters) and one that stops heartbeating is dropped after the
 broker's ``client_expiry_ms``; bad group names, kinds and unknown groups are
@@ -21,9 +22,9 @@ import grpc
 import pytest
 
 import boltmq
-from boltmq import Message, Producer, ProducerOptions
+from boltmq import LocalTransactionState, Message, Producer, ProducerOptions, TransactionProducer
 from boltmq.cli.dev.local_cluster import LocalCluster
-from boltmq.v1 import broker_pb2
+from boltmq.v1 import broker_pb2, message_pb2
 from tests.integration.conftest import Cluster
 from tests.integration.sdk_fixtures import Collector
 from tests.integration.test_acl import ADMIN, ORDERS, AclCluster
@@ -98,6 +99,32 @@ def test_producers_and_consumers_are_listed_on_every_master(two_groups: LocalClu
     gone = cli(two_groups, "connections", "producer", "conn-pg")
     assert gone.returncode == 1
     assert "producer group 'conn-pg' has no live client on any master" in gone.stderr
+
+
+class _Commit:
+    def check_local_transaction(self, msg: message_pb2.MessageExt) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+
+def test_a_transaction_producer_is_listed_before_it_sends(two_groups: LocalCluster) -> None:  # noqa: F811
+    producer = TransactionProducer(registry_of(two_groups), "conn-tx", _Commit()).start()
+    try:
+
+        def listed() -> dict[str, list[re.Match[str]]]:
+            shown = cli(two_groups, "connections", "producer", "conn-tx")
+            return clients_of(shown.stdout) if shown.returncode == 0 else {}
+
+        wait_until(
+            lambda: (
+                sorted(listed()) == ["broker-a", "broker-b"]
+                and all(len(v) == 1 for v in listed().values())
+            ),
+            "the transaction producer listed on both masters (the masters of its checks)",
+        )
+        for (line,) in listed().values():
+            assert line["id"] == producer.producer.client.client_id
+    finally:
+        producer.shutdown()
 
 
 def test_bad_inputs_are_refused(two_groups: LocalCluster) -> None:  # noqa: F811
