@@ -30,6 +30,8 @@ from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2
 PERM_READ = 4
 PERM_WRITE = 2
 MASTER_ID = 0
+LANGUAGE = "PYTHON"
+"""What heartbeats say this SDK is written in (RocketMQ's LanguageCode)."""
 REPLICA_READS_S = 5.0
 """How long reads stay on a replica after the master failed to answer or suggested it."""
 DEFAULT_TOPIC = "TBW102"
@@ -75,6 +77,25 @@ def new_client_id() -> str:
     return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
 
 
+def heartbeat_request(
+    client_id: str,
+    *,
+    producer_groups: Sequence[str] = (),
+    consumer_groups: Sequence[broker_pb2.ConsumerGroupHeartbeat] = (),
+) -> broker_pb2.HeartbeatRequest:
+    """A heartbeat of ``client_id`` in these groups, saying what this SDK is: language
+    ``PYTHON`` and version ``boltmq.__version__``."""
+    from boltmq import __version__  # the package imports its modules lazily: no cycle
+
+    return broker_pb2.HeartbeatRequest(
+        client_id=client_id,
+        producer_groups=producer_groups,
+        consumer_groups=consumer_groups,
+        language=LANGUAGE,
+        version=__version__,
+    )
+
+
 class ClientInstance:
     """Routes and broker stubs for one producer or consumer."""
 
@@ -107,6 +128,8 @@ class ClientInstance:
         for)."""
         self._master_down: dict[str, float] = {}
         """Broker name -> monotonic time until which reads go to a replica."""
+        self._cluster_masters: set[str] = set()
+        """The masters the last :meth:`cluster_brokers` answer named."""
 
     # ---------------------------------------------------------------- routes
     def route(self, topic: str, *, refresh: bool = False) -> registry_pb2.TopicRoute:
@@ -145,6 +168,8 @@ class ClientInstance:
         brokers = list(self.registry.cluster_info().brokers)
         for broker in brokers:
             self._names[broker.address] = broker.broker_name
+        with self._lock:
+            self._cluster_masters = {b.address for b in brokers if b.broker_id == MASTER_ID}
         return brokers
 
     def broker_name_at(self, address: str) -> str:
@@ -229,6 +254,19 @@ class ClientInstance:
             self.forget_route(queue.topic)
             raise BrokerUnavailable(f"no live broker {queue.broker_name!r} serves {queue.topic!r}")
         return address
+
+    def known_masters(self) -> set[str]:
+        """Addresses of the masters of every broker group a cached route names, and those
+        the last :meth:`cluster_brokers` answer named."""
+        with self._lock:
+            routes = [route for route, _ in self._routes.values()]
+            masters = set(self._cluster_masters)
+        return masters | {
+            broker.addresses[MASTER_ID]
+            for route in routes
+            for broker in route.brokers
+            if MASTER_ID in broker.addresses
+        }
 
     def brokers_of(self, topics: Sequence[str]) -> set[str]:
         """Addresses of every broker serving any of ``topics`` (unknown topics skipped)."""

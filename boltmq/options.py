@@ -80,6 +80,9 @@ class ProducerOptions:
     sent and stored zlib-compressed, with the COMPRESSED sys flag (zlib only: the
     standard library's); consumers inflate them (:mod:`boltmq.wire.body_compression`).
     At least 1; a value above the broker's largest body turns compression off."""
+    heartbeat_interval_ms: int = 30_000
+    """How often the producer heartbeats its group to every master it knows (ms;
+    :mod:`boltmq.producer_heartbeat`); a master it learns of is heartbeated within a second."""
 
     def __post_init__(self) -> None:
         if type(self.natural_batching) is not bool:
@@ -92,6 +95,7 @@ class ProducerOptions:
             "max_pending",
             "default_topic_queue_nums",
             "compress_body_over",
+            "heartbeat_interval_ms",
         ):
             _check_int(self, name, minimum=1)
         for name in ("retry_times", "linger_ms", "route_refresh_ms", "fault_avoidance_ms"):

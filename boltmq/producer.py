@@ -34,6 +34,9 @@
   there and refreshes the route). Sharded sends never get these queues: a
   key's queue must not change under it. A group that refuses the creation is
   dropped from this spreading and the send retried on the route's queues.
+- While started, the producer heartbeats its group to every master it knows
+  (:mod:`boltmq.producer_heartbeat`), so ``boltmq admin connections producer
+  GROUP`` lists it; ``shutdown`` unregisters it.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ from boltmq.message import (
 )
 from boltmq.message_lookup import find_by_unique_id
 from boltmq.options import ProducerOptions
+from boltmq.producer_heartbeat import ProducerHeartbeat
 from boltmq.request_reply import Requester
 from boltmq.send_batcher import BatchMismatch, SendBatcher
 from boltmq.v1 import broker_pb2, message_pb2
@@ -157,6 +161,8 @@ class Producer:
             SendBatcher(options.batch_size, BATCH_MAX_BYTES) if options.natural_batching else None
         )
         """Groups concurrent sends to one broker (:mod:`boltmq.send_batcher`); None: off."""
+        self._heartbeat = ProducerHeartbeat(self.client, group, options.heartbeat_interval_ms)
+        """Heartbeats the group to the masters this producer knows while it runs."""
 
     # ---------------------------------------------------------------- lifecycle
     def start(self, topics: Iterable[str] = ()) -> Producer:
@@ -169,6 +175,7 @@ class Producer:
         self._running = True
         self._sender = threading.Thread(target=self._send_loop, name="boltmq-producer", daemon=True)
         self._sender.start()
+        self._heartbeat.start()
         return self
 
     def shutdown(self) -> None:
@@ -180,6 +187,7 @@ class Producer:
             self._cond.notify_all()
         if self._sender is not None:
             self._sender.join()
+        self._heartbeat.stop()
         if self._requester is not None:
             self._requester.close()
         self.client.close()

@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import grpc
 
-from boltmq.client import BrokerUnavailable, ClientInstance, rpc_error_text
+from boltmq.client import BrokerUnavailable, ClientInstance, heartbeat_request, rpc_error_text
 from boltmq.consume_thread import ConsumeThread, QueueState
 from boltmq.kernel import telemetry
 from boltmq.kernel.registry_client import RegistryError, TopicNotFound
@@ -488,8 +488,8 @@ class PushConsumer:
 
     # ---------------------------------------------------------------- membership
     def _heartbeat(self) -> None:
-        request = broker_pb2.HeartbeatRequest(
-            client_id=self.client.client_id,
+        request = heartbeat_request(
+            self.client.client_id,
             consumer_groups=[
                 broker_pb2.ConsumerGroupHeartbeat(
                     group=self.group,

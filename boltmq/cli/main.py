@@ -426,10 +426,12 @@ def _register_client_commands() -> None:
     from boltmq.cli import (
         acl,  # noqa: F401 - adds ``admin acl``
         cluster,  # noqa: F401 - adds ``admin cluster``
+        connections,  # noqa: F401 - adds ``admin connections producer|consumer``
         dlq,  # noqa: F401 - adds ``admin group dlq``
         group_admin,  # noqa: F401 - adds ``admin group create|update|delete|show``
         ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
         offsets,  # noqa: F401 - adds ``admin group reset-offset``
+        stats,  # noqa: F401 - adds ``admin stats topic|group``
     )
     from boltmq.cli.admin import admin
     from boltmq.cli.messages import consume, produce

@@ -13,6 +13,7 @@ The map, top (the edge and the assembly) to bottom (what everything uses):
 - ``retry/``: retry and dead-letter topics, ConsumerSendBack, dead letters listed and resent.
 - ``transaction/``: half messages, their decision, check-back and its producer streams.
 - ``metrics.py``: the broker's OpenTelemetry instruments (traffic, consumer lag, parked pulls).
+- ``stats/``: rolling last-minute and last-hour traffic per topic and group (``admin stats``).
 - ``delay/``: delay levels, delay messages in the schedule topic, the scheduler delivering them.
 - ``cluster/``: registration with the registries, publishing a topic change, and a replica's
   copy of its master broker's metadata.

@@ -174,6 +174,7 @@ class Broker:
             self.role,
             self.persister,
             self.registrar.advertised_address,
+            self.metrics.traffic,
         )
         return BrokerServicer(
             SendProcessor(

@@ -24,6 +24,10 @@ from since the broker started has no lag reported yet (asking the store at
 collection time was rejected: collection runs on the scrape thread, which has
 no event loop to call the store with).
 
+The same counts of messages in (per topic) and out (per topic and consumer
+group) also feed :class:`services.broker.stats.traffic_stats.TrafficStats`, the
+rolling last-minute and last-hour totals ``boltmq admin stats`` reads.
+
 Instruments come from the global meter provider (set by
 :func:`boltmq.kernel.telemetry.configure`) unless one is passed; without a provider
 they are no-ops.
@@ -38,6 +42,7 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from boltmq.kernel import telemetry
 from services.broker.arrivals.long_poll import LongPollHub
 from services.broker.metadata.consumer_offset import ConsumerOffsetManager
+from services.broker.stats.traffic_stats import TrafficStats
 
 METER_NAME = "boltmq.broker"
 
@@ -50,8 +55,11 @@ class BrokerMetrics:
         hub: LongPollHub,
         offsets: ConsumerOffsetManager,
         meter_provider: MeterProvider | None = None,
+        traffic: TrafficStats | None = None,
     ) -> None:
         self._hub = hub
+        self.traffic = traffic if traffic is not None else TrafficStats()
+        """Rolling per-topic and per-group totals of the messages counted here."""
         self._offsets = offsets
         self._queue_ends: dict[tuple[str, int], int] = {}
         meter = telemetry.meter(METER_NAME, meter_provider)
@@ -97,18 +105,27 @@ class BrokerMetrics:
         """One send request: ``stored`` messages, the queue now ends at ``queue_end``."""
         attributes = {"topic": topic}
         self._messages_in.add(stored, attributes)
+        self.traffic.produced(topic, stored)
         self._bytes_in.add(encoded_bytes, attributes)
         self._requests_in.add(1, attributes)
         if queue_end > 0:
             self._queue_ends[(topic, queue_id)] = queue_end
 
     def pulled(
-        self, topic: str, queue_id: int, returned: int, answer_bytes: int, queue_end: int
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        returned: int,
+        answer_bytes: int,
+        queue_end: int,
     ) -> None:
-        """One answered pull: ``returned`` messages; the store said the queue ends here."""
+        """One answered pull of ``group``: ``returned`` messages; the store said the queue
+        ends here."""
         if returned:
             attributes = {"topic": topic}
             self._messages_out.add(returned, attributes)
+            self.traffic.consumed(group, topic, returned)
             self._bytes_out.add(answer_bytes, attributes)
         if queue_end > 0:
             self._queue_ends[(topic, queue_id)] = queue_end

@@ -95,7 +95,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         size = len(answer.encoded)
         telemetry.annotate(request.topic, request.queue_id, answer.record_count, size)
         self._metrics.pulled(
-            request.topic, request.queue_id, answer.record_count, size, answer.response.max_offset
+            request.consumer_group,
+            request.topic,
+            request.queue_id,
+            answer.record_count,
+            size,
+            answer.response.max_offset,
         )
         return answer.encoded
 
@@ -111,6 +116,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         # fewer answers than pulls when the store's answers ran out of max_bytes
         for pull, response in zip(request.pulls, answer.responses, strict=False):
             self._metrics.pulled(
+                request.consumer_group,
                 pull.topic,
                 pull.queue_id,
                 response.record_count,
@@ -124,7 +130,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self, request: broker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.HeartbeatResponse:
         """Record a client in its producer and consumer groups."""
-        await self._clients.heartbeat(request)
+        await self._clients.heartbeat(request, context.peer() or "")
         return broker_pb2.HeartbeatResponse()
 
     @answers_errors
@@ -317,6 +323,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> broker_pb2.GetGroupResponse:
         """A consumer group's settings and live members with their subscriptions."""
         return self._admin.get_group(request)
+
+    @answers_errors
+    async def GetConnections(
+        self, request: broker_pb2.GetConnectionsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.GetConnectionsResponse:
+        """A group's live producer or consumer clients with how they connect."""
+        return self._admin.connections(request)
+
+    @answers_errors
+    async def GetTrafficStats(
+        self, request: broker_pb2.GetTrafficStatsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.GetTrafficStatsResponse:
+        """A topic's or group's messages produced and consumed over the last minute and hour."""
+        return self._admin.traffic(request)
 
     @answers_errors
     async def Promote(

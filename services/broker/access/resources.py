@@ -17,7 +17,8 @@ PUB / SUB    | SendMessage (topic PUB; a half message also its producer group's 
              | (:mod:`services.broker.access.caller`)
 ANY ACCOUNT  | read-only cluster views (ListTopics, TopicStatus, ListGroups,
              | GroupProgress, GetBrokerInfo)
-ADMIN        | UpsertTopic, DeleteTopic, UpsertGroup, DeleteGroup, GetGroup, ResetOffset,
+ADMIN        | UpsertTopic, DeleteTopic, UpsertGroup, DeleteGroup, GetGroup, GetConnections,
+             | GetTrafficStats, ResetOffset,
              | Promote, ViewMessage, GetMetadata, ResendDeadLetters, GetAcl, UpdateAcl,
              | and any call not listed
              | (a new call is admin-only until it is given a row here)

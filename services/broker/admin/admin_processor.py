@@ -20,6 +20,7 @@ from services.broker.metadata.subscription_group import (
 )
 from services.broker.metadata.topic_config import PERM_ALL, TopicConfig, TopicConfigManager
 from services.broker.retry.retry_topic import resize_retry_topic
+from services.broker.stats.traffic_stats import Counts, Traffic, TrafficStats
 from services.broker.store.store_client import StoreClient
 from services.broker.store.store_role import StoreRole
 
@@ -39,6 +40,7 @@ class AdminProcessor:
         role: StoreRole,
         persister: MetadataPersister,
         advertised_address: Callable[[], str],
+        traffic: TrafficStats,
     ) -> None:
         self._config = config
         self._role = role
@@ -51,6 +53,7 @@ class AdminProcessor:
         self._publisher = publisher
         self._advertised_address = advertised_address
         """``host:port`` of this broker, known once the server is bound."""
+        self._traffic = traffic
 
     async def broker_info(self) -> broker_pb2.BrokerInfo:
         """Who this broker is and what its store reports."""
@@ -109,6 +112,48 @@ class AdminProcessor:
             )
         self._groups.delete(name)
         await self._persister.save_groups()
+
+    def connections(
+        self, request: broker_pb2.GetConnectionsRequest
+    ) -> broker_pb2.GetConnectionsResponse:
+        """A group's live producer or consumer clients (empty when none heartbeats here)."""
+        name = check_group("group", request.group)
+        if request.kind not in ("producer", "consumer"):
+            raise InvalidArgument(f"kind: 'producer' or 'consumer', got {request.kind[:40]!r}")
+        return broker_pb2.GetConnectionsResponse(
+            connections=[
+                broker_pb2.ClientConnection(
+                    client_id=c.client_id,
+                    address=c.info.address,
+                    language=c.info.language,
+                    version=c.info.version,
+                    since_ms=c.since_ms,
+                    model=c.model,
+                    subscriptions=[
+                        broker_pb2.ConsumerSubscription(topic=t, expression=e)
+                        for t, e in c.subscriptions
+                    ],
+                )
+                for c in self._clients.connections(name, producers=request.kind == "producer")
+            ]
+        )
+
+    def traffic(
+        self, request: broker_pb2.GetTrafficStatsRequest
+    ) -> broker_pb2.GetTrafficStatsResponse:
+        """A topic's or a consumer group's messages over the last minute and hour here."""
+        which = request.WhichOneof("of")
+        if which == "topic":
+            topic = check_topic("topic", request.topic)
+            if self._topics.get(topic) is None and not self._traffic.knows_topic(topic):
+                raise NotFound(f"topic: {topic!r} is unknown here")
+            return _traffic_message(self._traffic.topic(topic))
+        if which == "group":
+            group = check_group("group", request.group)
+            if self._groups.get(group) is None and not self._traffic.knows_group(group):
+                raise NotFound(f"group: consumer group {group!r} is unknown here")
+            return _traffic_message(self._traffic.group(group))
+        raise InvalidArgument("of: name a topic or a group")
 
     def get_group(self, request: broker_pb2.GetGroupRequest) -> broker_pb2.GetGroupResponse:
         """A group's settings and its live members with their own subscriptions."""
@@ -271,4 +316,19 @@ def _queue_progress(
         broker_offset=queue.max_offset,
         consumer_offset=consumer_offset,
         lag=max(0, queue.max_offset - start),
+    )
+
+
+def _counts_message(counts: Counts) -> broker_pb2.TrafficCounts:
+    return broker_pb2.TrafficCounts(last_minute=counts.last_minute, last_hour=counts.last_hour)
+
+
+def _traffic_message(traffic: Traffic) -> broker_pb2.GetTrafficStatsResponse:
+    return broker_pb2.GetTrafficStatsResponse(
+        produced=_counts_message(traffic.produced),
+        consumed=_counts_message(traffic.consumed),
+        parts=[
+            broker_pb2.TrafficPart(name=name, consumed=_counts_message(counts))
+            for name, counts in traffic.parts
+        ],
     )

@@ -12,6 +12,13 @@ or expressions), the group's subscriptions are those of the last heartbeat,
 as in RocketMQ (each pull still filters with the expression its consumer
 sends); the change is logged and ``boltmq admin group show`` lists every
 member's own subscriptions (:meth:`ClientManager.members`).
+
+Each heartbeat also says how the client connects (:class:`ClientInfo`: the
+address the broker saw it come from, its language and SDK version); the
+broker keeps it per client from its first heartbeat ("since", wall-clock
+epoch ms from an injected clock) until the client leaves its last group, and
+:meth:`ClientManager.connections` lists a group's live clients with it
+(``boltmq admin connections producer|consumer GROUP``).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from services.broker.metadata.clock import Clock, monotonic_ms
+from services.broker.metadata.clock import Clock, monotonic_ms, wall_clock_ms
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
@@ -64,6 +71,28 @@ class GroupMember:
     subscriptions: Subscriptions
 
 
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """How one client connects, as its heartbeats say."""
+
+    address: str = ""
+    """``host:port`` the broker saw the heartbeat come from."""
+    language: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """One live client of a group: its connection and, for consumers, what it consumes."""
+
+    client_id: str
+    info: ClientInfo
+    since_ms: int
+    """Wall-clock epoch ms of its first heartbeat at this broker."""
+    model: str = ""
+    subscriptions: Subscriptions = ()
+
+
 @dataclass(slots=True)
 class _Group:
     last_seen_ms: dict[str, int] = field(default_factory=dict)
@@ -78,20 +107,29 @@ class _Group:
 class ClientManager:
     """Producer and consumer groups with their live members."""
 
-    def __init__(self, expiry_ms: int, clock_ms: Clock = monotonic_ms) -> None:
+    def __init__(
+        self, expiry_ms: int, clock_ms: Clock = monotonic_ms, wall_ms: Clock = wall_clock_ms
+    ) -> None:
         self._expiry_ms = expiry_ms
         self._clock_ms = clock_ms
+        self._wall_ms = wall_ms
         self._producers: dict[str, dict[str, int]] = {}
         self._consumers: dict[str, _Group] = {}
+        self._infos: dict[str, tuple[ClientInfo, int]] = {}
+        """client id -> (its last heartbeat's connection, since when it is known)."""
 
     def heartbeat(
         self,
         client_id: str,
         producer_groups: Iterable[str],
         consumer_groups: Iterable[ConsumerGroupHeartbeat],
+        info: ClientInfo | None = None,
     ) -> list[str]:
         """Record a heartbeat; return the consumer groups whose member list changed."""
         now = self._clock_ms()
+        known = self._infos.get(client_id)
+        since = known[1] if known is not None else self._wall_ms()
+        self._infos[client_id] = (info or ClientInfo(), since)
         for group in producer_groups:
             self._producers.setdefault(group, {})[client_id] = now
         changed = []
@@ -129,7 +167,29 @@ class ClientManager:
                 left.append(group)
                 if not entry.last_seen_ms:
                     del self._consumers[group]
+        self._forget_gone()
         return left
+
+    def connections(self, group: str, *, producers: bool) -> list[Connection]:
+        """Live producer (or consumer) clients of ``group`` with their connections, by id."""
+        if producers:
+            return [self._connection(c) for c in self.producer_ids(group)]
+        return [
+            self._connection(m.client_id, m.model, m.subscriptions) for m in self.members(group)
+        ]
+
+    def _connection(
+        self, client_id: str, model: str = "", subscriptions: Subscriptions = ()
+    ) -> Connection:
+        info, since = self._infos.get(client_id, (ClientInfo(), 0))
+        return Connection(client_id, info, since, model, subscriptions)
+
+    def _forget_gone(self) -> None:
+        """Drop the connection of every client left in no group."""
+        present = {c for members in self._producers.values() for c in members}
+        present.update(c for entry in self._consumers.values() for c in entry.last_seen_ms)
+        for client_id in [c for c in self._infos if c not in present]:
+            del self._infos[client_id]
 
     def consumer_ids(self, group: str) -> list[str]:
         """Live members of a consumer group, sorted (every member sees the same order)."""
@@ -186,6 +246,7 @@ class ClientManager:
                 removed.append((group, client_id))
             if not members:
                 del self._consumers[group]
+        self._forget_gone()
         return removed
 
     def _live(self, members: dict[str, int]) -> list[str]:

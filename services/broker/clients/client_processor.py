@@ -8,6 +8,7 @@ from services.broker.clients.client_manager import (
     BROADCASTING,
     CLUSTERING,
     MESSAGE_MODELS,
+    ClientInfo,
     ClientManager,
     ConsumerGroupHeartbeat,
 )
@@ -31,6 +32,8 @@ MAX_QUEUES_PER_LOCK = 4096
 """Queues one LockQueues / UnlockQueues request may name."""
 QUERY_OFFSETS_MAX = 4096
 """Queues one QueryConsumerOffsets names at most."""
+CLIENT_LABEL_MAX = 64
+"""Characters of a heartbeat's language or version at most (printable ASCII)."""
 
 
 class ClientProcessor:
@@ -56,9 +59,16 @@ class ClientProcessor:
         self._creations = creations
         """Caps the groups and retry topics a heartbeat creates."""
 
-    async def heartbeat(self, request: broker_pb2.HeartbeatRequest) -> None:
-        """Record the client in each group it names (consumer groups are created on demand)."""
+    async def heartbeat(self, request: broker_pb2.HeartbeatRequest, peer: str = "") -> None:
+        """Record the client in each group it names (consumer groups are created on demand).
+
+        ``peer``: gRPC's name of the caller (``ipv4:127.0.0.1:5000``), kept as its address."""
         client_id = check_client_id("client_id", request.client_id)
+        info = ClientInfo(
+            peer_address(peer),
+            _label("language", request.language),
+            _label("version", request.version),
+        )
         if len(request.producer_groups) + len(request.consumer_groups) > MAX_GROUPS_PER_HEARTBEAT:
             raise InvalidArgument(
                 f"consumer_groups: at most {MAX_GROUPS_PER_HEARTBEAT} groups per heartbeat"
@@ -78,7 +88,7 @@ class ClientProcessor:
                 )
             if beat.model == CLUSTERING:
                 await self._retry_topics.ensure_retry(config)  # consumers subscribe to it at once
-        self._clients.heartbeat(client_id, request.producer_groups, beats)
+        self._clients.heartbeat(client_id, request.producer_groups, beats, info)
 
     def _creations_of(self, beats: list[ConsumerGroupHeartbeat]) -> int:
         """Groups and retry topics a heartbeat would create (charged before any is)."""
@@ -141,6 +151,22 @@ class ClientProcessor:
         """Release queues the client holds; return those released."""
         group, client_id, queues = _lock_request(request)
         return self._locks.unlock(group, client_id, queues)
+
+
+def peer_address(peer: str) -> str:
+    """``host:port`` of a gRPC peer name (``ipv4:h:p``, ``ipv6:[h]:p``); others as given."""
+    for scheme in ("ipv4:", "ipv6:"):
+        if peer.startswith(scheme):
+            return peer[len(scheme) :]
+    return peer
+
+
+def _label(field: str, value: str) -> str:
+    if len(value) > CLIENT_LABEL_MAX or not all(" " <= c <= "~" for c in value):
+        raise InvalidArgument(
+            f"{field}: at most {CLIENT_LABEL_MAX} printable ASCII characters, got {value[:40]!r}"
+        )
+    return value
 
 
 def _consumer_beat(index: int, beat: broker_pb2.ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeat:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.broker.clients.client_manager import (
     BROADCASTING,
+    ClientInfo,
     ClientManager,
     ConsumerGroupHeartbeat,
 )
@@ -104,3 +105,39 @@ def test_members_keep_their_own_subscriptions_and_the_last_heartbeat_wins(
     assert view is not None and view.subscriptions == (("orders", "A"),)
     clients.unregister("c-2", [], ["g1"])
     assert [m.client_id for m in clients.members("g1")] == ["c-1"]
+
+
+def test_connections_keep_address_language_version_and_first_heartbeat(
+    clock: ManualClock,
+) -> None:
+    wall = ManualClock()
+    clients = ClientManager(EXPIRY_MS, clock, wall)
+    wall.advance(1_000)
+    first = ClientInfo("127.0.0.1:5000", "PYTHON", "0.1.0")
+    clients.heartbeat("p-1", ["pg"], [], first)
+    wall.advance(5_000)
+    moved = ClientInfo("127.0.0.1:5001", "PYTHON", "0.2.0")
+    clients.heartbeat("p-1", ["pg"], [beat("g1", ("orders", "*"))], moved)
+    (producer,) = clients.connections("pg", producers=True)
+    assert producer.client_id == "p-1"
+    assert producer.info == moved  # the last heartbeat's connection ...
+    assert producer.since_ms == 1_000_000 + 1_000  # ... known since the first
+    (consumer,) = clients.connections("g1", producers=False)
+    assert (consumer.model, consumer.subscriptions) == ("CLUSTERING", (("orders", "*"),))
+    assert clients.connections("g1", producers=True) == []
+    assert clients.connections("pg", producers=False) == []
+
+
+def test_a_connection_is_forgotten_once_its_client_left_every_group(clock: ManualClock) -> None:
+    wall = ManualClock()
+    clients = ClientManager(EXPIRY_MS, clock, wall)
+    clients.heartbeat("p-1", ["pg"], [], ClientInfo("h:1", "PYTHON", "0.1.0"))
+    clock.advance(EXPIRY_MS)
+    assert clients.connections("pg", producers=True) == []  # silent: not listed
+    clients.expire()
+    wall.advance(9_000)
+    clients.heartbeat("p-1", ["pg"], [], ClientInfo("h:1", "PYTHON", "0.1.0"))
+    (again,) = clients.connections("pg", producers=True)
+    assert again.since_ms == 1_000_000 + 9_000  # a new connection
+    clients.unregister("p-1", ["pg"], [])
+    assert clients.connections("pg", producers=True) == []

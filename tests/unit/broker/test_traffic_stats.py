@@ -1,0 +1,48 @@
+"""TrafficStats: produced per topic, consumed per group and topic, idle counters dropped."""
+
+from __future__ import annotations
+
+from services.broker.stats.rolling_counter import MINUTE_MS
+from services.broker.stats.traffic_stats import Counts, TrafficStats
+from tests.unit.broker.conftest import ManualClock
+
+
+def test_a_topic_sums_its_groups_and_a_group_its_topics(clock: ManualClock) -> None:
+    stats = TrafficStats(clock)
+    stats.produced("orders", 10)
+    stats.produced("orders", 5)
+    stats.consumed("billing", "orders", 15)
+    stats.consumed("audit", "orders", 4)
+    stats.consumed("billing", "refunds", 2)
+    orders = stats.topic("orders")
+    assert orders.produced == Counts(15, 15)
+    assert orders.consumed == Counts(19, 19)
+    assert orders.parts == (("audit", Counts(4, 4)), ("billing", Counts(15, 15)))
+    billing = stats.group("billing")
+    assert billing.produced == Counts()
+    assert billing.consumed == Counts(17, 17)
+    assert billing.parts == (("orders", Counts(15, 15)), ("refunds", Counts(2, 2)))
+
+
+def test_counts_age_out_of_the_minute_then_the_hour(clock: ManualClock) -> None:
+    stats = TrafficStats(clock)
+    stats.produced("orders", 3)
+    clock.advance(2 * MINUTE_MS)
+    assert stats.topic("orders").produced == Counts(0, 3)
+    clock.advance(60 * MINUTE_MS)
+    assert stats.topic("orders").produced == Counts(0, 0)
+
+
+def test_what_is_known_and_idle_counters_dropped(clock: ManualClock) -> None:
+    stats = TrafficStats(clock)
+    assert not stats.knows_topic("orders") and not stats.knows_group("billing")
+    stats.produced("orders", 0)  # nothing stored: nothing kept
+    assert not stats.knows_topic("orders")
+    stats.produced("orders", 1)
+    stats.consumed("billing", "refunds", 1)
+    assert stats.knows_topic("orders") and stats.knows_topic("refunds")
+    assert stats.knows_group("billing")
+    clock.advance(62 * MINUTE_MS)
+    stats.produced("other", 1)  # a count after a minute runs the idle check
+    assert not stats.knows_topic("orders") and not stats.knows_group("billing")
+    assert stats.knows_topic("other")
