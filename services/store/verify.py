@@ -39,6 +39,7 @@ from boltmq.wire.record import CorruptRecord, decode_record
 from services.store.commitlog import CommitLog, dispatch_request_of, is_consumable
 from services.store.config import StoreConfig
 from services.store.consume_queue import ConsumeQueueTable
+from services.store.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, index_file_size
 from services.store.index_service import IndexService
 
 # Delayed messages keep their delivery time as tag code (docs/store-format.md, ConsumeQueue).
@@ -270,9 +271,26 @@ def open_offline(
 
 
 def _open_index(root: Path, cfg: StoreConfig) -> IndexService:
-    index = IndexService(root / "index", cfg.max_hash_slot_num, cfg.max_index_num)
+    slots, entries = _index_geometry(root / "index", cfg)
+    index = IndexService(root / "index", slots, entries)
     index.load(True, 0, repair=False)
     return index
+
+
+def _index_geometry(directory: Path, cfg: StoreConfig) -> tuple[int, int]:
+    """(hash slots, entries) of the store's index files. The files do not record
+    them, and a store may have run with other settings than ``cfg`` (the tests'
+    small stores do): when the first file's size does not fit ``cfg``, the
+    geometry is taken from its size with RocketMQ's ratio of four entries a slot
+    (its defaults, 5,000,000 and 20,000,000, and every configuration here);
+    a size that fits neither keeps ``cfg`` and the load reports the file."""
+    size = _file_size(directory)
+    if not size or size == index_file_size(cfg.max_hash_slot_num, cfg.max_index_num):
+        return cfg.max_hash_slot_num, cfg.max_index_num
+    slots, rest = divmod(size - HEADER_SIZE, SLOT_SIZE + 4 * ENTRY_SIZE)
+    if slots > 0 and rest == 0:
+        return slots, 4 * slots
+    return cfg.max_hash_slot_num, cfg.max_index_num
 
 
 def _set_commitlog_end(commitlog: CommitLog) -> None:
