@@ -112,6 +112,8 @@ class ConsumerProcess:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
         self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()  # else its pipe is left to the garbage collector
 
 
 def test_a_killed_member_is_expired_by_the_broker_and_its_queues_taken_over(
