@@ -38,6 +38,19 @@ class OpenStreams:
         finally:
             self._events.discard(event)
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Within the block, :meth:`end` cancels the current task (a stream's handler):
+        the replicas' AppendRawStream, whose appends run in a thread that a cancel does
+        not stop. AppendStream uses :meth:`each`."""
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._readers.add(handler)
+        try:
+            yield
+        finally:
+            self._readers.discard(handler)
+
     async def each(self, requests: AsyncIterator[T]) -> AsyncIterator[T]:
         """The requests of a reading stream, until its client ends it or shutdown
         begins. :meth:`end` interrupts only the wait for the next request, never the

@@ -106,8 +106,13 @@ class Replication:
         shutdown the stream stops reading like AppendStream; the follower
         reconnects and resumes at what the store really holds.
         """
-        async for chunk in self._streams.each(requests):
-            await context.write(await self.append_raw(chunk))
+        try:
+            with self._streams.reading():
+                async for chunk in requests:
+                    await context.write(await self.append_raw(chunk))
+        except asyncio.CancelledError:
+            if not self._streams.closing:
+                raise
 
     async def truncate(self, request: store_pb2.TruncateRequest) -> store_pb2.TruncateResponse:
         """Cut a replica's CommitLog back to a record boundary (FAILED_PRECONDITION on a master)."""
