@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,18 +18,7 @@ import pytest
 
 from boltmq.cli.cluster import COLUMNS
 from tests.integration.procs import REPO_ROOT
-from tests.integration.test_dev import READY_LINE, Dev
-
-
-def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "boltmq.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+from tests.integration.test_dev import READY_LINE, Dev, _cli
 
 
 def cluster_rows(registry: str, tls: list[str], env: dict[str, str]) -> list[dict[str, str]]:
