@@ -133,11 +133,21 @@ class ClientInstance:
 
     # ---------------------------------------------------------------- routes
     def route(self, topic: str, *, refresh: bool = False) -> registry_pb2.TopicRoute:
-        """The topic's route (cached); TopicNotFound / RegistryUnavailable otherwise."""
+        """The topic's route (cached); TopicNotFound / RegistryUnavailable otherwise.
+
+        When no registry answers, a route cached earlier is used however old it is
+        (the brokers it names may well still serve): a registry outage does not stop
+        clients that already know their topics.
+        """
         cached = None if refresh else self._fresh(topic, time.monotonic())
         if cached is not None:
             return cached
-        route = self.registry.get_route(topic)
+        try:
+            route = self.registry.get_route(topic)
+        except RegistryUnavailable:
+            if topic in self._routes:
+                return self._routes[topic][0]
+            raise
         self._keep(topic, route, time.monotonic())
         return route
 
