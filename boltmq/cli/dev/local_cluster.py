@@ -165,6 +165,18 @@ class LocalCluster:
             raise
         return self
 
+    def add_group(self) -> str:
+        """Start one more broker group (its members, like every group's) into the running
+        cluster; its name. New topics spread onto it; existing ones gain queues there by
+        ``boltmq admin topic update TOPIC --groups ...``."""
+        group = group_name(self.spec.groups)
+        self.spec.groups += 1
+        self.spec.__post_init__()  # the ports the new group takes must exist
+        members = self.groups.setdefault(group, [])
+        for index in range(self.spec.replicas + 1):
+            members.append(self.start_member(index, group=group))
+        return group
+
     def member_dir(self, index: int, group: str = BROKER_NAME) -> Path:
         """Data of ``group``'s member ``index`` (broker-a's directly under DATA_DIR)."""
         base = self.spec.data_dir if group == BROKER_NAME else self.spec.data_dir / group
