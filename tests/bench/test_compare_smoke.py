@@ -116,8 +116,10 @@ def test_only_the_side_by_side_section_is_replaced(run: tuple[Path, str]) -> Non
         < text.index("kept below")
     )
     assert "appendfsync everysec" in text and "ASYNC_FLUSH" in text
-    charts = sorted(p.name for p in out.glob("compare-*.png"))
-    assert "compare-produce-batched.png" in charts and len(charts) == 4
+    charts = {p.name for p in out.glob("compare-*.png")}
+    drawn = {(r["scenario"].replace("+", "-"), r["mode"]) for r in rows_of(text)}
+    assert charts == {f"compare-{scenario}-{mode}.png" for scenario, mode in drawn}
+    assert "compare-produce-batched.png" in charts
 
 
 def test_section_is_appended_when_absent() -> None:
@@ -137,7 +139,7 @@ def test_nats_runs_the_same_workload() -> None:
     )
     assert not result.skipped
     assert {r.system for r in result.rows} == {"NATS JetStream"}
-    assert len(result.rows) == 4 and all(r.messages > 0 for r in result.rows)
+    assert len(result.rows) == 5 and all(r.messages > 0 for r in result.rows)
     (consumed,) = [r for r in result.rows if r.scenario == "consume"]
     assert consumed.messages >= CONSUME
 
