@@ -455,6 +455,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             receipt_handle=handle, invisible_until_ms=receipt_handle.visible_at_ms(handle)
         )
 
+    @answers_errors
+    async def ForwardToDeadLetter(
+        self, request: broker_pb2.ForwardToDeadLetterRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.ForwardToDeadLetterResponse:
+        """POP: give up on a delivery; the message goes to the group's dead-letter queue."""
+        await self._pop.forward_to_dead_letter(request.group, request.topic, request.receipt_handle)
+        return broker_pb2.ForwardToDeadLetterResponse()
+
 
 def _offset_answer(offset: int | None) -> broker_pb2.QueryConsumerOffsetResponse:
     """A committed offset as answered (None: found false, offset -1)."""

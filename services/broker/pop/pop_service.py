@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from typing import Final
@@ -61,7 +62,12 @@ from boltmq.v1 import message_pb2, store_pb2
 from services.broker.arrivals.long_poll import LongPollHub
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
-from services.broker.errors import FailedPrecondition, InvalidArgument, ReceiptHandleStale
+from services.broker.errors import (
+    BrokerError,
+    FailedPrecondition,
+    InvalidArgument,
+    ReceiptHandleStale,
+)
 from services.broker.metadata.clock import Clock, wall_clock_ms
 from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.metadata.group_access import GroupAccess
@@ -74,6 +80,8 @@ from services.broker.pull.read_check import readable_topic
 from services.broker.retry.dead_letter import bury
 from services.broker.store.store_client import StoreClient
 from services.broker.store.store_role import StoreRole
+
+log = logging.getLogger(__name__)
 
 RECEIVE_MAX_MESSAGES: Final = 32
 """Messages one receive returns at most."""
@@ -153,6 +161,9 @@ class PopService:
         self._next_queue: dict[GroupTopic, int] = {}
         self._nudges: dict[GroupTopic, asyncio.Future[None]] = {}
         """Receives of a (group, topic) waiting for an ack or change: resolved at one."""
+        self._generations: dict[GroupTopic, int] = {}
+        """Acks, changes and burials of a (group, topic) so far: a receive that saw one
+        during its pass looks again instead of waiting."""
 
     def max_attempts(self, group: str) -> int:
         """Deliveries of one message before it goes to the group's dead-letter queue."""
@@ -192,6 +203,7 @@ class PopService:
                 (topic, q, self._state.queue(group, topic, q).pop_offset or 0) for q in queue_ids
             ]
             tokens = self._hub.tokens(waits)
+            generation = self._generations.get(key, 0)
             popped: list[PoppedMessage] = []
             for queue_id in queue_ids:
                 popped += await self._pop_queue(
@@ -207,8 +219,10 @@ class PopService:
                 if len(popped) >= max_messages:
                     break
             remaining = deadline - time.monotonic()
-            if popped or remaining <= 0:
+            if popped or remaining <= 0 or self._hub.closed:
                 return popped
+            if generation != self._generations.get(key, 0):
+                continue  # an ack, change or burial during the pass: look again
             next_visible_s = self._next_visible_ms(group, topic, queue_ids) / 1000
             await self._park(
                 key,
@@ -275,14 +289,25 @@ class PopService:
             self._state.changed()
         popped = []
         for claim in claims:
-            message = read.get(claim.queue_offset) or await self._fetch(claim.commitlog_offset)
+            message = read.get(claim.queue_offset) or await self._fetch(topic, claim)
             if message is None:  # cleaned from the store meanwhile: nothing to deliver
                 self._forget(state, claim)
                 continue
             handle = self._handle(group, topic, claim)
             popped.append(PoppedMessage(message, handle, claim.attempt, claim.visible_at_ms))
         for claim in burials:
-            await self._bury(group, topic, claim)
+            try:
+                await self._bury(group, topic, claim)
+            except BrokerError as exc:  # the receive still answers what it took
+                log.warning(
+                    "cannot dead-letter %s:%d:%d of group %s (again in %d ms): %s",
+                    topic,
+                    claim.queue_id,
+                    claim.queue_offset,
+                    group,
+                    BURY_RETRY_MS,
+                    exc,
+                )
         return popped
 
     def _select(
@@ -365,9 +390,18 @@ class PopService:
             self._state.changed()
         return read
 
-    async def _fetch(self, commitlog_offset: int) -> message_pb2.MessageExt | None:
-        found = await self._store.get(store_pb2.GetRequest(commitlog_offset=commitlog_offset))
-        return found.message if found.found else None
+    async def _fetch(self, topic: str, claim: _Claim) -> message_pb2.MessageExt | None:
+        """The claimed message from the store; None when it is not there any more (cleaned,
+        or the topic was deleted and made again)."""
+        found = await self._store.get(store_pb2.GetRequest(commitlog_offset=claim.commitlog_offset))
+        message = found.message
+        if not found.found or (message.topic, message.queue_id, message.queue_offset) != (
+            topic,
+            claim.queue_id,
+            claim.queue_offset,
+        ):
+            return None
+        return message
 
     def _claim_for_burial(self, queue_id: int, offset: int, record: InFlight) -> _Claim:
         """Claim a record on its way to the dead-letter queue: its handles go stale, and it
@@ -378,7 +412,7 @@ class PopService:
 
     async def _bury(self, group: str, topic: str, claim: _Claim) -> None:
         state = self._state.queue(group, topic, claim.queue_id)
-        message = await self._fetch(claim.commitlog_offset)
+        message = await self._fetch(topic, claim)
         if message is not None:
             await bury(
                 self._topics,
@@ -427,7 +461,12 @@ class PopService:
         arrival = asyncio.ensure_future(self._hub.wait_any(waits, timeout_s))
         try:
             await asyncio.wait((arrival, nudge), timeout=timeout_s, return_when="FIRST_COMPLETED")
-            if arrival.done() and not arrival.result() and not nudge.done():
+            if (
+                arrival.done()
+                and not arrival.result()
+                and not nudge.done()
+                and not self._hub.closed
+            ):
                 # the hub is full or closed: wait for a change of the group's state only
                 await asyncio.wait((nudge,), timeout=timeout_s)
         finally:
@@ -438,7 +477,9 @@ class PopService:
     def _changed(self, group: str, topic: str) -> None:
         """The group's state changed: persist it, and let waiting receives look again."""
         self._state.changed()
-        nudge = self._nudges.pop((group, topic), None)
+        key = (group, topic)
+        self._generations[key] = self._generations.get(key, 0) + 1
+        nudge = self._nudges.pop(key, None)
         if nudge is not None and not nudge.done():
             nudge.set_result(None)
 
