@@ -200,7 +200,13 @@ def test_bad_receives_are_refused(
         c.subscribe("SimpleBad", "A || || B")
         with pytest.raises(SimpleConsumerError, match="INVALID_ARGUMENT"):
             c.receive(1)
-        for bad in ({"max_messages": 0}, {"max_messages": 33}, {"invisible_ms": 0}, {"wait_ms": -1}):
+        bad_arguments = (
+            {"max_messages": 0},
+            {"max_messages": 33},
+            {"invisible_ms": 0},
+            {"wait_ms": -1},
+        )
+        for bad in bad_arguments:
             with pytest.raises(ValueError):
                 c.receive(**bad)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="must not be empty"):
