@@ -9,6 +9,7 @@ it saw; an unsigned client calls at all.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +19,11 @@ import pytest
 from boltmq import SimpleConsumer, SimpleConsumerError
 from boltmq.kernel.signing import Credentials
 from boltmq.v1 import broker_pb2, registry_pb2
+from services.broker.access.acl_seal import unseal
+from services.broker.pop import receipt_handle
 from tests.integration.test_acl import ADMIN, AclCluster, refused, send
 
+OPS = Credentials("ops-admin", "ops-secret-1")
 POPPER = Credentials("popper-app", "popper-secret-1")
 PRODUCER_ONLY = Credentials("producer-app", "producer-secret-1")
 TOPIC_ONLY = Credentials("topic-app", "topic-secret-1")
@@ -28,6 +32,7 @@ GROUP = "pop-group"
 SEED = {
     "accounts": [
         {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True},
+        {"accessKey": OPS.access_key, "secretKey": OPS.secret_key, "admin": True},
         {
             "accessKey": POPPER.access_key,
             "secretKey": POPPER.secret_key,
@@ -52,7 +57,11 @@ SEED = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
-    started = AclCluster(Path(tmp_path_factory.mktemp("acl-pop")), SEED)
+    started = AclCluster(
+        Path(tmp_path_factory.mktemp("acl-pop")),
+        SEED,  # the brokers' own account is ADMIN: GetMetadata seals secrets for it
+        (f"access_key={ADMIN.access_key}", f"secret_key={ADMIN.secret_key}"),
+    )
     started.stub(ADMIN).UpsertTopic(
         broker_pb2.UpsertTopicRequest(
             topic=registry_pb2.TopicConfig(
@@ -143,3 +152,31 @@ def test_another_account_cannot_ack_change_or_bury_a_delivery(cluster: AclCluste
         == grpc.StatusCode.INVALID_ARGUMENT
     )
     cluster.stub(POPPER).AckMessage(calls["AckMessage"], timeout=30)  # still the owner's
+
+
+def test_the_handle_secret_is_answered_only_sealed_for_the_brokers_own_account(
+    cluster: AclCluster,
+) -> None:
+    send(cluster.stub(POPPER), TOPIC, b"sealed")
+    (got,) = (
+        cluster.stub(POPPER).ReceiveMessages(receive_request(wait_ms=5_000), timeout=30).messages
+    )
+    request = broker_pb2.GetMetadataRequest()
+    other_admin = cluster.stub(OPS).GetMetadata(request, timeout=30).documents
+    assert "popState.json" in other_admin
+    assert not any(name.startswith("popSecret") for name in other_admin)
+    assert b"secret" not in other_admin["popState.json"]
+    brokers = cluster.stub(ADMIN).GetMetadata(request, timeout=30).documents
+    sealed = brokers["popSecret.json.sealed"]
+    secret = bytes.fromhex(json.loads(unseal(sealed, ADMIN.access_key, ADMIN.secret_key))["secret"])
+    assert secret.hex().encode() not in sealed
+    assert not any(secret.hex().encode() in data for data in other_admin.values())
+    # the sealed secret is the one the broker signs handles with
+    decoded = receipt_handle.decode(secret, "broker-a", GROUP, TOPIC, got.receipt_handle, "h")
+    assert decoded.queue_offset == got.message.queue_offset
+    with pytest.raises(ValueError, match="not sealed for access key ops-admin"):
+        unseal(sealed, OPS.access_key, OPS.secret_key)
+    cluster.stub(POPPER).AckMessage(
+        broker_pb2.AckMessageRequest(group=GROUP, topic=TOPIC, receipt_handle=got.receipt_handle),
+        timeout=30,
+    )

@@ -165,6 +165,10 @@ class PopService:
         """Acks, changes and burials of a (group, topic) so far: a receive that saw one
         during its pass looks again instead of waiting."""
 
+    def secret_document(self) -> bytes:
+        """popSecret.json (for GetMetadata, which seals it for the brokers' own account)."""
+        return self._state.secret_json()
+
     def max_attempts(self, group: str) -> int:
         """Deliveries of one message before it goes to the group's dead-letter queue."""
         config = self._groups.settings(group) or SubscriptionGroupConfig(group)
