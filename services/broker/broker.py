@@ -191,6 +191,7 @@ class Broker:
             self.persister,
             self.registrar.advertised_address,
             self.metrics.traffic,
+            self.pop_state,
         )
         return BrokerServicer(
             SendProcessor(

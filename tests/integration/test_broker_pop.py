@@ -411,3 +411,20 @@ def test_bad_changes_are_refused(stub: broker_pb2_grpc.BrokerServiceStub) -> Non
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert (error.details() or "").startswith("invisible_ms")
     ack(stub, "pop-bad-change", "PopBadChange", got.receipt_handle)  # unchanged, still good
+
+
+def test_deleting_a_topic_forgets_its_pop_state(stub: broker_pb2_grpc.BrokerServiceStub) -> None:
+    upsert(stub, "PopDeleted", queues=1)
+    produce(stub, "PopDeleted", [b"m"])
+    (got,) = receive(stub, "pop-deleted", "PopDeleted", invisible_ms=600_000)
+
+    def pop_state() -> bytes:
+        documents = stub.GetMetadata(broker_pb2.GetMetadataRequest(), timeout=RPC_TIMEOUT_S)
+        return bytes(documents.documents["popState.json"])
+
+    assert b"PopDeleted@pop-deleted" in pop_state()
+    stub.DeleteTopic(broker_pb2.DeleteTopicRequest(topic="PopDeleted"), timeout=RPC_TIMEOUT_S)
+    assert b"PopDeleted" not in pop_state()
+    upsert(stub, "PopDeleted", queues=1)
+    error = ack_failure(stub, "pop-deleted", "PopDeleted", got.receipt_handle)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
