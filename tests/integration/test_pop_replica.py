@@ -69,7 +69,7 @@ def test_a_promoted_replica_accepts_the_masters_receipt_handles(tmp_path: Path) 
         def copied() -> bool:
             state = store_config(replica, "popState.json")
             return (
-                bool(state)
+                f'"{TOPIC}@{GROUP}"'.encode() in state  # the delivery is persisted and copied
                 and state == store_config(master, "popState.json")
                 and store_config(replica, "popSecret.json")
                 == store_config(master, "popSecret.json")
