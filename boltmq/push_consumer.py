@@ -59,10 +59,11 @@ from boltmq.kernel.registry_client import RegistryError, TopicNotFound
 from boltmq.kernel.signing import Credentials
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
+from boltmq.message_selector import EVERY_TAG, MessageSelector, Selection, selectors
 from boltmq.options import PushConsumerOptions
 from boltmq.pull_consumer import search_offset
 from boltmq.v1 import broker_pb2
-from boltmq.wire.topic import RETRY_PREFIX, InvalidSubscription, parse_subscription
+from boltmq.wire.topic import RETRY_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class PushConsumer:
         self,
         registry: str | Sequence[str],
         group: str,
-        subscriptions: Mapping[str, str],
+        subscriptions: Mapping[str, Selection],
         listener: Listener,
         *,
         options: PushConsumerOptions | None = None,
@@ -107,11 +108,7 @@ class PushConsumer:
             raise ValueError("consumer group must not be empty")
         if not subscriptions:
             raise ValueError("subscribe to at least one topic")
-        for topic, expression in subscriptions.items():
-            try:
-                parse_subscription(expression)
-            except InvalidSubscription as exc:
-                raise ValueError(f"subscription of {topic!r}: {exc}") from None
+        checked = selectors(subscriptions)  # ValueError (InvalidFilter) naming the topic
         if not callable(listener):
             raise ValueError("listener must be callable")
         self.options = options if options is not None else PushConsumerOptions()
@@ -122,7 +119,8 @@ class PushConsumer:
         self.sends_back = options.model == "CLUSTERING" and not options.orderly
         """Failed messages go back to the broker (else they are retried in place)."""
         self.group = group
-        self.subscriptions = dict(subscriptions)
+        self.subscriptions = checked
+        """Each topic's selector (a tag expression given as a string is a TAG selector)."""
         self.listener = listener
         self.client = ClientInstance(
             registry, rpc_timeout_s=options.rpc_timeout_ms / 1000, tls=tls, credentials=credentials
@@ -208,9 +206,9 @@ class PushConsumer:
             topics.append(self.retry_topic)
         return topics
 
-    def expression_of(self, topic: str) -> str:
-        """The subscription expression of ``topic`` (every tag of the retry topic)."""
-        return self.subscriptions.get(topic, "*")
+    def expression_of(self, topic: str) -> MessageSelector:
+        """The selector of ``topic`` (every tag of the retry topic)."""
+        return self.subscriptions.get(topic) or EVERY_TAG
 
     def send_back(
         self, queue: MessageQueue, messages: list[ReceivedMessage]
@@ -496,7 +494,11 @@ class PushConsumer:
                     model=self.options.model,
                     orderly=self.options.orderly,
                     subscriptions=[
-                        broker_pb2.ConsumerSubscription(topic=t, expression=self.expression_of(t))
+                        broker_pb2.ConsumerSubscription(
+                            topic=t,
+                            expression=self.expression_of(t).expression,
+                            expression_type=self.expression_of(t).wire_type,
+                        )
                         for t in self._topics()
                     ],
                 )

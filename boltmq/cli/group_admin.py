@@ -21,6 +21,7 @@ import click
 import grpc
 
 from boltmq.cli.admin import RPC_TIMEOUT_S, Admin, _rpc_text, _with_admin, group
+from boltmq.cli.connections import subscriptions_text
 from boltmq.cli.messages import fail
 from boltmq.cli.security import signed_channel
 from boltmq.v1 import broker_pb2
@@ -185,8 +186,8 @@ def group_show(admin_: Admin, name: str) -> None:
         )
         click.echo(f"{broker_name}: group {name}\n  {settings}")
         for member in answer.members:
-            subscriptions = ", ".join(f"{s.topic}:{s.expression}" for s in member.subscriptions)
-            click.echo(f"  member {member.client_id} {member.model}  {subscriptions or '-'}")
+            subscriptions = subscriptions_text(member.subscriptions)
+            click.echo(f"  member {member.client_id} {member.model}  {subscriptions}")
         if answer.inconsistent:
             click.echo(
                 "  INCONSISTENT: members subscribe differently; the broker keeps the last "

@@ -130,8 +130,8 @@ class AdminProcessor:
                     since_ms=c.since_ms,
                     model=c.model,
                     subscriptions=[
-                        broker_pb2.ConsumerSubscription(topic=t, expression=e)
-                        for t, e in c.subscriptions
+                        broker_pb2.ConsumerSubscription(topic=t, expression=e, expression_type=k)
+                        for t, e, k in c.subscriptions
                     ],
                 )
                 for c in self._clients.connections(name, producers=request.kind == "producer")
@@ -169,8 +169,8 @@ class AdminProcessor:
                     client_id=m.client_id,
                     model=m.model,
                     subscriptions=[
-                        broker_pb2.ConsumerSubscription(topic=t, expression=e)
-                        for t, e in m.subscriptions
+                        broker_pb2.ConsumerSubscription(topic=t, expression=e, expression_type=k)
+                        for t, e, k in m.subscriptions
                     ],
                 )
                 for m in members
@@ -266,7 +266,7 @@ class AdminProcessor:
         group = check_group("group", request.group)
         committed = self._offsets.offsets_of_group(group)
         live = self._clients.consumer_group(group)
-        topics = set(committed) | {topic for topic, _ in (live.subscriptions if live else ())}
+        topics = set(committed) | {s[0] for s in (live.subscriptions if live else ())}
         if not topics and self._groups.get(group) is None:
             raise NotFound(f"group: consumer group {group!r} is unknown")
         progress: list[broker_pb2.QueueProgress] = []

@@ -35,8 +35,8 @@ MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
 
 log = logging.getLogger(__name__)
 
-Subscriptions = tuple[tuple[str, str], ...]
-"""``(topic, expression)`` pairs, sorted."""
+Subscriptions = tuple[tuple[str, str, str], ...]
+"""``(topic, expression, expression type)`` triples, sorted (type TAG or SQL92)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +46,8 @@ class ConsumerGroupHeartbeat:
     group: str
     model: str = CLUSTERING
     orderly: bool = False
-    subscriptions: tuple[tuple[str, str], ...] = ()
-    """``(topic, expression)`` pairs."""
+    subscriptions: Subscriptions = ()
+    """``(topic, expression, expression type)`` triples."""
 
 
 @dataclass(frozen=True, slots=True)

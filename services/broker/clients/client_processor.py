@@ -18,6 +18,7 @@ from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.metadata.group_access import GroupAccess
 from services.broker.metadata.names import (
     check_client_id,
+    check_expression_type,
     check_group,
     check_subscription,
     check_topic,
@@ -180,8 +181,10 @@ def _consumer_beat(index: int, beat: broker_pb2.ConsumerGroupHeartbeat) -> Consu
     subscriptions = []
     for number, sub in enumerate(beat.subscriptions):
         check_topic(f"{field}.subscriptions[{number}].topic", sub.topic)
-        check_subscription(f"{field}.subscriptions[{number}].expression", sub.expression)
-        subscriptions.append((sub.topic, sub.expression or "*"))
+        where = f"{field}.subscriptions[{number}].expression"
+        check_subscription(where, sub.expression, sub.expression_type)
+        kind = check_expression_type(f"{where}_type", sub.expression_type)
+        subscriptions.append((sub.topic, sub.expression or "*", kind))
     return ConsumerGroupHeartbeat(beat.group, model, beat.orderly, tuple(subscriptions))
 
 
