@@ -18,8 +18,9 @@ these threads: at most ``consume_threads`` calls of it at once. Offsets:
 - CLUSTERING: committed to the broker every ``commit_interval_ms``, when a
   queue is handed to another member and at shutdown; a restarted consumer
   resumes from the committed offset.
-- BROADCASTING: each member keeps its own offsets in memory (every member
-  reads everything).
+- BROADCASTING: each member reads everything and keeps its own offsets in a
+  local file (:mod:`boltmq.offset_store`, written every ``commit_interval_ms``
+  and at shutdown); a restarted member continues where it stopped.
 - A queue with no committed offset starts at ``consume_from``: ``"FIRST"``
   (everything retained, the default), ``"LAST"`` (only new messages) or
   ``"TIMESTAMP"`` (the first message stored at or after ``consume_timestamp_ms``,
@@ -60,6 +61,7 @@ from boltmq.kernel.signing import Credentials
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
 from boltmq.message_selector import EVERY_TAG, MessageSelector, Selection, selectors
+from boltmq.offset_store import LocalFileOffsetStore, offsets_path
 from boltmq.options import PushConsumerOptions
 from boltmq.pull_consumer import search_offset
 from boltmq.v1 import broker_pb2
@@ -126,6 +128,12 @@ class PushConsumer:
             registry, rpc_timeout_s=options.rpc_timeout_ms / 1000, tls=tls, credentials=credentials
         )
         self.expressions = {topic: self.expression_of(topic) for topic in self._topics()}
+        self.local_offsets = LocalFileOffsetStore(
+            offsets_path(options.offset_store_dir, options.instance_name, group),
+            group,
+            options.instance_name,
+        )
+        """BROADCASTING: where this member's offsets are kept."""
         self.states: dict[MessageQueue, QueueState] = {}
         """The owned queues (held under ``_lock``; their threads change the states)."""
         self._shares: list[list[QueueState]] = [[] for _ in range(options.consume_threads)]
@@ -423,6 +431,9 @@ class PushConsumer:
             for queue, found in zip(chunk, call.result().offsets, strict=True):
                 if found.found:
                     starts[queue] = int(found.offset)
+        if self.options.model == "BROADCASTING":
+            stored = self.local_offsets.load()
+            starts.update((q, stored[q]) for q in queues if q in stored)
         rest = [queue for queue in queues if queue not in starts]
         consume_from = self.options.consume_from
         if consume_from in ("FIRST", "FIRST_OFFSET"):  # a pull below the minimum gets it
@@ -443,11 +454,20 @@ class PushConsumer:
 
     # ---------------------------------------------------------------- offsets
     def commit_offsets(self, states: Sequence[QueueState] | None = None) -> None:
-        """Commit every owned queue's progress that changed (CLUSTERING only)."""
-        if self.options.model != "CLUSTERING":
-            return
+        """Commit every owned queue's progress that changed (BROADCASTING: to the file)."""
         with self._lock:
             todo = list(self.states.values()) if states is None else list(states)
+        if self.options.model == "BROADCASTING":
+            changed = {s: s.offset for s in todo if s.offset != s.committed}
+            try:
+                if changed:  # the file is rewritten whole: every owned queue's offset
+                    self.local_offsets.persist({s.queue: s.offset for s in todo})
+            except OSError as exc:
+                log.warning("offsets not written to %s: %s", self.local_offsets.path, exc)
+                return
+            for state, offset in changed.items():
+                state.committed = offset
+            return
         for state in todo:
             offset = state.offset
             if offset == state.committed:
