@@ -373,7 +373,16 @@ class PushConsumer:
             except grpc.RpcError as exc:
                 log.warning("consumer list from %s: %s", address, rpc_error_text(exc))
                 continue
-            return known.setdefault(address, sorted(response.client_ids))
+            ids = known.setdefault(address, sorted(response.client_ids))
+            if ids and self.client.client_id not in ids:
+                log.warning(
+                    "group %s at %s shares its queues without this member: it subscribes "
+                    "unlike most members (boltmq admin group show %s)",
+                    self.group,
+                    address,
+                    self.group,
+                )
+            return ids
         return []
 
     def _lock_queues(self, wanted: set[MessageQueue]) -> set[MessageQueue]:

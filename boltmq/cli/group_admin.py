@@ -187,11 +187,12 @@ def group_show(admin_: Admin, name: str) -> None:
         click.echo(f"{broker_name}: group {name}\n  {settings}")
         for member in answer.members:
             subscriptions = subscriptions_text(member.subscriptions)
-            click.echo(f"  member {member.client_id} {member.model}  {subscriptions}")
+            excluded = "  EXCLUDED: no queues" if member.excluded else ""
+            click.echo(f"  member {member.client_id} {member.model}  {subscriptions}{excluded}")
         if answer.inconsistent:
             click.echo(
-                "  INCONSISTENT: members subscribe differently; the broker keeps the last "
-                "heartbeat's subscriptions and each member filters with its own"
+                "  INCONSISTENT: members subscribe differently; only those subscribing as "
+                "most do share the queues, the EXCLUDED ones get none until they match"
             )
     if not known:
         raise fail(f"group {name!r} is unknown on every master")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from boltmq.v1 import broker_pb2, store_pb2
 from services.broker.admin import group_settings
+from services.broker.admin.message_track import MessageTracker
 from services.broker.clients.client_manager import ClientManager
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
@@ -54,6 +55,13 @@ class AdminProcessor:
         self._advertised_address = advertised_address
         """``host:port`` of this broker, known once the server is bound."""
         self._traffic = traffic
+        self._tracker = MessageTracker(store, offsets, clients)
+
+    async def track_message(
+        self, request: broker_pb2.TrackMessageRequest
+    ) -> broker_pb2.TrackMessageResponse:
+        """What became of one message for every group of its topic (:mod:`.message_track`)."""
+        return await self._tracker.track(request)
 
     async def broker_info(self) -> broker_pb2.BrokerInfo:
         """Who this broker is and what its store reports."""
@@ -162,6 +170,7 @@ class AdminProcessor:
         members = self._clients.members(name)
         if config is None and not members:
             raise NotFound(f"group: consumer group {name!r} is unknown")
+        sharing = set(self._clients.allocation_ids(name))
         response = broker_pb2.GetGroupResponse(
             inconsistent=len({m.subscriptions for m in members}) > 1,
             members=[
@@ -172,6 +181,7 @@ class AdminProcessor:
                         broker_pb2.ConsumerSubscription(topic=t, expression=e, expression_type=k)
                         for t, e, k in m.subscriptions
                     ],
+                    excluded=m.client_id not in sharing,
                 )
                 for m in members
             ],

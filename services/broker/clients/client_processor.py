@@ -113,8 +113,9 @@ class ClientProcessor:
             self._locks.unlock_client(group, client_id)
 
     def consumer_list(self, request: broker_pb2.GetConsumerListRequest) -> list[str]:
-        """Live members of a consumer group, sorted (empty when nobody heartbeats)."""
-        return self._clients.consumer_ids(check_group("group", request.group))
+        """The live members of a consumer group that share its queues, sorted (those
+        subscribing unlike most are left out: :meth:`ClientManager.allocation_ids`)."""
+        return self._clients.allocation_ids(check_group("group", request.group))
 
     async def update_offset(self, request: broker_pb2.UpdateConsumerOffsetRequest) -> None:
         """Commit a group's offset on one queue."""
