@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from boltmq.wire.sql_filter import SQL92, TAG, InvalidFilter, check_expression_type, parse_filter
 from boltmq.wire.topic import InvalidSubscription, parse_subscription
 
-__all__ = ["EVERY_TAG", "InvalidFilter", "MessageSelector", "Selection", "selector_of", "selectors"]
+__all__ = [
+    "EVERY_TAG",
+    "InvalidFilter",
+    "MessageSelector",
+    "Selection",
+    "on_the_wire",
+    "selector_of",
+    "selectors",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,14 @@ def selector_of(selection: Selection) -> MessageSelector:
     if isinstance(selection, MessageSelector):
         return selection
     return MessageSelector.by_tag(selection)
+
+
+def on_the_wire(selection: Selection) -> tuple[str, str]:
+    """``(expression, expression_type)`` as requests carry them; a string goes as a tag
+    expression, unchecked (the broker checks it: a pull's error names the field)."""
+    if isinstance(selection, MessageSelector):
+        return selection.expression, selection.wire_type
+    return selection, ""
 
 
 def selectors(subscriptions: Mapping[str, Selection]) -> dict[str, MessageSelector]:

@@ -31,7 +31,7 @@ from boltmq.kernel import telemetry
 from boltmq.kernel.signing import Credentials
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import MessageQueue, ReceivedMessage
-from boltmq.message_selector import EVERY_TAG, Selection, selector_of, selectors
+from boltmq.message_selector import Selection, on_the_wire
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.body_compression import inflating
 from boltmq.wire.pull_answer import PULL_QUEUES_MAX, split_records
@@ -110,7 +110,7 @@ def pull_queue(
     ``track`` receives the in-flight call (and None when it is over) so a
     consumer shutting down can cancel a parked long poll at once.
     """
-    selector = selector_of(subscription)
+    expression, expression_type = on_the_wire(subscription)
     request = broker_pb2.BrokerPullRequest(
         consumer_group=group,
         topic=queue.topic,
@@ -118,8 +118,8 @@ def pull_queue(
         queue_offset=offset,
         max_messages=max_messages,
         max_bytes=max_bytes,
-        subscription=selector.expression,
-        expression_type=selector.wire_type,
+        subscription=expression,
+        expression_type=expression_type,
         suspend_timeout_ms=wait_ms,
         raw_records=True,
     )
@@ -177,7 +177,7 @@ def pull_queues(
     in flight (and None when they are over), as in :func:`pull_queue`; a
     cancelled call raises PullError (CANCELLED).
     """
-    chosen = selectors(subscriptions)
+    wire = {topic: on_the_wire(selection) for topic, selection in subscriptions.items()}
     calls: dict[str, list[MessageQueue]] = {}
     # Asked once per broker, not per queue or topic: a broker's address (master, or a
     # replica while it is skipped) is the same in every topic's route.
@@ -203,8 +203,8 @@ def pull_queues(
                         topic=q.topic,
                         queue_id=q.queue_id,
                         queue_offset=offsets[q],
-                        subscription=chosen.get(q.topic, EVERY_TAG).expression,
-                        expression_type=chosen.get(q.topic, EVERY_TAG).wire_type,
+                        subscription=wire.get(q.topic, ("*", ""))[0],
+                        expression_type=wire.get(q.topic, ("*", ""))[1],
                     )
                     for q in chunk
                 ],

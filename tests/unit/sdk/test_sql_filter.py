@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from boltmq import MessageSelector
-from boltmq.message_selector import selector_of, selectors
+from boltmq.message_selector import on_the_wire, selector_of, selectors
 from boltmq.wire.sql_filter import (
     SQL_MAX_DEPTH,
     SQL_MAX_LENGTH,
@@ -151,5 +151,8 @@ def test_selectors_are_checked_when_made() -> None:
         MessageSelector.by_sql("a >")
     with pytest.raises(ValueError, match="empty tag"):
         MessageSelector.by_tag("A || ")
+    # pulls send a string as it is (the broker checks it and names the field)
+    assert on_the_wire("A ||") == ("A ||", "")
+    assert on_the_wire(MessageSelector.by_sql("a > 1")) == ("a > 1", "SQL92")
     with pytest.raises(ValueError, match="subscription of 'Orders': empty tag"):
         selectors({"Other": "*", "Orders": "A || "})
