@@ -182,6 +182,27 @@ def test_bad_expressions_are_refused_by_the_sdk_and_the_broker(
         assert "pulls[1].subscription: invalid SQL92 filter at line 1, column 7" in (
             refused.value.details() or ""
         )
+        for call, request, says in (
+            (
+                stub.PullMessage,
+                broker_pb2.BrokerPullRequest(
+                    consumer_group="cg-bad", topic=TOPIC, subscription="*", expression_type="sql"
+                ),
+                "expression_type: expression type 'sql' is not one of TAG, SQL92",
+            ),
+            (
+                stub.PullQueues,
+                broker_pb2.BrokerPullQueuesRequest(
+                    consumer_group="cg-bad",
+                    pulls=[broker_pb2.QueuePull(topic=TOPIC, expression_type="TAGS")],
+                ),
+                "pulls[0].expression_type: expression type 'TAGS' is not one of",
+            ),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                call(request, timeout=5)
+            assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert says in (refused.value.details() or ""), refused.value.details()
     finally:
         channel.close()
 

@@ -183,7 +183,7 @@ def _consumer_beat(index: int, beat: broker_pb2.ConsumerGroupHeartbeat) -> Consu
     for number, sub in enumerate(beat.subscriptions):
         check_topic(f"{field}.subscriptions[{number}].topic", sub.topic)
         where = f"{field}.subscriptions[{number}].expression"
-        check_subscription(where, sub.expression, sub.expression_type)
+        check_subscription(where, sub.expression, sub.expression_type, f"{where}_type")
         kind = check_expression_type(f"{where}_type", sub.expression_type)
         subscriptions.append((sub.topic, sub.expression or "*", kind))
     return ConsumerGroupHeartbeat(beat.group, model, beat.orderly, tuple(subscriptions))

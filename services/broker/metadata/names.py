@@ -72,13 +72,16 @@ def check_sql_filter(field: str, expression: str) -> sql_filter.SqlFilter:
         raise InvalidArgument(f"{field}: {exc}") from None
 
 
-def check_subscription(field: str, expression: str, expression_type: str = "") -> str:
+def check_subscription(
+    field: str, expression: str, expression_type: str = "", type_field: str = "expression_type"
+) -> str:
     """``*``, empty, or tags joined by ``||``; an empty tag between bars is an error.
 
-    With ``expression_type`` SQL92, a condition :mod:`boltmq.wire.sql_filter` parses."""
+    With ``expression_type`` (the request's ``type_field``) SQL92, a condition
+    :mod:`boltmq.wire.sql_filter` parses."""
     if len(expression) > SUBSCRIPTION_MAX_LENGTH:
         raise InvalidArgument(f"{field}: expression is longer than {SUBSCRIPTION_MAX_LENGTH}")
-    if check_expression_type(f"{field}_type", expression_type) == sql_filter.SQL92:
+    if check_expression_type(type_field, expression_type) == sql_filter.SQL92:
         check_sql_filter(field, expression)
         return expression
     text = expression.strip()

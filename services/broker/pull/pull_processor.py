@@ -307,9 +307,12 @@ def _reset_answer(offset: int) -> store_pb2.PullResponse:
 
 
 def _condition(field: str, expression: str, expression_type: str) -> SqlFilter | None:
-    """A pull's SQL92 filter (None for a tag expression, which the store applies)."""
-    check_subscription(field, expression, expression_type)
-    if check_expression_type(f"{field}_type", expression_type) != SQL92:
+    """A pull's SQL92 filter (None for a tag expression, which the store applies);
+    ``field`` names the expression, its type field is beside it (``expression_type``)."""
+    type_field = field.rpartition(".")[0] + "." if "." in field else ""
+    type_field += "expression_type"
+    check_subscription(field, expression, expression_type, type_field)
+    if check_expression_type(type_field, expression_type) != SQL92:
         return None
     return check_sql_filter(field, expression)
 
