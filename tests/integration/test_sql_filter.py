@@ -122,6 +122,26 @@ def test_pull_answers_no_match_past_filtered_messages_and_matches_later(
 
         wait_until(pulled_all, "the eight matching messages")
         assert got == [b"mars"] * 8
+    # a pull answered with decoded messages (raw_records off) is filtered alike
+    found = []
+    for queue in queues:
+        broker = two_groups.groups[queue.broker_name][0].broker
+        assert broker is not None
+        channel = sync_channel(broker.address)
+        try:
+            answer = broker_pb2_grpc.BrokerServiceStub(channel).PullMessage(
+                broker_pb2.BrokerPullRequest(
+                    consumer_group="cg-sql-pull", topic=TOPIC, queue_id=queue.queue_id,
+                    max_messages=1_000, subscription="region = 'mars' AND a = 1",
+                    expression_type="SQL92",
+                ),
+                timeout=5,
+            )  # fmt: skip
+        finally:
+            channel.close()
+        found += [m.body for m in answer.messages]
+        assert answer.next_begin_offset == ends[queue]
+    assert found == [b"mars"] * 8
 
 
 def test_bad_expressions_are_refused_by_the_sdk_and_the_broker(
