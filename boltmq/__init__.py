@@ -17,6 +17,7 @@ _EXPORTS = {
     "Message": "boltmq.message",
     "MessageError": "boltmq.message",
     "MessageQueue": "boltmq.message",
+    "MessageSelector": "boltmq.message_selector",
     "SendResult": "boltmq.message",
     "SendStatus": "boltmq.message",
     "ConsumeResult": "boltmq.message",
@@ -52,6 +53,7 @@ __all__ = [
     "Message",
     "MessageError",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "ProducerOptions",
     "PullConsumer",
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
         SendResult,
         SendStatus,
     )
+    from boltmq.message_selector import MessageSelector
     from boltmq.options import ProducerOptions, PushConsumerOptions
     from boltmq.producer import Producer, SendError
     from boltmq.pull_consumer import PullConsumer, PullError, PullResult, PullStatus

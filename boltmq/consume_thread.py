@@ -30,6 +30,7 @@ import grpc
 from boltmq.client import ClientInstance
 from boltmq.kernel.registry_client import RegistryError
 from boltmq.message import MessageQueue, ReceivedMessage
+from boltmq.message_selector import MessageSelector
 from boltmq.options import PushConsumerOptions
 from boltmq.pull_consumer import PullError, PullResult, PullStatus, pull_queues
 
@@ -73,7 +74,7 @@ class ConsumeThread:
         index: int,
         client: ClientInstance,
         group: str,
-        expressions: Mapping[str, str],
+        expressions: Mapping[str, MessageSelector],
         options: PushConsumerOptions,
         share: Share,
         deliver: Deliver,

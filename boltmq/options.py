@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from boltmq.wire.topic import NAME_CHARACTERS, is_group
+
 MODELS = ("CLUSTERING", "BROADCASTING")
 """Message models of a push consumer's group."""
 CONSUME_FROM = ("FIRST", "LAST", "TIMESTAMP", "FIRST_OFFSET", "LAST_OFFSET")
@@ -108,7 +110,8 @@ class PushConsumerOptions:
 
     model: str = "CLUSTERING"
     """``CLUSTERING``: the group's members share the queues and commit offsets to the
-    broker; ``BROADCASTING``: every member reads every queue, offsets kept in memory."""
+    broker; ``BROADCASTING``: every member reads every queue and keeps its offsets in a
+    local file (:mod:`boltmq.offset_store`), continuing there after a restart."""
     orderly: bool = False
     """Lock each queue on the broker and pass its messages one at a time, in order; a
     failed message is retried in place (its queue waits) instead of sent back."""
@@ -143,6 +146,13 @@ class PushConsumerOptions:
     max_reconsume_times: int = 0
     """Failures after which a message goes to the group's dead-letter topic (0: the
     group's ``retry_max_times``, 16)."""
+    offset_store_dir: str = ""
+    """BROADCASTING: the directory of the offsets files (``""``: ``~/.boltmq/offsets``);
+    this consumer's is ``<dir>/<instance_name>/<group>/offsets.json``."""
+    instance_name: str = "DEFAULT"
+    """BROADCASTING: this consumer's stable name in ``offset_store_dir`` (RocketMQ's
+    ``instanceName``): members of one group sharing a directory need different ones
+    (letters, digits, ``%``, ``|``, ``_`` and ``-``)."""
 
     def __post_init__(self) -> None:
         _check_choice(self, "model", MODELS)
@@ -168,3 +178,12 @@ class PushConsumerOptions:
             _check_int(self, name, minimum=1)
         for name in ("long_poll_ms", "suspend_on_failure_ms", "max_reconsume_times"):
             _check_int(self, name, minimum=0)
+        if not isinstance(self.offset_store_dir, str):
+            raise ValueError(
+                f"PushConsumerOptions.offset_store_dir must be a str, not {self.offset_store_dir!r}"
+            )
+        if not is_group(self.instance_name):
+            raise ValueError(
+                f"PushConsumerOptions.instance_name must be 1..255 of {NAME_CHARACTERS}, "
+                f"not {self.instance_name!r}"
+            )

@@ -7,6 +7,10 @@
   (:mod:`boltmq.fault_avoidance`). A sharded send retries the queue its first
   attempt chose, never another: when that queue's group has no live master it
   fails (SendError) rather than move the key and reorder it.
+- ``send(msg, selector=fn, arg=x)`` lets the application choose the queue
+  (RocketMQ's ``MessageQueueSelector``): ``fn(queues, msg, arg)`` gets the
+  topic's writable queues, sorted, and returns one of them; the send then stays
+  on it, as a sharded one does.
 - ``send_batch`` sends one list as one request to one queue.
 - Every message gets its unique id (``UNIQ_KEY``, :mod:`boltmq.unique_id`;
   one it names in its properties is kept) before it is encoded, once, before
@@ -48,6 +52,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from typing import Any
 
 import grpc
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -77,7 +82,7 @@ from boltmq.message import (
 from boltmq.message_lookup import find_by_unique_id
 from boltmq.options import ProducerOptions
 from boltmq.producer_heartbeat import ProducerHeartbeat
-from boltmq.request_reply import Requester
+from boltmq.request_reply import ReplyCallback, Requester
 from boltmq.send_batcher import BatchMismatch, SendBatcher
 from boltmq.v1 import broker_pb2, message_pb2
 from boltmq.wire.record import (
@@ -93,6 +98,12 @@ BATCH_MAX_BYTES = 4 * 1024 * 1024
 """Record bytes a natural batch of concurrent sends carries at most (a bigger send goes alone)."""
 
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
+QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+"""``selector(queues, msg, arg)``: the queue to send ``msg`` to, one of ``queues`` (the
+topic's writable queues, sorted); ``arg`` is what the send was given (RocketMQ's
+``MessageQueueSelector.select``)."""
+Pin = Callable[[Sequence[MessageQueue]], MessageQueue]
+"""Chooses the one queue a sharded or selected send stays on."""
 
 
 class SendError(BoltMQError):
@@ -203,9 +214,18 @@ class Producer:
             raise BoltMQError("producer is not started (call start())")
 
     # ---------------------------------------------------------------- sync sends
-    def send(self, msg: Message, sharding_key: str | None = None) -> SendResult:
-        """Send one message and wait for the broker's answer; SendError if refused."""
-        result = self.send_batch([msg], sharding_key=sharding_key)[0]
+    def send(
+        self,
+        msg: Message,
+        sharding_key: str | None = None,
+        *,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer; SendError if refused.
+
+        ``selector(queues, msg, arg)`` chooses the queue (module docstring)."""
+        result = self.send_batch([msg], sharding_key=sharding_key, selector=selector, arg=arg)[0]
         if result.status is SendStatus.SEND_FAILED:
             raise SendError(
                 f"send to {msg.topic!r} refused: {result.put_status}: {result.error}", result
@@ -213,15 +233,22 @@ class Producer:
         return result
 
     def send_batch(
-        self, msgs: Sequence[Message], sharding_key: str | None = None
+        self,
+        msgs: Sequence[Message],
+        sharding_key: str | None = None,
+        *,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
     ) -> list[SendResult]:
-        """Send messages of one topic as one request to one queue; one result each."""
+        """Send messages of one topic as one request to one queue; one result each
+        (``selector`` is given the first message)."""
         self._check_running()
         if not msgs:
             return []
         topic = msgs[0].topic
         if any(m.topic != topic for m in msgs):
             raise ValueError("every message of a batch must have the same topic")
+        pin = _pin(sharding_key, selector, msgs[0], arg)
         born_ms = time.time_ns() // 1_000_000
         with telemetry.producer_span(topic, len(msgs), msgs[0].body) as span:
             context = telemetry.message_context(span)  # {} without tracing
@@ -229,9 +256,7 @@ class Producer:
             records = batch_records(
                 msgs, born_ms, context, unique_ids, self.options.compress_body_over
             )
-            results = _with_ids(
-                self._send_records(topic, records, len(msgs), sharding_key), unique_ids
-            )
+            results = _with_ids(self._send_records(topic, records, len(msgs), pin), unique_ids)
             telemetry.record_send(span, results)
         return results
 
@@ -252,13 +277,13 @@ class Producer:
         if count <= 0 or not records:
             raise ValueError("send_records needs at least one record")
         with telemetry.producer_span(topic, count, None) as span:
-            results = self._send_records(topic, records, count, sharding_key)
+            results = self._send_records(topic, records, count, _pin(sharding_key, None))
             results = _with_ids(results, _record_unique_ids(records, count))
             telemetry.record_send(span, results)
         return results
 
     def _send_records(
-        self, topic: str, records: bytes, count: int, sharding_key: str | None
+        self, topic: str, records: bytes, count: int, pin: Pin | None
     ) -> list[SendResult]:
         attempts = _Attempts()
         retrying = Retrying(
@@ -270,7 +295,7 @@ class Producer:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._send_once(topic, records, count, sharding_key, attempts)
+                    return self._send_once(topic, records, count, pin, attempts)
         except _Retry as exc:
             raise SendError(
                 f"send to {topic!r} failed after {self.options.retry_times + 1} attempts: {exc}"
@@ -282,10 +307,10 @@ class Producer:
         topic: str,
         records: bytes,
         count: int,
-        sharding_key: str | None,
+        pin: Pin | None,
         attempts: _Attempts,
     ) -> list[SendResult]:
-        queue, address, creating = self._pick(topic, sharding_key, attempts)
+        queue, address, creating = self._pick(topic, pin, attempts)
 
         def call(records: bytes, count: int, timeout_s: float) -> list[SendResult]:
             # The records go as they are to any queue: the store writes the queue id.
@@ -306,7 +331,7 @@ class Producer:
             else:
                 # An unsharded send takes any queue of the broker: it joins the
                 # broker's batch of the topic whatever queue it picked.
-                key = (address, topic, queue.queue_id if sharding_key is not None else -1)
+                key = (address, topic, queue.queue_id if pin is not None else -1)
                 deadline = time.monotonic() + self._send_timeout_s
                 results = list(self._batcher.send(key, records, count, deadline, call))
         except grpc.RpcError as exc:
@@ -332,7 +357,7 @@ class Producer:
         return results
 
     def _pick(
-        self, topic: str, sharding_key: str | None, attempts: _Attempts
+        self, topic: str, pin: Pin | None, attempts: _Attempts
     ) -> tuple[MessageQueue, str, bool]:
         """A queue, its broker's address, and whether the send creates the topic, which
         exists elsewhere, on a group the topic's route lacks (the module docstring)."""
@@ -345,7 +370,7 @@ class Producer:
             found = False
             self._creating.add(topic)
         else:
-            if topic in self._creating and sharding_key is None:
+            if topic in self._creating and pin is None:
                 extra = self._template_queues(topic, {q.broker_name for q in queues})
                 if not extra:
                     self._creating.discard(topic)
@@ -353,9 +378,9 @@ class Producer:
                 queues += extra
         if not queues:
             raise SendError(f"no writable queue for topic {topic!r}")
-        if sharding_key is not None:
+        if pin is not None:
             if attempts.pinned is None:
-                attempts.pinned = queues[abs(java_string_hash(sharding_key)) % len(queues)]
+                attempts.pinned = pin(queues)
             return self._pinned(attempts.pinned, found)
         start = next(self._counter)
         candidates = [queues[(start + i) % len(queues)] for i in range(len(queues))]
@@ -411,11 +436,21 @@ class Producer:
     def request(self, msg: Message, timeout_ms: int = 3_000) -> ReceivedMessage:
         """Send ``msg`` and wait for the reply a consumer sends with
         :func:`boltmq.reply`; RequestTimeout after ``timeout_ms`` (boltmq.request_reply)."""
+        return self._requester_of().request(msg, timeout_ms)
+
+    def request_async(
+        self, msg: Message, timeout_ms: int = 3_000, callback: ReplyCallback | None = None
+    ) -> Future[ReceivedMessage]:
+        """Send ``msg`` as a request without waiting: the future of its reply (RequestTimeout
+        after ``timeout_ms``); ``callback(reply, error)`` when it ends (boltmq.request_reply)."""
+        return self._requester_of().request_async(msg, timeout_ms, callback)
+
+    def _requester_of(self) -> Requester:
         self._check_running()
         with self._cond:
             if self._requester is None:
-                self._requester = Requester(self.client, self.send)
-        return self._requester.request(msg, timeout_ms)
+                self._requester = Requester(self.client, self.send, self.send_async)
+            return self._requester
 
     def find_message(self, topic: str, unique_id: str) -> list[message_pb2.MessageExt]:
         """Every stored copy of the message of ``topic`` whose unique id (``SendResult.
@@ -510,6 +545,41 @@ def _record_unique_ids(records: bytes, count: int) -> list[str]:
     if len(views) != count:
         return [""] * count
     return [v.properties.get(PROPERTY_UNIQ_KEY, "") for v in views]
+
+
+def _pin(
+    sharding_key: str | None,
+    selector: QueueSelector | None,
+    msg: Message | None = None,
+    arg: Any = None,
+) -> Pin | None:
+    """How a send chooses its one queue: by the key's hash, by the application's selector
+    (which must return one of the queues it is given), or None (round-robin)."""
+    if sharding_key is not None and selector is not None:
+        raise ValueError("give a sharding_key or a selector, not both")
+    if sharding_key is not None:
+        key = sharding_key
+        return lambda queues: queues[abs(java_string_hash(key)) % len(queues)]
+    if selector is None:
+        return None
+    if not callable(selector):
+        raise ValueError(f"selector must be callable, not {selector!r}")
+    assert msg is not None
+
+    def select(queues: Sequence[MessageQueue]) -> MessageQueue:
+        ordered = sorted(queues)
+        try:
+            chosen = selector(ordered, msg, arg)
+        except Exception as exc:
+            raise SendError(f"queue selector failed: {exc!r}") from exc
+        if chosen not in ordered:
+            raise SendError(
+                f"queue selector returned {chosen!r}, not one of the {len(ordered)} writable "
+                f"queues of {msg.topic!r}"
+            )
+        return chosen
+
+    return select
 
 
 def _broker_name(queue: MessageQueue) -> str:

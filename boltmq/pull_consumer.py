@@ -31,6 +31,7 @@ from boltmq.kernel import telemetry
 from boltmq.kernel.signing import Credentials
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import MessageQueue, ReceivedMessage
+from boltmq.message_selector import Selection, on_the_wire
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.body_compression import inflating
 from boltmq.wire.pull_answer import PULL_QUEUES_MAX, split_records
@@ -96,7 +97,7 @@ def pull_queue(
     offset: int,
     *,
     max_messages: int,
-    subscription: str,
+    subscription: Selection,
     wait_ms: int,
     commit_offset: int = -1,
     max_bytes: int = 0,
@@ -109,6 +110,7 @@ def pull_queue(
     ``track`` receives the in-flight call (and None when it is over) so a
     consumer shutting down can cancel a parked long poll at once.
     """
+    expression, expression_type = on_the_wire(subscription)
     request = broker_pb2.BrokerPullRequest(
         consumer_group=group,
         topic=queue.topic,
@@ -116,7 +118,8 @@ def pull_queue(
         queue_offset=offset,
         max_messages=max_messages,
         max_bytes=max_bytes,
-        subscription=subscription,
+        subscription=expression,
+        expression_type=expression_type,
         suspend_timeout_ms=wait_ms,
         raw_records=True,
     )
@@ -155,7 +158,7 @@ def pull_queues(
     offsets: Mapping[MessageQueue, int],
     *,
     max_messages: int,
-    subscriptions: Mapping[str, str],
+    subscriptions: Mapping[str, Selection],
     wait_ms: int,
     max_bytes: int = 0,
     track: Callable[[list[grpc.Future] | None], None] | None = None,
@@ -174,6 +177,7 @@ def pull_queues(
     in flight (and None when they are over), as in :func:`pull_queue`; a
     cancelled call raises PullError (CANCELLED).
     """
+    wire = {topic: on_the_wire(selection) for topic, selection in subscriptions.items()}
     calls: dict[str, list[MessageQueue]] = {}
     # Asked once per broker, not per queue or topic: a broker's address (master, or a
     # replica while it is skipped) is the same in every topic's route.
@@ -199,7 +203,8 @@ def pull_queues(
                         topic=q.topic,
                         queue_id=q.queue_id,
                         queue_offset=offsets[q],
-                        subscription=subscriptions.get(q.topic, "*"),
+                        subscription=wire.get(q.topic, ("*", ""))[0],
+                        expression_type=wire.get(q.topic, ("*", ""))[1],
                     )
                     for q in chunk
                 ],
@@ -350,7 +355,7 @@ class PullConsumer:
         queue: MessageQueue,
         offset: int,
         max_messages: int = PULL_MAX_MESSAGES,
-        subscription: str = "*",
+        subscription: Selection = "*",
         wait_ms: int = 0,
     ) -> PullResult:
         """Messages of ``queue`` from ``offset``; with ``wait_ms`` long-poll for new ones."""
@@ -370,7 +375,7 @@ class PullConsumer:
         self,
         offsets: Mapping[MessageQueue, int],
         max_messages: int = PULL_MAX_MESSAGES,
-        subscriptions: Mapping[str, str] | None = None,
+        subscriptions: Mapping[str, Selection] | None = None,
         wait_ms: int = 0,
         max_bytes: int = 0,
     ) -> dict[MessageQueue, PullResult]:
@@ -381,8 +386,8 @@ class PullConsumer:
         the result, to be pulled again. With ``wait_ms``, a broker with nothing new
         in any of its queues answers when one of them gets a message or the time
         is up; the first answer with messages ends the wait for all (the queues of
-        calls still waiting are absent). ``subscriptions``: tag expression by topic
-        (default ``*``).
+        calls still waiting are absent). ``subscriptions``: tag expression or
+        :class:`~boltmq.message_selector.MessageSelector` by topic (default ``*``).
         """
         if not offsets:
             raise ValueError("name at least one queue")

@@ -18,8 +18,9 @@ these threads: at most ``consume_threads`` calls of it at once. Offsets:
 - CLUSTERING: committed to the broker every ``commit_interval_ms``, when a
   queue is handed to another member and at shutdown; a restarted consumer
   resumes from the committed offset.
-- BROADCASTING: each member keeps its own offsets in memory (every member
-  reads everything).
+- BROADCASTING: each member reads everything and keeps its own offsets in a
+  local file (:mod:`boltmq.offset_store`, written every ``commit_interval_ms``
+  and at shutdown); a restarted member continues where it stopped.
 - A queue with no committed offset starts at ``consume_from``: ``"FIRST"``
   (everything retained, the default), ``"LAST"`` (only new messages) or
   ``"TIMESTAMP"`` (the first message stored at or after ``consume_timestamp_ms``,
@@ -59,10 +60,12 @@ from boltmq.kernel.registry_client import RegistryError, TopicNotFound
 from boltmq.kernel.signing import Credentials
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import ConsumeResult, MessageQueue, ReceivedMessage
+from boltmq.message_selector import EVERY_TAG, MessageSelector, Selection, selectors
+from boltmq.offset_store import LocalFileOffsetStore, offsets_path
 from boltmq.options import PushConsumerOptions
 from boltmq.pull_consumer import search_offset
 from boltmq.v1 import broker_pb2
-from boltmq.wire.topic import RETRY_PREFIX, InvalidSubscription, parse_subscription
+from boltmq.wire.topic import RETRY_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ class PushConsumer:
         self,
         registry: str | Sequence[str],
         group: str,
-        subscriptions: Mapping[str, str],
+        subscriptions: Mapping[str, Selection],
         listener: Listener,
         *,
         options: PushConsumerOptions | None = None,
@@ -107,11 +110,7 @@ class PushConsumer:
             raise ValueError("consumer group must not be empty")
         if not subscriptions:
             raise ValueError("subscribe to at least one topic")
-        for topic, expression in subscriptions.items():
-            try:
-                parse_subscription(expression)
-            except InvalidSubscription as exc:
-                raise ValueError(f"subscription of {topic!r}: {exc}") from None
+        checked = selectors(subscriptions)  # ValueError (InvalidFilter) naming the topic
         if not callable(listener):
             raise ValueError("listener must be callable")
         self.options = options if options is not None else PushConsumerOptions()
@@ -122,12 +121,19 @@ class PushConsumer:
         self.sends_back = options.model == "CLUSTERING" and not options.orderly
         """Failed messages go back to the broker (else they are retried in place)."""
         self.group = group
-        self.subscriptions = dict(subscriptions)
+        self.subscriptions = checked
+        """Each topic's selector (a tag expression given as a string is a TAG selector)."""
         self.listener = listener
         self.client = ClientInstance(
             registry, rpc_timeout_s=options.rpc_timeout_ms / 1000, tls=tls, credentials=credentials
         )
         self.expressions = {topic: self.expression_of(topic) for topic in self._topics()}
+        self.local_offsets = LocalFileOffsetStore(
+            offsets_path(options.offset_store_dir, options.instance_name, group),
+            group,
+            options.instance_name,
+        )
+        """BROADCASTING: where this member's offsets are kept."""
         self.states: dict[MessageQueue, QueueState] = {}
         """The owned queues (held under ``_lock``; their threads change the states)."""
         self._shares: list[list[QueueState]] = [[] for _ in range(options.consume_threads)]
@@ -208,9 +214,9 @@ class PushConsumer:
             topics.append(self.retry_topic)
         return topics
 
-    def expression_of(self, topic: str) -> str:
-        """The subscription expression of ``topic`` (every tag of the retry topic)."""
-        return self.subscriptions.get(topic, "*")
+    def expression_of(self, topic: str) -> MessageSelector:
+        """The selector of ``topic`` (every tag of the retry topic)."""
+        return self.subscriptions.get(topic) or EVERY_TAG
 
     def send_back(
         self, queue: MessageQueue, messages: list[ReceivedMessage]
@@ -367,7 +373,16 @@ class PushConsumer:
             except grpc.RpcError as exc:
                 log.warning("consumer list from %s: %s", address, rpc_error_text(exc))
                 continue
-            return known.setdefault(address, sorted(response.client_ids))
+            ids = known.setdefault(address, sorted(response.client_ids))
+            if ids and self.client.client_id not in ids:
+                log.warning(
+                    "group %s at %s shares its queues without this member: it subscribes "
+                    "unlike most members (boltmq admin group show %s)",
+                    self.group,
+                    address,
+                    self.group,
+                )
+            return ids
         return []
 
     def _lock_queues(self, wanted: set[MessageQueue]) -> set[MessageQueue]:
@@ -425,6 +440,9 @@ class PushConsumer:
             for queue, found in zip(chunk, call.result().offsets, strict=True):
                 if found.found:
                     starts[queue] = int(found.offset)
+        if self.options.model == "BROADCASTING":
+            stored = self.local_offsets.load()
+            starts.update((q, stored[q]) for q in queues if q in stored)
         rest = [queue for queue in queues if queue not in starts]
         consume_from = self.options.consume_from
         if consume_from in ("FIRST", "FIRST_OFFSET"):  # a pull below the minimum gets it
@@ -445,11 +463,20 @@ class PushConsumer:
 
     # ---------------------------------------------------------------- offsets
     def commit_offsets(self, states: Sequence[QueueState] | None = None) -> None:
-        """Commit every owned queue's progress that changed (CLUSTERING only)."""
-        if self.options.model != "CLUSTERING":
-            return
+        """Commit every owned queue's progress that changed (BROADCASTING: to the file)."""
         with self._lock:
             todo = list(self.states.values()) if states is None else list(states)
+        if self.options.model == "BROADCASTING":
+            changed = {s: s.offset for s in todo if s.offset != s.committed}
+            try:
+                if changed:  # the file is rewritten whole: every owned queue's offset
+                    self.local_offsets.persist({s.queue: s.offset for s in todo})
+            except OSError as exc:
+                log.warning("offsets not written to %s: %s", self.local_offsets.path, exc)
+                return
+            for state, offset in changed.items():
+                state.committed = offset
+            return
         for state in todo:
             offset = state.offset
             if offset == state.committed:
@@ -496,7 +523,11 @@ class PushConsumer:
                     model=self.options.model,
                     orderly=self.options.orderly,
                     subscriptions=[
-                        broker_pb2.ConsumerSubscription(topic=t, expression=self.expression_of(t))
+                        broker_pb2.ConsumerSubscription(
+                            topic=t,
+                            expression=self.expression_of(t).expression,
+                            expression_type=self.expression_of(t).wire_type,
+                        )
                         for t in self._topics()
                     ],
                 )

@@ -20,6 +20,15 @@ RocketMQ 4.6's RPC mode, with replies pulled instead of pushed:
   times out raises :class:`RequestTimeout` and forgets its id at once, so a
   reply arriving later finds nobody waiting and is dropped (counted in
   ``late_replies``): nothing is kept per request beyond its wait.
+- ``Producer.request_async`` (RocketMQ's ``request(msg, RequestCallback, timeout)``)
+  returns a :class:`concurrent.futures.Future` of the reply at once and calls
+  ``callback(reply, error)`` when it ends: the request is sent through the
+  producer's async sends, and one timer thread per producer fails every
+  request still waiting at its deadline with :class:`RequestTimeout` (a
+  failed send fails it with the send's error). Callbacks run on the reply
+  poller's thread (a reply), the timer thread (a timeout) or the producer's
+  sender thread (a failed send): they must not block. ``shutdown`` fails the
+  requests still waiting.
 
 Limits: reply-topic queues of brokers that join after the first request to a
 cluster are not polled until the producer restarts.
@@ -28,11 +37,13 @@ cluster are not polled until the producer restarts.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Protocol
 
@@ -62,6 +73,11 @@ REPLY_RETRY_PAUSE_S = 0.2
 
 class RequestTimeout(BoltMQError):
     """No reply within the request's timeout."""
+
+
+ReplyCallback = Callable[[ReceivedMessage | None, BaseException | None], None]
+"""``callback(reply, error)``: one of them is None (Producer.request_async)."""
+AsyncSend = Callable[[Message], "Future[SendResult]"]
 
 
 class Sender(Protocol):
@@ -118,14 +134,26 @@ class Requester:
     the reply tag); ``send``: the producer's :meth:`~boltmq.Producer.send`.
     """
 
-    def __init__(self, client: ClientInstance, send: Callable[[Message], SendResult]) -> None:
+    def __init__(
+        self,
+        client: ClientInstance,
+        send: Callable[[Message], SendResult],
+        send_async: AsyncSend | None = None,
+    ) -> None:
         self._send = send
+        self._send_async = send_async
+        self._deadlines: list[tuple[float, str]] = []
+        """Heap of (monotonic deadline, correlation id) of the async requests."""
+        self._timer: threading.Thread | None = None
+        self._timer_wake = threading.Condition(threading.Lock())
         self._client = client
         self._waiting: dict[str, Future[ReceivedMessage]] = {}
         self._lock = threading.Lock()
         self._listening: set[str] = set()
         self._threads: list[threading.Thread] = []
         self._calls: dict[MessageQueue, grpc.Future | None] = {}
+        self._timeouts: dict[str, tuple[Message, int]] = {}
+        """Correlation id -> (message, timeout) of the async requests still waiting."""
         self._stop = threading.Event()
         self.late_replies = 0
         """Replies that came after their request gave up (or were never asked for)."""
@@ -137,8 +165,55 @@ class Requester:
 
     def request(self, msg: Message, timeout_ms: int) -> ReceivedMessage:
         """Send ``msg`` and return its reply; RequestTimeout after ``timeout_ms``."""
-        if timeout_ms <= 0:
-            raise ValueError("timeout_ms must be positive")
+        request, correlation_id, future = self._prepare(msg, timeout_ms)
+        try:
+            self._send(request)
+            return future.result(timeout=timeout_ms / 1000)
+        except FutureTimeout:
+            raise _timeout(msg, timeout_ms, correlation_id) from None
+        finally:
+            self._waiting.pop(correlation_id, None)
+
+    def request_async(
+        self, msg: Message, timeout_ms: int, callback: ReplyCallback | None = None
+    ) -> Future[ReceivedMessage]:
+        """Send ``msg`` without waiting: the future of its reply (module docstring)."""
+        if self._send_async is None:
+            raise BoltMQError("this requester sends synchronously only")
+        if callback is not None and not callable(callback):
+            raise ValueError(f"callback must be callable, not {callback!r}")
+        request, correlation_id, future = self._prepare(msg, timeout_ms)
+        if callback is not None:
+            future.add_done_callback(lambda done: _call_back(callback, done))
+        with self._timer_wake:
+            deadline = time.monotonic() + timeout_ms / 1000
+            heapq.heappush(self._deadlines, (deadline, correlation_id))
+            self._timeouts[correlation_id] = (msg, timeout_ms)
+            if self._timer is None:
+                self._timer = threading.Thread(
+                    target=self._expire, daemon=True, name="boltmq-request-timer"
+                )
+                self._timer.start()
+            self._timer_wake.notify()
+        try:
+            sent = self._send_async(request)
+        except BaseException as exc:
+            self._fail(correlation_id, exc)
+            raise
+        sent.add_done_callback(
+            lambda done: (
+                None if done.exception() is None else self._fail(correlation_id, done.exception())
+            )
+        )
+        return future
+
+    def _prepare(
+        self, msg: Message, timeout_ms: int
+    ) -> tuple[Message, str, Future[ReceivedMessage]]:
+        """The request message (``msg`` with the request properties), its correlation id
+        and the future of its reply, registered as waiting."""
+        if type(timeout_ms) is not int or timeout_ms <= 0:
+            raise ValueError(f"timeout_ms must be a positive int, not {timeout_ms!r}")
         cluster = self._cluster_of(msg.topic)
         self._listen(cluster)
         correlation_id = uuid.uuid4().hex
@@ -154,20 +229,40 @@ class Requester:
         )
         future: Future[ReceivedMessage] = Future()
         self._waiting[correlation_id] = future
-        try:
-            self._send(dataclasses.replace(msg, properties=properties))
-            return future.result(timeout=timeout_ms / 1000)
-        except FutureTimeout:
-            raise RequestTimeout(
-                f"no reply to the request to {msg.topic!r} within "
-                f"{timeout_ms} ms (correlation id {correlation_id})"
-            ) from None
-        finally:
-            self._waiting.pop(correlation_id, None)
+        return dataclasses.replace(msg, properties=properties), correlation_id, future
+
+    def _fail(self, correlation_id: str, error: BaseException | None) -> None:
+        """End a waiting async request with ``error`` (nothing when it ended already)."""
+        future = self._waiting.pop(correlation_id, None)
+        with self._timer_wake:
+            self._timeouts.pop(correlation_id, None)
+        if future is not None and error is not None and not future.done():
+            future.set_exception(error)
+
+    def _expire(self) -> None:
+        """The timer thread: fails each async request still waiting at its deadline."""
+        with self._timer_wake:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                while self._deadlines and self._deadlines[0][0] <= now:
+                    _, correlation_id = heapq.heappop(self._deadlines)
+                    future = self._waiting.pop(correlation_id, None)
+                    asked = self._timeouts.pop(correlation_id, None)
+                    if future is not None and asked is not None and not future.done():
+                        future.set_exception(_timeout(*asked, correlation_id))
+                wait = self._deadlines[0][0] - now if self._deadlines else None
+                self._timer_wake.wait(wait)
 
     def close(self) -> None:
-        """Stop polling for replies; waiting requests time out."""
+        """Stop polling for replies; waiting requests time out (async ones fail now)."""
         self._stop.set()
+        with self._timer_wake:
+            self._timer_wake.notify()
+            pending = list(self._timeouts)
+        for correlation_id in pending:
+            self._fail(correlation_id, BoltMQError("the producer shut down before the reply"))
+        if self._timer is not None:
+            self._timer.join()
         for call in list(self._calls.values()):
             if call is not None:
                 call.cancel()
@@ -252,4 +347,23 @@ class Requester:
                 props.get(PROPERTY_CORRELATION_ID),
             )
             return
-        future.set_result(message)
+        with self._timer_wake:
+            self._timeouts.pop(props.get(PROPERTY_CORRELATION_ID, ""), None)
+        if not future.done():  # an async request its caller cancelled
+            future.set_result(message)
+
+
+def _timeout(msg: Message, timeout_ms: int, correlation_id: str) -> RequestTimeout:
+    return RequestTimeout(
+        f"no reply to the request to {msg.topic!r} within "
+        f"{timeout_ms} ms (correlation id {correlation_id})"
+    )
+
+
+def _call_back(callback: ReplyCallback, done: Future[ReceivedMessage]) -> None:
+    """Call ``callback`` with how the request ended; its failure is only logged."""
+    error = CancelledError() if done.cancelled() else done.exception()
+    try:
+        callback(None if error is not None else done.result(), error)
+    except Exception:
+        log.exception("request callback failed")

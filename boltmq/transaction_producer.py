@@ -20,6 +20,10 @@ answer with EndTransaction(from_check=True). The broker gives up after
 control on, the account needs PUB on the producer group and on the topic
 (``groupPerms``/``topicPerms``, docs/security.md) to send halves, decide them
 and receive their checks; a refused check stream is logged at WARNING.
+
+``options`` are a :class:`boltmq.ProducerOptions`, as a Producer's: a half message's
+body longer than ``compress_body_over`` is sent and stored zlib-compressed, as every
+send of a Producer's; ``send_timeout_ms`` bounds each call.
 """
 
 from __future__ import annotations
@@ -105,20 +109,20 @@ class TransactionProducer:
         group: str,
         listener: TransactionListener,
         *,
-        send_timeout_ms: int = 3_000,
+        send_timeout_ms: int | None = None,
+        options: ProducerOptions | None = None,
         tls: ClientTLS | None = None,
         credentials: Credentials | None = None,
     ) -> None:
-        self.producer = Producer(
-            registry,
-            group,
-            options=ProducerOptions(send_timeout_ms=send_timeout_ms),
-            tls=tls,
-            credentials=credentials,
-        )
+        if options is not None and send_timeout_ms is not None:
+            raise ValueError("give send_timeout_ms in options, not beside them")
+        if options is None:
+            timeout_ms = 3_000 if send_timeout_ms is None else send_timeout_ms
+            options = ProducerOptions(send_timeout_ms=timeout_ms)
+        self.producer = Producer(registry, group, options=options, tls=tls, credentials=credentials)
         self.group = group
         self.listener = listener
-        self._timeout_s = send_timeout_ms / 1000
+        self._timeout_s = options.send_timeout_ms / 1000
         self._stop = threading.Event()
         self._streams: dict[str, grpc.Future | None] = {}
         self._threads: list[threading.Thread] = []

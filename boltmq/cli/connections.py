@@ -11,6 +11,7 @@ name the brokers refuse. Admin-only when the ACL is on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import click
@@ -32,14 +33,26 @@ def _since(since_ms: int) -> str:
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def subscriptions_text(subscriptions: Iterable[broker_pb2.ConsumerSubscription]) -> str:
+    """``topic:expression`` pairs (a SQL92 one as ``topic:SQL92(condition)``), or ``-``."""
+    return (
+        ", ".join(
+            f"{s.topic}:{s.expression_type}({s.expression})"
+            if s.expression_type and s.expression_type != "TAG"
+            else f"{s.topic}:{s.expression}"
+            for s in subscriptions
+        )
+        or "-"
+    )
+
+
 def _client_line(c: broker_pb2.ClientConnection, consumer: bool) -> str:
     line = (
         f"  {c.client_id}  {c.address or '-'}  {c.language or '-'}  {c.version or '-'}  "
         f"since {_since(c.since_ms)}"
     )
     if consumer:
-        subscriptions = ", ".join(f"{s.topic}:{s.expression}" for s in c.subscriptions)
-        line += f"  {c.model}  {subscriptions or '-'}"
+        line += f"  {c.model}  {subscriptions_text(c.subscriptions)}"
     return line
 
 

@@ -21,6 +21,7 @@ import click
 import grpc
 
 from boltmq.cli.admin import RPC_TIMEOUT_S, Admin, _rpc_text, _with_admin, group
+from boltmq.cli.connections import subscriptions_text
 from boltmq.cli.messages import fail
 from boltmq.cli.security import signed_channel
 from boltmq.v1 import broker_pb2
@@ -185,12 +186,13 @@ def group_show(admin_: Admin, name: str) -> None:
         )
         click.echo(f"{broker_name}: group {name}\n  {settings}")
         for member in answer.members:
-            subscriptions = ", ".join(f"{s.topic}:{s.expression}" for s in member.subscriptions)
-            click.echo(f"  member {member.client_id} {member.model}  {subscriptions or '-'}")
+            subscriptions = subscriptions_text(member.subscriptions)
+            excluded = "  EXCLUDED: no queues" if member.excluded else ""
+            click.echo(f"  member {member.client_id} {member.model}  {subscriptions}{excluded}")
         if answer.inconsistent:
             click.echo(
-                "  INCONSISTENT: members subscribe differently; the broker keeps the last "
-                "heartbeat's subscriptions and each member filters with its own"
+                "  INCONSISTENT: members subscribe differently; only those subscribing as "
+                "most do share the queues, the EXCLUDED ones get none until they match"
             )
     if not known:
         raise fail(f"group {name!r} is unknown on every master")

@@ -430,6 +430,7 @@ def _register_client_commands() -> None:
         dlq,  # noqa: F401 - adds ``admin group dlq``
         group_admin,  # noqa: F401 - adds ``admin group create|update|delete|show``
         ha,  # noqa: F401 - adds ``admin broker`` and ``admin ha``
+        message_track,  # noqa: F401 - adds ``admin message track``
         offsets,  # noqa: F401 - adds ``admin group reset-offset``
         stats,  # noqa: F401 - adds ``admin stats topic|group``
     )

@@ -148,6 +148,12 @@ def _produce_many(producer, make, count: int, size: int) -> None:
 @click.option("--group", default="CLI_CONSUMER", show_default=True)
 @click.option("--subscription", default="*", show_default=True, help='e.g. "tagA || tagB"')
 @click.option(
+    "--sql",
+    default=None,
+    metavar="CONDITION",
+    help="A SQL92 filter on properties instead of tags, e.g. \"a > 5 AND region IN ('eu')\".",
+)
+@click.option(
     "--count",
     default=0,
     type=click.IntRange(min=0),
@@ -173,6 +179,7 @@ def consume(
     topic: str,
     group: str,
     subscription: str,
+    sql: str | None,
     count: int,
     idle_ms: int,
     quiet: bool,
@@ -182,9 +189,14 @@ def consume(
     from rich.progress import Progress
 
     from boltmq.message import ConsumeResult
+    from boltmq.message_selector import MessageSelector
     from boltmq.options import PushConsumerOptions
     from boltmq.push_consumer import PushConsumer
 
+    try:
+        selector = MessageSelector.by_sql(sql) if sql is not None else subscription
+    except ValueError as exc:
+        raise fail(exc) from None
     received = 0
     last = time.monotonic()
     lock = threading.Lock()
@@ -217,7 +229,7 @@ def consume(
             consumer = PushConsumer(
                 registry,
                 group,
-                {topic: subscription},
+                {topic: selector},
                 listener,
                 options=PushConsumerOptions(
                     consume_from=consume_from,

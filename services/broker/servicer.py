@@ -262,6 +262,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return await self._admin.view_message(request)
 
     @answers_errors
+    async def TrackMessage(
+        self, request: broker_pb2.TrackMessageRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.TrackMessageResponse:
+        """What became of one message for every consumer group of its topic."""
+        return await self._admin.track_message(request)
+
+    @answers_errors
     async def QueryMessageByKey(
         self, request: store_pb2.QueryByKeyRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.QueryByKeyResponse:

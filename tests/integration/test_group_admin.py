@@ -8,7 +8,8 @@ it; ``--retry-max-times 1`` dead-letters a failing message after one retry;
 the %RETRY% topic follows ``--retry-queue-nums``; a group with live consumers
 is deleted only with ``--force``; BROADCASTING is refused when disabled; a
 non-admin account is refused every group admin call under the ACL; members
-that subscribe differently are reported.
+that subscribe differently are reported, and the one subscribing unlike the
+group gets no queues, so nothing is silently filtered away.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from boltmq import Message, Producer, PushConsumer
+from boltmq import Message, Producer, PushConsumer, PushConsumerOptions
 from boltmq.v1 import broker_pb2
-from tests.integration.sdk_fixtures import wait_until
+from tests.integration.sdk_fixtures import FAST, wait_until
 from tests.integration.test_acl import ADMIN, ORDERS, AclCluster
 from tests.integration.test_retry_delay import (
     DelayCluster,
@@ -180,17 +181,19 @@ def test_broadcasting_refused_when_the_group_disables_it(cluster: DelayCluster) 
         stub.Heartbeat(beat, timeout=5)
 
 
-def test_members_subscribing_differently_are_reported(
+def test_members_subscribing_differently_are_reported_and_not_given_queues(
     cluster: DelayCluster, producer: Producer
 ) -> None:
     for topic in ("split", "other"):
-        producer.send(Message(topic=topic, body=b"x"))
-    made = [
-        consumer(cluster, "cg-split", "split", Deliveries()),
-        PushConsumer(
-            cluster.registry.address, "cg-split", {"split": "B", "other": "*"}, Deliveries()
-        ).start(),
-    ]
+        producer.send(Message(topic=topic, body=b"x", tags="A"))
+    alike, unlike = Deliveries(), Deliveries()
+    first = consumer(cluster, "cg-split", "split", alike)
+    wait_until(lambda: len(first.assigned) == 4, "the first member to own the queues")
+    second = PushConsumer(
+        cluster.registry.address, "cg-split", {"split": "B", "other": "*"}, unlike,
+        options=PushConsumerOptions(**FAST),
+    ).start()  # fmt: skip
+    made = [first, second]
     try:
         wait_until(
             lambda: "INCONSISTENT" in cli(cluster, "show", "cg-split"), "the inconsistency report"
@@ -198,8 +201,31 @@ def test_members_subscribing_differently_are_reported(
         shown = cli(cluster, "show", "cg-split")
         members = [line for line in shown.splitlines() if line.strip().startswith("member ")]
         assert len(members) == 2, shown
-        assert any("split:*" in m and "other" not in m for m in members), shown
-        assert any("split:B" in m and "other:*" in m for m in members), shown
+        # a tie: the member that came first keeps the queues; the other is excluded
+        assert any("split:*" in m and "other" not in m and "EXCLUDED" not in m for m in members)
+        assert any("split:B" in m and "other:*" in m and "EXCLUDED" in m for m in members)
+        time.sleep(0.5)  # a few rebalances of both
+        assert second.assigned == [] and len(first.assigned) == 4
+        sent = [f"s-{n}".encode() for n in range(8)]
+        for body in sent:  # tag A: the excluded member's filter (B) would have dropped them
+            producer.send(Message(topic="split", body=body, tags="A"))
+        wait_until(lambda: set(sent) <= set(alike.bodies()), "every message to the group")
+        assert not unlike.bodies()
+        # a third member subscribing like the second: now most do, and those two share
+        made.append(
+            PushConsumer(
+                cluster.registry.address, "cg-split", {"split": "B", "other": "*"}, unlike,
+                options=PushConsumerOptions(**FAST),
+            ).start()
+        )  # fmt: skip
+        wait_until(
+            lambda: (
+                first.assigned == []
+                and sorted(q.queue_id for c in made[1:] for q in c.assigned if q.topic == "split")
+                == [0, 1, 2, 3]
+            ),
+            "the majority to take the queues",
+        )
     finally:
         for c in made:
             c.shutdown()

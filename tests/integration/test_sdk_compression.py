@@ -27,6 +27,7 @@ from boltmq import (
     LocalTransactionState,
     Message,
     Producer,
+    ProducerOptions,
     PullConsumer,
     PushConsumer,
     ReceivedMessage,
@@ -130,20 +131,45 @@ def test_long_bodies_are_stored_compressed_and_come_back_whole(
     assert any("body 10 bytes b'short body'" in line for line in lines)
 
 
-def test_a_transaction_commits_a_compressed_body(cluster: Cluster) -> None:
-    body = compressible(5)
-    tx = TransactionProducer(cluster.registry.address, "tx-zipped", _Committed()).start()
-    try:
-        result = tx.send_in_transaction(
-            Message(topic="zipped-tx", body=body), lambda msg: LocalTransactionState.COMMIT
+def test_a_transaction_honours_the_compression_threshold_like_a_producer(
+    cluster: Cluster,
+) -> None:
+    """A committed half message is stored compressed exactly when a Producer of the same
+    options would store the body compressed: the default threshold (4 KiB) and others."""
+    small = compressible(6, 2 * 1024)
+    cases = [  # (options, body, topic)
+        (None, compressible(5), "zipped-tx"),  # 100 KiB over the default 4 KiB
+        (ProducerOptions(compress_body_over=BIG * 2), compressible(5), "unzipped-tx"),
+        (ProducerOptions(compress_body_over=1024), small, "small-zipped-tx"),
+        (None, small, "small-tx"),  # 2 KiB under the default
+    ]
+    with pytest.raises(ValueError, match="send_timeout_ms in options"):
+        TransactionProducer(
+            cluster.registry.address, "tx-bad", _Committed(), send_timeout_ms=1,
+            options=ProducerOptions(),
+        )  # fmt: skip
+    for n, (options, body, topic) in enumerate(cases):
+        tx = TransactionProducer(
+            cluster.registry.address, f"tx-zip-{n}", _Committed(), options=options
+        ).start()
+        try:
+            result = tx.send_in_transaction(
+                Message(topic=topic, body=body), lambda msg: LocalTransactionState.COMMIT
+            )
+        finally:
+            tx.shutdown()
+        assert result.state is LocalTransactionState.COMMIT
+        with Producer(cluster.registry.address, f"pg-zip-{n}", options=options) as plain:
+            assert plain.send(Message(topic=topic, body=body)).status is SendStatus.SEND_OK
+        wait_until(lambda t=topic: len(pull_everything(cluster, t)) == 2, "both messages")
+        from_tx, from_producer = sorted(
+            pull_everything(cluster, topic), key=lambda m: m.commitlog_offset
         )
-    finally:
-        tx.shutdown()
-    assert result.state is LocalTransactionState.COMMIT
-    wait_until(lambda: len(pull_everything(cluster, "zipped-tx")) == 1, "the committed message")
-    (message,) = pull_everything(cluster, "zipped-tx")
-    assert bytes(message.body) == body
-    assert message.sys_flag & ZLIB_SYS_FLAG == ZLIB_SYS_FLAG and message.total_size < BIG // 4
+        assert bytes(from_tx.body) == bytes(from_producer.body) == body
+        zipped = from_tx.sys_flag & ZLIB_SYS_FLAG == ZLIB_SYS_FLAG
+        assert zipped == (from_producer.sys_flag & ZLIB_SYS_FLAG == ZLIB_SYS_FLAG), topic
+        assert zipped == (topic in ("zipped-tx", "small-zipped-tx")), topic
+        assert (from_tx.total_size < len(body) // 2) == zipped
 
 
 class _Committed:

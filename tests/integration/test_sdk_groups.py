@@ -13,6 +13,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 from boltmq import MessageQueue, Producer, PushConsumer
 from tests.integration.conftest import Cluster
@@ -145,11 +146,17 @@ def test_a_killed_member_is_expired_by_the_broker_and_its_queues_taken_over(
 
 
 def test_broadcasting_delivers_every_message_to_every_member(
-    producer: Producer, consumers: Callable[..., PushConsumer]
+    producer: Producer, consumers: Callable[..., PushConsumer], tmp_path: Path
 ) -> None:
     send_all(producer, "news", [b"seed"])
     members = [Collector() for _ in range(3)]
-    started = [consumers("cg-news", {"news": "*"}, m, model="BROADCASTING") for m in members]
+    started = [
+        consumers(
+            "cg-news", {"news": "*"}, m, model="BROADCASTING",
+            offset_store_dir=str(tmp_path), instance_name=f"member-{n}",
+        )
+        for n, m in enumerate(members)
+    ]  # fmt: skip
     wait_until(
         lambda: all(len(c.assigned) == QUEUES for c in started), "every member to read every queue"
     )

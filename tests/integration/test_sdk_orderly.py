@@ -1,14 +1,18 @@
-"""Orderly consumption end to end: per-key order, one consume thread, retry in place.
+"""Orderly consumption end to end: per-key order, one consume thread, retry in place,
+queue locks handed over.
 
 A sharding key keeps each key on one queue; an orderly PushConsumer delivers a
 queue's messages one at a time, in order, and retries a failed message in place
 (concurrent consumers send it back to the broker's retry topic instead:
-tests/integration/test_retry_delay.py).
+tests/integration/test_retry_delay.py). A member joining while messages stream in
+gets half the queues once the first member has committed and unlocked them: no key
+is delivered out of order, twice, or by two members at once.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -119,3 +123,73 @@ def test_a_failed_listener_gets_the_same_messages_again(
     assert {m: attempts[m] for m in wanted} == {m: 3 for m in wanted}
     delivered = Counter(g.msg_id for g in collector.got)
     assert {m: delivered[m] for m in wanted} == {m: 3 for m in wanted}
+
+
+# ================================================================ lock handover
+class KeyWatch:
+    """A listener for several members at once: records which member got each step of each
+    sharding key, and every time two calls held one key at once (which a queue lock
+    forbids: a key stays on one queue)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, list[tuple[str, int]]] = {}
+        self.overlaps: list[str] = []
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+
+    def member(self, name: str) -> Callable[[list[ReceivedMessage]], None]:
+        def listener(messages: list[ReceivedMessage]) -> None:
+            for m in messages:
+                key, step = bytes(m.body).decode().split(":")
+                with self._lock:
+                    if key in self._busy:
+                        self.overlaps.append(key)
+                    self._busy.add(key)
+                    self.steps.setdefault(key, []).append((name, int(step)))
+                time.sleep(0.002)  # widen the window another member could step into
+                with self._lock:
+                    self._busy.discard(key)
+
+        return listener
+
+    def count(self) -> int:
+        with self._lock:
+            return sum(len(s) for s in self.steps.values())
+
+
+def test_the_queue_lock_moves_to_a_member_joining_mid_stream_without_reordering_a_key(
+    producer: Producer, consumers: Callable[..., PushConsumer]
+) -> None:
+    keys, steps = [f"k{n}" for n in range(8)], 40
+    watch = KeyWatch()
+
+    def send(step: int) -> None:
+        for key in keys:
+            body = f"{key}:{step}".encode()
+            producer.send(Message(topic="handover", body=body), sharding_key=key)
+
+    send(0)  # the topic exists before the consumer starts
+    first = consumers("cg-handover", {"handover": "*"}, watch.member("first"), orderly=True)
+    sending = threading.Thread(target=lambda: [send(step) for step in range(1, steps)])
+    sending.start()  # the load: sends go on while the second member joins
+    try:
+        wait_until(lambda: watch.count() >= len(keys) * steps // 4, "a quarter consumed")
+        second = consumers("cg-handover", {"handover": "*"}, watch.member("second"), orderly=True)
+        wait_until(
+            lambda: len(first.assigned) == len(second.assigned) == QUEUES // 2,
+            "the first member to hand two locked queues over",
+        )
+    finally:
+        sending.join()
+    wait_until(lambda: watch.count() >= len(keys) * steps, "every message")
+    time.sleep(0.5)  # a duplicate would show by now
+    assert watch.overlaps == []
+    moved = 0
+    for key in keys:
+        got = watch.steps[key]
+        assert [s for _, s in got] == list(range(steps)), (key, got)  # in order, once each
+        members = [name for name, _ in got]
+        if len(set(members)) == 2:  # handed over once: the first member's steps, then none
+            moved += 1
+            assert members == sorted(members), (key, members)  # "first" < "second"
+    assert moved > 0  # some key's queue changed hands mid-stream

@@ -19,7 +19,7 @@ PUB / SUB    | SendMessage (topic PUB; a half message also its producer group's 
 ANY ACCOUNT  | read-only cluster views (ListTopics, TopicStatus, ListGroups,
              | GroupProgress, GetBrokerInfo)
 ADMIN        | UpsertTopic, DeleteTopic, UpsertGroup, DeleteGroup, GetGroup, GetConnections,
-             | GetTrafficStats, ResetOffset,
+             | GetTrafficStats, ResetOffset, TrackMessage,
              | Promote, ViewMessage, GetMetadata, ResendDeadLetters, GetAcl, UpdateAcl,
              | and any call not listed
              | (a new call is admin-only until it is given a row here)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from boltmq.v1 import broker_pb2, store_pb2
 from services.broker.admin import group_settings
+from services.broker.admin.message_track import MessageTracker
 from services.broker.clients.client_manager import ClientManager
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
@@ -58,6 +59,13 @@ class AdminProcessor:
         self._advertised_address = advertised_address
         """``host:port`` of this broker, known once the server is bound."""
         self._traffic = traffic
+        self._tracker = MessageTracker(store, offsets, clients)
+
+    async def track_message(
+        self, request: broker_pb2.TrackMessageRequest
+    ) -> broker_pb2.TrackMessageResponse:
+        """What became of one message for every group of its topic (:mod:`.message_track`)."""
+        return await self._tracker.track(request)
 
     async def broker_info(self) -> broker_pb2.BrokerInfo:
         """Who this broker is and what its store reports."""
@@ -134,8 +142,8 @@ class AdminProcessor:
                     since_ms=c.since_ms,
                     model=c.model,
                     subscriptions=[
-                        broker_pb2.ConsumerSubscription(topic=t, expression=e)
-                        for t, e in c.subscriptions
+                        broker_pb2.ConsumerSubscription(topic=t, expression=e, expression_type=k)
+                        for t, e, k in c.subscriptions
                     ],
                 )
                 for c in self._clients.connections(name, producers=request.kind == "producer")
@@ -166,6 +174,7 @@ class AdminProcessor:
         members = self._clients.members(name)
         if config is None and not members:
             raise NotFound(f"group: consumer group {name!r} is unknown")
+        sharing = set(self._clients.allocation_ids(name))
         response = broker_pb2.GetGroupResponse(
             inconsistent=len({m.subscriptions for m in members}) > 1,
             members=[
@@ -173,9 +182,10 @@ class AdminProcessor:
                     client_id=m.client_id,
                     model=m.model,
                     subscriptions=[
-                        broker_pb2.ConsumerSubscription(topic=t, expression=e)
-                        for t, e in m.subscriptions
+                        broker_pb2.ConsumerSubscription(topic=t, expression=e, expression_type=k)
+                        for t, e, k in m.subscriptions
                     ],
+                    excluded=m.client_id not in sharing,
                 )
                 for m in members
             ],
@@ -272,7 +282,7 @@ class AdminProcessor:
         group = check_group("group", request.group)
         committed = self._offsets.offsets_of_group(group)
         live = self._clients.consumer_group(group)
-        topics = set(committed) | {topic for topic, _ in (live.subscriptions if live else ())}
+        topics = set(committed) | {s[0] for s in (live.subscriptions if live else ())}
         if not topics and self._groups.get(group) is None:
             raise NotFound(f"group: consumer group {group!r} is unknown")
         progress: list[broker_pb2.QueueProgress] = []

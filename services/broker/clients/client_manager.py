@@ -7,11 +7,19 @@ every member must see the same order. A client silent for
 :meth:`ClientManager.expire` forgets them for good when the broker's periodic
 scan runs. Time comes from an injected millisecond clock.
 
-Members of one group should subscribe alike. When they do not (other topics
-or expressions), the group's subscriptions are those of the last heartbeat,
-as in RocketMQ (each pull still filters with the expression its consumer
-sends); the change is logged and ``boltmq admin group show`` lists every
-member's own subscriptions (:meth:`ClientManager.members`).
+Members of one group should subscribe alike. When they do not (other topics,
+expressions or expression types), queues shared among them would be filtered
+by whichever member got each one, silently dropping what the others wanted.
+So the broker does not split the group's queues among them: the member list a
+consumer shares queues by (:meth:`ClientManager.allocation_ids`, answered to
+GetConsumerList) holds only the members that subscribe as most live members do
+(a tie goes to the subscriptions of the member that heartbeated first); the
+others get no queues until they subscribe alike (or the others leave). The
+change is logged, ``boltmq admin group show`` lists every member's own
+subscriptions and marks the excluded ones (:meth:`ClientManager.members`), and
+the excluded consumer logs that it got no queues. The group's subscriptions
+as a whole (:meth:`ClientManager.consumer_group`) are those of the last
+heartbeat, as in RocketMQ.
 
 Each heartbeat also says how the client connects (:class:`ClientInfo`: the
 address the broker saw it come from, its language and SDK version); the
@@ -35,8 +43,8 @@ MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
 
 log = logging.getLogger(__name__)
 
-Subscriptions = tuple[tuple[str, str], ...]
-"""``(topic, expression)`` pairs, sorted."""
+Subscriptions = tuple[tuple[str, str, str], ...]
+"""``(topic, expression, expression type)`` triples, sorted (type TAG or SQL92)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +54,8 @@ class ConsumerGroupHeartbeat:
     group: str
     model: str = CLUSTERING
     orderly: bool = False
-    subscriptions: tuple[tuple[str, str], ...] = ()
-    """``(topic, expression)`` pairs."""
+    subscriptions: Subscriptions = ()
+    """``(topic, expression, expression type)`` triples."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +149,8 @@ class ClientManager:
             subscriptions = tuple(sorted(set(beat.subscriptions)))
             if subscriptions != entry.subscriptions and len(entry.last_seen_ms) > 1:
                 log.warning(
-                    "consumer group %s: %s subscribes %s, the group had %s; the last heartbeat "
-                    "wins (members should subscribe alike)",
+                    "consumer group %s: %s subscribes %s, the group had %s; only the members "
+                    "subscribing as most do get queues (members should subscribe alike)",
                     beat.group,
                     client_id,
                     list(subscriptions),
@@ -195,6 +203,24 @@ class ClientManager:
         """Live members of a consumer group, sorted (every member sees the same order)."""
         entry = self._consumers.get(group)
         return [] if entry is None else self._live(entry.last_seen_ms)
+
+    def allocation_ids(self, group: str) -> list[str]:
+        """The live members that share the group's queues, sorted: those subscribing as
+        most live members do (a tie: as the member that heartbeated first); every live
+        member when they all subscribe alike (module docstring)."""
+        entry = self._consumers.get(group)
+        members = self.members(group)
+        if entry is None or len({m.subscriptions for m in members}) <= 1:
+            return [m.client_id for m in members]
+        joined = {client_id: n for n, client_id in enumerate(entry.last_seen_ms)}
+        by_subscriptions: dict[Subscriptions, list[str]] = {}
+        for m in members:
+            by_subscriptions.setdefault(m.subscriptions, []).append(m.client_id)
+        chosen = max(
+            by_subscriptions.values(),
+            key=lambda ids: (len(ids), -min(joined[c] for c in ids)),
+        )
+        return sorted(chosen)
 
     def producer_ids(self, group: str) -> list[str]:
         """Live members of a producer group, sorted."""

@@ -18,6 +18,7 @@ from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.metadata.group_access import GroupAccess
 from services.broker.metadata.names import (
     check_client_id,
+    check_expression_type,
     check_group,
     check_subscription,
     check_topic,
@@ -112,8 +113,9 @@ class ClientProcessor:
             self._locks.unlock_client(group, client_id)
 
     def consumer_list(self, request: broker_pb2.GetConsumerListRequest) -> list[str]:
-        """Live members of a consumer group, sorted (empty when nobody heartbeats)."""
-        return self._clients.consumer_ids(check_group("group", request.group))
+        """The live members of a consumer group that share its queues, sorted (those
+        subscribing unlike most are left out: :meth:`ClientManager.allocation_ids`)."""
+        return self._clients.allocation_ids(check_group("group", request.group))
 
     async def update_offset(self, request: broker_pb2.UpdateConsumerOffsetRequest) -> None:
         """Commit a group's offset on one queue."""
@@ -180,8 +182,10 @@ def _consumer_beat(index: int, beat: broker_pb2.ConsumerGroupHeartbeat) -> Consu
     subscriptions = []
     for number, sub in enumerate(beat.subscriptions):
         check_topic(f"{field}.subscriptions[{number}].topic", sub.topic)
-        check_subscription(f"{field}.subscriptions[{number}].expression", sub.expression)
-        subscriptions.append((sub.topic, sub.expression or "*"))
+        where = f"{field}.subscriptions[{number}].expression"
+        check_subscription(where, sub.expression, sub.expression_type, f"{where}_type")
+        kind = check_expression_type(f"{where}_type", sub.expression_type)
+        subscriptions.append((sub.topic, sub.expression or "*", kind))
     return ConsumerGroupHeartbeat(beat.group, model, beat.orderly, tuple(subscriptions))
 
 

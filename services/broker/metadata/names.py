@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from boltmq.wire import sql_filter
 from boltmq.wire.topic import (
     InvalidGroup,
     InvalidTopic,
@@ -55,10 +56,34 @@ def check_client_id(field: str, client_id: str) -> str:
     return client_id
 
 
-def check_subscription(field: str, expression: str) -> str:
-    """``*``, empty, or tags joined by ``||``; an empty tag between bars is an error."""
+def check_expression_type(field: str, expression_type: str) -> str:
+    """TAG (also for ``""``) or SQL92, else raise naming ``field``."""
+    try:
+        return sql_filter.check_expression_type(expression_type)
+    except ValueError as exc:
+        raise InvalidArgument(f"{field}: {exc}") from None
+
+
+def check_sql_filter(field: str, expression: str) -> sql_filter.SqlFilter:
+    """The parsed SQL92 filter, or InvalidArgument naming ``field`` and the error's position."""
+    try:
+        return sql_filter.parse_filter(expression)
+    except sql_filter.InvalidFilter as exc:
+        raise InvalidArgument(f"{field}: {exc}") from None
+
+
+def check_subscription(
+    field: str, expression: str, expression_type: str = "", type_field: str = "expression_type"
+) -> str:
+    """``*``, empty, or tags joined by ``||``; an empty tag between bars is an error.
+
+    With ``expression_type`` (the request's ``type_field``) SQL92, a condition
+    :mod:`boltmq.wire.sql_filter` parses."""
     if len(expression) > SUBSCRIPTION_MAX_LENGTH:
         raise InvalidArgument(f"{field}: expression is longer than {SUBSCRIPTION_MAX_LENGTH}")
+    if check_expression_type(type_field, expression_type) == sql_filter.SQL92:
+        check_sql_filter(field, expression)
+        return expression
     text = expression.strip()
     if text in ("", "*"):
         return expression

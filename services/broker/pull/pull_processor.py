@@ -1,7 +1,8 @@
 """PullMessage: check topic, queue and group, commit the piggybacked offset, read, long-poll.
 
 The store does the reading and the tag filtering; the broker adds what only
-it knows (perm bits, groups, offsets) and long polling: when the store says
+it knows (perm bits, groups, offsets), SQL92 property filters
+(:mod:`services.broker.pull.property_filter`) and long polling: when the store says
 the queue holds nothing at or after the offset (OFFSET_OVERFLOW_ONE,
 NO_MESSAGE_IN_QUEUE, or a queue not yet written) and the client allows a
 suspend, the pull is parked in the :class:`LongPollHub` until an arrival
@@ -31,14 +32,20 @@ from typing import Any, TypeVar
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.pull_answer import PULL_QUEUES_MAX, PullAnswer, QueuesAnswer, answer_frame
+from boltmq.wire.sql_filter import SQL92, SqlFilter
 from services.broker.arrivals.long_poll import ArrivalToken, LongPollHub
 from services.broker.config import BrokerConfig
 from services.broker.errors import InvalidArgument
 from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.metadata.group_access import GroupAccess
-from services.broker.metadata.names import check_subscription
+from services.broker.metadata.names import (
+    check_expression_type,
+    check_sql_filter,
+    check_subscription,
+)
 from services.broker.metadata.offset_reset import OffsetResets
 from services.broker.metadata.topic_config import TopicConfig, TopicConfigManager
+from services.broker.pull.property_filter import filter_answer, filter_response
 from services.broker.pull.read_check import check_queue_count, check_read_queue, readable_topic
 from services.broker.store.store_client import StoreClient
 from services.broker.store.store_role import StoreRole
@@ -97,7 +104,7 @@ class PullProcessor:
         config = readable_topic(self._topics, "topic", request.topic)
         check_read_queue(config, "queue_id", request.queue_id)
         _check_numbers(request, ("queue_offset", "max_messages", "max_bytes", "suspend_timeout_ms"))
-        check_subscription("subscription", request.subscription)
+        condition = _condition("subscription", request.subscription, request.expression_type)
         await self._groups.require_consumable("consumer_group", request.consumer_group)
         self._commit(request.consumer_group, request)
         store_request = store_pb2.PullRequest(
@@ -106,7 +113,7 @@ class PullProcessor:
             queue_offset=request.queue_offset,
             max_messages=request.max_messages,
             max_bytes=request.max_bytes,
-            subscription=request.subscription,
+            subscription=request.subscription if condition is None else "*",
             raw_records=request.raw_records,
         )
         offset = request.queue_offset
@@ -117,7 +124,10 @@ class PullProcessor:
             if moved is not None:
                 return PullAnswer.parse(_reset_answer(moved).SerializeToString()), False
             answer = await self._store.pull_answer(store_request)
-            return answer, parkable(answer.response.status, offset)
+            status = answer.response.status
+            if condition is not None:
+                answer = filter_answer(answer, condition)
+            return answer, parkable(status, offset)
 
         answer = await self._read_or_park(
             read, [(request.topic, request.queue_id, offset)], request.suspend_timeout_ms
@@ -138,6 +148,7 @@ class PullProcessor:
         _check_numbers(request, ("max_messages", "max_bytes", "suspend_timeout_ms"))
         configs: dict[str, TopicConfig] = {}  # a topic's queues are checked against it once
         seen: dict[tuple[str, int], int] = {}
+        conditions: list[SqlFilter | None] = []
         for n, pull in enumerate(pulls):
             topic, queue_id = pull.topic, pull.queue_id
             config = configs.get(topic)
@@ -149,7 +160,9 @@ class PullProcessor:
                 raise InvalidArgument(
                     f"pulls[{n}].queue_offset: must not be negative, got {pull.queue_offset}"
                 )
-            check_subscription(f"pulls[{n}].subscription", pull.subscription)
+            conditions.append(
+                _condition(f"pulls[{n}].subscription", pull.subscription, pull.expression_type)
+            )
             first = seen.setdefault((topic, queue_id), n)
             if first != n:
                 raise InvalidArgument(
@@ -167,6 +180,7 @@ class PullProcessor:
                 request.max_messages,
                 request.max_bytes,
                 tokens,
+                conditions,
             ),
             queues,
             request.suspend_timeout_ms,
@@ -184,13 +198,16 @@ class PullProcessor:
         max_messages: int,
         max_bytes: int,
         tokens: list[ArrivalToken],
+        conditions: Sequence[SqlFilter | None] | None = None,
     ) -> tuple[QueuesAnswer, bool]:
         """The store's answer to ``pulls`` (``queues`` their (topic, queue_id, offset)), and
         whether no queue has anything new; the store is asked only of the queues that may
         have news: one it watches from the pull's offset has had no arrival since it last
         answered "nothing new" there, and that answer is given again
         (:meth:`LongPollHub.idle_answers`). Answers stop where the store's stop (max_bytes).
-        A queue reset for the group is answered OFFSET_RESET, not asked (module docstring)."""
+        A queue reset for the group is answered OFFSET_RESET, not asked (module docstring).
+        ``conditions[i]``: the SQL92 filter of ``pulls[i]`` (None: a tag expression)."""
+        conditions = conditions or [None] * len(pulls)
         hub = self._hub
         kept = hub.idle_answers(queues)
         moved = False
@@ -210,7 +227,7 @@ class PullProcessor:
                         queue_id=pulls[n].queue_id,
                         queue_offset=pulls[n].queue_offset,
                         max_messages=max_messages,
-                        subscription=pulls[n].subscription,
+                        subscription=pulls[n].subscription if conditions[n] is None else "*",
                         raw_records=True,
                     )
                     for n in asked
@@ -226,6 +243,8 @@ class PullProcessor:
                 )
             else:
                 idle = False
+        if any(conditions[n] is not None for n in asked):
+            read = _filtered(read, [conditions[n] for n in asked])
         if len(asked) == len(pulls):
             return read, idle
         fetched = iter(read.framed())
@@ -285,6 +304,30 @@ def _reset_answer(offset: int) -> store_pb2.PullResponse:
     no queue range (min and max 0: the store was not asked; the broker's lag metric keeps
     the queue end it last saw)."""
     return store_pb2.PullResponse(status=message_pb2.OFFSET_RESET, next_begin_offset=offset)
+
+
+def _condition(field: str, expression: str, expression_type: str) -> SqlFilter | None:
+    """A pull's SQL92 filter (None for a tag expression, which the store applies);
+    ``field`` names the expression, its type field is beside it (``expression_type``)."""
+    type_field = field.rpartition(".")[0] + "." if "." in field else ""
+    type_field += "expression_type"
+    check_subscription(field, expression, expression_type, type_field)
+    if check_expression_type(type_field, expression_type) != SQL92:
+        return None
+    return check_sql_filter(field, expression)
+
+
+def _filtered(read: QueuesAnswer, conditions: Sequence[SqlFilter | None]) -> QueuesAnswer:
+    """The store's answers with each SQL92 pull's kept to its matching records
+    (``conditions[i]`` is the condition of ``read``'s i-th answer)."""
+    answers: list[tuple[store_pb2.PullResponse, bytes | memoryview]] = []
+    for (response, frame), condition in zip(read.framed(), conditions, strict=False):
+        if condition is None:
+            answers.append((response, frame))
+        else:
+            kept = filter_response(response, condition)
+            answers.append((kept, answer_frame(kept)))
+    return QueuesAnswer.assemble(answers)
 
 
 def _check_numbers(request: Any, fields: tuple[str, ...]) -> None:

@@ -141,3 +141,22 @@ def test_a_connection_is_forgotten_once_its_client_left_every_group(clock: Manua
     assert again.since_ms == 1_000_000 + 9_000  # a new connection
     clients.unregister("p-1", ["pg"], [])
     assert clients.connections("pg", producers=True) == []
+
+
+def test_only_members_subscribing_as_most_do_share_the_queues(clock: ManualClock) -> None:
+    clients = ClientManager(EXPIRY_MS, clock)
+    tag_a = ("orders", "A", "TAG")
+    sql = ("orders", "a > 1", "SQL92")
+    clients.heartbeat("c-2", [], [beat("g1", tag_a)])
+    clients.heartbeat("c-1", [], [beat("g1", sql)])  # unlike the first: a tie, c-2 joined first
+    assert clients.consumer_ids("g1") == ["c-1", "c-2"]
+    assert clients.allocation_ids("g1") == ["c-2"]
+    clients.heartbeat("c-3", [], [beat("g1", sql)])  # now most subscribe by SQL
+    assert clients.allocation_ids("g1") == ["c-1", "c-3"]
+    clients.heartbeat("c-2", [], [beat("g1", sql)])  # it subscribes alike: it shares again
+    assert clients.allocation_ids("g1") == ["c-1", "c-2", "c-3"]
+    clients.heartbeat("c-2", [], [beat("g1", ("orders", "a > 1", "TAG"))])  # the type counts
+    assert clients.allocation_ids("g1") == ["c-1", "c-3"]
+    clock.advance(EXPIRY_MS + 1)  # everyone silent: nobody shares
+    assert clients.allocation_ids("g1") == []
+    assert clients.allocation_ids("unknown") == []
