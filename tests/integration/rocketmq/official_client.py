@@ -1,0 +1,49 @@
+"""Running the official RocketMQ 5 Python client against a BoltMQ cluster.
+
+The client (``rocketmq-python-client``, pinned in clients/rocketmq-python/requirements.lock)
+lives in its own venv, ``.venv-rocketmq/`` (``make rocketmq-clients``): its generated
+``apache.rocketmq.v2`` stubs must not meet the broker's in one process. The tests run the
+scripts beside this module with that venv's Python; each prints one JSON line per event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+RMQ_PYTHON = REPO_ROOT / ".venv-rocketmq" / "bin" / "python"
+SCRIPTS = Path(__file__).resolve().parent
+RUN_TIMEOUT_S = 120
+
+needs_official_client = pytest.mark.skipif(
+    not RMQ_PYTHON.exists(), reason="the official client's venv is missing (make rocketmq-clients)"
+)
+
+
+def run_client(
+    script: str, *args: str, credentials: tuple[str, str] = ("", "")
+) -> list[dict[str, Any]]:
+    """Run ``script`` with the official client; its events (JSON lines), in order."""
+    env = {**os.environ, "RMQ_AK": credentials[0], "RMQ_SK": credentials[1]}
+    env.pop("PYTHONPATH", None)  # the client's venv sees none of BoltMQ
+    done = subprocess.run(
+        [str(RMQ_PYTHON), str(SCRIPTS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env=env,
+        cwd=SCRIPTS,
+    )
+    assert done.returncode == 0, f"{script} exited {done.returncode}: {done.stderr[-3000:]}"
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def of(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The events of one kind."""
+    return [e for e in events if e["event"] == kind]
