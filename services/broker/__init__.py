@@ -9,6 +9,8 @@ The map, top (the edge and the assembly) to bottom (what everything uses):
 - ``admin/``: the operators' calls on topics, groups, messages and the broker's role.
 - ``clients/``: heartbeats and group members, orderly consumers' queue locks, offset commits.
 - ``send/``: SendMessage: the batch checks and the send processor.
+- ``pop/``: POP consumption (receive, ack, change invisibility, dead-letter): the in-broker
+  service and its receipt handles.
 - ``pull/``: PullMessage and PullQueues: the read checks and the pull processor.
 - ``retry/``: retry and dead-letter topics, ConsumerSendBack, dead letters listed and resent.
 - ``transaction/``: half messages, their decision, check-back and its producer streams.
@@ -19,7 +21,7 @@ The map, top (the edge and the assembly) to bottom (what everything uses):
   copy of its master broker's metadata.
 - ``arrivals/``: the long-poll hub where pulls wait, and the store's arrival stream waking them.
 - ``access/``: the ACL (kept in the store), signed-call checks, client limits, the interceptor.
-- ``metadata/``: the topic, group, consumer-offset and delay-offset tables, their JSON
+- ``metadata/``: the topic, group, consumer-offset, delay-offset and POP-state tables, their JSON
   documents, the names they accept, and saving them in the store.
 - ``store/``: the broker's client of its store, the append stream, the store's role.
 - ``config.py``: ``BrokerConfig``, every setting with its unit and check.

@@ -52,9 +52,11 @@ from services.broker.metadata.delay_offset import DelayOffsetManager
 from services.broker.metadata.group_access import GroupAccess
 from services.broker.metadata.offset_reset import OffsetResets
 from services.broker.metadata.persister import MetadataPersister
+from services.broker.metadata.pop_state import PopState
 from services.broker.metadata.subscription_group import SubscriptionGroupManager
 from services.broker.metadata.topic_config import TopicConfigManager
 from services.broker.metrics import BrokerMetrics
+from services.broker.pop.pop_service import PopService
 from services.broker.pull.pull_processor import PullProcessor
 from services.broker.retry.dead_letter import DeadLetterProcessor
 from services.broker.retry.retry_topic import RetryTopics
@@ -88,6 +90,7 @@ class Broker:
         self.offsets = ConsumerOffsetManager()
         self.resets = OffsetResets()
         self.delay_offsets = DelayOffsetManager()
+        self.pop_state = PopState()
         self.persister = MetadataPersister(
             self.store,
             self.topics,
@@ -95,6 +98,7 @@ class Broker:
             self.offsets,
             config.offset_persist_interval_ms,
             self.delay_offsets,
+            self.pop_state,
         )
         self._build_cluster(config, client_tls)
         self.clients = ClientManager(config.client_expiry_ms)
@@ -167,6 +171,18 @@ class Broker:
             config.auto_create_burst,
         )
         group_access = GroupAccess(self.groups, self.persister, creations)
+        self.pop = PopService(
+            config,
+            self.topics,
+            group_access,
+            self.offsets,
+            self.pop_state,
+            self.store,
+            self.hub,
+            self.role,
+            publisher,
+        )
+        """POP consumption, the in-broker API (:mod:`services.broker.pop.pop_service`)."""
         admin = AdminProcessor(
             config,
             self.topics,
@@ -228,6 +244,7 @@ class Broker:
                 self.role,
                 self.persister,
             ),
+            self.pop,
         )
 
     async def start(self, advertised_address: str) -> None:

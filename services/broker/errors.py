@@ -55,3 +55,14 @@ class TooManyStreams(BrokerError):
     """A caller holds as many long-lived streams of a kind as one caller may."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class ReceiptHandleInvalid(InvalidArgument):
+    """A POP receipt handle that does not decode, or that this broker did not issue for the
+    group and topic it came with (forged or altered): INVALID_ARGUMENT."""
+
+
+class ReceiptHandleStale(FailedPrecondition):
+    """A genuine POP receipt handle whose delivery is over: the message was acked or
+    dead-lettered, or its invisible time ran out and it was received again (a newer handle
+    holds it): FAILED_PRECONDITION. Never acks or changes the newer delivery."""

@@ -28,6 +28,8 @@ from services.broker.admin.offset_admin import OffsetAdmin
 from services.broker.clients.client_processor import ClientProcessor
 from services.broker.metadata.names import check_client_id, check_group
 from services.broker.metrics import BrokerMetrics
+from services.broker.pop import receipt_handle
+from services.broker.pop.pop_service import PopService
 from services.broker.pull.pull_processor import PullProcessor
 from services.broker.retry.dead_letter import DeadLetterProcessor
 from services.broker.retry.send_back import SendBackProcessor
@@ -58,6 +60,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         acl: AclAdmin,
         metrics: BrokerMetrics,
         offset_admin: OffsetAdmin,
+        pop: PopService,
     ) -> None:
         self._send = send
         self._pull = pull
@@ -74,6 +77,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         """Pull traffic counters (the send processor counts sends)."""
         self._offset_admin = offset_admin
         """SearchOffset and ResetOffset."""
+        self._pop = pop
+        """ReceiveMessages, AckMessage and ChangeInvisibleDuration."""
 
     @answers_errors
     async def SendMessage(
@@ -397,6 +402,66 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> broker_pb2.ResendDeadLettersResponse:
         """Copies of dead letters back to the topics they first failed on."""
         return await self._dead_letters.resend(request)
+
+    @answers_errors
+    async def ReceiveMessages(
+        self, request: broker_pb2.ReceiveMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.ReceiveMessagesResponse:
+        """POP: messages for a group, each invisible until acked; long-polls."""
+        popped = await self._pop.receive(
+            request.group,
+            request.topic,
+            request.subscription,
+            request.max_messages,
+            request.invisible_ms,
+            request.wait_ms,
+            request.fifo,
+        )
+        for p in popped:
+            self._metrics.pulled(
+                request.group, request.topic, p.message.queue_id, 1, p.message.ByteSize(), 0
+            )
+        return broker_pb2.ReceiveMessagesResponse(
+            messages=[
+                broker_pb2.ReceivedMessage(
+                    message=p.message,
+                    receipt_handle=p.receipt_handle,
+                    delivery_attempt=p.delivery_attempt,
+                    invisible_until_ms=p.invisible_until_ms,
+                )
+                for p in popped
+            ]
+        )
+
+    @answers_errors
+    async def AckMessage(
+        self, request: broker_pb2.AckMessageRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.AckMessageResponse:
+        """POP: the delivery a receipt handle names is done."""
+        await self._pop.ack(request.group, request.topic, request.receipt_handle)
+        return broker_pb2.AckMessageResponse()
+
+    @answers_errors
+    async def ChangeInvisibleDuration(
+        self,
+        request: broker_pb2.ChangeInvisibleDurationRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> broker_pb2.ChangeInvisibleDurationResponse:
+        """POP: a delivery stays invisible longer (or shorter); answers its new handle."""
+        handle = await self._pop.change_invisible(
+            request.group, request.topic, request.receipt_handle, request.invisible_ms
+        )
+        return broker_pb2.ChangeInvisibleDurationResponse(
+            receipt_handle=handle, invisible_until_ms=receipt_handle.visible_at_ms(handle)
+        )
+
+    @answers_errors
+    async def ForwardToDeadLetter(
+        self, request: broker_pb2.ForwardToDeadLetterRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.ForwardToDeadLetterResponse:
+        """POP: give up on a delivery; the message goes to the group's dead-letter queue."""
+        await self._pop.forward_to_dead_letter(request.group, request.topic, request.receipt_handle)
+        return broker_pb2.ForwardToDeadLetterResponse()
 
 
 def _offset_answer(offset: int | None) -> broker_pb2.QueryConsumerOffsetResponse:

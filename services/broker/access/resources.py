@@ -11,7 +11,8 @@ Call kind    | Calls
 PUB / SUB    | SendMessage (topic PUB; a half message also its producer group's PUB);
              | EndTransaction, TransactionChecks (producer group PUB; the half's
              | topic PUB where the half is read); PullMessage, PullQueues, offsets, locks,
-             | heartbeat, send-back, dead-letter listing, key queries, SearchOffset
+             | heartbeat, send-back, dead-letter listing, key queries, SearchOffset,
+             | ReceiveMessages, AckMessage, ChangeInvisibleDuration, ForwardToDeadLetter
              | (group / topic SUB);
              | the record a send-back names is checked where it is read
              | (:mod:`services.broker.access.caller`)
@@ -149,6 +150,10 @@ NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "ListGroups": _nothing,
     "GroupProgress": _nothing,
     "GetBrokerInfo": _nothing,
+    "ReceiveMessages": _group_and_topic,
+    "AckMessage": _group_and_topic,
+    "ChangeInvisibleDuration": _group_and_topic,
+    "ForwardToDeadLetter": _group_and_topic,
     "EndTransaction": _producer_group,
     "TransactionChecks": _producer_group,
 }

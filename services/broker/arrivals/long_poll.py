@@ -76,6 +76,11 @@ class LongPollHub:
         """The store's last "nothing new" answer of a queue, with the offset it answered."""
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (shutdown): nothing parks any more."""
+        return self._closed
+
+    @property
     def parked_count(self) -> int:
         """Pulls parked right now."""
         return self._parked_count

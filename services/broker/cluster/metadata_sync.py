@@ -1,6 +1,6 @@
 """MetadataSync: a replica's broker copies its master broker's metadata (docs/ha.md).
 
-Topics, subscription groups, consumer offsets and delay offsets live in each
+Topics, subscription groups, consumer offsets, delay offsets and POP state live in each
 store's ``config/``. A replica's broker fetches the master broker's documents
 (``GetMetadata``) every ``metadata_sync_interval_ms``, loads them into its tables and writes them to
 its own store, so a promoted replica already knows every topic, group and
@@ -34,6 +34,7 @@ from services.broker.errors import BrokerError
 from services.broker.metadata.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from services.broker.metadata.delay_offset import DELAY_OFFSET_FILE
 from services.broker.metadata.persister import MetadataPersister
+from services.broker.metadata.pop_state import POP_STATE_FILE
 from services.broker.metadata.subscription_group import (
     SUBSCRIPTION_GROUP_FILE,
     SubscriptionGroupManager,
@@ -190,6 +191,8 @@ class MetadataSync:
             await self._persister.save_offsets()
         if DELAY_OFFSET_FILE in documents:
             await self._persister.copy_delay_offsets(documents[DELAY_OFFSET_FILE])
+        if POP_STATE_FILE in documents:
+            await self._persister.copy_pop_state(documents[POP_STATE_FILE])
         if SEALED_ACL_FILE in documents and self._credentials is not None:
             try:
                 acl = unseal(

@@ -44,6 +44,10 @@ class GroupAccess:
         """True when unknown groups are created on first use."""
         return self._groups.auto_create
 
+    def settings(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's settings, or None when unknown (nothing created)."""
+        return self._groups.get(group)
+
     def exists(self, group: str) -> bool:
         """True when the group has settings (no creation needed)."""
         return self._groups.get(group) is not None

@@ -1,12 +1,15 @@
 """Loading and saving the broker's metadata through the store.
 
 The broker owns no files: topics.json, subscriptionGroup.json,
-consumerOffset.json and delayOffset.json travel as bytes through the store's GetConfig/PutConfig,
-which writes them atomically under ``<root>/config/``. Topic and group tables
-are saved as soon as they change; offsets, which change on every commit, are
-saved every ``offset_persist_interval_ms`` when they moved, and at shutdown
-(delay offsets the same way: the scheduler repairs a crash between a delivery
-and the next write, see :mod:`services.broker.delay.schedule_service`).
+consumerOffset.json, delayOffset.json and popState.json travel as bytes through
+the store's GetConfig/PutConfig, which writes them atomically under
+``<root>/config/``. Topic and group tables are saved as soon as they change;
+offsets, which change on every commit, are saved every
+``offset_persist_interval_ms`` when they moved, and at shutdown (delay offsets
+the same way: the scheduler repairs a crash between a delivery and the next
+write, see :mod:`services.broker.delay.schedule_service`; POP state too, see
+:mod:`services.broker.metadata.pop_state`, but its secret is written as soon as
+it is created at the first start).
 
 Writes of one file are serialised by a lock and always send the table as it
 is when the lock is taken, so an older snapshot can never land after a newer
@@ -22,6 +25,7 @@ from boltmq.kernel import runtime
 from services.broker.errors import BrokerError
 from services.broker.metadata.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from services.broker.metadata.delay_offset import DELAY_OFFSET_FILE, DelayOffsetManager
+from services.broker.metadata.pop_state import POP_STATE_FILE, PopState
 from services.broker.metadata.subscription_group import (
     SUBSCRIPTION_GROUP_FILE,
     SubscriptionGroupManager,
@@ -43,8 +47,11 @@ class MetadataPersister:
         offsets: ConsumerOffsetManager,
         offset_persist_interval_ms: int,
         delay_offsets: DelayOffsetManager | None = None,
+        pop_state: PopState | None = None,
     ) -> None:
         self._store = store
+        self._pop_state = pop_state or PopState()
+        self._saved_pop_version = 0
         self._delay_offsets = delay_offsets or DelayOffsetManager()
         self._saved_delay_version = 0
         self._topics = topics
@@ -58,6 +65,7 @@ class MetadataPersister:
                 SUBSCRIPTION_GROUP_FILE,
                 CONSUMER_OFFSET_FILE,
                 DELAY_OFFSET_FILE,
+                POP_STATE_FILE,
             )
         }
         self._saved_offsets_version = 0
@@ -86,6 +94,12 @@ class MetadataPersister:
         if delay is not None:
             self._delay_offsets.load_json(delay)
         self._saved_delay_version = self._delay_offsets.version
+        pop = await self._store.get_config(POP_STATE_FILE)
+        if pop is not None:
+            self._pop_state.load_json(pop)
+        self._saved_pop_version = self._pop_state.version
+        if self._pop_state.ensure_secret():
+            await self.save_pop_state()
 
     def start(self) -> None:
         """Save changed offsets every interval, in the background."""
@@ -97,6 +111,7 @@ class MetadataPersister:
         await runtime.cancel_and_wait(task)
         await self.save_offsets()
         await self.save_delay_offsets()
+        await self.save_pop_state()
 
     async def _run(self) -> None:
         while True:
@@ -104,8 +119,11 @@ class MetadataPersister:
             try:
                 await self.save_offsets()
                 await self.save_delay_offsets()
+                await self.save_pop_state()
             except BrokerError as exc:
-                log.warning("cannot save consumer or delay offsets (will retry): %s", exc)
+                log.warning(
+                    "cannot save consumer offsets, delay offsets or POP state (will retry): %s", exc
+                )
 
     def documents(self) -> dict[str, bytes]:
         """Every table as the JSON document it is saved as, by file name."""
@@ -114,6 +132,7 @@ class MetadataPersister:
             SUBSCRIPTION_GROUP_FILE: self._groups.to_json(),
             CONSUMER_OFFSET_FILE: self._offsets.to_json(),
             DELAY_OFFSET_FILE: self._delay_offsets.to_json(),
+            POP_STATE_FILE: self._pop_state.to_json(),
         }
 
     async def save_topics(self) -> None:
@@ -149,4 +168,19 @@ class MetadataPersister:
                 return False
             await self._store.put_config(DELAY_OFFSET_FILE, self._delay_offsets.to_json())
             self._saved_delay_version = version
+            return True
+
+    async def copy_pop_state(self, document: bytes) -> None:
+        """Take the master's popState.json (a replica's MetadataSync) and save it."""
+        self._pop_state.load_json(document)
+        await self.save_pop_state()
+
+    async def save_pop_state(self) -> bool:
+        """Write popState.json when the POP state changed since the last write."""
+        async with self._locks[POP_STATE_FILE]:
+            version = self._pop_state.version
+            if version == self._saved_pop_version:
+                return False
+            await self._store.put_config(POP_STATE_FILE, self._pop_state.to_json())
+            self._saved_pop_version = version
             return True

@@ -1,4 +1,5 @@
-"""Dead letters: listing ``%DLQ%<group>`` and resending its messages (admin).
+"""Dead letters: listing ``%DLQ%<group>`` and resending its messages (admin), and burying
+a message a group gave up on (:func:`bury`: POP consumption's last step).
 
 The DLQ topic is WRITE only, so no consumer pulls it; these admin calls read
 it through the broker's own store connection. Resending appends a copy of a
@@ -16,18 +17,21 @@ import grpc
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.body_compression import BODY_SYS_FLAGS
+from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
 from services.broker.errors import InvalidArgument, NotFound, PermissionDenied, StoreFailed
 from services.broker.metadata.names import check_group
 from services.broker.metadata.topic_config import TopicConfigManager
-from services.broker.retry.retry_topic import dlq_topic
+from services.broker.retry.retry_topic import dlq_topic, ensure_dlq_topic
 from services.broker.retry.send_back import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
+    origin_topic,
+    retry_copy,
 )
 from services.broker.store.store_client import StoreClient
-from services.broker.wire import to_send_response
+from services.broker.wire import STORED, to_send_response
 
 LIST_DEFAULT_MESSAGES = 32
 LIST_MAX_MESSAGES = 1024
@@ -133,3 +137,29 @@ class DeadLetterProcessor:
         if len(response.statuses) != 1:
             raise StoreFailed(grpc.StatusCode.INTERNAL, "store answered no result")
         return to_send_response(response, origin, queue_id, self._config.broker_name)
+
+
+async def bury(
+    topics: TopicConfigManager,
+    publisher: TopicPublisher,
+    store: StoreClient,
+    group: str,
+    record: message_pb2.MessageExt,
+    reconsume_times: int,
+) -> str:
+    """Append a copy of ``record``, which ``group`` consumed and gave up on, to
+    ``%DLQ%<group>`` (created when missing), as ConsumerSendBack does after the last retry:
+    ``RETRY_TOPIC`` names the topic it was consumed from. Returns the copy's message id;
+    StoreFailed when the store did not take it."""
+    copy = retry_copy(record, origin_topic(record, group) or record.topic)
+    config = await ensure_dlq_topic(topics, publisher, group)
+    copy.topic, copy.queue_id, copy.reconsume_times = config.name, 0, reconsume_times
+    response = await store.append([copy], record.born_host)
+    status = response.statuses[0] if response.statuses else message_pb2.UNKNOWN_ERROR
+    if status not in STORED:
+        raise StoreFailed(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the store did not take the dead letter: "
+            f"{message_pb2.PutMessageStatus.Name(status)} {response.errors.get(0, '')}".rstrip(),
+        )
+    return f"{response.msg_id_prefix}{response.commitlog_offsets[0]:016X}"

@@ -104,7 +104,7 @@ class SendBackProcessor:
         if not found.found:
             raise NotFound(f"commitlog_offset: no message at {request.commitlog_offset}")
         original = found.message
-        origin = _origin_topic(original, request.group)
+        origin = origin_topic(original, request.group)
         if origin is None or not caller_may(topic_need(origin, Perm.SUB)):
             raise PermissionDenied(
                 f"commitlog_offset: the message at {request.commitlog_offset} is not one "
@@ -112,7 +112,7 @@ class SendBackProcessor:
                 f"from a topic this account may consume)"
             )
         max_times = request.max_reconsume_times or group_config.retry_max_times
-        copy = _retry_copy(original, origin)
+        copy = retry_copy(original, origin)
         if original.reconsume_times >= max_times or request.delay_level == TO_DLQ:
             config = await ensure_dlq_topic(self._topics, self._publisher, request.group)
             copy.topic, copy.queue_id = config.name, 0
@@ -146,7 +146,7 @@ class SendBackProcessor:
         )
 
 
-def _origin_topic(record: message_pb2.MessageExt, group: str) -> str | None:
+def origin_topic(record: message_pb2.MessageExt, group: str) -> str | None:
     """The topic ``group`` consumed ``record`` from; None when no consumer of the group
     can have received it (step 2 of the module docstring)."""
     if record.topic == retry_topic(group):
@@ -158,7 +158,7 @@ def _origin_topic(record: message_pb2.MessageExt, group: str) -> str | None:
     return origin
 
 
-def _retry_copy(original: message_pb2.MessageExt, origin: str) -> message_pb2.Message:
+def retry_copy(original: message_pb2.MessageExt, origin: str) -> message_pb2.Message:
     """The message as it goes back: same body (and its compression bits), flag, born
     time and user properties, ``RETRY_TOPIC`` = ``origin``."""
     props = {

@@ -79,6 +79,7 @@ def test_the_servicer_ends_a_call_with_the_error_s_status_and_message() -> None:
         unused,
         unused,
         unused,
+        unused,
     )
     context = Context()
     with pytest.raises(Aborted):
@@ -92,7 +93,7 @@ def test_the_servicer_ends_a_call_with_the_error_s_status_and_message() -> None:
 def test_the_check_back_stream_refuses_a_bad_group_with_its_status() -> None:
     unused = cast(Any, None)
     servicer = BrokerServicer(
-        unused, unused, unused, unused, unused, unused, unused, unused, unused, unused
+        unused, unused, unused, unused, unused, unused, unused, unused, unused, unused, unused
     )
     context = Context()
 
