@@ -207,6 +207,8 @@ class Broker:
             self.acl,
             self.registrar.advertised_address,
             client_tls,
+            self.pop,
+            self.groups,
         )
         return BrokerServicer(
             send,

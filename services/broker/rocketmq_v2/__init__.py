@@ -7,10 +7,12 @@ own gRPC server beside BrokerService and maps each call onto the broker's parts:
 - ``servicer``: the gRPC edge; authentication and every answer's Status;
 - ``status``: BoltMQ's errors and send outcomes as the protocol's Code values;
 - ``credentials``: the protocol's signature headers checked against BoltMQ's ACL;
-- ``route``: QueryRoute's queues from the registries;
+- ``route``: QueryRoute's queues from the registries, QueryAssignment's;
 - ``message_mapping``: protocol messages to BoltMQ records and back;
 - ``sender``: SendMessage (normal, FIFO, delay, transaction halves), EndTransaction,
   RecallMessage;
+- ``receiver``: ReceiveMessage, AckMessage, ChangeInvisibleDuration and
+  ForwardMessageToDeadLetterQueue on the broker's POP consumption;
 - ``telemetry_session``: the Telemetry stream: settings, transaction check-backs;
 - ``client_registry``: the live clients from Heartbeat and Telemetry;
 - ``protocol``: builds these parts from the broker's.

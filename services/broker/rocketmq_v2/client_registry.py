@@ -23,6 +23,8 @@ class ClientEntry:
     client_type: int
     group: str = ""
     topics: frozenset[str] = field(default_factory=frozenset)
+    fifo: bool = False
+    """Its Settings asked for FIFO delivery."""
     seen_s: float = 0.0
 
 
@@ -40,13 +42,17 @@ class ClientRegistry:
         client_type: int,
         group: str = "",
         topics: frozenset[str] | None = None,
+        fifo: bool | None = None,
     ) -> None:
-        """Record a call of ``client_id`` (its type; its group and topics when known)."""
+        """Record a call of ``client_id`` (its type; its group, topics and FIFO wish when
+        known)."""
         entry = self._clients.pop(client_id, None) or ClientEntry(client_id, client_type)
         entry.client_type = client_type or entry.client_type
         entry.group = group or entry.group
         if topics is not None:
             entry.topics = topics
+        if fifo is not None:
+            entry.fifo = fifo
         entry.seen_s = self._clock_s()
         self._clients[client_id] = entry  # newest last
         while len(self._clients) > CLIENTS_MAX:
@@ -54,6 +60,11 @@ class ClientRegistry:
 
     def forget(self, client_id: str) -> None:
         self._clients.pop(client_id, None)
+
+    def fifo(self, client_id: str) -> bool:
+        """Whether the client's Settings asked for FIFO delivery."""
+        entry = self._clients.get(client_id)
+        return entry is not None and entry.fifo
 
     def consumers(self, group: str) -> list[str]:
         """Live client ids of a consumer group, sorted (every member sorts alike)."""

@@ -12,6 +12,9 @@ queue count with WRITE.
 BoltMQ topics are untyped: every queue accepts NORMAL, FIFO, DELAY and TRANSACTION
 messages (the clients check a message's type against this list before sending).
 
+QueryAssignment (push consumers) is answered from the same queues: one readable queue
+per broker group (:meth:`Routes.assignments`).
+
 A topic no registry knows is answered from this broker's own topics when it has it
 (it registers within a round), else auto-created here when
 ``auto_create_topic_enable`` is on (as a first send would), else TOPIC_NOT_FOUND.
@@ -143,6 +146,17 @@ class Routes:
         if not queues:
             raise Refused(v2.TOPIC_NOT_FOUND, f"topic {topic!r}: no live master serves it")
         return queues
+
+    async def assignments(self, topic: str) -> list[v2.Assignment]:
+        """QueryAssignment's answer: one readable queue of each broker group. POP reads
+        every queue of the topic on a broker whichever the receive names, and shares the
+        messages among the group's consumers, so each consumer receives from every
+        group."""
+        chosen: dict[str, v2.MessageQueue] = {}
+        for queue in await self.queues(topic):
+            if queue.permission in (v2.READ, v2.READ_WRITE):
+                chosen.setdefault(queue.broker.name, queue)
+        return [v2.Assignment(message_queue=queue) for queue in chosen.values()]
 
     async def _registered(self, topic: str) -> registry_pb2.TopicRoute | None:
         if self._registry is None:

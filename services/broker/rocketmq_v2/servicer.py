@@ -7,12 +7,13 @@ protocol's way): :func:`_answers` authenticates the caller
 unexpected failure into the response's Status, so no call ends in a gRPC error or a
 hang. A call the broker does not serve is answered UNSUPPORTED with the reason.
 
-The calls and who serves them: QueryRoute (:mod:`.route`); Heartbeat,
-NotifyClientTermination and QueryAssignment (:mod:`.client_registry`); SendMessage,
-EndTransaction, RecallMessage (:mod:`.sender`); Telemetry (:mod:`.telemetry_session`).
-Not served (UNSUPPORTED): PullMessage, UpdateOffset, GetOffset, QueryOffset (the
-protocol's pull consumer), SyncLiteSubscription (lite topics), and the consumption
-calls until a POP consumer is in place.
+The calls and who serves them: QueryRoute and QueryAssignment (:mod:`.route`);
+Heartbeat and NotifyClientTermination (:mod:`.client_registry`); SendMessage,
+EndTransaction, RecallMessage (:mod:`.sender`); Telemetry (:mod:`.telemetry_session`);
+ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue
+(:mod:`.receiver`, on POP). Not served (UNSUPPORTED): PullMessage, UpdateOffset,
+GetOffset, QueryOffset (the protocol's pull consumer), SyncLiteSubscription (lite
+topics).
 """
 
 from __future__ import annotations
@@ -36,15 +37,17 @@ from services.broker.rocketmq_v2.credentials import (
     CLIENT_ID_HEADER,
     Credentials,
     header,
+    may_consume_as,
     may_publish,
     may_subscribe,
     require,
 )
 from services.broker.rocketmq_v2.message_mapping import topic_of
+from services.broker.rocketmq_v2.receiver import Receiver, group_of
 from services.broker.rocketmq_v2.route import Routes
 from services.broker.rocketmq_v2.sender import Sender
 from services.broker.rocketmq_v2.status import OK, Refused, code_of_grpc, status
-from services.broker.rocketmq_v2.telemetry_session import TelemetrySession
+from services.broker.rocketmq_v2.telemetry_session import GroupPolicy, TelemetrySession
 from services.broker.servicer import peer_address
 from services.broker.transaction.check_channel import CheckChannels
 
@@ -53,7 +56,6 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = service.DESCRIPTOR.services_by_name["MessagingService"].full_name
 Response = TypeVar("Response")
 CLIENT_ID_MAX = 255
-_CONSUMING = "consumption through this protocol (SimpleConsumer, PushConsumer)"
 
 
 def _status_of(exc: Exception, method: str) -> v2.Status:
@@ -115,15 +117,19 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         credentials: Credentials,
         routes: Routes,
         sender: Sender,
+        receiver: Receiver,
         clients: ClientRegistry,
         checks: CheckChannels,
+        group_policy: Callable[[str], GroupPolicy],
     ) -> None:
         self._config = config
         self.credentials = credentials
         self._routes = routes
         self._sender = sender
+        self._receiver = receiver
         self._clients = clients
         self._checks = checks
+        self._group_policy = group_policy
 
     @_answers(service.QueryRouteResponse)
     async def QueryRoute(
@@ -211,6 +217,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             self._config,
             self._clients,
             self._checks,
+            self._group_policy,
         )
         async for command in session.run(request_iterator):
             yield command
@@ -241,32 +248,58 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     ) -> service.SyncLiteSubscriptionResponse:
         return service.SyncLiteSubscriptionResponse(status=_unsupported("lite topics"))
 
+    @_answers(service.QueryAssignmentResponse)
     async def QueryAssignment(
-        self, request: service.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+        self,
+        request: service.QueryAssignmentRequest,
+        context: grpc.aio.ServicerContext,
+        caller: Caller | None,
     ) -> service.QueryAssignmentResponse:
-        return service.QueryAssignmentResponse(status=_unsupported(_CONSUMING))
+        group = group_of(request.group)
+        topic = topic_of(request.topic, "topic")
+        require(caller, may_consume_as(group), may_subscribe(topic))
+        return service.QueryAssignmentResponse(
+            status=OK, assignments=await self._routes.assignments(topic)
+        )
 
     async def ReceiveMessage(
         self, request: service.ReceiveMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[service.ReceiveMessageResponse]:
-        yield service.ReceiveMessageResponse(status=_unsupported(_CONSUMING))
+        try:
+            caller = self.credentials.caller(context.invocation_metadata())
+            if caller is not None:
+                set_caller(caller)
+            async for answer in self._receiver.receive(request, caller, client_id_of(context)):
+                yield answer
+        except Exception as exc:
+            yield service.ReceiveMessageResponse(status=_status_of(exc, "ReceiveMessage"))
 
+    @_answers(service.AckMessageResponse)
     async def AckMessage(
-        self, request: service.AckMessageRequest, context: grpc.aio.ServicerContext
+        self,
+        request: service.AckMessageRequest,
+        context: grpc.aio.ServicerContext,
+        caller: Caller | None,
     ) -> service.AckMessageResponse:
-        return service.AckMessageResponse(status=_unsupported(_CONSUMING))
+        return await self._receiver.ack(request, caller)
 
+    @_answers(service.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(
-        self, request: service.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+        self,
+        request: service.ChangeInvisibleDurationRequest,
+        context: grpc.aio.ServicerContext,
+        caller: Caller | None,
     ) -> service.ChangeInvisibleDurationResponse:
-        return service.ChangeInvisibleDurationResponse(status=_unsupported(_CONSUMING))
+        return await self._receiver.change_invisible(request, caller)
 
+    @_answers(service.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(
         self,
         request: service.ForwardMessageToDeadLetterQueueRequest,
         context: grpc.aio.ServicerContext,
+        caller: Caller | None,
     ) -> service.ForwardMessageToDeadLetterQueueResponse:
-        return service.ForwardMessageToDeadLetterQueueResponse(status=_unsupported(_CONSUMING))
+        return await self._receiver.forward_to_dead_letter(request, caller)
 
     async def close(self) -> None:
         """Close the registry channels (the broker is stopping)."""

@@ -7,6 +7,10 @@ request timeout, the largest body, and for consumers the batch size and long-pol
 time. The client also writes a Settings every few minutes; each refreshes its entry
 in the :class:`~services.broker.rocketmq_v2.client_registry.ClientRegistry`.
 
+A consumer's answer carries its group's policy (:class:`GroupPolicy`): the deliveries
+before the dead-letter queue, FIFO when the group is orderly, and for push consumers
+the waits before a failed message is delivered again (the broker's delay levels).
+
 A producer's stream also carries transaction check-backs: for each topic its
 Settings publish, the stream registers with BoltMQ's check channels
 (:mod:`services.broker.transaction.check_channel`) under the topic's producer group
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from google.protobuf import duration_pb2
 
@@ -38,6 +43,7 @@ from services.broker.errors import BrokerError
 from services.broker.rocketmq_v2.client_registry import ClientRegistry
 from services.broker.rocketmq_v2.credentials import may_publish
 from services.broker.rocketmq_v2.message_mapping import to_protocol, topic_of
+from services.broker.rocketmq_v2.receiver import group_of
 from services.broker.rocketmq_v2.sender import producer_group_of
 from services.broker.rocketmq_v2.status import OK, Refused, status
 from services.broker.transaction.check_channel import CheckChannel, CheckChannels
@@ -53,8 +59,22 @@ def _duration(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)
 
 
-def server_settings(settings: v2.Settings, config: BrokerConfig) -> v2.Settings:
-    """The broker's answer to a client's Settings."""
+@dataclass(frozen=True)
+class GroupPolicy:
+    """What the broker tells a consumer group's clients."""
+
+    max_attempts: int
+    """Deliveries before the dead-letter queue (the group's retry_max_times + 1)."""
+    orderly: bool
+    """The group consumes in order (consume_message_orderly)."""
+    backoff_ms: tuple[int, ...]
+    """A push consumer's waits before redelivering a failed message, by attempt."""
+
+
+def server_settings(
+    settings: v2.Settings, config: BrokerConfig, policy: GroupPolicy | None = None
+) -> v2.Settings:
+    """The broker's answer to a client's Settings (``policy``: a consumer's group's)."""
     answer = v2.Settings(
         client_type=settings.client_type,
         request_timeout=_duration(config.store_timeout_ms),
@@ -76,11 +96,20 @@ def server_settings(settings: v2.Settings, config: BrokerConfig) -> v2.Settings:
         )
     elif settings.WhichOneof("pub_sub") == "subscription":
         wanted = settings.subscription
+        if policy is not None:
+            answer.backoff_policy.CopyFrom(
+                v2.RetryPolicy(
+                    max_attempts=policy.max_attempts,
+                    customized_backoff=v2.CustomizedBackoff(
+                        next=[_duration(ms) for ms in policy.backoff_ms]
+                    ),
+                )
+            )
         answer.subscription.CopyFrom(
             v2.Subscription(
                 group=wanted.group,
                 subscriptions=wanted.subscriptions,
-                fifo=wanted.fifo,
+                fifo=wanted.fifo or (policy is not None and policy.orderly),
                 receive_batch_size=wanted.receive_batch_size or RECEIVE_BATCH_SIZE,
                 long_polling_timeout=wanted.long_polling_timeout
                 if wanted.HasField("long_polling_timeout")
@@ -122,8 +151,10 @@ class TelemetrySession:
         config: BrokerConfig,
         clients: ClientRegistry,
         checks: CheckChannels,
+        group_policy: Callable[[str], GroupPolicy],
     ) -> None:
         self._client_id = client_id
+        self._group_policy = group_policy
         self._caller = caller
         self._owner = owner
         """Whom the check streams are counted against (access key, else host)."""
@@ -184,7 +215,8 @@ class TelemetrySession:
             return service.TelemetryCommand(status=status(v2.TOO_MANY_REQUESTS, str(exc)))
         return service.TelemetryCommand(status=OK, settings=server_settings(settings, self._config))
 
-    def _record(self, settings: v2.Settings) -> None:
+    def _record(self, settings: v2.Settings) -> GroupPolicy | None:
+        """Record the client; its group's policy when it is a consumer."""
         which = settings.WhichOneof("pub_sub")
         if which == "publishing":
             topics = frozenset(
@@ -194,14 +226,17 @@ class TelemetrySession:
             self._clients.seen(self._client_id, settings.client_type, topics=topics)
             self._listen_for_checks(topics)
         elif which == "subscription":
-            group = settings.subscription.group.name
+            wanted = settings.subscription
+            group = group_of(wanted.group, "settings.subscription.group")
             topics = frozenset(
                 topic_of(s.topic, f"settings.subscription.subscriptions[{i}].topic")
-                for i, s in enumerate(settings.subscription.subscriptions)
+                for i, s in enumerate(wanted.subscriptions)
             )
-            self._clients.seen(self._client_id, settings.client_type, group, topics)
+            self._clients.seen(self._client_id, settings.client_type, group, topics, wanted.fifo)
+            return self._group_policy(group)
         else:
             self._clients.seen(self._client_id, settings.client_type)
+        return None
 
     def _listen_for_checks(self, topics: frozenset[str]) -> None:
         """Register for the check-backs of the published topics (new ones only)."""
