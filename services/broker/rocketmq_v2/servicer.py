@@ -56,10 +56,13 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = service.DESCRIPTOR.services_by_name["MessagingService"].full_name
 Response = TypeVar("Response")
 CLIENT_ID_MAX = 255
+_LOGGED_REFUSALS = frozenset((v2.UNAUTHORIZED, v2.FORBIDDEN))
 
 
 def _status_of(exc: Exception, method: str) -> v2.Status:
     if isinstance(exc, Refused):
+        if exc.code in _LOGGED_REFUSALS:  # access refusals, as BoltMQ's gate logs them
+            log.warning("refused %s: %s: %s", method, v2.Code.Name(exc.code), exc.message)
         return exc.status()
     if isinstance(exc, BrokerError):
         return status(code_of_grpc(exc.code), str(exc))

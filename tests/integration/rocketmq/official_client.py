@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +27,36 @@ needs_official_client = pytest.mark.skipif(
 )
 
 
+def client_log(home: Path) -> str:
+    """What the official client logged (it logs to ``~/logs/rocketmq_python/``)."""
+    path = home / "logs" / "rocketmq_python" / "rocketmq_client.log"
+    return path.read_text() if path.exists() else ""
+
+
 def run_client(
-    script: str, *args: str, credentials: tuple[str, str] = ("", "")
+    script: str, *args: str, credentials: tuple[str, str] = ("", ""), home: Path | None = None
 ) -> list[dict[str, Any]]:
-    """Run ``script`` with the official client; its events (JSON lines), in order."""
-    env = {**os.environ, "RMQ_AK": credentials[0], "RMQ_SK": credentials[1]}
-    env.pop("PYTHONPATH", None)  # the client's venv sees none of BoltMQ
-    done = subprocess.run(
-        [str(RMQ_PYTHON), str(SCRIPTS / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        env=env,
-        cwd=SCRIPTS,
-    )
+    """Run ``script`` with the official client; its events (JSON lines), in order.
+
+    ``home``: the client's home directory, where it writes its log (a temporary one,
+    removed afterwards, when None).
+    """
+    with tempfile.TemporaryDirectory(prefix="rmq-client-") as scratch:
+        env = {
+            **os.environ,
+            "RMQ_AK": credentials[0],
+            "RMQ_SK": credentials[1],
+            "HOME": str(home or scratch),
+        }
+        env.pop("PYTHONPATH", None)  # the client's venv sees none of BoltMQ
+        done = subprocess.run(
+            [str(RMQ_PYTHON), str(SCRIPTS / script), *args],
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            env=env,
+            cwd=SCRIPTS,
+        )
     assert done.returncode == 0, f"{script} exited {done.returncode}: {done.stderr[-3000:]}"
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
