@@ -7,7 +7,8 @@ API): a received message is invisible to the rest of the group for the asked
 time; after the group's ``retry_max_times + 1`` deliveries it goes to ``%DLQ%<group>``.
 The POP receipt handle is the protocol's receipt handle.
 
-- **ReceiveMessage** answers each message, then the receive's Status: OK after
+- **ReceiveMessage** answers the time of delivery (when there are messages: the push
+  consumer measures its latency from it), each message, then the receive's Status: OK after
   messages, MESSAGE_NOT_FOUND when the long poll (``long_polling_timeout``, at most the
   broker's ``long_poll_max_ms``) ended with none. It reads every queue of the topic on
   this broker (POP's rule), whichever of them the request names. A TAG filter
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from google.protobuf import duration_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from boltmq.rocketmq.v2 import definition_pb2 as v2
 from boltmq.rocketmq.v2 import service_pb2 as service
@@ -137,6 +138,10 @@ class Receiver:
                 v2.TOPIC_NOT_FOUND if code == v2.NOT_FOUND and "topic" in str(exc) else code,
                 str(exc),
             ) from None
+        if popped:  # when the broker handed them over (the clients' delivery latency)
+            now = timestamp_pb2.Timestamp()
+            now.GetCurrentTime()
+            yield service.ReceiveMessageResponse(delivery_timestamp=now)
         for message in popped:
             yield service.ReceiveMessageResponse(message=_delivered(message, invisible_ms))
         yield service.ReceiveMessageResponse(

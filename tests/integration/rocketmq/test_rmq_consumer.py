@@ -98,3 +98,23 @@ def test_fifo_messages_are_consumed_in_send_order_per_message_group(cluster: Clu
     for group in ("g0", "g1", "g2"):
         bodies = [r["body"] for r in received if r["group"] == group]
         assert bodies == [f"{group}-{i}" for i in range(12) if f"g{i % 3}" == group]
+
+
+def test_a_push_consumer_gets_a_failed_message_again_and_acks_it_on_success(
+    cluster: Cluster,
+) -> None:
+    sent = produce(cluster, "send", "RmqPush", "3")
+    events = run_client(
+        "rmq_push_consumer.py", cluster.broker.address, "rmq-push", "RmqPush", "3", "40"
+    )
+    consumed = of(events, "consumed")
+    for message in sent:
+        mine = [
+            (c["attempt"], c["result"])
+            for c in consumed
+            if c["message_id"] == message["message_id"]
+        ]
+        assert mine == [(1, "FAILURE"), (2, "SUCCESS")]
+    assert of(events, "done") == [{"event": "done", "succeeded": 3}]
+    after = consume(cluster, "drain", "rmq-push", "RmqPush", "1", "3")
+    assert of(after, "received") == []  # the push consumer acked every success

@@ -285,7 +285,7 @@ def test_an_empty_receive_ends_with_message_not_found_after_its_long_poll(
 ) -> None:
     send(stub, message("RawEmpty", b"only"))
     first = receive(stub, message_queue=v2.MessageQueue(topic=v2.Resource(name="RawEmpty")))
-    assert [a.WhichOneof("content") for a in first] == ["message", "status"]
+    assert [a.WhichOneof("content") for a in first] == ["delivery_timestamp", "message", "status"]
     started = time.monotonic()
     (empty,) = receive(stub, message_queue=v2.MessageQueue(topic=v2.Resource(name="RawEmpty")))
     assert code(empty.status) == "MESSAGE_NOT_FOUND"
