@@ -44,18 +44,26 @@ $(NODE_STAMP): clients/node/package.json clients/node/package-lock.json
 	cd clients/node && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
-# The official RocketMQ 5 Python client, pinned with its dependencies, in a venv of its own
-# (its protobuf stubs of apache.rocketmq.v2 must not meet the broker's in one process):
-# tests/integration/rocketmq/ run its scripts against a real cluster (docs/rocketmq-clients.md).
+# The official RocketMQ 5 clients: Python (rocketmq-python-client, pinned with its
+# dependencies) in a venv of its own (its protobuf stubs of apache.rocketmq.v2 must not meet
+# the broker's in one process), and Node.js below; tests/integration/rocketmq/ run them
+# against a real cluster (docs/rocketmq-clients.md).
 RMQ_VENV := .venv-rocketmq
 RMQ_STAMP := $(RMQ_VENV)/.installed
 
-rocketmq-clients: $(RMQ_STAMP)
+RMQ_NODE_STAMP := clients/rocketmq-node/node_modules/.installed
+
+rocketmq-clients: $(RMQ_STAMP) $(RMQ_NODE_STAMP)
 
 $(RMQ_STAMP): clients/rocketmq-python/requirements.lock
 	test -x $(RMQ_VENV)/bin/python || $(PYTHON) -m venv $(RMQ_VENV)
 	$(RMQ_VENV)/bin/python -m pip install -q --no-deps -r clients/rocketmq-python/requirements.lock
 	touch $(RMQ_STAMP)
+
+# The official RocketMQ 5 Node.js client (rocketmq-client-nodejs, pinned in its lock file).
+$(RMQ_NODE_STAMP): clients/rocketmq-node/package.json clients/rocketmq-node/package-lock.json
+	cd clients/rocketmq-node && npm ci --no-audit --no-fund --loglevel=error
+	touch $(RMQ_NODE_STAMP)
 
 # The HA controller's tests and `boltmq dev --controller etcd` run a real etcd: Debian's
 # etcd-server (/usr/bin/etcd), installed with apt-get when missing (as root, or through sudo).

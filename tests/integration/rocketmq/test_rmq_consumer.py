@@ -15,9 +15,13 @@ import pytest
 from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.conftest import Cluster
-from tests.integration.rocketmq.official_client import needs_official_client, of, run_client
-
-pytestmark = needs_official_client
+from tests.integration.rocketmq.official_client import (
+    needs_node_client,
+    needs_official_client,
+    of,
+    run_client,
+    run_node,
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +43,7 @@ def consume(cluster: Cluster, mode: str, group: str, topic: str, *args: str) -> 
     return run_client("rmq_consumer.py", cluster.broker.address, mode, group, topic, *args)
 
 
+@needs_official_client
 def test_received_messages_carry_what_was_sent_and_acked_ones_never_come_back(
     cluster: Cluster,
 ) -> None:
@@ -56,6 +61,7 @@ def test_received_messages_carry_what_was_sent_and_acked_ones_never_come_back(
     assert of(again, "received") == [] and of(again, "error") == []
 
 
+@needs_official_client
 def test_an_unacked_message_comes_back_with_its_attempt_count_and_a_stale_ack_is_refused(
     cluster: Cluster,
 ) -> None:
@@ -71,6 +77,7 @@ def test_an_unacked_message_comes_back_with_its_attempt_count_and_a_stale_ack_is
     assert of(after, "received") == []
 
 
+@needs_official_client
 def test_a_message_goes_to_the_dead_letter_queue_after_the_groups_max_attempts(
     cluster: Cluster,
 ) -> None:
@@ -87,6 +94,7 @@ def test_a_message_goes_to_the_dead_letter_queue_after_the_groups_max_attempts(
     assert [m.body for m in dead.messages] == [b"sync-0"]
 
 
+@needs_official_client
 def test_fifo_messages_are_consumed_in_send_order_per_message_group(cluster: Cluster) -> None:
     broker(cluster).UpsertGroup(
         broker_pb2.UpsertGroupRequest(group="rmq-fifo", consume_message_orderly=True), timeout=10
@@ -100,6 +108,7 @@ def test_fifo_messages_are_consumed_in_send_order_per_message_group(cluster: Clu
         assert bodies == [f"{group}-{i}" for i in range(12) if f"g{i % 3}" == group]
 
 
+@needs_official_client
 def test_a_push_consumer_gets_a_failed_message_again_and_acks_it_on_success(
     cluster: Cluster,
 ) -> None:
@@ -118,3 +127,14 @@ def test_a_push_consumer_gets_a_failed_message_again_and_acks_it_on_success(
     assert of(events, "done") == [{"event": "done", "succeeded": 3}]
     after = consume(cluster, "drain", "rmq-push", "RmqPush", "1", "3")
     assert of(after, "received") == []  # the push consumer acked every success
+
+
+@needs_node_client
+def test_the_official_nodejs_client_sends_receives_and_acks(cluster: Cluster) -> None:
+    events = run_node("send_and_receive.js", cluster.broker.address, "RmqNode", "rmq-node", "3")
+    sent, received = of(events, "sent"), of(events, "received")
+    assert len(sent) == 3 and of(events, "done") == [{"event": "done", "received": 3}]
+    assert sorted(r["message_id"] for r in received) == sorted(s["message_id"] for s in sent)
+    assert sorted(r["body"] for r in received) == ["node-0", "node-1", "node-2"]
+    assert {(r["tag"], r["attempt"]) for r in received} == {("node", 1)}
+    assert all(r["properties"] == {"origin": "rmq-node"} for r in received)
