@@ -12,7 +12,8 @@ system_properties.message_id       property ``UNIQ_KEY`` (the message id)
 system_properties.message_group    property ``__SHARDINGKEY`` (FIFO's group; it also
                                    picks the queue: :func:`queue_of_group`)
 system_properties.delivery_ts      property ``TIMER_DELIVER_MS`` (the delay service)
-system_properties.trace_context    property ``traceparent`` (BoltMQ's trace context)
+system_properties.trace_context    property ``traceparent`` (BoltMQ's trace context;
+                                   W3C traceparent only, another format is dropped)
 system_properties.born_timestamp   born_timestamp (ms)
 message_type TRANSACTION           sys flag PREPARED (a half message)
 user_properties                    properties (none may use a reserved name)
@@ -82,6 +83,7 @@ RESERVED_PROPERTIES = frozenset(
 """Properties BoltMQ sets itself: a user property by one of these names is refused."""
 _HIDDEN = RESERVED_PROPERTIES | {"SCHEDULE_SOURCE", "TRAN_OP"}
 """Properties never handed back as user properties."""
+_TRACEPARENT = re.compile(r"\A[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 _MESSAGE_ID = re.compile(r"\A[0-9A-Za-z_-]{1,128}\Z")
 MILLISECONDS_AS_SECONDS = 10**11
 """A delivery ``seconds`` above this is milliseconds (see the module docstring)."""
@@ -139,7 +141,7 @@ def to_boltmq(
             )
     properties = dict(message.user_properties)
     properties[PROPERTY_UNIQ_KEY] = system.message_id
-    if system.HasField("trace_context") and system.trace_context:
+    if _TRACEPARENT.match(system.trace_context):  # W3C only; another format is dropped
         properties[TRACEPARENT_PROPERTY] = system.trace_context
     sys_flag = _typed(message, field, properties, max_delay_ms)
     return message_pb2.Message(

@@ -33,7 +33,9 @@ TIMEOUT_S = 10
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    started = Cluster(Path(tmp_path_factory.mktemp("rmq-protocol")))
+    """The module's cluster; its broker writes its spans to ``<tmp>/broker-spans.jsonl``."""
+    tmp = Path(tmp_path_factory.mktemp("rmq-protocol"))
+    started = Cluster(tmp, (f"trace_file={tmp / 'broker-spans.jsonl'}",))
     yield started
     started.stop()
 
@@ -374,3 +376,48 @@ def test_a_request_that_does_not_parse_is_refused_not_hung(cluster: Cluster) -> 
     with pytest.raises(grpc.RpcError) as refused:
         call(b"\xff\xff\xff", timeout=TIMEOUT_S)
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_messages_trace_context_travels_as_boltmqs_traceparent_and_back(
+    cluster: Cluster, stub: service_pb2_grpc.MessagingServiceStub
+) -> None:
+    context = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    answer = send(stub, message("RawTrace", b"traced", trace_context=context))
+    assert code(answer.status) == "OK"
+    (stored,) = pull_everything(cluster, "RawTrace")
+    assert stored.properties["traceparent"] == context  # what BoltMQ's consumers continue
+    delivered = receive(stub, message_queue=v2.MessageQueue(topic=v2.Resource(name="RawTrace")))
+    (received,) = [a.message for a in delivered if a.HasField("message")]
+    assert received.system_properties.trace_context == context
+    assert "traceparent" not in received.user_properties
+    send(stub, message("RawTrace", b"odd", trace_context="not-a-w3c-context"))
+    odd = [m for m in pull_everything(cluster, "RawTrace") if bytes(m.body) == b"odd"]
+    assert [m.properties.get("traceparent") for m in odd] == [None]
+
+
+def test_a_traceparent_header_joins_the_brokers_spans_to_the_callers_trace(
+    cluster: Cluster, stub: service_pb2_grpc.MessagingServiceStub
+) -> None:
+    trace_id, parent_id = "5bf92f3577b34da6a3ce929d0e0e4736", "10f067aa0ba902b7"
+    header = ("traceparent", f"00-{trace_id}-{parent_id}-01")
+    answer = stub.SendMessage(
+        service_pb2.SendMessageRequest(messages=[message("RawTraced", b"x")]),
+        metadata=(*CLIENT, header),
+        timeout=TIMEOUT_S,
+    )
+    assert code(answer.status) == "OK"
+    spans_file = cluster.root_dir.parent / "broker-spans.jsonl"
+
+    def spans() -> list[dict[str, Any]]:
+        lines = spans_file.read_text().splitlines() if spans_file.exists() else []
+        return [json.loads(line) for line in lines]
+
+    deadline = time.monotonic() + 10
+    while not any(s["context"]["trace_id"] == f"0x{trace_id}" for s in spans()):
+        assert time.monotonic() < deadline, "the broker wrote no span of the trace"
+        time.sleep(0.05)
+    mine = {s["name"]: s for s in spans() if s["context"]["trace_id"] == f"0x{trace_id}"}
+    send_span = mine["/apache.rocketmq.v2.MessagingService/SendMessage"]
+    assert send_span["parent_id"] == f"0x{parent_id}"
+    append = mine["/boltmq.v1.StoreService/Append"]  # the broker's call to its store
+    assert append["parent_id"] == send_span["context"]["span_id"]
