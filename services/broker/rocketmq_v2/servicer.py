@@ -18,6 +18,7 @@ topics).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -133,6 +134,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         self._clients = clients
         self._checks = checks
         self._group_policy = group_policy
+        self._closing = asyncio.Event()
+        """Set when the broker stops: Telemetry streams end."""
 
     @_answers(service.QueryRouteResponse)
     async def QueryRoute(
@@ -221,6 +224,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             self._clients,
             self._checks,
             self._group_policy,
+            self._closing,
         )
         async for command in session.run(request_iterator):
             yield command
@@ -303,6 +307,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         caller: Caller | None,
     ) -> service.ForwardMessageToDeadLetterQueueResponse:
         return await self._receiver.forward_to_dead_letter(request, caller)
+
+    def end_streams(self) -> None:
+        """End every Telemetry stream now (the broker is stopping; parked receives end
+        with the long-poll hub)."""
+        self._closing.set()
 
     async def close(self) -> None:
         """Close the registry channels (the broker is stopping)."""

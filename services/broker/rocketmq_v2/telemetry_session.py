@@ -22,7 +22,7 @@ topics the caller may publish to are registered.
 
 Commands the broker does not serve (thread stack traces, message verification
 results) are answered with a Status UNSUPPORTED on the stream; the stream stays open.
-The stream ends when the client closes it or the broker stops.
+The stream ends when the client closes it, or at once when the broker stops.
 """
 
 from __future__ import annotations
@@ -152,8 +152,11 @@ class TelemetrySession:
         clients: ClientRegistry,
         checks: CheckChannels,
         group_policy: Callable[[str], GroupPolicy],
+        closing: asyncio.Event,
     ) -> None:
         self._client_id = client_id
+        self._closing = closing
+        """Set when the broker stops: the stream ends at once (not after the grace period)."""
         self._group_policy = group_policy
         self._caller = caller
         self._owner = owner
@@ -170,24 +173,27 @@ class TelemetrySession:
     ) -> AsyncIterator[service.TelemetryCommand]:
         """The commands to write to the client, until it closes its side."""
         reader = asyncio.create_task(self._read(requests), name="rocketmq-telemetry-read")
+        closing = asyncio.ensure_future(self._closing.wait())
         try:
             while True:
                 outgoing = asyncio.ensure_future(self._outbox.get())
                 done, _ = await asyncio.wait(
-                    (outgoing, reader), return_when=asyncio.FIRST_COMPLETED
+                    (outgoing, reader, closing), return_when=asyncio.FIRST_COMPLETED
                 )
                 if outgoing in done:
                     yield outgoing.result()
                     continue
                 outgoing.cancel()
+                if closing in done:
+                    return  # the broker is stopping
                 while not self._outbox.empty():
                     yield self._outbox.get_nowait()
                 reader.result()  # re-raises what ended the read
                 return
         finally:
-            for task in (reader, *self._forwarders):
+            for task in (reader, closing, *self._forwarders):
                 task.cancel()
-            for task in (reader, *self._forwarders):
+            for task in (reader, closing, *self._forwarders):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             for channel in self._channels.values():

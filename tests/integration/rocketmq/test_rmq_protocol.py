@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -421,3 +422,45 @@ def test_a_traceparent_header_joins_the_brokers_spans_to_the_callers_trace(
     assert send_span["parent_id"] == f"0x{parent_id}"
     append = mine["/boltmq.v1.StoreService/Append"]  # the broker's call to its store
     assert append["parent_id"] == send_span["context"]["span_id"]
+
+
+def test_a_stopping_broker_ends_open_telemetry_streams_at_once(
+    cluster: Cluster, stub: service_pb2_grpc.MessagingServiceStub
+) -> None:
+    """Last in the module: the broker restarts (on its port)."""
+    opened = threading.Event()
+    release = threading.Event()
+
+    def commands() -> Iterator[service_pb2.TelemetryCommand]:
+        yield service_pb2.TelemetryCommand(
+            settings=v2.Settings(
+                client_type=v2.PRODUCER,
+                publishing=v2.Publishing(topics=[v2.Resource(name="RawTopic")]),
+            )
+        )
+        release.wait(60)  # the client keeps its side open
+
+    answers: list[Any] = []
+
+    def hold() -> None:
+        try:
+            for answer in stub.Telemetry(commands(), metadata=CLIENT, timeout=60):
+                answers.append(answer)
+                opened.set()
+        except grpc.RpcError as exc:
+            answers.append(exc.code())
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert opened.wait(10)
+        started = time.monotonic()
+        cluster.restart_broker()  # asserts a clean exit
+        stopping_s = time.monotonic() - started
+        holder.join(10)
+        assert not holder.is_alive(), "the stream outlived the broker"
+        assert stopping_s < 10  # the grace period (10 s) was not waited out
+    finally:
+        release.set()
+        holder.join(10)
+    assert code(answers[0].status) == "OK"
