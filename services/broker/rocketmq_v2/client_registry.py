@@ -3,8 +3,8 @@
 A client names itself in the ``x-mq-client-id`` header of every call. Heartbeat
 (every 10 s from the official clients) and Telemetry's Settings record its type, its
 consumer group and its subscribed topics; NotifyClientTermination removes it, and so
-does silence for ``client_expiry_ms``. QueryAssignment reads the live consumers of a
-group from here to share a topic's queues among them.
+does silence for ``client_expiry_ms``. ReceiveMessage reads a consumer's FIFO wish
+from here.
 """
 
 from __future__ import annotations
@@ -53,10 +53,14 @@ class ClientRegistry:
             entry.topics = topics
         if fifo is not None:
             entry.fifo = fifo
-        entry.seen_s = self._clock_s()
-        self._clients[client_id] = entry  # newest last
-        while len(self._clients) > CLIENTS_MAX:
-            self._clients.pop(next(iter(self._clients)))
+        now = entry.seen_s = self._clock_s()
+        self._clients[client_id] = entry  # the most recently seen last
+        horizon = now - self._expiry_s
+        while len(self._clients) > CLIENTS_MAX or self._oldest().seen_s < horizon:
+            self._clients.pop(self._oldest().client_id)
+
+    def _oldest(self) -> ClientEntry:
+        return next(iter(self._clients.values()))
 
     def forget(self, client_id: str) -> None:
         self._clients.pop(client_id, None)
@@ -64,11 +68,4 @@ class ClientRegistry:
     def fifo(self, client_id: str) -> bool:
         """Whether the client's Settings asked for FIFO delivery."""
         entry = self._clients.get(client_id)
-        return entry is not None and entry.fifo
-
-    def consumers(self, group: str) -> list[str]:
-        """Live client ids of a consumer group, sorted (every member sorts alike)."""
-        horizon = self._clock_s() - self._expiry_s
-        return sorted(
-            c.client_id for c in self._clients.values() if c.group == group and c.seen_s >= horizon
-        )
+        return entry is not None and entry.fifo and entry.seen_s >= self._clock_s() - self._expiry_s
