@@ -354,13 +354,24 @@ def test_telemetry_answers_settings_and_refuses_other_commands_without_closing(
     settings = v2.Settings(
         client_type=v2.PRODUCER, publishing=v2.Publishing(topics=[v2.Resource(name="RawTopic")])
     )
+    bad_topic = v2.Settings(
+        client_type=v2.PRODUCER, publishing=v2.Publishing(topics=[v2.Resource(name="a/b")])
+    )
     commands = [
         service_pb2.TelemetryCommand(settings=settings),
         service_pb2.TelemetryCommand(thread_stack_trace=service_pb2.ThreadStackTrace(nonce="n")),
+        service_pb2.TelemetryCommand(settings=bad_topic),
+        service_pb2.TelemetryCommand(),
         service_pb2.TelemetryCommand(settings=settings),
     ]
     answers = list(stub.Telemetry(iter(commands), metadata=CLIENT, timeout=TIMEOUT_S))
-    assert [code(a.status) for a in answers] == ["OK", "UNSUPPORTED", "OK"]
+    assert [code(a.status) for a in answers] == [
+        "OK",
+        "UNSUPPORTED",
+        "ILLEGAL_TOPIC",
+        "UNSUPPORTED",
+        "OK",
+    ]
     assert answers[0].settings.publishing.max_body_size == 4 * 1024 * 1024
     assert answers[0].settings.backoff_policy.max_attempts >= 1
     refused = list(stub.Telemetry(iter(commands[:1]), timeout=TIMEOUT_S))  # no client id
