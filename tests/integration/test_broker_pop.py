@@ -451,3 +451,31 @@ def test_a_queue_with_as_many_in_flight_messages_as_allowed_delivers_more_after_
     ack(stub, "pop-full", "PopFull", held[0].receipt_handle)
     (last,) = receive(stub, "pop-full", "PopFull", wait_ms=WAIT_MS)
     assert last.message.body == b"%d" % IN_FLIGHT_MAX
+
+
+@pytest.mark.parametrize(
+    ("group", "topic", "field"),
+    [("bad group!", "PopBad", "group"), ("", "PopBad", "group"), ("pop-bad", "a/b", "topic")],
+)
+def test_acks_changes_and_dead_letters_with_bad_names_are_refused_naming_the_field(
+    stub: broker_pb2_grpc.BrokerServiceStub, group: str, topic: str, field: str
+) -> None:
+    for call, request in [
+        (
+            stub.AckMessage,
+            broker_pb2.AckMessageRequest(group=group, topic=topic, receipt_handle="x"),
+        ),
+        (
+            stub.ChangeInvisibleDuration,
+            broker_pb2.ChangeInvisibleDurationRequest(
+                group=group, topic=topic, receipt_handle="x", invisible_ms=1000
+            ),
+        ),
+        (
+            stub.ForwardToDeadLetter,
+            broker_pb2.ForwardToDeadLetterRequest(group=group, topic=topic, receipt_handle="x"),
+        ),
+    ]:
+        error = failure(call, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (error.details() or "").startswith(field), error.details()
