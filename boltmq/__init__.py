@@ -1,6 +1,6 @@
 """BoltMQ: a RocketMQ-style message queue. SDK and shared kernel.
 
-    from boltmq import Producer, PushConsumer, PullConsumer, Message
+    from boltmq import Producer, PushConsumer, PullConsumer, SimpleConsumer, Message
     from boltmq import ProducerOptions, PushConsumerOptions  # when the defaults do not fit
 
 Names are imported on first use, so ``import boltmq`` (and the CLI) stay fast.
@@ -29,6 +29,10 @@ _EXPORTS = {
     "PullStatus": "boltmq.pull_consumer",
     "PullError": "boltmq.pull_consumer",
     "PushConsumer": "boltmq.push_consumer",
+    "SimpleConsumer": "boltmq.simple_consumer",
+    "SimpleConsumerError": "boltmq.simple_consumer",
+    "SimpleMessage": "boltmq.simple_consumer",
+    "StaleReceiptHandle": "boltmq.simple_consumer",
     "PushConsumerOptions": "boltmq.options",
     "RequestTimeout": "boltmq.request_reply",
     "reply": "boltmq.request_reply",
@@ -62,6 +66,10 @@ __all__ = [
     "SendError",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
+    "SimpleConsumerError",
+    "SimpleMessage",
+    "StaleReceiptHandle",
     "TopicNotFound",
     "TransactionProducer",
     "TransactionSendResult",
@@ -85,6 +93,12 @@ if TYPE_CHECKING:
     from boltmq.pull_consumer import PullConsumer, PullError, PullResult, PullStatus
     from boltmq.push_consumer import PushConsumer
     from boltmq.request_reply import RequestTimeout, reply
+    from boltmq.simple_consumer import (
+        SimpleConsumer,
+        SimpleConsumerError,
+        SimpleMessage,
+        StaleReceiptHandle,
+    )
     from boltmq.transaction_producer import (
         LocalTransactionState,
         TransactionProducer,

@@ -195,6 +195,7 @@ class Broker:
             self.persister,
             self.registrar.advertised_address,
             self.metrics.traffic,
+            self.pop_state,
         )
         send = SendProcessor(
             config, self.topics, self.store, publisher, self.transactions, self.metrics, creations

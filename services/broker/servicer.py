@@ -27,6 +27,7 @@ from services.broker.admin.admin_processor import AdminProcessor
 from services.broker.admin.offset_admin import OffsetAdmin
 from services.broker.clients.client_processor import ClientProcessor
 from services.broker.metadata.names import check_client_id, check_group
+from services.broker.metadata.pop_state import SEALED_POP_SECRET_FILE
 from services.broker.metrics import BrokerMetrics
 from services.broker.pop import receipt_handle
 from services.broker.pop.pop_service import PopService
@@ -278,12 +279,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetMetadata(
         self, request: broker_pb2.GetMetadataRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.GetMetadataResponse:
-        """The metadata documents (replicas of the group copy them); the ACL only sealed
-        for the brokers' own account."""
+        """The metadata documents (replicas of the group copy them); the ACL and the POP
+        secret only sealed for the brokers' own account."""
         response = self._admin.metadata()
-        sealed = self._acl.sealed_copy_for(current_client_key())
+        caller = current_client_key()
+        sealed = self._acl.sealed_copy_for(caller)
         if sealed is not None:
             response.documents[SEALED_ACL_FILE] = sealed
+        pop_secret = self._acl.sealed_for(caller, self._pop.secret_document())
+        if pop_secret is not None:
+            response.documents[SEALED_POP_SECRET_FILE] = pop_secret
         return response
 
     @answers_errors

@@ -46,12 +46,17 @@ class AclAdmin:
     def sealed_copy_for(self, caller: str) -> bytes | None:
         """The document sealed for ``caller`` (the account that signed a GetMetadata), or
         None unless the ACL is on and ``caller`` is the brokers' own account."""
+        return self.sealed_for(caller, self.table.to_json())
+
+    def sealed_for(self, caller: str, document: bytes) -> bytes | None:
+        """``document`` sealed for ``caller`` under the rule of :meth:`sealed_copy_for`
+        (the POP secret travels this way too)."""
         if not self.enforced or not caller or caller != self.brokers_access_key:
             return None
         account = self.table.document.accounts.get(caller)
         if account is None:
             return None
-        return seal(self.table.to_json(), account.access_key, account.secret_key)
+        return seal(document, account.access_key, account.secret_key)
 
     def shared_with(self, peer: str) -> bool:
         """True when ``peer`` (gRPC's ``context.peer()``) may be handed the ACL: access

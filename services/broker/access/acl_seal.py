@@ -12,7 +12,8 @@ with the key HKDF-SHA256(secret key, salt ``boltmq acl copy``, info access key).
 Only a holder of that account's secret opens it; a proxy's log, a dump of the
 answer or another admin account sees no secret. Sending the document in the
 clear to any admin account was rejected: an admin could read every account's
-secret and sign as it without a trace.
+secret and sign as it without a trace. The POP receipt-handle secret travels the
+same way (``popSecret.json.sealed``, :mod:`services.broker.metadata.pop_state`).
 """
 
 from __future__ import annotations

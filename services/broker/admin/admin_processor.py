@@ -14,6 +14,7 @@ from services.broker.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.metadata.names import check_group, check_topic
 from services.broker.metadata.persister import MetadataPersister
+from services.broker.metadata.pop_state import PopState
 from services.broker.metadata.subscription_group import (
     SubscriptionGroupConfig,
     SubscriptionGroupManager,
@@ -41,8 +42,11 @@ class AdminProcessor:
         persister: MetadataPersister,
         advertised_address: Callable[[], str],
         traffic: TrafficStats,
+        pop_state: PopState | None = None,
     ) -> None:
         self._config = config
+        self._pop_state = pop_state or PopState()
+        """POP groups' state, forgotten with a deleted topic as offsets are."""
         self._role = role
         self._persister = persister
         self._topics = topics
@@ -206,7 +210,8 @@ class AdminProcessor:
         return config
 
     async def delete_topic(self, request: broker_pb2.DeleteTopicRequest) -> None:
-        """Forget a topic and its consumer offsets (the store keeps its messages until cleanup)."""
+        """Forget a topic, its consumer offsets and POP state (the store keeps its messages
+        until cleanup)."""
         self._require_master("delete topics")
         name = check_topic("topic", request.topic)
         if self._topics.is_system(name):
@@ -214,6 +219,7 @@ class AdminProcessor:
         if not self._topics.delete(name):
             raise NotFound(f"topic: topic {name!r} does not exist")
         self._offsets.delete_topic(name)
+        self._pop_state.delete_topic(name)
         await self._publisher.publish()
 
     def list_topics(self) -> list[TopicConfig]:

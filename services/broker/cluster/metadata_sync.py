@@ -6,9 +6,9 @@ store's ``config/``. A replica's broker fetches the master broker's documents
 its own store, so a promoted replica already knows every topic, group and
 committed offset: consumers resume where they were, not from the start.
 
-With the ACL on, the master also answers its ACL document, sealed for the
-brokers' own account (:mod:`services.broker.access.acl_seal`); the replica
-opens it with its own credentials and keeps it in its store.
+With the ACL on, the master also answers its ACL document and its POP secret,
+sealed for the brokers' own account (:mod:`services.broker.access.acl_seal`);
+the replica opens them with its own credentials and keeps them in its store.
 
 The master is found through the registry: the live broker of the same
 cluster and broker name with id 0. The master's documents replace the
@@ -34,7 +34,7 @@ from services.broker.errors import BrokerError
 from services.broker.metadata.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from services.broker.metadata.delay_offset import DELAY_OFFSET_FILE
 from services.broker.metadata.persister import MetadataPersister
-from services.broker.metadata.pop_state import POP_STATE_FILE
+from services.broker.metadata.pop_state import POP_STATE_FILE, SEALED_POP_SECRET_FILE
 from services.broker.metadata.subscription_group import (
     SUBSCRIPTION_GROUP_FILE,
     SubscriptionGroupManager,
@@ -193,6 +193,17 @@ class MetadataSync:
             await self._persister.copy_delay_offsets(documents[DELAY_OFFSET_FILE])
         if POP_STATE_FILE in documents:
             await self._persister.copy_pop_state(documents[POP_STATE_FILE])
+        if SEALED_POP_SECRET_FILE in documents and self._credentials is not None:
+            try:
+                secret = unseal(
+                    documents[SEALED_POP_SECRET_FILE],
+                    self._credentials.access_key,
+                    self._credentials.secret_key,
+                )
+            except UnsealFailed as exc:
+                log.warning("POP secret not copied from the master broker at %s: %s", address, exc)
+            else:
+                await self._persister.copy_pop_secret(secret)
         if SEALED_ACL_FILE in documents and self._credentials is not None:
             try:
                 acl = unseal(

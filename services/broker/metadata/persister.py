@@ -8,8 +8,9 @@ offsets, which change on every commit, are saved every
 ``offset_persist_interval_ms`` when they moved, and at shutdown (delay offsets
 the same way: the scheduler repairs a crash between a delivery and the next
 write, see :mod:`services.broker.delay.schedule_service`; POP state too, see
-:mod:`services.broker.metadata.pop_state`, but its secret is written as soon as
-it is created at the first start).
+:mod:`services.broker.metadata.pop_state`, whose secret, popSecret.json, is
+written once, as soon as it is created at the first start, and is never among
+the :meth:`MetadataPersister.documents`).
 
 Writes of one file are serialised by a lock and always send the table as it
 is when the lock is taken, so an older snapshot can never land after a newer
@@ -25,7 +26,7 @@ from boltmq.kernel import runtime
 from services.broker.errors import BrokerError
 from services.broker.metadata.consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from services.broker.metadata.delay_offset import DELAY_OFFSET_FILE, DelayOffsetManager
-from services.broker.metadata.pop_state import POP_STATE_FILE, PopState
+from services.broker.metadata.pop_state import POP_SECRET_FILE, POP_STATE_FILE, PopState
 from services.broker.metadata.subscription_group import (
     SUBSCRIPTION_GROUP_FILE,
     SubscriptionGroupManager,
@@ -98,8 +99,11 @@ class MetadataPersister:
         if pop is not None:
             self._pop_state.load_json(pop)
         self._saved_pop_version = self._pop_state.version
+        secret = await self._store.get_config(POP_SECRET_FILE)
+        if secret is not None:
+            self._pop_state.load_secret_json(secret)
         if self._pop_state.ensure_secret():
-            await self.save_pop_state()
+            await self._store.put_config(POP_SECRET_FILE, self._pop_state.secret_json())
 
     def start(self) -> None:
         """Save changed offsets every interval, in the background."""
@@ -132,7 +136,7 @@ class MetadataPersister:
             SUBSCRIPTION_GROUP_FILE: self._groups.to_json(),
             CONSUMER_OFFSET_FILE: self._offsets.to_json(),
             DELAY_OFFSET_FILE: self._delay_offsets.to_json(),
-            POP_STATE_FILE: self._pop_state.to_json(),
+            POP_STATE_FILE: self._pop_state.to_json(),  # its secret never (popSecret.json)
         }
 
     async def save_topics(self) -> None:
@@ -169,6 +173,11 @@ class MetadataPersister:
             await self._store.put_config(DELAY_OFFSET_FILE, self._delay_offsets.to_json())
             self._saved_delay_version = version
             return True
+
+    async def copy_pop_secret(self, document: bytes) -> None:
+        """Take the master's POP secret (a replica's MetadataSync, unsealed) and keep it."""
+        self._pop_state.load_secret_json(document)
+        await self._store.put_config(POP_SECRET_FILE, document)
 
     async def copy_pop_state(self, document: bytes) -> None:
         """Take the master's popState.json (a replica's MetadataSync) and save it."""

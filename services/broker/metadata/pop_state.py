@@ -1,5 +1,5 @@
 """POP consumption state (popState.json): per (group, topic, queue) progress and in-flight
-messages, and the secret receipt handles are signed with.
+messages; and the secret receipt handles are signed with (popSecret.json).
 
 A group consuming by POP (:mod:`services.broker.pop.pop_service`) keeps its own state,
 apart from the committed offsets of pull groups (consumerOffset.json):
@@ -20,14 +20,24 @@ it with the other metadata (:mod:`services.broker.cluster.metadata_sync`). A bro
 crashes loses at most one interval of changes: the messages received in it are received
 again (at-least-once) and their handles are refused as stale (their tokens are gone).
 
-The file (``secret`` is 32 random bytes in hex, created at the broker's first start and
-kept for good; ``inFlight`` values are ``[commitlog_offset, visible_at_ms, attempt,
-token, message_group]``)::
+popState.json (``inFlight`` values are ``[commitlog_offset, visible_at_ms, attempt, token,
+message_group]``)::
 
-    {"secret": "9f...",
-     "popTable": {"Topic@Group": {"0": {"popOffset": 12,
+    {"popTable": {"Topic@Group": {"0": {"popOffset": 12,
                                         "inFlight": {"10": [4096, 1700000030000, 1,
                                                             812..., ""]}}}}}
+
+popSecret.json holds the key of the handles' HMAC, 32 random bytes in hex, created at the
+broker's first start, written at once and kept for good::
+
+    {"secret": "9f..."}
+
+The secret is never in GetMetadata's answer in the clear: popState.json is, like every
+metadata document, but the secret travels only sealed for the brokers' own account
+(``popSecret.json.sealed``, :mod:`services.broker.access.acl_seal`), as the ACL does, so
+a promoted replica accepts the handles its master issued. Without access control there
+is no such account: replicas do not get the secret, and after a failover the old
+handles are refused (their messages come back after their invisible time).
 """
 
 from __future__ import annotations
@@ -44,6 +54,9 @@ from services.broker.metadata.consumer_offset import KEY_SEPARATOR, offset_key
 from services.broker.metadata.names import dropped_at_load
 
 POP_STATE_FILE = "popState.json"
+POP_SECRET_FILE = "popSecret.json"
+SEALED_POP_SECRET_FILE = "popSecret.json.sealed"
+"""Name of the sealed secret in GetMetadata's answer (never a file in the store)."""
 SECRET_BYTES = 32
 TOKEN_BITS = 63
 _RECORD_FIELDS = 5
@@ -147,19 +160,28 @@ class PopState:
             if state.pop_offset is not None:
                 entry["popOffset"] = state.pop_offset
             table.setdefault(offset_key(topic, group), {})[str(queue_id)] = entry
-        return json_document.dump({"secret": self.secret.hex(), "popTable": table})
+        return json_document.dump({"popTable": table})
 
-    def load_json(self, data: bytes) -> None:
-        """Replace the table and the secret with the file's content."""
-        file = POP_STATE_FILE
-        document = json_document.parse_object(file, data)
-        secret = document.get("secret", "")
+    def secret_json(self) -> bytes:
+        """popSecret.json as written to the store."""
+        return json_document.dump({"secret": self.secret.hex()})
+
+    def load_secret_json(self, data: bytes) -> None:
+        """Take the secret from popSecret.json."""
+        file = POP_SECRET_FILE
+        secret = json_document.parse_object(file, data).get("secret", "")
         try:
             key = bytes.fromhex(secret) if isinstance(secret, str) else b"?"
         except ValueError:
             key = b"?"
         if len(key) != SECRET_BYTES:
             raise CorruptMetadata(f"{file}: secret is not {SECRET_BYTES} bytes of hex")
+        self.secret = key
+
+    def load_json(self, data: bytes) -> None:
+        """Replace the table with popState.json's content."""
+        file = POP_STATE_FILE
+        document = json_document.parse_object(file, data)
         queues: dict[PopKey, PopQueue] = {}
         for name, raw in json_document.get_object(file, document, "popTable").items():
             topic, sep, group = name.partition(KEY_SEPARATOR)
@@ -169,7 +191,6 @@ class PopState:
                 raise CorruptMetadata(f"{file}: bad entry {name!r:.80}")
             for queue_text, entry in raw.items():
                 queues[(group, topic, _number(name, queue_text))] = _pop_queue(name, entry)
-        self.secret = key
         self._queues = queues
         self.version += 1
 

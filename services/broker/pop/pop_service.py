@@ -52,14 +52,13 @@ The model (state: :mod:`services.broker.metadata.pop_state`; handles:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from typing import Final
 
 from boltmq.v1 import message_pb2, store_pb2
-from services.broker.arrivals.long_poll import LongPollHub
+from services.broker.arrivals.long_poll import ArrivalToken, LongPollHub
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
 from services.broker.errors import (
@@ -76,6 +75,7 @@ from services.broker.metadata.pop_state import InFlight, PopQueue, PopState, new
 from services.broker.metadata.subscription_group import SubscriptionGroupConfig
 from services.broker.metadata.topic_config import TopicConfigManager
 from services.broker.pop import receipt_handle
+from services.broker.pop.pop_wakeups import GroupTopic, PopWakeups
 from services.broker.pull.read_check import readable_topic
 from services.broker.retry.dead_letter import bury
 from services.broker.store.store_client import StoreClient
@@ -103,8 +103,6 @@ _READ_STATUSES = frozenset(
     (message_pb2.FOUND, message_pb2.NO_MATCHED_MESSAGE, message_pb2.OFFSET_FOUND_NULL)
 )
 _MOVED_STATUSES = frozenset((message_pb2.OFFSET_TOO_SMALL, message_pb2.OFFSET_OVERFLOW_BADLY))
-
-GroupTopic = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +157,11 @@ class PopService:
         self._clock_ms = clock_ms
         self._locks: dict[tuple[str, str, int], asyncio.Lock] = {}
         self._next_queue: dict[GroupTopic, int] = {}
-        self._nudges: dict[GroupTopic, asyncio.Future[None]] = {}
-        """Receives of a (group, topic) waiting for an ack or change: resolved at one."""
-        self._generations: dict[GroupTopic, int] = {}
-        """Acks, changes and burials of a (group, topic) so far: a receive that saw one
-        during its pass looks again instead of waiting."""
+        self._wakeups = PopWakeups(hub)
+
+    def secret_document(self) -> bytes:
+        """popSecret.json (for GetMetadata, which seals it for the brokers' own account)."""
+        return self._state.secret_json()
 
     def max_attempts(self, group: str) -> int:
         """Deliveries of one message before it goes to the group's dead-letter queue."""
@@ -199,34 +197,37 @@ class PopService:
             queue_ids = [
                 (start + n) % config.read_queue_nums for n in range(config.read_queue_nums)
             ]
-            waits = [
-                (topic, q, self._state.queue(group, topic, q).pop_offset or 0) for q in queue_ids
-            ]
-            tokens = self._hub.tokens(waits)
-            generation = self._generations.get(key, 0)
+            tokens = self._hub.tokens([(topic, q, 0) for q in queue_ids])  # before any read
+            generation = self._wakeups.generation(key)
             popped: list[PoppedMessage] = []
-            for queue_id in queue_ids:
-                popped += await self._pop_queue(
-                    group,
-                    topic,
-                    queue_id,
-                    tag_filter_expression or "*",
-                    max_messages - len(popped),
-                    invisible_ms,
-                    max_attempts,
-                    fifo,
-                )
-                if len(popped) >= max_messages:
-                    break
+            taken: list[_Claim] = []
+            try:
+                for queue_id in queue_ids:
+                    popped += await self._pop_queue(
+                        group,
+                        topic,
+                        queue_id,
+                        tag_filter_expression or "*",
+                        max_messages - len(popped),
+                        invisible_ms,
+                        max_attempts,
+                        fifo,
+                        taken,
+                    )
+                    if len(popped) >= max_messages:
+                        break
+            except BaseException:  # cancelled, or the store failed: nothing is delivered
+                self._release(group, topic, taken)
+                raise
             remaining = deadline - time.monotonic()
-            if popped or remaining <= 0 or self._hub.closed:
+            if popped or remaining <= 0 or self._wakeups.closed:
                 return popped
-            if generation != self._generations.get(key, 0):
+            if generation != self._wakeups.generation(key):
                 continue  # an ack, change or burial during the pass: look again
             next_visible_s = self._next_visible_ms(group, topic, queue_ids) / 1000
-            await self._park(
+            await self._wakeups.wait(
                 key,
-                [(*w, t) for w, t in zip(waits, tokens, strict=True)],
+                self._arrival_waits(group, topic, queue_ids, tokens),
                 min(remaining, next_visible_s),
             )
             self._groups.check_consumable("group", group)
@@ -271,9 +272,13 @@ class PopService:
         invisible_ms: int,
         max_attempts: int,
         fifo: bool,
+        taken: list[_Claim],
     ) -> list[PoppedMessage]:
+        """Claim and fetch up to ``budget`` messages of one queue (each claim also goes to
+        ``taken``), and bury those past their last attempt."""
         state = self._state.queue(group, topic, queue_id)
         claims, burials = self._select(state, queue_id, budget, invisible_ms, max_attempts, fifo)
+        taken += claims
         read: dict[int, message_pb2.MessageExt] = {}
         room = IN_FLIGHT_MAX - len(state.in_flight)
         if len(claims) < budget and room > 0:
@@ -283,6 +288,7 @@ class PopService:
                 count = min(room, max(want, FIFO_READ_AHEAD) if fifo else want)
                 read = await self._read_new(state, group, topic, queue_id, expression, count)
                 more, buried = self._select(state, queue_id, want, invisible_ms, max_attempts, fifo)
+                taken += more
                 claims += more
                 burials += buried
         if claims or burials:
@@ -425,6 +431,19 @@ class PopService:
         self._forget(state, claim)
         self._changed(group, topic)
 
+    def _release(self, group: str, topic: str, claims: list[_Claim]) -> None:
+        """Undo claims a receive could not answer: visible again at once, not counted as
+        a delivery (unless the record changed since)."""
+        for claim in claims:
+            state = self._state.find(group, topic, claim.queue_id)
+            record = state.in_flight.get(claim.queue_offset) if state is not None else None
+            if record is not None and record.token == claim.token:
+                record.token = new_token()
+                record.visible_at_ms = 0
+                record.attempt = max(record.attempt - 1, 0)
+        if claims:
+            self._changed(group, topic)
+
     def _forget(self, state: PopQueue, claim: _Claim) -> None:
         """Drop the claimed record, unless it changed since (then it is someone else's)."""
         record = state.in_flight.get(claim.queue_offset)
@@ -433,6 +452,21 @@ class PopService:
             self._state.changed()
 
     # -- waiting ---------------------------------------------------------------------------
+
+    def _arrival_waits(
+        self, group: str, topic: str, queue_ids: list[int], tokens: list[ArrivalToken]
+    ) -> list[tuple[str, int, int, ArrivalToken]]:
+        """What to wait for on each queue after a pass found nothing: an arrival past its
+        POP offset as the pass left it (``tokens``, taken before the pass, catch arrivals
+        during it). A queue at IN_FLIGHT_MAX reads nothing new, so an arrival there wakes
+        nobody (an ack does); without this a queue with unread messages past its offset
+        would wake its receives again and again."""
+        waits = []
+        for queue_id, token in zip(queue_ids, tokens, strict=True):
+            state = self._state.queue(group, topic, queue_id)
+            if len(state.in_flight) < IN_FLIGHT_MAX:
+                waits.append((topic, queue_id, state.pop_offset or 0, token))
+        return waits
 
     def _next_visible_ms(self, group: str, topic: str, queue_ids: list[int]) -> float:
         """Milliseconds until the first delivered message of the group becomes visible
@@ -449,39 +483,10 @@ class PopService:
         )
         return float("inf") if soonest is None else max(soonest - self._clock_ms(), 0) + 1
 
-    async def _park(
-        self, key: GroupTopic, waits: list[tuple[str, int, int, tuple[int, int]]], timeout_s: float
-    ) -> None:
-        """Until an arrival on one of ``waits``, a change of ``key``'s state, or the timeout."""
-        if timeout_s <= 0:
-            return
-        nudge = self._nudges.get(key)
-        if nudge is None or nudge.done():
-            nudge = self._nudges[key] = asyncio.get_running_loop().create_future()
-        arrival = asyncio.ensure_future(self._hub.wait_any(waits, timeout_s))
-        try:
-            await asyncio.wait((arrival, nudge), timeout=timeout_s, return_when="FIRST_COMPLETED")
-            if (
-                arrival.done()
-                and not arrival.result()
-                and not nudge.done()
-                and not self._hub.closed
-            ):
-                # the hub is full or closed: wait for a change of the group's state only
-                await asyncio.wait((nudge,), timeout=timeout_s)
-        finally:
-            arrival.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await arrival
-
     def _changed(self, group: str, topic: str) -> None:
         """The group's state changed: persist it, and let waiting receives look again."""
         self._state.changed()
-        key = (group, topic)
-        self._generations[key] = self._generations.get(key, 0) + 1
-        nudge = self._nudges.pop(key, None)
-        if nudge is not None and not nudge.done():
-            nudge.set_result(None)
+        self._wakeups.changed((group, topic))
 
     # -- handles ---------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ MAC_SIZE: Final = 16
 HANDLE_SIZE: Final = BODY_SIZE + MAC_SIZE
 assert _BODY.size == BODY_SIZE
 HANDLE_MAX_CHARS: Final = 128
-"""Longer strings are refused before decoding (a handle is 72 characters)."""
+"""Longer strings are refused before decoding (a handle is 71 characters)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ import pytest
 
 from services.broker.errors import CorruptMetadata
 from services.broker.metadata.pop_state import (
+    POP_SECRET_FILE,
     POP_STATE_FILE,
     SECRET_BYTES,
     InFlight,
@@ -29,12 +30,15 @@ def filled() -> PopState:
     return state
 
 
-def test_the_file_round_trips_with_its_secret() -> None:
+def test_the_files_round_trip_and_the_state_never_holds_the_secret() -> None:
     state = filled()
     copy = PopState()
     copy.load_json(state.to_json())
-    assert copy.secret == state.secret and len(copy.secret) == SECRET_BYTES
     assert copy.to_json() == state.to_json()
+    assert state.secret.hex().encode() not in state.to_json()
+    assert copy.secret == b""
+    copy.load_secret_json(state.secret_json())
+    assert copy.secret == state.secret and len(copy.secret) == SECRET_BYTES
     loaded = copy.find("G", "Orders", 1)
     assert loaded is not None and loaded.pop_offset == 12
     assert loaded.in_flight[11] == InFlight(4200, 0, 0, 0, "order-7")
@@ -76,8 +80,6 @@ def document(**changes: object) -> bytes:
     ("data", "why"),
     [
         (b"[1]", "not a JSON object"),
-        (document(secret="abc"), "secret"),
-        (document(secret=""), "secret"),
         (document(popTable=[]), "popTable is not a JSON object"),
         (document(popTable={"Orders": {}}), "bad entry"),
         (document(popTable={"Or ders@G": {}}), "bad entry"),
@@ -95,3 +97,13 @@ def test_a_file_that_is_not_what_the_broker_writes_is_refused(data: bytes, why: 
     with pytest.raises(CorruptMetadata, match=why) as info:
         PopState().load_json(data)
     assert POP_STATE_FILE in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b'{"secret": "abc"}', b'{"secret": ""}', b"{}", b'{"secret": 7}', ("00" * 31).encode()],
+)
+def test_a_secret_file_that_is_not_32_bytes_of_hex_is_refused(data: bytes) -> None:
+    with pytest.raises(CorruptMetadata) as info:
+        PopState().load_secret_json(data)
+    assert POP_SECRET_FILE in str(info.value)
