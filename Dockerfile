@@ -4,8 +4,8 @@
 #   docker build -t boltmq:0.1.0 .
 #   docker run --rm boltmq:0.1.0 registry --host 0.0.0.0 --port 9876
 #
-# Stage 1 generates the gRPC stubs (`make proto`: boltmq/v1 is gitignored, never
-# committed) and builds wheels of BoltMQ with its `server` extra and every dependency,
+# Stage 1 generates the gRPC stubs (`make proto`: boltmq/v1 and boltmq/rocketmq are
+# gitignored, never committed) and builds wheels of BoltMQ with its `server` extra and every dependency,
 # at the versions of requirements.lock; stage 2 installs them into a clean
 # python:3.11-slim without compilers or build tools.
 
@@ -19,10 +19,10 @@ COPY protos/ protos/
 COPY boltmq/ boltmq/
 COPY services/ services/
 # The same protoc run as the Makefile's `proto` target.
-RUN mkdir -p boltmq/v1 \
+RUN mkdir -p boltmq/v1 boltmq/rocketmq/v2 \
  && python -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. \
-      --mypy_out=. protos/boltmq/v1/*.proto \
- && touch boltmq/v1/__init__.py
+      --mypy_out=. protos/boltmq/v1/*.proto protos/boltmq/rocketmq/v2/*.proto \
+ && touch boltmq/v1/__init__.py boltmq/rocketmq/__init__.py boltmq/rocketmq/v2/__init__.py
 RUN pip wheel --wheel-dir /wheels --constraint requirements.lock ".[server]"
 
 FROM python:3.11-slim

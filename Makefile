@@ -5,12 +5,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PROTOS := $(wildcard protos/boltmq/v1/*.proto)
+PROTOS := $(wildcard protos/boltmq/v1/*.proto) $(wildcard protos/boltmq/rocketmq/v2/*.proto)
 GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install lock proto node etcd run test test-reliability lint bench soak bench-compare pipeline-demo clean
+.PHONY: install lock proto node rocketmq-clients etcd run test test-reliability lint bench soak bench-compare pipeline-demo clean
 
 install: $(STAMP)
 
@@ -30,10 +30,11 @@ lock: install
 proto: $(GEN_STAMP)
 
 $(GEN_STAMP): $(PROTOS) $(STAMP)
-	mkdir -p boltmq/v1
+	mkdir -p boltmq/v1 boltmq/rocketmq/v2
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. \
 		--mypy_out=. --plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy $(PROTOS)
-	touch boltmq/v1/__init__.py $(GEN_STAMP)
+	touch boltmq/v1/__init__.py boltmq/rocketmq/__init__.py boltmq/rocketmq/v2/__init__.py
+	touch $(GEN_STAMP)
 
 NODE_STAMP := clients/node/node_modules/.installed
 
@@ -42,6 +43,27 @@ node: $(NODE_STAMP)
 $(NODE_STAMP): clients/node/package.json clients/node/package-lock.json
 	cd clients/node && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
+
+# The official RocketMQ 5 clients: Python (rocketmq-python-client, pinned with its
+# dependencies) in a venv of its own (its protobuf stubs of apache.rocketmq.v2 must not meet
+# the broker's in one process), and Node.js below; tests/integration/rocketmq/ run them
+# against a real cluster (docs/rocketmq-clients.md).
+RMQ_VENV := .venv-rocketmq
+RMQ_STAMP := $(RMQ_VENV)/.installed
+
+RMQ_NODE_STAMP := clients/rocketmq-node/node_modules/.installed
+
+rocketmq-clients: $(RMQ_STAMP) $(RMQ_NODE_STAMP)
+
+$(RMQ_STAMP): clients/rocketmq-python/requirements.lock
+	test -x $(RMQ_VENV)/bin/python || $(PYTHON) -m venv $(RMQ_VENV)
+	$(RMQ_VENV)/bin/python -m pip install -q --no-deps -r clients/rocketmq-python/requirements.lock
+	touch $(RMQ_STAMP)
+
+# The official RocketMQ 5 Node.js client (rocketmq-client-nodejs, pinned in its lock file).
+$(RMQ_NODE_STAMP): clients/rocketmq-node/package.json clients/rocketmq-node/package-lock.json
+	cd clients/rocketmq-node && npm ci --no-audit --no-fund --loglevel=error
+	touch $(RMQ_NODE_STAMP)
 
 # The HA controller's tests and `boltmq dev --controller etcd` run a real etcd: Debian's
 # etcd-server (/usr/bin/etcd), installed with apt-get when missing (as root, or through sudo).
@@ -53,7 +75,7 @@ etcd:
 run: install proto
 	$(VENV)/bin/boltmq dev --data-dir $(DATA)
 
-test: install proto node etcd
+test: install proto node rocketmq-clients etcd
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fault and fuzz suites at full length (make test runs them short):
@@ -98,4 +120,4 @@ bench-compare: install proto
 	$(PY) -m bench.compare $(COMPARE_ARGS)
 
 clean:
-	rm -rf boltmq/v1 .pytest_cache build *.egg-info
+	rm -rf boltmq/v1 boltmq/rocketmq .pytest_cache build *.egg-info

@@ -353,14 +353,16 @@ _streaming: frozenset[str] | None = None
 
 
 def _streaming_methods() -> frozenset[str]:
-    """``/package.Service/Method`` of every BoltMQ RPC that streams either way."""
+    """``/package.Service/Method`` of every RPC a BoltMQ server serves that streams either
+    way (the broker's RocketMQ 5 protocol too: Telemetry, ReceiveMessage)."""
     global _streaming
     if _streaming is None:
+        from boltmq.rocketmq.v2 import service_pb2 as rocketmq_pb2
         from boltmq.v1 import broker_pb2, ha_pb2, registry_pb2, store_pb2
 
         _streaming = frozenset(
             f"/{service.full_name}/{method.name}"
-            for module in (broker_pb2, ha_pb2, registry_pb2, store_pb2)
+            for module in (broker_pb2, ha_pb2, registry_pb2, store_pb2, rocketmq_pb2)
             for service in module.DESCRIPTOR.services_by_name.values()
             for method in service.methods
             if method.client_streaming or method.server_streaming

@@ -61,6 +61,7 @@ from services.broker.pull.pull_processor import PullProcessor
 from services.broker.retry.dead_letter import DeadLetterProcessor
 from services.broker.retry.retry_topic import RetryTopics
 from services.broker.retry.send_back import SendBackProcessor
+from services.broker.rocketmq_v2.protocol import build_messaging
 from services.broker.send.send_processor import SendProcessor
 from services.broker.servicer import BrokerServicer
 from services.broker.store.store_client import StoreClient
@@ -112,7 +113,7 @@ class Broker:
         self.schedule = ScheduleService(
             levels_of(config), self.store, self.delay_offsets, self.hub, self.role
         )
-        self.servicer = self._build_servicer(config)
+        self.servicer = self._build_servicer(config, client_tls)
         self.gate = _gate(config, self.acl)
         """The server interceptor in front of every call."""
         self._scanner: asyncio.Task[None] | None = None
@@ -157,8 +158,11 @@ class Broker:
             client_tls,
         )
 
-    def _build_servicer(self, config: BrokerConfig) -> BrokerServicer:
-        """The processors, and the servicer over them."""
+    def _build_servicer(
+        self, config: BrokerConfig, client_tls: tls.ClientTLS | None
+    ) -> BrokerServicer:
+        """The processors, and the servicer over them; ``rocketmq``, the RocketMQ 5
+        protocol's servicer over the same parts."""
         publisher = TopicPublisher(self.persister, self.registrar)
         creations = CreationLimits(
             config.auto_create_max_per_call,
@@ -193,16 +197,22 @@ class Broker:
             self.metrics.traffic,
             self.pop_state,
         )
+        send = SendProcessor(
+            config, self.topics, self.store, publisher, self.transactions, self.metrics, creations
+        )
+        self.rocketmq = build_messaging(
+            config,
+            self.topics,
+            send,
+            self.transactions,
+            self.acl,
+            self.registrar.advertised_address,
+            client_tls,
+            self.pop,
+            self.groups,
+        )
         return BrokerServicer(
-            SendProcessor(
-                config,
-                self.topics,
-                self.store,
-                publisher,
-                self.transactions,
-                self.metrics,
-                creations,
-            ),
+            send,
             PullProcessor(
                 config,
                 self.topics,
@@ -277,6 +287,7 @@ class Broker:
         await self.transactions.stop()
         await self.role.stop()
         await self.registrar.stop()
+        await self.rocketmq.close()
         await self.watcher.stop()
         try:
             await self.persister.stop()

@@ -10,9 +10,11 @@ from __future__ import annotations
 import grpc
 
 from boltmq.kernel import runtime
+from boltmq.rocketmq.v2 import service_pb2_grpc as rocketmq_grpc
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from services.broker.broker import Broker
 from services.broker.config import BrokerConfig
+from services.broker.rocketmq_v2.servicer import SERVICE_NAME as ROCKETMQ_SERVICE_NAME
 
 CONFIG_CLASS = BrokerConfig
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name
@@ -22,7 +24,7 @@ class BrokerService:
     """The broker as a :class:`boltmq.kernel.runtime.Service`."""
 
     name = "broker"
-    service_names: tuple[str, ...] = (SERVICE_NAME,)
+    service_names: tuple[str, ...] = (SERVICE_NAME, ROCKETMQ_SERVICE_NAME)
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -35,9 +37,11 @@ class BrokerService:
         """Calls in progress at once (gRPC answers RESOURCE_EXHAUSTED beyond)."""
 
     def add_to(self, server: grpc.aio.Server) -> None:
-        """Register the servicer; the pulls forward the store's encoded answers."""
+        """Register the servicers (BoltMQ's and the RocketMQ 5 protocol's); the pulls
+        forward the store's encoded answers."""
         servicer = self.broker.servicer
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)
+        rocketmq_grpc.add_MessagingServiceServicer_to_server(self.broker.rocketmq, server)
         runtime.answer_encoded(
             server,
             SERVICE_NAME,
@@ -58,8 +62,10 @@ class BrokerService:
         self.bound_port = port
 
     async def before_stop(self) -> None:
-        """Answer parked pulls now: each would otherwise hold the whole grace period."""
+        """Answer parked pulls and end the RocketMQ protocol's Telemetry streams now: each
+        would otherwise hold the whole grace period."""
         self.broker.hub.close()
+        self.broker.rocketmq.end_streams()
 
     def advertised_address(self) -> str:
         """``host:port`` announced to registries: the configured one, else host and bound port."""

@@ -18,6 +18,7 @@ import pytest
 
 from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
+from services.broker.pop.pop_service import IN_FLIGHT_MAX
 from tests.integration.broker_fixtures import RPC_TIMEOUT_S, failure, msg, pull, send, upsert
 from tests.integration.conftest import Cluster
 
@@ -428,3 +429,53 @@ def test_deleting_a_topic_forgets_its_pop_state(stub: broker_pb2_grpc.BrokerServ
     upsert(stub, "PopDeleted", queues=1)
     error = ack_failure(stub, "pop-deleted", "PopDeleted", got.receipt_handle)
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_a_queue_with_as_many_in_flight_messages_as_allowed_delivers_more_after_an_ack(
+    stub: broker_pb2_grpc.BrokerServiceStub,
+) -> None:
+    upsert(stub, "PopFull", queues=1)
+    count = IN_FLIGHT_MAX + 1
+    for start in range(0, count, 512):
+        batch = [
+            msg("PopFull", b"%d" % i, queue_id=0) for i in range(start, min(count, start + 512))
+        ]
+        assert {o.put_status for o in send(stub, *batch)} == {message_pb2.PUT_OK}
+    held: list[broker_pb2.ReceivedMessage] = []
+    while len(held) < IN_FLIGHT_MAX:
+        got = receive(stub, "pop-full", "PopFull", invisible_ms=600_000)
+        assert got, f"only {len(held)} received"
+        held += got
+    assert len(held) == IN_FLIGHT_MAX
+    assert receive(stub, "pop-full", "PopFull", wait_ms=500) == []  # the last one waits
+    ack(stub, "pop-full", "PopFull", held[0].receipt_handle)
+    (last,) = receive(stub, "pop-full", "PopFull", wait_ms=WAIT_MS)
+    assert last.message.body == b"%d" % IN_FLIGHT_MAX
+
+
+@pytest.mark.parametrize(
+    ("group", "topic", "field"),
+    [("bad group!", "PopBad", "group"), ("", "PopBad", "group"), ("pop-bad", "a/b", "topic")],
+)
+def test_acks_changes_and_dead_letters_with_bad_names_are_refused_naming_the_field(
+    stub: broker_pb2_grpc.BrokerServiceStub, group: str, topic: str, field: str
+) -> None:
+    for call, request in [
+        (
+            stub.AckMessage,
+            broker_pb2.AckMessageRequest(group=group, topic=topic, receipt_handle="x"),
+        ),
+        (
+            stub.ChangeInvisibleDuration,
+            broker_pb2.ChangeInvisibleDurationRequest(
+                group=group, topic=topic, receipt_handle="x", invisible_ms=1000
+            ),
+        ),
+        (
+            stub.ForwardToDeadLetter,
+            broker_pb2.ForwardToDeadLetterRequest(group=group, topic=topic, receipt_handle="x"),
+        ),
+    ]:
+        error = failure(call, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (error.details() or "").startswith(field), error.details()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 
+from boltmq.cli.dev.local_cluster import Member
 from boltmq.kernel.channels import sync_channel
 from boltmq.kernel.signing import Credentials, RequestSigner
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2, registry_pb2
@@ -66,20 +67,18 @@ def test_a_promoted_replica_accepts_the_masters_receipt_handles(tmp_path: Path) 
             timeout=30,
         ).messages
 
+        def in_flight(member: Member) -> list[str]:
+            state = store_config(member, "popState.json")
+            queues = json.loads(state)["popTable"].get(f"{TOPIC}@{GROUP}", {}) if state else {}
+            return list(queues.get("0", {}).get("inFlight", {}))
+
         def copied() -> bool:
-            state = store_config(replica, "popState.json")
-            return (
-                f'"{TOPIC}@{GROUP}"'.encode() in state  # the delivery is persisted and copied
-                and state == store_config(master, "popState.json")
-                and store_config(replica, "popSecret.json")
-                == store_config(master, "popSecret.json")
-            )
+            return in_flight(replica) == [str(got.message.queue_offset)] and store_config(
+                replica, "popSecret.json"
+            ) == store_config(master, "popSecret.json")
 
         wait_for(copied, "the replica's store holds the master's POP state and secret")
-        in_flight = json.loads(store_config(replica, "popState.json"))["popTable"]
-        assert list(in_flight[f"{TOPIC}@{GROUP}"]["0"]["inFlight"]) == [
-            str(got.message.queue_offset)
-        ]
+        assert in_flight(master) == in_flight(replica)
 
         broker_of(master).stop()
         master.store.kill()

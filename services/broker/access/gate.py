@@ -20,7 +20,9 @@ INVALID_ARGUMENT.
 
 Refusals are logged (method, peer, access key, reason; never a secret or a
 signature) and answered UNAUTHENTICATED, PERMISSION_DENIED or
-RESOURCE_EXHAUSTED. Health, reflection and other services pass untouched.
+RESOURCE_EXHAUSTED. The RocketMQ 5 protocol's calls (``apache.rocketmq.v2``), which
+authenticate in their own servicer, take the client limits only, keyed by IP address.
+Health, reflection and other services pass untouched.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from services.broker.access.caller import Caller, reset_client_key, set_caller, 
 from services.broker.access.resources import BROKER_SERVICE_PREFIX
 
 log = logging.getLogger(__name__)
+
+ROCKETMQ_SERVICE_PREFIX = "/apache.rocketmq.v2.MessagingService/"
+"""The RocketMQ 5 protocol the broker also serves: the client limits apply to it."""
 
 Parser = Callable[[bytes], Any] | None
 """A handler's request deserializer, when the gate parses requests itself."""
@@ -70,6 +75,8 @@ class BrokerGate(grpc.aio.ServerInterceptor):
     ) -> Any:
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
+        if handler is not None and method.startswith(ROCKETMQ_SERVICE_PREFIX):
+            return self._limited(method, handler)
         if handler is None or not method.startswith(BROKER_SERVICE_PREFIX):
             return handler
         parse = handler.request_deserializer if self._authorizer is not None else None
@@ -88,6 +95,50 @@ class BrokerGate(grpc.aio.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         return _refused(method, handler)
+
+    def _limited(self, method: str, handler: Any) -> Any:
+        """A RocketMQ 5 protocol handler under the client limits alone (that protocol
+        authenticates in its servicer, :mod:`services.broker.rocketmq_v2.credentials`):
+        the client is its IP address. Telemetry, a stream for the client's lifetime, is
+        not counted."""
+        if self._limits is None or (handler.unary_unary is None and handler.unary_stream is None):
+            return handler
+
+        async def admit(context: grpc.aio.ServicerContext) -> str:
+            key = peer_host(context.peer())
+            why = self._limits.acquire(key) if self._limits is not None else ""
+            if why:
+                if self._should_log(grpc.StatusCode.RESOURCE_EXHAUSTED, key):
+                    log.warning("refused %s from %s: RESOURCE_EXHAUSTED: %s", method, key, why)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{key}: {why}")
+            return key
+
+        if handler.unary_unary is not None:
+            inner_unary = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                key = await admit(context)
+                try:
+                    return await inner_unary(request, context)
+                finally:
+                    self._release(key)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary, handler.request_deserializer, handler.response_serializer
+            )
+        inner_stream = handler.unary_stream
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            key = await admit(context)
+            try:
+                async for item in inner_stream(request, context):
+                    yield item
+            finally:
+                self._release(key)
+
+        return grpc.unary_stream_rpc_method_handler(
+            stream, handler.request_deserializer, handler.response_serializer
+        )
 
     def _unary(
         self, method: str, inner: Callable[..., Awaitable[Any]], parse: Parser

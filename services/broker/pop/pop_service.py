@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from boltmq.v1 import message_pb2, store_pb2
-from services.broker.arrivals.long_poll import LongPollHub
+from services.broker.arrivals.long_poll import ArrivalToken, LongPollHub
 from services.broker.cluster.topic_publisher import TopicPublisher
 from services.broker.config import BrokerConfig
 from services.broker.errors import (
@@ -197,10 +197,7 @@ class PopService:
             queue_ids = [
                 (start + n) % config.read_queue_nums for n in range(config.read_queue_nums)
             ]
-            waits = [
-                (topic, q, self._state.queue(group, topic, q).pop_offset or 0) for q in queue_ids
-            ]
-            tokens = self._hub.tokens(waits)
+            tokens = self._hub.tokens([(topic, q, 0) for q in queue_ids])  # before any read
             generation = self._wakeups.generation(key)
             popped: list[PoppedMessage] = []
             taken: list[_Claim] = []
@@ -230,7 +227,7 @@ class PopService:
             next_visible_s = self._next_visible_ms(group, topic, queue_ids) / 1000
             await self._wakeups.wait(
                 key,
-                [(*w, t) for w, t in zip(waits, tokens, strict=True)],
+                self._arrival_waits(group, topic, queue_ids, tokens),
                 min(remaining, next_visible_s),
             )
             self._groups.check_consumable("group", group)
@@ -455,6 +452,21 @@ class PopService:
             self._state.changed()
 
     # -- waiting ---------------------------------------------------------------------------
+
+    def _arrival_waits(
+        self, group: str, topic: str, queue_ids: list[int], tokens: list[ArrivalToken]
+    ) -> list[tuple[str, int, int, ArrivalToken]]:
+        """What to wait for on each queue after a pass found nothing: an arrival past its
+        POP offset as the pass left it (``tokens``, taken before the pass, catch arrivals
+        during it). A queue at IN_FLIGHT_MAX reads nothing new, so an arrival there wakes
+        nobody (an ack does); without this a queue with unread messages past its offset
+        would wake its receives again and again."""
+        waits = []
+        for queue_id, token in zip(queue_ids, tokens, strict=True):
+            state = self._state.queue(group, topic, queue_id)
+            if len(state.in_flight) < IN_FLIGHT_MAX:
+                waits.append((topic, queue_id, state.pop_offset or 0, token))
+        return waits
 
     def _next_visible_ms(self, group: str, topic: str, queue_ids: list[int]) -> float:
         """Milliseconds until the first delivered message of the group becomes visible

@@ -141,7 +141,7 @@ class SendProcessor:
                 f"{field}: {topic[:60]} is a retry or dead-letter topic: only the broker "
                 f"writes it (a consumer returns a message with ConsumerSendBack)"
             )
-        config = self._topics.get(topic) or await self._auto_create(
+        config = self._topics.get(topic) or await self.auto_create(
             topic, request.default_topic_queue_nums, field
         )
         if not config.writable:
@@ -196,7 +196,9 @@ class SendProcessor:
             )
         return to_send_response(response, topic, queue_id, self._config.broker_name)
 
-    async def _auto_create(self, topic: str, requested_queue_nums: int, field: str) -> TopicConfig:
+    async def auto_create(self, topic: str, requested_queue_nums: int, field: str) -> TopicConfig:
+        """Create ``topic`` from the template (auto_create_topic_enable, the creation limits)
+        and register it; NotFound when that is off or impossible."""
         if not self._config.auto_create_topic_enable:
             raise NotFound(
                 f"{field}: topic {topic!r} does not exist (auto_create_topic_enable is off)"
