@@ -59,6 +59,8 @@ class Dev:
                 "0",
                 "--broker-port",
                 "0",
+                "--console-port",
+                "0",
                 *flags,
             ],
             stdout=subprocess.PIPE,

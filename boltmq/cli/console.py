@@ -1,0 +1,97 @@
+"""``boltmq console``: the web console for a cluster given by its registries.
+
+Serves :mod:`boltmq.console` on ``--host`` (127.0.0.1) and ``--port`` (8080; 0:
+any free port, printed). The console has no account of its own: with the
+brokers' ACL on, operators log in with theirs and every call is signed with
+it; ``--access-key`` / ``--secret-key`` are refused here for that reason.
+``--tls-ca`` / ``--tls-cert`` / ``--tls-key`` are how it reaches TLS clusters
+(as every client command), ``--https-cert`` / ``--https-key`` serve the
+console itself over TLS (cookies then ``Secure``). docs/console.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from boltmq.cli.messages import fail, registry_option
+from boltmq.cli.security import client_tls, credentials
+
+DEFAULT_PORT = 8080
+
+
+def start_console(registry: str, host: str, port: int, **options: object) -> object:
+    """A console serving in a thread of this process (``boltmq dev``); ``.url``, ``.stop()``."""
+    from boltmq.console.server import ConsoleServer, bind
+
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise fail(f"console: cannot listen on {host}:{port}: {exc}") from None
+    return ConsoleServer(registry, sock, **options).start()  # type: ignore[arg-type]
+
+
+@click.command()
+@registry_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--https-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Serve HTTPS with this certificate (PEM); session cookies become Secure.",
+)
+@click.option(
+    "--https-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The private key of --https-cert (PEM).",
+)
+@click.option(
+    "--clean-watermark",
+    default=75,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="The stores' disk_max_used_space_ratio, shown beside disk use.",
+)
+@click.option(
+    "--force-clean-watermark",
+    default=85,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="The stores' disk_space_clean_forcibly_ratio, shown beside disk use.",
+)
+def console(
+    registry: str,
+    host: str,
+    port: int,
+    https_cert: Path | None,
+    https_key: Path | None,
+    clean_watermark: int,
+    force_clean_watermark: int,
+) -> None:
+    """Serve the web console for the cluster at --registry until Ctrl-C."""
+    from boltmq.console.server import ConsoleServer, bind
+
+    if credentials() is not None:
+        raise fail(
+            "the console has no account of its own: operators log in with theirs "
+            "(unset BOLTMQ_ACCESS_KEY / BOLTMQ_SECRET_KEY, drop --access-key / --secret-key)"
+        )
+    if (https_cert is None) != (https_key is None):
+        raise fail("--https-cert and --https-key go together")
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise fail(f"cannot listen on {host}:{port}: {exc}") from None
+    server = ConsoleServer(
+        registry,
+        sock,
+        tls=client_tls(),
+        certfile=str(https_cert) if https_cert else None,
+        keyfile=str(https_key) if https_key else None,
+        watermarks=(clean_watermark, force_clean_watermark),
+    )
+    click.echo(f"console   {server.url}  (cluster at {registry})", err=False)
+    server.run()

@@ -1,0 +1,87 @@
+"""Running the console: uvicorn serving :class:`boltmq.console.app.Console`.
+
+:func:`bind` opens the listening socket first (port 0: any free one), so the
+address printed is the one served; :class:`ConsoleServer` serves it in the
+foreground (``boltmq console``) or in a thread (``boltmq dev``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import uvicorn
+
+from boltmq.console.app import Console
+from boltmq.console.sessions import Sessions
+from boltmq.kernel.tls import ClientTLS
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+class ConsoleServer:
+    """One console on one socket, for the cluster at ``registry``."""
+
+    def __init__(
+        self,
+        registry: str,
+        sock: socket.socket,
+        *,
+        tls: ClientTLS | None = None,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        watermarks: tuple[int, int] | None = None,
+    ) -> None:
+        self.sock = sock
+        self.sessions = Sessions(registry, tls)
+        extra = {"watermarks": watermarks} if watermarks else {}
+        self.console = Console(self.sessions, secure_cookies=certfile is not None, **extra)
+        config = uvicorn.Config(
+            self.console.app,
+            log_level="warning",
+            ssl_certfile=certfile,
+            ssl_keyfile=keyfile,
+            lifespan="off",
+        )
+        self.server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        scheme = "https" if certfile else "http"
+        host, port = sock.getsockname()[:2]
+        self.url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+    def run(self) -> None:
+        """Serve until SIGINT / SIGTERM (uvicorn's handlers), then close the sessions."""
+        try:
+            self.server.run(sockets=[self.sock])
+        finally:
+            self.sessions.close()
+
+    def start(self) -> ConsoleServer:
+        """Serve in a daemon thread (no signal handlers there)."""
+
+        def serve() -> None:
+            asyncio.run(self.server.serve(sockets=[self.sock]))
+
+        self._thread = threading.Thread(target=serve, name="console", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.sessions.close()
+        self.sock.close()
