@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import urllib.request
 from playwright.sync_api import Browser, sync_playwright
 
 from boltmq.kernel.signing import Credentials
@@ -121,7 +121,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 for n in range(ORDERS)
             ]
             after = int(time.time() * 1000) + 1
-            producer.send(Message(topic="elsewhere", body=b"not for readers of orders"))
+            producer.send(
+                Message(topic="elsewhere", body=b"not for readers of orders", keys=["mine"])
+            )
         billing = Received()
 
         def listen(messages) -> ConsumeResult:
@@ -194,11 +196,15 @@ def test_every_page_shows_the_clusters_data_without_browser_errors(world: World)
         admin.shoot("topics")
 
         page = admin.open("/topics/orders")
-        max_offsets = [int(x) for x in page.locator("#queues tbody td:nth-child(4)").all_inner_texts()]
+        max_offsets = [
+            int(x) for x in page.locator("#queues tbody td:nth-child(4)").all_inner_texts()
+        ]
         assert sum(max_offsets) == ORDERS
         assert "broker-a" in page.inner_text("#route")
         consumers = page.locator("#consumers tbody tr").all_inner_texts()
-        assert any(line.split()[:1] == ["billing"] and line.split()[-1] == "0" for line in consumers)
+        assert any(
+            line.split()[:1] == ["billing"] and line.split()[-1] == "0" for line in consumers
+        )
         admin.shoot("topic")
 
         page = admin.open("/groups")
@@ -228,3 +234,197 @@ def test_every_page_shows_the_clusters_data_without_browser_errors(world: World)
         assert admin.problems == []
     finally:
         admin.close()
+
+
+def test_reset_offset_moves_a_live_consumer_back(world: World) -> None:
+    """Reset to earliest on the group's page: the running billing consumer gets every
+    order again without a restart."""
+    admin = world.visitor(ADMIN)
+    try:
+        page = admin.open("/groups/billing")
+        page.select_option("#reset select[name=topic]", "orders")
+        page.select_option("#reset select[name=to]", "earliest")
+        page.click("#reset button")
+        assert "orders/0" in page.inner_text(".notice")
+        first = world.sent[0].msg_id
+        wait_until(
+            lambda: world.billing.count(json.dumps({"order": 0}).encode()) >= 2,
+            "the live consumer read the first order again",
+        )
+        wait_until(lambda: len(world.billing.bodies) >= 2 * ORDERS, "every order again")
+        assert first  # the orders were sent with ids
+        assert admin.problems == []
+    finally:
+        admin.close()
+
+
+def test_a_dead_letter_is_listed_resent_and_consumed(world: World) -> None:
+    """A group whose listener fails a message exhausts its retries (retry max times set
+    on the console); the dead letter shows on the group's page, is resent from there,
+    and the group consumes it."""
+    registry = world.cluster.registry.address
+    healthy = threading.Event()
+    seen = Received()
+
+    def listen(messages) -> ConsumeResult:
+        with seen.lock:
+            seen.bodies += [m.body_bytes() for m in messages]
+        return ConsumeResult.SUCCESS if healthy.is_set() else ConsumeResult.RECONSUME_LATER
+
+    with Producer(registry, "console-test", credentials=ADMIN) as producer:
+        producer.send(Message(topic="poison", body=b"poison-pill"))
+    admin = world.visitor(ADMIN)
+    failing = None
+    try:
+        page = admin.open("/groups/poisoned")  # the group exists once its settings are saved
+        page.fill("#retry input[name=retry_max_times]", "2")
+        page.click("#retry button")
+        assert "retry max times 2" in page.inner_text(".notice")
+        assert page.inner_text(".retry-max") == "2"
+        failing = consumer(registry, "poisoned", "poison", listen)
+
+        def listed() -> bool:
+            return admin.open("/groups/poisoned").locator("#dead-letters tbody tr").count() == 1
+
+        wait_until(listed, "the dead letter on the group's page")
+        assert "poison" in page.inner_text("#dead-letters tbody")
+        delivered = seen.count(b"poison-pill")
+        assert delivered == 3  # the first delivery and two retries
+        healthy.set()
+        page.check("#dead-letters input[name=letter]")
+        page.click("#resend button")
+        assert "SEND_OK" in page.inner_text(".notice")
+        wait_until(lambda: seen.count(b"poison-pill") == delivered + 1, "the resent letter")
+        assert admin.problems == []
+    finally:
+        if failing is not None:
+            failing.shutdown()
+        admin.close()
+
+
+def test_messages_are_found_by_offset_id_unique_id_key_and_time(world: World) -> None:
+    admin = world.visitor(ADMIN)
+    reader = world.visitor(READER)
+    try:
+        target = world.sent[5]
+        page = admin.open(f"/messages?by=id&id={target.msg_id}")
+        assert page.inner_text("#found-count").startswith("1 ")
+        assert page.get_attribute("article", "data-msg-id") == target.msg_id
+        assert page.inner_text("article .keys") == "order-5"
+        # a unique id, by an account with SUB on the topic (no admin call needed)
+        page = reader.open(f"/messages?by=id&id={target.unique_id}")
+        assert page.inner_text("article .unique-id") == target.unique_id
+        assert page.inner_text("article .keys") == "order-5"
+        page.click("article button[data-view=hex]")
+        assert page.is_visible("article pre.body-hex")
+        assert not page.is_visible("article pre.body-text")
+        assert page.inner_text("article pre.body-hex").startswith("00000000  7b 22 6f 72")  # {"or
+        # every order stored in the range, read as a group, none from outside it
+        begin, end = world.sent_between
+        page = admin.open(f"/messages?by=time&topic=orders&begin={begin}&end={end}&group=billing")
+        assert page.inner_text("#found-count") == f"{ORDERS} message(s)"
+        keys = set(page.locator("article .keys").all_inner_texts())
+        assert keys == {f"order-{n}" for n in range(ORDERS)}
+        page = admin.open(
+            f"/messages?by=time&topic=orders&begin={end}&end={end + 60_000}&group=billing"
+        )
+        assert page.inner_text("#found-count") == "0 message(s)"
+        page = admin.open("/messages?by=key&topic=orders&key=no-such-key")
+        assert page.inner_text("#found-count") == "0 message(s)"
+        page = admin.open(
+            "/messages?by=time&topic=orders&begin=2026-01-02T00:00&end=2026-01-01T00:00"
+        )
+        assert "the start must be before the end" in page.inner_text(".error")
+        assert admin.problems == [] and reader.problems == []
+    finally:
+        admin.close()
+        reader.close()
+
+
+def test_a_read_only_account_sees_no_buttons_and_its_changes_are_refused(world: World) -> None:
+    reader = world.visitor(READER)
+    try:
+        assert "(read-only)" in reader.page.inner_text("header")
+        assert reader.page.locator("nav a[href='/access']").count() == 0
+        for path, form in (
+            ("/topics", "#topic-create"),
+            ("/topics/orders", "#send"),
+            ("/groups/billing", "#reset"),
+            ("/groups/billing", "#retry"),
+        ):
+            page = reader.open(path)
+            assert page.locator(form).count() == 0, path
+            assert page.locator("main form[method=post]").count() == 0, path
+        reader.shoot("read-only-group")
+        token = reader.csrf()
+        for path, form in (
+            ("/topics", {"name": "sneaky", "queues": "4", "perm": "6"}),
+            ("/topics/orders/delete", {}),
+            ("/groups/billing/reset", {"topic": "orders", "to": "latest"}),
+            (
+                "/access/account",
+                {"access_key": "sneaky-admin", "secret_key": "sneaky-secret", "admin": "on"},
+            ),
+        ):
+            answer = reader.context.request.post(
+                f"{world.console.url}{path}", form={"csrf": token, **form}, max_redirects=0
+            )
+            assert answer.status == 403, path
+        page = reader.open("/topics")
+        assert "sneaky" not in world.topics() and "orders" in world.topics()
+        response = reader.page.goto(f"{world.console.url}/access")
+        assert response is not None and response.status == 403
+    finally:
+        reader.close()
+
+
+def test_a_change_without_the_csrf_token_is_refused(world: World) -> None:
+    admin = world.visitor(ADMIN)
+    try:
+        for token in ("", "forged-token"):
+            answer = admin.context.request.post(
+                f"{world.console.url}/topics",
+                form={"csrf": token, "name": "forged", "queues": "4", "perm": "6"},
+                max_redirects=0,
+            )
+            assert answer.status == 403
+        assert "forged" not in world.topics()
+        # the same form with the page's token goes through
+        page = admin.open("/topics")
+        page.fill("#topic-create input[name=name]", "made-here")
+        page.fill("#topic-create input[name=queues]", "3")
+        page.click("#topic-create button")
+        assert "made-here queues 3/3" in page.inner_text(".notice")
+        assert "made-here" in world.topics()
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("#topic-delete button")
+        assert "made-here deleted" in page.inner_text(".notice")
+        assert "made-here" not in world.topics()
+        assert admin.problems == []
+    finally:
+        admin.close()
+
+
+def test_an_account_without_rights_on_a_topic_cannot_see_its_messages(world: World) -> None:
+    outsider = world.visitor(OUTSIDER)
+    try:
+        page = outsider.open("/messages?by=key&topic=orders&key=order-1")
+        assert "PERMISSION_DENIED" in page.inner_text(".error")
+        assert page.locator("article").count() == 0
+        page = outsider.open(f"/messages?by=id&id={world.sent[1].unique_id}")
+        assert page.locator("article").count() == 0
+        page = outsider.open(f"/messages?by=id&id={world.sent[1].msg_id}")  # ViewMessage: admin
+        assert page.locator("article").count() == 0
+        begin, end = world.sent_between
+        page = outsider.open(
+            f"/messages?by=time&topic=orders&begin={begin}&end={end}&group=billing"
+        )
+        assert page.locator("article").count() == 0
+        assert "PERMISSION_DENIED" in page.inner_text(".error")
+        # its own topic's message is there for it
+        page = outsider.open("/messages?by=key&topic=elsewhere&key=mine")
+        assert page.inner_text("#found-count") == "1 message(s)"
+        assert page.inner_text("article .topic") == "elsewhere"
+        assert outsider.problems == []
+    finally:
+        outsider.close()
