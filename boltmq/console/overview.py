@@ -7,9 +7,10 @@ as ``boltmq admin cluster`` computes it. The disk watermarks are the stores'
 cleanup thresholds the console is told (``--clean-watermark``,
 ``--force-clean-watermark``; the stores' defaults otherwise).
 
-:func:`rates` sums ``GetTrafficStats`` (admin-only) over every master and user
-topic: messages produced and consumed over the last minute, per second. The
-page's chart asks for it every few seconds and keeps the points it saw.
+:func:`rates` sums ``GetTrafficStats`` (admin-only; ``broker: true``: every user
+topic of the broker, one call a master) over the masters: messages produced and
+consumed over the last minute, per second. The page's chart asks for it every
+five seconds and keeps the points of the last ten minutes it saw.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import grpc
 
 from boltmq.client import MASTER_ID
 from boltmq.console.calls import ClusterCalls, ConsoleError, denied, error_text
-from boltmq.console.topics import is_system_topic
 from boltmq.v1 import broker_pb2, registry_pb2
 
 CLEAN_WATERMARK = 75
@@ -81,31 +81,16 @@ def members(calls: ClusterCalls) -> list[Member]:
 
 
 def rates(calls: ClusterCalls) -> dict[str, Any]:
-    """``{"t": epoch s, "produced": msg/s, "consumed": msg/s}`` over the last minute, or
-    ``{"error": why}`` (an account that may not read traffic, a broker that failed)."""
+    """``{"t": epoch s, "produced": msg/s, "consumed": msg/s}`` over the last minute and
+    every master (one ``GetTrafficStats`` with ``broker: true`` each), or ``{"error": why}``
+    (an account that may not read traffic, a broker that failed)."""
     produced = consumed = 0
     try:
-        pairs = [
-            (broker, t.name)
-            for broker, answer in calls.each("ListTopics", broker_pb2.ListTopicsRequest())
-            if not isinstance(answer, grpc.RpcError)
-            for t in answer.topics
-            if not is_system_topic(t.name)
-        ]
+        answers = calls.each("GetTrafficStats", broker_pb2.GetTrafficStatsRequest(broker=True))
     except ConsoleError as exc:
         return {"error": str(exc)}
-
-    def ask(pair: tuple[registry_pb2.BrokerLiveInfo, str]) -> Any:
-        request = broker_pb2.GetTrafficStatsRequest(topic=pair[1])
-        try:
-            return calls.call(pair[0], "GetTrafficStats", request)
-        except grpc.RpcError as exc:
-            return exc
-
-    for answer in calls.in_parallel(ask, pairs):
+    for _, answer in answers:
         if isinstance(answer, grpc.RpcError):
-            if answer.code() == grpc.StatusCode.NOT_FOUND:
-                continue
             if denied(answer):
                 return {"error": "traffic rates need an admin account"}
             return {"error": f"GetTrafficStats: {error_text(answer)}"}
