@@ -428,3 +428,57 @@ def test_an_account_without_rights_on_a_topic_cannot_see_its_messages(world: Wor
         assert outsider.problems == []
     finally:
         outsider.close()
+
+
+def test_bad_inputs_are_refused_with_clear_notices(world: World) -> None:
+    admin = world.visitor(ADMIN)
+    try:
+        admin.open("/topics")
+        token = admin.csrf()
+
+        def post(path: str, form: dict[str, str]) -> str:
+            answer = admin.context.request.post(
+                f"{world.console.url}{path}", form={"csrf": token, **form}, max_redirects=0
+            )
+            assert answer.status == 303, (path, answer.status)
+            # the page the change goes back to shows its notice once
+            admin.page.goto(world.console.url + answer.headers["location"])
+            return admin.page.inner_text(".notice")
+
+        assert "may only use" in post("/topics", {"name": "bad name!", "queues": "4", "perm": "6"})
+        assert "queues: between 1 and 1024, not 0" in post(
+            "/topics", {"name": "fine", "queues": "0", "perm": "6"}
+        )
+        assert "queues and perm are numbers" in post(
+            "/topics", {"name": "fine", "queues": "many", "perm": "6"}
+        )
+        assert "perm: READ 4 | WRITE 2 | INHERIT 1 (0..7), not 9" in post(
+            "/topics", {"name": "fine", "queues": "4", "perm": "9"}
+        )
+        assert "fine" not in world.topics()
+        assert "reset to: time, earliest or latest, not 'yesterday'" in post(
+            "/groups/billing/reset", {"topic": "orders", "to": "yesterday"}
+        )
+        assert "is not a time" in post(
+            "/groups/billing/reset", {"topic": "orders", "to": "time", "time": "soon"}
+        )
+        assert "bad letter 'broker-a:x'" in post("/groups/billing/resend", {"letter": "broker-a:x"})
+        assert "choose dead letters first" in post("/groups/billing/resend", {})
+        assert "retry max times: between 1 and 1000, not 0" in post(
+            "/groups/billing/retry", {"retry_max_times": "0"}
+        )
+        assert "topic rights: NAME=PERM" in post(
+            "/access/account",
+            {"access_key": "new-app", "secret_key": "new-app-secret", "topic_perms": "orders"},
+        )
+        page = admin.open("/messages?by=id&id=has%20space")
+        assert "message id: give one without spaces" in page.inner_text(".error")
+        page = admin.open("/messages?by=sideways")
+        assert "look up by id, key or time, not 'sideways'" in page.inner_text(".error")
+        page = admin.open("/topics/no-such-topic")
+        assert "topic 'no-such-topic' is unknown on every master" in page.inner_text(".error")
+        page = admin.open("/groups/bad%20group")
+        assert "may only use" in page.inner_text(".error")
+        assert admin.problems == []
+    finally:
+        admin.close()
