@@ -132,7 +132,7 @@ def group_page(calls: ClusterCalls, name: str) -> dict[str, Any]:
         "clients": [(b, c) for b, a in clients for c in a.connections],
         "progress": progress,
         "total_lag": sum(q.lag for _, q in progress),
-        "topics": sorted({q.topic for _, q in progress}),
+        "topics": sorted({q.topic for _, q in progress}, key=lambda t: (t.startswith("%"), t)),
         "rate": round(consumed / MINUTE_S, 2) if traffic else None,
         "dead_letters": dead_letters(calls, name, notes),
         "notes": notes,

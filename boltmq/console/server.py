@@ -80,7 +80,9 @@ class ConsoleServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving at once: open connections (a browser's keep-alive) are not awaited."""
         self.server.should_exit = True
+        self.server.force_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.sessions.close()

@@ -37,6 +37,8 @@ document.querySelectorAll(".body-views").forEach(function (box) {
         width: Math.min(740, box.clientWidth - 16), height: 240,
         series: [{}, {label: "produced msg/s", stroke: "#1f6feb"},
                  {label: "consumed msg/s", stroke: "#2da44e"}],
+        scales: {x: {time: true, range: function (u, min, max) { return [max - keep, max]; }},
+                 y: {range: function (u, min, max) { return [0, Math.max(1, max * 1.2)]; }}},
         axes: [{}, {label: "msg/s"}],
       }, data, box);
     } else {

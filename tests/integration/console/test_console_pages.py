@@ -51,6 +51,7 @@ SEED = {
 DELAY_LEVELS = " ".join(f"{100 + 10 * n}ms" for n in range(18))
 """Retries come back within a fraction of a second: a dead letter forms quickly."""
 ORDERS = 12
+XSS = b'<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
 
 
 @dataclass
@@ -124,6 +125,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             producer.send(
                 Message(topic="elsewhere", body=b"not for readers of orders", keys=["mine"])
             )
+            producer.send(Message(topic="elsewhere", body=XSS, keys=["xss"], tags="<b>t</b>"))
         billing = Received()
 
         def listen(messages) -> ConsumeResult:
@@ -329,6 +331,11 @@ def test_messages_are_found_by_offset_id_unique_id_key_and_time(world: World) ->
             f"/messages?by=time&topic=orders&begin={end}&end={end + 60_000}&group=billing"
         )
         assert page.inner_text("#found-count") == "0 message(s)"
+        # a body and tags that are markup are shown as text, never run
+        page = admin.open("/messages?by=key&topic=elsewhere&key=xss")
+        assert page.inner_text("article pre.body-text") == XSS.decode()
+        assert page.evaluate("window.pwned") is None
+        assert page.locator("article img, article script, article b").count() == 0
         page = admin.open("/messages?by=key&topic=orders&key=no-such-key")
         assert page.inner_text("#found-count") == "0 message(s)"
         page = admin.open(
