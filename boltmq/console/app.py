@@ -77,6 +77,7 @@ class Console:
         self.watermarks = watermarks
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.globals["chart_installed"] = VENDOR_CHART.exists
+        self.templates.env.globals["iso_ms"] = messages.iso_ms
         routes = [
             Route("/login", self.login_form, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),

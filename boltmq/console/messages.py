@@ -27,7 +27,7 @@ import grpc
 from boltmq.client import BoltMQError
 from boltmq.console.calls import ClusterCalls, ConsoleError, error_text
 from boltmq.console.groups import checked_group
-from boltmq.console.topics import checked_topic, is_system_topic
+from boltmq.console.topics import READ_GROUP, checked_topic, is_system_topic
 from boltmq.kernel.registry_client import RegistryError
 from boltmq.kernel.telemetry import TRACEPARENT_PROPERTY
 from boltmq.message import ReceivedMessage
@@ -41,7 +41,6 @@ MAX_RESULTS = 64
 """Messages one lookup shows at most."""
 HEX_BYTES = 4096
 """Body bytes the hex view shows."""
-DEFAULT_READ_GROUP = "boltmq-console"
 
 
 @dataclass
@@ -195,7 +194,7 @@ def by_key(calls: ClusterCalls, topic: str, key: str) -> list[Shown]:
 def by_time(calls: ClusterCalls, topic: str, begin_ms: int, end_ms: int, group: str) -> list[Shown]:
     """Messages of ``topic`` stored in [begin_ms, end_ms), read as ``group`` (no commit)."""
     topic = checked_topic(topic)
-    group = checked_group(group or DEFAULT_READ_GROUP)
+    group = checked_group(group or READ_GROUP)
     if not 0 <= begin_ms < end_ms:
         raise ConsoleError("time range: the start must be before the end")
     client = calls.client

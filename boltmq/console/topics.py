@@ -18,8 +18,9 @@ import grpc
 from boltmq.client import PERM_READ, PERM_WRITE, BoltMQError
 from boltmq.console.calls import ClusterCalls, ConsoleError, error_text
 from boltmq.kernel.registry_client import RegistryError
-from boltmq.message import Message
+from boltmq.message import Message, MessageQueue
 from boltmq.producer import Producer
+from boltmq.pull_consumer import PullStatus, pull_queue
 from boltmq.v1 import broker_pb2, registry_pb2
 from boltmq.wire.record import SCHEDULE_TOPIC
 from boltmq.wire.topic import DLQ_PREFIX, RETRY_PREFIX, InvalidTopic, validate_topic
@@ -29,6 +30,8 @@ SYSTEM_TOPICS = frozenset(
 )
 MAX_QUEUES = 1024
 TEST_PRODUCER_GROUP = "boltmq-console"
+READ_GROUP = "boltmq-console"
+"""The consumer group the console reads messages as (pulls that commit nothing)."""
 
 
 def is_system_topic(name: str) -> bool:
@@ -86,6 +89,8 @@ class QueueRow:
     queue_id: int
     min_offset: int
     max_offset: int
+    last_stored_ms: int = 0
+    """Store time of the queue's last message (0: empty, or not readable)."""
 
 
 @dataclass
@@ -116,6 +121,7 @@ def topic_page(calls: ClusterCalls, name: str) -> dict[str, Any]:
         errors.append(f"route: {exc}")
     if not queues and route is None:
         raise ConsoleError(f"topic {name!r} is unknown on every master")
+    last_stored(calls, name, queues, errors)
     return {
         "name": name,
         "queues": queues,
@@ -123,6 +129,30 @@ def topic_page(calls: ClusterCalls, name: str) -> dict[str, Any]:
         "consumers": consumers_of(calls, name, errors),
         "errors": errors,
     }
+
+
+def last_stored(calls: ClusterCalls, topic: str, queues: list[QueueRow], errors: list[str]) -> None:
+    """Each non-empty queue's last store time, read by pulling its last message as the
+    console's read group (SUB on the topic and on that group; nothing is committed)."""
+
+    def read(row: QueueRow) -> str:
+        queue = MessageQueue(topic, row.group, row.queue_id)
+        try:
+            result = pull_queue(
+                calls.client, READ_GROUP, queue, row.max_offset - 1,
+                max_messages=1, subscription="*", wait_ms=0,
+            )  # fmt: skip
+        except (BoltMQError, RegistryError) as exc:
+            return str(exc)
+        if result.status is PullStatus.FOUND and result.messages:
+            row.last_stored_ms = result.messages[-1].store_timestamp
+        return ""
+
+    failures = [
+        f for f in calls.in_parallel(read, [q for q in queues if q.max_offset > q.min_offset]) if f
+    ]
+    if failures:
+        errors.append(f"last store times (read as group {READ_GROUP}): {failures[0]}")
 
 
 def consumers_of(calls: ClusterCalls, topic: str, errors: list[str]) -> list[ConsumerRow]:

@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,12 @@ def test_every_page_shows_the_clusters_data_without_browser_errors(world: World)
             int(x) for x in page.locator("#queues tbody td:nth-child(4)").all_inner_texts()
         ]
         assert sum(max_offsets) == ORDERS
+        begin, end = world.sent_between
+        stored = [
+            datetime.fromisoformat(text).timestamp() * 1000
+            for text in page.locator("#queues tbody td.last-stored").all_inner_texts()
+        ]
+        assert len(stored) == len(max_offsets) and all(begin <= ms <= end for ms in stored)
         assert "broker-a" in page.inner_text("#route")
         consumers = page.locator("#consumers tbody tr").all_inner_texts()
         assert any(
