@@ -11,25 +11,48 @@ console itself over TLS (cookies then ``Secure``). docs/console.md.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
 from boltmq.cli.messages import fail, registry_option
 from boltmq.cli.security import client_tls, credentials
+from boltmq.kernel.tls import ClientTLS
 
 DEFAULT_PORT = 8080
 
 
-def start_console(registry: str, host: str, port: int, **options: object) -> object:
-    """A console serving in a thread of this process (``boltmq dev``); ``.url``, ``.stop()``."""
-    from boltmq.console.server import ConsoleServer, bind
+class BackgroundConsole:
+    """A console of ``boltmq dev``: its socket bound (and ``url`` known) at once, the web
+    stack loaded and served in a thread, so the cluster's start does not wait for it
+    (connections wait in the socket's backlog meanwhile)."""
 
-    try:
-        sock = bind(host, port)
-    except OSError as exc:
-        raise fail(f"console: cannot listen on {host}:{port}: {exc}") from None
-    return ConsoleServer(registry, sock, **options).start()  # type: ignore[arg-type]
+    def __init__(self, registry: str, host: str, port: int, tls: ClientTLS | None) -> None:
+        from boltmq.console.listener import bind, url_of
+
+        try:
+            self.sock = bind(host, port)
+        except OSError as exc:
+            raise fail(f"console: cannot listen on {host}:{port}: {exc}") from None
+        self.url = url_of(self.sock, https=False)
+        self._server: Any = None
+        self._loader = threading.Thread(
+            target=self._load, args=(registry, tls), name="console-load", daemon=True
+        )
+        self._loader.start()
+
+    def _load(self, registry: str, tls: ClientTLS | None) -> None:
+        from boltmq.console.server import ConsoleServer
+
+        self._server = ConsoleServer(registry, self.sock, tls=tls).start()
+
+    def stop(self) -> None:
+        self._loader.join(timeout=60)
+        if self._server is not None:
+            self._server.stop()
+        self.sock.close()
 
 
 @click.command()

@@ -225,21 +225,18 @@ def dev(
             )
     console = None
     if not no_console:
-        from boltmq.cli.console import start_console
+        from boltmq.cli.console import BackgroundConsole
 
         try:
-            console = start_console(
-                cluster.registry.address,
-                host,
-                console_port,
-                tls=_console_tls(certificates),
+            console = BackgroundConsole(
+                cluster.registry.address, host, console_port, _console_tls(certificates)
             )
         except click.ClickException:
             cluster.stop()
             if local_etcd is not None:
                 local_etcd.stop()
             raise
-        click.echo(f"console   {console.url}  (web console; --no-console: off)")  # type: ignore[attr-defined]
+        click.echo(f"console   {console.url}  (web console; --no-console: off)")
     click.echo(f"logs      {cluster.log_dir}")
     if certificates:
         click.echo(
@@ -266,7 +263,7 @@ def dev(
         _watch(cluster, stop, survive_deaths=controller == "etcd")
     finally:
         if console is not None:
-            console.stop()  # type: ignore[attr-defined]
+            console.stop()
         if local_etcd is not None:
             local_etcd.stop()
     click.echo("cluster stopped cleanly")

@@ -1,8 +1,6 @@
-"""Running the console: uvicorn serving :class:`boltmq.console.app.Console`.
-
-:func:`bind` opens the listening socket first (port 0: any free one), so the
-address printed is the one served; :class:`ConsoleServer` serves it in the
-foreground (``boltmq console``) or in a thread (``boltmq dev``).
+"""Running the console: uvicorn serving :class:`boltmq.console.app.Console` on a socket
+bound beforehand (:mod:`boltmq.console.listener`), in the foreground (``boltmq
+console``) or in a thread (``boltmq dev``, the benchmark).
 """
 
 from __future__ import annotations
@@ -14,22 +12,11 @@ import threading
 import uvicorn
 
 from boltmq.console.app import Console
+from boltmq.console.listener import bind, url_of
+
+__all__ = ["ConsoleServer", "bind"]
 from boltmq.console.sessions import Sessions
 from boltmq.kernel.tls import ClientTLS
-
-
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
 
 
 class ConsoleServer:
@@ -58,9 +45,7 @@ class ConsoleServer:
         )
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
-        scheme = "https" if certfile else "http"
-        host, port = sock.getsockname()[:2]
-        self.url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+        self.url = url_of(sock, https=certfile is not None)
 
     def run(self) -> None:
         """Serve until SIGINT / SIGTERM (uvicorn's handlers), then close the sessions."""
