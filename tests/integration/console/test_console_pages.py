@@ -1,161 +1,30 @@
-"""The web console in a real browser (Debian's Chromium through Playwright) against a
-real cluster with the ACL on: one cluster, one console process and one browser for
-the module.
-
-Accounts: an admin; ``reader`` (SUB on ``orders`` and on group ``billing``: read-only,
-no admin calls); ``outsider`` (rights on another topic only).
-"""
+"""The web console's pages in a real browser (Debian's Chromium through Playwright)
+against a real cluster with the ACL on (the package's ``world``): logins, every page
+with the cluster's data, reset offsets, dead letters, lookups, rights, CSRF."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
+import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
 
-from boltmq.kernel.signing import Credentials
 from boltmq.message import ConsumeResult, Message
-from boltmq.options import PushConsumerOptions
 from boltmq.producer import Producer
-from boltmq.push_consumer import PushConsumer
-from boltmq.v1 import broker_pb2
-from tests.integration.console.browser import ConsoleProcess, Visitor, launch, screenshot_dir
-from tests.integration.test_acl import AclCluster
+from tests.integration.console.world import (
+    ADMIN,
+    ORDERS,
+    OUTSIDER,
+    READER,
+    XSS,
+    Received,
+    World,
+    consumer,
+)
 from tests.waiting import wait_until
-
-ADMIN = Credentials("console-admin", "console-admin-secret")
-READER = Credentials("reader-app", "reader-secret-1")
-OUTSIDER = Credentials("outsider-app", "outsider-secret-1")
-SEED = {
-    "accounts": [
-        {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True},
-        {
-            "accessKey": READER.access_key,
-            "secretKey": READER.secret_key,
-            "topicPerms": {"orders": "SUB"},
-            "groupPerms": {"billing": "SUB"},
-        },
-        {
-            "accessKey": OUTSIDER.access_key,
-            "secretKey": OUTSIDER.secret_key,
-            "topicPerms": {"elsewhere": "PUB|SUB"},
-        },
-    ]
-}
-DELAY_LEVELS = " ".join(f"{100 + 10 * n}ms" for n in range(18))
-"""Retries come back within a fraction of a second: a dead letter forms quickly."""
-ORDERS = 12
-XSS = b'<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
-
-
-@dataclass
-class Received:
-    bodies: list[bytes] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def count(self, body: bytes) -> int:
-        with self.lock:
-            return self.bodies.count(body)
-
-
-@dataclass
-class World:
-    cluster: AclCluster
-    console: ConsoleProcess
-    browser: Browser
-    shots: Path
-    sent: list  # SendResults of the orders, in order
-    sent_between: tuple[int, int]
-    billing: Received
-    consumer: PushConsumer
-
-    def visitor(self, credentials: Credentials | None = None) -> Visitor:
-        visitor = Visitor(self.browser, self.console.url, self.shots)
-        if credentials is not None:
-            visitor.login(credentials.access_key, credentials.secret_key)
-            visitor.page.wait_for_selector("h1:has-text('Overview')")
-        return visitor
-
-    def topics(self) -> set[str]:
-        answer = self.cluster.stub(ADMIN).ListTopics(broker_pb2.ListTopicsRequest(), timeout=10)
-        return {t.name for t in answer.topics}
-
-
-def consumer(registry: str, group: str, topic: str, listener, **options) -> PushConsumer:
-    return PushConsumer(
-        registry,
-        group,
-        {topic: "*"},
-        listener,
-        credentials=ADMIN,
-        options=PushConsumerOptions(
-            long_poll_ms=500, rebalance_interval_ms=1_000, commit_interval_ms=200, **options
-        ),
-    ).start()
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("console")
-    cluster = AclCluster(tmp, SEED, broker_settings=(f"message_delay_level={DELAY_LEVELS}",))
-    registry = cluster.registry.address
-    console = None
-    billing_consumer = None
-    try:
-        with Producer(registry, "console-test", credentials=ADMIN) as producer:
-            before = int(time.time() * 1000)
-            sent = [
-                producer.send(
-                    Message(
-                        topic="orders",
-                        body=json.dumps({"order": n}).encode(),
-                        tags="created",
-                        keys=[f"order-{n}"],
-                    )
-                )
-                for n in range(ORDERS)
-            ]
-            after = int(time.time() * 1000) + 1
-            producer.send(
-                Message(topic="elsewhere", body=b"not for readers of orders", keys=["mine"])
-            )
-            producer.send(Message(topic="elsewhere", body=XSS, keys=["xss"], tags="<b>t</b>"))
-        billing = Received()
-
-        def listen(messages) -> ConsumeResult:
-            with billing.lock:
-                billing.bodies += [m.body_bytes() for m in messages]
-            return ConsumeResult.SUCCESS
-
-        billing_consumer = consumer(registry, "billing", "orders", listen)
-        wait_until(lambda: len(billing.bodies) >= ORDERS, "billing consumed the orders")
-        console = ConsoleProcess(registry)
-        with sync_playwright() as playwright:
-            browser = launch(playwright)
-            yield World(
-                cluster,
-                console,
-                browser,
-                screenshot_dir(tmp / "screenshots"),
-                sent,
-                (before, after),
-                billing,
-                billing_consumer,
-            )
-            browser.close()
-    finally:
-        if billing_consumer is not None:
-            billing_consumer.shutdown()
-        if console is not None:
-            console.stop()
-        cluster.stop()
 
 
 def test_without_login_every_page_sends_to_the_login_form_and_bad_logins_are_refused(
