@@ -8,7 +8,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 
@@ -115,22 +115,36 @@ def test_every_page_shows_the_clusters_data_without_browser_errors(world: World)
 
 
 def test_reset_offset_moves_a_live_consumer_back(world: World) -> None:
-    """Reset to earliest on the group's page: the running billing consumer gets every
-    order again without a restart."""
+    """Reset on the group's page, to the earliest offset and then to a time: the running
+    billing consumer gets every order again each time, without a restart; a reset to
+    the latest offset leaves it nothing to read."""
     admin = world.visitor(ADMIN)
-    try:
+    first_order = json.dumps({"order": 0}).encode()
+
+    def reset(to: str, time_text: str = "") -> str:
         page = admin.open("/groups/billing")
         page.select_option("#reset select[name=topic]", "orders")
-        page.select_option("#reset select[name=to]", "earliest")
+        page.select_option("#reset select[name=to]", to)
+        if time_text:
+            page.fill("#reset input[name=time]", time_text)
         page.click("#reset button")
-        assert "orders/0" in page.inner_text(".notice")
-        first = world.sent[0].msg_id
-        wait_until(
-            lambda: world.billing.count(json.dumps({"order": 0}).encode()) >= 2,
-            "the live consumer read the first order again",
-        )
-        wait_until(lambda: len(world.billing.bodies) >= 2 * ORDERS, "every order again")
-        assert first  # the orders were sent with ids
+        return page.inner_text(".notice")
+
+    try:
+        assert "orders/0" in reset("earliest")
+        wait_until(lambda: world.billing.count(first_order) == 2, "the first order again")
+        wait_until(lambda: len(world.billing.bodies) == 2 * ORDERS, "every order again")
+        # the second the orders were sent in (the form's datetime-local: UTC, whole seconds)
+        begin, _ = world.sent_between
+        moment = datetime.fromtimestamp(begin // 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        assert "orders/0" in reset("time", moment)
+        wait_until(lambda: world.billing.count(first_order) == 3, "the orders of that time")
+        wait_until(lambda: len(world.billing.bodies) == 3 * ORDERS, "every order a third time")
+        notice = reset("latest")
+        assert sum(int(line.split()[-1]) for line in notice.splitlines()) == ORDERS  # the ends
+        page = admin.open("/groups/billing")
+        assert page.inner_text("#total-lag") == "0"
+        assert len(world.billing.bodies) == 3 * ORDERS  # nothing read after the last reset
         assert admin.problems == []
     finally:
         admin.close()
