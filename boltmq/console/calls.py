@@ -22,6 +22,8 @@ from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import broker_pb2, registry_pb2
 
 RPC_TIMEOUT_S = 5.0
+ACL_OFF_REMOTE = "access control is off"
+"""How a broker begins refusing ``GetAcl`` to a caller off its host while the ACL is off."""
 PARALLEL_CALLS = 8
 """Calls in flight at once when a page asks one thing per topic or group."""
 
@@ -128,15 +130,18 @@ class ClusterCalls:
                 raise NotSignedIn("the brokers refused this access key and secret") from None
             raise ConsoleError(f"ListTopics: {error_text(exc)}") from None
 
-    def acl_enforced(self) -> bool:
-        """Whether the brokers want signed calls (an unsigned probe is refused)."""
+    def probe_acl(self) -> tuple[bool, bool]:
+        """(the brokers want signed calls, unsigned calls may change things), from an
+        unsigned ``GetAcl``: answered while the ACL is off (to a caller on the broker's
+        host); refused while it is on, or off but asked from elsewhere (the broker says
+        so: then nothing needs a login, and nothing may be changed from here)."""
         try:
             document = self.call(self.masters()[0], "GetAcl", broker_pb2.GetAclRequest())
         except grpc.RpcError as exc:
             if denied(exc):
-                return True
+                return ACL_OFF_REMOTE not in (exc.details() or ""), False
             raise ConsoleError(f"GetAcl: {error_text(exc)}") from None
-        return bool(document.enforced)
+        return bool(document.enforced), True
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -6,9 +6,10 @@ access key and secret stay in this process, in the :class:`Session` the id
 names, and are never sent back to the browser. A session ends at logout, after
 ``SESSION_IDLE_S`` without a request, or when the console stops.
 
-With the brokers' ACL off (an unsigned ``GetAcl`` is answered and says it is not
-enforced), every visitor shares one unsigned session that may change things,
-as ``boltmq admin`` may without credentials. The console has no account of its
+With the brokers' ACL off, every visitor shares one unsigned session: it may change
+things when the brokers answer the console's unsigned ``GetAcl`` (the console runs on
+a broker's host, as ``boltmq dev``'s does), and is read-only when they refuse it as
+a caller from elsewhere (:meth:`ClusterCalls.probe_acl`). The console has no account of its
 own: whatever it shows or changes, the logged-in account's rights allow.
 
 Failed logins are limited per client address (``LOGIN_FAILURES`` per
@@ -118,13 +119,15 @@ class Sessions:
             session.calls.close()
 
     def anonymous(self) -> Session | None:
-        """The shared unsigned session while the brokers' ACL is off, else None."""
+        """The shared unsigned session while the brokers' ACL is off, else None (asked
+        again every ``ACL_PROBE_S``)."""
         checked_at, enforced = self._acl_checked
         if time.monotonic() - checked_at >= ACL_PROBE_S:
             with self._lock:
                 if self._anonymous is None:
                     self._anonymous = Session(ClusterCalls(self.registry, self.tls, None), True)
-            enforced = self._anonymous.calls.acl_enforced()
+            enforced, may_change = self._anonymous.calls.probe_acl()
+            self._anonymous.admin = may_change
             self._acl_checked = (time.monotonic(), enforced)
         return None if enforced else self._anonymous
 
