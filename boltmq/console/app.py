@@ -78,6 +78,7 @@ class Console:
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.globals["chart_installed"] = VENDOR_CHART.exists
         self.templates.env.globals["iso_ms"] = messages.iso_ms
+        self.templates.env.globals["perm_text"] = topics.perm_text
         routes = [
             Route("/login", self.login_form, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),

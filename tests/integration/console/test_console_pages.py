@@ -78,7 +78,8 @@ def test_every_page_shows_the_clusters_data_without_browser_errors(world: World)
             for text in page.locator("#queues tbody td.last-stored").all_inner_texts()
         ]
         assert len(stored) == len(max_offsets) and all(begin <= ms <= end for ms in stored)
-        assert "broker-a" in page.inner_text("#route")
+        route = page.inner_text("#route tbody")
+        assert route.split("\t")[:4] == ["broker-a", "4", "4", "RW"], route
         consumers = page.locator("#consumers tbody tr").all_inner_texts()
         assert any(
             line.split()[:1] == ["billing"] and line.split()[-1] == "0" for line in consumers
