@@ -10,7 +10,7 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install lock proto node rocketmq-clients etcd run test test-reliability lint bench soak bench-compare pipeline-demo clean
+.PHONY: install lock proto node rocketmq-clients console-assets chromium etcd run test test-reliability lint bench soak bench-compare pipeline-demo clean
 
 install: $(STAMP)
 
@@ -65,6 +65,24 @@ $(RMQ_NODE_STAMP): clients/rocketmq-node/package.json clients/rocketmq-node/pack
 	cd clients/rocketmq-node && npm ci --no-audit --no-fund --loglevel=error
 	touch $(RMQ_NODE_STAMP)
 
+# The web console's charting library (uPlot, from npm), served by the console itself.
+CONSOLE_ASSETS := boltmq/console/assets
+CONSOLE_VENDOR := boltmq/console/static/vendor/uPlot.iife.min.js
+
+console-assets: $(CONSOLE_VENDOR)
+
+$(CONSOLE_VENDOR): $(CONSOLE_ASSETS)/package.json $(CONSOLE_ASSETS)/package-lock.json
+	cd $(CONSOLE_ASSETS) && npm ci --no-audit --no-fund --loglevel=error
+	mkdir -p $(dir $(CONSOLE_VENDOR))
+	cp $(CONSOLE_ASSETS)/node_modules/uplot/dist/uPlot.iife.min.js \
+		$(CONSOLE_ASSETS)/node_modules/uplot/dist/uPlot.min.css $(dir $(CONSOLE_VENDOR))
+
+# The console's browser tests drive Debian's Chromium (/usr/bin/chromium) with Playwright.
+chromium:
+	@command -v chromium >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
+
 # The HA controller's tests and `boltmq dev --controller etcd` run a real etcd: Debian's
 # etcd-server (/usr/bin/etcd), installed with apt-get when missing (as root, or through sudo).
 etcd:
@@ -72,10 +90,10 @@ etcd:
 		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q etcd-server; }
 
-run: install proto
+run: install proto console-assets
 	$(VENV)/bin/boltmq dev --data-dir $(DATA)
 
-test: install proto node rocketmq-clients etcd
+test: install proto node rocketmq-clients console-assets chromium etcd
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fault and fuzz suites at full length (make test runs them short):

@@ -113,6 +113,14 @@ def main() -> None:
     "a dead master is replaced without a command, and the cluster keeps running.",
 )
 @click.option(
+    "--console-port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port of the web console (boltmq console) dev starts beside the cluster.",
+)
+@click.option("--no-console", is_flag=True, help="Do not start the web console.")
+@click.option(
     "--etcd",
     "etcd_endpoints",
     default="",
@@ -136,6 +144,8 @@ def dev(
     tls: bool,
     acl: bool,
     controller: str,
+    console_port: int,
+    no_console: bool,
     etcd_endpoints: str,
 ) -> None:
     """Run a local cluster (registry; per broker group a store and a broker, replicas with
@@ -213,6 +223,20 @@ def dev(
                 f"{group}  {role_text:<10} store {member.store.address}  broker "
                 f"{member.broker.address}  {ha_text}data {member.data_dir}"
             )
+    console = None
+    if not no_console:
+        from boltmq.cli.console import BackgroundConsole
+
+        try:
+            console = BackgroundConsole(
+                cluster.registry.address, host, console_port, _console_tls(certificates)
+            )
+        except click.ClickException:
+            cluster.stop()
+            if local_etcd is not None:
+                local_etcd.stop()
+            raise
+        click.echo(f"console   {console.url}  (web console; --no-console: off)")
     click.echo(f"logs      {cluster.log_dir}")
     if certificates:
         click.echo(
@@ -238,9 +262,24 @@ def dev(
     try:
         _watch(cluster, stop, survive_deaths=controller == "etcd")
     finally:
+        if console is not None:
+            console.stop()
         if local_etcd is not None:
             local_etcd.stop()
     click.echo("cluster stopped cleanly")
+
+
+def _console_tls(certificates: Any) -> Any:
+    """The application's client TLS of a ``dev --tls`` cluster, for its console."""
+    if not certificates:
+        return None
+    from boltmq.kernel.tls import ClientTLS
+
+    return ClientTLS.from_files(
+        str(certificates.ca_file),
+        str(certificates.client_cert_file),
+        str(certificates.client_key_file),
+    )
 
 
 def _watch(cluster: LocalCluster, stop: threading.Event, *, survive_deaths: bool) -> None:
@@ -435,11 +474,13 @@ def _register_client_commands() -> None:
         stats,  # noqa: F401 - adds ``admin stats topic|group``
     )
     from boltmq.cli.admin import admin
+    from boltmq.cli.console import console
     from boltmq.cli.messages import consume, produce
 
     main.add_command(produce)
     main.add_command(consume)
     main.add_command(admin)
+    main.add_command(console)
 
 
 _register_client_commands()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -58,6 +59,8 @@ class Dev:
                 "--store-port",
                 "0",
                 "--broker-port",
+                "0",
+                "--console-port",
                 "0",
                 *flags,
             ],
@@ -187,6 +190,12 @@ def test_dev_runs_a_cluster_and_stops_it_cleanly(dev: Dev) -> None:
     assert sorted(consume(registry, "DevTopic", "dev-cg", 10)) == sorted(
         f"m{i}".encode() for i in range(10)
     )
+    # The web console beside it: the ACL is off, so its pages need no login.
+    console = console_url(dev)
+    topics_page = urllib.request.urlopen(f"{console}/topics", timeout=30).read().decode()
+    assert 'href="/topics/DevTopic"' in topics_page
+    group_page = urllib.request.urlopen(f"{console}/groups/dev-cg", timeout=30).read().decode()
+    assert "DevTopic" in group_page and 'id="reset"' in group_page
 
     # A second cluster on the same data directory is refused while the first runs.
     second = Dev(dev.data_dir)
@@ -206,6 +215,7 @@ def test_dev_runs_a_cluster_and_stops_it_cleanly(dev: Dev) -> None:
     assert out.strip().splitlines()[-1] == "cluster stopped cleanly"
     assert not (dev.data_dir / "store" / "abort").exists(), "the store did not shut down cleanly"
     assert all(refuses_connections(address) for address in endpoints.values())
+    assert refuses_connections(console.removeprefix("http://"))
 
     # Ctrl-C on a restarted cluster: the data of the first run is still there.
     again = Dev(dev.data_dir)
@@ -219,6 +229,11 @@ def test_dev_runs_a_cluster_and_stops_it_cleanly(dev: Dev) -> None:
     finally:
         again.kill()
     assert not (dev.data_dir / "store" / "abort").exists()
+
+
+def console_url(dev: Dev) -> str:
+    """The web console's address from dev's banner."""
+    return next(line.split()[1] for line in dev.banner if line.startswith("console "))
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -245,6 +260,9 @@ def test_dev_with_tls_and_acl_runs_the_way_production_does(tmp_path: Path) -> No
         assert (dev.data_dir / "acl" / "plain_acl.json").stat().st_mode & 0o077 == 0
         assert not [line for line in dev.banner if secret in line]
         acl_line = next(line for line in dev.banner if line.startswith("ACL on: "))
+        # the console reaches the TLS cluster and, the ACL being on, asks for a login
+        with urllib.request.urlopen(f"{console_url(dev)}/topics", timeout=30) as answer:
+            assert answer.url.endswith("/login") and b'name="secret_key"' in answer.read()
         assert f"BOLTMQ_SECRET_KEY=$(cat {secret_file})" in acl_line
         try_line = next(line for line in dev.banner if line.startswith("try: "))
         tls = re.findall(r"(--tls-(?:ca|cert|key)) (\S+)", try_line)

@@ -20,7 +20,8 @@ import pytest
 
 from boltmq import Producer
 from boltmq.cli.dev.local_cluster import LocalCluster
-from boltmq.v1 import broker_pb2
+from boltmq.kernel.channels import sync_channel
+from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.sdk_fixtures import Collector
 from tests.integration.test_acl import ADMIN, ORDERS, AclCluster
 from tests.integration.two_groups import (
@@ -37,6 +38,15 @@ TOPIC = "stats-orders"
 GROUP = "stats-billing"
 N = 24
 WINDOWS = re.compile(r"last minute (\d+) \([\d.]+/s\)  last hour (\d+) \([\d.]+/s\)$")
+
+
+def broker_stubs(cluster: LocalCluster) -> list[broker_pb2_grpc.BrokerServiceStub]:
+    """A stub on every group's master broker (channels closed with the process)."""
+    return [
+        broker_pb2_grpc.BrokerServiceStub(sync_channel(members[0].broker.address))
+        for members in cluster.groups.values()
+        if members[0].broker is not None
+    ]
 
 
 def windows(shown: str, label: str) -> tuple[int, int] | None:
@@ -66,6 +76,16 @@ def test_produced_and_consumed_counts_over_both_masters(two_groups: LocalCluster
 
         everything = {key: (N, N) for key in ("produced", "consumed", "group")}
         wait_until(lambda: topic_counts() == everything, "the topic's stats")
+        # the whole broker (broker: true): this topic is one part of each master's answer
+        whole = [
+            two_groups_stub.GetTrafficStats(
+                broker_pb2.GetTrafficStatsRequest(broker=True), timeout=5
+            )
+            for two_groups_stub in broker_stubs(two_groups)
+        ]
+        assert sum(w.produced.last_minute for w in whole) >= N
+        parts = [p.consumed for w in whole for p in w.parts if p.name == TOPIC]
+        assert (sum(c.last_minute for c in parts), sum(c.last_hour for c in parts)) == (N, N)
         shown = cli(two_groups, "stats", "topic", TOPIC).stdout
         assert shown.startswith(f"topic {TOPIC} on broker-a, broker-b\n")
 
@@ -109,7 +129,13 @@ def test_traffic_stats_are_admin_only_under_the_acl(acl_cluster: AclCluster) -> 
         acl_cluster.stub(ADMIN).GetTrafficStats(request, timeout=5)
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     assert "topic: 'orders' is unknown here" in (caught.value.details() or "")
+    whole = broker_pb2.GetTrafficStatsRequest(broker=True)
+    with pytest.raises(grpc.RpcError) as caught:
+        acl_cluster.stub(ORDERS).GetTrafficStats(whole, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    nothing_yet = acl_cluster.stub(ADMIN).GetTrafficStats(whole, timeout=5)
+    assert nothing_yet.produced.last_hour == 0 and list(nothing_yet.parts) == []
     with pytest.raises(grpc.RpcError) as caught:
         acl_cluster.stub(ADMIN).GetTrafficStats(broker_pb2.GetTrafficStatsRequest(), timeout=5)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "of: name a topic or a group" in (caught.value.details() or "")
+    assert "of: name a topic or a group (or broker: true)" in (caught.value.details() or "")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from boltmq.v1 import broker_pb2, store_pb2
+from boltmq.wire.topic import DLQ_PREFIX, RETRY_PREFIX
 from services.broker.admin import group_settings
 from services.broker.admin.message_track import MessageTracker
 from services.broker.clients.client_manager import ClientManager
@@ -153,7 +154,8 @@ class AdminProcessor:
     def traffic(
         self, request: broker_pb2.GetTrafficStatsRequest
     ) -> broker_pb2.GetTrafficStatsResponse:
-        """A topic's or a consumer group's messages over the last minute and hour here."""
+        """A topic's, a consumer group's or every user topic's messages over the last minute
+        and hour here."""
         which = request.WhichOneof("of")
         if which == "topic":
             topic = check_topic("topic", request.topic)
@@ -165,7 +167,13 @@ class AdminProcessor:
             if self._groups.get(group) is None and not self._traffic.knows_group(group):
                 raise NotFound(f"group: consumer group {group!r} is unknown here")
             return _traffic_message(self._traffic.group(group))
-        raise InvalidArgument("of: name a topic or a group")
+        if which == "broker" and request.broker:
+            return _traffic_message(self._traffic.everything(self._user_topic))
+        raise InvalidArgument("of: name a topic or a group (or broker: true)")
+
+    def _user_topic(self, name: str) -> bool:
+        """Not one of the broker's own topics, nor a group's retry or dead-letter topic."""
+        return not self._topics.is_system(name) and not name.startswith((RETRY_PREFIX, DLQ_PREFIX))
 
     def get_group(self, request: broker_pb2.GetGroupRequest) -> broker_pb2.GetGroupResponse:
         """A group's settings and its live members with their own subscriptions."""

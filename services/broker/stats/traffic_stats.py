@@ -14,6 +14,7 @@ millisecond clock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -86,6 +87,21 @@ class TrafficStats:
         now = self._clock_ms()
         parts = sorted((t, _counts(c, now)) for (g, t), c in self._consumed.items() if g == group)
         return Traffic(Counts(), _sum(parts), tuple(parts))
+
+    def everything(self, counted: Callable[[str], bool]) -> Traffic:
+        """Messages produced and consumed over the topics ``counted`` keeps, with each such
+        topic's consumed count as a part (the topics with traffic in the last hour only)."""
+        now = self._clock_ms()
+        produced = Counts()
+        for topic, counter in self._produced.items():
+            if counted(topic):
+                produced += _counts(counter, now)
+        per_topic: dict[str, Counts] = {}
+        for (_, topic), counter in self._consumed.items():
+            if counted(topic):
+                per_topic[topic] = per_topic.get(topic, Counts()) + _counts(counter, now)
+        parts = sorted(per_topic.items())
+        return Traffic(produced, _sum(parts), tuple(parts))
 
     def _add(self, counters: dict[K, RollingCounter], key: K, count: int) -> None:
         if count <= 0:

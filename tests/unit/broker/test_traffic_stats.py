@@ -46,3 +46,21 @@ def test_what_is_known_and_idle_counters_dropped(clock: ManualClock) -> None:
     stats.produced("other", 1)  # a count after a minute runs the idle check
     assert not stats.knows_topic("orders") and not stats.knows_group("billing")
     assert stats.knows_topic("other")
+
+
+def test_everything_sums_the_counted_topics_with_a_part_per_topic(clock: ManualClock) -> None:
+    stats = TrafficStats(clock)
+    stats.produced("orders", 10)
+    stats.produced("refunds", 3)
+    stats.produced("%RETRY%billing", 7)
+    stats.consumed("billing", "orders", 6)
+    stats.consumed("audit", "orders", 2)
+    stats.consumed("billing", "%RETRY%billing", 7)
+    stats.consumed("billing", "refunds", 1)
+    every = stats.everything(lambda topic: not topic.startswith("%"))
+    assert every.produced == Counts(13, 13)
+    assert every.consumed == Counts(9, 9)
+    assert every.parts == (("orders", Counts(8, 8)), ("refunds", Counts(1, 1)))
+    assert stats.everything(lambda topic: False).produced == Counts()
+    clock.advance(2 * MINUTE_MS)
+    assert stats.everything(lambda topic: True).produced == Counts(0, 20)

@@ -111,7 +111,14 @@ def test_the_build_context_has_what_the_dockerfile_copies_and_no_local_state() -
     for source in copied:
         assert (REPO_ROOT / source).exists(), source
         assert not dockerignored(source.rstrip("/")), f"{source} is in .dockerignore"
-    for local in (".venv", ".git", "boltmq/v1", "data", "services/store/__pycache__"):
+    for local in (
+        ".venv",
+        ".git",
+        "boltmq/v1",
+        "data",
+        "services/store/__pycache__",
+        "boltmq/console/assets/node_modules",
+    ):
         assert dockerignored(local), f"{local} would be sent to the Docker daemon"
 
 
@@ -314,6 +321,13 @@ def test_the_wheel_holds_the_stubs_every_service_and_the_console_script(image: B
         assert {f"boltmq/v1/{proto}_pb2.py", f"boltmq/v1/{proto}_pb2_grpc.py"} <= names, proto
     for module in SERVICE_MODULES.values():
         assert f"{module.replace('.', '/')}.py" in names, module
+    # the web console's pages, style and script ship as package data
+    assert {
+        "boltmq/console/app.py",
+        "boltmq/console/templates/base.html",
+        "boltmq/console/static/console.js",
+        "boltmq/console/static/console.css",
+    } <= names
     script = dockerfile_entrypoint()[0]
     assert f"{script} = {_pyproject()['project']['scripts'][script]}" in entry_points
 
@@ -326,6 +340,7 @@ def _child_env(image: BuiltImage) -> dict[str, str]:
 def test_every_service_module_imports_from_the_installed_wheel(image: BuiltImage) -> None:
     modules = [
         "boltmq.cli.main",
+        "boltmq.console.app",
         *SERVICE_MODULES.values(),
         *(f"boltmq.v1.{p}_pb2_grpc" for p in _protos()),
     ]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-ROOT_PACKAGES = {"wire", "kernel", "cli", "spark", "v1", "rocketmq"}
+ROOT_PACKAGES = {"wire", "kernel", "cli", "console", "spark", "v1", "rocketmq"}
 """The packages under ``boltmq/``: every other module there is the SDK."""
 
 
