@@ -391,6 +391,9 @@ class PopService:
                 break
             offset = state.pop_offset = response.next_begin_offset
             self._state.changed()
+        if state.pop_offset is None:  # where the group starts: waits name this offset
+            state.pop_offset = offset
+            self._state.changed()
         if parkable(response.status, offset):
             self._idle[(topic, queue_id)] = (offset, token)
         if response.status not in _READ_STATUSES:
