@@ -234,7 +234,7 @@ def test_a_fifo_group_gets_one_message_of_each_message_group_at_a_time_in_order(
     for body, key in [(b"a1", "A"), (b"b1", "B"), (b"a2", "A"), (b"a3", "A"), (b"b2", "B")]:
         send(stub, fifo_message("PopFifo", body, key))
     produce(stub, "PopFifo", [b"free"])  # no message group: not ordered
-    first = receive(stub, "pop-fifo", "PopFifo", invisible_ms=2000)
+    first = receive(stub, "pop-fifo", "PopFifo", invisible_ms=3000)
     assert bodies(first) == [b"a1", b"b1", b"free"]
     assert receive(stub, "pop-fifo", "PopFifo", wait_ms=200) == []  # a2, b2 wait
     a1, b1, free = first
