@@ -234,7 +234,7 @@ def test_a_fifo_group_gets_one_message_of_each_message_group_at_a_time_in_order(
     for body, key in [(b"a1", "A"), (b"b1", "B"), (b"a2", "A"), (b"a3", "A"), (b"b2", "B")]:
         send(stub, fifo_message("PopFifo", body, key))
     produce(stub, "PopFifo", [b"free"])  # no message group: not ordered
-    first = receive(stub, "pop-fifo", "PopFifo", invisible_ms=2000)
+    first = receive(stub, "pop-fifo", "PopFifo", invisible_ms=3000)
     assert bodies(first) == [b"a1", b"b1", b"free"]
     assert receive(stub, "pop-fifo", "PopFifo", wait_ms=200) == []  # a2, b2 wait
     a1, b1, free = first
@@ -479,3 +479,21 @@ def test_acks_changes_and_dead_letters_with_bad_names_are_refused_naming_the_fie
         error = failure(call, request)
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert (error.details() or "").startswith(field), error.details()
+
+
+def test_a_group_with_a_committed_offset_starts_receiving_there(
+    stub: broker_pb2_grpc.BrokerServiceStub,
+) -> None:
+    upsert(stub, "PopFromCommit", queues=1)
+    produce(stub, "PopFromCommit", [b"0", b"1", b"2"])
+    stub.UpdateConsumerOffset(
+        broker_pb2.UpdateConsumerOffsetRequest(
+            group="pop-from-commit", topic="PopFromCommit", queue_id=0, offset=2
+        ),
+        timeout=RPC_TIMEOUT_S,
+    )
+    got = receive(stub, "pop-from-commit", "PopFromCommit", invisible_ms=60_000)
+    assert bodies(got) == [b"2"]
+    assert receive(stub, "pop-from-commit", "PopFromCommit", wait_ms=300) == []
+    produce(stub, "PopFromCommit", [b"3"])
+    assert bodies(receive(stub, "pop-from-commit", "PopFromCommit", wait_ms=WAIT_MS)) == [b"3"]

@@ -211,3 +211,17 @@ def test_bad_receives_are_refused(
                 c.receive(**bad)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="must not be empty"):
             SimpleConsumer(registry, "")
+
+
+def test_a_message_s_fifo_group_is_given_with_it(
+    registry: str, brokers: list[broker_pb2_grpc.BrokerServiceStub]
+) -> None:
+    create_topic(brokers, "SimpleGroupOf", queues=1)
+    with Producer(registry, "simple-pg") as producer:
+        for body in (b"k1", b"k2"):
+            message = Message(topic="SimpleGroupOf", body=body, properties={"__SHARDINGKEY": "K"})
+            producer.send(message, sharding_key="K")
+        producer.send(Message(topic="SimpleGroupOf", body=b"free"))
+    with SimpleConsumer(registry, "simple-group-of", subscriptions={"SimpleGroupOf": "*"}) as c:
+        got = {m.body: m.message_group for m in receive_all(c, 3)}
+        assert got == {b"k1": "K", b"k2": "K", b"free": None}

@@ -94,6 +94,12 @@ class LongPollHub:
         epoch, arrivals = self._epoch, self._arrivals
         return [(epoch, arrivals.get((topic, queue_id), 0)) for topic, queue_id, _ in queues]
 
+    def watching(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """True while the store watches the queue from ``queue_offset`` or below for the hub
+        (named, no arrival since): any message past the offset will reach :meth:`notify`."""
+        named = self._watched.get((topic, queue_id))
+        return named is not None and named <= queue_offset
+
     def remember_idle(
         self, topic: str, queue_id: int, queue_offset: int, token: ArrivalToken, answer: Any
     ) -> None:

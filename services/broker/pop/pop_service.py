@@ -46,7 +46,9 @@ The model (state: :mod:`services.broker.metadata.pop_state`; handles:
 - A queue holds at most ``IN_FLIGHT_MAX`` in-flight messages per group; past that a
   receive reads nothing new from it until some are acked.
 - State changes are synchronous (one event loop), so two receives never deliver one
-  message; new messages of a queue are read under a per-queue lock.
+  message; new messages of a queue are read under a per-queue lock. A pass does not ask
+  the store about a queue it last answered "nothing past this offset" while the store
+  watches it and nothing arrived (the hub's token and ``watching``), as PullQueues does.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from services.broker.metadata.subscription_group import SubscriptionGroupConfig
 from services.broker.metadata.topic_config import TopicConfigManager
 from services.broker.pop import receipt_handle
 from services.broker.pop.pop_wakeups import GroupTopic, PopWakeups
+from services.broker.pull.pull_processor import parkable
 from services.broker.pull.read_check import readable_topic
 from services.broker.retry.dead_letter import bury
 from services.broker.store.store_client import StoreClient
@@ -157,6 +160,10 @@ class PopService:
         self._clock_ms = clock_ms
         self._locks: dict[tuple[str, str, int], asyncio.Lock] = {}
         self._next_queue: dict[GroupTopic, int] = {}
+        self._idle: dict[tuple[str, int], tuple[int, ArrivalToken]] = {}
+        """A queue the store last said holds nothing past an offset, with the hub's token
+        taken before it was asked: while the token holds and the store watches the queue
+        (a waiting receive named it), a pass need not ask again."""
         self._wakeups = PopWakeups(hub)
 
     def secret_document(self) -> bytes:
@@ -365,6 +372,11 @@ class PopService:
         offset = state.pop_offset
         if offset is None:
             offset = self._offsets.query(group, topic, queue_id) or 0
+        token = self._hub.token(topic, queue_id)
+        if self._idle.get((topic, queue_id)) == (offset, token) and self._hub.watching(
+            topic, queue_id, offset
+        ):
+            return {}  # the store said "nothing past offset", and nothing arrived since
         for _ in range(2):  # below the queue's min: once more from the min
             response = await self._store.pull(
                 store_pb2.PullRequest(
@@ -379,6 +391,11 @@ class PopService:
                 break
             offset = state.pop_offset = response.next_begin_offset
             self._state.changed()
+        if state.pop_offset is None:  # where the group starts: waits name this offset
+            state.pop_offset = offset
+            self._state.changed()
+        if parkable(response.status, offset):
+            self._idle[(topic, queue_id)] = (offset, token)
         if response.status not in _READ_STATUSES:
             return {}
         read = {}

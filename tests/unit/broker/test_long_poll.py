@@ -248,3 +248,21 @@ def test_an_idle_answer_read_before_an_arrival_is_not_kept() -> None:
         assert hub.idle_answers([("orders", 0, 5)])[0] is None
 
     run(scenario())
+
+
+def test_watching_holds_from_a_wait_until_the_queue_s_next_arrival_or_a_reconnect() -> None:
+    async def scenario() -> None:
+        hub = LongPollHub(max_parked=10)
+        assert not hub.watching("orders", 0, 5)
+        task = await park(hub, offset=5, timeout_s=0.01)
+        assert await task is False  # timed out: the store still watches the queue
+        assert hub.watching("orders", 0, 5) and hub.watching("orders", 0, 9)
+        assert not hub.watching("orders", 0, 4) and not hub.watching("orders", 1, 5)
+        hub.notify("orders", 0, 6)
+        assert not hub.watching("orders", 0, 5)
+        await (await park(hub, offset=6, timeout_s=0.01))
+        assert hub.watching("orders", 0, 6)
+        hub.wake_all()  # a new arrival stream: the store watches nothing
+        assert not hub.watching("orders", 0, 6)
+
+    run(scenario())
