@@ -318,6 +318,14 @@ def test_pop_and_pull_groups_consume_one_topic_side_by_side(
     assert bodies(other) == [b"1", b"2", b"3"]  # each POP group has its own state
 
 
+def ready_stub(address: str) -> broker_pb2_grpc.BrokerServiceStub:
+    """A stub of the (restarted) broker at ``address`` once its channel is connected: the
+    first connection to a process just started may take long on a loaded machine."""
+    channel = sync_channel(address)
+    grpc.channel_ready_future(channel).result(timeout=60)
+    return broker_pb2_grpc.BrokerServiceStub(channel)
+
+
 def test_a_handle_survives_broker_and_store_restarts(
     cluster: Cluster, stub: broker_pb2_grpc.BrokerServiceStub
 ) -> None:
@@ -325,11 +333,11 @@ def test_a_handle_survives_broker_and_store_restarts(
     produce(stub, "PopRestart", [b"1", b"2"])
     one, two = receive(stub, "pop-restart", "PopRestart", invisible_ms=600_000)
     cluster.restart_broker()
-    fresh = broker_pb2_grpc.BrokerServiceStub(sync_channel(cluster.broker.address))
+    fresh = ready_stub(cluster.broker.address)
     ack(fresh, "pop-restart", "PopRestart", one.receipt_handle)
     cluster.restart_store()
     cluster.restart_broker()
-    fresh = broker_pb2_grpc.BrokerServiceStub(sync_channel(cluster.broker.address))
+    fresh = ready_stub(cluster.broker.address)
     error = ack_failure(fresh, "pop-restart", "PopRestart", one.receipt_handle)
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
     ack(fresh, "pop-restart", "PopRestart", two.receipt_handle)
