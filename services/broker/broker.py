@@ -60,6 +60,7 @@ from services.broker.retry.dead_letter import DeadLetterProcessor
 from services.broker.retry.retry_topic import RetryTopics
 from services.broker.retry.send_back import SendBackProcessor
 from services.broker.send.send_processor import SendProcessor
+from services.broker.send.send_stream import SendStreamer
 from services.broker.servicer import BrokerServicer
 from services.broker.store.store_client import StoreClient
 from services.broker.store.store_role import StoreRole
@@ -176,16 +177,17 @@ class Broker:
             self.registrar.advertised_address,
             self.metrics.traffic,
         )
+        send = SendProcessor(
+            config,
+            self.topics,
+            self.store,
+            publisher,
+            self.transactions,
+            self.metrics,
+            creations,
+        )
         return BrokerServicer(
-            SendProcessor(
-                config,
-                self.topics,
-                self.store,
-                publisher,
-                self.transactions,
-                self.metrics,
-                creations,
-            ),
+            send,
             PullProcessor(
                 config,
                 self.topics,
@@ -220,6 +222,7 @@ class Broker:
                 self.role,
                 self.persister,
             ),
+            SendStreamer(send, config.send_stream_in_flight_max),
         )
 
     async def start(self, advertised_address: str) -> None:

@@ -3,7 +3,8 @@
 The services export their spans to files (``trace_file``: one JSON line per
 span, :mod:`boltmq.kernel.telemetry`); this process traces its producer and
 consumers into memory. The trace must run producer ``send`` -> SendMessage
-(client, broker server) -> Append (broker client, store server) -> consumer
+(client, broker server; on the default streamed path the broker's span of the
+message, with no client span per call) -> Append (broker client, store server) -> consumer
 ``process``, parent by parent, with the messaging attributes on the way.
 """
 
@@ -25,6 +26,7 @@ from opentelemetry.trace import SpanKind
 from boltmq import (
     Message,
     Producer,
+    ProducerOptions,
     PullConsumer,
     PushConsumer,
     PushConsumerOptions,
@@ -119,10 +121,13 @@ def received_by_push(
     return got, span_ids
 
 
+@pytest.mark.parametrize("send_path", ["stream", "unary"])
 def test_one_trace_runs_from_producer_through_broker_and_store_to_consumer(
-    traced: TracedCluster, producer: Producer, span_exporter: InMemorySpanExporter
+    traced: TracedCluster, span_exporter: InMemorySpanExporter, send_path: str
 ) -> None:
-    result = producer.send(Message("TracedTopic", b"traced body"))
+    options = ProducerOptions(send_path=send_path)
+    with Producer(traced.registry.address, options=options) as producer:
+        result = producer.send(Message("TracedTopic", b"traced body"))
     got, listener_span_ids = received_by_push(traced.registry.address, "TracedTopic", "tg")
 
     local = span_exporter.get_finished_spans()
@@ -138,11 +143,21 @@ def test_one_trace_runs_from_producer_through_broker_and_store_to_consumer(
         "messaging.destination.partition.id": str(result.queue.queue_id),
         "messaging.message.id": result.msg_id,
     }
-    client_send = one(
-        local, "SendMessage client span", lambda s: s.name == "/boltmq.v1.BrokerService/SendMessage"
-    )
-    assert (
-        client_send.kind is SpanKind.CLIENT and client_send.parent.span_id == send.context.span_id
+    # Unary: a client span of the call, whose child is the broker's span. Stream: no span
+    # per call; each message carries the send span's context to the broker's span.
+    parent_of_broker = send.context.span_id
+    if send_path == "unary":
+        client_send = one(
+            local,
+            "SendMessage client span",
+            lambda s: s.name == "/boltmq.v1.BrokerService/SendMessage",
+        )
+        assert (
+            client_send.kind is SpanKind.CLIENT and client_send.parent.span_id == parent_of_broker
+        )
+        parent_of_broker = client_send.context.span_id
+    broker_method = (
+        f"/boltmq.v1.BrokerService/{'SendMessage' if send_path == 'unary' else 'SendStream'}"
     )
 
     # The message carries the send span's context, and the services joined it.
@@ -153,13 +168,9 @@ def test_one_trace_runs_from_producer_through_broker_and_store_to_consumer(
     in_trace = [
         s for s in traced.service_spans() if s["context"]["trace_id"] == hex_id(trace_id, 32)
     ]
-    broker_send = one(
-        in_trace,
-        "broker SendMessage span",
-        lambda s: s["name"] == "/boltmq.v1.BrokerService/SendMessage",
-    )
+    broker_send = one(in_trace, "broker's send span", lambda s: s["name"] == broker_method)
     assert broker_send["kind"] == "SpanKind.SERVER"
-    assert broker_send["parent_id"] == hex_id(client_send.context.span_id, 16)
+    assert broker_send["parent_id"] == hex_id(parent_of_broker, 16)
     assert broker_send["attributes"]["messaging.destination.name"] == "TracedTopic"
     assert broker_send["attributes"]["messaging.destination.partition.id"] == str(
         result.queue.queue_id
