@@ -58,8 +58,10 @@ class BrokerService:
         self.bound_port = port
 
     async def before_stop(self) -> None:
-        """Answer parked pulls now: each would otherwise hold the whole grace period."""
+        """Answer parked pulls and end send streams now: each would otherwise hold the
+        whole grace period."""
         self.broker.hub.close()
+        self.broker.servicer.close_streams()
 
     def advertised_address(self) -> str:
         """``host:port`` announced to registries: the configured one, else host and bound port."""

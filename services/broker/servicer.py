@@ -87,6 +87,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         """Validate a batch and append it to the store in one call."""
         return await self._send.send(request, peer_address(context.peer()))
 
+    def close_streams(self) -> None:
+        """Shutting down: end the open send streams once their sends are answered."""
+        if self._send_stream is not None:
+            self._send_stream.close()
+
     @answers_errors
     async def SendStream(
         self,

@@ -25,7 +25,10 @@ Rules, per stream:
 - each send is traced as a server span of ``SendStream`` whose parent is the
   request's ``traceparent`` (:func:`boltmq.kernel.telemetry.stream_message_span`);
 - when the client half-closes, the sends in flight finish and are answered,
-  then the stream ends; when the client goes away they are cancelled.
+  then the stream ends; when the client goes away they are cancelled;
+- when the broker shuts down (:meth:`SendStreamer.close`, before the grace
+  period), each stream stops reading, answers the sends it has running and ends
+  UNAVAILABLE: its client sends again on a new stream.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from boltmq.kernel import telemetry
-from boltmq.kernel.errors import CALLER_MISTAKES, InvalidArgument, ServiceError
+from boltmq.kernel.errors import CALLER_MISTAKES, InvalidArgument, ServiceError, Unavailable
 from boltmq.v1 import broker_pb2
 from services.broker.access.authorizer import AccessDenied
 from services.broker.access.stream_access import StreamAccess, StreamRefused
@@ -62,6 +65,17 @@ class SendStreamer:
     def __init__(self, send: SendProcessor, in_flight_max: int) -> None:
         self._send = send
         self._in_flight_max = in_flight_max
+        self._readers: set[asyncio.Task[None]] = set()
+        """The request readers of the open streams (:meth:`close` stops them)."""
+        self._closing = False
+
+    def close(self) -> None:
+        """Shutting down: every open stream stops reading, answers the sends it has
+        running, then ends UNAVAILABLE, so its client reconnects (to another broker
+        or this one restarted) instead of holding the grace period."""
+        self._closing = True
+        for reader in list(self._readers):
+            reader.cancel()
 
     async def serve(
         self,
@@ -72,9 +86,13 @@ class SendStreamer:
         """Every request's answer as its send ends; raises what ends the stream."""
         answers: asyncio.Queue[_Answer] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
+        if self._closing:
+            raise Unavailable("the broker is shutting down: send elsewhere or retry")
         reader = asyncio.get_running_loop().create_task(
             self._read(requests, peer_address, access, answers, running)
         )
+        self._readers.add(reader)
+        reader.add_done_callback(self._readers.discard)
         try:
             while True:
                 answer = await answers.get()
@@ -117,7 +135,14 @@ class SendStreamer:
             if running:
                 await asyncio.wait(set(running))
             answers.put_nowait(_END)
-        except (ServiceError, grpc.RpcError, asyncio.CancelledError) as exc:
+        except asyncio.CancelledError as exc:
+            if not self._closing:  # the stream is over: serve() cancels the sends
+                answers.put_nowait(exc)
+                raise
+            if running:
+                await asyncio.wait(set(running))
+            answers.put_nowait(Unavailable("the broker is shutting down: send again"))
+        except (ServiceError, grpc.RpcError) as exc:
             answers.put_nowait(exc)
 
     def _refused(
