@@ -51,11 +51,12 @@ def stream(cluster: Cluster) -> Iterator[RawStream]:
 
 
 class Frozen:
-    """The store stopped (SIGSTOP) inside the block, running again after it."""
+    """The store (or the broker) stopped (SIGSTOP) inside the block, running again after."""
 
-    def __init__(self, cluster: Cluster) -> None:
-        assert cluster.store.proc is not None
-        self.pid = cluster.store.proc.pid
+    def __init__(self, cluster: Cluster, service: str = "store") -> None:
+        proc = cluster.store.proc if service == "store" else cluster.broker.proc
+        assert proc is not None
+        self.pid = proc.pid
 
     def __enter__(self) -> Frozen:
         os.kill(self.pid, signal.SIGSTOP)
@@ -145,6 +146,32 @@ def test_the_sdk_waits_for_a_place_on_its_stream_up_to_the_sends_deadline(
         assert "no free place on the send stream (1 sends in flight)" in info.value.details()
         assert len(answers) == 1 and answers[0].statuses == [broker_pb2.SEND_OK]
         assert stream.opened == 1
+
+
+def test_a_stream_that_stops_answering_is_given_up_and_the_next_send_reconnects(
+    cluster: Cluster,
+) -> None:
+    options = ProducerOptions(send_timeout_ms=500, retry_times=0)
+    with Producer(cluster.registry.address, "stalled-pg", options=options) as producer:
+        producer.send(Message("Stalled", b"warm"))
+        stream = producer.client.send_stream(cluster.broker.address)
+        with Frozen(cluster, "broker"):
+            started = time.monotonic()
+            with pytest.raises(SendError) as info:
+                producer.send(Message("Stalled", b"to a stopped broker"))
+            waited = time.monotonic() - started
+        # the watchdog cancels the stream once nothing came for 1 s past the deadline
+        assert "UNAVAILABLE: send stream: it stopped answering" in str(info.value)
+        assert waited < 10.0
+        _wait_for(lambda: _sends(producer, Message("Stalled", b"after")))
+        assert stream.opened == 2
+
+
+def _sends(producer: Producer, message: Message) -> bool:
+    try:
+        return producer.send(message).status.name == "SEND_OK"
+    except SendError:
+        return False  # the broker is still catching up after being stopped
 
 
 def test_bad_messages_fail_alone(stream: RawStream) -> None:

@@ -181,9 +181,8 @@ class SendStreamer:
         """Run one send to its deadline and queue its answer."""
         try:
             with telemetry.stream_message_span(METHOD, message.traceparent):
-                response = await asyncio.wait_for(
-                    self._send.send(request, peer_address), message.timeout_ms / 1000
-                )
+                async with asyncio.timeout(message.timeout_ms / 1000):  # no task of its own
+                    response = await self._send.send(request, peer_address)
             answers.put_nowait(broker_pb2.SendStreamResponse(id=message.id, response=response))
         except TimeoutError:
             answers.put_nowait(
