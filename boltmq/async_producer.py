@@ -18,8 +18,9 @@ Back-pressure: at most ``concurrency`` sends run at once; more tasks wait in
 
 A native grpc.aio client was turned down: it would need its own copy of the
 routes, retries, batching and stream, and a thread hand-off costs little next
-to a send's round trip; bench/RESULTS.md has the two side by side (64 tasks
-against 64 threads sharing one producer).
+to a send's round trip; bench/RESULTS.md has the two side by side
+(``python -m bench.send_paths``: tasks on an AsyncProducer against threads on a
+Producer).
 """
 
 from __future__ import annotations

@@ -129,9 +129,11 @@ class SendStreamer:
                 if isinstance(refused, broker_pb2.SendStreamResponse):
                     answers.put_nowait(refused)
                     continue
-                task = loop.create_task(self._one(message, refused, peer_address, access, answers))
+                task = loop.create_task(self._one(message, refused, peer_address, answers))
                 running.add(task)
                 task.add_done_callback(running.discard)
+                # the budget slot admit() took, given back even by a task cancelled unstarted
+                task.add_done_callback(lambda _: access.done())
             if running:
                 await asyncio.wait(set(running))
             answers.put_nowait(_END)
@@ -175,7 +177,6 @@ class SendStreamer:
         message: broker_pb2.SendStreamRequest,
         request: broker_pb2.SendRequest,
         peer_address: str,
-        access: StreamAccess,
         answers: asyncio.Queue[_Answer],
     ) -> None:
         """Run one send to its deadline and queue its answer."""
@@ -201,5 +202,3 @@ class SendStreamer:
             answers.put_nowait(
                 refusal(message.id, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
             )
-        finally:
-            access.done()
