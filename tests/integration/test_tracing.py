@@ -10,6 +10,7 @@ message, with no client span per call) -> Append (broker client, store server) -
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from boltmq import (
+    AsyncProducer,
     Message,
     Producer,
     ProducerOptions,
@@ -218,6 +220,34 @@ def test_async_sends_carry_a_create_span_and_the_pull_helper_continues_it(
     assert process.parent.span_id == create.context.span_id
     assert process.context.trace_id == create.context.trace_id
     assert process.attributes["messaging.consumer.group.name"] == "pg"
+
+
+def test_async_producer_sends_are_children_of_the_awaiting_tasks_span(
+    traced: TracedCluster, span_exporter: InMemorySpanExporter
+) -> None:
+    async def handler() -> Any:
+        async with AsyncProducer(traced.registry.address, concurrency=4) as producer:
+            with trace.get_tracer("test").start_as_current_span("handler") as outer:
+                await asyncio.gather(
+                    *(producer.send(Message("AsyncTask", b"%d" % n)) for n in range(6))
+                )
+            return outer
+
+    outer = asyncio.run(handler())
+    local = span_exporter.get_finished_spans()
+    sends = [s for s in local if s.name == "send AsyncTask"]
+    assert len(sends) == 6
+    assert all(s.parent.span_id == outer.context.span_id for s in sends)
+    # each request on the stream carried its sender's context to the broker's span
+    trace_id = hex_id(outer.context.trace_id, 32)
+    send_ids = {hex_id(s.context.span_id, 16) for s in sends}
+    broker = [
+        s
+        for s in traced.service_spans()
+        if s["name"] == "/boltmq.v1.BrokerService/SendStream"
+        and s["context"]["trace_id"] == trace_id
+    ]
+    assert broker and all(s["parent_id"] in send_ids for s in broker)
 
 
 def test_a_message_sent_without_tracing_starts_its_own_consumer_trace(
