@@ -23,6 +23,7 @@ _EXPORTS = {
     "ConsumeResult": "boltmq.message",
     "ReceivedMessage": "boltmq.message",
     "Producer": "boltmq.producer",
+    "AsyncProducer": "boltmq.async_producer",
     "ProducerOptions": "boltmq.options",
     "SendError": "boltmq.producer",
     "PullConsumer": "boltmq.pull_consumer",
@@ -46,6 +47,7 @@ _EXPORTS = {
     "RegistryUnavailable": "boltmq.kernel.registry_client",
 }
 __all__ = [
+    "AsyncProducer",
     "BoltMQError",
     "BrokerUnavailable",
     "ConsumeResult",
@@ -79,6 +81,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from boltmq.async_producer import AsyncProducer
     from boltmq.client import BoltMQError, BrokerUnavailable
     from boltmq.kernel.registry_client import RegistryUnavailable, TopicNotFound
     from boltmq.message import (

@@ -25,6 +25,7 @@ from boltmq.kernel.registry_client import RegistryClient, RegistryUnavailable, T
 from boltmq.kernel.signing import Credentials, RequestSigner
 from boltmq.kernel.tls import ClientTLS
 from boltmq.message import MessageQueue
+from boltmq.send_stream import SendStream
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2
 
 PERM_READ = 4
@@ -107,6 +108,7 @@ class ClientInstance:
         rpc_timeout_s: float = 5.0,
         tls: ClientTLS | None = None,
         credentials: Credentials | None = None,
+        stream_in_flight_max: int = 256,
     ) -> None:
         self.client_id = new_client_id()
         self.tls = tls
@@ -122,6 +124,8 @@ class ClientInstance:
         self._pulls: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._pull_queues: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._sends: dict[str, grpc.UnaryUnaryMultiCallable] = {}
+        self._send_streams: dict[str, SendStream] = {}
+        self._stream_in_flight_max = stream_in_flight_max
         self._lock = threading.Lock()
         self._names: dict[str, str] = {}
         """Broker address -> the name of its group, from the routes (what calls are signed
@@ -321,6 +325,25 @@ class ClientInstance:
         self.broker(address)
         return self._sends[address]
 
+    def send_stream(self, address: str) -> SendStream:
+        """The send stream to the broker at ``address`` (:mod:`boltmq.send_stream`), signed
+        for the group the routes name there."""
+        stream = self._send_streams.get(address)
+        if stream is None:
+            self.broker(address)
+            with self._lock:
+                stream = self._send_streams.get(address)
+                if stream is None:
+                    stream = SendStream(
+                        self._channels[address],
+                        self._stream_in_flight_max,
+                        self.credentials,
+                        self.client_id,
+                        lambda: self.broker_name_at(address),
+                    )
+                    self._send_streams[address] = stream
+        return stream
+
     def pull_encoded(self, address: str) -> grpc.UnaryUnaryMultiCallable:
         """PullMessage on the broker at ``address``, answering the response's bytes
         unparsed (:func:`boltmq.wire.pull_answer.split_records` sets the records
@@ -346,6 +369,9 @@ class ClientInstance:
 
     def close(self) -> None:
         with self._lock:
+            for stream in self._send_streams.values():
+                stream.close()
+            self._send_streams.clear()
             for channel in self._channels.values():
                 channel.close()
             self._channels.clear()

@@ -45,6 +45,10 @@ def _check_choice(options: object, name: str, choices: Sequence[str]) -> None:
         raise ValueError(f"{type(options).__name__}.{name} must be one of {choices}, not {value!r}")
 
 
+SEND_PATHS = ("stream", "unary")
+"""What ``ProducerOptions.send_path`` may be."""
+
+
 @dataclass(frozen=True)
 class ProducerOptions:
     """How a :class:`boltmq.Producer` sends (see :mod:`boltmq.producer`)."""
@@ -85,8 +89,21 @@ class ProducerOptions:
     heartbeat_interval_ms: int = 30_000
     """How often the producer heartbeats its group to every master it knows (ms;
     :mod:`boltmq.producer_heartbeat`); a master it learns of is heartbeated within a second."""
+    send_path: str = "stream"
+    """``stream``: sends go as messages on one open SendStream per broker
+    (:mod:`boltmq.send_stream`); ``unary``: one SendMessage call each (for brokers
+    that predate SendStream, or to compare)."""
+    stream_in_flight_max: int = 256
+    """Sends waiting on one broker's stream at most (``send_path="stream"``); a send
+    beyond it waits for a place until its deadline. Keep it at or below the broker's
+    ``send_stream_in_flight_max``."""
 
     def __post_init__(self) -> None:
+        if self.send_path not in SEND_PATHS:
+            raise ValueError(
+                f"ProducerOptions.send_path must be one of {', '.join(SEND_PATHS)}, "
+                f"not {self.send_path!r}"
+            )
         if type(self.natural_batching) is not bool:
             raise ValueError(
                 f"ProducerOptions.natural_batching must be a bool, not {self.natural_batching!r}"
@@ -98,6 +115,7 @@ class ProducerOptions:
             "default_topic_queue_nums",
             "compress_body_over",
             "heartbeat_interval_ms",
+            "stream_in_flight_max",
         ):
             _check_int(self, name, minimum=1)
         for name in ("retry_times", "linger_ms", "route_refresh_ms", "fault_avoidance_ms"):

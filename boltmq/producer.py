@@ -12,6 +12,10 @@
   topic's writable queues, sorted, and returns one of them; the send then stays
   on it, as a sharded one does.
 - ``send_batch`` sends one list as one request to one queue.
+- Each request goes, by default, as one message on the open SendStream of its
+  broker (:mod:`boltmq.send_stream`; ``send_path="unary"``: a SendMessage call
+  each); a stream that breaks fails its waiting sends as a failed call would,
+  and they are retried the same way (same bytes, same ``UNIQ_KEY``).
 - Every message gets its unique id (``UNIQ_KEY``, :mod:`boltmq.unique_id`;
   one it names in its properties is kept) before it is encoded, once, before
   the first attempt: retries send the same bytes, so every copy a retried send
@@ -152,6 +156,7 @@ class Producer:
             rpc_timeout_s=options.send_timeout_ms / 1000,
             tls=tls,
             credentials=credentials,
+            stream_in_flight_max=options.stream_in_flight_max,
         )
         self._send_timeout_s = options.send_timeout_ms / 1000
         self._linger_s = options.linger_ms / 1000
@@ -322,6 +327,9 @@ class Producer:
                 queue_id=queue.queue_id,
                 default_topic_queue_nums=self.options.default_topic_queue_nums,
             )
+            if self.options.send_path == "stream":
+                stream = self.client.send_stream(address)
+                return send_results(stream.send(request.SerializeToString(), timeout_s))
             send = self.client.send_encoded(address)
             return send_results(send(request.SerializeToString(), timeout=timeout_s))
 

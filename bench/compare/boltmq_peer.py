@@ -5,7 +5,9 @@ port 0 and the data in the round's temporary directory, and reads the
 registry's address from its output. Durability: ASYNC_FLUSH (a send is
 acknowledged once its bytes are in the memory-mapped CommitLog; the flusher
 writes them to disk every 500 ms). Producers are SDK ``Producer``s
-(``send_batch`` / ``send``); the consumer is a ``PushConsumer`` taking up to
+(``send_batch`` / ``send``), on the default send stream, or on unary calls as the
+system ``boltmq-unary`` (``BoltMQ unary`` rows: the ratio column then reads stream
+/ unary); the consumer is a ``PushConsumer`` taking up to
 1024 messages of a queue per pull, as ``python -m bench consume`` does, for any
 number of topics (its 4 threads each pull their share of the queues in one
 PullQueues call).
@@ -27,7 +29,7 @@ from bench.compare.peer import START_TIMEOUT_S, PeerFailed, stop_process
 from boltmq.cli.dev.launcher import REPO_ROOT
 from boltmq.kernel import allocator
 from boltmq.message import Message, ReceivedMessage, SendStatus
-from boltmq.options import PushConsumerOptions
+from boltmq.options import ProducerOptions, PushConsumerOptions
 from boltmq.producer import Producer
 from boltmq.push_consumer import PushConsumer
 
@@ -55,8 +57,12 @@ class BoltMQProducer:
     """One SDK Producer, started with the round's topics (their routes fetched at once,
     before the timed run, not by the first send to each inside it)."""
 
-    def __init__(self, registry: str, topics: Sequence[str]) -> None:
-        self.producer = Producer(registry, f"CMP_P_{uuid.uuid4().hex[:8]}").start(topics)
+    def __init__(self, registry: str, topics: Sequence[str], send_path: str = "stream") -> None:
+        self.producer = Producer(
+            registry,
+            f"CMP_P_{uuid.uuid4().hex[:8]}",
+            options=ProducerOptions(send_path=send_path),
+        ).start(topics)
 
     def send_batch(self, topic: str, bodies: Sequence[bytes]) -> int:
         results = self.producer.send_batch([Message(topic=topic, body=b) for b in bodies])
@@ -115,9 +121,13 @@ class BoltMQPeer:
     )
     topic_unit = "RocketMQ-style topic of 4 queues"
 
-    def __init__(self) -> None:
+    def __init__(self, send_path: str = "stream") -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.registry = ""
+        self.send_path = send_path
+        """How the producers send (``ProducerOptions.send_path``)."""
+        if send_path != "stream":
+            self.name = f"BoltMQ {send_path}"  # its rows set beside the default path's
 
     def start(self, workdir: Path) -> None:
         allocator.keep_freed_memory()  # as `python -m bench` does for its own process
@@ -193,11 +203,11 @@ class BoltMQPeer:
             time.sleep(0.2)
 
     def producer(self, topics: Sequence[str]) -> BoltMQProducer:
-        return BoltMQProducer(self.registry, topics)
+        return BoltMQProducer(self.registry, topics, self.send_path)
 
     def shared_producer(self, topics: Sequence[str]) -> BoltMQProducer:
         """A Producer is thread-safe; concurrent sends batch (natural batching)."""
-        return BoltMQProducer(self.registry, topics)
+        return BoltMQProducer(self.registry, topics, self.send_path)
 
     def consumer(self, topics: Sequence[str], from_start: bool) -> BoltMQConsumer:
         return BoltMQConsumer(self.registry, topics, from_start)

@@ -27,7 +27,9 @@ from bench.compare.redis_peer import RedisPeer
 from bench.compare.workload import Row, Workload, run_round
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
-SYSTEMS = ("boltmq", "redis", "nats")
+SYSTEMS = ("boltmq", "redis", "nats", "boltmq-unary")
+DEFAULT_SYSTEMS = SYSTEMS[:3]
+"""What runs without --system; ``boltmq-unary`` (BoltMQ's unary send path) on request."""
 QUICK = Workload(seconds=1.0, consume_messages=20_000)
 
 
@@ -44,6 +46,8 @@ class Comparison:
 def make_peer(system: str, install: bool) -> Peer:
     if system == "boltmq":
         return BoltMQPeer()
+    if system == "boltmq-unary":
+        return BoltMQPeer(send_path="unary")
     if system == "redis":
         return RedisPeer(install)
     return NatsPeer(install)
@@ -125,7 +129,7 @@ def section(result: Comparison, command: str) -> str:
     "systems",
     multiple=True,
     type=click.Choice(SYSTEMS),
-    help="Systems to run (default: all three).",
+    help="Systems to run (default: boltmq, redis, nats; boltmq-unary: BoltMQ on unary calls).",
 )
 @click.option(
     "--topics",
@@ -188,7 +192,7 @@ def main(
         senders=senders or base.senders,
     )
     try:
-        result = compare(systems or SYSTEMS, work, install, progress=_show)
+        result = compare(systems or DEFAULT_SYSTEMS, work, install, progress=_show)
     except PeerFailed as exc:
         raise click.ClickException(str(exc)) from None
     for name, reason in result.skipped.items():

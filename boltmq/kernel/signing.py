@@ -50,6 +50,23 @@ whatever the HMAC: one pass over the request per call on each side. Signers
 take bytes already serialized as they are (:func:`request_bytes`), so a caller
 sending pre-encoded requests serializes once.
 
+Streams (``BrokerService/SendStream``): the stream's metadata is signed as above,
+as a call whose body is empty (the SHA-256 of no bytes), so the stream's nonce is
+accepted once and its open cannot be replayed. Each message on the stream then
+carries its own signature (:func:`stream_signature`), the HMAC under the same
+secret and method of::
+
+    BOLTMQ3S
+    <the stream's x-boltmq-nonce>
+    <the message's id>
+    <its timeout_ms>
+    <its traceparent>
+    <hex SHA-256 of the message's serialized SendRequest>
+
+The nonce binds a message to its stream and the id, which must grow along the
+stream, to its place there: a message copied into another stream, or sent again
+on its own, is refused, and a changed body fails the digest, as on a unary call.
+
 Older formats are refused with a message asking to upgrade the client:
 format 1 (no nonce, no body digest; the string to sign was the method, the
 timestamp and the client id) and format 2 (``BOLTMQ2``: format 3 without the
@@ -94,6 +111,10 @@ SECRET_KEY_MAX_CHARS = 256
 CLIENT_ID_MAX_CHARS = 255
 FORMAT_TAG = "BOLTMQ3"
 """First line of the string to sign: the format, so no other string can ever collide."""
+STREAM_FORMAT_TAG = "BOLTMQ3S"
+"""First line of a stream message's string to sign (:func:`stream_signature`)."""
+EMPTY_BODY = b""
+"""The body a stream's open is signed with: its messages are signed one by one."""
 _PRINTABLE = re.compile(r"[\x21-\x7e]+")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _CONTENT = re.compile(r"[0-9a-f]{64}")
@@ -189,6 +210,23 @@ def signature(secret_key: str, algorithm: str, to_sign: bytes) -> str:
     """base64 HMAC of ``to_sign`` (:func:`string_to_sign`) under ``secret_key``."""
     digest = hmac.new(secret_key.encode(), to_sign, ALGORITHMS[algorithm]).digest()
     return base64.b64encode(digest).decode()
+
+
+def stream_signature(
+    secret_key: str,
+    algorithm: str,
+    stream_nonce: str,
+    message_id: int,
+    timeout_ms: int,
+    traceparent: str,
+    send: bytes,
+) -> str:
+    """The signature of one message of a signed stream (module docstring)."""
+    to_sign = (
+        f"{STREAM_FORMAT_TAG}\n{stream_nonce}\n{message_id}\n{timeout_ms}\n{traceparent}\n"
+        f"{content_digest(send)}"
+    ).encode()
+    return signature(secret_key, algorithm, to_sign)
 
 
 def signed_metadata(

@@ -42,7 +42,10 @@ aio and blocking clients). They skip the health and reflection services and
 every streaming method (:func:`traced_method`): a stream's span would last as
 long as the stream (hours, for WatchArrivals or a replica's follow read) and
 the library's stream wrappers replace the call object, which breaks the
-``read()``/``write()`` style the HA service uses. Clients trace a call only
+``read()``/``write()`` style the HA service uses. The one exception is a stream
+of sends (``SendStream``): each message carries its sender's ``traceparent`` and
+the broker traces it as a span of its own (:func:`current_traceparent`,
+:func:`stream_message_span`). Clients trace a call only
 inside a trace (:func:`traced_client_call`); a server traces every call, so
 calls from background loops (a broker's schedule-service pulls) are traces
 of one span: thin them with ``OTEL_TRACES_SAMPLER``.
@@ -502,6 +505,27 @@ def create_context(topic: str, body: object) -> dict[str, str]:
         return message_context(span)
     finally:
         span.end()
+
+
+def current_traceparent() -> str:
+    """The current span's W3C ``traceparent`` ("" outside a trace): a streamed send's."""
+    if not tracing_on():
+        return ""
+    return message_context(trace.get_current_span()).get(TRACEPARENT_PROPERTY, "")
+
+
+@contextlib.contextmanager
+def stream_message_span(method: str, traceparent: str) -> Iterator[Span | None]:
+    """A SERVER span named ``method`` around one message of a stream, the child of the
+    message's ``traceparent`` (a stream has no span per call: module docstring), so the
+    calls it makes join the sender's trace. None when tracing is off."""
+    if not tracing_on():
+        yield None
+        return
+    parent = _MESSAGE_PROPAGATOR.extract({TRACEPARENT_PROPERTY: traceparent})
+    span = _tracer().start_span(method, context=parent, kind=SpanKind.SERVER)
+    with trace.use_span(span, end_on_exit=True):
+        yield span
 
 
 def message_span_context(properties: Mapping[str, str]) -> SpanContext:

@@ -8,7 +8,7 @@ The map, top (the edge and the assembly) to bottom (what everything uses):
 - ``servicer.py``: the BrokerService gRPC edge: each RPC to its processor, errors to statuses.
 - ``admin/``: the operators' calls on topics, groups, messages and the broker's role.
 - ``clients/``: heartbeats and group members, orderly consumers' queue locks, offset commits.
-- ``send/``: SendMessage: the batch checks and the send processor.
+- ``send/``: SendMessage and SendStream: the batch checks, the send processor, the stream.
 - ``pop/``: POP consumption (receive, ack, change invisibility, dead-letter): the in-broker
   service and its receipt handles.
 - ``pull/``: PullMessage and PullQueues: the read checks and the pull processor.

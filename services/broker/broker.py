@@ -63,6 +63,7 @@ from services.broker.retry.retry_topic import RetryTopics
 from services.broker.retry.send_back import SendBackProcessor
 from services.broker.rocketmq_v2.protocol import build_messaging
 from services.broker.send.send_processor import SendProcessor
+from services.broker.send.send_stream import SendStreamer
 from services.broker.servicer import BrokerServicer
 from services.broker.store.store_client import StoreClient
 from services.broker.store.store_role import StoreRole
@@ -248,6 +249,7 @@ class Broker:
                 self.persister,
             ),
             self.pop,
+            SendStreamer(send, config.send_stream_in_flight_max),
         )
 
     async def start(self, advertised_address: str) -> None:

@@ -130,6 +130,9 @@ class BrokerConfig(ServerSettings):
     """Calls a client may make at once above its rate after being idle."""
     client_in_flight_max: int = 5_000
     """Calls of one client in progress at once, parked pulls included (0: no limit)."""
+    send_stream_in_flight_max: int = 1_024
+    """Sends running at once on one SendStream; a send beyond it is answered
+    RESOURCE_EXHAUSTED at once (:mod:`services.broker.send.send_stream`)."""
     auto_create_max_per_call: int = 32
     """Topics and consumer groups one call may auto-create (a clustering group's heartbeat
     creates two: the group and its retry topic); beyond it INVALID_ARGUMENT (0: no cap)."""
@@ -223,6 +226,10 @@ class BrokerConfig(ServerSettings):
                 Credentials(self.access_key, self.secret_key)
             except SigningError as exc:
                 raise ConfigError(f"access_key / secret_key: {exc}") from None
+        if self.send_stream_in_flight_max < 1:
+            raise ConfigError(
+                f"send_stream_in_flight_max must be >= 1, got {self.send_stream_in_flight_max}"
+            )
         if self.max_concurrent_rpcs < 0 or self.client_in_flight_max < 0:
             raise ConfigError("max_concurrent_rpcs and client_in_flight_max must be >= 0")
         if self.max_concurrent_rpcs and self.long_poll_max_parked >= self.max_concurrent_rpcs:

@@ -62,10 +62,11 @@ class BrokerService:
         self.bound_port = port
 
     async def before_stop(self) -> None:
-        """Answer parked pulls and end the RocketMQ protocol's Telemetry streams now: each
-        would otherwise hold the whole grace period."""
+        """Answer parked pulls, end the RocketMQ protocol's Telemetry streams and the send
+        streams now: each would otherwise hold the whole grace period."""
         self.broker.hub.close()
         self.broker.rocketmq.end_streams()
+        self.broker.servicer.close_streams()
 
     def advertised_address(self) -> str:
         """``host:port`` announced to registries: the configured one, else host and bound port."""

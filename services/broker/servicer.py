@@ -22,6 +22,7 @@ from services.broker.access.acl_seal import SEALED_ACL_FILE
 from services.broker.access.caller import current_caller, current_client_key
 from services.broker.access.gate import peer_host
 from services.broker.access.resources import group_need, topic_need
+from services.broker.access.stream_access import current_stream_access
 from services.broker.admin import group_settings
 from services.broker.admin.admin_processor import AdminProcessor
 from services.broker.admin.offset_admin import OffsetAdmin
@@ -35,6 +36,7 @@ from services.broker.pull.pull_processor import PullProcessor
 from services.broker.retry.dead_letter import DeadLetterProcessor
 from services.broker.retry.send_back import SendBackProcessor
 from services.broker.send.send_processor import SendProcessor
+from services.broker.send.send_stream import SendStreamer
 from services.broker.transaction.check_channel import CHECKS_OPEN_METADATA
 from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import queues_to_proto, topic_to_proto
@@ -62,6 +64,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         metrics: BrokerMetrics,
         offset_admin: OffsetAdmin,
         pop: PopService,
+        send_stream: SendStreamer | None = None,
     ) -> None:
         self._send = send
         self._pull = pull
@@ -80,6 +83,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         """SearchOffset and ResetOffset."""
         self._pop = pop
         """ReceiveMessages, AckMessage and ChangeInvisibleDuration."""
+        self._send_stream = send_stream
+        """SendStream (None: not served, UNIMPLEMENTED)."""
 
     @answers_errors
     async def SendMessage(
@@ -87,6 +92,25 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> broker_pb2.SendResponse:
         """Validate a batch and append it to the store in one call."""
         return await self._send.send(request, peer_address(context.peer()))
+
+    def close_streams(self) -> None:
+        """Shutting down: end the open send streams once their sends are answered."""
+        if self._send_stream is not None:
+            self._send_stream.close()
+
+    @answers_errors
+    async def SendStream(
+        self,
+        requests: AsyncIterator[broker_pb2.SendStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[broker_pb2.SendStreamResponse]:
+        """Sends on one open stream, each answered by its id (send/send_stream.py)."""
+        if self._send_stream is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "SendStream is not served")
+            return
+        peer = peer_address(context.peer())
+        async for answer in self._send_stream.serve(requests, peer, current_stream_access()):
+            yield answer
 
     @answers_errors
     async def PullMessage(

@@ -3,12 +3,14 @@
 The services export their spans to files (``trace_file``: one JSON line per
 span, :mod:`boltmq.kernel.telemetry`); this process traces its producer and
 consumers into memory. The trace must run producer ``send`` -> SendMessage
-(client, broker server) -> Append (broker client, store server) -> consumer
+(client, broker server; on the default streamed path the broker's span of the
+message, with no client span per call) -> Append (broker client, store server) -> consumer
 ``process``, parent by parent, with the messaging attributes on the way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -23,8 +25,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from boltmq import (
+    AsyncProducer,
     Message,
     Producer,
+    ProducerOptions,
     PullConsumer,
     PushConsumer,
     PushConsumerOptions,
@@ -119,10 +123,13 @@ def received_by_push(
     return got, span_ids
 
 
+@pytest.mark.parametrize("send_path", ["stream", "unary"])
 def test_one_trace_runs_from_producer_through_broker_and_store_to_consumer(
-    traced: TracedCluster, producer: Producer, span_exporter: InMemorySpanExporter
+    traced: TracedCluster, span_exporter: InMemorySpanExporter, send_path: str
 ) -> None:
-    result = producer.send(Message("TracedTopic", b"traced body"))
+    options = ProducerOptions(send_path=send_path)
+    with Producer(traced.registry.address, options=options) as producer:
+        result = producer.send(Message("TracedTopic", b"traced body"))
     got, listener_span_ids = received_by_push(traced.registry.address, "TracedTopic", "tg")
 
     local = span_exporter.get_finished_spans()
@@ -138,11 +145,21 @@ def test_one_trace_runs_from_producer_through_broker_and_store_to_consumer(
         "messaging.destination.partition.id": str(result.queue.queue_id),
         "messaging.message.id": result.msg_id,
     }
-    client_send = one(
-        local, "SendMessage client span", lambda s: s.name == "/boltmq.v1.BrokerService/SendMessage"
-    )
-    assert (
-        client_send.kind is SpanKind.CLIENT and client_send.parent.span_id == send.context.span_id
+    # Unary: a client span of the call, whose child is the broker's span. Stream: no span
+    # per call; each message carries the send span's context to the broker's span.
+    parent_of_broker = send.context.span_id
+    if send_path == "unary":
+        client_send = one(
+            local,
+            "SendMessage client span",
+            lambda s: s.name == "/boltmq.v1.BrokerService/SendMessage",
+        )
+        assert (
+            client_send.kind is SpanKind.CLIENT and client_send.parent.span_id == parent_of_broker
+        )
+        parent_of_broker = client_send.context.span_id
+    broker_method = (
+        f"/boltmq.v1.BrokerService/{'SendMessage' if send_path == 'unary' else 'SendStream'}"
     )
 
     # The message carries the send span's context, and the services joined it.
@@ -153,13 +170,9 @@ def test_one_trace_runs_from_producer_through_broker_and_store_to_consumer(
     in_trace = [
         s for s in traced.service_spans() if s["context"]["trace_id"] == hex_id(trace_id, 32)
     ]
-    broker_send = one(
-        in_trace,
-        "broker SendMessage span",
-        lambda s: s["name"] == "/boltmq.v1.BrokerService/SendMessage",
-    )
+    broker_send = one(in_trace, "broker's send span", lambda s: s["name"] == broker_method)
     assert broker_send["kind"] == "SpanKind.SERVER"
-    assert broker_send["parent_id"] == hex_id(client_send.context.span_id, 16)
+    assert broker_send["parent_id"] == hex_id(parent_of_broker, 16)
     assert broker_send["attributes"]["messaging.destination.name"] == "TracedTopic"
     assert broker_send["attributes"]["messaging.destination.partition.id"] == str(
         result.queue.queue_id
@@ -207,6 +220,34 @@ def test_async_sends_carry_a_create_span_and_the_pull_helper_continues_it(
     assert process.parent.span_id == create.context.span_id
     assert process.context.trace_id == create.context.trace_id
     assert process.attributes["messaging.consumer.group.name"] == "pg"
+
+
+def test_async_producer_sends_are_children_of_the_awaiting_tasks_span(
+    traced: TracedCluster, span_exporter: InMemorySpanExporter
+) -> None:
+    async def handler() -> Any:
+        async with AsyncProducer(traced.registry.address, concurrency=4) as producer:
+            with trace.get_tracer("test").start_as_current_span("handler") as outer:
+                await asyncio.gather(
+                    *(producer.send(Message("AsyncTask", b"%d" % n)) for n in range(6))
+                )
+            return outer
+
+    outer = asyncio.run(handler())
+    local = span_exporter.get_finished_spans()
+    sends = [s for s in local if s.name == "send AsyncTask"]
+    assert len(sends) == 6
+    assert all(s.parent.span_id == outer.context.span_id for s in sends)
+    # each request on the stream carried its sender's context to the broker's span
+    trace_id = hex_id(outer.context.trace_id, 32)
+    send_ids = {hex_id(s.context.span_id, 16) for s in sends}
+    broker = [
+        s
+        for s in traced.service_spans()
+        if s["name"] == "/boltmq.v1.BrokerService/SendStream"
+        and s["context"]["trace_id"] == trace_id
+    ]
+    assert broker and all(s["parent_id"] in send_ids for s in broker)
 
 
 def test_a_message_sent_without_tracing_starts_its_own_consumer_trace(

@@ -104,6 +104,13 @@ class Authorizer:
     ) -> Account:
         """The account that signed the call to ``method`` (full name) whose serialized
         request is ``body``, else AccessDenied."""
+        return self.authenticate_call(method, metadata, body)[0]
+
+    def authenticate_call(
+        self, method: str, metadata: Sequence[tuple[str, Any]] | None, body: bytes
+    ) -> tuple[Account, SignedCall]:
+        """:meth:`authenticate`, with the signed fields (a stream's messages are checked
+        against its nonce and signature method)."""
         try:
             call = SignedCall.from_metadata(metadata)
         except SigningError as exc:
@@ -149,7 +156,7 @@ class Authorizer:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 "too many signed calls within the signature window: retry shortly",
             )
-        return account
+        return account, call
 
     @staticmethod
     def authorize(account: Account, short_method: str, request: Any) -> None:

@@ -23,6 +23,13 @@ signature) and answered UNAUTHENTICATED, PERMISSION_DENIED or
 RESOURCE_EXHAUSTED. The RocketMQ 5 protocol's calls (``apache.rocketmq.v2``), which
 authenticate in their own servicer, take the client limits only, keyed by IP address.
 Health, reflection and other services pass untouched.
+
+A bidi stream of sends (``SendStream``, the only one served) is admitted once,
+as a call whose body is empty, and holds one in-flight slot while open; its
+handler checks each message through the
+:class:`~services.broker.access.stream_access.StreamAccess` the gate leaves it
+(signature, rights and budget per message). Any other client-streaming call is
+refused UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -34,15 +41,19 @@ from typing import Any
 import grpc
 
 from boltmq.kernel.caller_limits import CallerLimits, peer_host
+from boltmq.kernel.signing import EMPTY_BODY, SignedCall
 from services.broker.access.authorizer import AccessDenied, Authorizer
 from services.broker.access.caller import Caller, reset_client_key, set_caller, set_client_key
 from services.broker.access.resources import BROKER_SERVICE_PREFIX
+from services.broker.access.stream_access import StreamAccess, set_stream_access
 
 log = logging.getLogger(__name__)
 
 ROCKETMQ_SERVICE_PREFIX = "/apache.rocketmq.v2.MessagingService/"
 """The RocketMQ 5 protocol the broker also serves: the client limits apply to it."""
 
+STREAMED_METHODS = frozenset({f"{BROKER_SERVICE_PREFIX}SendStream"})
+"""Bidi streams the gate serves: their handlers check each message (StreamAccess)."""
 Parser = Callable[[bytes], Any] | None
 """A handler's request deserializer, when the gate parses requests itself."""
 __all__ = ["BrokerGate", "peer_host"]
@@ -92,6 +103,12 @@ class BrokerGate(grpc.aio.ServerInterceptor):
             return grpc.unary_stream_rpc_method_handler(
                 self._stream(method, handler.unary_stream, parse),
                 request_deserializer=deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None and method in STREAMED_METHODS:
+            return grpc.stream_stream_rpc_method_handler(
+                self._bidi(method, handler.stream_stream),
+                request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         return _refused(method, handler)
@@ -167,19 +184,51 @@ class BrokerGate(grpc.aio.ServerInterceptor):
 
         return gated
 
+    def _bidi(
+        self, method: str, inner: Callable[..., AsyncIterator[Any]]
+    ) -> Callable[..., AsyncIterator[Any]]:
+        """A stream of sends: admitted once as a call with an empty body (its signed
+        metadata), then every message checked by the StreamAccess left to the handler."""
+
+        async def gated(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            signed: list[SignedCall] = []
+            _, key = await self._admit(method, EMPTY_BODY, context, None, signed)
+            token = set_client_key(key)
+            set_stream_access(
+                StreamAccess(
+                    method, self._authorizer, signed[0] if signed else None, self._limits, key
+                )
+            )
+            try:
+                async for item in inner(requests, context):
+                    yield item
+            finally:
+                reset_client_key(token)
+                self._release(key)
+
+        return gated
+
     async def _admit(
-        self, method: str, request: Any, context: grpc.aio.ServicerContext, parse: Parser
+        self,
+        method: str,
+        request: Any,
+        context: grpc.aio.ServicerContext,
+        parse: Parser,
+        signed: list[SignedCall] | None = None,
     ) -> tuple[Any, str]:
         """The request (parsed when it came as bytes) and the client's key (limits,
-        creations) once the call may go on; aborts the call otherwise."""
+        creations) once the call may go on; aborts the call otherwise. ``signed``: where
+        to put the call's signed fields (a stream's, for its messages' checks)."""
         peer = context.peer()
         key = peer_host(peer)
         access_key = ""
         try:
             if self._authorizer is not None:
-                account = self._authorizer.authenticate(
+                account, call = self._authorizer.authenticate_call(
                     method, context.invocation_metadata(), request
                 )
+                if signed is not None:
+                    signed.append(call)
                 access_key = key = account.access_key
                 request = _parsed(parse, request)
                 set_caller(Caller(access_key, self._authorizer.document))
@@ -218,9 +267,9 @@ class BrokerGate(grpc.aio.ServerInterceptor):
 
 
 def _refused(method: str, handler: Any) -> Any:
-    """A client-streaming handler, which the gate cannot check request by request: the call
-    is refused, never let through unchecked (the broker serves none today; one added later
-    must be gated before it can be reached)."""
+    """A client-streaming handler the gate does not check request by request: the call is
+    refused, never let through unchecked (one added later must be gated, as SendStream's
+    messages are, before it can be reached)."""
     why = f"{method}: client-streaming calls are not served through the broker's access gate"
 
     async def refuse(_requests: Any, context: grpc.aio.ServicerContext) -> Any:

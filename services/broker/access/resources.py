@@ -8,7 +8,8 @@ read its retries.
 
 Call kind    | Calls
 -------------+-----------------------------------------------------------------
-PUB / SUB    | SendMessage (topic PUB; a half message also its producer group's PUB);
+PUB / SUB    | SendMessage and each message of a SendStream (topic PUB; a half
+             | message also its producer group's PUB);
              | EndTransaction, TransactionChecks (producer group PUB; the half's
              | topic PUB where the half is read); PullMessage, PullQueues, offsets, locks,
              | heartbeat, send-back, dead-letter listing, key queries, SearchOffset,
@@ -16,7 +17,7 @@ PUB / SUB    | SendMessage (topic PUB; a half message also its producer group's 
              | (group / topic SUB);
              | the record a send-back names is checked where it is read
              | (:mod:`services.broker.access.caller`)
-ANY ACCOUNT  | read-only cluster views (ListTopics, TopicStatus, ListGroups,
+ANY ACCOUNT  | opening a SendStream; read-only cluster views (ListTopics, TopicStatus, ListGroups,
              | GroupProgress, GetBrokerInfo)
 ADMIN        | UpsertTopic, DeleteTopic, UpsertGroup, DeleteGroup, GetGroup, GetConnections,
              | GetTrafficStats, ResetOffset, TrackMessage,
@@ -131,6 +132,7 @@ def _nothing(request: Any) -> Iterator[Need]:
 
 NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "SendMessage": _send,
+    "SendStream": _nothing,  # each message is checked as a SendMessage (stream_access.py)
     "PullMessage": _pull,
     "PullQueues": _pull_queues,
     "Heartbeat": _heartbeat,

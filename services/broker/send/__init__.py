@@ -1,2 +1,2 @@
-"""SendMessage: the checks a batch passes (``batch_check``) and the processor that
-appends it (``send_processor``)."""
+"""SendMessage and SendStream: the checks a batch passes (``batch_check``), the processor
+that appends it (``send_processor``) and the stream of sends over it (``send_stream``)."""
