@@ -88,13 +88,9 @@ from boltmq.options import ProducerOptions
 from boltmq.producer_heartbeat import ProducerHeartbeat
 from boltmq.request_reply import ReplyCallback, Requester
 from boltmq.send_batcher import BatchMismatch, SendBatcher
+from boltmq.unique_id import record_unique_ids
 from boltmq.v1 import broker_pb2, message_pb2
-from boltmq.wire.record import (
-    PROPERTY_UNIQ_KEY,
-    CorruptRecord,
-    decode_records,
-    java_string_hash,
-)
+from boltmq.wire.record import java_string_hash
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +279,7 @@ class Producer:
             raise ValueError("send_records needs at least one record")
         with telemetry.producer_span(topic, count, None) as span:
             results = self._send_records(topic, records, count, _pin(sharding_key, None))
-            results = _with_ids(results, _record_unique_ids(records, count))
+            results = _with_ids(results, record_unique_ids(records, count))
             telemetry.record_send(span, results)
         return results
 
@@ -542,17 +538,6 @@ _Pending = tuple[bytes, str, "Future[SendResult]", "SendCallback | None"]
 def _with_ids(results: list[SendResult], unique_ids: Sequence[str]) -> list[SendResult]:
     """The results with each message's unique id (the SDK's results carry none)."""
     return [r._replace(unique_id=u) for r, u in zip(results, unique_ids, strict=True)]
-
-
-def _record_unique_ids(records: bytes, count: int) -> list[str]:
-    """The ``UNIQ_KEY`` of every encoded record ("" where none, or when they do not decode)."""
-    try:
-        views = decode_records(records, check_crc=False)
-    except CorruptRecord:
-        return [""] * count
-    if len(views) != count:
-        return [""] * count
-    return [v.properties.get(PROPERTY_UNIQ_KEY, "") for v in views]
 
 
 def _pin(

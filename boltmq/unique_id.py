@@ -30,6 +30,8 @@ import threading
 import time
 from typing import Final
 
+from boltmq.wire.record import PROPERTY_UNIQ_KEY, CorruptRecord, decode_records
+
 UNIQUE_ID_LENGTH: Final = 32
 """Hex characters of an id this module makes."""
 
@@ -85,3 +87,14 @@ _ids = UniqueIds()
 def new_unique_id() -> str:
     """A new unique message id (the module docstring)."""
     return _ids.new()
+
+
+def record_unique_ids(records: bytes, count: int) -> list[str]:
+    """The ``UNIQ_KEY`` of every encoded record ("" where none, or when they do not decode)."""
+    try:
+        views = decode_records(records, check_crc=False)
+    except CorruptRecord:
+        return [""] * count
+    if len(views) != count:
+        return [""] * count
+    return [v.properties.get(PROPERTY_UNIQ_KEY, "") for v in views]
