@@ -204,6 +204,8 @@ class PartitionCluster:
         """Start (or restart) a member's store, HA service and broker."""
         ip = self.net.addresses[member.host]
         role = "SYNC_MASTER" if member.index == 0 else "SLAVE"
+        for old in member.processes:  # a restart: the killed ones reaped, their pipes closed
+            old.stop(0)
         member.processes = []  # each one as it starts: a failed start leaks none
         store = self._service(
             member,

@@ -181,7 +181,8 @@ def test_faults_lose_nothing_acknowledged_and_show_no_phantom(
     injected = []
     for round_number in range(PARTITION_ROUNDS):
         name, fault = FAULTS[round_number % len(FAULTS)]
-        group = GROUPS[round_number % len(GROUPS)]
+        # Every fault hits both groups in turn (a plain alternation would pair them).
+        group = GROUPS[(round_number + round_number // len(FAULTS)) % len(GROUPS)]
         before = _epoch(cluster, group)
         undo = fault(cluster, group)
         injected.append(f"{name}({group})")
