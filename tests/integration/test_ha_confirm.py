@@ -7,10 +7,12 @@
   master's SYNC_MASTER sends fail instead of being acknowledged.
 - A master whose HA service alone dies acknowledges nothing more (no replica
   reports reach its store) and serves none of what it stored meanwhile.
+- A broker's long poll is woken when a replica has the message, not at the append.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,7 +20,16 @@ import grpc
 import pytest
 
 from boltmq.kernel.channels import sync_channel
-from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from boltmq.v1 import broker_pb2, message_pb2, store_pb2, store_pb2_grpc
+from tests.integration.broker_fixtures import (
+    LONG_SUSPEND_MS,
+    RPC_TIMEOUT_S,
+    Stubs,
+    msg,
+    upsert,
+)
+from tests.integration.broker_fixtures import send as broker_send
+from tests.integration.broker_fixtures import stubs as stubs
 from tests.integration.procs import ServiceProcess
 from tests.integration.test_ha import TOPIC, Procs, ha_status, info
 from tests.waiting import wait_until
@@ -129,3 +140,40 @@ def test_a_master_whose_ha_service_dies_acknowledges_nothing_more(procs: Procs, 
     statuses = send(master, "while-ha-is-dead")
     assert statuses == [message_pb2.SLAVE_NOT_AVAILABLE]
     assert served(master) == ["first"]
+
+
+def test_a_long_poll_wakes_when_the_replica_has_the_message_not_at_the_append(
+    procs: Procs, stub, stubs: Stubs
+) -> None:
+    m_store, m_ha, r_store, r_ha, _, _ = pair(procs, stub)
+    registry = procs.start("registry")
+    broker = stubs.broker(
+        procs.start(
+            "broker",
+            f"store_address={m_store.address}",
+            f"registry_addresses={registry.address}",
+        )
+    )
+    upsert(broker, "Waiting", queues=1)
+    r_ha.stop()
+    wait_until(lambda: not ha_status(m_ha).replicas, "the master to forget the replica")
+    parked = broker.PullMessage.future(
+        broker_pb2.BrokerPullRequest(
+            consumer_group="cg",
+            topic="Waiting",
+            queue_id=0,
+            queue_offset=0,
+            max_messages=8,
+            suspend_timeout_ms=LONG_SUSPEND_MS,
+            commit_offset=-1,
+        ),
+        timeout=RPC_TIMEOUT_S,
+    )
+    outcome = broker_send(broker, msg("Waiting", b"held back", 0))[0]
+    assert outcome.status == broker_pb2.SEND_SLAVE_NOT_AVAILABLE
+    time.sleep(1.0)
+    assert not parked.done(), "a message no replica holds woke the long poll"
+    procs.ha(r_store, f"master_address={m_ha.address}")  # the replica catches up
+    response = parked.result()
+    assert response.status == message_pb2.FOUND
+    assert [m.body for m in response.messages] == [b"held back"]
