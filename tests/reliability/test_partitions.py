@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from boltmq.wire.record import parse_msg_id
+from tests.reliability.conftest import UNHANDLED_MARKS
 from tests.reliability.history_checker import Ack, Delivery, Report, check, surviving_keys
 from tests.reliability.netns import leftover_namespaces
 from tests.reliability.partition_client import GROUPS as CONSUMER_GROUPS
@@ -41,6 +42,7 @@ from tests.reliability.partition_cluster import (
     ETCD_HOSTS,
     GROUPS,
     LEASE_MS,
+    PORTS,
     REGISTRY_HOSTS,
     Member,
     PartitionCluster,
@@ -206,3 +208,7 @@ def test_faults_lose_nothing_acknowledged_and_show_no_phantom(
     print(f"partition suite: {len(injected)} rounds {injected}; {summary}; {report.summary()}")
     assert report.acknowledged > 0
     assert report.ok, report.violations[:20]
+    services = [p for p in cluster.logs.glob("*.log") if p.name.split("-")[0] in PORTS]
+    assert services and not [
+        f"{p.name}: {mark}" for p in services for mark in UNHANDLED_MARKS if mark in p.read_text()
+    ]
