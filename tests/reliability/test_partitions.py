@@ -49,12 +49,16 @@ from tests.reliability.partition_cluster import (
 )
 from tests.reliability.scale import ROUNDS
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("etcd") is None,
-    reason="the partition suite needs root, iproute2 and Debian's etcd-server (make netns etcd)",
-)
-
 PARTITION_ROUNDS = 2 * ROUNDS
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("etcd") is None,
+        reason="the partition suite needs root, iproute2 and Debian's etcd-server "
+        "(make netns etcd)",
+    ),
+    # A round takes about 11 s on the shared machine; set-up and drain up to 3 minutes.
+    pytest.mark.timeout(180 + 30 * PARTITION_ROUNDS),
+]
 HOLD_S = 2.5 * LEASE_MS / 1000
 """How long a fault lasts: past the lease, so a cut-off master is replaced."""
 SETTLE_S = 3.0
