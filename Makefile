@@ -10,7 +10,7 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install lock proto node rocketmq-clients console-assets chromium etcd run test test-reliability lint bench soak bench-compare pipeline-demo clean
+.PHONY: install lock proto node rocketmq-clients console-assets chromium etcd netns run test test-reliability lint bench soak bench-compare pipeline-demo clean
 
 install: $(STAMP)
 
@@ -93,7 +93,13 @@ etcd:
 run: install proto console-assets
 	$(VENV)/bin/boltmq dev --data-dir $(DATA)
 
-test: install proto node rocketmq-clients console-assets chromium etcd
+# The partition suite's hosts are network namespaces (tests/reliability/netns.py).
+netns:
+	@command -v ip >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q iproute2; }
+
+test: install proto node rocketmq-clients console-assets chromium etcd netns
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fault and fuzz suites at full length (make test runs them short):
@@ -101,7 +107,7 @@ test: install proto node rocketmq-clients console-assets chromium etcd
 RELIABILITY_ROUNDS ?= 10
 FUZZ_EXAMPLES ?= 1000
 
-test-reliability: install proto etcd
+test-reliability: install proto etcd netns
 	BOLTMQ_RELIABILITY_ROUNDS=$(RELIABILITY_ROUNDS) BOLTMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 		$(PY) -m pytest tests/reliability tests/fuzz -s $(PYTEST_ARGS)
 

@@ -18,6 +18,8 @@ store's CommitLog end under it (``members/<ha address>``). Then, each tick:
   back without a failover, and the members' announced ends are final. A
   ``master`` key naming this very service while it is not leading (a fenced
   term whose lease outlived the fence, or its previous process) is revoked.
+  A candidate that sees an elected master tells its follower that master's
+  epoch: chunks from a master of an older epoch are refused from then on.
 - **master** (leading): check the store is still a master (else resign: demote
   and revoke), and raise ``confirmed`` to the highest offset a replica has
   acknowledged.
@@ -144,6 +146,9 @@ class Controller:
         self._store_failures = 0
         self._last_note = ""
         self._tasks: list[asyncio.Task[None]] = []
+        self.on_group_epoch: Callable[[int], None] | None = None
+        """Called with the elected master's epoch each tick a candidate sees one (the
+        follower then refuses chunks of an older, deposed master)."""
 
     def start(self, own_address: str) -> None:
         """Run the steps and the lease watchdog in the background."""
@@ -240,6 +245,8 @@ class Controller:
         master = state.master
         if master is not None:
             self._waited_for_last_master = False
+            if self.on_group_epoch is not None:
+                self.on_group_epoch(master.epoch)
             if master.ha_address == self.own_address:
                 # Named master but not leading: a fenced term (its lease outlived the
                 # fence) or a previous process. The key must go before anyone is elected.

@@ -92,12 +92,18 @@ class Follower:
         self._task: asyncio.Task[None] | None = None
         self._report_due = asyncio.Event()
         self._epoch = 0
+        self._group_epoch = 0
+        """The newest master epoch the controller saw elected: older masters are refused."""
         self._appended = False  # this session appended something
         # One session's appends: free slots, chunks sent whose answer is not yet awaited,
         # and (offset, end) of every chunk sent and not yet answered.
         self._window = asyncio.Semaphore(APPENDS_IN_FLIGHT)
         self._sent = asyncio.Semaphore(0)
         self._in_flight: collections.deque[tuple[int, int]] = collections.deque()
+
+    def note_group_epoch(self, epoch: int) -> None:
+        """The controller saw a master of ``epoch`` elected (never lowers it)."""
+        self._group_epoch = max(self._group_epoch, epoch)
 
     @property
     def running(self) -> bool:
@@ -214,6 +220,11 @@ class Follower:
         """Check and apply the master's handshake; the offset the first chunk must have."""
         if not handshake.handshake:
             raise HandshakeRefused(f"master {master_address} sent data before its handshake")
+        if handshake.master_epoch < self._group_epoch:
+            raise HandshakeRefused(
+                f"master {master_address} is of epoch {handshake.master_epoch}, but a master "
+                f"of epoch {self._group_epoch} was elected: a deposed master"
+            )
         if handshake.segment_bytes != info.segment_bytes:
             log.error(
                 "refusing master %s: its segments are %d bytes, this store's %d; both "
@@ -293,7 +304,11 @@ class Follower:
         master_address: str,
         expected: int,
     ) -> None:
-        """Pass every chunk from the master on to the store until the master's stream ends."""
+        """Pass every chunk from the master on to the store until the master's stream ends.
+
+        A chunk from a master of an older epoch than the store's (a deposed master
+        still streaming) ends the session; the store would refuse it too.
+        """
         while True:
             chunk = await self._read(call, master_address)
             if chunk is None:
@@ -307,6 +322,12 @@ class Follower:
                     f"master {master_address} sent a chunk at "
                     f"[{chunk.offset}, {chunk.end_offset}), but this store "
                     f"ends at {expected}"
+                )
+            newest = max(self._epoch, self._group_epoch)
+            if chunk.master_epoch < newest:
+                raise ChunkRefused(
+                    f"master {master_address} sent a chunk of epoch {chunk.master_epoch}, "
+                    f"but epoch {newest} is the newest known: a deposed master"
                 )
             if chunk.end_offset == chunk.offset:
                 continue  # a heartbeat

@@ -73,6 +73,7 @@ class HANode:
         await self._apply_role(info)
         self._watch_task = asyncio.create_task(self._watch(), name="ha-role-watch")
         if self.controller is not None:
+            self.controller.on_group_epoch = self.follower.note_group_epoch
             self.controller.start(own_address)
 
     async def before_stop(self) -> None:

@@ -78,6 +78,9 @@ class StoreConfig(CallerLimitSettings):
     """A replica further behind than this does not count as in sync."""
     slave_timeout_ms: int = 3_000
     """SYNC_MASTER: how long an append waits for a replica ack."""
+    read_confirmed_only: bool = True
+    """SYNC_MASTER and replicas: consumers see only what a replica has acknowledged (the
+    confirm offset, ``docs/ha.md``), so a failover never takes back a message delivered."""
     promoted_broker_role: str = "ASYNC_MASTER"
     """The role a replica store takes when promoted (ASYNC_MASTER or SYNC_MASTER); a store
     configured as a master (``broker_role``) takes that role again when promoted."""

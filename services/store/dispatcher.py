@@ -5,7 +5,9 @@ their dispatch requests over in order (no decoding of what was just encoded);
 anything else behind the limit (raw HA appends, a restart) is decoded from the
 CommitLog. Under SYNC_FLUSH the limit is the flushed offset, so a consumer
 never sees a message that a crash could take back; otherwise it is the
-committed offset.
+committed offset. Under SYNC_MASTER and on replicas it is also capped at the
+confirm offset (what a replica acknowledged), so a consumer never sees a
+message that a failover could take back (``docs/ha.md``).
 
 After each round the dispatcher reports arrivals ``(topic, queue_id,
 max_offset)`` to listeners (the broker's long polls).
@@ -56,6 +58,10 @@ class Dispatcher:
         self.reput_offset = 0
         self.last_store_timestamp = 0
         self.listeners: list[ArrivalListener] = []
+        self.append_listeners: list[Callable[[], None]] = []
+        """Called on every append, before it is dispatched (a following ReadCommitLog:
+        under SYNC_MASTER dispatch waits for the replica, which waits for these bytes).
+        Replaced whole, never changed in place (copy-on-write, as ``listeners``)."""
         self.error: str = ""
         self._pending: collections.deque[AppendBatch] = collections.deque()
         self._wake = threading.Event()
@@ -81,12 +87,18 @@ class Dispatcher:
         (measured: ~30 % of batch throughput). Otherwise it is queued for the
         thread, which applies it once the limit (the flushed offset) allows.
         """
+        for listener in self.append_listeners:
+            listener()
         if self.inline:
             with self._apply_lock:
                 self._skip_missing()
                 if batch.end_offset <= self.reput_offset:
                     return  # the thread already read these records from disk
-                if not self._pending and batch.start_offset == self.reput_offset:
+                if (
+                    not self._pending
+                    and batch.start_offset == self.reput_offset
+                    and batch.end_offset <= self.limit()
+                ):
                     touched: dict[tuple[str, int], None] = {}
                     self._apply(batch.requests, touched)
                     self.reput_offset = batch.end_offset
@@ -96,7 +108,8 @@ class Dispatcher:
                     self.notify(touched)
                     return
                 # The thread is part-way through: catch up here, so a put still
-                # returns only once its records are dispatched (read-your-writes).
+                # returns only once its records are dispatched (read-your-writes);
+                # past the confirm offset they wait for it (docs/ha.md).
                 self._pending.append(batch)
                 self._dispatch_locked()
                 return
@@ -142,9 +155,8 @@ class Dispatcher:
                 done += len(batch.requests)
                 self.reput_offset = batch.end_offset
                 continue
-            if batch is not None:  # not yet below the flushed limit
+            if batch is not None:  # not wholly below the limit: its records below it, from disk
                 self._pending.appendleft(batch)
-                break
             done += self._dispatch_from_disk(limit, touched)
             break
         if done:
@@ -176,6 +188,8 @@ class Dispatcher:
                     mf = self.commitlog.files.find(offset)
                     end = mf.file_end_offset if mf else limit
                     continue
+                if offset + record.total_size > limit:
+                    break  # the record is not wholly below the limit yet
                 requests.append(dispatch_request_of(record))
                 end = offset + record.total_size
         except CorruptRecord as exc:

@@ -28,7 +28,6 @@ import grpc
 from boltmq.kernel.errors import FailedPrecondition
 from boltmq.v1 import store_pb2
 from services.store.arrival_streams import Waker
-from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
 from services.store.errors import BadRequest, StoreNotRunning
 from services.store.open_streams import OpenStreams
@@ -79,15 +78,12 @@ class Replication:
         if not data:
             raise BadRequest("data", "must not be empty")
         store = running_store(self._store)
-        if isinstance(request, store_pb2.CommitLogChunk) and request.end_offset != offset + len(
-            data
-        ):
-            return store_pb2.AppendRawResponse(
-                ok=False,
-                max_offset=store.commitlog.max_offset,
-                error=f"chunk at {offset} says it ends at {request.end_offset}, but its "
-                f"{len(data)} bytes end at {offset + len(data)}",
-            )
+        if isinstance(request, store_pb2.CommitLogChunk):
+            refusal = _chunk_refusal(store, request)
+            if refusal:
+                return store_pb2.AppendRawResponse(
+                    ok=False, max_offset=store.commitlog.max_offset, error=refusal
+                )
         try:
             end = await asyncio.to_thread(store.append_raw, offset, data)
         except (ValueError, StoreNotRunning, OSError) as exc:  # CorruptRecord, RoleChangeRefused
@@ -197,7 +193,7 @@ class Replication:
         if request.follow:
             chunks = self._follow(store, offset, chunk_bytes, heartbeat_ms)
         else:
-            chunks = _read_range(store.commitlog, offset, store.commitlog.max_offset, chunk_bytes)
+            chunks = _read_range(store, offset, store.commitlog.max_offset, chunk_bytes)
         async for chunk in chunks:
             yield chunk
 
@@ -209,6 +205,11 @@ class Replication:
         waker = Waker(loop)
         listener = waker.offer
         store.add_arrival_listener(listener)
+        # Woken by the append itself too: past the confirm offset dispatch waits for
+        # the replica, which waits for this stream.
+        appended = functools.partial(waker.offer, "", 0, 0)
+        dispatcher = store.dispatcher
+        dispatcher.append_listeners = [*dispatcher.append_listeners, appended]
         heartbeat_s = max(heartbeat_ms, HEARTBEAT_MIN_MS) / 1000 if heartbeat_ms else 0.0
         last_sent = loop.time()
         try:
@@ -217,7 +218,7 @@ class Replication:
                     waker.clear()
                     data = await asyncio.to_thread(commitlog.read_bytes, offset, chunk_bytes)
                     if data:
-                        yield _chunk(commitlog, offset, data)
+                        yield _chunk(store, offset, data)
                         offset += len(data)
                         last_sent = loop.time()
                         continue
@@ -226,7 +227,7 @@ class Replication:
                     if heartbeat_s:
                         due_s = last_sent + heartbeat_s - loop.time()
                         if due_s <= 0:
-                            yield _chunk(commitlog, offset, b"")
+                            yield _chunk(store, offset, b"")
                             last_sent = loop.time()
                             continue
                         wait_s = min(wait_s, due_s)
@@ -235,26 +236,48 @@ class Replication:
                         return
         finally:
             store.remove_arrival_listener(listener)
+            listeners = dispatcher.append_listeners
+            dispatcher.append_listeners = [k for k in listeners if k is not appended]
 
 
-def _chunk(commitlog: CommitLog, offset: int, data: bytes) -> store_pb2.CommitLogChunk:
-    """``data`` read at ``offset`` (empty: a heartbeat), with the CommitLog's end now."""
+def _chunk_refusal(store: MessageStore, chunk: store_pb2.CommitLogChunk) -> str:
+    """Why a replica store refuses a chunk of its HA stream ("" when it does not)."""
+    offset, size = chunk.offset, len(chunk.data)
+    if chunk.end_offset != offset + size:
+        return (
+            f"chunk at {offset} says it ends at {chunk.end_offset}, but its "
+            f"{size} bytes end at {offset + size}"
+        )
+    epoch = store.role.epoch
+    if chunk.master_epoch < epoch:
+        return (
+            f"chunk at {offset} comes from a master of epoch {chunk.master_epoch}, older "
+            f"than this store's epoch {epoch}: a deposed master"
+        )
+    return ""
+
+
+def _chunk(store: MessageStore, offset: int, data: bytes) -> store_pb2.CommitLogChunk:
+    """``data`` read at ``offset`` (empty: a heartbeat), with the CommitLog's end and the
+    store's epoch now."""
     return store_pb2.CommitLogChunk(
         offset=offset,
         data=data,
         end_offset=offset + len(data),
-        master_max_offset=commitlog.max_offset,
+        master_max_offset=store.commitlog.max_offset,
+        master_epoch=store.role.epoch,
     )
 
 
 async def _read_range(
-    commitlog: CommitLog, offset: int, end: int, chunk_bytes: int
+    store: MessageStore, offset: int, end: int, chunk_bytes: int
 ) -> AsyncIterator[store_pb2.CommitLogChunk]:
     """Chunks of ``[offset, end)``; a thread reads each (cold pages fault in from disk)."""
+    commitlog = store.commitlog
     while offset < end:
         data = await asyncio.to_thread(commitlog.read_bytes, offset, min(chunk_bytes, end - offset))
         if not data:
             check_readable(commitlog, offset)  # a segment deleted under the reader
             return
-        yield _chunk(commitlog, offset, data)
+        yield _chunk(store, offset, data)
         offset += len(data)

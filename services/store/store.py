@@ -30,6 +30,7 @@ from services.store.checkpoint import Checkpoint, CheckpointState
 from services.store.cleaner import Cleaner, DiskUsageProbe, disk_usage_percent
 from services.store.commitlog import CommitLog, PropertiesTooLarge
 from services.store.config import StoreConfig
+from services.store.confirm_offset import ConfirmOffset
 from services.store.consume_queue import ConsumeQueueTable
 from services.store.dispatcher import ArrivalListener, Dispatcher
 from services.store.errors import StoreLocked, StoreNotRunning
@@ -88,6 +89,7 @@ class MessageStore:
         self.recovery: RecoveryReport | None = None
         self.load_notes: list[str] = []
         self.replicas = ReplicaTracker()
+        self.confirm = ConfirmOffset(self.dispatcher)
         self.role_changes = RoleChanges(
             config,
             RoleFile(self.root),
@@ -164,6 +166,7 @@ class MessageStore:
         for note in report.notes:
             log.warning("recovery: %s", note)
         abort_path.touch()
+        self.confirm.reset(self.commitlog.max_offset)
         # Re-dispatch what recovery left behind before accepting any write.
         self.dispatcher.reput_offset = report.reput_offset
         # Recovery has just checked every record from its start (CRC included):
@@ -248,9 +251,9 @@ class MessageStore:
 
     # ================================================================ writes
     def _dispatch_limit(self) -> int:
-        if self.config.sync_flush and self.flusher is not None:
-            return self.flusher.flushed_offset
-        return self.commitlog.max_offset
+        flusher, limit = self.flusher, self.commitlog.max_offset
+        limit = flusher.flushed_offset if self.config.sync_flush and flusher else limit
+        return self.confirm.cap(limit, self.role, self.config.read_confirmed_only)
 
     def _refusal(self) -> PutResult | None:
         if not self.running:
@@ -421,20 +424,25 @@ class MessageStore:
                 f"this store is {self.role.broker_role}"
             )
         end = self.commitlog.append_raw(offset, data)
-        self.dispatcher.wake()
+        self.confirm.raise_to(end, dispatch_now=True)
         return end
 
     def report_replica(self, address: str, acked_offset: int, disconnected: bool = False) -> None:
         """What the HA service says of one replica (master side)."""
+        max_offset = self.commitlog.max_offset
         if disconnected:
             self.replicas.forget(address)
-        else:
-            self.replicas.report(address, acked_offset, self.commitlog.max_offset)
+        elif self.role.is_master:  # dispatched before acknowledged: read-your-writes
+            self.confirm.raise_to(min(acked_offset, max_offset), dispatch_now=True)
+        if not disconnected:
+            self.replicas.report(address, acked_offset, max_offset)
 
     def promote(self, epoch: int = 0, broker_id: int = 0) -> RoleState:
         """Turn this replica into a master of a new epoch (:meth:`RoleChanges.promote`)."""
         self._require_running()
         with self._state_lock:
+            if not self.role.is_master:  # all it holds is the new epoch's past
+                self.confirm.raise_to(self.commitlog.max_offset)
             return self.role_changes.promote(epoch, broker_id, self.wait_dispatched)
 
     def demote(
@@ -455,10 +463,11 @@ class MessageStore:
             return self.role_changes.demote(epoch, epochs, broker_id, only_if_replica)
 
     def truncate(self, offset: int) -> int:
-        """Cut a replica's CommitLog back to ``offset`` (:meth:`RoleChanges.truncate`);
-        the bytes cut."""
+        """Cut a replica's CommitLog back to ``offset``; the bytes cut (RoleChanges.truncate)."""
         self._require_running()
-        return self.role_changes.truncate(offset, self.flusher)
+        cut = self.role_changes.truncate(offset, self.flusher)
+        self.confirm.lower_to(self.commitlog.max_offset)
+        return cut
 
     # ================================================================ reads
     def get_messages(
@@ -537,7 +546,7 @@ class MessageStore:
 
     def wait_dispatched(self, timeout_s: float = 30.0) -> bool:
         """Block until everything appended so far is in the consume queues."""
-        target = self._dispatch_limit() if self.config.sync_flush else self.commitlog.max_offset
+        target = self._dispatch_limit()
         self.dispatcher.wake()
         return self.dispatcher.wait_dispatched(target, timeout_s)
 

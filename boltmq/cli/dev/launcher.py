@@ -38,10 +38,12 @@ class ServiceProcess:
         port: int = 0,
         host: str | None = None,
         flags: tuple[str, ...] = (),
+        prefix: tuple[str, ...] = (),
     ) -> None:
         self.service = service
         self.settings = settings
         self.flags = flags  # further `boltmq serve` flags: ("--statefulset-pod", "x-1")
+        self.prefix = prefix  # a command the service runs under: ("ip", "netns", "exec", "ns")
         self.requested_port = port
         self.host = host
         self.log_path = log_dir / f"{service}-{time.monotonic_ns()}.log"
@@ -52,6 +54,7 @@ class ServiceProcess:
         if self.proc is not None:
             self.stop(0)  # an earlier run (killed, or stopped): reaped, its pipe closed
         args = [
+            *self.prefix,
             sys.executable,
             "-m",
             "boltmq.cli",

@@ -336,3 +336,17 @@ def test_of_two_replicas_the_one_holding_more_is_elected() -> None:
         assert stores["c"].role == "MASTER" and stores["b"].role == "REPLICA"
 
     asyncio.run(scenario())
+
+
+def test_a_candidate_tells_its_follower_the_elected_masters_epoch() -> None:
+    async def scenario() -> None:
+        etcd = FakeEtcd()
+        store_a, store_b = FakeStore("MASTER", end=800), FakeStore("REPLICA", end=300)
+        a, b = controller(etcd, store_a, "a:1"), controller(etcd, store_b, "b:1")
+        seen: list[int] = []
+        b.on_group_epoch = seen.append
+        await a.step()  # elected for epoch 1
+        await b.step()
+        assert seen == [1]  # the follower refuses chunks of any older master from now on
+
+    asyncio.run(scenario())
