@@ -270,6 +270,7 @@ SERVICE_MODULES = {
     "registry": "services.registry.server",
     "broker": "services.broker.server",
     "ha": "services.ha.server",
+    "mqtt": "services.mqtt.server",
 }
 """Each module exposes ``CONFIG_CLASS`` (a frozen dataclass with ``listen_host`` and
 ``listen_port``) and ``async def serve(config)``."""
