@@ -316,7 +316,6 @@ class Connection:
                 self.outbox.send(mqtt5.PubAckPacket(packet.packet_id, reason_code=reason))
 
     async def _publish(self, packet: mqtt5.PublishPacket) -> mqtt5.PubAckReasonCode:
-        code = mqtt5.PubAckReasonCode
         expiry = packet.message_expiry_interval
         delivery = Delivery(
             packet.topic,
@@ -365,7 +364,10 @@ class Connection:
             except BadTopic:
                 reasons.append(code.TOPIC_FILTER_INVALID)
                 continue
-            if filter_.text not in self.filters and len(self.filters) >= self.config.max_subscriptions:
+            if (
+                filter_.text not in self.filters
+                and len(self.filters) >= self.config.max_subscriptions
+            ):
                 reasons.append(code.QUOTA_EXCEEDED)
                 continue
             try:

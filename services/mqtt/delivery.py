@@ -7,7 +7,7 @@ A PUBLISH becomes a BoltMQ :class:`~boltmq.message.Message` on the topic's first
 |---|---|
 | ``MQTT_TOPIC`` | the full MQTT topic |
 | ``MQTT_QOS`` | ``0`` or ``1`` |
-| ``MQTT_EXPIRES_AT_MS`` | epoch ms past which it is not delivered (MQTT 5 Message Expiry Interval) |
+| ``MQTT_EXPIRES_AT_MS`` | epoch ms past which it is not delivered (Message Expiry Interval) |
 | ``MQTT_CONTENT_TYPE`` | MQTT 5 Content Type, when given |
 | ``MQTT_PAYLOAD_FORMAT`` | ``1`` for a UTF-8 payload (Payload Format Indicator), when given |
 

@@ -21,7 +21,9 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
+
+import mqtt5
 
 from boltmq.message import ReceivedMessage
 from services.mqtt.bridge import GATEWAY_GROUP, Bridge
@@ -32,11 +34,18 @@ from services.mqtt.retained import RETAINED_GROUP, RETAINED_TOPIC, RetainedMessa
 from services.mqtt.shares import ShareGroup
 from services.mqtt.topics import Filter, matches
 
-if TYPE_CHECKING:
-    from services.mqtt.connection import Connection
-
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class Connection(Protocol):
+    """A device's connection, as the hub sees it (:class:`services.mqtt.connection.Connection`)."""
+
+    client_id: str
+
+    def offer(self, delivery: Delivery, qos: int) -> concurrent.futures.Future[bool] | None: ...
+
+    def close_later(self, reason: mqtt5.DisconnectReasonCode, text: str) -> None: ...
 
 
 class Hub:
@@ -180,4 +189,3 @@ class Hub:
                 granted = [q for f, q in filters.values() if matches(f.levels, levels)]
                 if granted:
                     connection.offer(delivery, max(granted))
-

@@ -81,7 +81,9 @@ class Gateway:
             self.addresses["ws"] = _bound(self.websocket.sockets)
         log.info("mqtt gateway %s: %s", self.pod_id, self.addresses)
 
-    async def _listen(self, name: str, host: str, port: int, context: ssl.SSLContext | None) -> None:
+    async def _listen(
+        self, name: str, host: str, port: int, context: ssl.SSLContext | None
+    ) -> None:
         try:
             server = await asyncio.start_server(self._serve_stream, host, port, ssl=context)
         except OSError as exc:
@@ -89,7 +91,9 @@ class Gateway:
         self.servers.append(server)
         self.addresses[name] = _bound(server.sockets)
 
-    async def _serve_stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         await self._serve(StreamTransport(reader, writer))
 
     async def _serve_websocket(self, websocket: ServerConnection) -> None:
@@ -152,7 +156,9 @@ async def serve(config: MqttConfig) -> None:
         for name in ("", SERVICE_NAME):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         extra = " ".join(f"{k}={v}" for k, v in gateway.addresses.items() if k != "mqtt")
-        print(f"{runtime.READY_PREFIX} mqtt {gateway.addresses['mqtt']} {extra}".rstrip(), flush=True)
+        print(
+            f"{runtime.READY_PREFIX} mqtt {gateway.addresses['mqtt']} {extra}".rstrip(), flush=True
+        )
         await stop.wait()
         log.info("mqtt gateway stopping")
         await health_servicer.enter_graceful_shutdown()

@@ -15,8 +15,9 @@ gateway pod it used, so it may come back through any pod.
   ``ended`` true means no session. ``generation`` is new for every new session (a
   clean start), so a new session never inherits an old one's offsets.
 - **Undelivered messages**: the session's consumer group ``hashed_name("MQTT_S_",
-  client_id + "/" + generation)`` and its committed offsets: the session's reader commits a batch only once
-  the device acknowledged its QoS 1 messages (:mod:`services.mqtt.readers`).
+  client_id + "/" + generation)`` and its committed offsets: the session's reader
+  commits a batch only once the device acknowledged its QoS 1 messages
+  (:mod:`services.mqtt.readers`).
 
 A session expires ``expiry_s`` after ``saved_ms`` of its last record while no device is
 connected (a pod that died without writing the disconnect leaves the last record's time).

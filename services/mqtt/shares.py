@@ -38,9 +38,7 @@ SHARE_GROUP_PREFIX = "MQTT_SH_"
 class Member(Protocol):
     """A device's connection, as a share group sees it."""
 
-    def offer(
-        self, delivery: Delivery, qos: int
-    ) -> concurrent.futures.Future[bool] | None: ...
+    def offer(self, delivery: Delivery, qos: int) -> concurrent.futures.Future[bool] | None: ...
 
 
 class ShareGroup:
@@ -72,7 +70,9 @@ class ShareGroup:
             tls=tls,
             credentials=credentials,
         )
-        self._starter = threading.Thread(target=self._start, name=f"mqtt-share-{share}", daemon=True)
+        self._starter = threading.Thread(
+            target=self._start, name=f"mqtt-share-{share}", daemon=True
+        )
         self._starter.start()
 
     def _start(self) -> None:
