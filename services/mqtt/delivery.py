@@ -10,6 +10,7 @@ A PUBLISH becomes a BoltMQ :class:`~boltmq.message.Message` on the topic's first
 | ``MQTT_EXPIRES_AT_MS`` | epoch ms past which it is not delivered (Message Expiry Interval) |
 | ``MQTT_CONTENT_TYPE`` | MQTT 5 Content Type, when given |
 | ``MQTT_PAYLOAD_FORMAT`` | ``1`` for a UTF-8 payload (Payload Format Indicator), when given |
+| ``MQTT_EMPTY`` | ``1``: the payload is empty (a BoltMQ body is never empty: it holds one 0 byte) |
 
 A message an SDK producer sent has none of them: its MQTT topic is its BoltMQ topic, or
 the ``MQTT_TOPIC`` property the producer set (it must then start with the BoltMQ topic's
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from boltmq.message import Message, ReceivedMessage
 from services.mqtt.topics import (
     PROPERTY_CONTENT_TYPE,
+    PROPERTY_EMPTY,
     PROPERTY_EXPIRES_AT,
     PROPERTY_PAYLOAD_FORMAT,
     PROPERTY_QOS,
@@ -63,8 +65,12 @@ class Delivery:
             properties[PROPERTY_CONTENT_TYPE] = self.content_type
         if self.payload_format:
             properties[PROPERTY_PAYLOAD_FORMAT] = str(self.payload_format)
+        body = self.payload
+        if not body:
+            properties[PROPERTY_EMPTY] = "1"
+            body = b"\0"
         return Message(
-            topic=boltmq_topic, body=self.payload, tags=tag_of(self.topic), properties=properties
+            topic=boltmq_topic, body=body, tags=tag_of(self.topic), properties=properties
         )
 
     @classmethod
@@ -83,7 +89,7 @@ class Delivery:
             qos, expires_at_ms, payload_format = 1, 0, 0
         return cls(
             topic,
-            message.body_bytes(),
+            b"" if properties.get(PROPERTY_EMPTY) == "1" else message.body_bytes(),
             qos,
             expires_at_ms,
             properties.get(PROPERTY_CONTENT_TYPE),

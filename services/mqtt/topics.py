@@ -30,6 +30,7 @@ PROPERTY_EXPIRES_AT = "MQTT_EXPIRES_AT_MS"
 """Epoch ms after which it is not delivered (MQTT 5 Message Expiry Interval)."""
 PROPERTY_CONTENT_TYPE = "MQTT_CONTENT_TYPE"
 PROPERTY_PAYLOAD_FORMAT = "MQTT_PAYLOAD_FORMAT"
+PROPERTY_EMPTY = "MQTT_EMPTY"
 SHARE_PREFIX = "$share/"
 SHARE_GROUP = re.compile(r"\A[a-zA-Z0-9_-]{1,64}\Z")
 TAG_MAX = 127
