@@ -142,10 +142,12 @@ class Bridge:
                 raise
         return True
 
-    def send(self, creds: Credentials | None, message: Message) -> SendResult:
-        """Send as the device (SendError when refused, e.g. no PUB on the topic)."""
+    def send(self, creds: Credentials | None, message: Message, mqtt_topic: str) -> SendResult:
+        """Send as the device (SendError when refused, e.g. no PUB on the topic). The
+        MQTT topic is the sharding key: one MQTT topic's messages keep their order in
+        one queue (MQTT 4.6)."""
         producer = self.producer if creds is None else self._producer(creds)
-        return producer.send(message)
+        return producer.send(message, sharding_key=mqtt_topic)
 
     @staticmethod
     def refused(exc: SendError) -> bool:

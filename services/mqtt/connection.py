@@ -257,7 +257,7 @@ class Connection:
             return
         for text, qos in self.session.filters:
             try:
-                await self._add(parse_filter(text), qos)
+                await self._add(parse_filter(text), qos, resumed=True)
             except BadTopic:
                 continue
 
@@ -338,7 +338,8 @@ class Connection:
             log.info("PUBLISH of %s refused: %s", self.client_id, exc)
             return code.TOPIC_NAME_INVALID
         try:
-            await self.hub.call(self.hub.bridge.send, credentials, delivery.to_message(topic))
+            message = delivery.to_message(topic)
+            await self.hub.call(self.hub.bridge.send, credentials, message, delivery.topic)
             if retain:
                 message = self.hub.retained.message(delivery)
                 await self.hub.call(self.hub.bridge.producer.send, message)
@@ -398,7 +399,7 @@ class Connection:
         if self.session is not None:
             await self._save_session()
 
-    async def _add(self, filter_: Filter, qos: int) -> None:
+    async def _add(self, filter_: Filter, qos: int, *, resumed: bool = False) -> None:
         self.filters[filter_.text] = (filter_, qos)
         if self.session is not None and filter_.share is None:
             if self.session_reader is None:
@@ -406,7 +407,7 @@ class Connection:
                 self.session_reader = QueueReader(
                     consumer, self._from_session, name=f"session-{self.client_id}", commits=True
                 ).start()
-            await self.hub.call(self.session_reader.add_topic, filter_.topic)
+            await self.hub.call(self.session_reader.add_topic, filter_.topic, resumed)
         else:
             await self.hub.subscribe(self, filter_, qos)
 

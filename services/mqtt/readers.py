@@ -87,12 +87,16 @@ class QueueReader:
         with self._lock:
             return list(self._topics)
 
-    def add_topic(self, topic: str) -> None:
-        """Read ``topic`` too, from now on (blocking: its start offsets are set on return)."""
+    def add_topic(self, topic: str, resumed: bool = False) -> None:
+        """Read ``topic`` too, from now on (blocking: its start offsets are set on return).
+
+        ``resumed``: a persistent session's topic subscribed before: a queue without a
+        committed offset is read from its start (it did not exist at the subscription,
+        so all of it came after)."""
         with self._lock:
             if topic in self._topics:
                 return
-        found = self._start_offsets(topic, initial=True)
+        found = self._start_offsets(topic, initial=not resumed)
         with self._lock:
             self._topics[topic] = found is not None
             for queue, offset in (found or {}).items():
