@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import grpc
 
@@ -108,7 +109,9 @@ class Bridge:
         with self._lock:
             if time.monotonic() - self._verified.get(key, -AUTH_CACHE_S) < AUTH_CACHE_S:
                 return creds
-        client = self._producer(creds).client
+        # A client of its own: no producer (heartbeating) is made for credentials the
+        # brokers have not accepted yet.
+        client = ClientInstance(self.registry, tls=self.tls, credentials=creds)
         try:
             client.broker(self._any_master(client)).GetBrokerInfo(
                 broker_pb2.GetBrokerInfoRequest(), timeout=client.rpc_timeout_s
@@ -119,6 +122,8 @@ class Bridge:
             if exc.code() is grpc.StatusCode.PERMISSION_DENIED:
                 raise NotAuthorized(rpc_error_text(exc)) from None
             raise
+        finally:
+            client.close()
         with self._lock:
             self._verified[key] = time.monotonic()
             if len(self._verified) > 4 * PRODUCERS_KEPT:
@@ -142,12 +147,14 @@ class Bridge:
                 raise
         return True
 
-    def send(self, creds: Credentials | None, message: Message, mqtt_topic: str) -> SendResult:
-        """Send as the device (SendError when refused, e.g. no PUB on the topic). The
-        MQTT topic is the sharding key: one MQTT topic's messages keep their order in
-        one queue (MQTT 4.6)."""
+    def send(
+        self, creds: Credentials | None, messages: Sequence[Message], client_id: str
+    ) -> list[SendResult]:
+        """Send messages of one topic as the device, in one batch (SendError when refused,
+        e.g. no PUB on the topic). The client id is the sharding key: a device's messages
+        to a topic stay in one queue, in their order (MQTT 4.6)."""
         producer = self.producer if creds is None else self._producer(creds)
-        return producer.send(message, sharding_key=mqtt_topic)
+        return producer.send_batch(messages, sharding_key=client_id)
 
     @staticmethod
     def refused(exc: SendError) -> bool:

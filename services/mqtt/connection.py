@@ -26,6 +26,7 @@ What a device may do and what it gets back (reason codes of MQTT 5.0):
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import time
@@ -52,6 +53,8 @@ MQTT311_REFUSED = b"\x20\x02\x00\x01"
 """An MQTT 3.1.1 CONNACK, return code 1 (unacceptable protocol version): what a 3.1 or
 3.1.1 client understands (an MQTT 5 CONNACK would be malformed to it)."""
 FIXED_HEADER_MAX = 5
+PUBLISH_BATCH = 64
+PUBLISH_BATCH_BYTES = 1 << 20
 R = mqtt5.DisconnectReasonCode
 
 
@@ -80,7 +83,8 @@ class Connection:
         self.will: mqtt5.Will | None = None
         self.keep_alive = 0
         self._buffer = bytearray()
-        self._publishes: asyncio.Queue[mqtt5.PublishPacket] = asyncio.Queue()
+        self._publishes: collections.deque[mqtt5.PublishPacket] = collections.deque()
+        self._publish_ready = asyncio.Event()
         self._in_flight = 0
         self._closing: Closing | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -301,61 +305,90 @@ class Connection:
             self._in_flight += 1
             if self._in_flight > self.config.receive_maximum:
                 raise Closing(R.RECEIVE_MAX_EXCEEDED, "receive maximum exceeded")
-        elif self._publishes.qsize() >= self.config.max_queued_messages:
+        elif len(self._publishes) >= self.config.max_queued_messages:
             self.outbox.dropped += 1  # QoS 0 from a device faster than the cluster
             return
-        self._publishes.put_nowait(packet)
+        self._publishes.append(packet)
+        self._publish_ready.set()
 
     async def _publisher(self) -> None:
-        """Send the device's publishes to the cluster one after another (their order)."""
+        """Send the device's publishes to the cluster in their order: consecutive ones
+        of one BoltMQ topic together (one batch, one queue: the client id shards)."""
         while True:
-            packet = await self._publishes.get()
-            reason = await self._publish(packet)
-            if int(packet.qos) == 1 and packet.packet_id is not None:
-                self._in_flight -= 1
-                self.outbox.send(mqtt5.PubAckPacket(packet.packet_id, reason_code=reason))
-
-    async def _publish(self, packet: mqtt5.PublishPacket) -> mqtt5.PubAckReasonCode:
-        expiry = packet.message_expiry_interval
-        delivery = Delivery(
-            packet.topic,
-            packet.payload,
-            int(packet.qos),
-            int(time.time() * 1000) + expiry * 1000 if expiry else 0,
-            packet.content_type,
-            packet.payload_format_indicator,
-        )
-        return await self.publish(delivery, packet.retain, self.credentials)
+            if not self._publishes:
+                self._publish_ready.clear()
+                await self._publish_ready.wait()
+                continue
+            batch = [self._publishes.popleft()]
+            first = batch[0].topic.split("/", 1)[0]
+            size = len(batch[0].payload)
+            while (
+                self._publishes
+                and len(batch) < PUBLISH_BATCH
+                and size < PUBLISH_BATCH_BYTES
+                and self._publishes[0].topic.split("/", 1)[0] == first
+            ):
+                batch.append(self._publishes.popleft())
+                size += len(batch[-1].payload)
+            now_ms = int(time.time() * 1000)
+            deliveries = [
+                Delivery(
+                    p.topic,
+                    p.payload,
+                    int(p.qos),
+                    now_ms + p.message_expiry_interval * 1000 if p.message_expiry_interval else 0,
+                    p.content_type,
+                    p.payload_format_indicator,
+                )
+                for p in batch
+            ]
+            reasons = await self.publish(deliveries, [p.retain for p in batch], self.credentials)
+            for packet, reason in zip(batch, reasons, strict=True):
+                if int(packet.qos) == 1 and packet.packet_id is not None:
+                    self._in_flight -= 1
+                    self.outbox.send(mqtt5.PubAckPacket(packet.packet_id, reason_code=reason))
 
     async def publish(
-        self, delivery: Delivery, retain: bool, credentials: Credentials | None
-    ) -> mqtt5.PubAckReasonCode:
-        """Send ``delivery`` to the cluster as ``credentials``' account (and retain it)."""
+        self, deliveries: list[Delivery], retains: list[bool], credentials: Credentials | None
+    ) -> list[mqtt5.PubAckReasonCode]:
+        """Send ``deliveries`` (of one BoltMQ topic) to the cluster as ``credentials``'
+        account, and retain those flagged; a reason code each."""
         code = mqtt5.PubAckReasonCode
+        reasons = [code.SUCCESS] * len(deliveries)
+        valid: list[int] = []
+        for n, delivery in enumerate(deliveries):
+            try:
+                topic = boltmq_topic(delivery.topic)
+                valid.append(n)
+            except BadTopic as exc:
+                log.info("PUBLISH of %s refused: %s", self.client_id, exc)
+                reasons[n] = code.TOPIC_NAME_INVALID
+        if not valid:
+            return reasons
+        messages = [deliveries[n].to_message(topic) for n in valid]
+        retained = [deliveries[n] for n in valid if retains[n]]
+        failure = code.SUCCESS
         try:
-            topic = boltmq_topic(delivery.topic)
-        except BadTopic as exc:
-            log.info("PUBLISH of %s refused: %s", self.client_id, exc)
-            return code.TOPIC_NAME_INVALID
-        try:
-            message = delivery.to_message(topic)
-            await self.hub.call(self.hub.bridge.send, credentials, message, delivery.topic)
-            if retain:
-                message = self.hub.retained.message(delivery)
-                await self.hub.call(self.hub.bridge.producer.send, message)
-                self.hub.retained.remember(delivery)
+            await self.hub.call(self.hub.bridge.send, credentials, messages, self.client_id)
+            for delivery in retained:
+                record = self.hub.retained.message(delivery)
+                send = self.hub.bridge.producer.send
+                result = await self.hub.call(send, record, delivery.topic)  # sharded by topic
+                self.hub.retained.remember(delivery, result.unique_id)
         except SendError as exc:
-            if self.hub.bridge.refused(exc):
-                log.info("PUBLISH of %s to %s refused: %s", self.client_id, delivery.topic, exc)
-                return code.NOT_AUTHORIZED
-            log.warning("PUBLISH of %s to %s failed: %s", self.client_id, delivery.topic, exc)
-            return code.UNSPECIFIED_ERROR
+            refused = self.hub.bridge.refused(exc)
+            failure = code.NOT_AUTHORIZED if refused else code.UNSPECIFIED_ERROR
+            log.info("PUBLISH of %s to %s: %s", self.client_id, topic, exc)
         except Exception as exc:
-            log.warning("PUBLISH of %s to %s failed: %s", self.client_id, delivery.topic, exc)
-            return code.UNSPECIFIED_ERROR
-        return code.SUCCESS
+            failure = code.UNSPECIFIED_ERROR
+            log.warning("PUBLISH of %s to %s failed: %s", self.client_id, topic, exc)
+        for n in valid:
+            reasons[n] = failure
+        return reasons
 
     async def _on_subscribe(self, packet: mqtt5.SubscribePacket) -> None:
+        if not packet.topic_filters:
+            raise Closing(R.PROTOCOL_ERROR, "SUBSCRIBE without a filter")  # 3.8.3-2
         code = mqtt5.SubAckReasonCode
         reasons: list[mqtt5.SubAckReasonCode] = []
         retained: list[tuple[Filter, int]] = []
@@ -412,6 +445,8 @@ class Connection:
             await self.hub.subscribe(self, filter_, qos)
 
     async def _on_unsubscribe(self, packet: mqtt5.UnsubscribePacket) -> None:
+        if not packet.patterns:
+            raise Closing(R.PROTOCOL_ERROR, "UNSUBSCRIBE without a filter")  # 3.10.3-2
         code = mqtt5.UnsubAckReasonCode
         reasons = []
         for text in packet.patterns:
@@ -493,7 +528,7 @@ class Connection:
         async def publish_will() -> None:
             await asyncio.sleep(delay)
             self.hub.wills.pop(self.client_id, None)
-            reason = await self.publish(delivery, will.retain, credentials)
+            (reason,) = await self.publish([delivery], [will.retain], credentials)
             log.info("will of %s on %s: %s", self.client_id, will.topic, reason.name)
 
         self.hub.wills[self.client_id] = asyncio.create_task(publish_will())

@@ -3,7 +3,9 @@
 A PUBLISH with RETAIN 1 that the brokers accepted on its own topic is also written to
 ``MQTT_RETAINED`` by the gateway's account, with the properties of
 :mod:`services.mqtt.delivery` and the key ``hashed_name("R", mqtt_topic)``; an empty
-payload clears the topic's retained message (MQTT 3.3.1.3). Every gateway pod reads
+payload clears the topic's retained message (MQTT 3.3.1.3). One MQTT topic's records go
+to one queue (the MQTT topic is the sharding key), so they are read in the order they
+were written. Every gateway pod reads
 the whole topic from its first message into a map (the newest message per MQTT topic
 wins), so a pod that starts learns every retained message from the cluster, and a
 subscription gets the matching ones at once. Expired ones are dropped as they are met.
@@ -32,6 +34,9 @@ class RetainedMessages:
 
     def __init__(self) -> None:
         self._by_topic: dict[str, Delivery] = {}
+        self._written: dict[str, str] = {}
+        """MQTT topic -> unique id of this pod's newest record of it, until the reader
+        meets it (older records the reader meets meanwhile are not taken)."""
         self._lock = threading.Lock()
         self.loaded = threading.Event()
         """Set once the reader has caught up with the topic once."""
@@ -59,15 +64,22 @@ class RetainedMessages:
                 delivery = Delivery.from_received(received, system=True)
                 if delivery is None or delivery.topic == RETAINED_TOPIC:
                     continue
+                written = self._written.get(delivery.topic)
+                if written is not None:
+                    if written != received.unique_id:
+                        continue  # older than what this pod wrote and keeps already
+                    del self._written[delivery.topic]
                 if delivery.payload and not delivery.expired():
                     self._by_topic[delivery.topic] = delivery
                 else:
                     self._by_topic.pop(delivery.topic, None)
         return ()
 
-    def remember(self, delivery: Delivery) -> None:
-        """Keep ``delivery`` at once (this pod's own publish; the reader confirms it)."""
+    def remember(self, delivery: Delivery, unique_id: str) -> None:
+        """Keep ``delivery`` at once: this pod wrote it as ``unique_id`` (the reader
+        meets it later)."""
         with self._lock:
+            self._written[delivery.topic] = unique_id
             if delivery.payload:
                 self._by_topic[delivery.topic] = delivery
             else:
