@@ -55,6 +55,7 @@ MQTT311_REFUSED = b"\x20\x02\x00\x01"
 FIXED_HEADER_MAX = 5
 PUBLISH_BATCH = 64
 PUBLISH_BATCH_BYTES = 1 << 20
+PUBLISH_DRAIN_S = 10.0
 R = mqtt5.DisconnectReasonCode
 
 
@@ -85,6 +86,9 @@ class Connection:
         self._buffer = bytearray()
         self._publishes: collections.deque[mqtt5.PublishPacket] = collections.deque()
         self._publish_ready = asyncio.Event()
+        self._publishes_sent = asyncio.Event()
+        """Set while no publish of the device waits to be sent to the cluster."""
+        self._publishes_sent.set()
         self._in_flight = 0
         self._closing: Closing | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -159,6 +163,11 @@ class Connection:
         if closing.reason is not None and self.client_id:
             self.outbox.send(mqtt5.DisconnectPacket(reason_code=closing.reason))
         log.debug("%s (%s): %s", self.client_id, self.transport.peer, closing)
+        if self._tasks:  # what the device published before it went is sent all the same
+            try:
+                await asyncio.wait_for(self._publishes_sent.wait(), PUBLISH_DRAIN_S)
+            except TimeoutError:
+                log.warning("%s: publishes not sent within %s s", self.client_id, PUBLISH_DRAIN_S)
         self.outbox.close()
         for task in self._tasks:
             task.cancel()
@@ -309,6 +318,7 @@ class Connection:
             self.outbox.dropped += 1  # QoS 0 from a device faster than the cluster
             return
         self._publishes.append(packet)
+        self._publishes_sent.clear()
         self._publish_ready.set()
 
     async def _publisher(self) -> None:
@@ -316,6 +326,7 @@ class Connection:
         of one BoltMQ topic together (one batch, one queue: the client id shards)."""
         while True:
             if not self._publishes:
+                self._publishes_sent.set()
                 self._publish_ready.clear()
                 await self._publish_ready.wait()
                 continue
