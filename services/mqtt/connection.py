@@ -117,6 +117,14 @@ class Connection:
                         self.transport.write(MQTT311_REFUSED)
                         raise Closing(None, "MQTT 3.1.1 refused") from None
                     raise Closing(R.MALFORMED_PACKET, f"malformed: {exc}") from None
+                except Exception as exc:  # e.g. UnicodeDecodeError: bad UTF-8 in a string
+                    raise Closing(R.MALFORMED_PACKET, f"malformed: {exc!r}") from None
+                except BaseException as exc:
+                    # mqtt5 0.8 panics (pyo3's PanicException, a BaseException) on some
+                    # invalid UTF-8 strings; anything else (cancellation) goes on up
+                    if type(exc).__name__ != "PanicException":
+                        raise
+                    raise Closing(R.MALFORMED_PACKET, "malformed (decoder panic)") from None
                 else:
                     if size > limit:
                         raise Closing(R.PACKET_TOO_LARGE, "packet too large")

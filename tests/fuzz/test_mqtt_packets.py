@@ -6,7 +6,7 @@ properties, QoS 2, huge packet ids) mutated by flipping, cutting and splicing, o
 random bytes. Invariant: the gateway answers each connection within its deadline with
 nothing, well-formed MQTT 5 packets only, or a DISCONNECT followed by the close (the
 fuzzer then ends its side of the stream, and the gateway closes within the deadline); it
-never hangs, never stops, logs no traceback, and a fresh device is still served (CONNECT, PINGREQ)
+never hangs, never stops, logs no error, and a fresh device is still served (CONNECT, PINGREQ)
 after every example. Connections per property: ``BOLTMQ_FUZZ_EXAMPLES``.
 """
 
@@ -46,7 +46,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess
     log = proc.log()
     proc.stop()
     cluster.stop()
-    assert "Traceback" not in log, log[-3000:]  # no packet reached an unhandled error
+    # no packet reached an unhandled error (an ERROR record: the gateway's, or asyncio's
+    # for a task that died); mqtt5's own panic message on stderr is not one (docs/mqtt.md)
+    errors = [line for line in log.splitlines() if " ERROR " in line]
+    assert not errors, errors[:5]
 
 
 def _read_all(sock: socket.socket) -> bytes:
