@@ -69,7 +69,7 @@ class Bridge:
         )
         self.acl = self.credentials is not None
         """Whether devices must give an account (the gateway has one: the ACL is on)."""
-        self.options = ProducerOptions(linger_ms=0, retry_times=1, compress_body_over=1 << 30)
+        self.options = ProducerOptions(retry_times=1, compress_body_over=1 << 30)
         """Bodies go as the devices sent them (compression off: no broker takes 1 GiB)."""
         self.producer = Producer(
             self.registry,
