@@ -1,8 +1,7 @@
 """Persistent sessions kept in the cluster, not in a gateway pod (docs/mqtt.md, "Sessions").
 
-A device that connects with Clean Start 0 (MQTT 3.1.1: Clean Session 0) and a Session
-Expiry Interval above 0 has a persistent session: its subscriptions, and the QoS 1
-messages it did not acknowledge, survive its disconnect and the restart (or loss) of the
+A device that connects with Clean Start 0 and a Session Expiry Interval above 0 has a
+persistent session: its subscriptions, and the QoS 1 messages it did not acknowledge, survive its disconnect and the restart (or loss) of the
 gateway pod it used, so it may come back through any pod.
 
 - **Subscriptions**: a JSON record on the system topic ``MQTT_SESSIONS``, written at
