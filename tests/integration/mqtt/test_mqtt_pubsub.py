@@ -23,20 +23,20 @@ def test_qos0_and_qos1_reach_every_matching_filter(mqtt_cluster: MqttCluster) ->
     everything = Device(mqtt_cluster, "everything")
     publisher = Device(mqtt_cluster, "publisher")
     try:
-        assert [int(c.value) for c in temps.subscribe(("sensors/+/temp", 1))] == [1]
-        assert [int(c.value) for c in everything.subscribe(("sensors/#", 0))] == [0]
-        assert publisher.publish("sensors/k1/temp", b"21.5", qos=1).value == 0
-        publisher.publish("sensors/k1/hum", b"40", qos=0)
-        publisher.publish("sensors/k2/temp", b"19.0", qos=0)
+        assert [int(c.value) for c in temps.subscribe(("sensors/q/+/temp", 1))] == [1]
+        assert [int(c.value) for c in everything.subscribe(("sensors/q/#", 0))] == [0]
+        assert publisher.publish("sensors/q/k1/temp", b"21.5", qos=1).value == 0
+        publisher.publish("sensors/q/k1/hum", b"40", qos=0)
+        publisher.publish("sensors/q/k2/temp", b"19.0", qos=0)
 
         got = {(m.topic, m.payload, m.qos) for m in temps.received(2)}
-        assert got == {("sensors/k1/temp", b"21.5", 1), ("sensors/k2/temp", b"19.0", 0)}
+        assert got == {("sensors/q/k1/temp", b"21.5", 1), ("sensors/q/k2/temp", b"19.0", 0)}
         assert temps.nothing_more()
         got = {(m.topic, m.payload, m.qos) for m in everything.received(3)}
         assert got == {
-            ("sensors/k1/temp", b"21.5", 0),  # granted QoS 0 caps it
-            ("sensors/k1/hum", b"40", 0),
-            ("sensors/k2/temp", b"19.0", 0),
+            ("sensors/q/k1/temp", b"21.5", 0),  # granted QoS 0 caps it
+            ("sensors/q/k1/hum", b"40", 0),
+            ("sensors/q/k2/temp", b"19.0", 0),
         }
     finally:
         for device in (temps, everything, publisher):
