@@ -90,6 +90,13 @@ etcd:
 		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q etcd-server; }
 
+# The MQTT gateway's tests and benchmark use Debian's MQTT clients and broker, unmodified.
+mosquitto:
+	@command -v mosquitto_pub >/dev/null && command -v mosquitto_sub >/dev/null \
+		&& { command -v mosquitto >/dev/null || test -x /usr/sbin/mosquitto; } || { \
+		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q mosquitto-clients mosquitto; }
+
 run: install proto console-assets
 	$(VENV)/bin/boltmq dev --data-dir $(DATA)
 
@@ -99,7 +106,7 @@ netns:
 		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q iproute2; }
 
-test: install proto node rocketmq-clients console-assets chromium etcd netns
+test: install proto node rocketmq-clients console-assets chromium etcd netns mosquitto
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fault and fuzz suites at full length (make test runs them short):

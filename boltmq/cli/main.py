@@ -105,6 +105,13 @@ def main() -> None:
     "its secret in DATA_DIR/acl/admin.secret).",
 )
 @click.option(
+    "--mqtt-port",
+    default=1883,
+    show_default=True,
+    type=click.IntRange(-1, 65535),
+    help="Port of the MQTT gateway (MQTT 5 devices; docs/mqtt.md); 0: any free one, -1: none.",
+)
+@click.option(
     "--controller",
     type=click.Choice(["none", "etcd"]),
     default="none",
@@ -143,6 +150,7 @@ def dev(
     ha_set: tuple[str, ...],
     tls: bool,
     acl: bool,
+    mqtt_port: int,
     controller: str,
     console_port: int,
     no_console: bool,
@@ -169,6 +177,7 @@ def dev(
             broker_set,
             ha_set,
             groups=broker_groups,
+            mqtt_port=mqtt_port,
         )
     except ValueError as exc:
         raise fail(exc) from None
@@ -186,12 +195,21 @@ def dev(
             data_dir / "tls", hosts=(host,), groups=tuple(spec.group_names())
         )
     certificates = spec.certificates
+    spec.mqtt_settings = ("ws_listen_port=0",)
+    if certificates:  # the gateway calls the cluster as an application
+        spec.mqtt_settings += (
+            f"tls_ca_file={certificates.ca_file}",
+            f"tls_client_cert_file={certificates.client_cert_file}",
+            f"tls_client_key_file={certificates.client_key_file}",
+        )
     dev_acl = None
     if acl:
         from boltmq.cli.dev import acl_seed
 
         dev_acl = acl_seed.ensure(data_dir / "acl")
         spec.broker_settings = (*dev_acl.broker_settings(), *broker_set)
+        secret = dev_acl.secret_file.read_text().strip()
+        spec.mqtt_settings += (f"access_key={dev_acl.access_key}", f"secret_key={secret}")
     local_etcd = None
     if controller == "etcd":
         if not etcd_endpoints:
@@ -223,6 +241,9 @@ def dev(
                 f"{group}  {role_text:<10} store {member.store.address}  broker "
                 f"{member.broker.address}  {ha_text}data {member.data_dir}"
             )
+    if cluster.mqtt is not None:
+        ws = cluster.mqtt.ports.get("ws", "")
+        click.echo(f"mqtt      {cluster.mqtt.address}  (MQTT 5)  websocket {ws}")
     console = None
     if not no_console:
         from boltmq.cli.console import BackgroundConsole
@@ -309,6 +330,7 @@ SERVICE_MODULES = {
     "registry": "services.registry.server",
     "broker": "services.broker.server",
     "ha": "services.ha.server",
+    "mqtt": "services.mqtt.server",
 }
 """Each module exposes ``CONFIG_CLASS`` (a frozen dataclass with ``listen_host`` and
 ``listen_port``) and ``async def serve(config)``."""

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+import mqtt5
 import pytest
 
 from boltmq import (
@@ -61,6 +62,8 @@ class Dev:
                 "--broker-port",
                 "0",
                 "--console-port",
+                "0",
+                "--mqtt-port",
                 "0",
                 *flags,
             ],
@@ -187,6 +190,13 @@ def test_dev_runs_a_cluster_and_stops_it_cleanly(dev: Dev) -> None:
             for i in range(10)
         ]
     assert len({r.msg_id for r in sent}) == 10
+    mqtt_host, mqtt_port = next(
+        line.split()[1] for line in dev.banner if line.startswith("mqtt ")
+    ).rsplit(":", 1)
+    with socket.create_connection((mqtt_host, int(mqtt_port)), timeout=DEADLINE_S) as device:
+        device.sendall(mqtt5.ConnectPacket("dev-device").write())
+        connack, _ = mqtt5.read(memoryview(device.recv(4096)))  # the gateway answers
+        assert isinstance(connack, mqtt5.ConnAckPacket) and int(connack.reason_code) == 0
     assert sorted(consume(registry, "DevTopic", "dev-cg", 10)) == sorted(
         f"m{i}".encode() for i in range(10)
     )

@@ -48,6 +48,8 @@ class ServiceProcess:
         self.host = host
         self.log_path = log_dir / f"{service}-{time.monotonic_ns()}.log"
         self.address = ""
+        self.ports: dict[str, str] = {}
+        """Further listeners the READY line names (``READY mqtt H:P tls=H:P ws=H:P``)."""
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> ServiceProcess:
@@ -86,7 +88,9 @@ class ServiceProcess:
             if ready:
                 line = self.proc.stdout.readline()
                 if line.startswith("READY "):
-                    return line.split()[2]
+                    words = line.split()
+                    self.ports = dict(w.split("=", 1) for w in words[3:] if "=" in w)
+                    return words[2]
                 if not line and self.proc.poll() is not None:
                     break
             elif self.proc.poll() is not None:

@@ -92,6 +92,9 @@ class ClusterSpec:
     certificate (its ``tls_*`` settings: :meth:`DevCertificates.settings_for`)."""
     groups: int = 1
     """Broker groups (``broker-a`` ..., at most :data:`MAX_GROUPS`)."""
+    mqtt_port: int = -1
+    """Port of the MQTT gateway started after the brokers (-1: none; 0: any free one)."""
+    mqtt_settings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if type(self.groups) is not int or not 1 <= self.groups <= MAX_GROUPS:
@@ -129,6 +132,8 @@ class LocalCluster:
 
     spec: ClusterSpec
     registry: ServiceProcess | None = None
+    mqtt: ServiceProcess | None = None
+    """The MQTT gateway (``mqtt_port`` >= 0)."""
     groups: dict[str, list[Member]] = field(default_factory=dict)
     """Members of every group started so far, by group name, in group order."""
     _started: list[ServiceProcess] = field(default_factory=list)
@@ -160,6 +165,17 @@ class LocalCluster:
                 members = self.groups.setdefault(group, [])
                 for index in range(spec.replicas + 1):
                     members.append(self.start_member(index, group=group))
+            if spec.mqtt_port >= 0:
+                self.mqtt = self._launch(
+                    ServiceProcess(
+                        "mqtt",
+                        self.log_dir,
+                        f"registry={self.registry.address}",
+                        *spec.mqtt_settings,
+                        port=spec.mqtt_port,
+                        host=spec.host,
+                    )
+                )
         except Exception:
             self.stop()
             raise

@@ -305,16 +305,18 @@ def containers(target: str) -> tuple[Container, ...]:
 
 
 def boltmq_workloads(objects: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
-    """The StatefulSets running BoltMQ (not those of the etcd component) by name."""
+    """The StatefulSets and Deployments (the MQTT gateway) running BoltMQ (not those of
+    the etcd component) by name."""
+    workloads = {**objects_of(objects, "StatefulSet"), **objects_of(objects, "Deployment")}
     return {
         name: workload
-        for name, workload in objects_of(objects, "StatefulSet").items()
+        for name, workload in workloads.items()
         if workload["spec"]["template"]["metadata"]["labels"].get(APP_NAME_LABEL) == "boltmq"
     }
 
 
 def containers_of(objects: tuple[dict[str, Any], ...]) -> tuple[Container, ...]:
-    """Every BoltMQ container of every pod of every StatefulSet of rendered ``objects``."""
+    """Every BoltMQ container of every pod of every workload of rendered ``objects``."""
     config_maps = objects_of(objects, "ConfigMap")
     out = []
     for workload in boltmq_workloads(objects).values():

@@ -60,7 +60,8 @@ def _mib(quantity: str) -> int:
 
 
 def _workloads(target: str) -> dict[str, dict[str, Any]]:
-    return objects_of(render(target), "StatefulSet")
+    objects = render(target)
+    return {**objects_of(objects, "StatefulSet"), **objects_of(objects, "Deployment")}
 
 
 def _validate(obj: dict[str, Any], version: str) -> None:
@@ -103,7 +104,7 @@ def test_schema_validation_rejects_a_broken_object() -> None:
 # ---------------------------------------------------------------- commands and settings
 def test_every_container_runs_boltmq_serve_with_a_valid_config(target: str) -> None:
     resolved = containers(target)
-    assert {c.service for c in resolved} == {"registry", "store", "ha", "broker"}
+    assert {c.service for c in resolved} == {"registry", "store", "ha", "broker", "mqtt"}
     for c in resolved:
         expected = LOOPBACK_HOST if c.service in LOOPBACK_SERVICES else WILDCARD_HOST
         assert c.config.listen_host == expected, c.name
@@ -373,7 +374,9 @@ def test_production_components_have_their_own_certificates_and_check_internal_ca
         secret = volumes[tls_volume]["secret"]["secretName"]
         component = (c.workload["metadata"]["name"], c.service)
         assert secrets.setdefault(component, secret) == secret, c.name
-        if c.service != "registry":  # a group's Secret names its group
+        if c.service == "mqtt":  # an application of the cluster, with a Secret of its own
+            assert secret == "boltmq-tls-mqtt", c.name
+        elif c.service != "registry":  # a group's Secret names its group
             group = c.workload["spec"]["template"]["metadata"]["labels"][BROKER_NAME_LABEL]
             assert secret == f"boltmq-tls-{group}-{c.service}", c.name
         assert c.config.tls_client_cert_file == c.config.tls_cert_file, c.name
@@ -388,7 +391,7 @@ def test_production_components_have_their_own_certificates_and_check_internal_ca
             )  # the application CA is another Secret
     groups = {name for name, service in secrets if service == "store"}
     assert len(groups) == 2
-    assert len(set(secrets.values())) == len(secrets) == 1 + 3 * len(groups), secrets
+    assert len(set(secrets.values())) == len(secrets) == 2 + 3 * len(groups), secrets
 
 
 def test_production_brokers_enforce_the_acl_and_sign_their_own_metadata_copies() -> None:

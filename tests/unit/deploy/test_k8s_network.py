@@ -82,16 +82,20 @@ def test_every_pod_is_selected_by_a_network_policy(target: str) -> None:
 
 
 def test_applications_reach_only_the_broker_and_registry_ports(target: str) -> None:
+    """...and devices the MQTT gateway's ports."""
     allowed = set()
     for pod, members in pods(target):
         public = {c.config.listen_port for c in members if c.service in ("broker", "registry")}
+        for c in members:
+            if c.service == "mqtt":
+                public |= {c.config.listen_port, c.config.tls_listen_port, c.config.ws_listen_port}
         for port, name in every_port(members).items():
             for peer in applications(pod.namespace):
                 reached = admits(policies(target), pod, port, peer)
                 assert reached == (port in public), f"{name} ({port}) from {peer}"
                 if reached:
                     allowed.add(name)
-    assert allowed == {"broker", "grpc"}
+    assert allowed == {"broker", "grpc", "mqtt", "mqtts", "mqtt-ws"}
 
 
 def test_the_ha_port_admits_only_pods_of_its_own_broker_group(target: str) -> None:
