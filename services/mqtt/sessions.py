@@ -1,8 +1,9 @@
 """Persistent sessions kept in the cluster, not in a gateway pod (docs/mqtt.md, "Sessions").
 
 A device that connects with Clean Start 0 and a Session Expiry Interval above 0 has a
-persistent session: its subscriptions, and the QoS 1 messages it did not acknowledge, survive its disconnect and the restart (or loss) of the
-gateway pod it used, so it may come back through any pod.
+persistent session: its subscriptions, and the QoS 1 messages it did not acknowledge,
+survive its disconnect and the restart (or loss) of the gateway pod it used, so it may
+come back through any pod.
 
 - **Subscriptions**: a JSON record on the system topic ``MQTT_SESSIONS``, written at
   every change and at disconnect, with the key ``hashed_name("S", client_id)`` (a client
