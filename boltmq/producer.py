@@ -477,8 +477,8 @@ class Producer:
                 self._cond.wait(0.1)  # back-pressure: never buffer without bound
             self._pending.setdefault(msg.topic, []).append((record, unique_id, future, callback))
             self._pending_count += 1
-            if self._pending_count >= self.options.batch_size:
-                self._cond.notify_all()
+            if self._pending_count == 1 or self._pending_count >= self.options.batch_size:
+                self._cond.notify_all()  # the first starts the linger; a full batch ends it
         return future
 
     def send_oneway(self, msg: Message) -> None:
@@ -496,12 +496,12 @@ class Producer:
     def _send_loop(self) -> None:
         while True:
             with self._cond:
+                while self._running and not self._pending:
+                    self._cond.wait()  # idle: until the first queued message or shutdown
                 if self._running and self._pending_count < self.options.batch_size:
-                    self._cond.wait(self._linger_s)
+                    self._cond.wait(self._linger_s)  # later messages may join the batch
                 if not self._pending:
-                    if not self._running:
-                        return
-                    continue
+                    return  # stopped, everything sent
                 topic, items = next(iter(self._pending.items()))
                 batch, rest = items[: self.options.batch_size], items[self.options.batch_size :]
                 if rest:
