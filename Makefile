@@ -10,7 +10,7 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install lock proto node etcd run test test-reliability lint bench soak bench-compare pipeline-demo clean
+.PHONY: install lock proto node etcd run test test-reliability lint bench soak bench-peers bench-compare pipeline-demo clean
 
 install: $(STAMP)
 
@@ -94,7 +94,16 @@ soak: install proto
 
 # BoltMQ vs Redis Streams vs NATS JetStream (COMPARE_ARGS=--quick for a short run).
 COMPARE_ARGS ?=
-bench-compare: install proto
+# The side-by-side peers: Debian's redis-server, nats-server and rabbitmq-server, installed
+# with apt-get when missing (python -m bench.compare starts and stops them itself).
+bench-peers:
+	@command -v redis-server >/dev/null && command -v nats-server >/dev/null && \
+		command -v rabbitmq-server >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && \
+		$$SUDO apt-get install -y -q redis-server nats-server rabbitmq-server; }
+
+bench-compare: install proto bench-peers
 	$(PY) -m bench.compare $(COMPARE_ARGS)
 
 clean:

@@ -4,6 +4,7 @@ Systems run one after another (never two servers at once); each is started,
 given one round per topic count, and stopped before the next starts. A system
 that is not installed is skipped with its reason (``--install`` installs the
 Debian package first), so the table can hold BoltMQ and Redis alone.
+The peers: BoltMQ, Redis Streams, NATS JetStream and RabbitMQ (stream queues).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from bench.compare import report
 from bench.compare.boltmq_peer import BoltMQPeer
 from bench.compare.nats_peer import NatsPeer
 from bench.compare.peer import Peer, PeerFailed, PeerUnavailable
+from bench.compare.rabbitmq_peer import RabbitMQPeer
 from bench.compare.redis_peer import RedisPeer
 from bench.compare.workload import Row, Workload, run_round
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
-SYSTEMS = ("boltmq", "redis", "nats")
+SYSTEMS = ("boltmq", "redis", "nats", "rabbitmq")
 QUICK = Workload(seconds=1.0, consume_messages=20_000)
 
 
@@ -46,6 +48,8 @@ def make_peer(system: str, install: bool) -> Peer:
         return BoltMQPeer()
     if system == "redis":
         return RedisPeer(install)
+    if system == "rabbitmq":
+        return RabbitMQPeer(install)
     return NatsPeer(install)
 
 
@@ -125,7 +129,7 @@ def section(result: Comparison, command: str) -> str:
     "systems",
     multiple=True,
     type=click.Choice(SYSTEMS),
-    help="Systems to run (default: all three).",
+    help="Systems to run (default: all four).",
 )
 @click.option(
     "--topics",
@@ -148,7 +152,9 @@ def section(result: Comparison, command: str) -> str:
     help="Threads of the concurrent-sends run, sharing one producer (default: 64).",
 )
 @click.option(
-    "--install", is_flag=True, help="apt-get install a missing redis-server or nats-server (root)."
+    "--install",
+    is_flag=True,
+    help="apt-get install a missing redis-server, nats-server or rabbitmq-server (root).",
 )
 @click.option(
     "--results",
@@ -178,7 +184,7 @@ def main(
     charts_dir: Path,
     no_write: bool,
 ) -> None:
-    """Run BoltMQ, Redis Streams and NATS JetStream through the same workload."""
+    """Run BoltMQ, Redis Streams, NATS JetStream and RabbitMQ through the same workload."""
     base = QUICK if quick else Workload()
     work = Workload(
         seconds or base.seconds,
