@@ -57,12 +57,15 @@ test: install proto node etcd
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fault and fuzz suites at full length (make test runs them short):
-# kill/damage rounds and fuzz examples, see tests/reliability/scale.py and docs/reliability.md.
+# kill/damage rounds, fuzz examples and the backlog benchmark's size, see
+# tests/reliability/scale.py and docs/reliability.md.
 RELIABILITY_ROUNDS ?= 10
 FUZZ_EXAMPLES ?= 1000
+BACKLOG_MESSAGES ?= 2000000
 
 test-reliability: install proto etcd
 	BOLTMQ_RELIABILITY_ROUNDS=$(RELIABILITY_ROUNDS) BOLTMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		BOLTMQ_BACKLOG_MESSAGES=$(BACKLOG_MESSAGES) \
 		$(PY) -m pytest tests/reliability tests/fuzz -s $(PYTEST_ARGS)
 
 # Import contracts (the layers, no cycles: pyproject.toml [tool.importlinter]),

@@ -64,6 +64,7 @@ from boltmq.v1 import store_pb2
 from boltmq.wire.record import store_timestamp_of
 from services.store.checkpoint import decode_checkpoint
 from services.store.cleaner import disk_usage_percent
+from services.store.page_cache import SWEEP_INTERVAL_S
 from services.store.recovery import CRASH_RECOVERY_MARGIN_MS
 
 CLEAN_INTERVAL_MS = 1000
@@ -108,9 +109,23 @@ class Report:
     retention: dict[str, float] = field(default_factory=dict)
     rss_mib: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per phase, each process's largest RSS."""
+    fill_store_rss_mib: list[float] = field(default_factory=list)
+    """The store's largest RSS in each tenth of the fill."""
+    reader_store_rss_mib: list[float] = field(default_factory=list)
+    """The store's largest RSS in each tenth of the old reader's read."""
+    store_rss_bound_mib: float = 0.0
+    """What the page-cache window lets the store map: its RSS before the fill, the window,
+    and what the old reader brings back between two sweeps of the released range
+    (``SWEEP_INTERVAL_S`` at the reader's MB/s of CommitLog)."""
     commitlog_bytes: int = 0
+    messages_stored: int = 0
+    """Every message in the store before retention (the backlog, the probes' and the head's)."""
     disk_bytes: int = 0
     """Blocks the store's files take on disk (pre-allocated, unwritten parts excluded)."""
+
+
+def _mib(values: list[int]) -> list[float]:
+    return [round(v / 2**20, 1) for v in values]
 
 
 def percentiles_ms(samples_ns: list[int]) -> dict[str, float | None]:
@@ -167,6 +182,15 @@ class Run:
         m = matches[-1]
         return {k: int(m[k]) for k in ("min", "max", "start", "reput")}
 
+    def _stored(self) -> int:
+        assert self.store is not None
+        channel, stub = stub_for(self.store.address)
+        try:
+            queues = stub.ListQueues(store_pb2.ListQueuesRequest(), timeout=30).queues
+            return sum(q.max_offset - q.min_offset for q in queues)
+        finally:
+            channel.close()
+
     def _info(self) -> store_pb2.StoreInfo:
         assert self.store is not None
         channel, stub = stub_for(self.store.address)
@@ -199,7 +223,9 @@ class Run:
 
     def _fill(self) -> Progress:
         self._phase("fill")
+        start = time.perf_counter()
         done = self._write(self.s.messages)
+        self.report.fill_store_rss_mib = _mib(self.rss.by_tenth("store", start, done.tenths))
         self.report.rates["fill"] = round(done.stored / done.seconds)
         self.report.fill_tenths = [round(r) for r in tenth_rates(done.tenths)]
         return done
@@ -222,6 +248,7 @@ class Run:
         )
         self.rss.pids["old-reader"] = reader.pid
         tenths: list[tuple[int, float]] = []
+        start = time.perf_counter()
         assert reader.stdout is not None
         for line in reader.stdout:
             point = json.loads(line)
@@ -230,6 +257,7 @@ class Run:
         if reader.wait() != 0 or len(tenths) < 10:
             raise RuntimeError(f"the old reader failed (exit {reader.returncode})")
         del self.rss.pids["old-reader"]
+        self.report.reader_store_rss_mib = _mib(self.rss.by_tenth("store", start, tenths))
         self.report.head_ms["with-old-reader"] = percentiles_ms(probe.take())
         self.report.reader_tenths = [round(r) for r in tenth_rates(tenths)]
         self.report.rates["old-reader"] = round(tenths[-1][0] / tenths[-1][1])
@@ -372,6 +400,7 @@ class Run:
             probe = None
             info = self._info()
             self.report.commitlog_bytes = info.commitlog_max_offset - info.commitlog_min_offset
+            self.report.messages_stored = self._stored()
             self.report.disk_bytes = sum(
                 p.stat().st_blocks * 512 for p in (self.root / "store").rglob("*") if p.is_file()
             )
@@ -386,7 +415,15 @@ class Run:
             phase: {name: round(rss / 2**20, 1) for name, rss in row.items()}
             for phase, row in self.rss.by_phase().items()
         }
+        self.report.store_rss_bound_mib = self._rss_bound()
         return self.report
+
+    def _rss_bound(self) -> float:
+        r = self.report
+        before = r.rss_mib.get("produce-empty", {}).get("store", 0.0)
+        record_bytes = r.commitlog_bytes / max(1, r.messages_stored)
+        reader_mib_s = r.rates.get("old-reader", 0) * record_bytes / 2**20
+        return round(before + self.s.window_mb + SWEEP_INTERVAL_S * reader_mib_s, 1)
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -411,6 +448,12 @@ def format_report(r: Report) -> list[str]:
         )
     for name, values in {**r.restarts, "retention": r.retention}.items():
         lines.append(f"  {name}: " + ", ".join(f"{k} {v:,}" for k, v in values.items()))
+    lines.append(f"  store RSS MiB per tenth of the fill:   {r.fill_store_rss_mib}")
+    lines.append(f"  store RSS MiB per tenth of the reader: {r.reader_store_rss_mib}")
+    lines.append(
+        f"  store RSS bound (before + window + {SWEEP_INTERVAL_S:g} s of the old reader): "
+        f"{r.store_rss_bound_mib:,.1f} MiB"
+    )
     lines.append("  RSS MiB by phase (largest sample):")
     for phase, row in r.rss_mib.items():
         lines.append(f"    {phase:<16} " + ", ".join(f"{k} {v:,.1f}" for k, v in row.items()))

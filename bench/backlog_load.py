@@ -287,8 +287,8 @@ class RssSampler:
     def __init__(self) -> None:
         self.pids: dict[str, int] = {"bench": os.getpid()}
         self.phase = "start"
-        self.samples: list[tuple[str, str, int]] = []
-        """(phase, process name, rss bytes)."""
+        self.samples: list[tuple[str, str, int, float]] = []
+        """(phase, process name, rss bytes, perf_counter seconds)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -305,15 +305,27 @@ class RssSampler:
                     rss = psutil.Process(pid).memory_info().rss
                 except psutil.Error:  # the process is gone (restarted, finished): no sample
                     continue
-                self.samples.append((self.phase, name, rss))
+                self.samples.append((self.phase, name, rss, time.perf_counter()))
 
     def by_phase(self) -> dict[str, dict[str, int]]:
         """Per phase, each process's largest sample."""
         table: dict[str, dict[str, int]] = {}
-        for phase, name, rss in self.samples:
+        for phase, name, rss, _ in self.samples:
             row = table.setdefault(phase, {})
             row[name] = max(row.get(name, 0), rss)
         return table
+
+    def by_tenth(self, name: str, start: float, tenths: Sequence[tuple[int, float]]) -> list[int]:
+        """``name``'s largest sample within each tenth of a phase that began at ``start``
+        (perf_counter) and passed ``tenths`` (cumulative count, seconds since start)."""
+        bounds = [start, *(start + seconds for _, seconds in tenths)]
+        return [
+            max(
+                (rss for _, who, rss, at in self.samples if who == name and lo <= at <= hi),
+                default=0,
+            )
+            for lo, hi in zip(bounds, bounds[1:], strict=False)
+        ]
 
     def stop(self) -> None:
         self._stop.set()

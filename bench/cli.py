@@ -165,9 +165,9 @@ def bench_backlog(
         retention_seconds,
         lookups,
     )
-    data_dir.mkdir(parents=True, exist_ok=True)
     run = Run(settings, data_dir, echo=lambda line: click.echo(line, err=True))
     try:
+        data_dir.mkdir(parents=True, exist_ok=True)
         report = run.execute()
     except (RuntimeError, OSError) as exc:
         raise fail(exc) from None
