@@ -137,7 +137,7 @@ def test_nats_runs_the_same_workload() -> None:
     )
     assert not result.skipped
     assert {r.system for r in result.rows} == {"NATS JetStream"}
-    assert len(result.rows) == 4 and all(r.messages > 0 for r in result.rows)
+    assert len(result.rows) == 5 and all(r.messages > 0 for r in result.rows)
     (consumed,) = [r for r in result.rows if r.scenario == "consume"]
     assert consumed.messages >= CONSUME
 
