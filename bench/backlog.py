@@ -109,6 +109,11 @@ class Report:
     retention: dict[str, float] = field(default_factory=dict)
     rss_mib: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per phase, each process's largest RSS."""
+    store_file_rss_mib: dict[str, float] = field(default_factory=dict)
+    """Per phase, the largest file-backed part of the store's RSS (mapped CommitLog and
+    consume-queue pages: the window releases only the CommitLog's)."""
+    reader_disk_read_bytes: int = 0
+    """What the store process read from disk while the old reader ran (its I/O counters)."""
     fill_store_rss_mib: list[float] = field(default_factory=list)
     """The store's largest RSS in each tenth of the fill."""
     reader_store_rss_mib: list[float] = field(default_factory=list)
@@ -182,6 +187,13 @@ class Run:
         m = matches[-1]
         return {k: int(m[k]) for k in ("min", "max", "start", "reput")}
 
+    def _store_read_bytes(self) -> int:
+        import psutil
+
+        assert self.store is not None and self.store.proc is not None
+        read: int = psutil.Process(self.store.proc.pid).io_counters().read_bytes
+        return read
+
     def _stored(self) -> int:
         assert self.store is not None
         channel, stub = stub_for(self.store.address)
@@ -249,6 +261,7 @@ class Run:
         self.rss.pids["old-reader"] = reader.pid
         tenths: list[tuple[int, float]] = []
         start = time.perf_counter()
+        disk_before = self._store_read_bytes()
         assert reader.stdout is not None
         for line in reader.stdout:
             point = json.loads(line)
@@ -257,6 +270,7 @@ class Run:
         if reader.wait() != 0 or len(tenths) < 10:
             raise RuntimeError(f"the old reader failed (exit {reader.returncode})")
         del self.rss.pids["old-reader"]
+        self.report.reader_disk_read_bytes = self._store_read_bytes() - disk_before
         self.report.reader_store_rss_mib = _mib(self.rss.by_tenth("store", start, tenths))
         self.report.head_ms["with-old-reader"] = percentiles_ms(probe.take())
         self.report.reader_tenths = [round(r) for r in tenth_rates(tenths)]
@@ -415,6 +429,11 @@ class Run:
             phase: {name: round(rss / 2**20, 1) for name, rss in row.items()}
             for phase, row in self.rss.by_phase().items()
         }
+        self.report.store_file_rss_mib = {
+            phase: round(row["store"] / 2**20, 1)
+            for phase, row in self.rss.by_phase(file_backed=True).items()
+            if "store" in row
+        }
         self.report.store_rss_bound_mib = self._rss_bound()
         return self.report
 
@@ -454,6 +473,10 @@ def format_report(r: Report) -> list[str]:
         f"  store RSS bound (before + window + {SWEEP_INTERVAL_S:g} s of the old reader): "
         f"{r.store_rss_bound_mib:,.1f} MiB"
     )
+    lines.append(
+        f"  store disk reads while the old reader ran: {r.reader_disk_read_bytes / 2**30:.2f} GiB"
+    )
+    lines.append(f"  store file-backed RSS MiB by phase: {r.store_file_rss_mib}")
     lines.append("  RSS MiB by phase (largest sample):")
     for phase, row in r.rss_mib.items():
         lines.append(f"    {phase:<16} " + ", ".join(f"{k} {v:,.1f}" for k, v in row.items()))

@@ -287,8 +287,8 @@ class RssSampler:
     def __init__(self) -> None:
         self.pids: dict[str, int] = {"bench": os.getpid()}
         self.phase = "start"
-        self.samples: list[tuple[str, str, int, float]] = []
-        """(phase, process name, rss bytes, perf_counter seconds)."""
+        self.samples: list[tuple[str, str, int, float, int]] = []
+        """(phase, process name, rss bytes, perf_counter seconds, file-backed rss bytes)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -302,17 +302,20 @@ class RssSampler:
         while not self._stop.wait(RSS_PERIOD_S):
             for name, pid in list(self.pids.items()):
                 try:
-                    rss = psutil.Process(pid).memory_info().rss
+                    memory = psutil.Process(pid).memory_info()
                 except psutil.Error:  # the process is gone (restarted, finished): no sample
                     continue
-                self.samples.append((self.phase, name, rss, time.perf_counter()))
+                self.samples.append(
+                    (self.phase, name, memory.rss, time.perf_counter(), memory.shared)
+                )
 
-    def by_phase(self) -> dict[str, dict[str, int]]:
-        """Per phase, each process's largest sample."""
+    def by_phase(self, file_backed: bool = False) -> dict[str, dict[str, int]]:
+        """Per phase, each process's largest sample (of its file-backed part, mapped
+        CommitLog and consume-queue pages, with ``file_backed``)."""
         table: dict[str, dict[str, int]] = {}
-        for phase, name, rss, _ in self.samples:
+        for phase, name, rss, _, shared in self.samples:
             row = table.setdefault(phase, {})
-            row[name] = max(row.get(name, 0), rss)
+            row[name] = max(row.get(name, 0), shared if file_backed else rss)
         return table
 
     def by_tenth(self, name: str, start: float, tenths: Sequence[tuple[int, float]]) -> list[int]:
@@ -321,7 +324,7 @@ class RssSampler:
         bounds = [start, *(start + seconds for _, seconds in tenths)]
         return [
             max(
-                (rss for _, who, rss, at in self.samples if who == name and lo <= at <= hi),
+                (rss for _, who, rss, at, _ in self.samples if who == name and lo <= at <= hi),
                 default=0,
             )
             for lo, hi in zip(bounds, bounds[1:], strict=False)
