@@ -68,6 +68,9 @@ from services.store.page_cache import SWEEP_INTERVAL_S
 from services.store.recovery import CRASH_RECOVERY_MARGIN_MS
 
 CLEAN_INTERVAL_MS = 1000
+RESTART_TIMEOUT_S = 1800.0
+"""How long a start may take until READY: a restart on 100,000,000 messages loads GiBs of
+consume queues and checks up to 3 GiB of CommitLog first."""
 HEAD_BYTES = 256
 """Enough of a segment's first record to read its store timestamp."""
 RECOVERED = re.compile(
@@ -172,7 +175,10 @@ class Run:
     def _start_store(self, forced_clean: int = 100) -> float:
         start = time.perf_counter()
         self.store = ServiceProcess(
-            "store", self.root / "logs", *self._store_settings(forced_clean)
+            "store",
+            self.root / "logs",
+            *self._store_settings(forced_clean),
+            start_timeout_s=RESTART_TIMEOUT_S,
         ).start()
         seconds = time.perf_counter() - start
         assert self.store.proc is not None
@@ -425,6 +431,11 @@ class Run:
             self.rss.stop()
             if self.store is not None:
                 self.store.stop()
+            self._summarize()
+        return self.report
+
+    def _summarize(self) -> None:
+        """The memory figures, from whatever phases ran."""
         self.report.rss_mib = {
             phase: {name: round(rss / 2**20, 1) for name, rss in row.items()}
             for phase, row in self.rss.by_phase().items()
@@ -435,7 +446,6 @@ class Run:
             if "store" in row
         }
         self.report.store_rss_bound_mib = self._rss_bound()
-        return self.report
 
     def _rss_bound(self) -> float:
         r = self.report

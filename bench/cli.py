@@ -166,18 +166,22 @@ def bench_backlog(
         lookups,
     )
     run = Run(settings, data_dir, echo=lambda line: click.echo(line, err=True))
+    failure: BaseException | None = None
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
-        report = run.execute()
+        run.execute()
     except (RuntimeError, OSError) as exc:
-        raise fail(exc) from None
+        failure = exc
     finally:
         if not keep:
             run.remove()
-    for line in format_report(report):
-        click.echo(line)
-    if json_path is not None:
-        json_path.write_text(json.dumps(dataclasses.asdict(report), indent=2) + "\n")
+    if run.report.rss_mib or failure is None:  # what was measured before a failure too
+        for line in format_report(run.report):
+            click.echo(line)
+        if json_path is not None:
+            json_path.write_text(json.dumps(dataclasses.asdict(run.report), indent=2) + "\n")
+    if failure is not None:
+        raise fail(failure)
 
 
 @bench.command("ha")
