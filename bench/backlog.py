@@ -225,9 +225,9 @@ class Run:
         self.rss.phase = name
         self.echo(f"[{time.strftime('%H:%M:%S')}] {name}")
 
-    def _write(self, count: int, until: Any = None) -> Progress:
+    def _write(self, name: str, count: int, until: Any = None) -> Progress:
         assert self.store is not None
-        writer = Writer(self.store.address, self.s.queues, self.s.body_bytes, self.s.batch)
+        writer = Writer(self.store.address, self.s.queues, self.s.body_bytes, self.s.batch, name)
         try:
             return writer.write(count, until)
         finally:
@@ -236,13 +236,13 @@ class Run:
     def _produce_probe(self, name: str) -> None:
         self._phase(name)
         deadline = time.monotonic() + self.s.probe_s
-        done = self._write(2**62, lambda: time.monotonic() > deadline)
+        done = self._write(name, 2**62, lambda: time.monotonic() > deadline)
         self.report.rates[name] = round(done.stored / done.seconds)
 
     def _fill(self) -> Progress:
         self._phase("fill")
         start = time.perf_counter()
-        done = self._write(self.s.messages)
+        done = self._write("fill", self.s.messages)
         self.report.fill_store_rss_mib = _mib(self.rss.by_tenth("store", start, done.tenths))
         self.report.rates["fill"] = round(done.stored / done.seconds)
         self.report.fill_tenths = [round(r) for r in tenth_rates(done.tenths)]

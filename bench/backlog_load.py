@@ -3,8 +3,9 @@
 - :class:`Writer`: batches of raw records (the broker's form: ``Append`` with
   ``records``/``record_count`` for one queue), ``IN_FLIGHT`` calls outstanding
   from one thread, queues round-robin. The first record of every batch carries
-  the key ``bk-<batch number>``; every ``ID_SAMPLE_EVERY``-th batch's first
-  message id is kept (for lookups by id), with the wall time of each tenth.
+  the key ``<writer name>-<batch number>`` (unique: one name a writer); every
+  ``ID_SAMPLE_EVERY``-th batch's first message id and key are kept (for the
+  lookups), with the wall time of each tenth.
 - :class:`HeadProbe`: a producer at a fixed pace (one batch of ``HEAD_BATCH``
   stamped bodies every ``HEAD_PERIOD_S`` to the head topic) and a consumer at
   the head polling ``PullQueues`` from where each queue ended; latency is
@@ -73,8 +74,11 @@ class Progress:
 class Writer:
     """Batched raw appends of ``body_bytes`` bodies over ``queues`` queues."""
 
-    def __init__(self, address: str, queues: int, body_bytes: int, batch: int) -> None:
+    def __init__(
+        self, address: str, queues: int, body_bytes: int, batch: int, name: str = "bk"
+    ) -> None:
         self.channel, self.stub = stub_for(address)
+        self.name = name  # keys are <name>-<batch number>: one name per writer
         self.queues, self.batch = queues, batch
         self.body = b"b" * body_bytes
         self.plain = encode_send_record(TOPIC, self.body)
@@ -83,7 +87,7 @@ class Writer:
     def _request(self) -> store_pb2.AppendRequest:
         n = self.batches
         self.batches += 1
-        keyed = encode_send_record(TOPIC, self.body, keys=[f"bk-{n}"])
+        keyed = encode_send_record(TOPIC, self.body, keys=[f"{self.name}-{n}"])
         return store_pb2.AppendRequest(
             records=keyed + self.plain * (self.batch - 1),
             record_count=self.batch,
@@ -107,7 +111,7 @@ class Writer:
             progress.stored += len(answer.statuses)
             if number % ID_SAMPLE_EVERY == 0:
                 progress.ids.append(f"{answer.msg_id_prefix}{answer.commitlog_offsets[0]:016X}")
-                progress.keys.append(f"bk-{number}")
+                progress.keys.append(f"{self.name}-{number}")
             while progress.stored >= next_tenth * count / 10 and next_tenth <= 10:
                 progress.tenths.append((progress.stored, time.perf_counter() - start))
                 progress.times_ms.append(time.time_ns() // 1_000_000)
