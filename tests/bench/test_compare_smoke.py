@@ -117,7 +117,7 @@ def test_only_the_side_by_side_section_is_replaced(run: tuple[Path, str]) -> Non
     )
     assert "appendfsync everysec" in text and "ASYNC_FLUSH" in text
     charts = sorted(p.name for p in out.glob("compare-*.png"))
-    assert "compare-produce-batched.png" in charts and len(charts) == 4
+    assert "compare-produce-batched.png" in charts and len(charts) == 5
 
 
 def test_section_is_appended_when_absent() -> None:
