@@ -10,7 +10,7 @@ GEN_STAMP := boltmq/v1/.generated
 DATA ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: install lock proto node rocketmq-clients console-assets chromium etcd netns run test test-reliability lint bench soak bench-compare pipeline-demo clean
+.PHONY: install lock proto node rocketmq-clients console-assets chromium etcd netns run test test-reliability lint bench soak bench-peers bench-compare pipeline-demo clean
 
 install: $(STAMP)
 
@@ -110,12 +110,15 @@ test: install proto node rocketmq-clients console-assets chromium etcd netns mos
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fault and fuzz suites at full length (make test runs them short):
-# kill/damage rounds and fuzz examples, see tests/reliability/scale.py and docs/reliability.md.
+# kill/damage rounds, fuzz examples and the backlog benchmark's size, see
+# tests/reliability/scale.py and docs/reliability.md.
 RELIABILITY_ROUNDS ?= 10
 FUZZ_EXAMPLES ?= 1000
+BACKLOG_MESSAGES ?= 2000000
 
 test-reliability: install proto etcd netns
 	BOLTMQ_RELIABILITY_ROUNDS=$(RELIABILITY_ROUNDS) BOLTMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		BOLTMQ_BACKLOG_MESSAGES=$(BACKLOG_MESSAGES) \
 		$(PY) -m pytest tests/reliability tests/fuzz -s $(PYTEST_ARGS)
 
 # Import contracts (the layers, no cycles: pyproject.toml [tool.importlinter]),
@@ -147,7 +150,16 @@ soak: install proto
 
 # BoltMQ vs Redis Streams vs NATS JetStream (COMPARE_ARGS=--quick for a short run).
 COMPARE_ARGS ?=
-bench-compare: install proto
+# The side-by-side peers: Debian's redis-server, nats-server and rabbitmq-server, installed
+# with apt-get when missing (python -m bench.compare starts and stops them itself).
+bench-peers:
+	@command -v redis-server >/dev/null && command -v nats-server >/dev/null && \
+		command -v rabbitmq-server >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && \
+		$$SUDO apt-get install -y -q redis-server nats-server rabbitmq-server; }
+
+bench-compare: install proto bench-peers
 	$(PY) -m bench.compare $(COMPARE_ARGS)
 
 clean:

@@ -78,6 +78,112 @@ def bench_store(
             click.echo(to_json(result) if as_json else format_result(result))
 
 
+@bench.command("backlog")
+@click.option(
+    "--messages",
+    default=100_000_000,
+    show_default=True,
+    type=click.IntRange(min=1024),
+    help="Messages in the backlog.",
+)
+@click.option("--body-bytes", default=100, show_default=True, type=click.IntRange(8, 65536))
+@click.option("--queues", default=64, show_default=True, type=click.IntRange(1, 1024))
+@click.option(
+    "--batch", "batch_size", default=1024, show_default=True, type=click.IntRange(1, 4096)
+)
+@click.option(
+    "--segment-mb",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(1, 4096),
+    help="CommitLog segment size.",
+)
+@click.option(
+    "--window-mb",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(0, 65536),
+    help="The store's page-cache window behind the flushed offset.",
+)
+@click.option(
+    "--probe-seconds",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0.5, 600),
+    help="Length of the produce and head-latency probes.",
+)
+@click.option(
+    "--retention-seconds",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(1, 3600),
+    help="How long retention deletes under the lowered watermark.",
+)
+@click.option("--lookups", default=200, show_default=True, type=click.IntRange(1, 100_000))
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the run's directory is made (deleted at the end unless --keep).",
+)
+@click.option("--keep", is_flag=True, help="Keep the store directory.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report as JSON here.",
+)
+def bench_backlog(
+    messages: int,
+    body_bytes: int,
+    queues: int,
+    batch_size: int,
+    segment_mb: int,
+    window_mb: int,
+    probe_seconds: float,
+    retention_seconds: float,
+    lookups: int,
+    data_dir: Path,
+    keep: bool,
+    json_path: Path | None,
+) -> None:
+    """A store with a large backlog: produce, old and head readers, lookups, restarts,
+    retention and memory (bench/backlog.py)."""
+    import dataclasses
+    import json
+
+    from bench.backlog import Run, Settings, format_report
+
+    settings = Settings(
+        messages,
+        body_bytes,
+        queues,
+        batch_size,
+        segment_mb,
+        window_mb,
+        probe_seconds,
+        retention_seconds,
+        lookups,
+    )
+    run = Run(settings, data_dir, echo=lambda line: click.echo(line, err=True))
+    failure: BaseException | None = None
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        run.execute()
+    except (RuntimeError, OSError) as exc:
+        failure = exc
+    finally:
+        if not keep:
+            run.remove()
+    if run.report.rss_mib or failure is None:  # what was measured before a failure too
+        for line in format_report(run.report):
+            click.echo(line)
+        if json_path is not None:
+            json_path.write_text(json.dumps(dataclasses.asdict(run.report), indent=2) + "\n")
+    if failure is not None:
+        raise fail(failure)
+
+
 @bench.command("ha")
 @click.option(
     "--scenario",

@@ -123,9 +123,11 @@ def free_port() -> int:
         return port
 
 
-def wait_for_port(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+def wait_for_port(
+    proc: subprocess.Popen[bytes], port: int, log: Path, timeout_s: float = START_TIMEOUT_S
+) -> None:
     """Return once ``port`` accepts connections; PeerFailed if the process exits first."""
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             break

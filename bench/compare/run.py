@@ -4,6 +4,7 @@ Systems run one after another (never two servers at once); each is started,
 given one round per topic count, and stopped before the next starts. A system
 that is not installed is skipped with its reason (``--install`` installs the
 Debian package first), so the table can hold BoltMQ and Redis alone.
+The peers: BoltMQ, Redis Streams, NATS JetStream and RabbitMQ (stream queues).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from bench.compare import report
 from bench.compare.boltmq_peer import BoltMQPeer
 from bench.compare.nats_peer import NatsPeer
 from bench.compare.peer import Peer, PeerFailed, PeerUnavailable
+from bench.compare.rabbitmq_peer import RabbitMQPeer
 from bench.compare.redis_peer import RedisPeer
 from bench.compare.workload import Row, Workload, run_round
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
-SYSTEMS = ("boltmq", "redis", "nats", "boltmq-unary")
-DEFAULT_SYSTEMS = SYSTEMS[:3]
+SYSTEMS = ("boltmq", "redis", "nats", "rabbitmq", "boltmq-unary")
+DEFAULT_SYSTEMS = SYSTEMS[:4]
 """What runs without --system; ``boltmq-unary`` (BoltMQ's unary send path) on request."""
 QUICK = Workload(seconds=1.0, consume_messages=20_000)
 
@@ -50,6 +52,8 @@ def make_peer(system: str, install: bool) -> Peer:
         return BoltMQPeer(send_path="unary")
     if system == "redis":
         return RedisPeer(install)
+    if system == "rabbitmq":
+        return RabbitMQPeer(install)
     return NatsPeer(install)
 
 
@@ -129,7 +133,8 @@ def section(result: Comparison, command: str) -> str:
     "systems",
     multiple=True,
     type=click.Choice(SYSTEMS),
-    help="Systems to run (default: boltmq, redis, nats; boltmq-unary: BoltMQ on unary calls).",
+    help="Systems to run (default: boltmq, redis, nats, rabbitmq; boltmq-unary: BoltMQ on "
+    "unary calls).",
 )
 @click.option(
     "--topics",
@@ -152,7 +157,9 @@ def section(result: Comparison, command: str) -> str:
     help="Threads of the concurrent-sends run, sharing one producer (default: 64).",
 )
 @click.option(
-    "--install", is_flag=True, help="apt-get install a missing redis-server or nats-server (root)."
+    "--install",
+    is_flag=True,
+    help="apt-get install a missing redis-server, nats-server or rabbitmq-server (root).",
 )
 @click.option(
     "--results",
@@ -182,7 +189,7 @@ def main(
     charts_dir: Path,
     no_write: bool,
 ) -> None:
-    """Run BoltMQ, Redis Streams and NATS JetStream through the same workload."""
+    """Run BoltMQ, Redis Streams, NATS JetStream and RabbitMQ through the same workload."""
     base = QUICK if quick else Workload()
     work = Workload(
         seconds or base.seconds,

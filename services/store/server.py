@@ -76,11 +76,14 @@ class StoreService:
             return
         report = await asyncio.to_thread(self.store.start)
         log.info(
-            "store recovered (%s shutdown before): CommitLog %d..%d, %d note(s)",
+            "store recovered (%s shutdown before): CommitLog %d..%d, %d note(s); "
+            "checked from %d, re-dispatched from %d",
             "clean" if report.clean else "unclean",
             self.store.commitlog.min_offset,
             report.commitlog_max_offset,
             len(report.notes),
+            report.start_offset,
+            report.reput_offset,
         )
 
     async def before_stop(self) -> None:

@@ -39,8 +39,10 @@ class ServiceProcess:
         host: str | None = None,
         flags: tuple[str, ...] = (),
         prefix: tuple[str, ...] = (),
+        start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
         self.service = service
+        self.start_timeout_s = start_timeout_s  # until READY (a big store recovers first)
         self.settings = settings
         self.flags = flags  # further `boltmq serve` flags: ("--statefulset-pod", "x-1")
         self.prefix = prefix  # a command the service runs under: ("ip", "netns", "exec", "ns")
@@ -82,7 +84,7 @@ class ServiceProcess:
 
     def _read_ready(self) -> str:
         assert self.proc is not None and self.proc.stdout is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
             if ready:
