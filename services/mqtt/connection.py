@@ -1,9 +1,9 @@
 """Connection: one device's MQTT 5.0 session on this pod, packet by packet.
 
 Packets are decoded and encoded by the ``mqtt5`` library (docs/mqtt.md, "Library"): the
-gateway never parses MQTT bytes itself. It only buffers a device's bytes until the
-library finds a whole packet there, and refuses a packet once more than
-``max_packet_bytes`` (and its 5-byte fixed header) are buffered without one.
+gateway never parses MQTT bytes itself (3.1.1 bytes are only rearranged for it). It only
+buffers a device's bytes until the library finds a whole packet there, and refuses a
+packet once more than ``max_packet_bytes`` (and its 5-byte header) are buffered without one.
 
 A CONNECT of protocol level 4 makes the connection MQTT 3.1.1: its packets go through
 :mod:`services.mqtt.mqtt311`, which turns them into the 5.0 packets handled here and the

@@ -6,15 +6,15 @@ packets they are a subset of, and ``mqtt5`` decodes and validates those; packets
 3.1.1 device are encoded by ``mqtt5`` and turned back. The rewrite only moves bytes
 around; every field is still checked by the library. Formats (MQTT 3.1.1 section 3):
 
-| Packet (3.1.1) | Rewritten to 5.0 |
+| Packet (3.1.1) | Rewritten to 5.0 (``00``: an empty property block) |
 |---|---|
-| CONNECT ``00 04 "MQTT" 04 flags keep-alive`` payload | level 5; ``00`` (no properties) after
-  keep-alive and, with a will, before the will topic |
+| CONNECT ``00 04 "MQTT" 04`` flags keep-alive payload | level 5; ``00`` after keep-alive |
+| CONNECT with a will | also ``00`` before the will topic |
 | PUBLISH topic [packet id] payload | ``00`` after the packet id (or the topic at QoS 0) |
-| SUBSCRIBE / UNSUBSCRIBE packet id filters | ``00`` after the packet id; a SUBSCRIBE option
-  byte with bits 2-7 set is malformed |
-| PUBACK (2 bytes), PINGREQ, DISCONNECT (0 bytes) | unchanged (the same bytes mean success in 5.0) |
-| AUTH (type 15), a CONNECT of any other level | malformed |
+| SUBSCRIBE, UNSUBSCRIBE packet id filters | ``00`` after the packet id |
+| SUBSCRIBE option byte with bits 2-7 set | malformed (MQTT-3.8.3-4) |
+| PUBACK (2 bytes), PINGREQ, DISCONNECT (0 bytes) | unchanged (the same bytes in 5.0) |
+| AUTH (type 15), a CONNECT of another level | malformed |
 
 | Packet to a device (5.0 written by ``mqtt5``) | 3.1.1 |
 |---|---|
