@@ -1,7 +1,7 @@
 """MQTT 3.1.1 devices (paho-mqtt with ``MQTTv311``, unmodified) beside MQTT 5 ones.
 
 Publish and subscribe at QoS 0 and 1 with wildcards, retained messages, persistent
-sessions (clean session 0) across a disconnect and their end by a clean-session
+sessions (clean session = 0) across a disconnect and their end by a clean-session
 connect, shared subscriptions, ACL refusals, and 3.1.1 and 5.0 devices exchanging
 messages through one gateway.
 """
