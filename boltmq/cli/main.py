@@ -109,7 +109,7 @@ def main() -> None:
     default=1883,
     show_default=True,
     type=click.IntRange(-1, 65535),
-    help="Port of the MQTT gateway (MQTT 5 devices; docs/mqtt.md); 0: any free one, -1: none.",
+    help="Port of the MQTT gateway (MQTT 5 and 3.1.1; docs/mqtt.md); 0: any free one, -1: none.",
 )
 @click.option(
     "--controller",
@@ -243,7 +243,7 @@ def dev(
             )
     if cluster.mqtt is not None:
         ws = cluster.mqtt.ports.get("ws", "")
-        click.echo(f"mqtt      {cluster.mqtt.address}  (MQTT 5)  websocket {ws}")
+        click.echo(f"mqtt      {cluster.mqtt.address}  (MQTT 5, 3.1.1)  websocket {ws}")
     console = None
     if not no_console:
         from boltmq.cli.console import BackgroundConsole

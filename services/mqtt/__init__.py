@@ -1,4 +1,4 @@
-"""The MQTT gateway: devices speak MQTT 5.0, the gateway speaks gRPC to the cluster.
+"""The MQTT gateway: devices speak MQTT 5.0 or 3.1.1, the gateway speaks gRPC to the cluster.
 
 A separately deployed service (``boltmq serve mqtt``), a client of the cluster through
 the BoltMQ SDK like any application; docs/mqtt.md has the design, the mapping of MQTT
@@ -6,6 +6,7 @@ onto BoltMQ, the limits and the sizing. Its modules:
 
 - :mod:`~services.mqtt.server`: the process, its listeners (TCP, TLS, WebSocket) and probes.
 - :mod:`~services.mqtt.connection`: one device's packets (decoded by the ``mqtt5`` library).
+- :mod:`~services.mqtt.mqtt311`: MQTT 3.1.1 packets rewritten for the ``mqtt5`` library.
 - :mod:`~services.mqtt.outbox`: what a connection sends, bounded.
 - :mod:`~services.mqtt.hub`: the pod's connections and ordinary subscriptions.
 - :mod:`~services.mqtt.readers`: threads reading BoltMQ queues for the devices.

@@ -1,9 +1,14 @@
 """Connection: one device's MQTT 5.0 session on this pod, packet by packet.
 
 Packets are decoded and encoded by the ``mqtt5`` library (docs/mqtt.md, "Library"): the
-gateway never parses MQTT bytes itself. It only buffers a device's bytes until the
-library finds a whole packet there, and refuses a packet once more than
-``max_packet_bytes`` (and its 5-byte fixed header) are buffered without one.
+gateway never parses MQTT bytes itself (3.1.1 bytes are only rearranged for it). It only
+buffers a device's bytes until the library finds a whole packet there, and refuses a
+packet once more than ``max_packet_bytes`` (and its 5-byte header) are buffered without one.
+
+A CONNECT of protocol level 4 makes the connection MQTT 3.1.1: its packets go through
+:mod:`services.mqtt.mqtt311`, which turns them into the 5.0 packets handled here and the
+answers back (no reason codes: a refused CONNECT gets a 3.1.1 return code, a DISCONNECT
+below is a plain close, a refused QoS 1 PUBLISH closes the connection without PUBACK).
 
 What a device may do and what it gets back (reason codes of MQTT 5.0):
 
@@ -12,7 +17,7 @@ What a device may do and what it gets back (reason codes of MQTT 5.0):
 | bytes the library cannot decode | DISCONNECT 0x81, close |
 | a packet larger than ``max_packet_bytes`` | DISCONNECT 0x95, close |
 | nothing for 1.5 x Keep Alive | DISCONNECT 0x8D, close, will published |
-| CONNECT of MQTT 3.1 / 3.1.1 | CONNACK 0x01 (3.1.1's "unacceptable protocol version"), close |
+| CONNECT of MQTT 3.1 | CONNACK 0x01 (3.1.1's "unacceptable protocol version"), close |
 | CONNECT with a wrong account | CONNACK 0x86 |
 | PUBLISH QoS 2 | DISCONNECT 0x9B (CONNACK announced Maximum QoS 1) |
 | PUBLISH with a Topic Alias | DISCONNECT 0x94 (CONNACK announced Topic Alias Maximum 0) |
@@ -38,7 +43,7 @@ import mqtt5
 from boltmq.kernel.signing import Credentials
 from boltmq.message import ReceivedMessage
 from boltmq.producer import SendError
-from services.mqtt import sessions
+from services.mqtt import mqtt311, sessions
 from services.mqtt.bridge import BadCredentials, NotAuthorized
 from services.mqtt.delivery import Delivery
 from services.mqtt.hub import Hub
@@ -49,9 +54,8 @@ from services.mqtt.topics import BadTopic, Filter, boltmq_topic, parse_filter
 
 log = logging.getLogger(__name__)
 
-MQTT311_REFUSED = b"\x20\x02\x00\x01"
-"""An MQTT 3.1.1 CONNACK, return code 1 (unacceptable protocol version): what a 3.1 or
-3.1.1 client understands (an MQTT 5 CONNACK would be malformed to it)."""
+MQTT31_REFUSED = mqtt311.connack(mqtt311.UNACCEPTABLE_PROTOCOL)
+"""What a 3.1 client understands (an MQTT 5 CONNACK would be malformed to it)."""
 FIXED_HEADER_MAX = 5
 PUBLISH_BATCH = 64
 PUBLISH_BATCH_BYTES = 1 << 20
@@ -83,6 +87,9 @@ class Connection:
         self.session_reader: QueueReader | None = None
         self.will: mqtt5.Will | None = None
         self.keep_alive = 0
+        self.version = 5
+        """The protocol level of the CONNECT: 5 (MQTT 5.0) or 4 (3.1.1)."""
+        self._read = mqtt5.read
         self._buffer = bytearray()
         self._publishes: collections.deque[mqtt5.PublishPacket] = collections.deque()
         self._publish_ready = asyncio.Event()
@@ -108,14 +115,18 @@ class Connection:
             if self._buffer:
                 try:
                     with memoryview(self._buffer) as view:
-                        packet, size = mqtt5.read(view)
+                        packet, size = self._read(view)
                 except IndexError:  # not a whole packet yet
                     if len(self._buffer) > limit:
                         raise Closing(R.PACKET_TOO_LARGE, "packet too large") from None
                 except ValueError as exc:
-                    if "protocol version" in str(exc) and not self.client_id:
-                        self.transport.write(MQTT311_REFUSED)
-                        raise Closing(None, "MQTT 3.1.1 refused") from None
+                    if "protocol" in str(exc) and not self.client_id:  # name or level
+                        if self.version == 5 and mqtt311.protocol_level(self._buffer) == 4:
+                            self.version, self._read = 4, mqtt311.read
+                            self.outbox.encode = mqtt311.write
+                            continue
+                        self.transport.write(MQTT31_REFUSED)
+                        raise Closing(None, "MQTT 3.1 refused") from None
                     raise Closing(R.MALFORMED_PACKET, f"malformed: {exc}") from None
                 except Exception as exc:  # e.g. UnicodeDecodeError: bad UTF-8 in a string
                     raise Closing(R.MALFORMED_PACKET, f"malformed: {exc!r}") from None
@@ -211,7 +222,9 @@ class Connection:
             refusal = code.SERVER_BUSY
         elif connect.authentication_method is not None:
             refusal = code.BAD_AUTHENTICATION_METHOD
-        elif connect.will is not None and int(connect.will.qos) > 1:
+        elif not connect.client_id and not connect.clean_start and self.version == 4:
+            refusal = code.CLIENT_ID_NOT_VALID  # MQTT-3.1.3-8
+        elif connect.will is not None and int(connect.will.qos) > 1 and self.version == 5:
             refusal = code.QUALITY_NOT_SUPPORTED
         elif connect.will is not None and not _valid_topic(connect.will.topic):
             refusal = code.TOPIC_NAME_INVALID
@@ -229,7 +242,7 @@ class Connection:
                 log.warning("CONNECT of %s: the cluster did not answer: %s", client_id, exc)
                 refusal = code.SERVER_UNAVAILABLE
         if refusal is not None:
-            self.transport.write(mqtt5.ConnAckPacket(reason_code=refusal).write())
+            self.outbox.send(mqtt5.ConnAckPacket(reason_code=refusal))
             raise Closing(None, f"CONNECT refused: {refusal.name}", will=False)
         self.client_id = client_id
         self.will = connect.will
@@ -237,6 +250,8 @@ class Connection:
         self.outbox.max_packet = connect.max_packet_size
         self.outbox.set_receive_max(connect.receive_max)
         expiry = min(connect.session_expiry_interval, self.config.session_expiry_max_s)
+        if self.version == 4:  # 3.1.1: a session is kept until a clean-session CONNECT
+            expiry = 0 if connect.clean_start else self.config.session_expiry_max_s
         old = self.hub.attach(self)
         if old is not None:
             old.close_later(R.SESSION_TAKEN_OVER, "another connection took the client id")
@@ -256,6 +271,10 @@ class Connection:
             self.session = SessionRecord(client_id, [], expiry, generation=uuid.uuid4().hex)
         if self.session is not None and not present:
             await self._save_session()
+        elif self.session is None and self.version == 4:  # ends a stored 3.1.1 session
+            self.session = SessionRecord(client_id, [], 0, ended=True)
+            await self._save_session()
+            self.session = None
         self.outbox.send(
             mqtt5.ConnAckPacket(
                 session_present=present,
@@ -363,6 +382,9 @@ class Connection:
             ]
             reasons = await self.publish(deliveries, [p.retain for p in batch], self.credentials)
             for packet, reason in zip(batch, reasons, strict=True):
+                if self.version == 4 and int(packet.qos) == 1 and int(reason):
+                    self.close_later(R.UNSPECIFIED_ERROR, f"PUBLISH refused: {reason.name}")
+                    break  # 3.1.1 has no PUBACK reason: the device sends it again
                 if int(packet.qos) == 1 and packet.packet_id is not None:
                     self._in_flight -= 1
                     self.outbox.send(mqtt5.PubAckPacket(packet.packet_id, reason_code=reason))
@@ -537,7 +559,7 @@ class Connection:
         delivery = Delivery(
             will.topic,
             will.payload or b"",
-            int(will.qos),
+            min(int(will.qos), 1),  # 3.1.1 allows a QoS 2 will: sent at QoS 1
             int(time.time() * 1000) + (delay + expiry) * 1000 if expiry else 0,
             will.content_type,
             will.payload_format_indicator,

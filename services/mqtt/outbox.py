@@ -18,6 +18,7 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 import mqtt5
@@ -67,6 +68,8 @@ class Outbox:
         self._next_id = 0
         self.dropped = 0
         self.closed = False
+        self.encode: Callable[[object], bytes] = _write_v5
+        """The bytes of an ``mqtt5`` packet for the device (3.1.1: ``mqtt311.write``)."""
 
     def set_receive_max(self, receive_max: int) -> None:
         self.receive_max = receive_max
@@ -99,7 +102,9 @@ class Outbox:
     def send(self, packet: object) -> None:
         """Write a control packet at once (acks, SUBACK, PINGRESP, DISCONNECT)."""
         if not self.closed:
-            self.transport.write(packet.write())  # type: ignore[attr-defined]
+            data = self.encode(packet)
+            if data:
+                self.transport.write(data)
 
     def acknowledged(self, packet_id: int) -> bool:
         """A PUBACK came: release the slot; False when ``packet_id`` was not in flight."""
@@ -150,7 +155,7 @@ class Outbox:
                     break
                 packet_id = self._packet_id()
                 self._in_flight[packet_id] = acked
-            data = mqtt5.PublishPacket(
+            publish = mqtt5.PublishPacket(
                 delivery.topic,
                 delivery.payload,
                 qos=mqtt5.QoS(qos),
@@ -159,7 +164,8 @@ class Outbox:
                 message_expiry_interval=delivery.expiry_left_s(),
                 content_type=delivery.content_type,
                 payload_format_indicator=delivery.payload_format,
-            ).write()
+            )
+            data = self.encode(publish)
             if self.max_packet is not None and len(data) > self.max_packet:
                 self.dropped += 1  # MQTT 5 3.1.2.25: discarded as if delivered
                 if packet_id is not None:
@@ -171,3 +177,8 @@ class Outbox:
             if qos == 0 and acked is not None and not acked.done():
                 acked.set_result(True)
             await self.transport.drain()
+
+
+def _write_v5(packet: object) -> bytes:
+    data: bytes = packet.write()  # type: ignore[attr-defined]
+    return data

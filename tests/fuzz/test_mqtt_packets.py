@@ -8,6 +8,10 @@ nothing, well-formed MQTT 5 packets only, or a DISCONNECT followed by the close 
 fuzzer then ends its side of the stream, and the gateway closes within the deadline); it
 never hangs, never stops, logs no error, and a fresh device is still served (CONNECT, PINGREQ)
 after every example. Connections per property: ``BOLTMQ_FUZZ_EXAMPLES``.
+
+MQTT 3.1.1 the same way: 3.1.1 packets built here (and CONNECTs with every flag), mutated;
+invariant: only whole 3.1.1 server packets come back (never a DISCONNECT), the first a
+CONNACK with a 3.1.1 return code, and the gateway still serves.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from services.mqtt import mqtt311
 from tests.integration.conftest import Cluster
+from tests.integration.mqtt.raw_client import connect_311, frames_311
 from tests.integration.procs import ServiceProcess
 from tests.reliability.scale import FUZZ_EXAMPLES
 
@@ -186,8 +192,132 @@ def test_bytes_instead_of_connect(gateway: ServiceProcess, data: bytes) -> None:
         except (BrokenPipeError, ConnectionResetError):
             pass
         answer = _read_all(sock)
-    # nothing, a CONNACK (3.1.1 refusal or an MQTT 5 answer to what decoded as CONNECT)
-    assert answer in (b"", b"\x20\x02\x00\x01") or isinstance(
-        _well_formed(answer)[0], mqtt5.ConnAckPacket
+    # nothing, a 3.1.1 CONNACK (to what decoded as a 3.1 or 3.1.1 CONNECT) or an MQTT 5
+    # answer to what decoded as a 5.0 CONNECT
+    assert (
+        answer == b""
+        or _connack_311(frames_311(answer)[:1])
+        or isinstance(_well_formed(answer)[0], mqtt5.ConnAckPacket)
+    ), answer[:80]
+    _still_serves(gateway)
+
+
+# ---------------------------------------------------------------------- MQTT 3.1.1
+SERVER_311 = {0x20, 0x30, 0x31, 0x32, 0x33, 0x40, 0x90, 0xB0, 0xD0}
+"""First bytes of what a 3.1.1 device may get: CONNACK, PUBLISH, PUBACK, SUBACK, UNSUBACK,
+PINGRESP (never a DISCONNECT: 3.1.1 has none from the server)."""
+
+
+def _string(data: bytes) -> bytes:
+    return len(data).to_bytes(2, "big") + data
+
+
+def _subscribe_311(packet_id: int, pairs: list[tuple[str, int]]) -> bytes:
+    body = packet_id.to_bytes(2, "big")
+    body += b"".join(_string(f.encode()) + bytes([q]) for f, q in pairs)
+    return mqtt311.frame(0x82, body)
+
+
+def _unsubscribe_311(packet_id: int, names: list[str]) -> bytes:
+    body = packet_id.to_bytes(2, "big") + b"".join(_string(n.encode()) for n in names)
+    return mqtt311.frame(0xA2, body)
+
+
+def _publish_311(topic: str, payload: bytes, q: mqtt5.QoS, packet_id: int, retain: bool) -> bytes:
+    """A 3.1.1 PUBLISH (``mqtt311.write`` of the 5.0 one); b"" for what mqtt5 refuses."""
+    try:
+        packet = mqtt5.PublishPacket(
+            topic, payload, qos=q, packet_id=packet_id if int(q) else None, retain=retain
+        )
+        return mqtt311.write(packet)
+    except (ValueError, OverflowError):
+        return b""
+
+
+packets_311 = st.one_of(
+    st.builds(_publish_311, names, st.binary(max_size=300), qos, ids, st.booleans()),
+    st.builds(_subscribe_311, ids, st.lists(st.tuples(names, st.integers(0, 3)), max_size=5)),
+    st.builds(_unsubscribe_311, ids, st.lists(names, max_size=5)),
+    st.builds(lambda i: b"\x40\x02" + i.to_bytes(2, "big"), ids),  # PUBACK
+    st.builds(lambda i: b"\x62\x02" + i.to_bytes(2, "big"), ids),  # PUBREL
+    st.just(b"\xc0\x00"),  # PINGREQ
+    st.just(connect_311("again")),
+    st.binary(min_size=1, max_size=200),
+)
+connects_311 = st.builds(
+    lambda client_id, clean, will, user, password, keep_alive: connect_311(
+        client_id, user=user, password=password, clean=clean, keep_alive=keep_alive, will=will
+    ),
+    names,
+    st.booleans(),
+    st.none() | st.tuples(names, st.binary(max_size=40), st.integers(0, 3)),
+    st.none() | names,
+    st.none() | names,
+    st.integers(0, 65535),
+)
+
+
+def _mutate(draw: st.DrawFn, data: bytearray) -> bytes:
+    for _ in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["flip", "cut", "splice", "keep"]))
+        if not data:
+            break
+        at = draw(st.integers(0, len(data) - 1))
+        if kind == "flip":
+            data[at] ^= draw(st.integers(1, 255))
+        elif kind == "cut":
+            del data[at:]
+        elif kind == "splice":
+            data[at:at] = draw(st.binary(min_size=1, max_size=16))
+    return bytes(data)
+
+
+@st.composite
+def mutated_311(draw: st.DrawFn) -> bytes:
+    return _mutate(draw, bytearray(b"".join(draw(st.lists(packets_311, min_size=1, max_size=4)))))
+
+
+@st.composite
+def mutated_connect_311(draw: st.DrawFn) -> bytes:
+    return _mutate(draw, bytearray(draw(connects_311)))
+
+
+def _connack_311(frames: list[tuple[int, bytes]]) -> bool:
+    """``frames`` is one 3.1.1 CONNACK: 2 bytes, a 3.1.1 return code (0 to 5)."""
+    return (
+        len(frames) == 1
+        and frames[0][0] == 0x20
+        and len(frames[0][1]) == 2
+        and frames[0][1][1] <= 5
     )
+
+
+def _answer_311(port: int, data: bytes) -> list[tuple[int, bytes]]:
+    """Send ``data``, end the stream, and the 3.1.1 packets the gateway sent back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=ANSWER_S) as sock:
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = _read_all(sock)
+    frames = frames_311(answer)
+    assert all(first in SERVER_311 for first, _ in frames), answer[:80]
+    return frames
+
+
+@FUZZ
+@given(data=mutated_311())
+def test_311_packets_after_connect(gateway: ServiceProcess, data: bytes) -> None:
+    frames = _answer_311(gateway.port, connect_311("fuzzer-311", user=None, password=None) + data)
+    assert frames and frames[0] == (0x20, b"\x00\x00"), frames[:2]  # accepted, then anything
+    assert all(first != 0x20 for first, _ in frames[1:])  # one CONNACK only
+    _still_serves(gateway)
+
+
+@FUZZ
+@given(data=mutated_connect_311())
+def test_311_connects(gateway: ServiceProcess, data: bytes) -> None:
+    frames = _answer_311(gateway.port, data)
+    assert not frames or _connack_311(frames[:1]), frames[:1]
     _still_serves(gateway)

@@ -116,7 +116,8 @@ def mqtt_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MqttClust
 
 
 class Device:
-    """A paho-mqtt client speaking MQTT 5 with what it received in ``inbox``."""
+    """A paho-mqtt client speaking MQTT 5 (or ``version``, e.g. 3.1.1) with what it
+    received in ``inbox``."""
 
     def __init__(
         self,
@@ -128,11 +129,14 @@ class Device:
         session_expiry_s: int = 0,
         will: tuple[str, bytes] | None = None,
         transport: str = "tcp",
+        version: MQTTProtocolVersion = MQTTProtocolVersion.MQTTv5,
     ) -> None:
+        v5 = version == MQTTProtocolVersion.MQTTv5
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2,
             client_id=client_id,
-            protocol=MQTTProtocolVersion.MQTTv5,
+            clean_session=None if v5 else clean_start,
+            protocol=version,
             transport=transport,  # type: ignore[arg-type]
         )
         if credentials is not None:
@@ -154,9 +158,12 @@ class Device:
         if session_expiry_s:
             properties.SessionExpiryInterval = session_expiry_s
         port = cluster.ws_port if transport == "websockets" else cluster.port
-        self.client.connect(
-            cluster.host, port, keepalive=30, clean_start=clean_start, properties=properties
-        )
+        if v5:
+            self.client.connect(
+                cluster.host, port, keepalive=30, clean_start=clean_start, properties=properties
+            )
+        else:
+            self.client.connect(cluster.host, port, keepalive=30)
         self.client.loop_start()
         self.reason, self.flags = self.connack.get(timeout=WAIT_S)
 

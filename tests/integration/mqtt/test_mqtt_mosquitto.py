@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(
 TIMEOUT_S = "10"
 
 
-def _auth(cluster: MqttCluster, user: str, password: str) -> list[str]:
-    return ["-h", cluster.host, "-p", str(cluster.port), "-V", "5", "-u", user, "-P", password]
+def _auth(cluster: MqttCluster, user: str, password: str, version: str = "5") -> list[str]:
+    return ["-h", cluster.host, "-p", str(cluster.port), "-V", version, "-u", user, "-P", password]
 
 
 def _pub(
@@ -29,9 +29,10 @@ def _pub(
     *args: str,
     user: str = DEVICE.access_key,
     password: str = DEVICE.secret_key,
+    version: str = "5",
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["mosquitto_pub", *_auth(cluster, user, password), *args],
+        ["mosquitto_pub", *_auth(cluster, user, password, version), *args],
         capture_output=True,
         text=True,
         timeout=20,
@@ -43,9 +44,18 @@ def _sub(
     *args: str,
     user: str = DEVICE.access_key,
     password: str = DEVICE.secret_key,
+    version: str = "5",
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(  # stdbuf: its lines as they come (stdout is a pipe)
-        ["stdbuf", "-oL", "mosquitto_sub", *_auth(cluster, user, password), "-W", TIMEOUT_S, *args],
+        [
+            "stdbuf",
+            "-oL",
+            "mosquitto_sub",
+            *_auth(cluster, user, password, version),
+            "-W",
+            TIMEOUT_S,
+            *args,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

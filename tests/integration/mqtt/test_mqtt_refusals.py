@@ -1,7 +1,7 @@
 """What the gateway refuses, each answered per MQTT 5.0, without troubling other devices.
 
 Wrong accounts and missing rights (the brokers' ACL decides), bad topics, floods of
-subscriptions, oversized and malformed packets, QoS 2, MQTT 3.1.1, silent devices
+subscriptions, oversized and malformed packets, QoS 2, MQTT 3.1, silent devices
 (keep-alive) and a device that stops reading.
 """
 
@@ -150,10 +150,10 @@ def test_qos2_is_refused_and_granted_as_qos1(mqtt_cluster: MqttCluster) -> None:
         raw.close()
 
 
-def test_mqtt_311_is_told_its_version_is_not_served(mqtt_cluster: MqttCluster) -> None:
+def test_mqtt_31_is_told_its_version_is_not_served(mqtt_cluster: MqttCluster) -> None:
     raw = RawClient(mqtt_cluster)
-    try:  # MQTT 3.1.1 CONNECT, client id "old", clean session, keep alive 60
-        raw.send(b"\x10\x0f\x00\x04MQTT\x04\x02\x00\x3c\x00\x03old")
+    try:  # MQTT 3.1 CONNECT ("MQIsdp", level 3), client id "old", clean session
+        raw.send(b"\x10\x11\x00\x06MQIsdp\x03\x02\x00\x3c\x00\x03old")
         assert raw.raw() == b"\x20\x02\x00\x01"  # 3.1.1 CONNACK: unacceptable version
     finally:
         raw.close()
