@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -26,14 +25,11 @@ from boltmq import (
     PushConsumerOptions,
     ReceivedMessage,
 )
-from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
+from boltmq.cli.dev.local_cluster import LocalCluster
 from boltmq.kernel.registry_client import RegistryClient
-from tests.integration.conftest import (
-    CLUSTER_BROKER_SETTINGS,
-    CLUSTER_REGISTRY_SETTINGS,
-    CLUSTER_STORE_SETTINGS,
-)
+from tests.integration.conftest import CLUSTER_REGISTRY_SETTINGS
 from tests.integration.test_cli import one_line_error, run_cli
+from tests.integration.two_groups import start_two_groups
 
 GROUPS = ("broker-a", "broker-b")
 DEADLINE_S = 30.0
@@ -41,14 +37,7 @@ DEADLINE_S = 30.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(
-        Path(tmp_path_factory.mktemp("groups")),
-        groups=2,
-        store_settings=CLUSTER_STORE_SETTINGS,
-        broker_settings=CLUSTER_BROKER_SETTINGS,
-        registry_settings=CLUSTER_REGISTRY_SETTINGS,
-    )
-    started = LocalCluster(spec).start()
+    started = start_two_groups(tmp_path_factory.mktemp("groups"), CLUSTER_REGISTRY_SETTINGS)
     yield started
     started.stop()
 

@@ -26,26 +26,16 @@ from boltmq import (
     PushConsumerOptions,
     ReceivedMessage,
 )
-from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
-from tests.integration.conftest import (
-    CLUSTER_BROKER_SETTINGS,
-    CLUSTER_REGISTRY_SETTINGS,
-    CLUSTER_STORE_SETTINGS,
-)
+from boltmq.cli.dev.local_cluster import LocalCluster
+from tests.integration.conftest import CLUSTER_REGISTRY_SETTINGS
 from tests.integration.test_broker_groups import cli, registry_of, route_groups
+from tests.integration.two_groups import start_two_groups
 from tests.waiting import wait_until
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(
-        tmp_path,
-        groups=1,
-        store_settings=CLUSTER_STORE_SETTINGS,
-        broker_settings=CLUSTER_BROKER_SETTINGS,
-        registry_settings=CLUSTER_REGISTRY_SETTINGS,
-    )
-    started = LocalCluster(spec).start()
+    started = start_two_groups(tmp_path, CLUSTER_REGISTRY_SETTINGS, groups=1)
     yield started
     started.stop()
 

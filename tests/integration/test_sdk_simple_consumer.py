@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -21,15 +20,12 @@ from boltmq import (
     SimpleMessage,
     StaleReceiptHandle,
 )
-from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
+from boltmq.cli.dev.local_cluster import LocalCluster
 from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import broker_pb2_grpc
 from tests.integration.broker_fixtures import upsert
-from tests.integration.conftest import (
-    CLUSTER_BROKER_SETTINGS,
-    CLUSTER_REGISTRY_SETTINGS,
-    CLUSTER_STORE_SETTINGS,
-)
+from tests.integration.conftest import CLUSTER_REGISTRY_SETTINGS
+from tests.integration.two_groups import start_two_groups
 
 GROUPS = ("broker-a", "broker-b")
 WAIT_MS = 10_000
@@ -38,14 +34,7 @@ WAIT_MS = 10_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(
-        Path(tmp_path_factory.mktemp("simple")),
-        groups=2,
-        store_settings=CLUSTER_STORE_SETTINGS,
-        broker_settings=CLUSTER_BROKER_SETTINGS,
-        registry_settings=CLUSTER_REGISTRY_SETTINGS,
-    )
-    started = LocalCluster(spec).start()
+    started = start_two_groups(tmp_path_factory.mktemp("simple"), CLUSTER_REGISTRY_SETTINGS)
     yield started
     started.stop()
 

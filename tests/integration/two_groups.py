@@ -22,11 +22,14 @@ QUEUES = 2
 """Queues of a test topic on each group."""
 
 
-def start_two_groups(data_dir: Path, registry_settings: tuple[str, ...] = ()) -> LocalCluster:
-    """A started LocalCluster of broker-a and broker-b with the tests' settings."""
+def start_two_groups(
+    data_dir: Path, registry_settings: tuple[str, ...] = (), groups: int = 2
+) -> LocalCluster:
+    """A started LocalCluster of broker-a and broker-b (``groups`` of them) with the tests'
+    settings."""
     spec = ClusterSpec(
         data_dir,
-        groups=2,
+        groups=groups,
         store_settings=CLUSTER_STORE_SETTINGS,
         broker_settings=CLUSTER_BROKER_SETTINGS,
         registry_settings=registry_settings,
