@@ -23,15 +23,18 @@ QUEUES = 2
 
 
 def start_two_groups(
-    data_dir: Path, registry_settings: tuple[str, ...] = (), groups: int = 2
+    data_dir: Path,
+    registry_settings: tuple[str, ...] = (),
+    groups: int = 2,
+    broker_settings: tuple[str, ...] = (),
 ) -> LocalCluster:
     """A started LocalCluster of broker-a and broker-b (``groups`` of them) with the tests'
-    settings."""
+    settings (and ``broker_settings`` besides)."""
     spec = ClusterSpec(
         data_dir,
         groups=groups,
         store_settings=CLUSTER_STORE_SETTINGS,
-        broker_settings=CLUSTER_BROKER_SETTINGS,
+        broker_settings=(*CLUSTER_BROKER_SETTINGS, *broker_settings),
         registry_settings=registry_settings,
     )
     return LocalCluster(spec).start()
