@@ -7,12 +7,17 @@ SIGKILL). ``stop`` and ``start`` again keep the data, so a test can take etcd
 away from the services that use it and give it back. The HA controller's tests
 use the ``etcd`` fixture of ``tests/conftest.py`` and ``python -m bench.failover``
 starts one; ``make test`` installs the package when ``etcd`` is missing (``make etcd``).
-``BOLTMQ_ETCD_BINARY`` names another binary.
+``BOLTMQ_ETCD_BINARY`` names another binary. :meth:`EtcdServer.enable_auth` turns
+etcd's authentication on, with one user allowed under one key prefix (the HA
+controller's ``controller_username`` / ``controller_password_file``).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -74,6 +79,40 @@ class EtcdServer:
                 raise RuntimeError(f"etcd did not start; see {self._log}")
             time.sleep(0.05)
         return self
+
+    def enable_auth(self, user: str, password: str, prefix: str) -> None:
+        """Turn authentication on: ``user`` (with ``password``) may read and write the
+        keys under ``prefix + "/"`` and nothing else; ``root``, which etcd needs before it
+        enables authentication, gets a random password nobody keeps."""
+        start = (prefix + "/").encode()
+        end = start[:-1] + bytes([start[-1] + 1])
+        steps: list[tuple[str, dict[str, object]]] = [
+            ("user/add", {"name": "root", "password": secrets.token_urlsafe(24)}),
+            ("user/grant", {"user": "root", "role": "root"}),
+            ("role/add", {"name": user}),
+            (
+                "role/grant",
+                {
+                    "name": user,
+                    "perm": {
+                        "permType": "READWRITE",
+                        "key": base64.b64encode(start).decode(),
+                        "range_end": base64.b64encode(end).decode(),
+                    },
+                },
+            ),
+            ("user/add", {"name": user, "password": password}),
+            ("user/grant", {"user": user, "role": user}),
+            ("enable", {}),
+        ]
+        for path, body in steps:
+            request = urllib.request.Request(
+                f"http://{self.endpoint}/v3/auth/{path}",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                answer.read()
 
     def _healthy(self) -> bool:
         try:

@@ -72,6 +72,12 @@ class HAConfig(CallerLimitSettings):
     long after it stops; a live master cut off from etcd fences itself well within it."""
     controller_prefix: str = "/boltmq"
     """etcd key prefix of the controller's keys (``<prefix>/<cluster>/<group>/...``)."""
+    controller_username: str = ""
+    """etcd user the controller authenticates as, where etcd's authentication is on (give
+    it read and write on ``<prefix>/`` only). Empty: no authentication."""
+    controller_password_file: str = ""
+    """File whose first line is that user's password (a mounted Secret); needed with
+    ``controller_username``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -135,11 +141,35 @@ class HAConfig(CallerLimitSettings):
                 f"controller_lease_ms must be whole seconds between {CONTROLLER_LEASE_MIN_MS} "
                 f"and {CONTROLLER_LEASE_MAX_MS} (an etcd lease TTL), got {lease_ms}"
             )
+        self.controller_credentials()  # a missing or empty password file: refused at start
         if not _PREFIX_PATTERN.fullmatch(self.controller_prefix):
             raise ConfigError(
                 "controller_prefix must start with '/', not end with one, and use only "
                 f"letters, digits, '/', '_', '.' and '-', got {self.controller_prefix!r}"
             )
+
+    def controller_credentials(self) -> tuple[str, str] | None:
+        """(user, password) for etcd, read from ``controller_password_file``; None without
+        ``controller_username``. ConfigError when only one is given or the file holds no
+        password."""
+        user, path = self.controller_username, self.controller_password_file
+        if not user and not path:
+            return None
+        if not user or not path:
+            raise ConfigError(
+                "controller_username and controller_password_file go together: etcd "
+                "authenticates a user by its password"
+            )
+        try:
+            with open(path, encoding="utf-8") as file:
+                password = file.readline().rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(
+                f"controller_password_file {path!r} cannot be read: {exc.strerror}"
+            ) from None
+        if not password:
+            raise ConfigError(f"controller_password_file {path!r} holds no password")
+        return user, password
 
     @property
     def controller_endpoint_list(self) -> tuple[str, ...]:

@@ -129,6 +129,7 @@ class Controller:
             config.cluster_name,
             config.broker_name,
             timeout_s=self.tick_s,
+            credentials=config.controller_credentials(),
         )
         self._clock = clock
         self.own_address = ""

@@ -94,8 +94,11 @@ class GroupKeys:
         cluster_name: str,
         broker_name: str,
         timeout_s: float,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         self._endpoints = endpoints
+        self._credentials = credentials
+        """(user, password) where etcd's authentication is on."""
         self._next = 0
         self._timeout_s = timeout_s
         base = f"{prefix}/{cluster_name}/{broker_name}/"
@@ -108,7 +111,10 @@ class GroupKeys:
     def _connected(self) -> aetcd.Client:
         if self._client is None:
             host, _, port = self._endpoints[self._next % len(self._endpoints)].rpartition(":")
-            self._client = aetcd.Client(host=host.strip("[]"), port=int(port))
+            user, password = self._credentials or (None, None)
+            self._client = aetcd.Client(
+                host=host.strip("[]"), port=int(port), username=user, password=password
+            )
         return self._client
 
     async def _run(self, what: str, call: Any) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -56,6 +58,36 @@ def test_controller_settings_are_checked_together() -> None:
         ({"controller_lease_ms": "1000"}, "whole seconds between 2000 and 600000"),
         ({"controller_prefix": "/boltmq/"}, "controller_prefix must start with '/'"),
         ({"controller_prefix": "/a b"}, "controller_prefix must start with '/'"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            load_config(HAConfig, env={}, overrides={**base, **bad})
+
+
+def test_etcd_credentials_need_both_settings_and_a_password_in_the_file(
+    tmp_path: Path,
+) -> None:
+    base = {"registry_addresses": "r:1", "controller_endpoints": "e1:2379"}
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\nignored\n")
+    config = load_config(
+        HAConfig,
+        env={},
+        overrides={**base, "controller_username": "ha", "controller_password_file": str(secret)},
+    )
+    assert config.controller_credentials() == ("ha", "s3cret")
+    assert load_config(HAConfig, env={}, overrides=base).controller_credentials() is None
+    (tmp_path / "empty").write_text("\n")
+    for bad, match in (
+        ({"controller_username": "ha"}, "go together"),
+        ({"controller_password_file": str(secret)}, "go together"),
+        (
+            {"controller_username": "ha", "controller_password_file": str(tmp_path / "nope")},
+            "cannot be read: No such file",
+        ),
+        (
+            {"controller_username": "ha", "controller_password_file": str(tmp_path / "empty")},
+            "holds no password",
+        ),
     ):
         with pytest.raises(ConfigError, match=match):
             load_config(HAConfig, env={}, overrides={**base, **bad})
