@@ -9,6 +9,13 @@ endpoints are that address. Queue ``i`` of a group may be read when ``i`` is bel
 the group's read queue count and its perm has READ, written when below the write
 queue count with WRITE.
 
+The queues are listed interleaved across broker groups (queue 0 of each group, then
+queue 1 of each, ...). The official clients send round-robin over this list and retry a
+failed send on the next queue of the same cached route (the Python client re-queries a
+route only on its timer: 10 s after start, then every 30 s); interleaved, a retry goes
+to another group, so while one group's master is down a send still reaches a live group
+within two attempts (when the groups have as many queues each).
+
 BoltMQ topics are untyped: every queue accepts NORMAL, FIFO, DELAY and TRANSACTION
 messages (the clients check a message's type against this list before sending).
 
@@ -66,31 +73,31 @@ def _permission(queue_id: int, read: int, write: int, perm: int) -> v2.Permissio
 
 def queues_of(topic: str, route: registry_pb2.TopicRoute) -> list[v2.MessageQueue]:
     """The protocol's queues of a registry route (groups without a live master are left
-    out: nobody could send to them, and BoltMQ's replicas serve no consumption here)."""
+    out: nobody could send to them, and BoltMQ's replicas serve no consumption here),
+    interleaved across groups (module docstring)."""
     masters = {
         broker.broker_name: broker.addresses[MASTER_ID]
         for broker in route.brokers
         if MASTER_ID in broker.addresses
     }
-    queues = []
+    queues: list[tuple[int, str, v2.MessageQueue]] = []
     for data in sorted(route.queues, key=lambda q: q.broker_name):
         address = masters.get(data.broker_name)
         if address is None:
             continue
         broker = v2.Broker(name=data.broker_name, id=MASTER_ID, endpoints=endpoints_of(address))
         for queue_id in range(max(data.read_queue_nums, data.write_queue_nums)):
-            queues.append(
-                v2.MessageQueue(
-                    topic=v2.Resource(name=topic),
-                    id=queue_id,
-                    permission=_permission(
-                        queue_id, data.read_queue_nums, data.write_queue_nums, data.perm
-                    ),
-                    broker=broker,
-                    accept_message_types=ACCEPTED_TYPES,
-                )
+            queue = v2.MessageQueue(
+                topic=v2.Resource(name=topic),
+                id=queue_id,
+                permission=_permission(
+                    queue_id, data.read_queue_nums, data.write_queue_nums, data.perm
+                ),
+                broker=broker,
+                accept_message_types=ACCEPTED_TYPES,
             )
-    return queues
+            queues.append((queue_id, data.broker_name, queue))
+    return [queue for _, _, queue in sorted(queues, key=lambda q: (q[0], q[1]))]
 
 
 def local_route(config: TopicConfig, broker_name: str, address: str) -> registry_pb2.TopicRoute:

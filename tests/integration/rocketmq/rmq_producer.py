@@ -2,7 +2,8 @@
 
 usage: rmq_producer.py ENDPOINTS MODE TOPIC [ARGS...] with the environment
 RMQ_AK / RMQ_SK for credentials. MODE: send N | send_async N | fifo GROUPS N |
-delay SECONDS | transaction (commit|rollback|orphan).
+delay SECONDS | transaction (commit|rollback|orphan) | paced SECONDS (one sync send every
+PACE_S for SECONDS, each outcome emitted with its time, a failed send does not stop it).
 """
 
 import json
@@ -45,6 +46,25 @@ def message(topic, body, **attrs):
     return msg
 
 
+PACE_S = 0.05
+
+
+def paced(producer, topic, seconds):
+    """Send until ``seconds`` pass; ``t`` is seconds since the first send."""
+    start = time.monotonic()
+    i = 0
+    while time.monotonic() - start < seconds:
+        body = f"paced-{i}"
+        try:
+            receipt = producer.send(message(topic, body))
+            at = receipt.message_queue.endpoints.facade.split(":", 1)[1]  # "ipv4:host:port"
+            emit(event="sent", body=body, t=time.monotonic() - start, at=at)
+        except Exception as exc:  # the client gave up on this message: recorded, go on
+            emit(event="failed", body=body, t=time.monotonic() - start, error=str(exc)[:200])
+        i += 1
+        time.sleep(PACE_S)
+
+
 def main():
     endpoints, mode, topic, *args = sys.argv[1:]
     config = ClientConfiguration(
@@ -71,6 +91,8 @@ def main():
                 group = f"g{i % groups}"
                 receipt = producer.send(message(topic, f"{group}-{i}", message_group=group))
                 emit(event="sent", group=group, message_id=receipt.message_id)
+        elif mode == "paced":
+            paced(producer, topic, float(args[0]))
         elif mode == "delay":
             due = int(time.time() * 1000) + int(float(args[0]) * 1000)
             receipt = producer.send(message(topic, "delayed", delivery_timestamp=due))

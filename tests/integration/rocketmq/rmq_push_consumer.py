@@ -1,9 +1,12 @@
 """Run by the official client's venv (not by pytest): a PushConsumer, one JSON line per
 consumption.
 
-usage: rmq_push_consumer.py ENDPOINTS GROUP TOPIC COUNT SECONDS: consume until COUNT
-messages succeeded or SECONDS passed; the first delivery of every message fails
-(FAILURE), so each is consumed twice.
+usage: rmq_push_consumer.py ENDPOINTS GROUP TOPIC COUNT SECONDS [MODE]: consume until COUNT
+messages succeeded or SECONDS passed. MODE ``fail_first`` (the default): the first delivery
+of every message fails (FAILURE), so each is consumed twice. MODE ``fifo``: every message
+succeeds after a short pause; each consumption is emitted with its message group and the
+number of that group's messages being consumed at the same moment (``in_flight``, 1 when the
+client consumes the group one message at a time).
 """
 
 import json
@@ -20,9 +23,14 @@ from rocketmq import (
     PushConsumer,
 )
 
+EMIT_LOCK = threading.Lock()
+
 
 def emit(**fields):
-    print(json.dumps(fields), flush=True)
+    """One JSON line; the listener runs on several threads, so lines are written whole."""
+    with EMIT_LOCK:
+        sys.stdout.write(json.dumps(fields) + "\n")
+        sys.stdout.flush()
 
 
 class FailFirst(MessageListener):
@@ -47,15 +55,44 @@ class FailFirst(MessageListener):
         return ConsumeResult.FAILURE if first else ConsumeResult.SUCCESS
 
 
+class Ordered(MessageListener):
+    """Succeeds every message; records how many of its group were consumed at once."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.busy = {}
+        self.succeeded = set()
+
+    def consume(self, message):
+        group = message.message_group
+        with self.lock:
+            self.busy[group] = self.busy.get(group, 0) + 1
+            in_flight = self.busy[group]
+        time.sleep(0.02)  # long enough for a second consumption of the group to overlap
+        with self.lock:
+            self.busy[group] -= 1
+            self.succeeded.add(message.message_id)
+        emit(
+            event="consumed",
+            message_id=message.message_id,
+            body=message.body.decode(),
+            group=group,
+            attempt=message.delivery_attempt,
+            in_flight=in_flight,
+            result="SUCCESS",
+        )
+        return ConsumeResult.SUCCESS
+
+
 def main():
-    endpoints, group, topic, count, seconds = sys.argv[1:]
-    listener = FailFirst()
+    endpoints, group, topic, count, seconds, *rest = sys.argv[1:]
+    listener = Ordered() if rest == ["fifo"] else FailFirst()
     consumer = PushConsumer(
         ClientConfiguration(endpoints, Credentials()),
         group,
         listener,
         {topic: FilterExpression("*")},
-        consumption_thread_count=2,
+        consumption_thread_count=4,
     )
     consumer.startup()
     try:

@@ -129,6 +129,35 @@ def test_a_push_consumer_gets_a_failed_message_again_and_acks_it_on_success(
     assert of(after, "received") == []  # the push consumer acked every success
 
 
+@needs_official_client
+def test_a_fifo_push_consumer_consumes_each_message_group_in_order_one_at_a_time(
+    cluster: Cluster,
+) -> None:
+    broker(cluster).UpsertGroup(
+        broker_pb2.UpsertGroupRequest(group="rmq-push-fifo", consume_message_orderly=True),
+        timeout=10,
+    )
+    sent = produce(cluster, "fifo", "RmqPushFifo", "2", "16")
+    events = run_client(
+        "rmq_push_consumer.py",
+        cluster.broker.address,
+        "rmq-push-fifo",
+        "RmqPushFifo",
+        "16",
+        "40",
+        "fifo",
+    )
+    consumed = of(events, "consumed")
+    assert sorted(c["message_id"] for c in consumed) == sorted(s["message_id"] for s in sent)
+    for group in ("g0", "g1"):
+        mine = [c for c in consumed if c["group"] == group]
+        assert [c["body"] for c in mine] == [f"{group}-{i}" for i in range(int(group[1]), 16, 2)]
+        assert {c["in_flight"] for c in mine} == {1}  # never two of one group at once
+    assert {c["attempt"] for c in consumed} == {1}
+    after = consume(cluster, "drain", "rmq-push-fifo", "RmqPushFifo", "1", "3")
+    assert of(after, "received") == []  # every consumed message was acked
+
+
 @needs_node_client
 def test_the_official_nodejs_client_sends_receives_and_acks(cluster: Cluster) -> None:
     events = run_node("send_and_receive.js", cluster.broker.address, "RmqNode", "rmq-node", "3")

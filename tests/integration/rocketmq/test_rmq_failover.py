@@ -1,0 +1,151 @@
+"""The official RocketMQ 5 Python client across a master failover (docs/rocketmq-clients.md).
+
+Two broker groups, a replica each, SYNC_MASTER, the etcd controller (a real etcd, the
+``etcd`` fixture): the official Producer sends at a steady pace while broker-a's master
+(its store, HA service and broker) is killed with SIGKILL; the controller elects the
+replica. The client keeps sending without a failed send (its retry moves to the next queue
+of its cached route, which QueryRoute interleaves across groups), the new master appears
+in QueryRoute and takes sends after the client's route refresh, and every acknowledged
+message is stored (read back with BoltMQ's PullConsumer). Waits are for a state
+(bounded), never a timing assertion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
+from boltmq.cli.etcd_server import EtcdServer
+from boltmq.kernel.channels import sync_channel
+from boltmq.rocketmq.v2 import definition_pb2 as v2
+from boltmq.rocketmq.v2 import service_pb2, service_pb2_grpc
+from boltmq.v1 import broker_pb2_grpc
+from tests.integration.broker_fixtures import upsert
+from tests.integration.conftest import CLUSTER_REGISTRY_SETTINGS
+from tests.integration.rocketmq.official_client import (
+    RMQ_PYTHON,
+    RUN_TIMEOUT_S,
+    SCRIPTS,
+    needs_official_client,
+    of,
+)
+from tests.integration.sdk_fixtures import pull_everything
+from tests.integration.test_failover import (
+    BROKER_SETTINGS,
+    HA_SETTINGS,
+    STORE_SETTINGS,
+    store_info,
+    wait_for,
+)
+
+TOPIC = "RmqFailover"
+SEND_S = 13
+"""How long the official producer sends: the kill comes after its first messages, and the
+client's first scheduled route refresh (10 s after its start, then every 30 s: see the doc)
+falls inside."""
+LEASE_MS = 2000
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, etcd: EtcdServer) -> Iterator[LocalCluster]:
+    spec = ClusterSpec(
+        tmp_path,
+        replicas=1,
+        groups=2,
+        master_role="SYNC_MASTER",
+        store_settings=STORE_SETTINGS,
+        broker_settings=BROKER_SETTINGS,
+        ha_settings=(
+            *HA_SETTINGS,
+            f"controller_endpoints={etcd.endpoint}",
+            f"controller_lease_ms={LEASE_MS}",
+        ),
+        registry_settings=CLUSTER_REGISTRY_SETTINGS,
+    )
+    local = LocalCluster(spec).start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+def route_addresses(broker: str) -> set[str]:
+    """host:port of every queue's endpoint in the topic's route, as ``broker`` answers it."""
+    stub = service_pb2_grpc.MessagingServiceStub(sync_channel(broker))
+    route = stub.QueryRoute(service_pb2.QueryRouteRequest(topic=v2.Resource(name=TOPIC)), timeout=5)
+    assert route.status.code == v2.OK, route.status
+    return {
+        f"{a.host}:{a.port}" for q in route.message_queues for a in q.broker.endpoints.addresses
+    }
+
+
+def start_producer(endpoints: str, events: list[dict[str, Any]]) -> subprocess.Popen[str]:
+    """The official producer's ``paced`` run; its events appended to ``events`` as read."""
+    env = {**os.environ, "HOME": os.environ.get("TMPDIR", "/tmp")}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.Popen(
+        [str(RMQ_PYTHON), str(SCRIPTS / "rmq_producer.py"), endpoints, "paced", TOPIC, str(SEND_S)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=SCRIPTS,
+    )
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("{"):
+                events.append(json.loads(line))
+
+    threading.Thread(target=read, daemon=True).start()
+    return proc
+
+
+@needs_official_client
+def test_the_official_client_sends_across_a_killed_master_and_every_acked_message_is_stored(
+    cluster: LocalCluster,
+) -> None:
+    old_master, replica = cluster.groups["broker-a"]
+    other, _ = cluster.groups["broker-b"]
+    assert old_master.broker and replica.broker and other.broker
+    for group in cluster.groups.values():
+        wait_for(lambda g=group: store_info(g[0].store.address).role == "MASTER", "elected")
+        assert group[0].broker is not None  # the topic on both groups (replicas copy it)
+        upsert(broker_pb2_grpc.BrokerServiceStub(sync_channel(group[0].broker.address)), TOPIC)
+    wait_for(lambda: old_master.broker.address in route_addresses(other.broker.address), "route")
+    first_epoch = store_info(old_master.store.address).epoch
+
+    # The client's access points: every broker (the first QueryRoute goes to one that answers).
+    brokers = [m.broker.address for g in cluster.groups.values() for m in g if m.broker]
+    events: list[dict[str, Any]] = []
+    producer = start_producer(";".join(brokers), events)
+    wait_for(lambda: len(of(events, "sent")) >= 20, "the official producer sends")
+    for process in (old_master.broker, old_master.ha, old_master.store):
+        assert process is not None
+        process.kill()  # SIGKILL: the whole master member of broker-a is gone
+    wait_for(lambda: store_info(replica.store.address).role == "MASTER", "the replica is elected")
+    assert store_info(replica.store.address).epoch > first_epoch
+    wait_for(
+        lambda: replica.broker.address in route_addresses(other.broker.address),
+        "the new master is in QueryRoute",
+    )
+    assert old_master.broker.address not in route_addresses(other.broker.address)
+    assert producer.wait(timeout=RUN_TIMEOUT_S) == 0
+
+    sent, failed = of(events, "sent"), of(events, "failed")
+    assert sent and sent[-1]["t"] > SEND_S - 2  # it went on sending to the end
+    assert failed == []  # each retry went to broker-b
+    # After its route refresh the client sends to broker-a's new master too.
+    assert replica.broker.address in {s["at"] for s in sent}
+    assert old_master.broker.address in {s["at"] for s in sent}  # before the kill
+    stored = {bytes(m.body).decode() for m in pull_everything(cluster, TOPIC)}  # type: ignore[arg-type]
+    assert {s["body"] for s in sent} <= stored  # nothing acknowledged is lost
