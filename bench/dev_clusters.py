@@ -47,9 +47,13 @@ class DevCluster:
 
     def start(self, data_dir: Path) -> None:
         ports = ("--registry-port", "0", "--store-port", "0", "--broker-port", "0")
+        # no web console, no MQTT gateway (on fixed ports, a second cluster's would clash),
+        # where the checkout's `boltmq dev` has them (an older baseline has neither)
+        main = (self.checkout / "boltmq" / "cli" / "main.py").read_text()
+        extras = ("--no-console", "--mqtt-port", "-1") if "--no-console" in main else ()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "boltmq.cli", "dev", "--data-dir", str(data_dir)]
-            + [*ports, "--ha-port", "0", *self.flags],
+            + [*ports, "--ha-port", "0", *extras, *self.flags],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

@@ -56,6 +56,7 @@ trap cleanup EXIT INT TERM
 
 echo "== starting boltmq dev in $work"
 "$BOLTMQ" dev --data-dir "$work/data" --registry-port 0 --store-port 0 --broker-port 0 \
+    --no-console --mqtt-port -1 \
     >"$work/dev.log" 2>&1 &
 dev_pid=$!
 registry=""

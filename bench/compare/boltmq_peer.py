@@ -157,6 +157,9 @@ class BoltMQPeer:
                 "0",
                 "--ha-port",
                 "0",
+                "--no-console",  # nor an MQTT gateway: BoltMQ alone, on no fixed port
+                "--mqtt-port",
+                "-1",
                 *DEV_SETTINGS,
             ],
             cwd=REPO_ROOT,
