@@ -336,12 +336,14 @@ class Console:
             by = q.get("by", "")
             context: dict[str, Any] = {"q": dict(q), "found": None}
             if by == "id":
-                context["found"] = messages.by_id(
-                    session.calls, q.get("id", ""), q.get("topic", "")
+                context["found"] = messages.with_tracks(
+                    session.calls,
+                    messages.by_id(session.calls, q.get("id", ""), q.get("topic", "")),
                 )
             elif by == "key":
-                context["found"] = messages.by_key(
-                    session.calls, q.get("topic", ""), q.get("key", "")
+                context["found"] = messages.with_tracks(
+                    session.calls,
+                    messages.by_key(session.calls, q.get("topic", ""), q.get("key", "")),
                 )
             elif by == "time":
                 try:

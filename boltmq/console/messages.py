@@ -12,8 +12,10 @@ time range    | each queue's first offset at the start (``SearchOffset``), | SUB
               | then pulls as the read group (no offset is committed) | and the read group
 
 A message is shown with its headers, properties, body as text, pretty JSON or
-hex, and its trace id (the W3C ``traceparent`` property producers add when
-tracing is on).
+hex, its trace id (the W3C ``traceparent`` property producers add when
+tracing is on) and, found by id or key, its track: for every consumer group of
+its topic, consumed, waiting, retrying or dead-lettered (``TrackMessage``, asked
+of every master and answered by the one storing it; an admin account's call).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from datetime import UTC, datetime
 import grpc
 
 from boltmq.client import BoltMQError
-from boltmq.console.calls import ClusterCalls, ConsoleError, error_text
+from boltmq.console.calls import ClusterCalls, ConsoleError, denied, error_text
 from boltmq.console.groups import checked_group
 from boltmq.console.topics import READ_GROUP, checked_topic, is_system_topic
 from boltmq.kernel.registry_client import RegistryError
@@ -63,6 +65,10 @@ class Shown:
     body_error: str = ""
     reconsume_times: int = 0
     views: dict[str, str] = field(default_factory=dict)
+    tracks: list[tuple[str, str, str]] = field(default_factory=list)
+    """(group, state, what the state rests on) per consumer group of the topic."""
+    track_note: str = ""
+    """Why there is no track (not asked, or refused)."""
 
     @property
     def unique_id(self) -> str:
@@ -163,6 +169,33 @@ def by_id(calls: ClusterCalls, msg_id: str, topic: str = "") -> list[Shown]:
             continue  # a topic this account may not read, or gone
         found += [from_ext("-", m) for m in copies]  # the index answer names no group
     return found[:MAX_RESULTS]
+
+
+TRACKED_MAX = 8
+"""Messages of one lookup whose track is asked (a call to every master each)."""
+
+
+def with_tracks(calls: ClusterCalls, found: list[Shown]) -> list[Shown]:
+    """``found``, the first TRACKED_MAX with their track per consumer group."""
+    for shown in found[:TRACKED_MAX]:
+        try:
+            parse_msg_id(shown.msg_id)
+        except ValueError:
+            shown.track_note = "no offset id: no track"
+            continue
+        request = broker_pb2.TrackMessageRequest(msg_id=shown.msg_id)
+        for _, answer in calls.each("TrackMessage", request):
+            if isinstance(answer, grpc.RpcError):
+                if denied(answer):
+                    shown.track_note = "the track needs an admin account"
+                    break
+                continue  # not this group's message
+            shown.tracks = [
+                (t.group, broker_pb2.TrackState.Name(t.state), t.detail) for t in answer.tracks
+            ]
+            shown.track_note = "" if shown.tracks else "no consumer group reads its topic"
+            break
+    return found
 
 
 def _user_topics(calls: ClusterCalls) -> list[str]:

@@ -204,9 +204,13 @@ def test_messages_are_found_by_offset_id_unique_id_key_and_time(world: World) ->
         assert page.inner_text("#found-count").startswith("1 ")
         assert page.get_attribute("article", "data-msg-id") == target.msg_id
         assert page.inner_text("article .keys") == "order-5"
+        # its track: the live group reading orders has it, consumed or about to be
+        state = page.inner_text("article table.track tr[data-group=billing] .state")
+        assert state in ("CONSUMED", "NOT_CONSUMED_YET")
         # a unique id, by an account with SUB on the topic (no admin call needed)
         page = reader.open(f"/messages?by=id&id={target.unique_id}")
         assert page.inner_text("article .unique-id") == target.unique_id
+        assert page.inner_text("article .track-note") == "Track: the track needs an admin account"
         assert page.inner_text("article .keys") == "order-5"
         page.click("article button[data-view=hex]")
         assert page.is_visible("article pre.body-hex")
