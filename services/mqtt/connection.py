@@ -271,7 +271,7 @@ class Connection:
             self.session = SessionRecord(client_id, [], expiry, generation=uuid.uuid4().hex)
         if self.session is not None and not present:
             await self._save_session()
-        elif self.session is None and self.version == 4:  # ends a stored 3.1.1 session
+        elif self.session is None and connect.clean_start:  # ends a stored session (3.1.2.4)
             self.session = SessionRecord(client_id, [], 0, ended=True)
             await self._save_session()
             self.session = None

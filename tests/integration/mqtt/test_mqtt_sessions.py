@@ -120,6 +120,20 @@ def test_a_clean_start_discards_the_session(mqtt_cluster: MqttCluster) -> None:
         last.close()
 
 
+def test_a_clean_start_without_a_session_of_its_own_ends_the_stored_one(
+    mqtt_cluster: MqttCluster,
+) -> None:
+    device = Device(mqtt_cluster, "fresh-0", clean_start=False, session_expiry_s=300)
+    device.subscribe(("sensors/fresh0", 1))
+    device.close()
+    Device(mqtt_cluster, "fresh-0", clean_start=True).close()  # session expiry 0
+    later = Device(mqtt_cluster, "fresh-0", clean_start=False, session_expiry_s=300)
+    try:
+        assert not _present(later)  # discarded: nothing left to resume
+    finally:
+        later.close()
+
+
 def test_a_shared_subscription_spreads_messages_over_its_members(
     mqtt_cluster: MqttCluster,
 ) -> None:
