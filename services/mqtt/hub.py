@@ -42,6 +42,10 @@ class Connection(Protocol):
     """A device's connection, as the hub sees it (:class:`services.mqtt.connection.Connection`)."""
 
     client_id: str
+    version: int
+    """The protocol level: 4 (3.1.1) or 5."""
+    filters: dict[str, Any]
+    """The connection's topic filters, by text."""
 
     def offer(self, delivery: Delivery, qos: int) -> concurrent.futures.Future[bool] | None: ...
 

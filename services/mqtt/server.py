@@ -32,6 +32,7 @@ from services.mqtt.bridge import Bridge
 from services.mqtt.config import MqttConfig
 from services.mqtt.connection import Connection
 from services.mqtt.hub import Hub
+from services.mqtt.metrics import GatewayMetrics
 from services.mqtt.transports import StreamTransport, WebSocketTransport, ssl_context
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Gateway:
     async def start(self) -> None:
         self.bridge = await asyncio.to_thread(Bridge, self.config)
         self.hub = Hub(self.config, self.bridge)
+        GatewayMetrics(self.hub)
         await self.hub.start()
         host = self.config.listen_host
         await self._listen("mqtt", host, self.config.listen_port, None)
