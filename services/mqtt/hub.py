@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -32,6 +33,7 @@ from services.mqtt.delivery import Delivery
 from services.mqtt.readers import QueueReader
 from services.mqtt.retained import RETAINED_GROUP, RETAINED_TOPIC, RetainedMessages
 from services.mqtt.shares import ShareGroup
+from services.mqtt.takeover import Takeovers, takeover_group
 from services.mqtt.topics import Filter, matches
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ class Connection(Protocol):
 class Hub:
     """Connections by client id, ordinary subscriptions by BoltMQ topic, share groups."""
 
-    def __init__(self, config: MqttConfig, bridge: Bridge) -> None:
+    def __init__(self, config: MqttConfig, bridge: Bridge, pod: str = "pod") -> None:
         self.config = config
         self.bridge = bridge
         self.loop = asyncio.get_running_loop()
@@ -75,21 +77,31 @@ class Hub:
         )
         self.dropped = 0
         """QoS 0 messages dropped for slow devices (their queue was full)."""
+        self.connected_ms: dict[str, int] = {}
+        """When each live connection attached, by client id (takeovers compare it)."""
+        self.takeovers = Takeovers(
+            pod,
+            bridge.producer,
+            lambda handler: QueueReader(
+                bridge.consumer(takeover_group(pod)), handler, name="takeover"
+            ),
+            lambda client_id, at_ms: self.post(lambda: self._taken_over(client_id, at_ms)),
+        )
 
     async def start(self) -> None:
         self.fanout.start()
         self.retained_reader.start()
+        self.takeovers.start()
         await self.call(self.retained_reader.add_topic, RETAINED_TOPIC)
+        await self.call(self.takeovers.add_topic)
 
     async def stop(self) -> None:
         for task in self.wills.values():
             task.cancel()
-        readers = [self.fanout, self.retained_reader]
-        shares = list(self.shares.values())
+        stops: list[Callable[[], None]] = [self.fanout.stop, self.retained_reader.stop]
+        stops += [self.takeovers.stop, *(s.stop for s in self.shares.values())]
         self.shares.clear()
-        await asyncio.gather(
-            *(self.call(r.stop) for r in readers), *(self.call(s.stop) for s in shares)
-        )
+        await asyncio.gather(*(self.call(stop) for stop in stops))
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -113,11 +125,24 @@ class Hub:
             will.cancel()  # the device is back before its will delay ran out
         old = self.connections.get(client_id)
         self.connections[client_id] = connection
+        now_ms = time.time_ns() // 1_000_000
+        self.connected_ms[client_id] = now_ms
+        self.pool.submit(self.takeovers.announce, client_id, now_ms)  # other pods' old ones
         return old
 
     def detach(self, connection: Connection) -> None:
         if self.connections.get(connection.client_id) is connection:
             del self.connections[connection.client_id]
+            self.connected_ms.pop(connection.client_id, None)
+
+    def _taken_over(self, client_id: str, announced_ms: int) -> None:
+        """Another pod announced a connect of ``client_id``: close an older one here."""
+        connection = self.connections.get(client_id)
+        if connection is not None and self.connected_ms.get(client_id, announced_ms) < announced_ms:
+            connection.close_later(
+                mqtt5.DisconnectReasonCode.SESSION_TAKEN_OVER,
+                "the client id connected through another gateway pod",
+            )
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(self, connection: Connection, filter_: Filter, qos: int) -> None:

@@ -62,7 +62,7 @@ class Gateway:
 
     async def start(self) -> None:
         self.bridge = await asyncio.to_thread(Bridge, self.config)
-        self.hub = Hub(self.config, self.bridge)
+        self.hub = Hub(self.config, self.bridge, self.pod_id)
         GatewayMetrics(self.hub)
         await self.hub.start()
         host = self.config.listen_host

@@ -108,6 +108,13 @@ class MqttCluster:
             proc.stop()
 
 
+class OtherGateway(MqttCluster):
+    """The package's cluster as devices see it through another gateway pod."""
+
+    def __init__(self, gateway: ServiceProcess) -> None:  # the cluster is already running
+        self.gateway = gateway
+
+
 @pytest.fixture(scope="package")
 def mqtt_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MqttCluster]:
     cluster = MqttCluster(tmp_path_factory.mktemp("mqtt"))

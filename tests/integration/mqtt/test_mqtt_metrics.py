@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from paho.mqtt.enums import MQTTProtocolVersion
 
-from tests.integration.mqtt.conftest import ADMIN, GATEWAY_SETTINGS, Device, MqttCluster
+from tests.integration.mqtt.conftest import (
+    ADMIN,
+    GATEWAY_SETTINGS,
+    Device,
+    MqttCluster,
+    OtherGateway,
+)
 from tests.integration.procs import ServiceProcess
 from tests.integration.test_metrics import free_port, value, wait_for
-
-
-class OtherGateway(MqttCluster):
-    """The package's cluster as devices see it through another gateway (host and ports)."""
-
-    def __init__(self, gateway: ServiceProcess) -> None:  # the cluster is already running
-        self.gateway = gateway
 
 
 def test_connections_and_subscriptions_are_counted(mqtt_cluster: MqttCluster) -> None:
