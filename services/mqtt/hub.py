@@ -33,7 +33,7 @@ from services.mqtt.delivery import Delivery
 from services.mqtt.readers import QueueReader
 from services.mqtt.retained import RETAINED_GROUP, RETAINED_TOPIC, RetainedMessages
 from services.mqtt.shares import ShareGroup
-from services.mqtt.takeover import Takeovers, takeover_group
+from services.mqtt.takeover import Takeovers
 from services.mqtt.topics import Filter, matches
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,7 @@ class Hub:
         self.takeovers = Takeovers(
             pod,
             bridge.producer,
-            lambda handler: QueueReader(
-                bridge.consumer(takeover_group(pod)), handler, name="takeover"
-            ),
+            lambda handler: QueueReader(bridge.consumer(GATEWAY_GROUP), handler, name="takeover"),
             lambda client_id, at_ms: self.post(lambda: self._taken_over(client_id, at_ms)),
         )
 

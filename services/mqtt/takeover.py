@@ -6,20 +6,19 @@ topic ``MQTT_TAKEOVER``, one message a connect::
 
     {"client_id": "device-42", "pod": "mqtt-7c9f-xk2p", "connected_ms": 1767225600123}
 
-and reads that topic from its end as a consumer group of its own
-(``MQTT_TAKEOVER_<pod>``, nothing committed: a notice is of use only while both
-connections live). A notice from another pod closes this pod's connection of that
-client id, with DISCONNECT 0x8E (session taken over), when the local connection is the
-older one. Two connects through two pods in the same millisecond both stay; a notice
-is lost with its pod's producer (the older connection then lives on until the device
-drops it).
+and reads that topic from its end, as its fan-out reader does (the pods' shared
+group, nothing committed: each pod keeps its own offsets in memory, and a notice is
+of use only while both connections live). A notice from another pod closes this
+pod's connection of that client id, with DISCONNECT 0x8E (session taken over), when the
+local connection is the older one. Two connects through two pods in the same
+millisecond both stay; a notice is lost with its pod's producer (the older connection
+then lives on until the device drops it).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
@@ -30,11 +29,6 @@ from services.mqtt.readers import QueueReader
 log = logging.getLogger(__name__)
 
 TAKEOVER_TOPIC = "MQTT_TAKEOVER"
-
-
-def takeover_group(pod: str) -> str:
-    """The pod's own consumer group of the notices (a group name's characters only)."""
-    return "MQTT_TAKEOVER_" + re.sub(r"[^A-Za-z0-9_-]", "_", pod)[:96]
 
 
 class Takeovers:
