@@ -6,8 +6,8 @@ hostile names, integers at their edges, random and oversized bytes, and the
 serialized bytes of such requests mutated. Each method is one conversation:
 
 - streams that end when the client does (the store's AppendStream,
-  AppendRawStream and ReportReplicas, ReadCommitLog without ``follow``, the HA
-  service's Replicate fed hostile replica reports): the client sends its
+  AppendRawStream and ReportReplicas, ReadCommitLog without ``follow``, the broker's
+  SendStream, the HA service's Replicate fed hostile replica reports): the client sends its
   requests and closes its side; the call must end, with every request answered
   when it ends OK, before its deadline;
 - streams that stay open by design (WatchArrivals, WatchQueues, a following
@@ -290,6 +290,22 @@ def transaction_checks(targets: StreamTargets, payloads: list[bytes]) -> list[st
     return faults
 
 
+def send_stream(targets: StreamTargets, payloads: list[bytes]) -> list[str]:
+    """Hostile sends on the broker's send stream, then the client hangs up: the stream
+    must end (each send answered inside it, or the stream refused with a proper status),
+    and no answer inside it may carry a server fault."""
+    address = targets.cluster.broker.address
+    code, answers = finite_bidi(address, "/boltmq.v1.BrokerService/SendStream", payloads)
+    bad = [
+        a.code
+        for a in (parsed(broker_pb2.SendStreamResponse, raw) for raw in answers)
+        if a is not None and a.code in {c.value[0] for c in SERVER_FAULTS}
+    ]
+    if code in HANGS or bad:
+        return [f"{code.name}, faults inside {bad} for {payloads[:3]!r}"]
+    return []
+
+
 def replicate(targets: StreamTargets, payloads: list[bytes]) -> list[str]:
     """Hostile replica reports, then the replica hangs up: the stream must end."""
     code, _ = finite_bidi(targets.ha.address, "/boltmq.v1.HAService/Replicate", payloads)
@@ -305,6 +321,7 @@ STREAMS: dict[str, tuple[type[ProtoMessage], Conversation]] = {
     "WatchArrivals": (store_pb2.WatchArrivalsRequest, watch_arrivals),
     "WatchQueues": (store_pb2.QueueInterest, watch_queues),
     "TransactionChecks": (broker_pb2.TransactionChecksRequest, transaction_checks),
+    "SendStream": (broker_pb2.SendStreamRequest, send_stream),
     "Replicate": (ha_pb2.ReplicaReport, replicate),
 }
 

@@ -34,6 +34,7 @@ refused UNIMPLEMENTED.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -203,7 +204,11 @@ class BrokerGate(grpc.aio.ServerInterceptor):
                 async for item in inner(requests, context):
                     yield item
             finally:
-                reset_client_key(token)
+                # A stream closed from another context (its generator finalized at
+                # shutdown) cannot reset the key there, nor needs to: that context never
+                # had it.
+                with contextlib.suppress(ValueError):
+                    reset_client_key(token)
                 self._release(key)
 
         return gated

@@ -305,13 +305,16 @@ def containers(target: str) -> tuple[Container, ...]:
 
 
 def boltmq_workloads(objects: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
-    """The StatefulSets and Deployments (the MQTT gateway) running BoltMQ (not those of
-    the etcd component) by name."""
+    """The StatefulSets and Deployments (the MQTT gateway) running ``boltmq serve`` (not
+    those of the etcd component, nor the web console's, which runs ``boltmq console``
+    and has its own checks in test_k8s_console.py) by name."""
     workloads = {**objects_of(objects, "StatefulSet"), **objects_of(objects, "Deployment")}
     return {
         name: workload
         for name, workload in workloads.items()
-        if workload["spec"]["template"]["metadata"]["labels"].get(APP_NAME_LABEL) == "boltmq"
+        if (labels := workload["spec"]["template"]["metadata"]["labels"]).get(APP_NAME_LABEL)
+        == "boltmq"
+        and labels.get("app.kubernetes.io/component") != "console"
     }
 
 
