@@ -148,19 +148,7 @@ packets = st.one_of(
 
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
-    data = bytearray(b"".join(draw(st.lists(packets, min_size=1, max_size=4))))
-    for _ in range(draw(st.integers(0, 4))):
-        kind = draw(st.sampled_from(["flip", "cut", "splice", "keep"]))
-        if not data:
-            break
-        at = draw(st.integers(0, len(data) - 1))
-        if kind == "flip":
-            data[at] ^= draw(st.integers(1, 255))
-        elif kind == "cut":
-            del data[at:]
-        elif kind == "splice":
-            data[at:at] = draw(st.binary(min_size=1, max_size=16))
-    return bytes(data)
+    return _mutate(draw, bytearray(b"".join(draw(st.lists(packets, min_size=1, max_size=4)))))
 
 
 @FUZZ
