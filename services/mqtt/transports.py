@@ -9,7 +9,9 @@ close 1009), no compression.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
+import tempfile
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
@@ -96,9 +98,6 @@ class WebSocketTransport:
 def ssl_context(tls: ServerTLS) -> ssl.SSLContext:
     """A server context for the devices' TLS port from the project's TLS settings
     (device certificates required when ``tls_client_ca_file`` is set)."""
-    import os
-    import tempfile
-
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     # ssl loads a chain and key from files only: a private temporary file, removed at once
