@@ -52,9 +52,10 @@ def main():
     try:
         if mode == "drain":
             count, deadline = int(args[0]), time.time() + float(args[1])
+            batch = int(args[2]) if len(args) > 2 else 8
             seen = 0
             while seen < count and time.time() < deadline:
-                for message in receive(consumer, 8, 10):
+                for message in receive(consumer, batch, 10):
                     emit(event="received", **described(message))
                     consumer.ack(message)
                     seen += 1

@@ -6,7 +6,10 @@ Two broker groups, a replica each, SYNC_MASTER, the etcd controller (a real etcd
 replica. The client keeps sending without a failed send (its retry moves to the next queue
 of its cached route, which QueryRoute interleaves across groups), the new master appears
 in QueryRoute and takes sends after the client's route refresh, and every acknowledged
-message is stored (read back with BoltMQ's PullConsumer). Waits are for a state
+message is stored (read back with BoltMQ's PullConsumer) and is received afterwards by
+the official SimpleConsumer, broker-a's from its new master. After a failover, FIFO send
+and ordered consumption, a delayed send and transactions (commit, rollback) work on both
+groups, with the topics and the orderly group the replica copied. Waits are for a state
 (bounded), never a timing assertion.
 """
 
@@ -27,7 +30,7 @@ from boltmq.cli.etcd_server import EtcdServer
 from boltmq.kernel.channels import sync_channel
 from boltmq.rocketmq.v2 import definition_pb2 as v2
 from boltmq.rocketmq.v2 import service_pb2, service_pb2_grpc
-from boltmq.v1 import broker_pb2_grpc
+from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.broker_fixtures import upsert
 from tests.integration.conftest import CLUSTER_REGISTRY_SETTINGS
 from tests.integration.rocketmq.official_client import (
@@ -36,6 +39,7 @@ from tests.integration.rocketmq.official_client import (
     SCRIPTS,
     needs_official_client,
     of,
+    run_client,
 )
 from tests.integration.sdk_fixtures import pull_everything
 from tests.integration.test_failover import (
@@ -52,6 +56,10 @@ SEND_S = 13
 client's first scheduled route refresh (10 s after its start, then every 30 s: see the doc)
 falls inside."""
 LEASE_MS = 2000
+DRAIN_S = 120
+"""The SimpleConsumer's bound for receiving everything: it picks a random queue for each
+receive, and one on the group that holds no more messages waits its whole long poll (2 s;
+docs/rocketmq-clients.md), so it takes batches of 32 to need few receives."""
 
 
 @pytest.fixture
@@ -77,10 +85,10 @@ def cluster(tmp_path: Path, etcd: EtcdServer) -> Iterator[LocalCluster]:
         local.stop()
 
 
-def route_addresses(broker: str) -> set[str]:
-    """host:port of every queue's endpoint in the topic's route, as ``broker`` answers it."""
+def route_addresses(broker: str, topic: str = TOPIC) -> set[str]:
+    """host:port of every queue's endpoint in ``topic``'s route, as ``broker`` answers it."""
     stub = service_pb2_grpc.MessagingServiceStub(sync_channel(broker))
-    route = stub.QueryRoute(service_pb2.QueryRouteRequest(topic=v2.Resource(name=TOPIC)), timeout=5)
+    route = stub.QueryRoute(service_pb2.QueryRouteRequest(topic=v2.Resource(name=topic)), timeout=5)
     assert route.status.code == v2.OK, route.status
     return {
         f"{a.host}:{a.port}" for q in route.message_queues for a in q.broker.endpoints.addresses
@@ -110,35 +118,64 @@ def start_producer(endpoints: str, events: list[dict[str, Any]]) -> subprocess.P
     return proc
 
 
-@needs_official_client
-def test_the_official_client_sends_across_a_killed_master_and_every_acked_message_is_stored(
-    cluster: LocalCluster,
-) -> None:
+def wait_for_masters(cluster: LocalCluster, topic: str, *more: str) -> None:
+    """Both groups' first members elected, with the topics on both groups (the replicas
+    copy them) and broker-a's master in ``topic``'s QueryRoute."""
+    for group in cluster.groups.values():
+        wait_for(lambda g=group: store_info(g[0].store.address).role == "MASTER", "elected")
+        assert group[0].broker is not None
+        for name in (topic, *more):
+            upsert(broker_pb2_grpc.BrokerServiceStub(sync_channel(group[0].broker.address)), name)
+    old_master, other = cluster.groups["broker-a"][0], cluster.groups["broker-b"][0]
+    assert old_master.broker and other.broker
+    wait_for(
+        lambda: old_master.broker.address in route_addresses(other.broker.address, topic), "route"
+    )
+
+
+def kill_broker_a_master(cluster: LocalCluster, topic: str) -> None:
+    """SIGKILL the whole master member of broker-a (broker, HA service, store), then wait
+    until its replica is elected with a new epoch and is broker-a's master in ``topic``'s
+    QueryRoute."""
     old_master, replica = cluster.groups["broker-a"]
     other, _ = cluster.groups["broker-b"]
     assert old_master.broker and replica.broker and other.broker
-    for group in cluster.groups.values():
-        wait_for(lambda g=group: store_info(g[0].store.address).role == "MASTER", "elected")
-        assert group[0].broker is not None  # the topic on both groups (replicas copy it)
-        upsert(broker_pb2_grpc.BrokerServiceStub(sync_channel(group[0].broker.address)), TOPIC)
-    wait_for(lambda: old_master.broker.address in route_addresses(other.broker.address), "route")
     first_epoch = store_info(old_master.store.address).epoch
-
-    # The client's access points: every broker (the first QueryRoute goes to one that answers).
-    brokers = [m.broker.address for g in cluster.groups.values() for m in g if m.broker]
-    events: list[dict[str, Any]] = []
-    producer = start_producer(";".join(brokers), events)
-    wait_for(lambda: len(of(events, "sent")) >= 20, "the official producer sends")
     for process in (old_master.broker, old_master.ha, old_master.store):
         assert process is not None
-        process.kill()  # SIGKILL: the whole master member of broker-a is gone
+        process.kill()
     wait_for(lambda: store_info(replica.store.address).role == "MASTER", "the replica is elected")
     assert store_info(replica.store.address).epoch > first_epoch
     wait_for(
-        lambda: replica.broker.address in route_addresses(other.broker.address),
+        lambda: replica.broker.address in route_addresses(other.broker.address, topic),
         "the new master is in QueryRoute",
     )
-    assert old_master.broker.address not in route_addresses(other.broker.address)
+    assert old_master.broker.address not in route_addresses(other.broker.address, topic)
+
+
+def live_brokers(cluster: LocalCluster) -> str:
+    """The official client's access points: every live broker, ``;``-separated."""
+    return ";".join(
+        m.broker.address
+        for g in cluster.groups.values()
+        for m in g
+        if m.broker and m.broker.alive()
+    )
+
+
+@needs_official_client
+def test_the_official_client_sends_across_a_killed_master_and_every_acked_message_is_received(
+    cluster: LocalCluster,
+) -> None:
+    old_master, replica = cluster.groups["broker-a"]
+    assert old_master.broker and replica.broker
+    wait_for_masters(cluster, TOPIC)
+
+    # Every broker is an access point (the first QueryRoute goes to one that answers).
+    events: list[dict[str, Any]] = []
+    producer = start_producer(live_brokers(cluster), events)
+    wait_for(lambda: len(of(events, "sent")) >= 20, "the official producer sends")
+    kill_broker_a_master(cluster, TOPIC)
     assert producer.wait(timeout=RUN_TIMEOUT_S) == 0
 
     sent, failed = of(events, "sent"), of(events, "failed")
@@ -149,3 +186,77 @@ def test_the_official_client_sends_across_a_killed_master_and_every_acked_messag
     assert old_master.broker.address in {s["at"] for s in sent}  # before the kill
     stored = {bytes(m.body).decode() for m in pull_everything(cluster, TOPIC)}  # type: ignore[arg-type]
     assert {s["body"] for s in sent} <= stored  # nothing acknowledged is lost
+
+    drained = run_client(
+        "rmq_consumer.py",
+        live_brokers(cluster),
+        "drain",
+        "RmqFailoverDrain",
+        TOPIC,
+        str(len(stored)),
+        str(DRAIN_S),
+        "32",
+    )
+    assert of(drained, "error") == []
+    received = {e["body"] for e in of(drained, "received")}
+    assert received == stored  # the new master serves broker-a's messages by POP
+
+
+@needs_official_client
+def test_fifo_delay_and_transactions_work_on_both_groups_after_a_failover(
+    cluster: LocalCluster,
+) -> None:
+    topics = ("RmqAfterFifo", "RmqAfterDelay", "RmqAfterTx")
+    wait_for_masters(cluster, *topics)
+    for group in cluster.groups.values():  # an orderly group on both groups
+        master, replica = group
+        assert master.broker and replica.broker
+        broker_pb2_grpc.BrokerServiceStub(sync_channel(master.broker.address)).UpsertGroup(
+            broker_pb2.UpsertGroupRequest(group="rmq-after-fifo", consume_message_orderly=True),
+            timeout=10,
+        )
+        copy = broker_pb2_grpc.BrokerServiceStub(sync_channel(replica.broker.address))
+        wait_for(  # metadata reaches a replica asynchronously
+            lambda c=copy: (
+                set(topics)
+                <= {t.name for t in c.ListTopics(broker_pb2.ListTopicsRequest(), timeout=5).topics}
+                and c.GetGroup(
+                    broker_pb2.GetGroupRequest(group="rmq-after-fifo"), timeout=5
+                ).settings.consume_message_orderly
+            ),
+            "the replica has the topics and the group",
+        )
+    kill_broker_a_master(cluster, "RmqAfterFifo")
+    endpoints = live_brokers(cluster)
+
+    # FIFO: 3 message groups over both broker groups, consumed in send order per group.
+    sent = of(run_client("rmq_producer.py", endpoints, "fifo", "RmqAfterFifo", "3", "12"), "sent")
+    assert len(sent) == 12
+    drained = run_client(
+        "rmq_consumer.py", endpoints, "drain", "rmq-after-fifo", "RmqAfterFifo", "12", "60"
+    )
+    received = of(drained, "received")
+    assert len(received) == 12
+    for message_group in ("g0", "g1", "g2"):
+        bodies = [r["body"] for r in received if r["group"] == message_group]
+        assert bodies == [
+            f"{message_group}-{i}" for i in range(12) if i % 3 == int(message_group[1])
+        ]
+
+    # Delay: stored in its topic only at its delivery time (by whichever group took it).
+    (delayed,) = of(run_client("rmq_producer.py", endpoints, "delay", "RmqAfterDelay", "3"), "sent")
+    assert pull_everything(cluster, "RmqAfterDelay") == []  # type: ignore[arg-type]
+    wait_for(lambda: len(pull_everything(cluster, "RmqAfterDelay")) == 1, "the delayed message")  # type: ignore[arg-type]
+    (stored,) = pull_everything(cluster, "RmqAfterDelay")  # type: ignore[arg-type]
+    assert stored.unique_id == delayed["message_id"]
+
+    # Transactions: a commit is stored, a rollback is not.
+    assert of(
+        run_client("rmq_producer.py", endpoints, "transaction", "RmqAfterTx", "commit"), "committed"
+    )
+    assert of(
+        run_client("rmq_producer.py", endpoints, "transaction", "RmqAfterTx", "rollback"),
+        "rolled_back",
+    )
+    bodies = [bytes(m.body).decode() for m in pull_everything(cluster, "RmqAfterTx")]  # type: ignore[arg-type]
+    assert bodies == ["tx-commit"]
