@@ -246,6 +246,9 @@ class Producer:
         self._check_running()
         if not msgs:
             return []
+        for m in msgs:
+            if not isinstance(m, Message):
+                raise TypeError(f"send takes Message(topic, body) objects, not {type(m).__name__}")
         topic = msgs[0].topic
         if any(m.topic != topic for m in msgs):
             raise ValueError("every message of a batch must have the same topic")

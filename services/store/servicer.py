@@ -121,28 +121,29 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         commit still sees many at once. At most ``APPEND_STREAM_WAITING_MAX``
         wait at a time; the stream reads no further until one is answered.
         At shutdown the stream stops reading and ends once its appends are
-        answered, so it does not hold the server's grace period.
+        answered, so it does not hold the server's grace period. A stream message's
+        ``more`` appends are taken in order after its own; answered at once, they go
+        back in one response (its ``more``), else each in its own.
         """
         writing = asyncio.Lock()
         slots = asyncio.Semaphore(APPEND_STREAM_WAITING_MAX)
         waiting: set[asyncio.Task[None]] = set()
 
-        async def answer(request: store_pb2.AppendStreamRequest) -> bool:
-            """Append and answer; False when the answer could not be sent."""
-            response = await self._append_outcome(request, context)
+        async def write(response: store_pb2.AppendStreamResponse) -> bool:
+            """Send answers; False when they could not be sent."""
             try:
                 async with writing:
                     await context.write(response)
             except Exception as exc:  # grpc's error types differ by where the call died
-                # The broker went away (killed, or its stream cancelled): the append
-                # is done; the broker fails what it waited for as unavailable.
-                log.debug("append %d stored, its answer not delivered: %r", request.id, exc)
+                # The broker went away (killed, or its stream cancelled): the appends
+                # are done; the broker fails what it waited for as unavailable.
+                log.debug("append %d stored, its answer not delivered: %r", response.id, exc)
                 return False
             return True
 
-        async def answer_later(request: store_pb2.AppendStreamRequest) -> None:
+        async def answer_later(request: store_pb2.AppendStreamRequest, inner: bool) -> None:
             try:
-                await answer(request)
+                await write(await self._append_outcome(request, context, inner))
             finally:
                 slots.release()
 
@@ -150,22 +151,40 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             # At shutdown (end_streams) the loop ends: read no more; the stream ends
             # once the appends already taken are answered, and the broker opens another.
             async for request in self._streams.each(requests):
+                appends = [request, *request.more]
                 if not self._store.needs_async_wait:
-                    if not await answer(request):
+                    answers = [
+                        await self._append_outcome(a, context, n > 0) for n, a in enumerate(appends)
+                    ]
+                    answers[0].more.extend(answers[1:])  # one stream message answers all
+                    if not await write(answers[0]):
                         return  # nobody reads the answers any more
                     continue
-                await slots.acquire()
-                task = asyncio.create_task(answer_later(request))
-                waiting.add(task)
-                task.add_done_callback(waiting.discard)
+                for n, append in enumerate(appends):
+                    await slots.acquire()
+                    task = asyncio.create_task(answer_later(append, n > 0))
+                    waiting.add(task)
+                    task.add_done_callback(waiting.discard)
         finally:
             if waiting:
                 await asyncio.wait(waiting)
 
     async def _append_outcome(
-        self, request: store_pb2.AppendStreamRequest, context: grpc.aio.ServicerContext
+        self,
+        request: store_pb2.AppendStreamRequest,
+        context: grpc.aio.ServicerContext,
+        inner: bool = False,
     ) -> store_pb2.AppendStreamResponse:
-        """A stream request's answer: the AppendResponse, or the code the unary call gets."""
+        """A stream request's answer: the AppendResponse, or the code the unary call gets.
+
+        The caller answers a request's ``more`` itself; an append that came in ``more``
+        (``inner``) and carries a ``more`` of its own is refused, nothing of it appended."""
+        if inner and request.more:
+            return store_pb2.AppendStreamResponse(
+                id=request.id,
+                error_code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                error="more: an append carried in `more` cannot carry more of its own",
+            )
         try:
             appended = await self._append(request.append, context)
         except ServiceError as exc:

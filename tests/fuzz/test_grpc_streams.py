@@ -191,15 +191,25 @@ def past(offset: int) -> Callable[[bytes], bool]:
 
 
 # ------------------------------------------------------------------ per method
+def appends_in(payload: bytes) -> int:
+    """The appends one AppendStream message asks to be answered (itself and its ``more``)."""
+    try:
+        return 1 + len(store_pb2.AppendStreamRequest.FromString(payload).more)
+    except DecodeError:
+        return 1  # the call fails before anything is answered; the count is not checked
+
+
 def append_stream(targets: StreamTargets, payloads: list[bytes]) -> list[str]:
     faults = []
     for address in targets.addresses("store"):
         code, answers = finite_bidi(address, f"{STORE}AppendStream", payloads)
-        codes = {store_pb2.AppendStreamResponse.FromString(a).error_code for a in answers}
-        bad = codes & {c.value[0] for c in SERVER_FAULTS}
-        if code in HANGS or bad or (code is grpc.StatusCode.OK and len(answers) != len(payloads)):
+        parsed = [store_pb2.AppendStreamResponse.FromString(a) for a in answers]
+        each = [r for response in parsed for r in (response, *response.more)]
+        bad = {r.error_code for r in each} & {c.value[0] for c in SERVER_FAULTS}
+        asked = sum(appends_in(p) for p in payloads)  # a message's `more` is answered too
+        if code in HANGS or bad or (code is grpc.StatusCode.OK and len(each) != asked):
             faults.append(
-                f"at {address}: {code.name}, {len(answers)}/{len(payloads)} answered, {bad}"
+                f"at {address}: {code.name}, {len(each)}/{asked} answered, {bad}"
                 f" for {[p[:60] for p in payloads]!r}"
             )
     return faults

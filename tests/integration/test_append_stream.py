@@ -1,7 +1,8 @@
 """StoreService.AppendStream and the broker's AppendStream client, against real store processes.
 
 The stream must store exactly what the unary Append stores, answer each
-request by its id, answer a refused request with the unary call's code and
+request by its id (several carried in one stream message too, as the broker
+coalesces them), answer a refused request with the unary call's code and
 text while staying open, let SYNC_FLUSH appends overtake each other, and on
 the broker's side turn a store that went away into StoreUnavailable and
 reconnect on the next append.
@@ -47,7 +48,10 @@ class OpenStream:
         )
 
     def send(self, request_id: int, append: store_pb2.AppendRequest) -> None:
-        self._requests.put(store_pb2.AppendStreamRequest(id=request_id, append=append))
+        self.send_message(store_pb2.AppendStreamRequest(id=request_id, append=append))
+
+    def send_message(self, request: store_pb2.AppendStreamRequest) -> None:
+        self._requests.put(request)
 
     def receive(self) -> store_pb2.AppendStreamResponse:
         response: store_pb2.AppendStreamResponse = next(self._responses)
@@ -227,3 +231,73 @@ def test_a_broker_gone_mid_stream_leaves_the_store_quiet_and_serving(
     assert list(after.statuses) == [message_pb2.PUT_OK]
     assert store.stop() == 0
     assert "Traceback" not in store.log()
+
+
+def test_appends_in_one_stream_message_are_each_answered_by_id(
+    spawn: Spawn, open_stream, tmp_path: Path
+) -> None:
+    """``more``: several appends in one message, each answered as if it came alone; one
+    that nests ``more`` of its own is refused alone and the stream stays open."""
+    store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
+    stream = open_stream(store)
+    nested = store_pb2.AppendStreamRequest(
+        id=23,
+        append=records("M", b"nested"),
+        more=[store_pb2.AppendStreamRequest(id=24, append=records("M", b"x"))],
+    )
+    stream.send_message(
+        store_pb2.AppendStreamRequest(
+            id=20,
+            append=records("M", b"a", b"b"),
+            more=[
+                store_pb2.AppendStreamRequest(id=21, append=records("M", b"c")),
+                store_pb2.AppendStreamRequest(
+                    id=22, append=store_pb2.AppendRequest(records=b"x" * 10, topic="M")
+                ),
+                nested,
+                store_pb2.AppendStreamRequest(id=25, append=records("M", b"d")),
+            ],
+        )
+    )
+    response = stream.receive()  # answered at once (ASYNC_FLUSH): one message for all
+    answers = {a.id: a for a in (response, *response.more)}
+    assert sorted(answers) == [20, 21, 22, 23, 25]
+    assert all(not a.more for a in response.more)
+    assert list(answers[20].append.queue_offsets) == [0, 1]
+    assert list(answers[21].append.queue_offsets) == [2]
+    assert answers[22].error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert answers[23].error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert answers[23].error.startswith("more: ")
+    assert list(answers[25].append.queue_offsets) == [3]
+    stream.send(26, records("M", b"e"))  # still open
+    assert list(stream.receive().append.queue_offsets) == [4]
+    assert stored_bodies(store.address, "M") == [b"a", b"b", b"c", b"d", b"e"]
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_the_broker_coalesces_appends_that_queue_behind_a_write(
+    spawn: Spawn, tmp_path: Path, flush: str
+) -> None:
+    """Appends of many tasks at once leave in fewer stream messages than appends, and each
+    still gets its own answer (answered together, or one by one under SYNC_FLUSH)."""
+    store = spawn("store", f"root_dir={tmp_path / 's'}", f"flush_disk_type={flush}", *SMALL)
+    bodies = [f"coalesced-{i}".encode() for i in range(300)]
+
+    async def scenario() -> tuple[list[store_pb2.AppendResponse], tuple[int, int]]:
+        client = StoreClient(store.address, TIMEOUT_MS)
+        try:
+            appended = await asyncio.gather(
+                *(client.append_records(batch("K", body), "") for body in bodies)
+            )
+            return appended, client.appends_written
+        finally:
+            await client.close()
+
+    appended, (messages, appends) = asyncio.run(scenario())
+    assert appends == len(bodies) and messages < appends
+    with sync_channel(store.address) as chan:
+        stub = store_pb2_grpc.StoreServiceStub(chan)
+        for body, answer in zip(bodies, appended, strict=True):
+            got = stub.Get(store_pb2.GetRequest(commitlog_offset=answer.commitlog_offsets[0]))
+            assert got.message.body == body
+    assert sorted(q for a in appended for q in a.queue_offsets) == list(range(len(bodies)))

@@ -14,6 +14,11 @@ synchronous send pays it on every append. So the broker keeps one
   by cancelling the whole call, which failed every other append on it. A
   request whose caller gave up before its turn is not sent (nothing stored
   for a send nobody waits on); one reader task resolves the futures;
+- the appends of concurrent sends that queued while a write was in flight
+  leave together in the next stream message (the first, the others in its
+  ``more``, up to ``COALESCE_MAX_BYTES``), so many sends cost the stream one
+  message, as natural batching does in the SDK; the store answers them in one
+  message too when it answers them at once (its ``more``);
 - an append answered with an error code raises what the unary call would
   have raised (the caller's ``translate_status``);
 - when the call breaks (store restart, network), every append waiting on it
@@ -41,6 +46,8 @@ Translate = Callable[[str, grpc.StatusCode, str], Exception]
 """(method, code, details) -> the caller's named error."""
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+COALESCE_MAX_BYTES = 4 * 1024 * 1024
+"""Appends join one stream message while it stays under this size (the first always goes)."""
 
 
 class _OpenCall:
@@ -50,6 +57,8 @@ class _OpenCall:
         self.call = call
         self.waiting: dict[int, asyncio.Future[store_pb2.AppendStreamResponse]] = {}
         self.outbox: asyncio.Queue[store_pb2.AppendStreamRequest] = asyncio.Queue()
+        self.held: store_pb2.AppendStreamRequest | None = None
+        """A request taken from the outbox that did not fit the last stream message."""
         self.broken = False
         self.reader: asyncio.Task[None] | None = None
         self.writer: asyncio.Task[None] | None = None
@@ -66,6 +75,8 @@ class AppendStream:
         self._translate = translate
         self._ids = itertools.count(1)
         self._open: _OpenCall | None = None
+        self.written = (0, 0)
+        """(stream messages, appends) written so far: their ratio is the coalescing."""
 
     async def append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
         """The store's answer to one append; the caller's named error when it failed."""
@@ -109,9 +120,11 @@ class AppendStream:
         """Write each request in turn until the call breaks (``_break`` cancels this task)."""
         try:
             while True:
-                request = await opened.outbox.get()
-                if request.id in opened.waiting:  # else its caller gave up: not sent
-                    await opened.call.write(request)
+                message = await self._next_message(opened)
+                if message is not None:
+                    await opened.call.write(message)
+                    messages, appends = self.written
+                    self.written = (messages + 1, appends + 1 + len(message.more))
         except Exception as exc:  # grpc's error types differ by where the call died
             # The write found the call broken or closed (grpc reports a write racing
             # the call's end as INTERNAL): the stream is gone, the store unreachable.
@@ -120,6 +133,26 @@ class AppendStream:
                 opened, (grpc.StatusCode.UNAVAILABLE, f"the append stream broke: {details}")
             )
 
+    @staticmethod
+    async def _next_message(opened: _OpenCall) -> store_pb2.AppendStreamRequest | None:
+        """The next stream message: the first live request, with the live ones queued
+        behind it in ``more`` while they fit; None when every request taken was given up
+        by its caller (nothing is sent for those)."""
+        first, opened.held = opened.held or await opened.outbox.get(), None
+        if first.id not in opened.waiting:
+            return None
+        size = first.ByteSize()
+        while not opened.outbox.empty():
+            request = opened.outbox.get_nowait()
+            if request.id not in opened.waiting:
+                continue
+            size += request.ByteSize()
+            if size > COALESCE_MAX_BYTES:
+                opened.held = request  # the first of the next message
+                break
+            first.more.append(request)
+        return first
+
     async def _read(self, opened: _OpenCall) -> None:
         code, details = grpc.StatusCode.UNAVAILABLE, "the store ended the stream"
         try:
@@ -127,9 +160,10 @@ class AppendStream:
                 response = await opened.call.read()
                 if response is grpc.aio.EOF:
                     break
-                answered = opened.waiting.get(response.id)
-                if answered is not None and not answered.done():
-                    answered.set_result(response)
+                for answer in (response, *response.more):
+                    answered = opened.waiting.get(answer.id)
+                    if answered is not None and not answered.done():
+                        answered.set_result(answer)
         except grpc.aio.AioRpcError as exc:
             code, details = exc.code(), exc.details() or ""
         except asyncio.CancelledError:

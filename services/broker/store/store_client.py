@@ -84,6 +84,11 @@ class StoreClient(StoreChannel):
         """Append one batch under the store's lock; one result per message."""
         return await self._append(store_pb2.AppendRequest(messages=messages, born_host=born_host))
 
+    @property
+    def appends_written(self) -> tuple[int, int]:
+        """(stream messages, appends) the append stream has written (coalescing)."""
+        return self._appends.written
+
     async def append_records(self, batch: RecordBatch, born_host: str) -> store_pb2.AppendResponse:
         """Append client-encoded records (one ``bytes``) under the store's lock."""
         return await self._append(
