@@ -246,9 +246,7 @@ class Producer:
         self._check_running()
         if not msgs:
             return []
-        for m in msgs:
-            if not isinstance(m, Message):
-                raise TypeError(f"send takes Message(topic, body) objects, not {type(m).__name__}")
+        _check_messages(msgs)
         topic = msgs[0].topic
         if any(m.topic != topic for m in msgs):
             raise ValueError("every message of a batch must have the same topic")
@@ -468,6 +466,7 @@ class Producer:
     def send_async(self, msg: Message, callback: SendCallback | None = None) -> Future[SendResult]:
         """Queue ``msg`` for the sender thread; ``callback(result, error)`` when done."""
         self._check_running()
+        _check_messages((msg,))
         context = telemetry.create_context(msg.topic, msg.body)  # {} without tracing
         unique_id = msg.unique_id()
         # encoded (checked) here, once: a retry sends the same bytes, the same id
@@ -541,6 +540,12 @@ _Pending = tuple[bytes, str, "Future[SendResult]", "SendCallback | None"]
 def _with_ids(results: list[SendResult], unique_ids: Sequence[str]) -> list[SendResult]:
     """The results with each message's unique id (the SDK's results carry none)."""
     return [r._replace(unique_id=u) for r, u in zip(results, unique_ids, strict=True)]
+
+
+def _check_messages(msgs: Sequence[Message]) -> None:
+    for m in msgs:
+        if not isinstance(m, Message):
+            raise TypeError(f"send takes Message(topic, body) objects, not {type(m).__name__}")
 
 
 def _pin(

@@ -31,6 +31,12 @@ def test_bad_sdk_inputs_raise_clear_named_errors(cluster: Cluster, producer: Pro
         producer.send(Message(topic="t", body=b"x", keys="order-1"))
     with pytest.raises(MessageError, match="body must be bytes"):
         producer.send_async(Message(topic="t", body=None))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Message.topic, body. objects, not str"):
+        producer.send("t")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not bytes"):
+        producer.send_batch([Message(topic="t", body=b"x"), b"y"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="not str"):
+        producer.send_async("t")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="same topic"):
         producer.send_batch([Message(topic="a", body=b"x"), Message(topic="b", body=b"x")])
     with pytest.raises(ValueError, match="subscription"):
