@@ -119,6 +119,8 @@ class ClientInstance:
         self.route_refresh_s = route_refresh_ms / 1000
         self.rpc_timeout_s = rpc_timeout_s
         self._routes: dict[str, tuple[registry_pb2.TopicRoute, float]] = {}
+        self._write_queues: dict[str, tuple[registry_pb2.TopicRoute, list[MessageQueue]]] = {}
+        """The last route each topic's writable queues were listed from, and that list."""
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
         self._pulls: dict[str, grpc.UnaryUnaryMultiCallable] = {}
@@ -199,6 +201,7 @@ class ClientInstance:
 
     def forget_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
+        self._write_queues.pop(topic, None)
 
     @staticmethod
     def broker_address(
@@ -215,15 +218,20 @@ class ClientInstance:
     def write_queues(
         self, topic: str, route: registry_pb2.TopicRoute | None = None
     ) -> list[MessageQueue]:
-        """Writable queues of the topic on brokers with a live master."""
+        """Writable queues of the topic on brokers with a live master (a new list: the
+        caller may change it; listed again only when the route changed)."""
         route = route or self.route(topic)
+        listed = self._write_queues.get(topic)
+        if listed is not None and listed[0] is route:
+            return list(listed[1])
         queues = []
         for data in sorted(route.queues, key=lambda q: q.broker_name):
             if data.perm & PERM_WRITE and self.broker_address(route, data.broker_name):
                 queues += [
                     MessageQueue(topic, data.broker_name, q) for q in range(data.write_queue_nums)
                 ]
-        return queues
+        self._write_queues[topic] = (route, queues)
+        return list(queues)
 
     def read_queues(self, topic: str) -> list[MessageQueue]:
         """Readable queues of the topic, sorted (the order rebalancing relies on)."""

@@ -66,6 +66,11 @@ class FaultAvoidance:
                 return True
             return False
 
+    @property
+    def avoiding(self) -> bool:
+        """Whether any group is marked (expired marks included, until next looked at)."""
+        return bool(self._until)
+
     def avoided(self) -> list[str]:
         """The groups avoided now, sorted."""
         now = self._clock()

@@ -206,6 +206,13 @@ class Message:
         return proto
 
 
+def check_messages(msgs: Sequence[Message]) -> None:
+    """TypeError naming the type of anything in ``msgs`` that is not a Message."""
+    for msg in msgs:
+        if not isinstance(msg, Message):
+            raise TypeError(f"send takes Message(topic, body) objects, not {type(msg).__name__}")
+
+
 def batch_records(
     msgs: Sequence[Message],
     born_timestamp_ms: int = 0,

@@ -56,6 +56,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from operator import attrgetter
 from typing import Any
 
 import grpc
@@ -81,6 +82,7 @@ from boltmq.message import (
     SendResult,
     SendStatus,
     batch_records,
+    check_messages,
     send_results,
 )
 from boltmq.message_lookup import find_by_unique_id
@@ -96,6 +98,7 @@ log = logging.getLogger(__name__)
 
 BATCH_MAX_BYTES = 4 * 1024 * 1024
 """Record bytes a natural batch of concurrent sends carries at most (a bigger send goes alone)."""
+RETRY_FIRST_WAIT_S = 0.05  # before a send's first retry; doubled for each further one, to 1 s
 
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -246,7 +249,7 @@ class Producer:
         self._check_running()
         if not msgs:
             return []
-        _check_messages(msgs)
+        check_messages(msgs)
         topic = msgs[0].topic
         if any(m.topic != topic for m in msgs):
             raise ValueError("every message of a batch must have the same topic")
@@ -288,9 +291,15 @@ class Producer:
         self, topic: str, records: bytes, count: int, pin: Pin | None
     ) -> list[SendResult]:
         attempts = _Attempts()
-        retrying = Retrying(
-            stop=stop_after_attempt(self.options.retry_times + 1),
-            wait=wait_exponential(multiplier=0.05, max=1.0),
+        try:  # the first attempt without tenacity's bookkeeping (most sends need one)
+            return self._send_once(topic, records, count, pin, attempts)
+        except _Retry as exc:
+            if self.options.retry_times == 0:
+                raise SendError(f"send to {topic!r} failed after 1 attempts: {exc}") from None
+        time.sleep(RETRY_FIRST_WAIT_S)
+        retrying = Retrying(  # then waits of 0.1, 0.2, ... 1 s between the retries
+            stop=stop_after_attempt(self.options.retry_times),
+            wait=wait_exponential(multiplier=2 * RETRY_FIRST_WAIT_S, max=1.0),
             retry=retry_if_exception(lambda e: isinstance(e, _Retry)),
             reraise=True,
         )
@@ -388,9 +397,12 @@ class Producer:
                 attempts.pinned = pin(queues)
             return self._pinned(attempts.pinned, found)
         start = next(self._counter)
-        candidates = [queues[(start + i) % len(queues)] for i in range(len(queues))]
-        fresh = [q for q in candidates if q.broker_name not in attempts.tried]
-        queue = self.avoidance.order(fresh or candidates, _broker_name)[0]
+        if not attempts.tried and not self.avoidance.avoiding:  # the usual case
+            queue = queues[start % len(queues)]
+        else:
+            candidates = [queues[(start + i) % len(queues)] for i in range(len(queues))]
+            fresh = [q for q in candidates if q.broker_name not in attempts.tried]
+            queue = self.avoidance.order(fresh or candidates, attrgetter("broker_name"))[0]
         creating = queue.broker_name in uncreated
         # A group that lacks the topic is found through the template's route.
         route_topic = DEFAULT_TOPIC if creating or not found else topic
@@ -466,7 +478,7 @@ class Producer:
     def send_async(self, msg: Message, callback: SendCallback | None = None) -> Future[SendResult]:
         """Queue ``msg`` for the sender thread; ``callback(result, error)`` when done."""
         self._check_running()
-        _check_messages((msg,))
+        check_messages((msg,))
         context = telemetry.create_context(msg.topic, msg.body)  # {} without tracing
         unique_id = msg.unique_id()
         # encoded (checked) here, once: a retry sends the same bytes, the same id
@@ -542,12 +554,6 @@ def _with_ids(results: list[SendResult], unique_ids: Sequence[str]) -> list[Send
     return [r._replace(unique_id=u) for r, u in zip(results, unique_ids, strict=True)]
 
 
-def _check_messages(msgs: Sequence[Message]) -> None:
-    for m in msgs:
-        if not isinstance(m, Message):
-            raise TypeError(f"send takes Message(topic, body) objects, not {type(m).__name__}")
-
-
 def _pin(
     sharding_key: str | None,
     selector: QueueSelector | None,
@@ -581,10 +587,6 @@ def _pin(
         return chosen
 
     return select
-
-
-def _broker_name(queue: MessageQueue) -> str:
-    return queue.broker_name
 
 
 def _call(
