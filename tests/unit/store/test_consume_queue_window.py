@@ -212,3 +212,13 @@ def test_store_flusher_releases_old_queue_files_and_serves_every_message(
         lambda: not any(resident_pages(cq.files.files[0].path)),
         "the sweep to release the queue pages the reads brought back",
     )
+
+
+def test_window_refuses_a_step_or_phase_it_cannot_use(table: ConsumeQueueTable) -> None:
+    files = table.get_or_create("T", 0).files
+    for step in (0, -PAGE_SIZE, PAGE_SIZE + 1):
+        with pytest.raises(ValueError, match="align_bytes must be a positive multiple"):
+            page_cache.PageCacheWindow(files, WINDOW, align_bytes=step)
+    for phase in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="sweep_phase must be in"):
+            page_cache.PageCacheWindow(files, WINDOW, sweep_phase=phase)
