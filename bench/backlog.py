@@ -114,7 +114,7 @@ class Report:
     """Per phase, each process's largest RSS."""
     store_file_rss_mib: dict[str, float] = field(default_factory=dict)
     """Per phase, the largest file-backed part of the store's RSS (mapped CommitLog and
-    consume-queue pages: the window releases only the CommitLog's)."""
+    consume-queue pages, each released behind its page-cache window)."""
     reader_disk_read_bytes: int = 0
     """What the store process read from disk while the old reader ran (its I/O counters)."""
     fill_store_rss_mib: list[float] = field(default_factory=list)

@@ -31,7 +31,7 @@ The CommitLog and what derives from it
 Files, durability and space
     mapped_file       MappedFile: one memory-mapped file and its positions
     mapped_file_queue MappedFileQueue: a directory of equal-sized files
-    page_cache        PageCacheWindow: read-ahead and release of CommitLog pages
+    page_cache        PageCacheWindow: read-ahead and release of CommitLog and queue pages
     page_warmer       PageWarmer: faulting in the pages the next appends write
     flusher           CommitLogFlusher and ConsumeQueueFlusher: group commit, fsync
     offset_gate       OffsetGate: waits for an offset (flushed, replicated)

@@ -102,6 +102,12 @@ class StoreConfig(CallerLimitSettings):
     """Flushed CommitLog bytes kept in the page cache behind the flushed offset; older pages
     are released after each flush round (services/store/page_cache.py: bounded memory under
     a pod's limit, and new writes reuse pages instead of taking fresh ones). 0: never."""
+    consume_queue_page_cache_window_bytes: int = 256 * 1024
+    """Flushed bytes of each consume queue kept mapped behind its flushed end (13,107
+    entries); older pages are released after each consume-queue flush round and swept
+    again every 10 s (services/store/page_cache.py), so a large backlog does not keep its
+    20 B a message of entries in memory. Per queue: a store of 1,024 busy queues keeps
+    1,024 times this (and up to 256 KiB more each). 0: never."""
     max_queue_id: int = 1023
     """Largest queue id accepted for a topic."""
     max_transfer_count_on_message_in_memory: int = 32
@@ -141,6 +147,8 @@ class StoreConfig(CallerLimitSettings):
             raise ConfigError("max_message_size_bytes must not be negative")
         if self.commitlog_page_cache_window_bytes < 0:
             raise ConfigError("commitlog_page_cache_window_bytes must not be negative (0: off)")
+        if self.consume_queue_page_cache_window_bytes < 0:
+            raise ConfigError("consume_queue_page_cache_window_bytes must not be negative (0: off)")
 
     @property
     def consume_queue_file_size(self) -> int:

@@ -12,12 +12,19 @@ Offset | Size | Field
 Files live in ``consumequeue/<topic>/<queueId>/`` and are named by their start
 byte offset (20 digits); a file holds ``ceil(size / 20) * 20`` bytes. An entry
 whose commitlog_offset is negative or whose size is 0 is unwritten space.
+
+Each queue keeps only its newest flushed bytes mapped: :meth:`ConsumeQueueTable.release_behind`
+(after each consume-queue flush round) releases the pages more than
+``consume_queue_page_cache_window_bytes`` behind each queue's flushed end, and sweeps
+them again now and then (:class:`services.store.page_cache.PageCacheWindow`); a read of
+released entries faults them back in from the file.
 """
 
 from __future__ import annotations
 
 import struct
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
@@ -26,7 +33,9 @@ import numpy as np
 import numpy.typing as npt
 
 from boltmq.wire.topic import InvalidTopic, validate_topic
+from services.store.config import StoreConfig
 from services.store.mapped_file_queue import MappedFileQueue
+from services.store.page_cache import CONSUME_QUEUE_RELEASE_ALIGN_BYTES, PageCacheWindow
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE: Final = 20
@@ -59,12 +68,23 @@ def _written_entries(view: memoryview, capacity: int) -> int:
 class ConsumeQueue:
     """The consume queue of one (topic, queue_id)."""
 
-    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+    def __init__(
+        self, root: Path, topic: str, queue_id: int, file_size: int, window_bytes: int = 0
+    ) -> None:
         assert file_size % ENTRY_SIZE == 0
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
         self.files = MappedFileQueue(root / topic / str(queue_id), file_size)
+        # Sweeps spread over the interval by a hash of the queue's name.
+        phase = zlib.crc32(f"{topic}/{queue_id}".encode()) % 1024 / 1024
+        self.page_cache = PageCacheWindow(
+            self.files,
+            window_bytes,
+            align_bytes=CONSUME_QUEUE_RELEASE_ALIGN_BYTES,
+            sweep_phase=phase,
+        )
+        """Releases the pages behind the newest ``window_bytes`` flushed (0: off)."""
         # Smallest valid queue offset (entries below were cleaned with their segments).
         self.min_logic_offset = 0
         # Physical end (offset + size) of the last entry written: how far this
@@ -347,11 +367,22 @@ class ConsumeQueue:
 class ConsumeQueueTable:
     """Every consume queue of a store, created on first use."""
 
-    def __init__(self, root: Path, file_size: int) -> None:
+    def __init__(self, root: Path, file_size: int, window_bytes: int = 0) -> None:
         self.root = root
         self.file_size = file_size
+        self.window_bytes = window_bytes
+        """Each queue's page-cache window (0: off)."""
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def of_store(cls, config: StoreConfig) -> ConsumeQueueTable:
+        """The table of a store's ``consumequeue/`` directory, with its settings."""
+        return cls(
+            config.root_dir / "consumequeue",
+            config.consume_queue_file_size,
+            config.consume_queue_page_cache_window_bytes,
+        )
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
@@ -362,7 +393,7 @@ class ConsumeQueueTable:
             with self._lock:
                 cq = self.queues.get((topic, queue_id))
                 if cq is None:
-                    cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+                    cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self.window_bytes)
                     self.queues = {**self.queues, (topic, queue_id): cq}
         return cq
 
@@ -406,6 +437,16 @@ class ConsumeQueueTable:
     def flush(self, least_pages: int) -> None:
         for cq in self:
             cq.flush(least_pages)
+
+    def release_behind(self) -> int:
+        """Release each queue's pages behind its window (flushed ones only); bytes released.
+
+        A queue that has not moved a release step since the last round costs no system
+        call; a queue's periodic sweep comes at its own round.
+        """
+        if self.window_bytes <= 0:
+            return 0
+        return sum(cq.page_cache.release_behind(cq.files.flushed_offset) for cq in self)
 
     def close(self) -> None:
         for cq in self:

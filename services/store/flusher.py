@@ -9,7 +9,8 @@
 - After each round the CommitLog's page-cache window releases what fell behind it
   (:mod:`services.store.page_cache`).
 - :class:`ConsumeQueueFlusher` forces consume queues and the index every
-  ``flush_interval_consume_queue_ms`` and then writes the checkpoint.
+  ``flush_interval_consume_queue_ms`` and then writes the checkpoint; after each
+  round every consume queue's page-cache window releases what fell behind it.
 
 All fsyncs run on these threads (``os.fdatasync`` releases the GIL), never on
 an event loop.
@@ -188,6 +189,8 @@ class ConsumeQueueFlusher:
                 # The logics timestamp is only advanced by full flushes: a flush
                 # that skipped a queue with few dirty pages proves nothing.
                 self.flush_now(0 if thorough else self.config.flush_consume_queue_least_pages)
+                # Every round, as the CommitLog's window (sweeps reach what readers map).
+                self.queues.release_behind()
             except Exception:
                 log.exception("consume-queue flush failed")
 

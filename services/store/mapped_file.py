@@ -168,16 +168,23 @@ class MappedFile:
         """Let the kernel drop the cached pages of ``[start, end)``; returns the bytes released.
 
         Only whole pages before ``flushed_position`` are released (clean pages,
-        on disk already); the rest of the range is left as it is. The bytes
-        stay readable: the next read faults them back in from the file.
+        on disk already); the rest of the range is left as it is. A file flushed
+        whole is released to its end, with the last page of a size that is not a
+        multiple of pages (consume-queue files). The bytes stay readable: the
+        next read faults them back in from the file.
         """
         start -= start % PAGE_SIZE
-        end = min(end, self.flushed_position) // PAGE_SIZE * PAGE_SIZE
+        end = min(end, self.flushed_position)
+        to_file_end = end >= self.file_size
+        if not to_file_end:
+            end = end // PAGE_SIZE * PAGE_SIZE
         if end <= start or not self.hold():
             return 0
         try:
             self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
-            os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_DONTNEED)
+            # Length 0 is "to the end of the file": a partial last page is dropped too.
+            length = 0 if to_file_end else end - start
+            os.posix_fadvise(self._fd, start, length, os.POSIX_FADV_DONTNEED)
         finally:
             self.release()
         return end - start

@@ -1,4 +1,4 @@
-"""PageCacheWindow: the CommitLog keeps only its newest flushed bytes in the page cache.
+"""PageCacheWindow: a file queue keeps only its newest flushed bytes in the page cache.
 
 Left alone, every byte the store ever wrote stays cached until the kernel
 needs the memory. That has two costs a message store feels:
@@ -24,6 +24,18 @@ them back in from disk, as after any eviction; every ``sweep_interval_s``
 (at the flusher's next round, whether anything was written or not) the whole
 released range is released again so such reads do not accumulate.
 ``window_bytes`` 0 turns the window off.
+
+Each consume queue has a window of its own
+(``consume_queue_page_cache_window_bytes``, released by the consume-queue
+flusher after each of its rounds): a queue's entries are 20 bytes a message,
+so without it a large backlog keeps 20 B a message mapped in the store
+(2 GiB at 100,000,000 messages) and a reader of old entries maps them again.
+A store may hold a thousand queues, so their windows release in smaller steps
+(:data:`CONSUME_QUEUE_RELEASE_ALIGN_BYTES`: at most that much more than the window
+stays mapped behind a queue's flushed end) and sweep at different rounds (each
+window's ``sweep_phase``), not all in the same one. A step that ends inside a
+larger folio unmaps its pages at once; the kernel drops the folio itself from the
+cache at the next sweep, which covers it whole.
 
 Such a reader would fault the released pages back in as its copy reaches
 them, each fault waiting for a disk read inside the store's serving thread: a
@@ -51,24 +63,42 @@ folio cached, and the next round, starting mid-folio too, would leave it again."
 READ_AHEAD_BYTES = 16 * 1024 * 1024
 """One step of :meth:`PageCacheWindow.read_ahead`: it asks for at most this much of a read
 of released pages and this much past it."""
+CONSUME_QUEUE_RELEASE_ALIGN_BYTES = 256 * 1024
+"""The release step of a consume queue's window (see the module docstring)."""
 SWEEP_INTERVAL_S = 10.0
 """How often the whole released range is released again (pages brought back by readers)."""
 
 
 class PageCacheWindow:
-    """Releases the cached pages of a MappedFileQueue that lie behind a window."""
+    """Releases the cached pages of a MappedFileQueue that lie behind a window.
+
+    ``align_bytes``: releases end on this boundary of their file (a multiple of the
+    page size). ``sweep_phase`` (0 to 1): the first sweep comes that fraction of an
+    interval early, so that many windows sweep at different rounds.
+    """
 
     def __init__(
-        self, files: MappedFileQueue, window_bytes: int, sweep_interval_s: float = SWEEP_INTERVAL_S
+        self,
+        files: MappedFileQueue,
+        window_bytes: int,
+        sweep_interval_s: float = SWEEP_INTERVAL_S,
+        *,
+        align_bytes: int = RELEASE_ALIGN_BYTES,
+        sweep_phase: float = 0.0,
     ) -> None:
         if window_bytes < 0:
             raise ValueError(f"window_bytes must not be negative, got {window_bytes}")
+        if align_bytes <= 0 or align_bytes % PAGE_SIZE:
+            raise ValueError(f"align_bytes must be a positive multiple of {PAGE_SIZE}")
+        if not 0.0 <= sweep_phase < 1.0:
+            raise ValueError(f"sweep_phase must be in [0, 1), got {sweep_phase}")
         self.files = files
         self.window_bytes = window_bytes
         self.sweep_interval_s = sweep_interval_s
+        self.align_bytes = align_bytes
         self.released_to = 0
         """Everything before this offset has been released at least once."""
-        self._last_sweep = time.monotonic()
+        self._last_sweep = time.monotonic() - sweep_phase * sweep_interval_s
         self._ahead = (0, 0)
         """The range the last read ahead asked for (nothing yet)."""
 
@@ -142,4 +172,4 @@ class PageCacheWindow:
         if mf is None:
             return offset // PAGE_SIZE * PAGE_SIZE
         local = offset - mf.file_from_offset
-        return mf.file_from_offset + local // RELEASE_ALIGN_BYTES * RELEASE_ALIGN_BYTES
+        return mf.file_from_offset + local // self.align_bytes * self.align_bytes

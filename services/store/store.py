@@ -69,7 +69,7 @@ class MessageStore:
         """Fresh, unopened parts (a stopped store is started again with new ones)."""
         config = self.config
         self.commitlog = CommitLog(config)
-        self.queues = ConsumeQueueTable(self.root / "consumequeue", config.consume_queue_file_size)
+        self.queues = ConsumeQueueTable.of_store(config)
         self.index = IndexService(
             self.root / "index", config.max_hash_slot_num, config.max_index_num
         )
