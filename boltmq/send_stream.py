@@ -10,6 +10,14 @@ one SendRequest (a natural batch, :mod:`boltmq.send_batcher`, is one request).
   serialized SendRequest, its deadline as ``timeout_ms`` (the time the send has
   left) and its trace context; the broker answers each by id, in the order the
   sends end (:mod:`services.broker.send.send_stream` is its side).
+- The sends of every thread that queued while gRPC's writer was busy with the
+  previous message leave together as one stream message (the others in its
+  ``more``, up to ``COALESCE_MAX_BYTES``), once the broker's initial metadata
+  said it takes them (an older broker gets one send a message); the stream
+  opens with the same header, so the broker's answers that are ready together
+  come back as one message the same way. Sends
+  to different topics and queues share a message, which natural batching
+  (one topic and queue a call) cannot do.
 - A send answered with a code fails as a unary call with that code would:
   :class:`StreamSendError` is a ``grpc.RpcError`` with ``code()`` and
   ``details()``, so the producer's retry policy treats both paths alike.
@@ -44,7 +52,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import grpc
 
@@ -63,6 +71,10 @@ STALL_S = 1.0
 """How long past the reading sender's deadline a stream may answer nothing."""
 WATCH_INTERVAL_S = 0.25
 """How often the watchdog looks at the streams being read."""
+COALESCE_MAX_BYTES = 4 * 1024 * 1024
+"""Sends join one stream message while it stays under this size (the first always goes)."""
+MORE_HEADER = ("boltmq-send-more", "1")
+"""The broker's initial metadata saying it takes several sends a message."""
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -99,7 +111,9 @@ class _Waiter:
 class _Open:
     """One opened gRPC stream: its requests' queue, its waiting sends, its nonce."""
 
-    def __init__(self, nonce: str) -> None:
+    def __init__(self, nonce: str, written: list[int]) -> None:
+        self.written = written
+        """[stream messages, sends] written, shared by the SendStream's streams."""
         self.outgoing: queue.SimpleQueue[broker_pb2.SendStreamRequest | None] = queue.SimpleQueue()
         self.pending: dict[int, _Waiter] = {}
         self.nonce = nonce
@@ -110,6 +124,41 @@ class _Open:
         self.read_deadline = 0.0
         """Monotonic deadline of the reading sender's own send (the watchdog's)."""
         self.call: grpc.Call | None = None
+        self.coalesce: bool | None = None
+        """Whether the broker takes several sends a message (None: not known yet)."""
+
+    def requests(self) -> Iterator[broker_pb2.SendStreamRequest]:
+        """The stream messages gRPC's writer thread sends: each send queued, with those
+        queued behind it in its ``more`` once the broker said it takes them."""
+        held: list[broker_pb2.SendStreamRequest | None] = []  # for the next message
+        while True:
+            first = held.pop() if held else self.outgoing.get()
+            if first is None:
+                return
+            if self.coalesce is None and first.id > 1:  # the first went: headers are due
+                self.coalesce = self._takes_more()
+            size = first.ByteSize()
+            while self.coalesce:
+                try:
+                    queued = self.outgoing.get_nowait()
+                except queue.Empty:
+                    break
+                if queued is None or size + queued.ByteSize() > COALESCE_MAX_BYTES:
+                    held.append(queued)  # the end, or the first of the next message
+                    break
+                size += queued.ByteSize()
+                first.more.append(queued)
+            self.written[0] += 1
+            self.written[1] += 1 + len(first.more)
+            yield first
+
+    def _takes_more(self) -> bool:
+        """Whether the broker's initial metadata says it takes several sends a message."""
+        assert self.call is not None  # set before any send is queued
+        try:
+            return MORE_HEADER in (self.call.initial_metadata() or ())
+        except grpc.RpcError:
+            return False
 
     def stalled(self, now: float) -> bool:
         return self.reading and now > self.read_deadline + STALL_S
@@ -174,6 +223,8 @@ class SendStream:
         self._closed = False
         self.opened = 0
         """Streams opened so far (a reconnect opens another)."""
+        self.written = [0, 0]
+        """[stream messages, sends] written so far: their ratio is the coalescing."""
 
     def send(self, request: bytes, timeout_s: float) -> broker_pb2.SendResponse:
         """The broker's answer to the serialized SendRequest ``request``; StreamSendError
@@ -192,34 +243,34 @@ class SendStream:
 
     def _send(self, request: bytes, deadline: float) -> broker_pb2.SendResponse:
         waiter = _Waiter()
-        with self._lock:
+        traceparent = telemetry.current_traceparent()
+        with self._lock:  # ids enter the queue in the order they are given: they must grow
             if self._closed:
                 raise StreamSendError(grpc.StatusCode.CANCELLED, "the client is closed")
             opened = self._current()
             message_id = next(opened.ids)
             opened.pending[message_id] = waiter
-        timeout_ms = max(1, int((deadline - time.monotonic()) * 1000))
-        traceparent = telemetry.current_traceparent()
-        signature = ""
-        if self._credentials is not None:
-            signature = stream_signature(
-                self._credentials.secret_key,
-                self._credentials.algorithm,
-                opened.nonce,
-                message_id,
-                timeout_ms,
-                traceparent,
-                request,
+            timeout_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            signature = ""
+            if self._credentials is not None:
+                signature = stream_signature(
+                    self._credentials.secret_key,
+                    self._credentials.algorithm,
+                    opened.nonce,
+                    message_id,
+                    timeout_ms,
+                    traceparent,
+                    request,
+                )
+            opened.outgoing.put(
+                broker_pb2.SendStreamRequest(
+                    id=message_id,
+                    send=request,
+                    timeout_ms=timeout_ms,
+                    traceparent=traceparent,
+                    signature=signature,
+                )
             )
-        opened.outgoing.put(
-            broker_pb2.SendStreamRequest(
-                id=message_id,
-                send=request,
-                timeout_ms=timeout_ms,
-                traceparent=traceparent,
-                signature=signature,
-            )
-        )
         self._await(opened, waiter, message_id, deadline)
         if waiter.error is not None:
             raise waiter.error
@@ -272,14 +323,18 @@ class SendStream:
         assert call is not None  # opened before any send registers
         try:
             while not mine.done:
-                answer = next(call)
+                carried = next(call)
+                ended = []
                 with self._lock:
-                    waiter = opened.pending.pop(answer.id, None)
-                    if waiter is not None:
-                        waiter.answer = answer
-                        waiter.done = True
-                if waiter is not None:
-                    waiter.signal.set()
+                    for answer in (carried, *carried.more):
+                        waiter = opened.pending.pop(answer.id, None)
+                        if waiter is not None:
+                            waiter.answer = answer
+                            waiter.done = True
+                            ended.append(waiter)
+                for waiter in ended:
+                    if waiter is not mine:
+                        waiter.signal.set()
         except StopIteration:
             self._break(opened, "the broker ended the send stream", grpc.StatusCode.UNAVAILABLE)
         except grpc.RpcError as exc:
@@ -325,8 +380,8 @@ class SendStream:
                 target=self._target(),
             )
             nonce = dict(metadata)[NONCE_HEADER]
-        opened = _Open(nonce)
-        opened.call = self._method(iter(opened.outgoing.get, None), metadata=metadata)
+        opened = _Open(nonce, self.written)
+        opened.call = self._method(opened.requests(), metadata=(*metadata, MORE_HEADER))
         self._open = opened
         self.opened += 1
         _WATCHDOG.watch(opened)

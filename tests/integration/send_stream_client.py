@@ -97,6 +97,22 @@ class RawStream:
         assert isinstance(answer, broker_pb2.SendStreamResponse), f"stream ended: {answer!r}"
         return answer
 
+    def initial_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The broker's initial metadata (waits for it)."""
+        return tuple((key, value) for key, value in self._call.initial_metadata() or ())
+
+    def read_each(self, count: int) -> tuple[int, dict[int, broker_pb2.SendStreamResponse]]:
+        """The next ``count`` answers by id, those carried in ``more`` included, and how many
+        stream messages brought them."""
+        answers: dict[int, broker_pb2.SendStreamResponse] = {}
+        messages = 0
+        while len(answers) < count:
+            answer = self.read()
+            messages += 1
+            for each in (answer, *answer.more):
+                answers[each.id] = each
+        return messages, answers
+
     def read_many(self, count: int) -> dict[int, broker_pb2.SendStreamResponse]:
         """The next ``count`` answers by id."""
         answers = [self.read() for _ in range(count)]

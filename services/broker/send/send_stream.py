@@ -9,7 +9,15 @@ the id, in the order the sends finish, so a slow send holds up no other.
 
 Rules, per stream:
 
-- ids are > 0 and grow: a request whose id is not greater than the one before
+- one stream message may carry several sends (its ``more``, taken in order after
+  it; the SDK packs the sends that queued behind its previous write), each
+  handled as if it came alone; a send in ``more`` with a ``more`` of its own is
+  refused INVALID_ARGUMENT, that send alone. The broker says it takes them with
+  the initial metadata :data:`MORE_METADATA` (a client that does not see it sends
+  one per message). To a client that opened the stream with that same header,
+  answers that are ready together leave as one message too (the first, the
+  others in its ``more``); any other client gets one answer a message;
+- ids are > 0 and grow: a send whose id is not greater than the one before
   ends the stream INVALID_ARGUMENT (it is a broken client, or a replay);
 - each request has its own deadline, ``timeout_ms`` from when the broker read
   it: a send still running then is cancelled and answered DEADLINE_EXCEEDED,
@@ -49,6 +57,10 @@ from services.broker.send.send_processor import SendProcessor
 log = logging.getLogger(__name__)
 
 METHOD = "/boltmq.v1.BrokerService/SendStream"
+MORE_METADATA = (("boltmq-send-more", "1"),)
+"""Sent as the stream's initial metadata: this broker takes several sends a message."""
+ANSWERS_MAX_BYTES = 4 * 1024 * 1024
+"""Answers join one stream message while it stays under this size."""
 _END = None
 """Put on a stream's answers when every send of a half-closed stream is answered."""
 _Answer = broker_pb2.SendStreamResponse | BaseException | None
@@ -82,8 +94,10 @@ class SendStreamer:
         requests: AsyncIterator[broker_pb2.SendStreamRequest],
         peer_address: str,
         access: StreamAccess,
+        answers_together: bool = False,
     ) -> AsyncIterator[broker_pb2.SendStreamResponse]:
-        """Every request's answer as its send ends; raises what ends the stream."""
+        """Every request's answer as its send ends; raises what ends the stream.
+        ``answers_together``: the client reads answers in ``more``."""
         answers: asyncio.Queue[_Answer] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
         if self._closing:
@@ -94,12 +108,23 @@ class SendStreamer:
         self._readers.add(reader)
         reader.add_done_callback(self._readers.discard)
         try:
+            held: list[_Answer] = []  # taken from the queue, for the next message
             while True:
-                answer = await answers.get()
+                answer = held.pop() if held else await answers.get()
                 if answer is _END:
                     return
                 if isinstance(answer, BaseException):
                     raise answer
+                size = answer.ByteSize()
+                while answers_together and not answers.empty():  # ready now: together
+                    ready = answers.get_nowait()
+                    if not isinstance(ready, broker_pb2.SendStreamResponse) or (
+                        size + ready.ByteSize() > ANSWERS_MAX_BYTES
+                    ):
+                        held.append(ready)  # the end, an error, or no room: next
+                        break
+                    size += ready.ByteSize()
+                    answer.more.append(ready)
                 yield answer
         finally:
             reader.cancel()
@@ -118,22 +143,24 @@ class SendStreamer:
         last_id = 0
         loop = asyncio.get_running_loop()
         try:
-            async for message in requests:
-                if message.id <= last_id:
-                    raise InvalidArgument(
-                        f"id: {message.id} is not greater than the id before it ({last_id}); "
-                        "ids of a stream start above 0 and grow"
-                    )
-                last_id = message.id
-                refused = self._refused(message, access, len(running))
-                if isinstance(refused, broker_pb2.SendStreamResponse):
-                    answers.put_nowait(refused)
-                    continue
-                task = loop.create_task(self._one(message, refused, peer_address, answers))
-                running.add(task)
-                task.add_done_callback(running.discard)
-                # the budget slot admit() took, given back even by a task cancelled unstarted
-                task.add_done_callback(lambda _: access.done())
+            async for carried in requests:
+                for n, message in enumerate((carried, *carried.more)):
+                    if message.id <= last_id:
+                        raise InvalidArgument(
+                            f"id: {message.id} is not greater than the id before it "
+                            f"({last_id}); ids of a stream start above 0 and grow"
+                        )
+                    last_id = message.id
+                    refused = self._refused(message, access, len(running), inner=n > 0)
+                    if isinstance(refused, broker_pb2.SendStreamResponse):
+                        answers.put_nowait(refused)
+                        continue
+                    task = loop.create_task(self._one(message, refused, peer_address, answers))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                    # the budget slot admit() took, given back even by a task cancelled
+                    # unstarted
+                    task.add_done_callback(lambda _: access.done())
             if running:
                 await asyncio.wait(set(running))
             answers.put_nowait(_END)
@@ -148,10 +175,20 @@ class SendStreamer:
             answers.put_nowait(exc)
 
     def _refused(
-        self, message: broker_pb2.SendStreamRequest, access: StreamAccess, running: int
+        self,
+        message: broker_pb2.SendStreamRequest,
+        access: StreamAccess,
+        running: int,
+        inner: bool = False,
     ) -> broker_pb2.SendStreamResponse | broker_pb2.SendRequest:
         """The message's SendRequest when it may run, else its refusal (StreamRefused, for a
-        bad signature, is raised: it ends the stream)."""
+        bad signature, is raised: it ends the stream). ``inner``: it came in ``more``."""
+        if inner and message.more:
+            return refusal(
+                message.id,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "more: a send carried in `more` cannot carry more of its own",
+            )
         if message.timeout_ms <= 0:
             return refusal(
                 message.id,
