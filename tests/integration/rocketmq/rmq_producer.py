@@ -1,7 +1,8 @@
 """Run by the official client's venv (not by pytest): one JSON line per outcome.
 
 usage: rmq_producer.py ENDPOINTS MODE TOPIC [ARGS...] with the environment
-RMQ_AK / RMQ_SK for credentials. MODE: send N | send_async N | fifo GROUPS N |
+RMQ_AK / RMQ_SK for credentials. MODE: send N | send_async N | tagged N TAG,TAG... (the
+i-th message tagged with the i-th tag, round) | fifo GROUPS N |
 delay SECONDS | transaction (commit|rollback|orphan) | paced SECONDS (one sync send every
 PACE_S for SECONDS, each outcome emitted with its time, a failed send does not stop it).
 """
@@ -78,6 +79,12 @@ def main():
             for i in range(int(args[0])):
                 receipt = producer.send(message(topic, f"sync-{i}"))
                 emit(event="sent", message_id=receipt.message_id, offset=receipt.offset)
+        elif mode == "tagged":
+            tags = args[1].split(",")
+            for i in range(int(args[0])):
+                tag = tags[i % len(tags)]
+                receipt = producer.send(message(topic, f"{tag}-{i}", tag=tag))
+                emit(event="sent", message_id=receipt.message_id, tag=tag)
         elif mode == "send_async":
             futures = [
                 producer.send_async(message(topic, f"async-{i}")) for i in range(int(args[0]))

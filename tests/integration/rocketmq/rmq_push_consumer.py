@@ -1,8 +1,9 @@
 """Run by the official client's venv (not by pytest): a PushConsumer, one JSON line per
 consumption.
 
-usage: rmq_push_consumer.py ENDPOINTS GROUP TOPIC COUNT SECONDS [MODE]: consume until COUNT
-messages succeeded or SECONDS passed. MODE ``fail_first`` (the default): the first delivery
+usage: rmq_push_consumer.py ENDPOINTS GROUP TOPIC COUNT SECONDS [MODE [TAGS]]: consume until
+COUNT messages succeeded or SECONDS passed, subscribed with the tag expression TAGS (``*``
+unless given). MODE ``fail_first`` (the default): the first delivery
 of every message fails (FAILURE), so each is consumed twice. MODE ``fifo``: every message
 succeeds after a short pause; each consumption is emitted with its message group and the
 number of that group's messages being consumed at the same moment (``in_flight``, 1 when the
@@ -49,6 +50,7 @@ class FailFirst(MessageListener):
             event="consumed",
             message_id=message.message_id,
             body=message.body.decode(),
+            tag=message.tag,
             attempt=message.delivery_attempt,
             result="FAILURE" if first else "SUCCESS",
         )
@@ -86,12 +88,13 @@ class Ordered(MessageListener):
 
 def main():
     endpoints, group, topic, count, seconds, *rest = sys.argv[1:]
-    listener = Ordered() if rest == ["fifo"] else FailFirst()
+    mode, tags = (rest + ["fail_first", "*"][len(rest) :])[:2]
+    listener = Ordered() if mode == "fifo" else FailFirst()
     consumer = PushConsumer(
         ClientConfiguration(endpoints, Credentials()),
         group,
         listener,
-        {topic: FilterExpression("*")},
+        {topic: FilterExpression(tags)},
         consumption_thread_count=4,
     )
     consumer.startup()

@@ -3,8 +3,9 @@
 One cluster serves every test of the module: a registry and two broker groups (broker-a,
 broker-b, a store each) as processes. The client's scripts connect to broker-a's gRPC
 address only, and what they sent is read back with BoltMQ's own pull consumer. Topics
-the client creates (auto-creation) live on broker-a; ``RmqTwoGroups`` on both groups
-shows that one broker's address is enough to reach every group.
+the client creates (auto-creation) live on broker-a; ``RmqTwoGroups`` and the topics of
+the last tests are on both groups: one broker's address reaches every group, and a
+tag-filtered PushConsumer and FIFO consumption work across them.
 """
 
 from __future__ import annotations
@@ -180,3 +181,71 @@ def test_the_official_clients_send_to_and_receive_from_both_groups(
     events = run_client("rmq_consumer.py", address, "drain", "rmq-two", TOPIC, "8", "40")
     received = of(events, "received")
     assert sorted(r["message_id"] for r in received) == sorted(s["message_id"] for s in sent)
+
+
+def on_both_groups(cluster: TwoGroups, topic: str, orderly_group: str = "") -> None:
+    """``topic`` (and an orderly consumer group) on both broker groups."""
+    for address in cluster.addresses.values():
+        stub = broker_pb2_grpc.BrokerServiceStub(sync_channel(address))
+        stub.UpsertTopic(
+            broker_pb2.UpsertTopicRequest(
+                topic=registry_pb2.TopicConfig(
+                    name=topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES, perm=6
+                )
+            ),
+            timeout=10,
+        )
+        if orderly_group:
+            stub.UpsertGroup(
+                broker_pb2.UpsertGroupRequest(group=orderly_group, consume_message_orderly=True),
+                timeout=10,
+            )
+
+
+def groups_holding(cluster: TwoGroups, topic: str) -> set[str]:
+    held = set()
+    for name, address in cluster.addresses.items():
+        status = broker_pb2_grpc.BrokerServiceStub(sync_channel(address)).TopicStatus(
+            broker_pb2.TopicStatusRequest(topic=topic), timeout=10
+        )
+        if sum(q.max_offset for q in status.queues):
+            held.add(name)
+    return held
+
+
+def test_a_tag_filtered_push_consumer_gets_failed_messages_again_from_both_groups(
+    cluster: TwoGroups,
+) -> None:
+    on_both_groups(cluster, "RmqTwoTags")
+    address = cluster.addresses["broker-a"]
+    sent = of(run_client("rmq_producer.py", address, "tagged", "RmqTwoTags", "8", "a,b"), "sent")
+    assert groups_holding(cluster, "RmqTwoTags") == set(cluster.addresses)
+    events = run_client(
+        "rmq_push_consumer.py", address, "rmq-two-push", "RmqTwoTags", "4", "60", "fail_first", "a"
+    )
+    consumed = of(events, "consumed")
+    assert {c["tag"] for c in consumed} == {"a"}  # the filter: no "b" is delivered
+    for message in sent:
+        mine = [
+            (c["attempt"], c["result"])
+            for c in consumed
+            if c["message_id"] == message["message_id"]
+        ]
+        assert mine == ([(1, "FAILURE"), (2, "SUCCESS")] if message["tag"] == "a" else [])
+    assert of(events, "done") == [{"event": "done", "succeeded": 4}]
+
+
+def test_fifo_messages_are_consumed_in_order_across_both_groups(cluster: TwoGroups) -> None:
+    on_both_groups(cluster, "RmqTwoFifo", orderly_group="rmq-two-fifo")
+    address = cluster.addresses["broker-a"]
+    sent = of(run_client("rmq_producer.py", address, "fifo", "RmqTwoFifo", "4", "16"), "sent")
+    assert len(sent) == 16
+    assert groups_holding(cluster, "RmqTwoFifo") == set(cluster.addresses)
+    events = run_client(
+        "rmq_consumer.py", address, "drain", "rmq-two-fifo", "RmqTwoFifo", "16", "60"
+    )
+    received = of(events, "received")
+    assert len(received) == 16
+    for group in ("g0", "g1", "g2", "g3"):
+        bodies = [r["body"] for r in received if r["group"] == group]
+        assert bodies == [f"{group}-{i}" for i in range(int(group[1]), 16, 4)]
