@@ -9,7 +9,8 @@ in QueryRoute and takes sends after the client's route refresh, and every acknow
 message is stored (read back with BoltMQ's PullConsumer) and is received afterwards by
 the official SimpleConsumer, broker-a's from its new master. After a failover, FIFO send
 and ordered consumption, a delayed send and transactions (commit, rollback) work on both
-groups, with the topics and the orderly group the replica copied. Waits are for a state
+groups, with the topics and the orderly group the replica copied, and so does a
+tag-filtered PushConsumer whose failed messages come back. Waits are for a state
 (bounded), never a timing assertion.
 """
 
@@ -206,7 +207,7 @@ def test_the_official_client_sends_across_a_killed_master_and_every_acked_messag
 def test_fifo_delay_and_transactions_work_on_both_groups_after_a_failover(
     cluster: LocalCluster,
 ) -> None:
-    topics = ("RmqAfterFifo", "RmqAfterDelay", "RmqAfterTx")
+    topics = ("RmqAfterFifo", "RmqAfterDelay", "RmqAfterTx", "RmqAfterPush")
     wait_for_masters(cluster, *topics)
     for group in cluster.groups.values():  # an orderly group on both groups
         master, replica = group
@@ -260,3 +261,26 @@ def test_fifo_delay_and_transactions_work_on_both_groups_after_a_failover(
     )
     bodies = [bytes(m.body).decode() for m in pull_everything(cluster, "RmqAfterTx")]  # type: ignore[arg-type]
     assert bodies == ["tx-commit"]
+
+    # A tag-filtered PushConsumer: a failed message comes back, from both groups.
+    sent = of(
+        run_client("rmq_producer.py", endpoints, "tagged", "RmqAfterPush", "8", "a,b"), "sent"
+    )
+    events = run_client(
+        "rmq_push_consumer.py",
+        endpoints,
+        "rmq-after-push",
+        "RmqAfterPush",
+        "4",
+        "60",
+        "fail_first",
+        "a",
+    )
+    consumed = of(events, "consumed")
+    for message in sent:
+        mine = [
+            (c["attempt"], c["result"])
+            for c in consumed
+            if c["message_id"] == message["message_id"]
+        ]
+        assert mine == ([(1, "FAILURE"), (2, "SUCCESS")] if message["tag"] == "a" else [])
