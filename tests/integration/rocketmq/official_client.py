@@ -89,3 +89,8 @@ def run_client(
 def of(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     """The events of one kind."""
     return [e for e in events if e["event"] == kind]
+
+
+def consumptions(consumed: list[dict[str, Any]], message_id: str) -> list[tuple[int, str]]:
+    """(attempt, result) of each push consumption of one message, in order."""
+    return [(c["attempt"], c["result"]) for c in consumed if c["message_id"] == message_id]

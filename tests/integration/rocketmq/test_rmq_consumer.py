@@ -16,6 +16,7 @@ from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.conftest import Cluster
 from tests.integration.rocketmq.official_client import (
+    consumptions,
     needs_node_client,
     needs_official_client,
     of,
@@ -118,11 +119,7 @@ def test_a_push_consumer_gets_a_failed_message_again_and_acks_it_on_success(
     )
     consumed = of(events, "consumed")
     for message in sent:
-        mine = [
-            (c["attempt"], c["result"])
-            for c in consumed
-            if c["message_id"] == message["message_id"]
-        ]
+        mine = consumptions(consumed, message["message_id"])
         assert mine == [(1, "FAILURE"), (2, "SUCCESS")]
     assert of(events, "done") == [{"event": "done", "succeeded": 3}]
     after = consume(cluster, "drain", "rmq-push", "RmqPush", "1", "3")

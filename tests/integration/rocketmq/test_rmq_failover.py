@@ -38,6 +38,7 @@ from tests.integration.rocketmq.official_client import (
     RMQ_PYTHON,
     RUN_TIMEOUT_S,
     SCRIPTS,
+    consumptions,
     needs_official_client,
     of,
     run_client,
@@ -278,9 +279,5 @@ def test_fifo_delay_and_transactions_work_on_both_groups_after_a_failover(
     )
     consumed = of(events, "consumed")
     for message in sent:
-        mine = [
-            (c["attempt"], c["result"])
-            for c in consumed
-            if c["message_id"] == message["message_id"]
-        ]
+        mine = consumptions(consumed, message["message_id"])
         assert mine == ([(1, "FAILURE"), (2, "SUCCESS")] if message["tag"] == "a" else [])

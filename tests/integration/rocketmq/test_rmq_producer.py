@@ -21,7 +21,12 @@ from boltmq.rocketmq.v2 import definition_pb2 as v2
 from boltmq.rocketmq.v2 import service_pb2, service_pb2_grpc
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, registry_pb2
 from tests.integration.conftest import CLUSTER_BROKER_SETTINGS, CLUSTER_STORE_SETTINGS, Cluster
-from tests.integration.rocketmq.official_client import needs_official_client, of, run_client
+from tests.integration.rocketmq.official_client import (
+    consumptions,
+    needs_official_client,
+    of,
+    run_client,
+)
 from tests.integration.sdk_fixtures import pull_everything
 from tests.waiting import wait_until
 
@@ -226,11 +231,7 @@ def test_a_tag_filtered_push_consumer_gets_failed_messages_again_from_both_group
     consumed = of(events, "consumed")
     assert {c["tag"] for c in consumed} == {"a"}  # the filter: no "b" is delivered
     for message in sent:
-        mine = [
-            (c["attempt"], c["result"])
-            for c in consumed
-            if c["message_id"] == message["message_id"]
-        ]
+        mine = consumptions(consumed, message["message_id"])
         assert mine == ([(1, "FAILURE"), (2, "SUCCESS")] if message["tag"] == "a" else [])
     assert of(events, "done") == [{"event": "done", "succeeded": 4}]
 
