@@ -123,6 +123,14 @@ class PageCacheWindow:
         self.released_to = max(self.released_to, target)
         return released
 
+    def release_between(self, start: int, offset: int) -> int:
+        """Release ``[start, offset - window)`` whatever was released before (a reader that
+        went over released pages again: recovery's re-dispatch); bytes released."""
+        if not self.enabled:
+            return 0
+        target = self._aligned(offset - self.window_bytes)
+        return self._each_segment(start, target, MappedFile.drop_cached) if target > start else 0
+
     def read_ahead(self, offset: int, end: int) -> int:
         """A reader is about to read ``[offset, end)``: when that lies behind the window,
         ask the kernel for its first READ_AHEAD_BYTES and READ_AHEAD_BYTES past those, all

@@ -12,6 +12,13 @@
 
 Truncation zeroes what it cuts (see MappedFileQueue.truncate_to), so a second
 crash can never resurrect stale records. Every cut is reported as a note.
+
+The walk reads every byte from its start, gigabytes after a long run, and the
+re-dispatch after it (:func:`redispatch`) reads them again: behind each, every
+``RELEASE_STEP_BYTES`` and at its end, what lies more than the CommitLog's
+page-cache window (:mod:`services.store.page_cache`) behind is released, so a
+starting store holds no more of the CommitLog than a running one
+(``released_bytes`` of the report).
 """
 
 from __future__ import annotations
@@ -22,9 +29,13 @@ from boltmq.wire.record import CorruptRecord, decode_record
 from services.store.checkpoint import CheckpointState
 from services.store.commitlog import CommitLog
 from services.store.consume_queue import ConsumeQueueTable
+from services.store.dispatcher import Dispatcher
+from services.store.page_cache import PageCacheWindow
 
 CLEAN_RECOVERY_SEGMENTS = 3
 CRASH_RECOVERY_MARGIN_MS = 3_000
+RELEASE_STEP_BYTES = 64 * 1024 * 1024
+"""How far the walk goes between two releases behind it."""
 
 
 @dataclass
@@ -36,6 +47,8 @@ class RecoveryReport:
     commitlog_max_offset: int = 0
     reput_offset: int = 0
     truncated_bytes: int = 0
+    released_bytes: int = 0
+    """Page-cache bytes released behind the walk."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -45,6 +58,8 @@ def _valid_end(
     """Walk from ``start_offset``: (offset past the last valid record, stopped at a bad one)."""
     end = start_offset
     corrupt = False
+    release = commitlog.page_cache.release_behind
+    released_at = start_offset
     try:
         for offset, record in commitlog.walk(start_offset, check_crc=check_crc):
             if record is None:
@@ -52,9 +67,13 @@ def _valid_end(
                 end = mf.file_end_offset if mf else offset
             else:
                 end = offset + record.total_size
+            if end - released_at >= RELEASE_STEP_BYTES:
+                report.released_bytes += release(end)
+                released_at = end
     except CorruptRecord as exc:
         report.notes.append(f"invalid record, cutting the CommitLog there: {exc}")
         corrupt = True
+    report.released_bytes += release(end)
     return end, corrupt
 
 
@@ -133,6 +152,17 @@ def recover(
         report.reput_offset = start
     _rebuild_queue_offsets(commitlog, queues)
     return report
+
+
+def redispatch(dispatcher: Dispatcher, window: PageCacheWindow) -> int:
+    """Dispatch what recovery left behind, releasing behind it; bytes released."""
+    start = mark = dispatcher.reput_offset
+    released = 0
+    while dispatcher.dispatch_once():
+        if dispatcher.reput_offset - mark >= RELEASE_STEP_BYTES:
+            released += window.release_between(start, dispatcher.reput_offset)
+            mark = dispatcher.reput_offset
+    return released + window.release_between(start, dispatcher.reput_offset)
 
 
 def _cut_queue(cq, commitlog_offset: int) -> list[str]:

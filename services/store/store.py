@@ -38,7 +38,7 @@ from services.store.flusher import CommitLogFlusher, ConsumeQueueFlusher
 from services.store.index_service import IndexService
 from services.store.message import MessageLike, StoreMessage
 from services.store.reader import MessageReader
-from services.store.recovery import RecoveryReport, finish_queue_offsets, recover
+from services.store.recovery import RecoveryReport, finish_queue_offsets, recover, redispatch
 from services.store.replica_tracker import ReplicaTracker
 from services.store.role import RoleChangeRefused, RoleFile, RoleState
 from services.store.role_changes import RoleChanges
@@ -174,8 +174,7 @@ class MessageStore:
         self.dispatcher.check_crc = (
             self.config.check_crc_on_recover and report.reput_offset < report.start_offset
         )
-        while self.dispatcher.dispatch_once():
-            pass
+        report.released_bytes += redispatch(self.dispatcher, self.commitlog.page_cache)
         self.dispatcher.check_crc = self.config.check_crc_on_recover
         if self.dispatcher.error:
             report.notes.append(f"dispatch stopped at a bad record: {self.dispatcher.error}")
