@@ -3,7 +3,7 @@ and read on the service's cold-read thread.
 
 A real store on real files (64 KiB segments, a one-segment window): the oldest
 messages lie behind the window, the newest inside it. A pull that starts behind
-it returns at most ``max_transfer_count_on_message_in_disk`` messages and
+it returns at most ``max_transfer_count_on_message_in_disk`` messages (8 here) and
 ``max_transfer_bytes_on_message_in_disk`` bytes (one message always), a pull
 inside it what it asked; a reader that walks the queue still gets every
 message exactly once, in order. The service (its servicer, in this process)
@@ -31,6 +31,7 @@ WINDOW = 64 * 1024
 MESSAGES = 600
 TOPIC = "Cold"
 TAGS = ("tagA", "tagB", "tagC")
+COLD_COUNT = 8
 
 
 def body(n: int) -> bytes:
@@ -49,6 +50,7 @@ def numbers(got: GetResult, raw: bool) -> list[int]:
 
 def filled(make_store: Callable[..., MessageStore], **overrides: object) -> MessageStore:
     overrides.setdefault("commitlog_page_cache_window_bytes", WINDOW)
+    overrides.setdefault("max_transfer_count_on_message_in_disk", COLD_COUNT)
     store = make_store(**overrides)
     for n in range(MESSAGES):
         store.put_message(StoreMessage(topic=TOPIC, queue_id=0, body=body(n), tags=TAGS[n % 3]))
@@ -76,7 +78,7 @@ def test_a_pull_behind_the_window_returns_the_cold_count_and_one_inside_what_it_
     store = filled(make_store)
     cold = store.get_messages(TOPIC, 0, 0, 1024, raw=raw)
     assert cold.status is GetStatus.FOUND and cold.cold
-    assert taken(cold, raw) == 8 and cold.next_begin_offset == 8
+    assert taken(cold, raw) == COLD_COUNT and cold.next_begin_offset == COLD_COUNT
     assert store.reader.is_cold(store.commitlog.min_offset)
 
     hot_from = first_hot_offset(store)
@@ -130,8 +132,8 @@ def test_a_reader_walking_the_queue_reads_every_message_exactly_once(
         (cold_sizes if got.cold else hot_sizes).append(taken(got, raw))
         offset = got.next_begin_offset
     assert seen == wanted
-    assert cold_sizes and max(cold_sizes) <= 8
-    assert hot_sizes and max(hot_sizes) > 8
+    assert cold_sizes and max(cold_sizes) <= COLD_COUNT
+    assert hot_sizes and max(hot_sizes) > COLD_COUNT
 
 
 def test_with_the_window_off_no_read_is_cold(make_store: Callable[..., MessageStore]) -> None:
@@ -177,7 +179,7 @@ def test_the_service_reads_cold_pulls_on_its_cold_read_thread(
         assert hot.answers[0].record_count == 10
         assert executor is None or not executor._threads  # hot: read on the caller's thread
         cold = pull_queues(0)
-        assert cold.answers[0].record_count == 8 and cold.answers[0].next_begin_offset == 8
+        assert cold.answers[0].record_count == COLD_COUNT == cold.answers[0].next_begin_offset
         assert executor is None or len(executor._threads) == 1
     finally:
         servicer.close()
