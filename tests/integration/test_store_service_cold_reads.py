@@ -4,17 +4,19 @@ A ``boltmq serve store`` process with 64 KiB segments and a one-segment window
 (``commitlog_page_cache_window_bytes``), and its own cold limits; about five
 segments of messages over two queues. A pull that starts behind the window
 answers at most the cold count, one inside it what it asked; a reader walking
-both queues with PullQueues gets every message exactly once. A cold limit below
-one stops the service at start with the setting's name.
+both queues with PullQueues gets every message exactly once, also while other
+threads append to another topic and follow its head. A cold limit below one
+stops the service at start with the setting's name.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from boltmq.v1 import store_pb2
+from boltmq.v1 import store_pb2, store_pb2_grpc
 from boltmq.wire.record import decode_records
 from tests.integration.procs import LaunchError, ServiceProcess
 from tests.integration.store_service_helpers import (
@@ -30,6 +32,8 @@ from tests.integration.store_service_helpers import (
 TOPIC = "ColdTopic"
 PER_QUEUE = 300
 COLD_COUNT = 5
+HEAD_TOPIC = "HeadTopic"
+HEAD_MESSAGES = 500
 
 
 def body(queue_id: int, n: int) -> bytes:
@@ -71,6 +75,15 @@ def test_cold_pulls_are_limited_and_a_walking_reader_gets_everything_once(
     assert [a.record_count for a in both.answers] == [COLD_COUNT, 45]
 
     # A reader walking both queues with PullQueues: every message once, in order.
+    seen, largest_cold, calls = walk(stub)
+    assert seen == {q: [body(q, i) for i in range(PER_QUEUE)] for q in (0, 1)}
+    assert largest_cold == COLD_COUNT
+    assert calls < PER_QUEUE // COLD_COUNT  # the pulls inside the window took more at once
+
+
+def walk(stub: store_pb2_grpc.StoreServiceStub) -> tuple[dict[int, list[bytes]], int, int]:
+    """Both queues from offset 0 to PER_QUEUE with PullQueues: the bodies read per queue,
+    the most records a pull far behind the window returned, and the calls made."""
     offsets = {0: 0, 1: 0}
     seen: dict[int, list[bytes]] = {0: [], 1: []}
     largest_cold = calls = 0
@@ -89,9 +102,51 @@ def test_cold_pulls_are_limited_and_a_walking_reader_gets_everything_once(
             if offsets[q] < PER_QUEUE - 100:  # far behind the window: cold
                 largest_cold = max(largest_cold, one.record_count)
             offsets[q] = one.next_begin_offset
+    return seen, largest_cold, calls
+
+
+def test_cold_reads_on_their_thread_beside_appends_and_a_head_consumer(
+    spawn: Spawn, connect, tmp_path: Path
+) -> None:
+    """The walker reads cold on the cold-read thread while another thread appends to a
+    second topic and a third follows that topic's head: each gets every message once."""
+    stub = connect(
+        start_store(
+            spawn,
+            tmp_path / "s",
+            f"commitlog_page_cache_window_bytes={SEGMENT_BYTES}",
+            f"max_transfer_count_on_message_in_disk={COLD_COUNT}",
+        )
+    )
+    for n in range(0, PER_QUEUE, 10):
+        batch = [msg(TOPIC, q, body(q, i)) for i in range(n, n + 10) for q in (0, 1)]
+        assert all(r.status == OK for r in append(stub, *batch))
+    head = [f"head-{i}".encode() for i in range(HEAD_MESSAGES)]
+
+    def produce() -> None:
+        for n in range(0, HEAD_MESSAGES, 5):
+            sent = append(stub, *(msg(HEAD_TOPIC, 0, b) for b in head[n : n + 5]))
+            assert all(r.status == OK for r in sent)
+
+    def consume() -> list[bytes]:
+        got: list[bytes] = []
+        while len(got) < HEAD_MESSAGES:
+            answer = stub.Pull(
+                store_pb2.PullRequest(
+                    topic=HEAD_TOPIC, queue_id=0, queue_offset=len(got), max_messages=100
+                )
+            )
+            got += [m.body for m in answer.messages]
+        return got
+
+    with ThreadPoolExecutor(2) as pool:
+        producing, consuming = pool.submit(produce), pool.submit(consume)
+        seen, largest_cold, _ = walk(stub)
+        producing.result(timeout=120)
+        consumed = consuming.result(timeout=120)
     assert seen == {q: [body(q, i) for i in range(PER_QUEUE)] for q in (0, 1)}
     assert largest_cold == COLD_COUNT
-    assert calls < PER_QUEUE // COLD_COUNT  # the pulls inside the window took more at once
+    assert consumed == head
 
 
 @pytest.mark.parametrize(
