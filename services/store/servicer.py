@@ -253,6 +253,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         """
         max_messages, max_bytes = pull_limits(request, "", self._config)
         if self._cold((request,)):
+            self.metrics.cold_pull()
             return await asyncio.get_running_loop().run_in_executor(
                 self._cold_reads, self._pull, request, max_messages, max_bytes
             )
@@ -279,6 +280,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         """
         limits, left = pull_queues_limits(request, self._config)
         if self._cold(request.pulls):
+            self.metrics.cold_pull()
             return await asyncio.get_running_loop().run_in_executor(
                 self._cold_reads, self._pull_queues, request.pulls, limits, left
             )

@@ -3,10 +3,11 @@
 A ``boltmq serve store`` process with 64 KiB segments and a one-segment window
 (``commitlog_page_cache_window_bytes``), and its own cold limits; about five
 segments of messages over two queues. A pull that starts behind the window
-answers at most the cold count, one inside it what it asked; a reader walking
-both queues with PullQueues gets every message exactly once, also while other
-threads append to another topic and follow its head. A cold limit below one
-stops the service at start with the setting's name.
+answers at most the cold count, one inside it what it asked, and only the calls
+with a cold pull count in ``boltmq_store_pull_cold_total`` (scraped). A reader
+walking both queues with PullQueues gets every message exactly once, also while
+other threads append to another topic and follow its head. A cold limit below
+one stops the service at start with the setting's name.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.integration.store_service_helpers import (
     msg,
     start_store,
 )
+from tests.integration.test_metrics import free_port, scrape, value
 
 TOPIC = "ColdTopic"
 PER_QUEUE = 300
@@ -47,12 +49,14 @@ def pull(queue_id: int, offset: int, **fields: object) -> store_pb2.PullRequest:
 def test_cold_pulls_are_limited_and_a_walking_reader_gets_everything_once(
     spawn: Spawn, connect, tmp_path: Path
 ) -> None:
+    metrics_port = free_port()
     stub = connect(
         start_store(
             spawn,
             tmp_path / "s",
             f"commitlog_page_cache_window_bytes={SEGMENT_BYTES}",
             f"max_transfer_count_on_message_in_disk={COLD_COUNT}",
+            f"metrics_port={metrics_port}",
         )
     )
     for n in range(0, PER_QUEUE, 10):
@@ -73,6 +77,10 @@ def test_cold_pulls_are_limited_and_a_walking_reader_gets_everything_once(
         )
     )
     assert [a.record_count for a in both.answers] == [COLD_COUNT, 45]
+    hot_only = stub.PullQueues(store_pb2.PullQueuesRequest(pulls=[pull(1, 255)]))
+    assert hot_only.answers[0].record_count == 32
+    # Three calls had a cold pull (two Pulls, one PullQueues); the two hot ones did not count.
+    assert value(scrape(metrics_port), "boltmq_store_pull_cold_total") == 3
 
     # A reader walking both queues with PullQueues: every message once, in order.
     seen, largest_cold, calls = walk(stub)
