@@ -248,8 +248,11 @@ class HeadProbe:
             raise RuntimeError(f"head probe failed: {self.errors[0]!r}") from self.errors[0]
 
 
-def read_all(address: str, topic: str, out: Callable[[str], None]) -> int:
-    """Read every queue of ``topic`` from offset 0 to the end it had at the start."""
+def read_all(
+    address: str, topic: str, out: Callable[[str], None], calls_ns: list[int] | None = None
+) -> int:
+    """Read every queue of ``topic`` from offset 0 to the end it had at the start; the time
+    of each PullQueues call goes into ``calls_ns`` when given."""
     channel, stub = stub_for(address)
     try:
         ends = {q: e for q, e in _ends(stub, topic).items() if e > 0}
@@ -267,10 +270,13 @@ def read_all(address: str, topic: str, out: Callable[[str], None]) -> int:
                 )
                 for q, o in offsets.items()
             ]
+            called = time.perf_counter_ns()
             answer = stub.PullQueues(
                 store_pb2.PullQueuesRequest(pulls=pulls, max_bytes=PULL_BYTES),
                 timeout=CALL_TIMEOUT_S,
             )
+            if calls_ns is not None:
+                calls_ns.append(time.perf_counter_ns() - called)
             for pull, one in zip(pulls, answer.answers, strict=False):
                 q = pull.queue_id
                 read += one.record_count
@@ -353,9 +359,11 @@ def tenth_rates(tenths: Sequence[tuple[int, float]]) -> list[float]:
 @click.option("--store", "address", required=True)
 @click.option("--topic", default=TOPIC, show_default=True)
 def reader_main(address: str, topic: str) -> None:
-    """The old reader: every queue of a topic from offset 0, one JSON line per tenth."""
-    read = read_all(address, topic, lambda line: print(line, flush=True))
-    print(json.dumps({"done": read}), flush=True)
+    """The old reader: every queue of a topic from offset 0, one JSON line per tenth, then
+    ``{"done": n, "calls_ns": [...]}`` (each PullQueues call's time, sorted)."""
+    calls_ns: list[int] = []
+    read = read_all(address, topic, lambda line: print(line, flush=True), calls_ns)
+    print(json.dumps({"done": read, "calls_ns": sorted(calls_ns)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -133,6 +133,29 @@ def bench_store(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the report as JSON here.",
 )
+@click.option(
+    "--head-only",
+    is_flag=True,
+    help="Only the fill, then rounds of the head probe alone and with the old reader, "
+    "arms A and B alternating (bench/backlog_ab.py).",
+)
+@click.option(
+    "--rounds", default=4, show_default=True, type=click.IntRange(1, 100), help="--head-only."
+)
+@click.option(
+    "--a",
+    "a_settings",
+    multiple=True,
+    metavar="SETTING=VALUE",
+    help="--head-only: a store setting of arm A (repeatable; default: the store's defaults).",
+)
+@click.option(
+    "--b",
+    "b_settings",
+    multiple=True,
+    metavar="SETTING=VALUE",
+    help="--head-only: a store setting of arm B (repeatable; default: the store's defaults).",
+)
 def bench_backlog(
     messages: int,
     body_bytes: int,
@@ -146,6 +169,10 @@ def bench_backlog(
     data_dir: Path,
     keep: bool,
     json_path: Path | None,
+    head_only: bool,
+    rounds: int,
+    a_settings: tuple[str, ...],
+    b_settings: tuple[str, ...],
 ) -> None:
     """A store with a large backlog: produce, old and head readers, lookups, restarts,
     retention and memory (bench/backlog.py)."""
@@ -165,6 +192,11 @@ def bench_backlog(
         retention_seconds,
         lookups,
     )
+    if head_only:
+        from bench.backlog_ab import run_head_rounds
+
+        run_head_rounds(settings, data_dir, keep, json_path, rounds, (a_settings, b_settings))
+        return
     run = Run(settings, data_dir, echo=lambda line: click.echo(line, err=True))
     failure: BaseException | None = None
     try:

@@ -16,6 +16,13 @@ from boltmq.kernel.config import CallerLimitSettings, ConfigError
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 _DELETE_WHEN = re.compile(r"^\d{2}(;\d{2})*$")
+COLD_READ_THREADS_MAX = 64
+_TRANSFER_LIMITS = (
+    "max_transfer_count_on_message_in_memory",
+    "max_transfer_bytes_on_message_in_memory",
+    "max_transfer_count_on_message_in_disk",
+    "max_transfer_bytes_on_message_in_disk",
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,17 @@ class StoreConfig(CallerLimitSettings):
     """Default and upper bound of messages returned by one get (RocketMQ's pull batch is 32)."""
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     """Bytes returned by one get at most (one message always fits)."""
+    max_transfer_count_on_message_in_disk: int = 1024
+    """Messages one pull returns at most when it is a cold read: its first record lies more
+    than ``commitlog_page_cache_window_bytes`` behind the CommitLog's end, where the window
+    has released its pages, so they come from disk (``docs/store-reads.md``: RocketMQ's 8
+    cost this store ten times the CPU a message)."""
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    """Bytes one cold pull returns at most (one message always fits)."""
+    cold_read_threads: int = 1
+    """Threads that serve the pulls starting behind the page-cache window (cold reads), so
+    the event loop that serves the hot ones does not wait for them; 0: every pull on the
+    event loop."""
     max_get_scan_entries: int = 16_000
     """Consume-queue entries scanned by one filtered get at most."""
 
@@ -149,6 +167,14 @@ class StoreConfig(CallerLimitSettings):
             raise ConfigError("commitlog_page_cache_window_bytes must not be negative (0: off)")
         if self.consume_queue_page_cache_window_bytes < 0:
             raise ConfigError("consume_queue_page_cache_window_bytes must not be negative (0: off)")
+        if not 0 <= self.cold_read_threads <= COLD_READ_THREADS_MAX:
+            raise ConfigError(
+                f"cold_read_threads must be between 0 and {COLD_READ_THREADS_MAX}, "
+                f"got {self.cold_read_threads}"
+            )
+        for name in _TRANSFER_LIMITS:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
 
     @property
     def consume_queue_file_size(self) -> int:

@@ -1,4 +1,4 @@
-"""The store's OpenTelemetry metrics: put and flush latency, dispatch lag, disk usage.
+"""The store's OpenTelemetry metrics: put and flush latency, cold pulls, dispatch lag, disk.
 
 =====================================  =========  ==========================================
 Instrument                             Kind       Meaning
@@ -6,6 +6,8 @@ Instrument                             Kind       Meaning
 ``boltmq.store.put.duration``          histogram  seconds one Append call took (a batch,
                                                   flush and replica waits included)
 ``boltmq.store.put.messages``          counter    messages Append calls were given
+``boltmq.store.pull.cold``             counter    Pull and PullQueues calls read on a
+                                                  cold-read thread (docs/store-reads.md)
 ``boltmq.store.flush.duration``        histogram  seconds one CommitLog flush took (only
                                                   flushes that made new bytes durable)
 ``boltmq.store.dispatch.lag``          gauge      CommitLog bytes written but not yet in the
@@ -68,6 +70,11 @@ class StoreMetrics:
             unit="{message}",
             description="Messages given to Append calls",
         )
+        self._cold_pulls = meter.create_counter(
+            "boltmq.store.pull.cold",
+            unit="{call}",
+            description="Pull and PullQueues calls read on a cold-read thread",
+        )
         flush_duration = meter.create_histogram(
             "boltmq.store.flush.duration",
             unit="s",
@@ -98,6 +105,10 @@ class StoreMetrics:
         """One Append call of ``messages`` messages that took ``seconds``."""
         self._put_duration.record(seconds)
         self._put_messages.add(messages)
+
+    def cold_pull(self) -> None:
+        """One Pull or PullQueues call sent to a cold-read thread."""
+        self._cold_pulls.add(1)
 
     def _observe_dispatch_lag(self, options: CallbackOptions) -> Iterable[Observation]:
         store = self._store

@@ -21,6 +21,14 @@ within the queue      FOUND (or NO_MATCHED_MESSAGE, or OFFSET_FOUND_NULL when th
                       entries scanned
 ====================  ===================================================
 
+A pull whose first record lies behind the CommitLog's page-cache window (more
+than ``commitlog_page_cache_window_bytes`` behind its end: a cold read, its
+pages come from disk) returns at most ``max_transfer_count_on_message_in_disk``
+messages and ``max_transfer_bytes_on_message_in_disk`` bytes (one message
+always fits), RocketMQ's limits on a read "in disk": a consumer far behind
+moves on in small steps and cannot hold the store for long at a time
+(docs/store-reads.md). ``result.cold`` says the limits applied.
+
 A raw read of everything (``raw=True`` with a subscription that matches all)
 takes the bulk path: the entries as two columns, every record of a segment
 checked at once (:func:`boltmq.wire.record_heads.verified_runs`).
@@ -126,6 +134,32 @@ class MessageReader:
             self._collect(cq, queue_offset, max_count, max_bytes, sub, result, raw)
         return result
 
+    def is_cold(self, physical: int) -> bool:
+        """Whether a record at CommitLog offset ``physical`` lies behind the page-cache
+        window (its pages were released: a read of it comes from disk). Nothing is cold
+        when the window is off."""
+        window = self.config.commitlog_page_cache_window_bytes
+        return window > 0 and physical < self.commitlog.max_offset - window
+
+    def starts_cold(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether a pull from ``queue_offset`` is a cold read: the record of its entry
+        lies behind the window (False when the queue has no such entry)."""
+        if self.config.commitlog_page_cache_window_bytes <= 0:
+            return False
+        cq = self.queues.get(topic, queue_id)
+        entry = cq.entry(queue_offset) if cq is not None else None
+        return entry is not None and self.is_cold(entry[0])
+
+    def _limits(self, cold: bool, count: int, byte_limit: int) -> tuple[int, int]:
+        """A pull's ``(count, byte_limit)``, lowered to the cold limits for a cold read."""
+        if not cold:
+            return count, byte_limit
+        config = self.config
+        return (
+            min(count, config.max_transfer_count_on_message_in_disk),
+            min(byte_limit, config.max_transfer_bytes_on_message_in_disk),
+        )
+
     def _hold_segment(self, physical: int) -> MappedFile | None:
         """The CommitLog segment holding ``physical``, held (release it), or None when the
         offset was cleaned away or the segment is being deleted."""
@@ -167,6 +201,7 @@ class MessageReader:
         if raw and sub.matches_all:
             self._collect_raw(cq, queue_offset, count, byte_limit, result)
             return
+        cold: bool | None = None  # decided at the first record read
         check_crc = config.check_crc_on_read
         messages = result.messages
         raw_parts = result.raw
@@ -185,6 +220,9 @@ class MessageReader:
                 scanned += 1
                 if not matches_all and code not in codes:
                     continue
+                if cold is None:
+                    cold = result.cold = self.is_cold(physical)
+                    count, byte_limit = self._limits(cold, count, byte_limit)
                 if not mf_from <= physical < mf_end:
                     self.commitlog.page_cache.read_ahead(physical, physical + size)
                     mf, mf_from, mf_end = self._next_segment(mf, physical)
@@ -226,6 +264,9 @@ class MessageReader:
         out, as on the per-record path.
         """
         physicals, sizes = cq.entry_columns(queue_offset, max(count, 1))
+        if len(physicals):
+            result.cold = self.is_cold(int(physicals[0]))
+            count, byte_limit = self._limits(result.cold, count, byte_limit)
         taken = _taken(sizes, count, byte_limit)
         if taken:
             self.commitlog.page_cache.read_ahead(

@@ -17,6 +17,12 @@ few lines here over the modules that do the work:
   Truncate, SetRole and ReportReplicas;
 - :mod:`services.store.open_streams`: the endless streams, ended at shutdown.
 
+A Pull or PullQueues that reads a queue from behind the CommitLog's page-cache
+window (a cold read, :meth:`MessageReader.starts_cold`) runs on one of
+``cold_read_threads`` threads instead of the event loop, so the hot pulls and
+appends the loop serves do not wait while it copies records the kernel reads
+back from disk (docs/store-reads.md).
+
 Every RPC but AppendStream (which answers each request with its own code) is
 wrapped in :func:`boltmq.kernel.errors.answers_errors`: a store error
 (:mod:`services.store.errors`) ends the call with its status and message.
@@ -28,6 +34,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import grpc
@@ -92,9 +99,16 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         self._streams = OpenStreams()
         self._arrivals = ArrivalStreams(store, config, self._streams)
         self._replication = Replication(store, config, self._streams)
+        self._cold_reads = (
+            ThreadPoolExecutor(config.cold_read_threads, thread_name_prefix="boltmq-cold-read")
+            if config.cold_read_threads
+            else None
+        )
 
     def close(self) -> None:
-        """Nothing to release (kept for the service's stop sequence)."""
+        """End the cold-read threads (the server has drained its calls: none is reading)."""
+        if self._cold_reads is not None:
+            self._cold_reads.shutdown(wait=True)
 
     def end_streams(self) -> None:
         """End every endless stream normally (shutdown); clients reconnect."""
@@ -257,6 +271,14 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         raw records go from the mapped file into it in one copy.
         """
         max_messages, max_bytes = pull_limits(request, "", self._config)
+        if self._cold((request,)):
+            self.metrics.cold_pull()
+            return await asyncio.get_running_loop().run_in_executor(
+                self._cold_reads, self._pull, request, max_messages, max_bytes
+            )
+        return self._pull(request, max_messages, max_bytes)
+
+    def _pull(self, request: store_pb2.PullRequest, max_messages: int, max_bytes: int) -> bytes:
         head, result = self._get(request, max_messages, max_bytes, raw=request.raw_records)
         if request.raw_records:
             return encode_pull(head, result.raw)
@@ -276,10 +298,18 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         record, never more.
         """
         limits, left = pull_queues_limits(request, self._config)
+        if self._cold(request.pulls):
+            self.metrics.cold_pull()
+            return await asyncio.get_running_loop().run_in_executor(
+                self._cold_reads, self._pull_queues, request.pulls, limits, left
+            )
+        return self._pull_queues(request.pulls, limits, left)
+
+    def _pull_queues(
+        self, pulls: Sequence[store_pb2.PullRequest], limits: list[tuple[int, int]], left: int
+    ) -> bytes:
         answers = []
-        for n, (pull, (max_messages, max_bytes)) in enumerate(
-            zip(request.pulls, limits, strict=True)
-        ):
+        for n, (pull, (max_messages, max_bytes)) in enumerate(zip(pulls, limits, strict=True)):
             if n and left <= 0:
                 break
             own = max_bytes if pull.max_bytes else PULL_BYTES_MAX
@@ -287,6 +317,13 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             left -= sum(len(record) for record in result.raw)
             answers.append(pull_parts(head, result.raw))
         return encode_pull_queues(answers)
+
+    def _cold(self, pulls: Sequence[store_pb2.PullRequest]) -> bool:
+        """Whether these pulls go to a cold-read thread: one of them is a cold read."""
+        if self._cold_reads is None:
+            return False
+        reader = running_store(self._store).reader
+        return any(reader.starts_cold(p.topic, p.queue_id, p.queue_offset) for p in pulls)
 
     def _get(
         self, request: store_pb2.PullRequest, max_messages: int, max_bytes: int, *, raw: bool

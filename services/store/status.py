@@ -152,3 +152,6 @@ class GetResult:
     (records that lie back to back in the CommitLog may share one view)."""
     raw_count: int = 0
     """Records in ``raw``."""
+    cold: bool = False
+    """The read started behind the CommitLog's page-cache window (a cold read: its pages
+    come from disk), so the cold limits (``max_transfer_*_on_message_in_disk``) bounded it."""
