@@ -14,8 +14,9 @@ answer only to its users (docs/deploy.md, step 7):
 
 It talks to etcd's JSON gateway (``POST /v3/auth/...``, keys base64) in
 plaintext, endpoint after endpoint until one answers. It reads before it writes:
-whether authentication is on (``/v3/auth/status``; etcd before 3.5 has no such
-call, then an unauthenticated ``user/list`` tells), the users, the role and its
+whether authentication is on (``/v3/auth/status``, which etcd refuses without
+credentials when it is on; etcd before 3.5 has no such call, then an
+unauthenticated ``user/list`` tells the same way), the users, the role and its
 permissions, and changes only what is missing (an "already exists" from a run
 beside it is no error). Once authentication is on it works as ``root``. Last, it
 logs in as ``root`` and as the HA user, so a password that differs from the
