@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +26,8 @@ import aetcd.exceptions
 import pytest
 
 from boltmq.cli.etcd_server import EtcdServer
-from tests.integration.test_cli import UNREACHABLE, one_line_error, run_cli
+from tests.integration.procs import REPO_ROOT
+from tests.integration.test_cli import COMMAND_TIMEOUT_S, UNREACHABLE, one_line_error, run_cli
 from tests.integration.test_ha_controller_auth import read_state
 
 USER = "boltmq-ha"
@@ -180,6 +184,35 @@ def test_users_and_roles_made_beforehand_are_completed(etcd: EtcdServer, secrets
     assert put_get(etcd, (USER, USER_PASSWORD), b"/boltmq/c/g/k") == b"value"
     with pytest.raises(aetcd.exceptions.ClientError):
         put_get(etcd, None, b"/boltmq/c/g/k")
+
+
+def test_the_command_waits_for_an_etcd_that_starts_later(tmp_path: Path, secrets_dir: Path) -> None:
+    """What the Kubernetes Job relies on: started before etcd answers, it keeps trying."""
+    etcd = EtcdServer(tmp_path / "late")  # its ports chosen, nothing listening yet
+    command = [
+        *("etcd-auth", "--endpoints", etcd.endpoint, "--wait", "60", "--user", USER),
+        *("--root-password-file", str(secrets_dir / "root-password")),
+        *("--user-password-file", str(secrets_dir / "ha-password")),
+    ]
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "boltmq.cli", *command],
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):  # nothing answers: it keeps trying
+            waiting.wait(timeout=1.5)
+        etcd.start()
+        out, err = waiting.communicate(timeout=COMMAND_TIMEOUT_S)
+        assert waiting.returncode == 0, err
+        assert "enabled authentication" in out.splitlines()
+        assert put_get(etcd, (USER, USER_PASSWORD), b"/boltmq/c/g/k") == b"value"
+    finally:
+        waiting.kill()
+        waiting.wait()
+        etcd.stop()
 
 
 # ---------------------------------------------------------------- bad input
