@@ -14,8 +14,6 @@ controller's ``controller_username`` / ``controller_password_file``).
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import secrets
 import shutil
@@ -80,39 +78,14 @@ class EtcdServer:
             time.sleep(0.05)
         return self
 
-    def enable_auth(self, user: str, password: str, prefix: str) -> None:
-        """Turn authentication on: ``user`` (with ``password``) may read and write the
-        keys under ``prefix + "/"`` and nothing else; ``root``, which etcd needs before it
-        enables authentication, gets a random password nobody keeps."""
-        start = (prefix + "/").encode()
-        end = start[:-1] + bytes([start[-1] + 1])
-        steps: list[tuple[str, dict[str, object]]] = [
-            ("user/add", {"name": "root", "password": secrets.token_urlsafe(24)}),
-            ("user/grant", {"user": "root", "role": "root"}),
-            ("role/add", {"name": user}),
-            (
-                "role/grant",
-                {
-                    "name": user,
-                    "perm": {
-                        "permType": "READWRITE",
-                        "key": base64.b64encode(start).decode(),
-                        "range_end": base64.b64encode(end).decode(),
-                    },
-                },
-            ),
-            ("user/add", {"name": user, "password": password}),
-            ("user/grant", {"user": user, "role": user}),
-            ("enable", {}),
-        ]
-        for path, body in steps:
-            request = urllib.request.Request(
-                f"http://{self.endpoint}/v3/auth/{path}",
-                data=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(request, timeout=10) as answer:
-                answer.read()
+    def enable_auth(self, user: str, password: str, prefix: str) -> list[str]:
+        """Turn authentication on as ``boltmq etcd-auth`` does (:mod:`boltmq.cli.etcd_auth`):
+        ``user`` (with ``password``) may read and write the keys under ``prefix + "/"``
+        and nothing else; ``root`` gets a random password nobody keeps. The changes made."""
+        from boltmq.cli.etcd_auth import AuthSpec, turn_on
+
+        spec = AuthSpec(secrets.token_urlsafe(24), user, password, prefix)
+        return turn_on((self.endpoint,), spec)
 
     def _healthy(self) -> bool:
         try:

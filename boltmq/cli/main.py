@@ -497,12 +497,14 @@ def _register_client_commands() -> None:
     )
     from boltmq.cli.admin import admin
     from boltmq.cli.console import console
+    from boltmq.cli.etcd_auth import etcd_auth
     from boltmq.cli.messages import consume, produce
 
     main.add_command(produce)
     main.add_command(consume)
     main.add_command(admin)
     main.add_command(console)
+    main.add_command(etcd_auth)
 
 
 _register_client_commands()

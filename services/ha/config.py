@@ -19,7 +19,7 @@ _ADDRESS_PATTERN = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$"
 CONTROLLER_LEASE_MIN_MS = 2_000
 """etcd grants no lease shorter than its own minimum TTL (about 1.5 election timeouts)."""
 CONTROLLER_LEASE_MAX_MS = 600_000
-_PREFIX_PATTERN = re.compile(r"^/[A-Za-z0-9_.\-/]*[A-Za-z0-9_.\-]$")
+CONTROLLER_PREFIX_PATTERN = re.compile(r"^/[A-Za-z0-9_.\-/]*[A-Za-z0-9_.\-]$")
 MAX_CHUNK_BYTES_LIMIT = 32 * 1024 * 1024
 """The store's own ceiling for one ReadCommitLog chunk."""
 
@@ -142,7 +142,7 @@ class HAConfig(CallerLimitSettings):
                 f"and {CONTROLLER_LEASE_MAX_MS} (an etcd lease TTL), got {lease_ms}"
             )
         self.controller_credentials()  # a missing or empty password file: refused at start
-        if not _PREFIX_PATTERN.fullmatch(self.controller_prefix):
+        if not CONTROLLER_PREFIX_PATTERN.fullmatch(self.controller_prefix):
             raise ConfigError(
                 "controller_prefix must start with '/', not end with one, and use only "
                 f"letters, digits, '/', '_', '.' and '-', got {self.controller_prefix!r}"

@@ -8,6 +8,10 @@ expanded), the Dockerfile's ENTRYPOINT followed by the container's args parsed
 by the real ``boltmq`` click command, and the service config built by
 :func:`boltmq.cli.main.service_config` from that environment. Nothing here repeats a
 flag or a setting name by hand.
+
+A setting naming a file the config reads while it is built (``FILES_READ_AT_LOAD``: a
+password) must name a file of a Secret the container mounts; the config is built with
+a stand-in file in its place, holding ``sample-<secret>-<key>``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -44,6 +49,8 @@ APP_NAME_LABEL = "app.kubernetes.io/name"
 RENDER_TIMEOUT_S = 120
 _VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _LABEL_FIELD = re.compile(r"metadata\.labels\['([^']+)'\]")
+FILES_READ_AT_LOAD = frozenset({"BOLTMQ_CONTROLLER_PASSWORD_FILE"})
+"""Variables naming a file the service's config reads while it is built."""
 
 
 class ManifestError(AssertionError):
@@ -226,6 +233,57 @@ def container_env(
     return env
 
 
+def secret_files(container: dict[str, Any], pod: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each file a Secret volume with explicit ``items`` puts in ``container`` of ``pod``
+    (a pod spec): path -> (Secret, key)."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes.get(mount["name"], {}).get("secret")  # (a PVC is no pod volume)
+        for item in (secret or {}).get("items", []):
+            path = f"{mount['mountPath'].rstrip('/')}/{item['path']}"
+            files[path] = (secret["secretName"], item["key"])
+    return files
+
+
+_STAND_INS = tempfile.TemporaryDirectory(prefix="boltmq-deploy-secrets-")
+
+
+def stand_in(path: str, files: dict[str, tuple[str, str]]) -> str:
+    """A local file holding ``sample-<secret>-<key>`` for the Secret file ``path`` (one of
+    ``files``, from :func:`secret_files`); ManifestError when ``path`` is none of them."""
+    if path not in files:
+        raise ManifestError(f"{path} is no file of a Secret the container mounts")
+    secret, key = files[path]
+    local = Path(_STAND_INS.name) / path.lstrip("/")
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_text(f"sample-{secret}-{key}\n")
+    return str(local)
+
+
+def check_runs_like_a_boltmq_pod(pod: dict[str, Any], accounts: dict[str, Any]) -> None:
+    """A pod spec running the BoltMQ image: the image's non-root user, no service account
+    token, no service links, seccomp, and each container without privileges on a
+    read-only root filesystem with an emptyDir on /tmp."""
+    context = pod["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert (context["runAsUser"], context["runAsGroup"]) == final_stage_user()
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["serviceAccountName"] in accounts
+    assert pod["automountServiceAccountToken"] is False
+    # Service links would add BOLTMQ_<SERVICE>_PORT=tcp://... variables, and
+    # BOLTMQ_STORE_PORT is a store setting.
+    assert pod["enableServiceLinks"] is False
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for container in pod["containers"]:
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        tmp = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}["/tmp"]
+        assert "emptyDir" in volumes[tmp], container["name"]
+
+
 def parse_serve(argv: list[str]) -> dict[str, Any]:
     """``boltmq <argv>`` parsed by the real click command: the ``serve`` params."""
     name, *rest = argv
@@ -286,6 +344,10 @@ def resolve(
     assert entrypoint[0] == "boltmq", f"{container['name']}: the entrypoint must be boltmq"
     argv = [expand(arg, env) for arg in [*entrypoint[1:], *container.get("args", [])]]
     params = parse_serve(argv)
+    config_env = dict(env)
+    for name in FILES_READ_AT_LOAD & env.keys():
+        files = secret_files(container, workload["spec"]["template"]["spec"])
+        config_env[name] = stand_in(env[name], files)
     _, config = service_config(
         params["service"],
         params["config_file"],
@@ -293,7 +355,7 @@ def resolve(
         params["port"],
         params["settings"],
         params["statefulset_pod"],
-        env=env,
+        env=config_env,
     )
     return Container(workload, container, ordinal, pod_name, namespace, env, params, config)
 

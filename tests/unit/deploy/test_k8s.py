@@ -26,10 +26,10 @@ from tests.unit.deploy.manifests import (
     Container,
     ManifestError,
     boltmq_workloads,
+    check_runs_like_a_boltmq_pod,
     container_env,
     containers,
     dockerfile_entrypoint,
-    final_stage_user,
     objects_of,
     parse_serve,
     render,
@@ -294,25 +294,8 @@ def test_services_and_budgets_select_pods_and_ports_that_exist(target: str) -> N
 # ---------------------------------------------------------------- security and resources
 def test_pods_run_non_root_with_read_only_root_filesystems(target: str) -> None:
     accounts = objects_of(render(target), "ServiceAccount")
-    image_user = final_stage_user()
     for workload in boltmq_workloads(render(target)).values():  # etcd: test_k8s_etcd.py
-        pod = workload["spec"]["template"]["spec"]
-        context = pod["securityContext"]
-        assert context["runAsNonRoot"] is True
-        assert (context["runAsUser"], context["runAsGroup"]) == image_user
-        assert pod["serviceAccountName"] in accounts
-        assert pod["automountServiceAccountToken"] is False
-        # Service links would add BOLTMQ_<SERVICE>_PORT=tcp://... variables, and
-        # BOLTMQ_STORE_PORT is a store setting.
-        assert pod["enableServiceLinks"] is False
-        volumes = {v["name"]: v for v in pod.get("volumes", [])}
-        for container in pod["containers"]:
-            security = container["securityContext"]
-            assert security["readOnlyRootFilesystem"] is True
-            assert security["allowPrivilegeEscalation"] is False
-            assert security["capabilities"]["drop"] == ["ALL"]
-            tmp = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}["/tmp"]
-            assert "emptyDir" in volumes[tmp], container["name"]
+        check_runs_like_a_boltmq_pod(workload["spec"]["template"]["spec"], accounts)
 
 
 def test_every_container_has_requests_and_limits(target: str) -> None:
