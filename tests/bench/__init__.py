@@ -19,3 +19,18 @@ def run_bench(module: str, *args: str, timeout_s: float = 600) -> subprocess.Com
         timeout=timeout_s,
         check=False,
     )
+
+
+SMALL_BACKLOG = (
+    "--messages",
+    "20000",
+    "--batch",
+    "256",
+    "--segment-mb",
+    "1",
+    "--window-mb",
+    "1",
+    "--probe-seconds",
+    "0.5",
+)
+"""A backlog small enough for a test: 20,000 messages in 1 MiB segments, a 1 MiB window."""

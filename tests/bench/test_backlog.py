@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import bench
-from tests.bench import run_bench
+from tests.bench import SMALL_BACKLOG, run_bench
 
 pytest.importorskip("psutil", reason="psutil is in the bench extra")
 
@@ -29,16 +29,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     done = run_bench(
         "bench",
         "backlog",
-        "--messages",
-        "20000",
-        "--batch",
-        "256",
-        "--segment-mb",
-        "1",
-        "--window-mb",
-        "1",
-        "--probe-seconds",
-        "0.5",
+        *SMALL_BACKLOG,
         "--retention-seconds",
         "2.5",
         "--lookups",

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import bench
-from tests.bench import run_bench
+from tests.bench import SMALL_BACKLOG, run_bench
 
 pytest.importorskip("psutil", reason="psutil is in the bench extra")
 
@@ -27,16 +27,7 @@ def test_head_only_rounds_alternate_the_arms(tmp_path: Path) -> None:
         "--head-only",
         "--rounds",
         "2",
-        "--messages",
-        "20000",
-        "--batch",
-        "256",
-        "--segment-mb",
-        "1",
-        "--window-mb",
-        "1",
-        "--probe-seconds",
-        "0.5",
+        *SMALL_BACKLOG,
         "--a",
         "max_transfer_count_on_message_in_disk=8192",
         "--b",
