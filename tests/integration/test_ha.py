@@ -230,10 +230,13 @@ def test_empty_replica_starts_at_the_masters_last_segment(procs: Procs, stub) ->
 def test_first_segment_copy_and_a_replica_behind_by_more_than_a_segment(procs: Procs, stub) -> None:
     # The master keeps one segment of flushed CommitLog cached: the catch-up below reads
     # segments whose pages it released (services/store/page_cache.py).
+    # Its pulls of those pages are cold reads (docs/store-reads.md): without a bigger per-pull
+    # limit it would answer fewer messages than the replica, whose pages are all cached.
     master_store = procs.store(
         "master",
         f"commitlog_page_cache_window_bytes={SEGMENT_BYTES}",
         "flush_interval_commitlog_ms=50",
+        "max_transfer_bytes_on_message_in_disk=1048576",
     )
     master = stub(master_store)
     produce(master, 3)
