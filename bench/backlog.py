@@ -45,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -456,6 +457,19 @@ class Run:
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def attempt(self, phases: Callable[[], None], keep: bool) -> BaseException | None:
+        """Run ``phases`` in the run's directory (removed after unless ``keep``); the
+        failure that stopped it, if any (what was measured before it is kept)."""
+        try:
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            phases()
+        except (RuntimeError, OSError) as exc:
+            return exc
+        finally:
+            if not keep:
+                self.remove()
+        return None
 
 
 def format_report(r: Report) -> list[str]:

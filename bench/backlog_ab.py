@@ -235,15 +235,7 @@ def run_head_rounds(
         if "=" not in setting:
             raise click.BadParameter(f"{setting!r} is not SETTING=VALUE", param_hint="--a/--b")
     run = HeadRun(settings, data_dir, arms, rounds, echo=lambda x: click.echo(x, err=True))
-    failure: BaseException | None = None
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        run.execute_head()
-    except (RuntimeError, OSError) as exc:
-        failure = exc
-    finally:
-        if not keep:
-            run.remove()
+    failure = run.attempt(run.execute_head, keep)
     if run.head_rounds:
         for line in format_rounds(run.head_rounds, arms):
             click.echo(line)

@@ -198,15 +198,7 @@ def bench_backlog(
         run_head_rounds(settings, data_dir, keep, json_path, rounds, (a_settings, b_settings))
         return
     run = Run(settings, data_dir, echo=lambda line: click.echo(line, err=True))
-    failure: BaseException | None = None
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        run.execute()
-    except (RuntimeError, OSError) as exc:
-        failure = exc
-    finally:
-        if not keep:
-            run.remove()
+    failure = run.attempt(run.execute, keep)
     if run.report.rss_mib or failure is None:  # what was measured before a failure too
         for line in format_report(run.report):
             click.echo(line)
