@@ -458,7 +458,7 @@ class Run:
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def attempt(self, phases: Callable[[], None], keep: bool) -> BaseException | None:
+    def attempt(self, phases: Callable[[], object], keep: bool) -> BaseException | None:
         """Run ``phases`` in the run's directory (removed after unless ``keep``); the
         failure that stopped it, if any (what was measured before it is kept)."""
         try:
