@@ -143,10 +143,11 @@ class _Open:
                     queued = self.outgoing.get_nowait()
                 except queue.Empty:
                     break
-                if queued is None or size + queued.ByteSize() > COALESCE_MAX_BYTES:
+                grown = size + queued.ByteSize() if queued is not None else 0
+                if queued is None or grown > COALESCE_MAX_BYTES:
                     held.append(queued)  # the end, or the first of the next message
                     break
-                size += queued.ByteSize()
+                size = grown
                 first.more.append(queued)
             self.written[0] += 1
             self.written[1] += 1 + len(first.more)

@@ -118,12 +118,14 @@ class SendStreamer:
                 size = answer.ByteSize()
                 while answers_together and not answers.empty():  # ready now: together
                     ready = answers.get_nowait()
-                    if not isinstance(ready, broker_pb2.SendStreamResponse) or (
-                        size + ready.ByteSize() > ANSWERS_MAX_BYTES
-                    ):
-                        held.append(ready)  # the end, an error, or no room: next
+                    if not isinstance(ready, broker_pb2.SendStreamResponse):
+                        held.append(ready)  # the end, or what ends the stream: next
                         break
-                    size += ready.ByteSize()
+                    grown = size + ready.ByteSize()
+                    if grown > ANSWERS_MAX_BYTES:
+                        held.append(ready)  # no room: the first of the next message
+                        break
+                    size = grown
                     answer.more.append(ready)
                 yield answer
         finally:
