@@ -105,7 +105,11 @@ class Cluster:
             assert code == 0, f"{proc.service} exited {code}: {proc.last_error()}"
 
     def stop(self) -> None:
-        for proc in reversed(self.started):
+        """The broker first, while its store still answers (else it spends its store
+        deadline trying to save offsets), then the store; a restart appends the new
+        process to ``started``, so the order does not come from there."""
+        first = [self.broker, self.store]
+        for proc in first + [p for p in reversed(self.started) if p not in first]:
             proc.stop()
 
 

@@ -284,6 +284,7 @@ def test_an_unreachable_store_is_unavailable_with_its_address(cluster: Cluster) 
     error = failure(cluster.stub.SendMessage, broker_pb2.SendRequest(messages=[msg("orders")]))
     assert error.code() == grpc.StatusCode.UNAVAILABLE
     assert f"store at {cluster.store.address}" in str(error.details())
+    cluster.broker.kill()  # a SIGTERM would wait out its store deadline to save offsets
 
 
 def test_a_broker_without_its_store_exits_with_one_clear_line(spawn: Spawn, tmp_path: Path) -> None:

@@ -83,7 +83,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _inspect(cluster: Cluster, records: int) -> str:
-    """``boltmq store inspect`` of the stopped store, as a subprocess."""
+    """``boltmq store inspect`` of the stopped store, as a subprocess (the broker stops
+    first: stopped after its store, it would wait out its store deadline saving offsets)."""
+    cluster.broker.stop()
     cluster.store.stop()
     proc = _cli("store", "inspect", str(cluster.root_dir), "--records", str(records))
     assert proc.returncode == 0, proc.stderr
@@ -115,9 +117,10 @@ def test_long_bodies_are_stored_compressed_and_come_back_whole(
     assert pulled[b"small-in-batch"].tags == "mix" and pulled[mixed[0]].tags == "mix"
 
     collector = Collector()
-    consumers("cg-zipped", {"zipped": "*"}, collector)
+    consumer = consumers("cg-zipped", {"zipped": "*"}, collector)
     collector.wait_for(set(sent), "pushed bodies")
     assert sorted(set(collector.bodies())) == sorted(sent)
+    consumer.shutdown()
 
     out = _inspect(cluster, len(sent))
     lines = [line for line in out.splitlines() if "topic zipped" in line]
