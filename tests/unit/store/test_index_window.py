@@ -293,12 +293,14 @@ def test_window_settings_are_checked(tmp_path: Path) -> None:
 def put_keyed(store: MessageStore, count: int, prefix: str = "U-") -> dict[str, int]:
     """``count`` messages, each with a unique UNIQ_KEY; key -> CommitLog offset."""
     offsets = {}
-    for i in range(count):
-        key = f"{prefix}{i}"
-        msg = StoreMessage(topic=TOPIC, body=b"m%d" % i, properties={"UNIQ_KEY": key})
-        result = store.put_message(msg)
-        assert result.status == PutStatus.PUT_OK, result
-        offsets[key] = result.commitlog_offset
+    for start in range(0, count, 500):
+        keys = [f"{prefix}{i}" for i in range(start, min(start + 500, count))]
+        msgs = [
+            StoreMessage(topic=TOPIC, body=k.encode(), properties={"UNIQ_KEY": k}) for k in keys
+        ]
+        for key, result in zip(keys, store.put_messages(msgs), strict=True):
+            assert result.status == PutStatus.PUT_OK, result
+            offsets[key] = result.commitlog_offset
     assert store.wait_dispatched()
     return offsets
 
@@ -322,6 +324,8 @@ def test_store_releases_full_index_files_and_queries_survive_restart_and_crash(
     keys = [f"U-{i}" for i in range(0, 9000, 37)] + ["U-3998", "U-3999", "U-8999"]
     expected = {key: [offsets[key]] for key in keys}
     assert found(store, keys) == expected
+    # Those lookups may have brought released pages back: sweep them soon.
+    store.index.page_cache.sweep.interval_s = 0.05
     index_dir = root / "index"
     wait_until(
         lambda: [any(pages) for pages in resident(index_dir)] == [False, False, True],
@@ -329,7 +333,6 @@ def test_store_releases_full_index_files_and_queries_survive_restart_and_crash(
     )
     assert found(store, keys) == expected  # from released pages
     assert store.verify() == []
-    store.index.page_cache.sweep.interval_s = 0.05
     wait_until(
         lambda: not any(resident(index_dir)[0]),
         "the sweep to release the index pages the lookups brought back",
