@@ -37,10 +37,6 @@ window's ``sweep_phase``), not all in the same one. A step that ends inside a
 larger folio unmaps its pages at once; the kernel drops the folio itself from the
 cache at the next sweep, which covers it whole.
 
-The index files have a window too (``index_page_cache_window_bytes``,
-:mod:`services.store.index_window`): they are not a MappedFileQueue, so it has its
-own class, sharing :class:`SweepClock` and :meth:`MappedFile.drop_cached` with this one.
-
 Such a reader would fault the released pages back in as its copy reaches
 them, each fault waiting for a disk read inside the store's serving thread: a
 consumer reading 1 KiB messages behind the window cost the store 2.2-3.2 us a
@@ -49,6 +45,10 @@ behind the window (a pull's raw read, or the decoded path at each segment it
 enters) first asks the kernel for its first READ_AHEAD_BYTES and as many past
 them (``POSIX_FADV_WILLNEED``, which does not wait):
 :meth:`PageCacheWindow.read_ahead`. The sweep drops what was read ahead too.
+
+The index files have a window too (``index_page_cache_window_bytes``,
+:mod:`services.store.index_window`): they are not a MappedFileQueue, so it has its
+own class, sharing :class:`SweepClock` and :meth:`MappedFile.drop_cached` with this one.
 """
 
 from __future__ import annotations
