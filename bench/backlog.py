@@ -56,6 +56,7 @@ from bench.backlog_load import (
     Progress,
     RssSampler,
     Writer,
+    mapped_rss,
     stub_for,
     tenth_rates,
 )
@@ -69,6 +70,9 @@ from services.store.page_cache import SWEEP_INTERVAL_S
 from services.store.recovery import CRASH_RECOVERY_MARGIN_MS
 
 CLEAN_INTERVAL_MS = 1000
+INDEX_SETTLE_S = 2.5
+"""After the fill: two rounds of the consume-queue flusher, which flushes and releases
+the index (its default interval is 1 s)."""
 RESTART_TIMEOUT_S = 1800.0
 """How long a start may take until READY: a restart on 100,000,000 messages loads GiBs of
 consume queues and checks up to 3 GiB of CommitLog first."""
@@ -94,6 +98,8 @@ class Settings:
     probe_s: float = 5.0
     retention_s: float = 15.0
     lookups: int = 200
+    key_every_message: bool = False
+    index_window_mb: int = 4
 
 
 @dataclass
@@ -121,6 +127,9 @@ class Report:
     fill_store_rss_mib: list[float] = field(default_factory=list)
     """The store's largest RSS in each tenth of the fill."""
     reader_store_rss_mib: list[float] = field(default_factory=list)
+    fill_index_rss_mib: float = 0.0
+    """The store's resident index pages (its mappings of ``index/``) after the fill,
+    ``INDEX_SETTLE_S`` later: released behind ``index_page_cache_window_bytes``."""
     """The store's largest RSS in each tenth of the old reader's read."""
     store_rss_bound_mib: float = 0.0
     """What the page-cache window lets the store map: its RSS before the fill, the window,
@@ -167,6 +176,7 @@ class Run:
             f"root_dir={self.root / 'store'}",
             f"mapped_file_size_commitlog={self.s.segment_mb * 2**20}",
             f"commitlog_page_cache_window_bytes={self.s.window_mb * 2**20}",
+            f"index_page_cache_window_bytes={self.s.index_window_mb * 2**20}",
             "disk_max_used_space_ratio=100",
             f"disk_space_clean_forcibly_ratio={forced_clean}",
             "disk_space_warning_level_ratio=100",
@@ -228,7 +238,10 @@ class Run:
 
     def _write(self, name: str, count: int, until: Any = None) -> Progress:
         assert self.store is not None
-        writer = Writer(self.store.address, self.s.queues, self.s.body_bytes, self.s.batch, name)
+        s = self.s
+        writer = Writer(
+            self.store.address, s.queues, s.body_bytes, s.batch, name, s.key_every_message
+        )
         try:
             return writer.write(count, until)
         finally:
@@ -245,6 +258,10 @@ class Run:
         start = time.perf_counter()
         done = self._write("fill", self.s.messages)
         self.report.fill_store_rss_mib = _mib(self.rss.by_tenth("store", start, done.tenths))
+        assert self.store is not None and self.store.proc is not None
+        time.sleep(INDEX_SETTLE_S)
+        index_rss = mapped_rss(self.store.proc.pid, self.root / "store" / "index")
+        self.report.fill_index_rss_mib = round(index_rss / 2**20, 1)
         self.report.rates["fill"] = round(done.stored / done.seconds)
         self.report.fill_tenths = [round(r) for r in tenth_rates(done.tenths)]
         return done
@@ -501,6 +518,7 @@ def format_report(r: Report) -> list[str]:
         f"  store disk reads while the old reader ran: {r.reader_disk_read_bytes / 2**30:.2f} GiB"
     )
     lines.append(f"  store file-backed RSS MiB by phase: {r.store_file_rss_mib}")
+    lines.append(f"  store index mappings' RSS MiB after the fill: {r.fill_index_rss_mib}")
     lines.append("  RSS MiB by phase (largest sample):")
     for phase, row in r.rss_mib.items():
         lines.append(f"    {phase:<16} " + ", ".join(f"{k} {v:,.1f}" for k, v in row.items()))

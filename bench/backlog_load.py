@@ -3,9 +3,11 @@
 - :class:`Writer`: batches of raw records (the broker's form: ``Append`` with
   ``records``/``record_count`` for one queue), ``IN_FLIGHT`` calls outstanding
   from one thread, queues round-robin. The first record of every batch carries
-  the key ``<writer name>-<batch number>`` (unique: one name a writer); every
-  ``ID_SAMPLE_EVERY``-th batch's first message id and key are kept (for the
-  lookups), with the wall time of each tenth.
+  the key ``<writer name>-<batch number>`` (unique: one name a writer), and with
+  ``key_every_message`` every other record one of its own (``...-<n>-<i>``, as the
+  SDK's UNIQ_KEY: an index entry a message); every ``ID_SAMPLE_EVERY``-th batch's
+  first message id and key are kept (for the lookups), with the wall time of each
+  tenth.
 - :class:`HeadProbe`: a producer at a fixed pace (one batch of ``HEAD_BATCH``
   stamped bodies every ``HEAD_PERIOD_S`` to the head topic) and a consumer at
   the head polling ``PullQueues`` from where each queue ended; latency is
@@ -16,7 +18,8 @@
   offset 0 until each reaches the end it had at the start, printing one JSON
   line per tenth of the backlog read: ``{"read": n, "seconds": t}``.
 - :class:`RssSampler`: the resident memory of named processes every
-  ``RSS_PERIOD_S`` (psutil), by phase.
+  ``RSS_PERIOD_S`` (psutil), by phase; :func:`mapped_rss`: the resident part of a
+  process's mappings of the files in one directory (``/proc/<pid>/smaps``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import click
 import grpc
@@ -75,11 +79,18 @@ class Writer:
     """Batched raw appends of ``body_bytes`` bodies over ``queues`` queues."""
 
     def __init__(
-        self, address: str, queues: int, body_bytes: int, batch: int, name: str = "bk"
+        self,
+        address: str,
+        queues: int,
+        body_bytes: int,
+        batch: int,
+        name: str = "bk",
+        key_every_message: bool = False,
     ) -> None:
         self.channel, self.stub = stub_for(address)
         self.name = name  # keys are <name>-<batch number>: one name per writer
         self.queues, self.batch = queues, batch
+        self.key_every_message = key_every_message
         self.body = b"b" * body_bytes
         self.plain = encode_send_record(TOPIC, self.body)
         self.batches = 0
@@ -88,8 +99,15 @@ class Writer:
         n = self.batches
         self.batches += 1
         keyed = encode_send_record(TOPIC, self.body, keys=[f"{self.name}-{n}"])
+        if self.key_every_message:
+            rest = b"".join(
+                encode_send_record(TOPIC, self.body, keys=[f"{self.name}-{n}-{i}"])
+                for i in range(1, self.batch)
+            )
+        else:
+            rest = self.plain * (self.batch - 1)
         return store_pb2.AppendRequest(
-            records=keyed + self.plain * (self.batch - 1),
+            records=keyed + rest,
             record_count=self.batch,
             topic=TOPIC,
             queue_id=n % self.queues,
@@ -343,6 +361,20 @@ class RssSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def mapped_rss(pid: int, directory: Path) -> int:
+    """Resident bytes of ``pid``'s mappings of files in ``directory`` (smaps ``Rss``)."""
+    prefix = f"{directory.resolve()}/"
+    total, inside = 0, False
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            first = line.split(maxsplit=1)[0]
+            if "-" in first and not first.endswith(":"):  # a mapping's header line
+                inside = line.rstrip().split(maxsplit=5)[-1].startswith(prefix)
+            elif inside and first == "Rss:":
+                total += int(line.split()[1]) * 1024
+    return total
 
 
 def tenth_rates(tenths: Sequence[tuple[int, float]]) -> list[float]:

@@ -121,6 +121,18 @@ def bench_store(
 )
 @click.option("--lookups", default=200, show_default=True, type=click.IntRange(1, 100_000))
 @click.option(
+    "--key-every-message",
+    is_flag=True,
+    help="Every message with a key of its own (as the SDK's UNIQ_KEY), not one a batch.",
+)
+@click.option(
+    "--index-window-mb",
+    default=4,
+    show_default=True,
+    type=click.IntRange(0, 65536),
+    help="The store's index page-cache window (index_page_cache_window_bytes; 0: off).",
+)
+@click.option(
     "--data-dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
@@ -166,6 +178,8 @@ def bench_backlog(
     probe_seconds: float,
     retention_seconds: float,
     lookups: int,
+    key_every_message: bool,
+    index_window_mb: int,
     data_dir: Path,
     keep: bool,
     json_path: Path | None,
@@ -191,6 +205,8 @@ def bench_backlog(
         probe_seconds,
         retention_seconds,
         lookups,
+        key_every_message,
+        index_window_mb,
     )
     if head_only:
         from bench.backlog_ab import run_head_rounds

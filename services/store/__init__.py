@@ -27,6 +27,7 @@ The CommitLog and what derives from it
     consume_queue     ConsumeQueue(Table): 20-byte entries per topic and queue
     index_file        IndexFile: the hash index file's format
     index_service     IndexService: the index files, put and query by key
+    index_window      IndexPageCacheWindow: release of index pages behind a window
 
 Files, durability and space
     mapped_file       MappedFile: one memory-mapped file and its positions

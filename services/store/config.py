@@ -115,6 +115,14 @@ class StoreConfig(CallerLimitSettings):
     again every 10 s (services/store/page_cache.py), so a large backlog does not keep its
     20 B a message of entries in memory. Per queue: a store of 1,024 busy queues keeps
     1,024 times this (and up to 256 KiB more each). 0: never."""
+    index_page_cache_window_bytes: int = 4 * 1024 * 1024
+    """Flushed index entries kept mapped behind the end of the newest index file's flushed
+    entries (209,715 entries: lookups of recent keys need no disk read); older entry pages
+    are released after each consume-queue flush round, and index files no longer written
+    (full) are released whole, all swept again every 10 s (services/store/index_window.py),
+    so the 20 B a message of UNIQ_KEY entries do not stay in memory. The newest file's
+    slot table (4 B x ``max_hash_slot_num``) stays, as does up to 2 MiB more than the
+    window. 0: never."""
     max_queue_id: int = 1023
     """Largest queue id accepted for a topic."""
     max_transfer_count_on_message_in_memory: int = 32
@@ -167,6 +175,8 @@ class StoreConfig(CallerLimitSettings):
             raise ConfigError("commitlog_page_cache_window_bytes must not be negative (0: off)")
         if self.consume_queue_page_cache_window_bytes < 0:
             raise ConfigError("consume_queue_page_cache_window_bytes must not be negative (0: off)")
+        if self.index_page_cache_window_bytes < 0:
+            raise ConfigError("index_page_cache_window_bytes must not be negative (0: off)")
         if not 0 <= self.cold_read_threads <= COLD_READ_THREADS_MAX:
             raise ConfigError(
                 f"cold_read_threads must be between 0 and {COLD_READ_THREADS_MAX}, "

@@ -10,7 +10,8 @@
   (:mod:`services.store.page_cache`).
 - :class:`ConsumeQueueFlusher` forces consume queues and the index every
   ``flush_interval_consume_queue_ms`` and then writes the checkpoint; after each
-  round every consume queue's page-cache window releases what fell behind it.
+  round every consume queue's page-cache window releases what fell behind it, and so
+  does the index's (:mod:`services.store.index_window`).
 
 All fsyncs run on these threads (``os.fdatasync`` releases the GIL), never on
 an event loop.
@@ -191,6 +192,7 @@ class ConsumeQueueFlusher:
                 self.flush_now(0 if thorough else self.config.flush_consume_queue_least_pages)
                 # Every round, as the CommitLog's window (sweeps reach what readers map).
                 self.queues.release_behind()
+                self.index.release_behind()
             except Exception:
                 log.exception("consume-queue flush failed")
 

@@ -123,8 +123,12 @@ class IndexFile:
         self.slots = slots
         self.max_entries = entries
         self.mapped = MappedFile(path, index_file_size(slots, entries), create=create)
-        self._entries_at = HEADER_SIZE + slots * SLOT_SIZE
+        self.entries_at = HEADER_SIZE + slots * SLOT_SIZE
+        """Where entry 0 would begin: the slot table lies before it."""
         self.dirty = False
+        self.released_to = 0
+        """The index's page-cache window released the pages before this position at
+        least once (services/store/index_window.py)."""
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -139,6 +143,8 @@ class IndexFile:
             self._write_header()
         elif self.index_count <= 0:
             self.index_count = 1  # in memory only: opening a file never writes it
+        # What is on disk (clean) ends at the last entry: none after a create.
+        self.mapped.flushed_position = 0 if create else self.entries_end
         if self.index_count > entries:
             self.mapped.close()
             raise CorruptIndexFile(
@@ -174,6 +180,16 @@ class IndexFile:
     def is_full(self) -> bool:
         return self.index_count >= self.max_entries
 
+    @property
+    def entries_end(self) -> int:
+        """Where the next entry goes: the end of the entries written."""
+        return self._entry_pos(self.index_count)
+
+    @property
+    def flushed_end(self) -> int:
+        """The end of the entries the last flush made durable (the file before it too)."""
+        return self.mapped.flushed_position
+
     def _write_header(self) -> None:
         HEADER.pack_into(
             self.mapped.mm,
@@ -190,7 +206,7 @@ class IndexFile:
         return HEADER_SIZE + (h % self.slots) * SLOT_SIZE
 
     def _entry_pos(self, number: int) -> int:
-        return self._entries_at + number * ENTRY_SIZE
+        return self.entries_at + number * ENTRY_SIZE
 
     # ---------------------------------------------------------------- writes
     def put(self, h: int, phy_offset: int, store_ts: int) -> bool:
@@ -234,7 +250,7 @@ class IndexFile:
             self.begin_phy_offset = phy_offsets[0]
         diff = (store_ts - self.begin_timestamp) // 1000
         diff = 0 if diff < 0 else min(diff, INT32_MAX)
-        slots, entries_at = self.slots, self._entries_at
+        slots, entries_at = self.slots, self.entries_at
         read_slot, write_slot, write_entry = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
         for h, phy_offset in zip(hashes[:room], phy_offsets[:room], strict=True):
             slot_pos = HEADER_SIZE + (h % slots) * SLOT_SIZE
@@ -280,6 +296,7 @@ class IndexFile:
         mm[start : self._entry_pos(last + 1)] = bytes(self._entry_pos(last + 1) - start)
         dropped = last - keep_entries
         self.index_count = keep_entries + 1
+        self.mapped.flushed_position = min(self.mapped.flushed_position, self.entries_end)
         self.hash_slot_count = max(0, self.hash_slot_count - dropped)
         if keep_entries == 0:
             self.begin_timestamp = self.end_timestamp = 0
@@ -377,13 +394,18 @@ class IndexFile:
 
     # ---------------------------------------------------------------- lifecycle
     def flush(self) -> None:
-        """fdatasync the file when anything changed since the last flush."""
+        """fdatasync the file when anything changed since the last flush.
+
+        Afterwards :attr:`flushed_end` is the end of the entries written before the sync
+        began (read first: a writer on another thread may add more meanwhile), the bound
+        of what the page-cache window may release.
+        """
         if not self.dirty:
             return
         self.dirty = False
         mapped = self.mapped
-        mapped.committed_position = mapped.file_size
-        mapped.flushed_position = 0
+        mapped.committed_position = self.entries_end
+        mapped.flushed_position = 0  # the file syncs whole whatever was synced before
         mapped.flush()
 
     def hold(self) -> bool:

@@ -2,15 +2,19 @@
 
 The newest file takes new entries until it is full, then a new file named by
 the current time starts (format in :mod:`services.store.index_file`). Entries
-are added in CommitLog order, so a record at or below the newest file's
-``end_phy_offset`` is already indexed; re-dispatch after recovery relies on
-that to add nothing twice.
+are added in CommitLog order, so a record at or below the ``end_phy_offset`` of
+the newest file holding entries is already indexed; re-dispatch after recovery
+relies on that to add nothing twice.
 
 After a crash the checkpoint's ``index_msg_timestamp`` says up to when the
 index was flushed: files begun after it are dropped, and the entries of the
 newest remaining file stored after it are cut (recovery re-dispatches from
 before that time, so they come back). Loading never deletes anything when
 ``repair`` is off (offline inspection and verify).
+
+Only the newest flushed entries stay in memory: after each flush round the index's
+page-cache window releases the rest (:mod:`services.store.index_window`); lookups
+fault released pages back in from the files.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from services.store.config import StoreConfig
 from services.store.index_file import (
     CorruptIndexFile,
     IndexFile,
@@ -28,6 +33,7 @@ from services.store.index_file import (
     key_hash,
     key_hashes,
 )
+from services.store.index_window import IndexPageCacheWindow
 from services.store.mapped_file import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -38,12 +44,26 @@ INDEX_NAME_DIGITS = 17  # yyyyMMddHHmmssSSS
 class IndexService:
     """Builds and queries the hash index over CommitLog records."""
 
-    def __init__(self, index_dir: Path, max_hash_slot_num: int, max_index_num: int) -> None:
+    def __init__(
+        self, index_dir: Path, max_hash_slot_num: int, max_index_num: int, window_bytes: int = 0
+    ) -> None:
         self.index_dir = index_dir
         self.max_hash_slot_num = max_hash_slot_num
         self.max_index_num = max_index_num
         self.files: list[IndexFile] = []
         self._lock = threading.Lock()
+        self.page_cache = IndexPageCacheWindow(window_bytes)
+        """Releases the pages behind the newest ``window_bytes`` of flushed entries (0: off)."""
+
+    @classmethod
+    def of_store(cls, config: StoreConfig) -> IndexService:
+        """The index of a store's ``index/`` directory, with its settings."""
+        return cls(
+            config.root_dir / "index",
+            config.max_hash_slot_num,
+            config.max_index_num,
+            config.index_page_cache_window_bytes,
+        )
 
     # ---------------------------------------------------------------- loading
     def load(
@@ -115,11 +135,7 @@ class IndexService:
         """Index every key of one record (called by the dispatcher, in CommitLog order)."""
         files = self.files
         current = files[-1] if files else None
-        if (
-            current is not None
-            and current.entry_count
-            and commitlog_offset <= current.end_phy_offset
-        ):
+        if commitlog_offset <= self._indexed_end():
             return  # already indexed before a restart
         for key in keys:
             if not key:
@@ -140,8 +156,8 @@ class IndexService:
         files = self.files
         current = files[-1] if files else None
         # Offsets rise through the run: only its first records can be below what the
-        # last file already holds (indexed before a restart).
-        done = current.end_phy_offset if current is not None and current.entry_count else -1
+        # files already hold (indexed before a restart).
+        done = self._indexed_end()
         flat: list[str] = []
         offsets: list[int] = []
         for keys, commitlog_offset in zip(keys_of_records, commitlog_offsets, strict=True):
@@ -157,6 +173,15 @@ class IndexService:
             if written < len(hashes):
                 current = self._roll()
             hashes, offsets = hashes[written:], offsets[written:]
+
+    def _indexed_end(self) -> int:
+        """The CommitLog offset of the newest entry (-1: none). After a crash the newest
+        file may have lost every entry to the cut while older files keep theirs: those
+        must not be indexed twice by the re-dispatch."""
+        for f in reversed(self.files):
+            if f.entry_count:
+                return f.end_phy_offset
+        return -1
 
     def _roll(self) -> IndexFile:
         """Start a new file (the previous one, if any, is full)."""
@@ -186,6 +211,18 @@ class IndexService:
             finally:
                 f.release()
         return newest
+
+    def release_behind(self) -> int:
+        """Release the pages behind the index's page-cache window (flushed ones only: call
+        after :meth:`flush`); bytes released."""
+        if not self.page_cache.enabled:
+            return 0
+        files = self._held()
+        try:
+            return self.page_cache.release_behind(files)
+        finally:
+            for f in files:
+                f.release()
 
     # ---------------------------------------------------------------- reads
     def query(self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int) -> list[int]:

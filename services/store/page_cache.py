@@ -45,6 +45,10 @@ behind the window (a pull's raw read, or the decoded path at each segment it
 enters) first asks the kernel for its first READ_AHEAD_BYTES and as many past
 them (``POSIX_FADV_WILLNEED``, which does not wait):
 :meth:`PageCacheWindow.read_ahead`. The sweep drops what was read ahead too.
+
+The index files have a window too (``index_page_cache_window_bytes``,
+:mod:`services.store.index_window`): they are not a MappedFileQueue, so it has its
+own class, sharing :class:`SweepClock` and :meth:`MappedFile.drop_cached` with this one.
 """
 
 from __future__ import annotations
@@ -69,6 +73,25 @@ SWEEP_INTERVAL_S = 10.0
 """How often the whole released range is released again (pages brought back by readers)."""
 
 
+class SweepClock:
+    """When a window's next sweep is due: every ``interval_s``, the first one ``phase``
+    (0 to 1) of an interval early, so that many windows sweep at different rounds."""
+
+    def __init__(self, interval_s: float = SWEEP_INTERVAL_S, phase: float = 0.0) -> None:
+        if not 0.0 <= phase < 1.0:
+            raise ValueError(f"sweep_phase must be in [0, 1), got {phase}")
+        self.interval_s = interval_s
+        self._last = time.monotonic() - phase * interval_s
+
+    def due(self) -> bool:
+        """True once an interval has passed since the last sweep (which this starts)."""
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            return False
+        self._last = now
+        return True
+
+
 class PageCacheWindow:
     """Releases the cached pages of a MappedFileQueue that lie behind a window.
 
@@ -90,15 +113,12 @@ class PageCacheWindow:
             raise ValueError(f"window_bytes must not be negative, got {window_bytes}")
         if align_bytes <= 0 or align_bytes % PAGE_SIZE:
             raise ValueError(f"align_bytes must be a positive multiple of {PAGE_SIZE}")
-        if not 0.0 <= sweep_phase < 1.0:
-            raise ValueError(f"sweep_phase must be in [0, 1), got {sweep_phase}")
         self.files = files
         self.window_bytes = window_bytes
-        self.sweep_interval_s = sweep_interval_s
         self.align_bytes = align_bytes
         self.released_to = 0
         """Everything before this offset has been released at least once."""
-        self._last_sweep = time.monotonic() - sweep_phase * sweep_interval_s
+        self.sweep = SweepClock(sweep_interval_s, sweep_phase)
         self._ahead = (0, 0)
         """The range the last read ahead asked for (nothing yet)."""
 
@@ -106,15 +126,21 @@ class PageCacheWindow:
     def enabled(self) -> bool:
         return self.window_bytes > 0
 
+    @property
+    def sweep_interval_s(self) -> float:
+        return self.sweep.interval_s
+
+    @sweep_interval_s.setter
+    def sweep_interval_s(self, value: float) -> None:
+        self.sweep.interval_s = value
+
     def release_behind(self, flushed_offset: int) -> int:
         """Release the pages more than the window behind ``flushed_offset``; bytes released."""
         if not self.enabled:
             return 0
         target = self._aligned(flushed_offset - self.window_bytes)
         start = self.released_to
-        now = time.monotonic()
-        if now - self._last_sweep >= self.sweep_interval_s:
-            self._last_sweep = now
+        if self.sweep.due():
             start = 0
             self._ahead = (0, 0)  # what was read ahead goes too
         if target <= start:

@@ -70,9 +70,7 @@ class MessageStore:
         config = self.config
         self.commitlog = CommitLog(config)
         self.queues = ConsumeQueueTable.of_store(config)
-        self.index = IndexService(
-            self.root / "index", config.max_hash_slot_num, config.max_index_num
-        )
+        self.index = IndexService.of_store(config)
         self.checkpoint: Checkpoint | None = None
         self.dispatcher = Dispatcher(
             self.commitlog,

@@ -34,6 +34,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "2.5",
         "--lookups",
         "10",
+        "--key-every-message",
         "--data-dir",
         str(out / "data"),
         "--json",
@@ -84,6 +85,8 @@ def test_retention_deleted_the_oldest_segments_while_the_head_ran(report: dict) 
 
 def test_rss_is_sampled_for_every_process(report: dict) -> None:
     assert set(report["rss_mib"]["old-reader"]) == {"bench", "store", "old-reader"}
+    assert report["settings"]["key_every_message"] is True
+    assert report["fill_index_rss_mib"] > 0  # the store's index mappings, from its smaps
     assert len(report["reader_store_rss_mib"]) == 10
     assert report["store_rss_bound_mib"] > 0
 
@@ -95,6 +98,7 @@ def test_rss_is_sampled_for_every_process(report: dict) -> None:
         (["--messages", "5000"], "Missing option '--data-dir'"),
         (["--data-dir", "/tmp", "--queues", "0"], "0 is not in the range 1<=x<=1024"),
         (["--data-dir", "/tmp", "--body-bytes", "4"], "4 is not in the range 8<=x<=65536"),
+        (["--data-dir", "/tmp", "--index-window-mb", "-1"], "-1 is not in the range 0<=x<=65536"),
     ],
 )
 def test_bad_options_are_refused(args: list[str], message: str) -> None:
