@@ -39,7 +39,12 @@ from collections.abc import Sequence
 
 from services.store.index_file import IndexFile
 from services.store.mapped_file import PAGE_SIZE
-from services.store.page_cache import RELEASE_ALIGN_BYTES, SWEEP_INTERVAL_S, SweepClock
+from services.store.page_cache import (
+    RELEASE_ALIGN_BYTES,
+    SWEEP_INTERVAL_S,
+    SweepClock,
+    check_window,
+)
 
 
 class IndexPageCacheWindow:
@@ -52,10 +57,7 @@ class IndexPageCacheWindow:
         *,
         align_bytes: int = RELEASE_ALIGN_BYTES,
     ) -> None:
-        if window_bytes < 0:
-            raise ValueError(f"window_bytes must not be negative, got {window_bytes}")
-        if align_bytes <= 0 or align_bytes % PAGE_SIZE:
-            raise ValueError(f"align_bytes must be a positive multiple of {PAGE_SIZE}")
+        check_window(window_bytes, align_bytes)
         self.window_bytes = window_bytes
         self.align_bytes = align_bytes
         self.sweep = SweepClock(sweep_interval_s)

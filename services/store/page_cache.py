@@ -92,6 +92,14 @@ class SweepClock:
         return True
 
 
+def check_window(window_bytes: int, align_bytes: int) -> None:
+    """ValueError unless ``window_bytes`` >= 0 and ``align_bytes`` a positive page multiple."""
+    if window_bytes < 0:
+        raise ValueError(f"window_bytes must not be negative, got {window_bytes}")
+    if align_bytes <= 0 or align_bytes % PAGE_SIZE:
+        raise ValueError(f"align_bytes must be a positive multiple of {PAGE_SIZE}")
+
+
 class PageCacheWindow:
     """Releases the cached pages of a MappedFileQueue that lie behind a window.
 
@@ -109,10 +117,7 @@ class PageCacheWindow:
         align_bytes: int = RELEASE_ALIGN_BYTES,
         sweep_phase: float = 0.0,
     ) -> None:
-        if window_bytes < 0:
-            raise ValueError(f"window_bytes must not be negative, got {window_bytes}")
-        if align_bytes <= 0 or align_bytes % PAGE_SIZE:
-            raise ValueError(f"align_bytes must be a positive multiple of {PAGE_SIZE}")
+        check_window(window_bytes, align_bytes)
         self.files = files
         self.window_bytes = window_bytes
         self.align_bytes = align_bytes
