@@ -55,6 +55,7 @@ import grpc
 
 from boltmq.client import BrokerUnavailable, ClientInstance, heartbeat_request, rpc_error_text
 from boltmq.consume_thread import ConsumeThread, QueueState
+from boltmq.group_offsets import commit_offsets, query_offsets
 from boltmq.kernel import telemetry
 from boltmq.kernel.registry_client import RegistryError, TopicNotFound
 from boltmq.kernel.signing import Credentials
@@ -70,7 +71,6 @@ from boltmq.wire.topic import RETRY_PREFIX
 log = logging.getLogger(__name__)
 
 Listener = Callable[[list[ReceivedMessage]], ConsumeResult | None]
-OFFSETS_PER_QUERY = 4096
 """Queues one QueryConsumerOffsets names (the broker's QUERY_OFFSETS_MAX)."""
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 
@@ -410,36 +410,11 @@ class PushConsumer:
 
     def _start_offsets(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         """Where each of ``queues`` starts: its committed offset (CLUSTERING), else
-        ``consume_from``. One QueryConsumerOffsets per broker (and per
-        OFFSETS_PER_QUERY queues), all in flight at once: a consumer of 1,024
-        topics takes 4,096 queues at start."""
+        ``consume_from`` (:mod:`boltmq.group_offsets`: a consumer of 1,024 topics
+        takes 4,096 queues at start)."""
         timeout = self.client.rpc_timeout_s
-        starts: dict[MessageQueue, int] = {}
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for queue in queues if self.options.model == "CLUSTERING" else ():
-            by_broker.setdefault(self.client.address_of(queue), []).append(queue)
-        calls = [
-            (
-                chunk,
-                self.client.broker(address).QueryConsumerOffsets.future(
-                    broker_pb2.QueryConsumerOffsetsRequest(
-                        group=self.group,
-                        queues=[
-                            broker_pb2.QueueId(topic=q.topic, queue_id=q.queue_id) for q in chunk
-                        ],
-                    ),
-                    timeout=timeout,
-                ),
-            )
-            for address, owned in by_broker.items()
-            for chunk in (
-                owned[n : n + OFFSETS_PER_QUERY] for n in range(0, len(owned), OFFSETS_PER_QUERY)
-            )
-        ]
-        for chunk, call in calls:
-            for queue, found in zip(chunk, call.result().offsets, strict=True):
-                if found.found:
-                    starts[queue] = int(found.offset)
+        clustering = self.options.model == "CLUSTERING"
+        starts = query_offsets(self.client, self.group, queues) if clustering else {}
         if self.options.model == "BROADCASTING":
             stored = self.local_offsets.load()
             starts.update((q, stored[q]) for q in queues if q in stored)
@@ -477,21 +452,11 @@ class PushConsumer:
             for state, offset in changed.items():
                 state.committed = offset
             return
-        for state in todo:
-            offset = state.offset
-            if offset == state.committed:
-                continue
-            queue = state.queue
-            try:
-                self.client.broker(self.client.address_of(queue)).UpdateConsumerOffset(
-                    broker_pb2.UpdateConsumerOffsetRequest(
-                        group=self.group, topic=queue.topic, queue_id=queue.queue_id, offset=offset
-                    ),
-                    timeout=self.client.rpc_timeout_s,
-                )
-                state.committed = offset
-            except (grpc.RpcError, RegistryError) as exc:
-                log.warning("commit %s@%d failed: %s", queue, offset, exc)
+        moved = {s.queue: (s, s.offset) for s in todo if s.offset != s.committed}
+        offsets = {queue: offset for queue, (_, offset) in moved.items()}
+        for queue in commit_offsets(self.client, self.group, offsets) if offsets else ():
+            state, offset = moved[queue]
+            state.committed = offset
 
     def _release(self, states: Sequence[QueueState]) -> None:
         """Commit and (orderly) unlock queues no puller serves any more."""

@@ -190,6 +190,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return broker_pb2.UpdateConsumerOffsetResponse()
 
     @answers_errors
+    async def UpdateConsumerOffsets(
+        self, request: broker_pb2.UpdateConsumerOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.UpdateConsumerOffsetsResponse:
+        """Commit a group's offsets on several queues (all checked first)."""
+        await self._clients.update_offsets(request)
+        return broker_pb2.UpdateConsumerOffsetsResponse()
+
+    @answers_errors
     async def QueryConsumerOffset(
         self, request: broker_pb2.QueryConsumerOffsetRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.QueryConsumerOffsetResponse:

@@ -127,6 +127,31 @@ def test_an_account_without_the_groups_right_cannot_touch_it(cluster: AclCluster
     assert "has DENY on group 'orders-app-group'" in details
 
 
+def test_a_commit_of_many_queues_needs_the_group_and_every_topic_and_commits_nothing_else(
+    cluster: AclCluster,
+) -> None:
+    send(cluster.stub(ORDERS), "orders", b"one")
+    send(cluster.stub(MALLORY), "mallory", b"own")
+    commit(cluster, READER, "orders", 1)
+
+    def commit_many(who: Credentials, topics: list[str]) -> None:
+        cluster.stub(who).UpdateConsumerOffsets(
+            broker_pb2.UpdateConsumerOffsetsRequest(
+                group=GROUP,
+                offsets=[broker_pb2.QueueOffset(topic=t, queue_id=0, offset=0) for t in topics],
+            ),
+            timeout=5,
+        )
+
+    details = denied(lambda: commit_many(MALLORY, ["mallory"]))
+    assert f"mallory-app has DENY on group '{GROUP}'" in details
+    details = denied(lambda: commit_many(READER, ["orders", "mallory"]))  # may not read mallory
+    assert "topic 'mallory'" in details, details
+    assert committed(cluster) == 1  # neither refused call moved the group's offset
+    commit_many(READER, ["orders"])
+    assert committed(cluster) == 0
+
+
 def test_only_the_broker_writes_retry_and_dead_letter_topics(cluster: AclCluster) -> None:
     def forge(who: Credentials, topic: str) -> broker_pb2.SendResponse:
         request = broker_pb2.SendRequest(

@@ -118,6 +118,12 @@ def _group_and_queues(request: Any) -> Iterator[Need]:
         yield topic_need(topic, Perm.SUB)
 
 
+def _group_and_offsets(request: Any) -> Iterator[Need]:
+    yield group_need(request.group)
+    for topic in sorted({entry.topic for entry in request.offsets}):
+        yield topic_need(topic, Perm.SUB)
+
+
 def _group(request: Any) -> Iterator[Need]:
     yield group_need(request.group)
 
@@ -139,6 +145,7 @@ NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "UnregisterClient": _unregister,
     "GetConsumerList": _group,
     "UpdateConsumerOffset": _group_and_topic,
+    "UpdateConsumerOffsets": _group_and_offsets,
     "QueryConsumerOffset": _group_and_topic,
     "QueryConsumerOffsets": _group_and_queues,
     "LockQueues": _group_and_queues,

@@ -32,7 +32,7 @@ MAX_GROUPS_PER_HEARTBEAT = 1024
 MAX_QUEUES_PER_LOCK = 4096
 """Queues one LockQueues / UnlockQueues request may name."""
 QUERY_OFFSETS_MAX = 4096
-"""Queues one QueryConsumerOffsets names at most."""
+"""Queues one QueryConsumerOffsets or UpdateConsumerOffsets names at most."""
 CLIENT_LABEL_MAX = 64
 """Characters of a heartbeat's language or version at most (printable ASCII)."""
 
@@ -125,6 +125,27 @@ class ClientProcessor:
             raise InvalidArgument(f"offset: must not be negative, got {request.offset}")
         await self._groups.require("group", request.group)
         self._offsets.commit(request.group, request.topic, request.queue_id, request.offset)
+
+    async def update_offsets(self, request: broker_pb2.UpdateConsumerOffsetsRequest) -> None:
+        """Commit a group's offsets on several queues; every entry is checked before any
+        is committed (a bad one fails the call and commits nothing)."""
+        group = check_group("group", request.group)
+        check_queue_count("offsets", len(request.offsets), QUERY_OFFSETS_MAX)
+        seen: dict[tuple[str, int], int] = {}
+        for n, entry in enumerate(request.offsets):
+            config = readable_topic(self._topics, f"offsets[{n}].topic", entry.topic)
+            check_read_queue(config, f"offsets[{n}].queue_id", entry.queue_id)
+            if entry.offset < 0:
+                raise InvalidArgument(
+                    f"offsets[{n}].offset: must not be negative, got {entry.offset}"
+                )
+            first = seen.setdefault((entry.topic, entry.queue_id), n)
+            if first != n:
+                queue = f"{entry.topic}:{entry.queue_id}"
+                raise InvalidArgument(f"offsets[{n}]: queue {queue} is offsets[{first}] already")
+        await self._groups.require("group", group)
+        for entry in request.offsets:
+            self._offsets.commit(group, entry.topic, entry.queue_id, entry.offset)
 
     def query_offsets(self, request: broker_pb2.QueryConsumerOffsetsRequest) -> list[int | None]:
         """A group's committed offsets on several queues, in the order asked (None: none).
