@@ -68,10 +68,10 @@ def verified_runs(
     by :func:`verified_record`, whose CorruptRecord is its refusal. Good records
     that lie back to back come out as one view (what a pull sends on as it is).
     """
-    found = VerifiedRuns()
     count = len(positions)
-    if not count:
-        return found
+    if count < SMALL_BATCH:  # arrays cost more than they save on a few records
+        return _verified_few(view, positions, sizes, check_crc=check_crc)
+    found = VerifiedRuns()
     starts = np.asarray(positions, dtype=np.int64)
     totals = np.asarray(sizes, dtype=np.int64)
     good, body_lengths, crcs = _vector_checks(view, starts, totals, count)
@@ -110,6 +110,36 @@ def verified_runs(
                 strict=True,
             )
         ]
+    return found
+
+
+def _verified_few(
+    view: memoryview,
+    positions: Sequence[int] | Int64s,
+    sizes: Sequence[int] | Int64s,
+    *,
+    check_crc: bool,
+) -> VerifiedRuns:
+    """:func:`verified_runs` of fewer than SMALL_BATCH records: each by
+    :func:`verified_record`, the runs joined as they come."""
+    found = VerifiedRuns()
+    begin = end = -1  # the run being joined
+    starts = positions.tolist() if isinstance(positions, np.ndarray) else positions
+    totals = sizes.tolist() if isinstance(sizes, np.ndarray) else sizes
+    for start, total in zip(starts, totals, strict=True):
+        try:
+            verified_record(view, start, total, check_crc=check_crc)
+        except CorruptRecord as exc:
+            found.refused.append(exc)
+            continue
+        found.count += 1
+        if start != end:
+            if begin >= 0:
+                found.views.append(view[begin:end])
+            begin = start
+        end = start + total
+    if begin >= 0:
+        found.views.append(view[begin:end])
     return found
 
 

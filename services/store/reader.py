@@ -56,6 +56,7 @@ from boltmq.wire.record import (
     decode_record,
     parse_msg_id,
 )
+from boltmq.wire.record_heads import SMALL_BATCH
 from boltmq.wire.topic import InvalidSubscription, Subscription, parse_subscription
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
@@ -280,9 +281,7 @@ class MessageReader:
                 at += 1
                 continue
             try:
-                rest = physicals[at:taken]
-                beyond = np.flatnonzero((rest < mf.file_from_offset) | (rest >= mf.file_end_offset))
-                stop = at + (int(beyond[0]) if len(beyond) else len(rest))
+                stop = at + _within(physicals[at:taken], mf.file_from_offset, mf.file_end_offset)
                 found = verified_runs(
                     mf.view,
                     physicals[at:stop] - mf.file_from_offset,
@@ -358,5 +357,26 @@ def _taken(sizes: npt.NDArray[np.int64], count: int, byte_limit: int) -> int:
     path skips it and reads on; here the next pull does)."""
     if count <= 0 or not len(sizes):
         return 0
+    if min(count, len(sizes)) < SMALL_BATCH:  # a loop costs less than the arrays here
+        taken = total = 0
+        for size in sizes[:count].tolist():
+            total += max(size, 0)
+            if taken and total > byte_limit:
+                break
+            taken += 1
+        return taken
     head = np.maximum(sizes[:count], 0)  # a damaged entry's size: refused when read
     return max(1, int(np.searchsorted(np.cumsum(head), byte_limit, side="right")))
+
+
+def _within(physicals: npt.NDArray[np.int64], begin: int, end: int) -> int:
+    """How many of ``physicals`` from the first lie in ``[begin, end)`` (one segment)."""
+    if len(physicals) < SMALL_BATCH:
+        inside = 0
+        for physical in physicals.tolist():
+            if not begin <= physical < end:
+                break
+            inside += 1
+        return inside
+    beyond = np.flatnonzero((physicals < begin) | (physicals >= end))
+    return int(beyond[0]) if len(beyond) else len(physicals)

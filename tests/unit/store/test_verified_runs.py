@@ -137,3 +137,20 @@ def test_positions_outside_the_view_are_refused(
         f"record at {len(data) - 10} runs past the end of the segment",
         "record at -5 runs past the end of the segment",
     ]
+
+
+def test_a_few_records_are_joined_into_runs_as_many_are(
+    segment: tuple[bytes, list[int], list[int]],
+) -> None:
+    """Fewer than SMALL_BATCH records are checked one by one, not as arrays: the views
+    still join the records that lie back to back."""
+    data, positions, sizes = segment
+    few = slice(2, 2 + SMALL_BATCH - 1)
+    chosen, lengths = positions[few], sizes[few]
+    found = verified_runs(memoryview(data), chosen, lengths, check_crc=True)
+    apart = sum(1 for n in range(1, len(chosen)) if chosen[n] != chosen[n - 1] + lengths[n - 1])
+    assert apart and len(found.views) == 1 + apart
+    assert found.count == len(chosen) and found.refused == []
+    assert b"".join(found.views) == b"".join(
+        data[p : p + s] for p, s in zip(chosen, lengths, strict=True)
+    )
