@@ -1,10 +1,17 @@
-"""A store process keeps only each consume queue's newest pages (its page-cache window).
+"""A store process keeps only the newest pages of each consume queue and of its index.
 
 ``consume_queue_page_cache_window_bytes``: after each consume-queue flush round the
 store releases a queue's pages behind its flushed end less the window
 (services/store/page_cache.py). Here the store process writes 2,500 entries to a
 queue of 1,000-entry files; its first files leave the page cache (asked of the
 kernel from this process, with mincore) and every message still reads back.
+
+``index_page_cache_window_bytes``: in the same rounds the store releases the pages of
+index files that are full (services/store/index_window.py). The store indexes 9,000
+messages, each with its own UNIQ_KEY (as the SDK sends them), in index files of
+3,999 entries: the two full files leave the page cache and QueryByKey still finds
+every message it is asked for.
+
 Settings the store cannot use stop it at start with an error naming the setting.
 """
 
@@ -68,17 +75,62 @@ def test_old_queue_files_leave_the_page_cache_and_read_back(
     assert any(resident_pages(first))  # the pull faulted them back in
 
 
+def test_full_index_files_leave_the_page_cache_and_keys_are_still_found(
+    spawn: Spawn, connect, tmp_path: Path
+) -> None:
+    root = tmp_path / "s"
+    stub = connect(
+        start_store(
+            spawn,
+            root,
+            "index_page_cache_window_bytes=4096",
+            "flush_interval_consume_queue_ms=50",
+            "flush_consume_queue_least_pages=0",
+        )
+    )
+    count = 9000
+    for start in range(0, count, 500):
+        batch = [
+            msg(TOPIC, 0, f"m{i}".encode(), properties={"UNIQ_KEY": f"U-{i}"})
+            for i in range(start, start + 500)
+        ]
+        assert {r.status for r in append(stub, *batch)} == {OK}
+    index_dir = root / "index"
+
+    def resident_files() -> list[bool]:
+        return [any(resident_pages(p)) for p in sorted(index_dir.iterdir())]
+
+    wait_until(
+        lambda: resident_files() == [False, False, True],
+        "the store to release its two full index files",
+    )
+    for i in [*range(0, count, 331), 3998, 3999, count - 1]:
+        found = stub.QueryByKey(store_pb2.QueryByKeyRequest(topic=TOPIC, key=f"U-{i}"))
+        assert [m.body for m in found.messages] == [f"m{i}".encode()], i
+    assert resident_files()[0]  # the lookups faulted its pages back in
+
+
 @pytest.mark.parametrize(
-    ("value", "error"),
+    ("setting", "value", "error"),
     [
-        ("-4096", "consume_queue_page_cache_window_bytes must not be negative"),
-        ("lots", "consume_queue_page_cache_window_bytes"),
+        (
+            "consume_queue_page_cache_window_bytes",
+            "-4096",
+            "consume_queue_page_cache_window_bytes must not be negative",
+        ),
+        ("consume_queue_page_cache_window_bytes", "lots", "consume_queue_page_cache_window_bytes"),
+        (
+            "index_page_cache_window_bytes",
+            "-1",
+            "index_page_cache_window_bytes must not be negative",
+        ),
+        ("index_page_cache_window_bytes", "4MiB", "index_page_cache_window_bytes"),
     ],
 )
 def test_a_bad_window_stops_the_store_at_start(
-    spawn: Spawn, tmp_path: Path, value: str, error: str
+    spawn: Spawn, tmp_path: Path, setting: str, value: str, error: str
 ) -> None:
     with pytest.raises(LaunchError, match="did not start") as failed:
-        start_store(spawn, tmp_path / "s", f"consume_queue_page_cache_window_bytes={value}")
+        start_store(spawn, tmp_path / "s", f"{setting}={value}")
     assert error in str(failed.value)
     assert "Traceback" not in str(failed.value)
