@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from boltmq.v1 import message_pb2, store_pb2
-from tests.integration.procs import LaunchError
+from tests.integration.procs import LaunchError, ServiceProcess
 from tests.integration.store_service_helpers import (
     OK,
     Spawn,
@@ -37,19 +37,22 @@ from tests.waiting import wait_until
 TOPIC = "Backlog"
 
 
+def start_windowed(spawn: Spawn, root: Path, window: str) -> ServiceProcess:
+    """A store whose ``window`` is one page, its queues and index flushed every 50 ms."""
+    return start_store(
+        spawn,
+        root,
+        f"{window}=4096",
+        "flush_interval_consume_queue_ms=50",
+        "flush_consume_queue_least_pages=0",
+    )
+
+
 def test_old_queue_files_leave_the_page_cache_and_read_back(
     spawn: Spawn, connect, tmp_path: Path
 ) -> None:
     root = tmp_path / "s"
-    stub = connect(
-        start_store(
-            spawn,
-            root,
-            "consume_queue_page_cache_window_bytes=4096",
-            "flush_interval_consume_queue_ms=50",
-            "flush_consume_queue_least_pages=0",
-        )
-    )
+    stub = connect(start_windowed(spawn, root, "consume_queue_page_cache_window_bytes"))
     bodies = [f"entry-{i}".encode() for i in range(2500)]
     for start in range(0, len(bodies), 250):
         batch = [msg(TOPIC, 0, body) for body in bodies[start : start + 250]]
@@ -79,15 +82,7 @@ def test_full_index_files_leave_the_page_cache_and_keys_are_still_found(
     spawn: Spawn, connect, tmp_path: Path
 ) -> None:
     root = tmp_path / "s"
-    stub = connect(
-        start_store(
-            spawn,
-            root,
-            "index_page_cache_window_bytes=4096",
-            "flush_interval_consume_queue_ms=50",
-            "flush_consume_queue_least_pages=0",
-        )
-    )
+    stub = connect(start_windowed(spawn, root, "index_page_cache_window_bytes"))
     count = 9000
     for start in range(0, count, 500):
         batch = [
