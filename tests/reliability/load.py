@@ -242,11 +242,14 @@ class Load:
         return result.next_begin_offset
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    """Poll ``condition`` until it holds; AssertionError naming ``what`` after the bound."""
+def wait_until(
+    condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S, interval_s: float = 0.05
+) -> None:
+    """Poll ``condition`` every ``interval_s`` until it holds; AssertionError naming ``what``
+    after the bound. An interval of 0 suits a condition that does the work itself (a send)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.05)
+        time.sleep(interval_s)
     raise AssertionError(f"timed out waiting until {what}")

@@ -173,6 +173,7 @@ def test_disk_full_to_the_last_byte_fails_sends_with_a_status_loses_nothing_and_
             lambda: sender.send() is None and sender.send() is None,
             "sends fail on a full disk",
             timeout_s=120,
+            interval_s=0,  # each try sends: ~1,000 sends fill the segments
         )
         print(f"full disk: {sender.refusals[-1]}")
         assert cluster.store.alive() and cluster.broker.alive()
