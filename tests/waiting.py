@@ -10,10 +10,17 @@ WAIT_S = 30.0
 POLL_S = 0.05
 
 
-def wait_until(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
-    """Poll ``condition`` until it is true; AssertionError naming ``what`` after ``timeout_s``."""
+def wait_until(
+    condition: Callable[[], object],
+    what: str,
+    timeout_s: float = WAIT_S,
+    interval_s: float = POLL_S,
+) -> None:
+    """Poll ``condition`` every ``interval_s`` until it is true; AssertionError naming
+    ``what`` after ``timeout_s``. An interval of 0 suits a condition that does the work
+    itself (a send that fills a disk)."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(POLL_S)
+        time.sleep(interval_s)

@@ -15,13 +15,13 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from boltmq import Message, Producer, ProducerOptions, PullConsumer
 from boltmq.client import BoltMQError
 from boltmq.kernel.registry_client import RegistryError
 from boltmq.message import MessageQueue, SendStatus
+from tests.waiting import wait_until
 
 TOPIC = "Reliability"
 GROUP = "reliability-consumers"
@@ -124,7 +124,7 @@ class Load:
                 done = dict(self.ledger.processed_end)
             return all(done.get(q, 0) >= end for q, end in ends.items())
 
-        wait_until(caught_up, "the consumer processed every acknowledged message")
+        wait_until(caught_up, "the consumer processed every acknowledged message", WAIT_S)
         self._stop_consuming.set()
         self._consumer.join(WAIT_S)
 
@@ -140,7 +140,9 @@ class Load:
         target = self.ledger.acked_count() + more
         try:
             wait_until(
-                lambda: self.ledger.acked_count() >= target, f"{target} messages are acknowledged"
+                lambda: self.ledger.acked_count() >= target,
+                f"{target} messages are acknowledged",
+                WAIT_S,
             )
         except AssertionError as exc:
             with self.ledger.lock:
@@ -240,16 +242,3 @@ class Load:
                 self.ledger.processed_end[queue.queue_id] = end
         consumer.commit(queue, result.next_begin_offset)
         return result.next_begin_offset
-
-
-def wait_until(
-    condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S, interval_s: float = 0.05
-) -> None:
-    """Poll ``condition`` every ``interval_s`` until it holds; AssertionError naming ``what``
-    after the bound. An interval of 0 suits a condition that does the work itself (a send)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out waiting until {what}")

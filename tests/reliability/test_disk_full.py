@@ -27,7 +27,8 @@ import pytest
 from boltmq import Message, Producer, ProducerOptions, SendError
 from boltmq.message import SendResult, SendStatus
 from tests.reliability.conftest import FaultCluster, check_files
-from tests.reliability.load import Ack, wait_until
+from tests.reliability.load import WAIT_S, Ack
+from tests.waiting import wait_until
 
 TMPFS_BYTES = 16 * 1024 * 1024
 SEGMENT_BYTES = 1024 * 1024
@@ -102,7 +103,7 @@ class Sender:
         return result
 
     def send_until(self, accepted: bool, what: str) -> None:
-        wait_until(lambda: (self.send() is not None) == accepted, what)
+        wait_until(lambda: (self.send() is not None) == accepted, what, WAIT_S)
 
 
 @pytest.fixture

@@ -20,8 +20,9 @@ from boltmq.cli.dev.local_cluster import ClusterSpec, LocalCluster
 from tests.integration.test_failover import HA_SETTINGS, STORE_SETTINGS, store_info
 from tests.reliability.conftest import FaultCluster, check_acknowledged, check_files
 from tests.reliability.files import scan_commitlog
-from tests.reliability.load import Load, wait_until
+from tests.reliability.load import WAIT_S, Load
 from tests.reliability.test_crash import ACKS_PER_PHASE, check_consumer
+from tests.waiting import wait_until
 
 
 def finish(cluster: FaultCluster, load: Load) -> None:
@@ -47,6 +48,7 @@ def test_broker_frozen_by_sigstop_fails_sends_clearly_then_loses_no_acknowledged
             wait_until(
                 lambda: load.ledger.send_failures >= failures + 2,
                 "sends to the frozen broker fail (send timeout)",
+                WAIT_S,
             )
         finally:
             cluster.broker.resume()
@@ -118,6 +120,7 @@ def test_replica_cut_off_and_reconnected_holds_every_acknowledged_message(
     wait_until(
         lambda: store_info(replica.store.address).commitlog_max_offset == target,
         "the reconnected replica caught up with the master",
+        WAIT_S,
     )
     replicated.stop()
     acked = load.ledger.acked
