@@ -27,12 +27,13 @@
   a send that finds no call in flight leaves at once (no linger). Each keeps
   its own results, errors, retries and fault avoidance, and its own span and
   trace context, made before it joins (:mod:`boltmq.send_batcher`). An
-  unsharded send joins whatever queue of that broker its batch goes to.
+  unsharded send joins whatever queue of that broker its batch goes to, and
+  the sends of every topic when the broker takes one request of several
+  (:mod:`boltmq.send_request`).
 - ``send_async`` and ``send_oneway`` go through an accumulator: messages wait
   up to ``linger_ms`` or until ``batch_size`` of them are queued for a topic
-  (both :class:`boltmq.options.ProducerOptions`, as every tuning knob), and
-  leave as one batch (Kafka's linger/batch.size), which is what makes an async
-  producer fast. Callbacks run on the sender thread.
+  (both :class:`boltmq.options.ProducerOptions`), and leave as one batch
+  (Kafka's linger/batch.size). Callbacks run on the sender thread.
 - A topic no registry knows is sent through the brokers that serve the
   auto-create template ``TBW102``; the broker creates it (when enabled). So
   that an auto-created topic reaches every broker group that auto-creates,
@@ -42,9 +43,8 @@
   there and refreshes the route). Sharded sends never get these queues: a
   key's queue must not change under it. A group that refuses the creation is
   dropped from this spreading and the send retried on the route's queues.
-- While started, the producer heartbeats its group to every master it knows
-  (:mod:`boltmq.producer_heartbeat`), so ``boltmq admin connections producer
-  GROUP`` lists it; ``shutdown`` unregisters it.
+- While started, it heartbeats its group to every master it knows
+  (:mod:`boltmq.producer_heartbeat`); ``shutdown`` unregisters it.
 """
 
 from __future__ import annotations
@@ -83,15 +83,21 @@ from boltmq.message import (
     SendStatus,
     batch_records,
     check_messages,
-    send_results,
 )
 from boltmq.message_lookup import find_by_unique_id
 from boltmq.options import ProducerOptions
 from boltmq.producer_heartbeat import ProducerHeartbeat
 from boltmq.request_reply import ReplyCallback, Requester
 from boltmq.send_batcher import BatchMismatch, SendBatcher
+from boltmq.send_request import (
+    Outcome,
+    SendPart,
+    outcome_results,
+    send_batched,
+    send_parts,
+)
 from boltmq.unique_id import record_unique_ids
-from boltmq.v1 import broker_pb2, message_pb2
+from boltmq.v1 import message_pb2
 from boltmq.wire.record import java_string_hash
 
 log = logging.getLogger(__name__)
@@ -161,8 +167,7 @@ class Producer:
         self._linger_s = options.linger_ms / 1000
         # A random start: short-lived producers (one CLI send each) still spread out.
         self._counter = itertools.count(random.randrange(1 << 16))
-        # topic -> the queued async messages
-        self._pending: dict[str, list[_Pending]] = {}
+        self._pending: dict[str, list[_Pending]] = {}  # topic -> queued async messages
         self._pending_count = 0
         self._cond = threading.Condition()
         self._sender: threading.Thread | None = None
@@ -172,7 +177,7 @@ class Producer:
         """Topics this producer's sends auto-create, until every template group has them."""
         self.avoidance = FaultAvoidance(options.fault_avoidance_ms)
         """Broker groups sends skip for a while after a failure there."""
-        self._batcher: SendBatcher[SendResult] | None = (
+        self._batcher: SendBatcher[SendPart, SendResult] | None = (
             SendBatcher(options.batch_size, BATCH_MAX_BYTES) if options.natural_batching else None
         )
         """Groups concurrent sends to one broker (:mod:`boltmq.send_batcher`); None: off."""
@@ -322,32 +327,27 @@ class Producer:
         attempts: _Attempts,
     ) -> list[SendResult]:
         queue, address, creating = self._pick(topic, pin, attempts)
+        # The records go as they are to any queue: the store writes the queue id.
+        part = SendPart(topic, queue.queue_id, records, count)
+        stream = self.client.send_stream(address) if self.options.send_path == "stream" else None
+        sending = stream.send if stream else self.client.send_encoded(address)
 
-        def call(records: bytes, count: int, timeout_s: float) -> list[SendResult]:
-            # The records go as they are to any queue: the store writes the queue id.
-            request = broker_pb2.SendRequest(
-                producer_group=self.group,
-                records=records,
-                record_count=count,
-                topic=topic,
-                queue_id=queue.queue_id,
-                default_topic_queue_nums=self.options.default_topic_queue_nums,
+        def call(parts: Sequence[SendPart], timeout_s: float) -> list[Outcome]:
+            return send_parts(
+                sending, self.group, self.options.default_topic_queue_nums, parts, timeout_s
             )
-            if self.options.send_path == "stream":
-                stream = self.client.send_stream(address)
-                return send_results(stream.send(request.SerializeToString(), timeout_s))
-            send = self.client.send_encoded(address)
-            return send_results(send(request.SerializeToString(), timeout=timeout_s))
 
-        try:
+        deadline = time.monotonic() + self._send_timeout_s
+        try:  # a send alone, or in a natural batch
             if self._batcher is None:
-                results = call(records, count, self._send_timeout_s)
+                results = outcome_results(call([part], self._send_timeout_s)[0])
             else:
-                # An unsharded send takes any queue of the broker: it joins the
-                # broker's batch of the topic whatever queue it picked.
-                key = (address, topic, queue.queue_id if pin is not None else -1)
-                deadline = time.monotonic() + self._send_timeout_s
-                results = list(self._batcher.send(key, records, count, deadline, call))
+                # An unsharded send takes any queue of the broker: it joins the broker's batch of
+                # the topic, or of every topic when it takes several (boltmq.send_request).
+                key: tuple[Any, ...] = (address, topic, queue.queue_id if pin else -1)
+                if pin is None and stream is not None and stream.takes_sections:
+                    key = (address,)
+                results = send_batched(self._batcher, key, part, deadline, call)
         except grpc.RpcError as exc:
             attempts.tried.add(queue.broker_name)
             if is_retryable(exc):

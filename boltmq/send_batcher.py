@@ -3,8 +3,10 @@
 Natural batching (Kafka's producer, RocketMQ 5's auto-batching) without a
 linger: many threads each calling ``Producer.send`` and waiting would pay one
 SendMessage round trip per message. Here sends are keyed by where their call
-goes (the producer's key: broker address, topic and queue, or ``-1`` for the
-queue of an unsharded send, which any queue of that broker takes):
+goes (the producer's keys: broker address, topic and queue, or ``-1`` for the
+queue of an unsharded send, which any queue of that broker takes; or the broker
+address alone for unsharded sends of any topic, when the broker takes one request
+of several topics):
 
 - a send whose key has no call in flight leaves at once, alone (no added delay);
 - sends that arrive while that key's call is in flight queue up, in arrival
@@ -14,17 +16,19 @@ queue of an unsharded send, which any queue of that broker takes):
 - a call takes at most ``max_messages`` messages and ``max_bytes`` of records
   (one send bigger than that still goes, alone); the rest wait for the next.
 
-Each send hands its records (CommitLog records back to back), their count and
-its deadline (monotonic seconds). The call is made with the records of the
-batch joined, ``count`` the sum, and a timeout up to the earliest deadline of
-the batch; it must answer one result per message, in order. Every send then
-gets its own slice of the results, or, when the call raised, the same
-exception, which it handles as it would its own call's (the producer retries
-or fails each message on its own). A call answering the wrong number of results
-fails every send of it with :class:`BatchMismatch`.
+Each send hands its part (what the call needs of it: its records, topic, queue),
+the messages and record bytes it carries, and its deadline (monotonic seconds).
+The call is made with the parts of the batch, in order, and a timeout up to the
+earliest deadline of the batch; it answers one outcome per part, in order: the
+part's results (one per message) or the exception that send is to raise (a key
+may hold sends the call makes into one request of several sections, each
+answered on its own). When the call itself raises, every send of the batch gets
+that exception, which it handles as it would its own call's (the producer
+retries or fails each message on its own). A call answering the wrong number of
+outcomes, or of results for a part, fails those sends with :class:`BatchMismatch`.
 
 The call function of a batch is that of its first send (every send of one key
-makes the same request but for its records). The batcher knows nothing of
+makes the same kind of request, from its parts). The batcher knows nothing of
 gRPC: tests drive it with a fake call and threads they release by hand.
 """
 
@@ -35,9 +39,11 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
+P = TypeVar("P")
 R = TypeVar("R")
-Call = Callable[[bytes, int, float], Sequence[R]]
-"""``call(records, count, timeout_s)``: one result per message, in order."""
+Call = Callable[[Sequence[P], float], Sequence[Sequence[R] | BaseException]]
+"""``call(parts, timeout_s)``: per part, in order, its results (one per message) or the
+exception its send raises."""
 Clock = Callable[[], float]
 """Monotonic seconds."""
 
@@ -49,14 +55,15 @@ class BatchMismatch(Exception):
     """A call answered another number of results than messages it carried."""
 
 
-class _Send(Generic[R]):
-    """One waiting send: its records, and how it ended (results or error)."""
+class _Send(Generic[P, R]):
+    """One waiting send: its part, and how it ended (results or error)."""
 
-    __slots__ = ("records", "count", "deadline", "call", "done", "results", "error", "batch")
+    __slots__ = ("part", "count", "size", "deadline", "call", "done", "results", "error", "batch")
 
-    def __init__(self, records: bytes, count: int, deadline: float, call: Call[R]) -> None:
-        self.records = records
+    def __init__(self, part: P, count: int, size: int, deadline: float, call: Call[P, R]) -> None:
+        self.part = part
         self.count = count
+        self.size = size
         self.deadline = deadline
         self.call = call
         self.done = threading.Lock()
@@ -66,10 +73,10 @@ class _Send(Generic[R]):
         self.done.acquire()
         self.results: Sequence[R] = ()
         self.error: BaseException | None = None
-        self.batch: list[_Send[R]] | None = None
+        self.batch: list[_Send[P, R]] | None = None
 
 
-class SendBatcher(Generic[R]):
+class SendBatcher(Generic[P, R]):
     """Groups the sends of one key that wait behind that key's call in flight."""
 
     def __init__(self, max_messages: int, max_bytes: int, clock: Clock = time.monotonic) -> None:
@@ -79,7 +86,7 @@ class SendBatcher(Generic[R]):
         self.max_bytes = max_bytes
         self._clock = clock
         self._lock = threading.Lock()
-        self._waiting: dict[Hashable, list[_Send[R]]] = {}
+        self._waiting: dict[Hashable, list[_Send[P, R]]] = {}
         """Key -> sends queued behind its call in flight; a key is here while busy."""
         self.calls = 0
         """Calls made (a batch is one)."""
@@ -90,11 +97,18 @@ class SendBatcher(Generic[R]):
             return len(self._waiting.get(key, ()))
 
     def send(
-        self, key: Hashable, records: bytes, count: int, deadline: float, call: Call[R]
+        self,
+        key: Hashable,
+        part: P,
+        count: int,
+        size: int,
+        deadline: float,
+        call: Call[P, R],
     ) -> Sequence[R]:
-        """The results of ``count`` messages (``records``), sent alone or in a batch of
-        ``key``; raises what their call raised."""
-        me = _Send(records, count, deadline, call)
+        """The results of ``part``'s ``count`` messages (``size`` bytes of records), sent
+        alone or in a batch of ``key``; raises what their call raised, or what it answered
+        for this part."""
+        me = _Send(part, count, size, deadline, call)
         with self._lock:
             queued = self._waiting.get(key)
             if queued is None:
@@ -110,31 +124,32 @@ class SendBatcher(Generic[R]):
             raise me.error
         return me.results
 
-    def _call(self, key: Hashable, batch: list[_Send[R]]) -> None:
-        count = sum(s.count for s in batch)
+    def _call(self, key: Hashable, batch: list[_Send[P, R]]) -> None:
         timeout = max(min(s.deadline for s in batch) - self._clock(), MIN_TIMEOUT_S)
-        records = batch[0].records if len(batch) == 1 else b"".join(s.records for s in batch)
         try:
             with self._lock:
                 self.calls += 1
-            results = batch[0].call(records, count, timeout)
-            if len(results) != count:
-                raise BatchMismatch(f"{len(results)} results for {count} messages")
+            outcomes = batch[0].call([s.part for s in batch], timeout)
+            if len(outcomes) != len(batch):
+                raise BatchMismatch(f"{len(outcomes)} outcomes for {len(batch)} sends")
         except BaseException as exc:  # every send of the batch must hear how it ended
             for send in batch:
                 send.error = exc
         else:
-            start = 0
-            for send in batch:
-                send.results = results[start : start + send.count]
-                start += send.count
+            for send, outcome in zip(batch, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    send.error = outcome
+                elif len(outcome) != send.count:
+                    send.error = BatchMismatch(f"{len(outcome)} results for {send.count} messages")
+                else:
+                    send.results = outcome
         leader = self._next(key)
         if leader is not None:  # first: the next call goes out while the others wake
             leader.done.release()
         for send in batch[1:]:
             send.done.release()
 
-    def _next(self, key: Hashable) -> _Send[R] | None:
+    def _next(self, key: Hashable) -> _Send[P, R] | None:
         """Hand the key to the next batch (its first send makes the call), or free it."""
         with self._lock:
             queued = self._waiting[key]
@@ -144,13 +159,12 @@ class SendBatcher(Generic[R]):
             taken, messages, size = 0, 0, 0
             for send in queued:
                 if taken and (
-                    messages + send.count > self.max_messages
-                    or size + len(send.records) > self.max_bytes
+                    messages + send.count > self.max_messages or size + send.size > self.max_bytes
                 ):
                     break
                 taken += 1
                 messages += send.count
-                size += len(send.records)
+                size += send.size
             batch = queued[:taken]
             del queued[:taken]
             batch[0].batch = batch

@@ -75,6 +75,9 @@ COALESCE_MAX_BYTES = 4 * 1024 * 1024
 """Sends join one stream message while it stays under this size (the first always goes)."""
 MORE_HEADER = ("boltmq-send-more", "1")
 """The broker's initial metadata saying it takes several sends a message."""
+SECTIONS_HEADER = ("boltmq-send-sections", "1")
+"""The broker's initial metadata saying it takes SendRequests of several topics
+(``sections``, :mod:`boltmq.send_request`)."""
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -126,6 +129,8 @@ class _Open:
         self.call: grpc.Call | None = None
         self.coalesce: bool | None = None
         """Whether the broker takes several sends a message (None: not known yet)."""
+        self.sections = False
+        """Whether the broker takes SendRequests of several topics (known with coalesce)."""
 
     def requests(self) -> Iterator[broker_pb2.SendStreamRequest]:
         """The stream messages gRPC's writer thread sends: each send queued, with those
@@ -136,7 +141,9 @@ class _Open:
             if first is None:
                 return
             if self.coalesce is None and first.id > 1:  # the first went: headers are due
-                self.coalesce = self._takes_more()
+                headers = self._headers()
+                self.sections = SECTIONS_HEADER in headers
+                self.coalesce = MORE_HEADER in headers
             size = first.ByteSize()
             while self.coalesce:
                 try:
@@ -153,13 +160,13 @@ class _Open:
             self.written[1] += 1 + len(first.more)
             yield first
 
-    def _takes_more(self) -> bool:
-        """Whether the broker's initial metadata says it takes several sends a message."""
+    def _headers(self) -> tuple[tuple[str, str], ...]:
+        """The broker's initial metadata (what it takes); empty when the stream failed."""
         assert self.call is not None  # set before any send is queued
         try:
-            return MORE_HEADER in (self.call.initial_metadata() or ())
+            return tuple(self.call.initial_metadata() or ())
         except grpc.RpcError:
-            return False
+            return ()
 
     def stalled(self, now: float) -> bool:
         return self.reading and now > self.read_deadline + STALL_S
@@ -226,6 +233,13 @@ class SendStream:
         """Streams opened so far (a reconnect opens another)."""
         self.written = [0, 0]
         """[stream messages, sends] written so far: their ratio is the coalescing."""
+
+    @property
+    def takes_sections(self) -> bool:
+        """Whether the open stream's broker said it takes SendRequests of several topics
+        (False before the stream's first send was answered)."""
+        opened = self._open
+        return opened is not None and not opened.broken and opened.sections
 
     def send(self, request: bytes, timeout_s: float) -> broker_pb2.SendResponse:
         """The broker's answer to the serialized SendRequest ``request``; StreamSendError

@@ -19,7 +19,9 @@ KEY = ("broker-a:10911", "Orders", -1)
 
 
 class FakeCall:
-    """Answers ``"<record>"`` per one-byte record; can hold calls or fail them."""
+    """Parts are bytes of one-byte records; answers ``"<record>"`` per record of each
+    part (or, for a part in ``refused``, that exception); can hold calls or fail them.
+    Each request is kept as (the parts joined, their record count, the timeout)."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[bytes, int, float]] = []
@@ -28,23 +30,34 @@ class FakeCall:
         self.release = threading.Semaphore(0)
         self.error: BaseException | None = None
         self.short = False
+        self.refused: dict[bytes, BaseException] = {}
+        self.outcomes_missing = False
 
-    def __call__(self, records: bytes, count: int, timeout_s: float) -> Sequence[str]:
-        self.requests.append((records, count, timeout_s))
+    def __call__(
+        self, parts: Sequence[bytes], timeout_s: float
+    ) -> Sequence[Sequence[str] | BaseException]:
+        joined = b"".join(parts)
+        self.requests.append((joined, len(joined), timeout_s))
         self.started.release()
         if self.hold:
             self.release.acquire()
         if self.error is not None:
             raise self.error
-        answers = [chr(b) for b in records]
-        return answers[:-1] if self.short else answers
+        outcomes: list[Sequence[str] | BaseException] = [
+            self.refused.get(part) or [chr(b) for b in part] for part in parts
+        ]
+        if self.short:
+            last = outcomes[-1]
+            assert not isinstance(last, BaseException)
+            outcomes[-1] = last[:-1]
+        return outcomes[:-1] if self.outcomes_missing else outcomes
 
 
 class Sender(threading.Thread):
     """One thread's send; keeps its results or error."""
 
     def __init__(
-        self, batcher: SendBatcher[str], call: FakeCall, records: bytes, key: object = KEY
+        self, batcher: SendBatcher[bytes, str], call: FakeCall, records: bytes, key: object = KEY
     ) -> None:
         super().__init__(daemon=True)
         self.batcher, self.call, self.records, self.key = batcher, call, records, key
@@ -54,7 +67,7 @@ class Sender(threading.Thread):
     def run(self) -> None:
         try:
             self.results = self.batcher.send(
-                self.key, self.records, len(self.records), 1000.0, self.call
+                self.key, self.records, len(self.records), len(self.records), 1000.0, self.call
             )
         except BaseException as exc:
             self.error = exc
@@ -64,7 +77,7 @@ def clock() -> float:
     return 990.0
 
 
-def start_in_flight(batcher: SendBatcher[str], call: FakeCall, records: bytes) -> Sender:
+def start_in_flight(batcher: SendBatcher[bytes, str], call: FakeCall, records: bytes) -> Sender:
     """A send whose call is in flight until ``call.release`` is released."""
     call.hold = True
     first = Sender(batcher, call, records)
@@ -73,7 +86,7 @@ def start_in_flight(batcher: SendBatcher[str], call: FakeCall, records: bytes) -
     return first
 
 
-def queue_behind(batcher: SendBatcher[str], call: FakeCall, *records: bytes) -> list[Sender]:
+def queue_behind(batcher: SendBatcher[bytes, str], call: FakeCall, *records: bytes) -> list[Sender]:
     """Sends started one after the other, each queued behind the call in flight."""
     senders = []
     for index, chunk in enumerate(records):
@@ -85,15 +98,15 @@ def queue_behind(batcher: SendBatcher[str], call: FakeCall, *records: bytes) -> 
 
 
 def test_a_send_alone_leaves_at_once_with_its_deadline() -> None:
-    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
     call = FakeCall()
-    assert batcher.send(KEY, b"ab", 2, 1003.0, call) == ["a", "b"]
+    assert batcher.send(KEY, b"ab", 2, 2, 1003.0, call) == ["a", "b"]
     assert call.requests == [(b"ab", 2, 13.0)]
     assert batcher.calls == 1 and batcher.queued(KEY) == 0
 
 
 def test_sends_queued_behind_a_call_leave_together_each_with_its_results() -> None:
-    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
     call = FakeCall()
     first = start_in_flight(batcher, call, b"a")
     others = queue_behind(batcher, call, b"bc", b"d", b"ef")
@@ -109,19 +122,21 @@ def test_sends_queued_behind_a_call_leave_together_each_with_its_results() -> No
 
 
 def test_other_keys_do_not_wait_for_a_call_in_flight() -> None:
-    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
     held = FakeCall()
     first = start_in_flight(batcher, held, b"a")
     other = FakeCall()
-    assert batcher.send(("broker-b:10911", "Orders", -1), b"z", 1, 1000.0, other) == ["z"]
-    assert batcher.send((KEY[0], "Orders", 3), b"y", 1, 1000.0, other) == ["y"]  # a sharded queue
+    assert batcher.send(("broker-b:10911", "Orders", -1), b"z", 1, 1, 1000.0, other) == ["z"]
+    assert batcher.send((KEY[0], "Orders", 3), b"y", 1, 1, 1000.0, other) == [
+        "y"
+    ]  # a sharded queue
     held.release.release()
     first.join()
     assert first.results == ["a"]
 
 
 def test_a_batch_is_capped_and_the_rest_leaves_in_the_next_call() -> None:
-    batcher: SendBatcher[str] = SendBatcher(3, 1 << 20, clock)
+    batcher: SendBatcher[bytes, str] = SendBatcher(3, 1 << 20, clock)
     call = FakeCall()
     first = start_in_flight(batcher, call, b"a")
     others = queue_behind(batcher, call, b"bc", b"d", b"ef")
@@ -137,7 +152,7 @@ def test_a_batch_is_capped_and_the_rest_leaves_in_the_next_call() -> None:
 
 
 def test_the_byte_cap_splits_batches_but_a_big_send_still_goes_alone() -> None:
-    batcher: SendBatcher[str] = SendBatcher(256, 2, clock)
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 2, clock)
     call = FakeCall()
     first = start_in_flight(batcher, call, b"a")
     others = queue_behind(batcher, call, b"bcd", b"e", b"f")
@@ -152,7 +167,7 @@ def test_the_byte_cap_splits_batches_but_a_big_send_still_goes_alone() -> None:
 
 
 def test_a_failed_call_fails_every_send_of_its_batch_with_the_same_error() -> None:
-    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
     call = FakeCall()
     first = start_in_flight(batcher, call, b"a")
     others = queue_behind(batcher, call, b"b", b"c")
@@ -165,21 +180,55 @@ def test_a_failed_call_fails_every_send_of_its_batch_with_the_same_error() -> No
     assert [s.error for s in [first, *others]] == [boom, boom, boom]
     assert batcher.queued(KEY) == 0
     call.error = None
-    assert batcher.send(KEY, b"d", 1, 1000.0, call) == ["d"]  # the key is free again
+    assert batcher.send(KEY, b"d", 1, 1, 1000.0, call) == ["d"]  # the key is free again
 
 
 def test_a_call_answering_too_few_results_fails_its_sends() -> None:
-    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
     call = FakeCall()
     call.short = True
     with pytest.raises(BatchMismatch, match="1 results for 2 messages"):
-        batcher.send(KEY, b"ab", 2, 1000.0, call)
+        batcher.send(KEY, b"ab", 2, 2, 1000.0, call)
+
+
+def test_each_send_gets_its_own_outcome_and_a_refused_part_fails_alone() -> None:
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    first = start_in_flight(batcher, call, b"a")
+    others = queue_behind(batcher, call, b"bc", b"d", b"ef")
+    refusal = PermissionError("topic of 'd' not writable")
+    call.refused[b"d"] = refusal  # one section of the next request refused
+    call.hold = False
+    call.release.release()
+    for sender in [first, *others]:
+        sender.join()
+    assert [s.results for s in others] == [["b", "c"], None, ["e", "f"]]
+    assert [s.error for s in others] == [None, refusal, None]
+
+
+def test_a_call_leaving_a_send_out_or_short_fails_only_what_it_cannot_place() -> None:
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    call.outcomes_missing = True
+    with pytest.raises(BatchMismatch, match="0 outcomes for 1 sends"):
+        batcher.send(KEY, b"a", 1, 1, 1000.0, call)
+    call.outcomes_missing = False
+    first = start_in_flight(batcher, call, b"a")
+    others = queue_behind(batcher, call, b"bc", b"de")
+    call.short = True  # the last part gets one result too few
+    call.hold = False
+    call.release.release()
+    for sender in [first, *others]:
+        sender.join()
+    assert others[0].results == ["b", "c"]
+    assert isinstance(others[1].error, BatchMismatch)
+    assert "1 results for 2 messages" in str(others[1].error)
 
 
 def test_a_batch_takes_the_earliest_deadline_and_a_passed_one_still_calls() -> None:
-    batcher: SendBatcher[str] = SendBatcher(256, 1 << 20, clock)
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
     call = FakeCall()
-    assert batcher.send(KEY, b"a", 1, 980.0, call) == ["a"]  # 10 s late: the call times out
+    assert batcher.send(KEY, b"a", 1, 1, 980.0, call) == ["a"]  # 10 s late: the call times out
     assert call.requests[0][2] == 0.001
 
 
