@@ -15,6 +15,7 @@ MESSAGE_ILLEGAL result for that message.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Final
 
@@ -91,15 +92,26 @@ def valid_config_name(name: str) -> str:
 
 def parse_host_port(field: str, text: str) -> tuple[str, int]:
     """``(address, port)`` from ``addr:port`` or ``[v6addr]:port``; BadRequest if malformed."""
+    try:
+        return _host_port(text)
+    except ValueError as exc:
+        raise BadRequest(field, f"{text[:80]!r} is not 'address:port' {exc}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_port(text: str) -> tuple[str, int]:
+    """:func:`parse_host_port`'s answer, remembered: every append of a broker names the
+    same few hosts, and ``ipaddress`` costs ~5 us a parse. ValueError saying what is
+    wrong (an error is not remembered)."""
     host, sep, port_text = text.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
         ipaddress.ip_address(host)
         port = int(port_text)
     except ValueError:
-        raise BadRequest(field, f"{text[:80]!r} is not 'address:port' with an IP address") from None
+        raise ValueError("with an IP address") from None
     if not sep or not 0 <= port <= 65535:
-        raise BadRequest(field, f"{text[:80]!r} is not 'address:port' with a port 0..65535")
+        raise ValueError("with a port 0..65535")
     return host, port
 
 
