@@ -124,6 +124,9 @@ def test_a_client_without_the_header_gets_one_answer_a_message(cluster: Cluster)
 
 
 def test_the_sdk_packs_queued_sends_of_many_topics_into_few_messages(cluster: Cluster) -> None:
+    # Sharded sends: each topic's queue is a batch key of its own, so each send is a
+    # request of its own (unsharded sends of many topics would share one request:
+    # tests/integration/test_sdk_send_sections.py).
     body = b"m" * 16384  # 64 of them are more than a fresh stream's flow-control window
     with Producer(cluster.registry.address) as producer:
         producer.send(Message("More0", body))  # the stream is open; the broker said "more"
@@ -134,7 +137,9 @@ def test_the_sdk_packs_queued_sends_of_many_topics_into_few_messages(cluster: Cl
         with Frozen(cluster.broker.proc.pid):  # the writer blocks; the others queue
             threads = [
                 threading.Thread(
-                    target=lambda n=n: results.append(producer.send(Message(f"More{n}", body)))
+                    target=lambda n=n: results.append(
+                        producer.send(Message(f"More{n}", body), sharding_key="k")
+                    )
                 )
                 for n in range(64)
             ]
