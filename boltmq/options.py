@@ -154,6 +154,9 @@ class PushConsumerOptions:
     """How long a pull waits at the broker for new messages (ms; 0: it answers at once)."""
     rebalance_interval_ms: int = 20_000
     """How often the consumer heartbeats and retakes its share of the queues (ms)."""
+    route_refresh_ms: int = 30_000
+    """How long a topic's route is used before the registry is asked again (ms): queues
+    added to a topic, or a broker group added, are taken at the first rebalance after."""
     commit_interval_ms: int = 5_000
     """How often consumed offsets are committed to the broker (ms; CLUSTERING)."""
     suspend_on_failure_ms: int = 1_000
@@ -194,7 +197,12 @@ class PushConsumerOptions:
             "rpc_timeout_ms",
         ):
             _check_int(self, name, minimum=1)
-        for name in ("long_poll_ms", "suspend_on_failure_ms", "max_reconsume_times"):
+        for name in (
+            "long_poll_ms",
+            "suspend_on_failure_ms",
+            "max_reconsume_times",
+            "route_refresh_ms",
+        ):
             _check_int(self, name, minimum=0)
         if not isinstance(self.offset_store_dir, str):
             raise ValueError(

@@ -125,7 +125,11 @@ class PushConsumer:
         """Each topic's selector (a tag expression given as a string is a TAG selector)."""
         self.listener = listener
         self.client = ClientInstance(
-            registry, rpc_timeout_s=options.rpc_timeout_ms / 1000, tls=tls, credentials=credentials
+            registry,
+            route_refresh_ms=options.route_refresh_ms,
+            rpc_timeout_s=options.rpc_timeout_ms / 1000,
+            tls=tls,
+            credentials=credentials,
         )
         self.expressions = {topic: self.expression_of(topic) for topic in self._topics()}
         self.local_offsets = LocalFileOffsetStore(

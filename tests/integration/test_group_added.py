@@ -52,7 +52,7 @@ def test_a_new_group_takes_queues_and_running_clients_use_them(cluster: LocalClu
         return ConsumeResult.SUCCESS
 
     options = PushConsumerOptions(
-        rebalance_interval_ms=300, long_poll_ms=1_000, commit_interval_ms=200
+        rebalance_interval_ms=300, long_poll_ms=1_000, commit_interval_ms=200, route_refresh_ms=300
     )
     consumers = [
         PushConsumer(registry, "grows-cg", {"Grows": "*"}, listener, options=options).start()

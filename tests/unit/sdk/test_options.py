@@ -68,6 +68,7 @@ def test_a_wrong_producer_option_is_a_value_error_naming_it(
         ("rpc_timeout_ms", 0, "rpc_timeout_ms must be positive"),
         ("long_poll_ms", -1, "long_poll_ms must be an int >= 0"),
         ("suspend_on_failure_ms", -1, "suspend_on_failure_ms must be an int >= 0"),
+        ("route_refresh_ms", -5, "route_refresh_ms must be an int >= 0, not -5"),
         ("max_reconsume_times", 1.0, "max_reconsume_times must be an int >= 0, not 1.0"),
         ("max_reconsume_times", True, "max_reconsume_times must be an int >= 0, not True"),
     ],
