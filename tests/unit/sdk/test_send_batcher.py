@@ -97,6 +97,14 @@ def queue_behind(batcher: SendBatcher[bytes, str], call: FakeCall, *records: byt
     return senders
 
 
+def finish(call: FakeCall, senders: list[Sender]) -> None:
+    """Let the call in flight return (and every later call) and each send end."""
+    call.hold = False
+    call.release.release()
+    for sender in senders:
+        sender.join()
+
+
 def test_a_send_alone_leaves_at_once_with_its_deadline() -> None:
     batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
     call = FakeCall()
@@ -110,10 +118,7 @@ def test_sends_queued_behind_a_call_leave_together_each_with_its_results() -> No
     call = FakeCall()
     first = start_in_flight(batcher, call, b"a")
     others = queue_behind(batcher, call, b"bc", b"d", b"ef")
-    call.hold = False
-    call.release.release()  # the first call returns: the queued ones leave as one call
-    for sender in [first, *others]:
-        sender.join()
+    finish(call, [first, *others])
     assert [r for r, _, _ in call.requests] == [b"a", b"bcdef"]  # arrival order kept
     assert [c for _, c, _ in call.requests] == [1, 5]
     assert first.results == ["a"]
@@ -173,10 +178,7 @@ def test_a_failed_call_fails_every_send_of_its_batch_with_the_same_error() -> No
     others = queue_behind(batcher, call, b"b", b"c")
     boom = ConnectionError("broker gone")
     call.error = boom
-    call.hold = False
-    call.release.release()
-    for sender in [first, *others]:
-        sender.join()
+    finish(call, [first, *others])
     assert [s.error for s in [first, *others]] == [boom, boom, boom]
     assert batcher.queued(KEY) == 0
     call.error = None
@@ -198,10 +200,7 @@ def test_each_send_gets_its_own_outcome_and_a_refused_part_fails_alone() -> None
     others = queue_behind(batcher, call, b"bc", b"d", b"ef")
     refusal = PermissionError("topic of 'd' not writable")
     call.refused[b"d"] = refusal  # one section of the next request refused
-    call.hold = False
-    call.release.release()
-    for sender in [first, *others]:
-        sender.join()
+    finish(call, [first, *others])
     assert [s.results for s in others] == [["b", "c"], None, ["e", "f"]]
     assert [s.error for s in others] == [None, refusal, None]
 
@@ -216,10 +215,7 @@ def test_a_call_leaving_a_send_out_or_short_fails_only_what_it_cannot_place() ->
     first = start_in_flight(batcher, call, b"a")
     others = queue_behind(batcher, call, b"bc", b"de")
     call.short = True  # the last part gets one result too few
-    call.hold = False
-    call.release.release()
-    for sender in [first, *others]:
-        sender.join()
+    finish(call, [first, *others])
     assert others[0].results == ["b", "c"]
     assert isinstance(others[1].error, BatchMismatch)
     assert "1 results for 2 messages" in str(others[1].error)
