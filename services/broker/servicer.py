@@ -36,7 +36,7 @@ from services.broker.pull.pull_processor import PullProcessor
 from services.broker.retry.dead_letter import DeadLetterProcessor
 from services.broker.retry.send_back import SendBackProcessor
 from services.broker.send.send_processor import SendProcessor
-from services.broker.send.send_stream import MORE_METADATA, SendStreamer
+from services.broker.send.send_stream import MORE_METADATA, SECTIONS_METADATA, SendStreamer
 from services.broker.transaction.check_channel import CHECKS_OPEN_METADATA
 from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import queues_to_proto, topic_to_proto
@@ -108,7 +108,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         if self._send_stream is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "SendStream is not served")
             return
-        await context.send_initial_metadata(MORE_METADATA)
+        await context.send_initial_metadata(MORE_METADATA + SECTIONS_METADATA)
         together = MORE_METADATA[0] in (context.invocation_metadata() or ())
         peer = peer_address(context.peer())
         access = current_stream_access()
