@@ -528,18 +528,6 @@ def stream_message_span(method: str, traceparent: str) -> Iterator[Span | None]:
         yield span
 
 
-@contextlib.contextmanager
-def internal_span(name: str) -> Iterator[Span | None]:
-    """An INTERNAL span named ``name``, the child of the current span, made current inside
-    the block: one part of a call that :func:`annotate` describes on its own (a section of
-    a send). None when tracing is off."""
-    if not tracing_on():
-        yield None
-        return
-    with _tracer().start_as_current_span(name, kind=SpanKind.INTERNAL) as span:
-        yield span
-
-
 def message_span_context(properties: Mapping[str, str]) -> SpanContext:
     """The producer span context a message carries (invalid when it carries none)."""
     if TRACEPARENT_PROPERTY not in properties:

@@ -90,7 +90,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def SendMessage(
         self, request: broker_pb2.SendRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.SendResponse:
-        """Validate a batch and append it to the store in one call."""
+        """Validate a batch and append it to the store in one call (or each of a request's
+        sections as a batch of its own: send/send_sections.py)."""
         return await self._send.send(request, peer_address(context.peer()))
 
     def close_streams(self) -> None:

@@ -10,8 +10,10 @@ tests/integration/test_acl_send_sections.py.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -19,18 +21,28 @@ import pytest
 from boltmq.kernel.channels import sync_channel
 from boltmq.pull_consumer import decode_records
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
+from boltmq.wire.record import PROPERTY_DELAY
 from boltmq.wire.record_batch import encode_send_record
 from services.broker.metadata.topic_config import SCHEDULE_TOPIC
 from tests.integration.broker_fixtures import RPC_TIMEOUT_S, pull, upsert
 from tests.integration.conftest import Cluster
 from tests.integration.send_stream_client import RawStream
+from tests.waiting import wait_until
 
 OK = grpc.StatusCode.OK.value[0]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    started = Cluster(Path(tmp_path_factory.mktemp("sections")))
+def spans_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the broker writes every span it finishes (one JSON line each)."""
+    return Path(tmp_path_factory.mktemp("sections-spans")) / "broker-spans.jsonl"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, spans_file: Path) -> Iterator[Cluster]:
+    started = Cluster(
+        Path(tmp_path_factory.mktemp("sections")), broker_settings=(f"trace_file={spans_file}",)
+    )
     yield started
     started.stop()
 
@@ -178,6 +190,28 @@ def test_a_refused_section_is_answered_alone_and_the_others_are_stored(
     assert queue_end(stub, "SecB") == ends["SecB"]
     assert queue_end(stub, SCHEDULE_TOPIC) == ends[SCHEDULE_TOPIC]
     assert queue_end(stub, "%RETRY%sec-g") == ends["%RETRY%sec-g"] == 0
+    assert "Traceback" not in cluster.broker.log()
+
+
+def test_a_delayed_section_goes_through_the_schedule_topic_as_a_raw_send_would(
+    stub: broker_pb2_grpc.BrokerServiceStub,
+) -> None:
+    upsert(stub, "SecDelayed", queues=1)
+    scheduled = queue_end(stub, SCHEDULE_TOPIC)
+    delayed = broker_pb2.SendSection(
+        topic="SecDelayed",
+        queue_id=0,
+        records=encode_send_record("SecDelayed", b"later", properties={PROPERTY_DELAY: "1"}),
+        record_count=1,
+    )
+    answers = stub.SendMessage(
+        sections_request(delayed, section("SecA", b"now")), timeout=RPC_TIMEOUT_S
+    ).sections
+    assert [a.code for a in answers] == [OK, OK]
+    assert list(answers[0].response.statuses) == [broker_pb2.SEND_OK]
+    assert queue_end(stub, SCHEDULE_TOPIC) == scheduled + 1  # held for level 1 (1 s)
+    wait_until(lambda: queue_end(stub, "SecDelayed") == 1, "the delayed section's delivery")
+    assert stored_at(stub, "SecDelayed", 0, 0, 1) == [b"later"]
 
 
 def _with_messages(request: broker_pb2.SendRequest) -> broker_pb2.SendRequest:
@@ -236,6 +270,41 @@ def test_sections_naming_more_new_topics_than_one_call_may_create_create_none(
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert "sections: the call would create 33 topics" in caught.value.details()  # type: ignore[attr-defined]
     assert not topic_names(stub) & set(fresh)
+
+
+def test_each_section_is_described_on_a_span_of_its_own_under_the_calls(
+    stub: broker_pb2_grpc.BrokerServiceStub, spans_file: Path
+) -> None:
+    topics = ["SecTracedA", "SecTracedB"]
+    request = sections_request(section(topics[0], b"a"), section(topics[1], b"b1", b"b2"))
+    answers = stub.SendMessage(request, timeout=RPC_TIMEOUT_S).sections
+    assert [a.code for a in answers] == [OK, OK]
+
+    def spans() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in spans_file.read_text().splitlines()]
+
+    def sections_spans() -> list[dict[str, Any]]:
+        return [
+            s
+            for s in spans()
+            if s["name"] == "send section"
+            and s["attributes"].get("messaging.destination.name") in topics
+        ]
+
+    def parents() -> set[str]:
+        return {s["parent_id"] for s in sections_spans()}
+
+    wait_until(lambda: len(sections_spans()) == 2, "the sections' spans")
+    by_topic = {s["attributes"]["messaging.destination.name"]: s for s in sections_spans()}
+    assert by_topic[topics[0]]["attributes"]["messaging.batch.message_count"] == 1
+    assert by_topic[topics[1]]["attributes"]["messaging.batch.message_count"] == 2
+    assert len(parents()) == 1 and None not in parents()
+    wait_until(  # the call's span ends after its sections'
+        lambda: any(s["context"]["span_id"] in parents() for s in spans()), "the call's span"
+    )
+    call = next(s for s in spans() if s["context"]["span_id"] in parents())
+    assert call["name"] == "/boltmq.v1.BrokerService/SendMessage"
+    assert "messaging.destination.name" not in call["attributes"]
 
 
 def test_send_stream_says_it_takes_sections_beside_more(cluster: Cluster) -> None:
