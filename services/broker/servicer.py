@@ -36,7 +36,7 @@ from services.broker.pull.pull_processor import PullProcessor
 from services.broker.retry.dead_letter import DeadLetterProcessor
 from services.broker.retry.send_back import SendBackProcessor
 from services.broker.send.send_processor import SendProcessor
-from services.broker.send.send_stream import MORE_METADATA, SendStreamer
+from services.broker.send.send_stream import MORE_METADATA, SECTIONS_METADATA, SendStreamer
 from services.broker.transaction.check_channel import CHECKS_OPEN_METADATA
 from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import queues_to_proto, topic_to_proto
@@ -90,7 +90,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def SendMessage(
         self, request: broker_pb2.SendRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.SendResponse:
-        """Validate a batch and append it to the store in one call."""
+        """Validate a batch and append it to the store in one call (or each of a request's
+        sections as a batch of its own: send/send_sections.py)."""
         return await self._send.send(request, peer_address(context.peer()))
 
     def close_streams(self) -> None:
@@ -108,7 +109,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         if self._send_stream is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "SendStream is not served")
             return
-        await context.send_initial_metadata(MORE_METADATA)
+        await context.send_initial_metadata(MORE_METADATA + SECTIONS_METADATA)
         together = MORE_METADATA[0] in (context.invocation_metadata() or ())
         peer = peer_address(context.peer())
         access = current_stream_access()

@@ -63,16 +63,22 @@ class CreationLimits:
         self._clock_s = clock_s
         self._budgets: dict[str, _Budget] = {}
 
-    def charge(self, count: int, what: str) -> None:
-        """Allow ``count`` creations of ``what`` by the current caller, or raise why not."""
-        if count <= 0:
-            return
-        caller = current_client_key() or "anonymous"
+    def check_per_call(self, count: int, what: str) -> None:
+        """Refuse (INVALID_ARGUMENT) a call that would cause more than ``per_call`` creations,
+        charging nothing: a call whose creations are charged one by one (a send of several
+        sections) asks this first, for all of them."""
         if self.per_call and count > self.per_call:
             raise InvalidArgument(
                 f"{what}: the call would create {count} topics and consumer groups; "
                 f"one call may create at most {self.per_call}"
             )
+
+    def charge(self, count: int, what: str) -> None:
+        """Allow ``count`` creations of ``what`` by the current caller, or raise why not."""
+        if count <= 0:
+            return
+        self.check_per_call(count, what)
+        caller = current_client_key() or "anonymous"
         now = self._clock_s()
         budget = self._budgets.get(caller)
         if budget is None:

@@ -8,7 +8,8 @@ read its retries.
 
 Call kind    | Calls
 -------------+-----------------------------------------------------------------
-PUB / SUB    | SendMessage and each message of a SendStream (topic PUB; a half
+PUB / SUB    | SendMessage and each message of a SendStream (topic PUB, every
+             | section's topic of a request of sections too; a half
              | message also its producer group's PUB);
              | EndTransaction, TransactionChecks (producer group PUB; the half's
              | topic PUB where the half is read); PullMessage, PullQueues, offsets, locks,
@@ -74,6 +75,7 @@ def _send(request: Any) -> Iterator[Need]:
     topics = {m.topic for m in request.messages}
     if request.topic:
         topics.add(request.topic)
+    topics.update(section.topic for section in request.sections if section.topic)
     for topic in sorted(topics):
         yield topic_need(topic, Perm.PUB)
     if any(m.sys_flag & SYS_FLAG_TRANSACTION_MASK for m in request.messages):

@@ -30,10 +30,7 @@ def check_batch(request: broker_pb2.SendRequest, config: BrokerConfig) -> tuple[
         raise InvalidArgument(
             f"messages: {len(messages)} messages in one batch, at most {config.max_batch_messages}"
         )
-    if request.producer_group:
-        check_group("producer_group", request.producer_group)
-    if request.default_topic_queue_nums < 0:
-        raise InvalidArgument("default_topic_queue_nums: must not be negative")
+    check_producer(request)
     topic = check_topic("messages[0].topic", messages[0].topic)
     queue_id = messages[0].queue_id
     if queue_id < -1:
@@ -51,6 +48,15 @@ def check_batch(request: broker_pb2.SendRequest, config: BrokerConfig) -> tuple[
             )
         _check_body(index, message, config)
     return topic, queue_id
+
+
+def check_producer(request: broker_pb2.SendRequest) -> None:
+    """Check what every form of send carries beside its batch: producer_group (empty, or a
+    group name) and default_topic_queue_nums (not negative)."""
+    if request.producer_group:
+        check_group("producer_group", request.producer_group)
+    if request.default_topic_queue_nums < 0:
+        raise InvalidArgument("default_topic_queue_nums: must not be negative")
 
 
 def _check_body(index: int, message: message_pb2.Message, config: BrokerConfig) -> None:
@@ -76,10 +82,7 @@ def check_records_request(
         )
     if not records:
         raise InvalidArgument(f"records: empty, but record_count is {count}")
-    if request.producer_group:
-        check_group("producer_group", request.producer_group)
-    if request.default_topic_queue_nums < 0:
-        raise InvalidArgument("default_topic_queue_nums: must not be negative")
+    check_producer(request)
     topic = check_topic("topic", request.topic)
     if request.queue_id < -1:
         raise InvalidArgument(f"queue_id: {request.queue_id} is neither -1 nor a queue")

@@ -3,7 +3,9 @@
 Two forms of a batch: protobuf ``messages`` (any client) or ``records`` the
 producer encoded in the CommitLog format (the Python SDK): those the broker
 checks header by header (:mod:`services.broker.send.batch_check`) and forwards
-as one opaque ``bytes`` (:mod:`boltmq.wire.record_batch`).
+as one opaque ``bytes`` (:mod:`boltmq.wire.record_batch`). A request of
+``sections`` carries several topics' raw batches, each sent as a raw request
+of its own and answered on its own (:mod:`services.broker.send.send_sections`).
 
 A batch is one topic and one queue (queue_id -1: the broker picks the next
 queue round-robin), so the store appends it in one call under one lock. Every
@@ -47,6 +49,7 @@ from services.broker.metadata.topic_config import (
 )
 from services.broker.metrics import BrokerMetrics
 from services.broker.send.batch_check import check_batch, check_headers, check_records_request
+from services.broker.send.send_sections import check_creations, check_sections, send_sections
 from services.broker.store.store_client import StoreClient
 from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import to_send_response
@@ -82,12 +85,22 @@ class SendProcessor:
         """Validate, pick the queue, append the batch as born at ``peer_address`` (the
         connection's remote ``host:port``; empty: the store records the broker's), and map
         the store's results."""
-        records = request.records  # each access copies the bytes: once only
-        if records or request.record_count:
-            return self._observed(
-                await self._send_records(request, records, peer_address), len(records)
-            )
+        if request.sections:  # several topics' raw batches (send_sections.py)
+            check_sections(request)
+            check_creations(request, self._config, self._topics, self._creations)
+            return await send_sections(request, peer_address, self._send_raw)
+        if request.record_count or request.records:
+            return await self._send_raw(request, peer_address)
         return self._observed(await self._send_messages(request, peer_address), request.ByteSize())
+
+    async def _send_raw(
+        self, request: broker_pb2.SendRequest, peer_address: str
+    ) -> broker_pb2.SendResponse:
+        """A raw request (or a section's), counted and described."""
+        records = request.records  # each access copies the bytes: once only
+        return self._observed(
+            await self._send_records(request, records, peer_address), len(records)
+        )
 
     def _observed(self, response: broker_pb2.SendResponse, size: int) -> broker_pb2.SendResponse:
         """Count a batch (metrics), describe it on the current span; return ``response``.

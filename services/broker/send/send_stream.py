@@ -17,6 +17,12 @@ Rules, per stream:
   one per message). To a client that opened the stream with that same header,
   answers that are ready together leave as one message too (the first, the
   others in its ``more``); any other client gets one answer a message;
+- a send may be a SendRequest of ``sections`` (several topics' raw batches,
+  answered per section: :mod:`services.broker.send.send_sections`), run like any
+  other; the broker says it takes them with the initial metadata
+  :data:`SECTIONS_METADATA` (``boltmq-send-sections: 1``), sent beside
+  :data:`MORE_METADATA` (``boltmq-send-more: 1``); a client that does not see it
+  sends no sections;
 - ids are > 0 and grow: a send whose id is not greater than the one before
   ends the stream INVALID_ARGUMENT (it is a broken client, or a replay);
 - each request has its own deadline, ``timeout_ms`` from when the broker read
@@ -59,6 +65,9 @@ log = logging.getLogger(__name__)
 METHOD = "/boltmq.v1.BrokerService/SendStream"
 MORE_METADATA = (("boltmq-send-more", "1"),)
 """Sent as the stream's initial metadata: this broker takes several sends a message."""
+SECTIONS_METADATA = (("boltmq-send-sections", "1"),)
+"""Sent as the stream's initial metadata too: this broker takes SendRequests of
+``sections`` (:mod:`services.broker.send.send_sections`)."""
 ANSWERS_MAX_BYTES = 4 * 1024 * 1024
 """Answers join one stream message while it stays under this size."""
 _END = None
