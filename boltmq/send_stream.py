@@ -141,9 +141,7 @@ class _Open:
             if first is None:
                 return
             if self.coalesce is None and first.id > 1:  # the first went: headers are due
-                headers = self._headers()
-                self.sections = SECTIONS_HEADER in headers
-                self.coalesce = MORE_HEADER in headers
+                self.learn_headers()
             size = first.ByteSize()
             while self.coalesce:
                 try:
@@ -160,13 +158,16 @@ class _Open:
             self.written[1] += 1 + len(first.more)
             yield first
 
-    def _headers(self) -> tuple[tuple[str, str], ...]:
-        """The broker's initial metadata (what it takes); empty when the stream failed."""
+    def learn_headers(self) -> None:
+        """Read what the broker takes from its initial metadata (nothing when the stream
+        failed); due once the first send went out (or came back)."""
         assert self.call is not None  # set before any send is queued
         try:
-            return tuple(self.call.initial_metadata() or ())
+            headers = tuple(self.call.initial_metadata() or ())
         except grpc.RpcError:
-            return ()
+            headers = ()
+        self.sections = SECTIONS_HEADER in headers
+        self.coalesce = MORE_HEADER in headers
 
     def stalled(self, now: float) -> bool:
         return self.reading and now > self.read_deadline + STALL_S
@@ -339,6 +340,8 @@ class SendStream:
         try:
             while not mine.done:
                 carried = next(call)
+                if opened.coalesce is None:  # answered: the headers came before
+                    opened.learn_headers()
                 ended = []
                 with self._lock:
                     for answer in (carried, *carried.more):
