@@ -17,7 +17,9 @@ Three ways in, all under the one append lock:
   :class:`~services.store.message.StoreMessage` or a protobuf as it arrived);
 - :meth:`CommitLog.check_records` then :meth:`CommitLog.append_records`:
   records a client encoded, copied and patched in place
-  (:mod:`services.store.record_copy`);
+  (:mod:`services.store.record_copy`); :meth:`CommitLog.append_record_batches`
+  takes several such batches (of any topics and queues) under one lock hold,
+  with one dispatch hand-off for them all;
 - :meth:`CommitLog.append_raw`: a master's bytes on a replica, as they are.
 
 Reading back: :meth:`CommitLog.read_record` and :meth:`CommitLog.read_bytes`
@@ -69,17 +71,16 @@ from boltmq.wire.record_encoding import (
 from boltmq.wire.topic import validate_topic
 from services.store.chunk_records import chunk_requests
 from services.store.config import StoreConfig
-from services.store.dispatch_run import DispatchTuple
+from services.store.dispatch_run import DispatchParts, DispatchTuple
 from services.store.mapped_file import MappedFile
 from services.store.mapped_file_queue import MappedFileQueue
 from services.store.message import MessageLike
 from services.store.page_cache import PageCacheWindow
 from services.store.page_warmer import PageWarmer
 from services.store.record_copy import (
+    RecordsAppend,
     check_records,
-    copy_records,
-    fits_bulk,
-    stamp_bulk,
+    copy_batch,
     with_delivery_codes,
 )
 from services.store.record_scan import check_chunk, walk_segments, whole_records_end
@@ -427,25 +428,52 @@ class CommitLog:
         Nothing is decoded or re-encoded: the records are copied and patched in
         place, or the whole batch stamped at once (:mod:`services.store.record_copy`).
         """
-        run = StoredRun(self._msg_id_prefix, now_ms)
-        key = (topic, queue_id)
-        fixed = (queue_id, born_host, self.store_host, now_ms)
-        if topic == SCHEDULE_TOPIC:  # tag code = delivery time, known only now
-            checked = with_delivery_codes(records, checked, now_ms)
+        results, batch = self.append_record_batches(
+            ((records, checked, topic, queue_id, born_host),), now_ms
+        )
+        return results[0], batch
+
+    def append_record_batches(
+        self, batches: Sequence[RecordsAppend], now_ms: int
+    ) -> tuple[list[Sequence[PutResult]], AppendBatch]:
+        """Several checked batches appended in order under one lock: a result list per
+        batch and one AppendBatch for them all (one dispatch hand-off).
+
+        Each batch gets exactly what its own :meth:`append_records` would: queue
+        offsets continue per (topic, queue) in batch order, and a batch that finds
+        the segment full (its next one could not be created) fails on its own.
+        """
+        if any(topic == SCHEDULE_TOPIC for _, _, topic, _, _ in batches):
+            batches = [  # tag code = delivery time, known only now
+                (r, with_delivery_codes(r, c, now_ms) if t == SCHEDULE_TOPIC else c, t, q, h)
+                for r, c, t, q, h in batches
+            ]
+        results: list[Sequence[PutResult]] = []
+        parts: list[Sequence[DispatchTuple]] = []
+        files, queue_offsets, store_host = self.files, self.queue_offsets, self.store_host
         with self.lock:
-            start_offset = self.files.max_offset
-            try:
-                mf = self.files.last_file_or_create(start_offset)
-            except OSError as exc:
-                return create_failed(len(checked), exc), AppendBatch(start_offset, start_offset, [])
-            first = self.queue_offsets.get(key, 0)
-            if fits_bulk(checked, records, mf):
-                copied = stamp_bulk(mf, records, checked, key, fixed, first, run)
-            else:
-                copied = copy_records(self.files, mf, records, checked, key, fixed, first, run)
-            self.queue_offsets[key] = copied.next_queue_offset
-            batch = self._appended(copied.mf, start_offset, copied.requests)
-        return ([*run, *copied.failed] if copied.failed else run), batch
+            start_offset = files.max_offset
+            mf: MappedFile | None = None
+            for records, checked, topic, queue_id, born_host in batches:
+                if mf is None or mf.is_full():
+                    try:
+                        mf = files.last_file_or_create(files.max_offset)
+                    except OSError as exc:
+                        results.append(create_failed(len(checked), exc))
+                        continue
+                run = StoredRun(self._msg_id_prefix, now_ms)
+                key = (topic, queue_id)
+                fixed = (queue_id, born_host, store_host, now_ms)
+                copied = copy_batch(files, mf, records, checked, key, fixed, queue_offsets, run)
+                mf = copied.mf
+                results.append([*run, *copied.failed] if copied.failed else run)
+                if copied.requests:
+                    parts.append(copied.requests)
+            if mf is None:
+                return results, AppendBatch(start_offset, start_offset, [])
+            requests = parts[0] if len(parts) == 1 else DispatchParts(parts)
+            batch = self._appended(mf, start_offset, requests)
+        return results, batch
 
     def _appended(
         self, mf: MappedFile, start_offset: int, requests: Sequence[DispatchTuple]

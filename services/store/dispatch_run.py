@@ -8,9 +8,15 @@ writes the consume-queue entries with one copy
 (:meth:`services.store.consume_queue.ConsumeQueue.put_run`) instead of one put
 per record. Anything else that reads an append's requests sees a sequence of
 ``DispatchTuple`` (made the first time it is iterated or indexed).
+
+Several appends made under one lock hold (``CommitLog.append_record_batches``)
+hand their requests over as one :class:`DispatchParts`: each append's requests
+as they are (a DispatchRun stays columns), in CommitLog order.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -79,3 +85,20 @@ class DispatchRun(ColumnRows[DispatchTuple]):
 
     def __len__(self) -> int:
         return len(self.commitlog_offsets)
+
+
+class DispatchParts(ColumnRows[DispatchTuple]):
+    """The requests of several appends made under one lock, in CommitLog order."""
+
+    __slots__ = ("parts", "_count")
+
+    def __init__(self, parts: list[Sequence[DispatchTuple]]) -> None:
+        super().__init__()
+        self.parts = parts
+        self._count = sum(len(part) for part in parts)
+
+    def _rows(self) -> list[DispatchTuple]:
+        return [row for part in self.parts for row in part]
+
+    def __len__(self) -> int:
+        return self._count

@@ -29,7 +29,7 @@ from services.store.commitlog import (
     dispatch_request_of,
 )
 from services.store.consume_queue import ConsumeQueueTable
-from services.store.dispatch_run import DispatchRun, DispatchTuple
+from services.store.dispatch_run import DispatchParts, DispatchRun, DispatchTuple
 from services.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,10 @@ class Dispatcher:
     ) -> None:
         if isinstance(requests, DispatchRun):
             self._apply_run(requests, touched)
+            return
+        if isinstance(requests, DispatchParts):
+            for part in requests.parts:
+                self._apply(part, touched)
             return
         queues = self.queues
         index = self.index

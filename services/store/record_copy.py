@@ -6,8 +6,9 @@ The CommitLog then neither decodes nor re-encodes them:
 1. :func:`check_records` verifies every record (framing, CRC, properties,
    sizes) before anything is written; a refused record gets its own
    MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED result, the others go on.
-2. Under the CommitLog's append lock (:meth:`services.store.commitlog.CommitLog.append_records`)
-   the checked records are copied in one of two ways:
+2. Under the CommitLog's append lock (:meth:`services.store.commitlog.CommitLog.append_records`,
+   or ``append_record_batches`` for several batches in one hold) each batch's
+   checked records are copied in one of two ways (:func:`copy_batch`):
 
    - :func:`stamp_bulk`, the common batch (every record good and consumable,
      all of it fitting in the current segment; :func:`fits_bulk`): one copy,
@@ -62,6 +63,8 @@ from services.store.status import PutResult, PutStatus, StoredRun, create_failed
 
 Fixed = tuple[int, bytes, bytes, int]
 """What every record of a batch gets alike: (queue_id, born_host, store_host, now_ms)."""
+RecordsAppend = tuple[bytes, Sequence[Checked], str, int, bytes]
+"""One checked batch to append: (records, checked, topic, queue_id, born_host)."""
 
 
 class Copied(NamedTuple):
@@ -125,6 +128,27 @@ def with_delivery_codes(records: bytes, checked: Sequence[Checked], now_ms: int)
             )
         )
     return out
+
+
+def copy_batch(
+    files: MappedFileQueue,
+    mf: MappedFile,
+    records: bytes,
+    checked: Sequence[Checked],
+    key: tuple[str, int],
+    fixed: Fixed,
+    queue_offsets: dict[tuple[str, int], int],
+    run: StoredRun,
+) -> Copied:
+    """One checked batch from ``mf`` on (under the append lock), stamped in bulk when
+    :func:`fits_bulk` else copied record by record; ``queue_offsets[key]`` moves on."""
+    first = queue_offsets.get(key, 0)
+    if fits_bulk(checked, records, mf):
+        copied = stamp_bulk(mf, records, checked, key, fixed, first, run)
+    else:
+        copied = copy_records(files, mf, records, checked, key, fixed, first, run)
+    queue_offsets[key] = copied.next_queue_offset
+    return copied
 
 
 def fits_bulk(

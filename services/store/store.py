@@ -1,12 +1,12 @@
 """MessageStore: the facade that composes the store's parts.
 
-It owns no format and no algorithm of its own: CommitLog appends, the
-Dispatcher builds consume queues and the index, flushers force pages, the
-Cleaner deletes, recovery repairs, the MessageReader reads
-(:mod:`services.store.reader`) and RoleChanges promotes, demotes and
-truncates (:mod:`services.store.role_changes`). What stays here is the order
-of things: start-up and shutdown, and an append's waits for its flush and its
-replica. None of the parts holds a reference back to this facade; they are
+It owns no format and no algorithm of its own: CommitLog appends (records a
+client encoded: :mod:`services.store.record_appends`), the Dispatcher builds
+consume queues and the index, flushers force pages, the Cleaner deletes,
+recovery repairs, the MessageReader reads (:mod:`services.store.reader`) and
+RoleChanges promotes, demotes and truncates (:mod:`services.store.role_changes`).
+What stays here is the order of things: start-up and shutdown, and an append's
+waits for its flush and its replica. None of the parts holds a reference back to this facade; they are
 wired here with callables.
 
 Files under the root: ``lock`` (flock'd while running, so two stores never
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from boltmq.wire.record import InvalidMessage, RecordView
-from boltmq.wire.record_batch import RAW_BORN_HOST_DEFAULT, RecordBatch, decode_batch
+from boltmq.wire.record_batch import RecordBatch
 from services.store.checkpoint import Checkpoint, CheckpointState
 from services.store.cleaner import Cleaner, DiskUsageProbe, disk_usage_percent
 from services.store.commitlog import CommitLog, PropertiesTooLarge
@@ -38,6 +38,7 @@ from services.store.flusher import CommitLogFlusher, ConsumeQueueFlusher
 from services.store.index_service import IndexService
 from services.store.message import MessageLike, StoreMessage
 from services.store.reader import MessageReader
+from services.store.record_appends import append_record_batches, append_records, same
 from services.store.recovery import RecoveryReport, finish_queue_offsets, recover, redispatch
 from services.store.replica_tracker import ReplicaTracker
 from services.store.role import RoleChangeRefused, RoleFile, RoleState
@@ -291,6 +292,25 @@ class MessageStore:
             _mark_replica_status(results, status)
         return merge(results)
 
+    def put_record_batches(
+        self, batches: Sequence[RecordBatch], borns: Sequence[tuple[str, int] | None]
+    ) -> list[Sequence[PutResult]]:
+        """Append client-encoded batches (any topics and queues; ``borns``: each one's born
+        host) in one engine call: one result list per batch, each what ``put_messages``
+        would give it (:func:`services.store.record_appends.append_record_batches`).
+
+        Where appends wait for a flush or a replica, each batch goes on its own.
+        """
+        if self.needs_async_wait:
+            return [self.put_messages(b, born) for b, born in zip(batches, borns, strict=True)]
+        refusal = self._refusal()
+        if refusal is not None:
+            return [
+                [PutResult(refusal.status, error=refusal.error) for _ in range(b.count)]
+                for b in batches
+            ]
+        return append_record_batches(self.commitlog, batches, borns, self._append)
+
     async def put_messages_async(
         self, msgs: Sequence[MessageLike] | RecordBatch, born: tuple[str, int] | None = None
     ) -> Sequence[PutResult]:
@@ -342,7 +362,7 @@ class MessageStore:
         refusal = self._refusal()
         if refusal is not None:
             refused = [PutResult(refusal.status, error=refusal.error) for _ in range(len(msgs))]
-            return refused, 0, _same
+            return refused, 0, same
         now_ms = time.time_ns() // 1_000_000
         encode = self.commitlog.encode
         encoded = []
@@ -353,9 +373,9 @@ class MessageStore:
             refused = [
                 PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc)) for _ in range(len(msgs))
             ]
-            return refused, 0, _same
+            return refused, 0, same
         if isinstance(msgs, RecordBatch):
-            return self._append_records(msgs, born, born_host, now_ms)
+            return append_records(self.commitlog, msgs, born, born_host, now_ms, self._append)
         for i, msg in enumerate(msgs):
             try:
                 encoded.append(encode(msg, now_ms, born_host))
@@ -364,46 +384,16 @@ class MessageStore:
             except (InvalidMessage, TypeError, AttributeError) as exc:
                 rejected[i] = PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         if not encoded:
-            return [rejected[i] for i in range(len(msgs))], 0, _same
+            return [rejected[i] for i in range(len(msgs))], 0, same
         results, batch = self.commitlog.append(encoded, now_ms)
         if not rejected:
-            return results, batch.end_offset, _same
+            return results, batch.end_offset, same
 
         def merge(stored_results: Sequence[PutResult]) -> Sequence[PutResult]:
             stored = iter(stored_results)
             return [rejected[i] if i in rejected else next(stored) for i in range(len(msgs))]
 
         return results, batch.end_offset, merge
-
-    def _append_records(
-        self, batch: RecordBatch, born: tuple[str, int] | None, born_host: bytes | None, now_ms: int
-    ) -> tuple[Sequence[PutResult], int, Callable[[Sequence[PutResult]], Sequence[PutResult]]]:
-        """_append of client-encoded records: verify every one, then copy and patch.
-
-        Hosts that need the 20-byte IPv6 form do not fit the records' 8-byte
-        placeholders; then the verified records are decoded and appended
-        through the per-message path instead.
-        """
-        checked, rejected = self.commitlog.check_records(batch)
-        if not checked:
-            return [rejected[i] for i in range(batch.count)], 0, _same
-        born_host = born_host or RAW_BORN_HOST_DEFAULT
-        if len(born_host) == 8 and len(self.commitlog.store_host) == 8:
-            results, appended = self.commitlog.append_records(
-                batch.records, checked, batch.topic, batch.queue_id, born_host, now_ms
-            )
-            end_offset = appended.end_offset
-            inner_merge: Callable[[Sequence[PutResult]], Sequence[PutResult]] = _same
-        else:
-            results, end_offset, inner_merge = self._append(decode_batch(batch, checked), born)
-        if not rejected:
-            return results, end_offset, inner_merge
-
-        def merge(stored_results: Sequence[PutResult]) -> Sequence[PutResult]:
-            stored = iter(inner_merge(stored_results))
-            return [rejected[i] if i in rejected else next(stored) for i in range(batch.count)]
-
-        return results, end_offset, merge
 
     # ================================================================ replication and roles
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
@@ -567,10 +557,6 @@ class MessageStore:
             snapshot = Snapshot.of(self.queues, self.dispatcher.reput_offset)
         snapshot.pause = self.dispatcher.paused
         return verify_store(self.commitlog, self.queues, self.index, snapshot)
-
-
-def _same(results: Sequence[PutResult]) -> Sequence[PutResult]:
-    return results
 
 
 _COVERED_BY_REPLICA_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT}
