@@ -167,7 +167,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             async for request in self._streams.each(requests):
                 appends = [request, *request.more]
                 if not self._store.needs_async_wait:
-                    answers = [
+                    answers = self._append_together(appends, context) or [
                         await self._append_outcome(a, context, n > 0) for n, a in enumerate(appends)
                     ]
                     answers[0].more.extend(answers[1:])  # one stream message answers all
@@ -193,19 +193,58 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
 
         The caller answers a request's ``more`` itself; an append that came in ``more``
         (``inner``) and carries a ``more`` of its own is refused, nothing of it appended."""
-        if inner and request.more:
-            return store_pb2.AppendStreamResponse(
-                id=request.id,
-                error_code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
-                error="more: an append carried in `more` cannot carry more of its own",
-            )
         try:
+            _no_inner_more(request, inner)
             appended = await self._append(request.append, context)
         except ServiceError as exc:
-            return store_pb2.AppendStreamResponse(
-                id=request.id, error_code=exc.code.value[0], error=str(exc)
-            )
+            return _refused(request, exc)
         return store_pb2.AppendStreamResponse(id=request.id, append=appended)
+
+    def _append_together(
+        self, appends: Sequence[store_pb2.AppendStreamRequest], context: grpc.aio.ServicerContext
+    ) -> list[store_pb2.AppendStreamResponse] | None:
+        """A stream message's appends (answered at once) in one engine call when every one
+        is of raw records; None when one is not (the caller appends them one by one).
+
+        Each append's fields are checked as :meth:`_append` checks them, a refusal
+        answered on its own; the valid ones go to ``put_record_batches`` together,
+        each answered with what its own append would give.
+        """
+        if not all(a.append.record_count and not a.append.messages for a in appends):
+            return None
+        started = time.perf_counter()
+        answers: list[store_pb2.AppendStreamResponse | None] = []
+        taken: list[tuple[int, RecordBatch]] = []
+        borns: list[tuple[str, int]] = []
+        peer: tuple[str, int] | None = None
+        max_queue_id = self._config.max_queue_id
+        for n, stream_request in enumerate(appends):
+            request = stream_request.append
+            try:
+                _no_inner_more(stream_request, n > 0)
+                batch = record_batch(request, request.records, max_queue_id)
+                if request.born_host:
+                    born = parse_host_port("born_host", request.born_host)
+                else:
+                    born = peer = peer or peer_host(context.peer())
+            except ServiceError as exc:
+                answers.append(_refused(stream_request, exc))
+                continue
+            answers.append(None)
+            taken.append((n, batch))
+            borns.append(born)
+        if taken:
+            store = self._store
+            results = store.put_record_batches([batch for _, batch in taken], borns)
+            seconds = time.perf_counter() - started
+            prefix = store.commitlog.msg_id_prefix
+            for (n, batch), stored in zip(taken, results, strict=True):
+                self.metrics.put(len(stored), seconds)
+                telemetry.annotate(batch.topic, batch.queue_id, len(stored), len(batch.records))
+                answers[n] = store_pb2.AppendStreamResponse(
+                    id=appends[n].id, append=append_response(stored, prefix)
+                )
+        return [answer for answer in answers if answer is not None]
 
     async def _append(
         self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
@@ -492,3 +531,18 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         if content is None:
             return store_pb2.GetConfigResponse(found=False)
         return store_pb2.GetConfigResponse(found=True, content=content)
+
+
+def _no_inner_more(request: store_pb2.AppendStreamRequest, inner: bool) -> None:
+    """BadRequest for an append that came in ``more`` (``inner``) with a ``more`` of its own."""
+    if inner and request.more:
+        raise BadRequest("more", "an append carried in `more` cannot carry more of its own")
+
+
+def _refused(
+    request: store_pb2.AppendStreamRequest, exc: ServiceError
+) -> store_pb2.AppendStreamResponse:
+    """A stream append's answer when it is refused: the code the unary call gets."""
+    return store_pb2.AppendStreamResponse(
+        id=request.id, error_code=exc.code.value[0], error=str(exc)
+    )

@@ -6,8 +6,8 @@ consume queues and the index, flushers force pages, the Cleaner deletes,
 recovery repairs, the MessageReader reads (:mod:`services.store.reader`) and
 RoleChanges promotes, demotes and truncates (:mod:`services.store.role_changes`).
 What stays here is the order of things: start-up and shutdown, and an append's
-waits for its flush and its replica. None of the parts holds a reference back to this facade; they are
-wired here with callables.
+waits for its flush and its replica. None of the parts holds a reference back
+to this facade; they are wired here with callables.
 
 Files under the root: ``lock`` (flock'd while running, so two stores never
 share a root), ``abort`` (exists while running; its presence at start means
