@@ -22,7 +22,10 @@ def bench() -> None:
     "--scenario",
     "scenarios",
     multiple=True,
-    type=click.Choice(["batch", "raw", "single", "get", "sync", "sync-threads", "recovery"]),
+    type=click.Choice(
+        ["batch", "raw", "raw-multi", "raw-split", "single", "get", "sync", "sync-threads"]
+        + ["recovery"]
+    ),
     help="Scenarios to run (default: all).",
 )
 @click.option("--messages", default=200_000, show_default=True, type=click.IntRange(min=1))
@@ -62,6 +65,8 @@ def bench_store(
     runs = {
         "batch": lambda: b.bench_batch(messages, body_bytes, batch_size, directory),
         "raw": lambda: b.bench_raw(messages, body_bytes, batch_size, directory),
+        "raw-multi": lambda: b.bench_raw_groups(messages, body_bytes, directory, together=True),
+        "raw-split": lambda: b.bench_raw_groups(messages, body_bytes, directory, together=False),
         "single": lambda: b.bench_single(messages, body_bytes, directory),
         "get": lambda: b.bench_get(messages, body_bytes, directory),
         "sync": lambda: b.bench_sync(min(messages, 64_000), body_bytes, writers, directory),

@@ -5,6 +5,10 @@ Scenarios (1 KiB bodies, 16 queues, ASYNC_FLUSH unless named):
   dispatcher has caught up;
 - ``raw``: ``put_messages`` of raw record batches (the broker's form), one
   queue a batch, counted the same way;
+- ``raw-multi``: groups of 16 raw appends of 1-2 records, each to its own topic
+  (what one AppendStream message of a busy broker holds), one
+  ``put_record_batches`` call a group; ``raw-split``: the same appends one
+  ``put_messages`` each (what the store did with such a message before);
 - ``single``: ``put_message`` one by one, counted the same way;
 - ``get``: sequential ``get_messages`` (32 per call) over every queue;
 - ``sync``: SYNC_FLUSH with concurrent writer threads (group commit);
@@ -110,6 +114,56 @@ def bench_raw(count: int, body_bytes: int, batch: int, directory: Path | None) -
         body_bytes,
         samples,
         f"raw records, batch={batch} to one queue, latency per call",
+    )
+
+
+GROUP = 16
+"""Appends in one group of ``raw-multi`` / ``raw-split``, each to its own topic."""
+
+
+def bench_raw_groups(
+    count: int, body_bytes: int, directory: Path | None, *, together: bool
+) -> BenchResult:
+    """Groups of GROUP raw appends of 1 or 2 records over GROUP topics (a queue per group,
+    queues in turn): one ``put_record_batches`` a group (``together``) or one
+    ``put_messages`` an append."""
+    records = [encode_send_record(f"BenchMulti{t}", b"x" * body_bytes) for t in range(GROUP)]
+    groups = [
+        [
+            RecordBatch(record * (1 + (g + t) % 2), 1 + (g + t) % 2, f"BenchMulti{t}", g)
+            for t, record in enumerate(records)
+        ]
+        for g in range(QUEUES)
+    ]
+    borns: list[tuple[str, int] | None] = [("10.0.0.1", 4000)] * GROUP
+    per_group = sum(b.count for b in groups[0])
+    calls = max(1, count // per_group)
+    samples = []
+    with _store(directory) as store:
+        for group in groups:  # every queue's files exist before the clock starts
+            store.put_record_batches(group, borns)
+        store.wait_dispatched(600)
+        start = time.perf_counter()
+        for n in range(calls):
+            group = groups[n % QUEUES]
+            t0 = time.perf_counter_ns()
+            if together:
+                results = store.put_record_batches(group, borns)
+            else:
+                results = [store.put_messages(b, borns[0]) for b in group]
+            samples.append(time.perf_counter_ns() - t0)
+            if results[-1][-1].status is not PutStatus.PUT_OK:
+                raise RuntimeError(f"put failed: {results[-1][-1]}")
+        store.wait_dispatched(600)
+        seconds = time.perf_counter() - start
+    return _result(
+        "raw-multi" if together else "raw-split",
+        calls * per_group,
+        seconds,
+        body_bytes,
+        samples,
+        f"groups of {GROUP} appends of 1-2 raw records over {GROUP} topics, "
+        f"{'one call' if together else 'one call an append'}, latency per group",
     )
 
 
@@ -277,6 +331,8 @@ def bench_recovery(commitlog_bytes: int, body_bytes: int, directory: Path | None
 SCENARIOS: dict[str, Callable[..., BenchResult]] = {
     "batch": bench_batch,
     "raw": bench_raw,
+    "raw-multi": lambda *a: bench_raw_groups(*a, together=True),
+    "raw-split": lambda *a: bench_raw_groups(*a, together=False),
     "single": bench_single,
     "get": bench_get,
     "sync": bench_sync,
