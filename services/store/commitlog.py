@@ -423,11 +423,8 @@ class CommitLog:
         born_host: bytes,
         now_ms: int,
     ) -> tuple[Sequence[PutResult], AppendBatch]:
-        """Append checked client-encoded records in order under one lock (see check_records).
-
-        Nothing is decoded or re-encoded: the records are copied and patched in
-        place, or the whole batch stamped at once (:mod:`services.store.record_copy`).
-        """
+        """Append checked client-encoded records in order under one lock (see check_records),
+        never decoded: copied and patched, or stamped (:mod:`services.store.record_copy`)."""
         results, batch = self.append_record_batches(
             ((records, checked, topic, queue_id, born_host),), now_ms
         )
