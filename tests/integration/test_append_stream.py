@@ -301,3 +301,39 @@ def test_the_broker_coalesces_appends_that_queue_behind_a_write(
             got = stub.Get(store_pb2.GetRequest(commitlog_offset=answer.commitlog_offsets[0]))
             assert got.message.body == body
     assert sorted(q for a in appended for q in a.queue_offsets) == list(range(len(bodies)))
+
+
+def test_appends_written_at_once_are_each_answered_and_fail_alone(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """``append_records_many``: the batches of several topics written at once (the store
+    appends them in one call), each with its own answer; a refused one fails alone, and a
+    store that went away fails each."""
+    store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
+    topics = [f"Many{n}" for n in range(5)]
+
+    async def scenario() -> tuple[list[object], list[object]]:
+        client = StoreClient(store.address, TIMEOUT_MS)
+        try:
+            batches = [batch(t, t.encode()) for t in topics]
+            bad = RecordBatch(batches[0].records, 1, "no such topic!", 0)
+            outcomes: list[object] = list(
+                await client.append_records_many([*batches[:2], bad, *batches[2:]], "")
+            )
+            store.kill()
+            lost = await client.append_records_many(batches[:2], "")
+            return outcomes, list(lost)
+        finally:
+            await client.close()
+
+    outcomes, lost = asyncio.run(scenario())
+    refused = outcomes.pop(2)
+    assert isinstance(refused, InvalidArgument) and str(refused).startswith("topic: ")
+    assert len(outcomes) == len(topics)
+    for outcome in outcomes:
+        assert isinstance(outcome, store_pb2.AppendResponse), outcome
+        assert list(outcome.queue_offsets) == [0]  # each the first of its own topic
+    assert all(isinstance(o, StoreUnavailable) for o in lost) and len(lost) == 2
+    restart(store)
+    for topic in topics:
+        assert stored_bodies(store.address, topic) == [topic.encode()]

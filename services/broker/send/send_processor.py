@@ -26,15 +26,17 @@ commits) keep the original record's.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator
 
 import grpc
 
 from boltmq.kernel import telemetry
-from boltmq.v1 import broker_pb2, message_pb2, store_pb2
+from boltmq.kernel.errors import ServiceError
+from boltmq.v1 import broker_pb2
 from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK
-from boltmq.wire.record_batch import MalformedBatch, RecordBatch, frame_records, select
+from boltmq.wire.record_batch import RecordBatch
 from boltmq.wire.topic import DLQ_PREFIX, RETRY_PREFIX
 from services.broker.access.creation_limits import CreationLimits
 from services.broker.cluster.topic_publisher import TopicPublisher
@@ -48,8 +50,16 @@ from services.broker.metadata.topic_config import (
     TopicConfigManager,
 )
 from services.broker.metrics import BrokerMetrics
-from services.broker.send.batch_check import check_batch, check_headers, check_records_request
-from services.broker.send.send_sections import check_creations, check_sections, send_sections
+from services.broker.send.batch_check import check_batch, check_records_request
+from services.broker.send.checked_batch import CheckedBatch, answer, checked_batch, storable
+from services.broker.send.send_sections import (
+    check_creations,
+    check_sections,
+    section_failure,
+    section_request,
+    send_sections,
+    send_sections_alone,
+)
 from services.broker.store.store_client import StoreClient
 from services.broker.transaction.transaction_service import TransactionService
 from services.broker.wire import to_send_response
@@ -88,7 +98,7 @@ class SendProcessor:
         if request.sections:  # several topics' raw batches (send_sections.py)
             check_sections(request)
             check_creations(request, self._config, self._topics, self._creations)
-            return await send_sections(request, peer_address, self._send_raw)
+            return await self._send_sections(request, peer_address)
         if request.record_count or request.records:
             return await self._send_raw(request, peer_address)
         return self._observed(await self._send_messages(request, peer_address), request.ByteSize())
@@ -145,6 +155,15 @@ class SendProcessor:
     ) -> int:
         """The queue a batch goes to, once its topic exists (or was auto-created) and
         may be written."""
+        known = self._known_queue(topic, queue_id, field)
+        if known is not None:
+            return known
+        config = await self.auto_create(topic, request.default_topic_queue_nums, field)
+        return self._writable(config, queue_id, field)
+
+    def _known_queue(self, topic: str, queue_id: int, field: str) -> int | None:
+        """The queue a batch of an existing topic goes to; None when the topic does not
+        exist (yet). PermissionDenied for a topic clients may not write."""
         if topic in BROKER_TOPICS:
             raise PermissionDenied(
                 f"{field}: {topic} is a system topic; clients may not send to it"
@@ -154,11 +173,14 @@ class SendProcessor:
                 f"{field}: {topic[:60]} is a retry or dead-letter topic: only the broker "
                 f"writes it (a consumer returns a message with ConsumerSendBack)"
             )
-        config = self._topics.get(topic) or await self.auto_create(
-            topic, request.default_topic_queue_nums, field
-        )
+        config = self._topics.get(topic)
+        return None if config is None else self._writable(config, queue_id, field)
+
+    def _writable(self, config: TopicConfig, queue_id: int, field: str) -> int:
         if not config.writable:
-            raise PermissionDenied(f"{field}: topic {topic!r} is not writable (perm {config.perm})")
+            raise PermissionDenied(
+                f"{field}: topic {config.name!r} is not writable (perm {config.perm})"
+            )
         return self._choose_queue(config, queue_id)
 
     async def _send_records(
@@ -167,47 +189,94 @@ class SendProcessor:
         """The raw path: records the producer encoded, forwarded as one ``bytes``.
 
         The broker reads each record's header (framing, topic, body size;
-        :func:`check_headers`), drops the refused ones with a status of their
-        own, and sends the rest untouched; the store verifies CRCs and
-        properties and patches offsets (the records are encoded once, by the
+        :mod:`services.broker.send.checked_batch`), drops the refused ones with a
+        status of their own, and sends the rest untouched; the store verifies CRCs
+        and properties and patches offsets (the records are encoded once, by the
         producer).
         """
         topic, queue_id = check_records_request(request, records, self._config)
         queue_id = await self._writable_queue(request, topic, queue_id, "topic")
-        batch = RecordBatch(records, request.record_count, topic, queue_id)
-        try:
-            positions = frame_records(batch.records, batch.count)
-        except MalformedBatch as exc:
-            return _refused_response(
-                batch.count, str(exc), topic, queue_id, self._config.broker_name
-            )
-        refused, delayed = check_headers(batch, positions, self._config)
-        if delayed:  # the broker rewrites topic and queue: the per-message path does
+        checked = checked_batch(records, request.record_count, topic, queue_id, self._config)
+        if isinstance(checked, broker_pb2.SendResponse):
+            return checked
+        if checked.delayed:  # the broker rewrites topic and queue: the per-message path does
             as_messages = records_as_messages(request, records)
             if as_messages is not None:
                 return await self._send_messages(as_messages, peer_address)
-        if refused:
-            if len(refused) == batch.count:
-                return _merge_refused(
-                    store_pb2.AppendResponse(),
-                    refused,
-                    batch.count,
-                    topic,
-                    queue_id,
-                    self._config.broker_name,
-                )
-            batch = select(batch, positions, (i for i in range(batch.count) if i not in refused))
+        broker_name = self._config.broker_name
+        batch = storable(checked, broker_name)
+        if isinstance(batch, broker_pb2.SendResponse):
+            return batch
         response = await self._store.append_records(batch, peer_address)
-        if len(response.statuses) != batch.count:
-            raise StoreFailed(
-                grpc.StatusCode.INTERNAL,
-                f"store answered {len(response.statuses)} results for {batch.count} records",
-            )
-        if refused:
-            return _merge_refused(
-                response, refused, request.record_count, topic, queue_id, self._config.broker_name
-            )
-        return to_send_response(response, topic, queue_id, self._config.broker_name)
+        return answer(checked, batch, response, broker_name)
+
+    async def _send_sections(
+        self, request: broker_pb2.SendRequest, peer_address: str
+    ) -> broker_pb2.SendResponse:
+        """A checked request of sections: the batches of existing topics checked here and
+        stored together (one append of each, sent to the store at once, which appends
+        them in one call), every other section through the raw path on its own
+        (auto-creation, delays, spans when tracing: :mod:`.send_sections`)."""
+        if telemetry.tracing_on():  # each section in a span of its own
+            return await send_sections(request, peer_address, self._send_raw)
+        answers: list[broker_pb2.SectionAnswer | None] = [None] * len(request.sections)
+        alone: list[int] = []
+        together: list[tuple[int, CheckedBatch, RecordBatch]] = []
+        broker_name = self._config.broker_name
+        for index, section in enumerate(request.sections):
+            try:
+                ready = self._section_batch(request, section)
+            except ServiceError as exc:
+                answers[index] = section_failure(index, section.topic, exc)
+                continue
+            if ready is None:
+                alone.append(index)
+            elif isinstance(ready[1], broker_pb2.SendResponse):
+                answers[index] = self._section_answer(ready[1], section)
+            else:
+                together.append((index, ready[0], ready[1]))
+        stored, answered_alone = await asyncio.gather(
+            self._store.append_records_many([batch for _, _, batch in together], peer_address),
+            send_sections_alone(request, alone, peer_address, self._send_raw),
+        )
+        for (index, checked, batch), outcome in zip(together, stored, strict=True):
+            section = request.sections[index]
+            try:
+                if isinstance(outcome, Exception):
+                    raise outcome
+                response = answer(checked, batch, outcome, broker_name)
+            except Exception as exc:  # that section alone: its code, or INTERNAL for a bug
+                answers[index] = section_failure(index, section.topic, exc)
+                continue
+            answers[index] = self._section_answer(response, section)
+        for index, section_answer in zip(alone, answered_alone, strict=True):
+            answers[index] = section_answer
+        done = [a for a in answers if a is not None]
+        assert len(done) == len(answers)  # every section answered, in its place
+        return broker_pb2.SendResponse(sections=done)
+
+    def _section_batch(
+        self, request: broker_pb2.SendRequest, section: broker_pb2.SendSection
+    ) -> tuple[CheckedBatch, RecordBatch | broker_pb2.SendResponse] | None:
+        """A section checked as a raw request would be: its batch to store, or its answer
+        (every record refused); None when it goes alone (a topic to auto-create, a delay)."""
+        records = section.records  # each access copies the bytes: once only
+        fields = section_request(request, section, b"")  # the request's fields, no copy
+        topic, queue_id = check_records_request(fields, records, self._config)
+        known = self._known_queue(topic, queue_id, "topic")
+        if known is None:
+            return None
+        checked = checked_batch(records, section.record_count, topic, known, self._config)
+        if isinstance(checked, broker_pb2.SendResponse):
+            return None  # unframeable: alone, as a request of its own says it
+        if checked.delayed:
+            return None
+        return checked, storable(checked, self._config.broker_name)
+
+    def _section_answer(
+        self, response: broker_pb2.SendResponse, section: broker_pb2.SendSection
+    ) -> broker_pb2.SectionAnswer:
+        return broker_pb2.SectionAnswer(response=self._observed(response, len(section.records)))
 
     async def auto_create(self, topic: str, requested_queue_nums: int, field: str) -> TopicConfig:
         """Create ``topic`` from the template (auto_create_topic_enable, the creation limits)
@@ -241,54 +310,3 @@ class SendProcessor:
                 f"{config.name!r}"
             )
         return queue_id
-
-
-def _refused_response(
-    count: int, error: str, topic: str, queue_id: int, broker_name: str
-) -> broker_pb2.SendResponse:
-    """Every record of a batch refused with one reason (its records cannot be told apart)."""
-    return _merge_refused(
-        store_pb2.AppendResponse(),
-        dict.fromkeys(range(count), error),
-        count,
-        topic,
-        queue_id,
-        broker_name,
-    )
-
-
-def _merge_refused(
-    stored: store_pb2.AppendResponse,
-    refused: dict[int, str],
-    count: int,
-    topic: str,
-    queue_id: int,
-    broker_name: str,
-) -> broker_pb2.SendResponse:
-    """The store's results for the records it got, with the broker's refusals put back in
-    their places (MESSAGE_ILLEGAL, nothing stored)."""
-    statuses, commitlog_offsets, queue_offsets = [], [], []
-    errors: dict[int, str] = {}
-    stored_index = 0
-    for index in range(count):
-        if index in refused:
-            statuses.append(message_pb2.MESSAGE_ILLEGAL)
-            commitlog_offsets.append(-1)
-            queue_offsets.append(-1)
-            errors[index] = refused[index]
-            continue
-        statuses.append(stored.statuses[stored_index])
-        commitlog_offsets.append(stored.commitlog_offsets[stored_index])
-        queue_offsets.append(stored.queue_offsets[stored_index])
-        if stored_index in stored.errors:
-            errors[index] = stored.errors[stored_index]
-        stored_index += 1
-    merged = store_pb2.AppendResponse(
-        statuses=statuses,
-        commitlog_offsets=commitlog_offsets,
-        queue_offsets=queue_offsets,
-        store_timestamp_ms=stored.store_timestamp_ms,
-        msg_id_prefix=stored.msg_id_prefix,
-        errors=errors,
-    )
-    return to_send_response(merged, topic, queue_id, broker_name)

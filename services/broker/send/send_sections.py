@@ -23,11 +23,16 @@ Rules:
   auto-create (``auto_create_max_per_call``, while auto-creation is on): each
   creation is still charged one by one as its section runs, against the
   client's total and rate;
-- each section then runs, concurrently with the others, as a raw SendRequest
-  of its own (:func:`section_request`) through the broker's raw send path:
-  the same checks, auto-creation, queue choice, delay rewrite, refusal of
-  transaction bits, metrics and span attributes (each section in a
-  ``send section`` span of its own, the child of the call's). A section
+- each section is then handled as a raw SendRequest of its own
+  (:func:`section_request`) would be: the same checks, auto-creation, queue
+  choice, delay rewrite, refusal of transaction bits, metrics and span
+  attributes. The sections of existing topics without a delay are checked in
+  place and their batches go to the store together, one append each, written to
+  the append stream at once (the store appends them in one call); the others
+  (a topic to auto-create, a delay, records that cannot be framed) run at once
+  through the broker's raw send path, each on its own. While tracing is on,
+  every section takes that path, in a ``send section`` span of its own, the
+  child of the call's. A section
   refused as a whole (its topic a system, retry or dead-letter topic, unknown
   or not writable, its request fields wrong) is answered with its own code
   and the others go on and are stored; an unexpected failure answers INTERNAL
@@ -113,17 +118,36 @@ def check_creations(
 
 
 def section_request(
-    request: broker_pb2.SendRequest, section: broker_pb2.SendSection
+    request: broker_pb2.SendRequest,
+    section: broker_pb2.SendSection,
+    records: bytes | None = None,
 ) -> broker_pb2.SendRequest:
     """The raw SendRequest a section stands for (the request's producer fields, the
-    section's batch)."""
+    section's batch; ``records``: the section's, already taken out of it)."""
     return broker_pb2.SendRequest(
         producer_group=request.producer_group,
         default_topic_queue_nums=request.default_topic_queue_nums,
         topic=section.topic,
         queue_id=section.queue_id,
-        records=section.records,
+        records=section.records if records is None else records,
         record_count=section.record_count,
+    )
+
+
+async def send_sections_alone(
+    request: broker_pb2.SendRequest, indexes: list[int], peer_address: str, send_raw: SendRaw
+) -> list[broker_pb2.SectionAnswer]:
+    """The answers of the sections at ``indexes``, each run at once as a raw request of
+    its own through ``send_raw``."""
+    if not indexes:
+        return []
+    return list(
+        await asyncio.gather(
+            *(
+                _answer(i, section_request(request, request.sections[i]), peer_address, send_raw)
+                for i in indexes
+            )
+        )
     )
 
 
@@ -132,12 +156,8 @@ async def send_sections(
 ) -> broker_pb2.SendResponse:
     """Run every section of a checked request at once through ``send_raw``; their answers
     in section order."""
-    answers = await asyncio.gather(
-        *(
-            _answer(index, section_request(request, section), peer_address, send_raw)
-            for index, section in enumerate(request.sections)
-        )
-    )
+    every = list(range(len(request.sections)))
+    answers = await send_sections_alone(request, every, peer_address, send_raw)
     return broker_pb2.SendResponse(sections=answers)
 
 
@@ -158,12 +178,18 @@ async def _answer(
         with _section_span():
             response = await send_raw(request, peer_address)
         return broker_pb2.SectionAnswer(response=response)
-    except ServiceError as exc:
+    except Exception as exc:  # a bug, when not a ServiceError: that section fails alone
+        return section_failure(index, request.topic, exc)
+
+
+def section_failure(index: int, topic: str, exc: Exception) -> broker_pb2.SectionAnswer:
+    """The answer of a section whose send failed: the ServiceError's code and text, or
+    INTERNAL for anything else (a bug, logged); the other sections go on."""
+    if isinstance(exc, ServiceError):
         if exc.code not in CALLER_MISTAKES:
-            log.warning("section %d (topic %.60r) of a send failed: %s", index, request.topic, exc)
+            log.warning("section %d (topic %.60r) of a send failed: %s", index, topic, exc)
         return broker_pb2.SectionAnswer(code=exc.code.value[0], error=str(exc))
-    except Exception as exc:  # a bug: that section fails, the others go on
-        log.exception("section %d (topic %.60r) of a send failed", index, request.topic)
-        return broker_pb2.SectionAnswer(
-            code=grpc.StatusCode.INTERNAL.value[0], error=f"{type(exc).__name__}: {exc}"
-        )
+    log.error("section %d (topic %.60r) of a send failed", index, topic, exc_info=exc)
+    return broker_pb2.SectionAnswer(
+        code=grpc.StatusCode.INTERNAL.value[0], error=f"{type(exc).__name__}: {exc}"
+    )

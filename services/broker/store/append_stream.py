@@ -94,6 +94,57 @@ class AppendStream:
             ) from None
         finally:
             opened.waiting.pop(request_id, None)
+        return self._appended(response)
+
+    async def append_many(
+        self, requests: list[store_pb2.AppendRequest]
+    ) -> list[store_pb2.AppendResponse | Exception]:
+        """The store's answer to each append, written at once (one stream message while
+        they fit): each the AppendResponse, or the caller's named error for that append
+        alone; one deadline for them all."""
+        if not requests:
+            return []
+        opened = self._current()
+        loop = asyncio.get_running_loop()
+        waiting: list[tuple[int, asyncio.Future[store_pb2.AppendStreamResponse]]] = []
+        for request in requests:
+            request_id = next(self._ids)
+            answered = loop.create_future()
+            opened.waiting[request_id] = answered
+            opened.outbox.put_nowait(store_pb2.AppendStreamRequest(id=request_id, append=request))
+            waiting.append((request_id, answered))
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await asyncio.wait([answered for _, answered in waiting])
+        except TimeoutError:
+            pass  # the unanswered ones fail below, each on its own
+        finally:
+            for request_id, _ in waiting:
+                opened.waiting.pop(request_id, None)
+        outcomes: list[store_pb2.AppendResponse | Exception] = []
+        for _, answered in waiting:
+            if not answered.done():
+                answered.cancel()
+                outcomes.append(
+                    self._translate(
+                        METHOD,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no answer within {self._timeout_s:g} s",
+                    )
+                )
+                continue
+            failure = answered.exception()  # the call broke: _break's error
+            if isinstance(failure, Exception):
+                outcomes.append(failure)
+                continue
+            try:
+                outcomes.append(self._appended(answered.result()))
+            except Exception as exc:  # the store's code for that append
+                outcomes.append(exc)
+        return outcomes
+
+    def _appended(self, response: store_pb2.AppendStreamResponse) -> store_pb2.AppendResponse:
+        """An append's answer; the caller's named error when the store refused it."""
         if response.error_code:
             code = _CODES.get(response.error_code, grpc.StatusCode.UNKNOWN)
             raise self._translate(METHOD, code, response.error)

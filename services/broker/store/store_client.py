@@ -101,6 +101,25 @@ class StoreClient(StoreChannel):
             )
         )
 
+    async def append_records_many(
+        self, batches: list[RecordBatch], born_host: str
+    ) -> list[store_pb2.AppendResponse | Exception]:
+        """:meth:`append_records` of several batches, written to the append stream at once
+        (the store appends them in one call); each its response, or the error of that
+        batch alone."""
+        return await self._appends.append_many(
+            [
+                store_pb2.AppendRequest(
+                    records=batch.records,
+                    record_count=batch.count,
+                    topic=batch.topic,
+                    queue_id=batch.queue_id,
+                    born_host=born_host,
+                )
+                for batch in batches
+            ]
+        )
+
     async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
         """On the append stream; a traced append as a unary call, so its trace shows the store."""
         if trace.get_current_span().is_recording():
