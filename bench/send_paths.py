@@ -16,6 +16,11 @@ processes (registry, store, broker, HA: ``boltmq dev``'s children) and of this
 client process. CPU per message is the steadier figure on a loaded machine.
 
     .venv/bin/python -m bench.send_paths [--senders 1 --senders 64] [--seconds 3] [--rounds 2]
+        [--topics 64] [--mode stream]
+
+``--topics``: the senders spread over that many topics (sender ``n`` on topic ``n``
+modulo the count): with more than one, concurrent sends of several topics share a
+request only on the default send stream (``sections``, :mod:`boltmq.send_request`).
 """
 
 from __future__ import annotations
@@ -41,16 +46,21 @@ BODY = b"x" * 1024
 MODES = ("unary", "stream", "async")
 
 
-def threads(registry: str, topic: str, senders: int, seconds: float, send_path: str) -> list[int]:
-    """Per-send nanoseconds of ``senders`` threads sharing one Producer."""
+def threads(
+    registry: str, topics: list[str], senders: int, seconds: float, send_path: str
+) -> list[int]:
+    """Per-send nanoseconds of ``senders`` threads sharing one Producer (sender ``n`` on
+    topic ``n`` modulo the topics)."""
     samples: list[list[int]] = [[] for _ in range(senders)]
     options = ProducerOptions(send_path=send_path)
-    producer = Producer(registry, "SEND_PATHS", options=options).start([topic])
+    producer = Producer(registry, "SEND_PATHS", options=options).start(topics)
     try:
-        producer.send(Message(topic, BODY))  # connected (and the stream open) first
+        for topic in topics[:2]:  # connected, the stream open and its headers known first
+            producer.send(Message(topic, BODY))
         stop_at = time.monotonic() + seconds
 
         def sender(n: int) -> None:
+            topic = topics[n % len(topics)]
             while time.monotonic() < stop_at:
                 t0 = time.perf_counter_ns()
                 producer.send(Message(topic, BODY))
@@ -66,21 +76,22 @@ def threads(registry: str, topic: str, senders: int, seconds: float, send_path: 
     return [s for per in samples for s in per]
 
 
-async def tasks(registry: str, topic: str, senders: int, seconds: float) -> list[int]:
+async def tasks(registry: str, topics: list[str], senders: int, seconds: float) -> list[int]:
     """The same with ``senders`` asyncio tasks sharing one AsyncProducer."""
     samples: list[int] = []
-    producer = await AsyncProducer(registry, "SEND_PATHS", concurrency=senders).start([topic])
+    producer = await AsyncProducer(registry, "SEND_PATHS", concurrency=senders).start(topics)
     try:
-        await producer.send(Message(topic, BODY))
+        for topic in topics[:2]:
+            await producer.send(Message(topic, BODY))
         stop_at = time.monotonic() + seconds
 
-        async def sender() -> None:
+        async def sender(topic: str) -> None:
             while time.monotonic() < stop_at:
                 t0 = time.perf_counter_ns()
                 await producer.send(Message(topic, BODY))
                 samples.append(time.perf_counter_ns() - t0)
 
-        await asyncio.gather(*(sender() for _ in range(senders)))
+        await asyncio.gather(*(sender(topics[n % len(topics)]) for n in range(senders)))
     finally:
         await producer.shutdown()
     return samples
@@ -106,12 +117,12 @@ def measure(run: Callable[[], list[int]], servers: list[psutil.Process]) -> str:
 
 
 def runner(
-    mode: str, registry: str, topic: str, senders: int, seconds: float
+    mode: str, registry: str, topics: list[str], senders: int, seconds: float
 ) -> Callable[[], list[int]]:
     """One run of ``mode`` (MODES) as a call."""
     if mode == "async":
-        return lambda: asyncio.run(tasks(registry, topic, senders, seconds))
-    return lambda: threads(registry, topic, senders, seconds, mode)
+        return lambda: asyncio.run(tasks(registry, topics, senders, seconds))
+    return lambda: threads(registry, topics, senders, seconds, mode)
 
 
 def main() -> None:
@@ -119,22 +130,26 @@ def main() -> None:
     parser.add_argument("--senders", type=int, action="append")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--topics", type=int, default=1, help="topics the senders share")
+    parser.add_argument("--mode", choices=MODES, action="append", help="default: all three")
     args = parser.parse_args()
     counts = args.senders or [1, 64]
-    if min(counts) <= 0 or args.seconds <= 0 or args.rounds <= 0:
-        parser.error("--senders, --seconds and --rounds must be positive")
+    if min(counts) <= 0 or min(args.seconds, args.rounds, args.topics) <= 0:
+        parser.error("--senders, --seconds, --rounds and --topics must be positive")
+    modes = tuple(args.mode or MODES)
     peer = BoltMQPeer()
     with tempfile.TemporaryDirectory(prefix="send-paths-") as tmp:
         peer.start(Path(tmp))
         try:
             assert peer.proc is not None
             servers = psutil.Process(peer.proc.pid).children(recursive=True)
-            topic = peer.create_topics("paths", 1)[0]
+            topics = peer.create_topics("paths", args.topics)
             reg, secs = peer.registry, args.seconds
             for n in range(args.rounds):
                 for senders in counts:
-                    for mode in MODES[n % 3 :] + MODES[: n % 3]:
-                        figures = measure(runner(mode, reg, topic, senders, secs), servers)
+                    turn = n % len(modes)
+                    for mode in modes[turn:] + modes[:turn]:
+                        figures = measure(runner(mode, reg, topics, senders, secs), servers)
                         print(f"round {n + 1} {mode:<6} {senders:>3} senders: {figures}")
         finally:
             peer.stop()
