@@ -90,11 +90,13 @@ from boltmq.producer_heartbeat import ProducerHeartbeat
 from boltmq.request_reply import ReplyCallback, Requester
 from boltmq.send_batcher import BatchMismatch, SendBatcher
 from boltmq.send_request import (
+    SECTIONS_MAX,
     Outcome,
     SendPart,
     outcome_results,
     send_batched,
     send_parts,
+    with_unique_ids,
 )
 from boltmq.unique_id import record_unique_ids
 from boltmq.v1 import message_pb2
@@ -178,7 +180,9 @@ class Producer:
         self.avoidance = FaultAvoidance(options.fault_avoidance_ms)
         """Broker groups sends skip for a while after a failure there."""
         self._batcher: SendBatcher[SendPart, SendResult] | None = (
-            SendBatcher(options.batch_size, BATCH_MAX_BYTES) if options.natural_batching else None
+            SendBatcher(options.batch_size, BATCH_MAX_BYTES, max_sends=SECTIONS_MAX)
+            if options.natural_batching
+            else None
         )
         """Groups concurrent sends to one broker (:mod:`boltmq.send_batcher`); None: off."""
         self._heartbeat = ProducerHeartbeat(self.client, group, options.heartbeat_interval_ms)
@@ -266,7 +270,9 @@ class Producer:
             records = batch_records(
                 msgs, born_ms, context, unique_ids, self.options.compress_body_over
             )
-            results = _with_ids(self._send_records(topic, records, len(msgs), pin), unique_ids)
+            results = with_unique_ids(
+                self._send_records(topic, records, len(msgs), pin), unique_ids
+            )
             telemetry.record_send(span, results)
         return results
 
@@ -288,7 +294,7 @@ class Producer:
             raise ValueError("send_records needs at least one record")
         with telemetry.producer_span(topic, count, None) as span:
             results = self._send_records(topic, records, count, _pin(sharding_key, None))
-            results = _with_ids(results, record_unique_ids(records, count))
+            results = with_unique_ids(results, record_unique_ids(records, count))
             telemetry.record_send(span, results)
         return results
 
@@ -327,8 +333,7 @@ class Producer:
         attempts: _Attempts,
     ) -> list[SendResult]:
         queue, address, creating = self._pick(topic, pin, attempts)
-        # The records go as they are to any queue: the store writes the queue id.
-        part = SendPart(topic, queue.queue_id, records, count)
+        part = SendPart(topic, queue.queue_id, records, count)  # the store writes the queue id
         stream = self.client.send_stream(address) if self.options.send_path == "stream" else None
         sending = stream.send if stream else self.client.send_encoded(address)
 
@@ -547,11 +552,6 @@ class Producer:
 
 _Pending = tuple[bytes, str, "Future[SendResult]", "SendCallback | None"]
 """A queued async message: its encoded record, unique id, future and callback."""
-
-
-def _with_ids(results: list[SendResult], unique_ids: Sequence[str]) -> list[SendResult]:
-    """The results with each message's unique id (the SDK's results carry none)."""
-    return [r._replace(unique_id=u) for r, u in zip(results, unique_ids, strict=True)]
 
 
 def _pin(

@@ -13,8 +13,9 @@ of several topics):
   order, and leave together as the key's next call when it returns: the first
   of them makes the call for all (the others wait), so one call per key is in
   flight at a time and the messages of one key keep their call order;
-- a call takes at most ``max_messages`` messages and ``max_bytes`` of records
-  (one send bigger than that still goes, alone); the rest wait for the next.
+- a call takes at most ``max_messages`` messages, ``max_bytes`` of records and
+  ``max_sends`` sends (one send bigger than that still goes, alone); the rest
+  wait for the next.
 
 Each send hands its part (what the call needs of it: its records, topic, queue),
 the messages and record bytes it carries, and its deadline (monotonic seconds).
@@ -79,11 +80,18 @@ class _Send(Generic[P, R]):
 class SendBatcher(Generic[P, R]):
     """Groups the sends of one key that wait behind that key's call in flight."""
 
-    def __init__(self, max_messages: int, max_bytes: int, clock: Clock = time.monotonic) -> None:
-        if max_messages < 1 or max_bytes < 1:
-            raise ValueError("max_messages and max_bytes must be positive")
+    def __init__(
+        self,
+        max_messages: int,
+        max_bytes: int,
+        clock: Clock = time.monotonic,
+        max_sends: int = 1 << 30,
+    ) -> None:
+        if min(max_messages, max_bytes, max_sends) < 1:
+            raise ValueError("max_messages, max_bytes and max_sends must be positive")
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.max_sends = max_sends
         self._clock = clock
         self._lock = threading.Lock()
         self._waiting: dict[Hashable, list[_Send[P, R]]] = {}
@@ -159,7 +167,9 @@ class SendBatcher(Generic[P, R]):
             taken, messages, size = 0, 0, 0
             for send in queued:
                 if taken and (
-                    messages + send.count > self.max_messages or size + send.size > self.max_bytes
+                    messages + send.count > self.max_messages
+                    or size + send.size > self.max_bytes
+                    or taken == self.max_sends
                 ):
                     break
                 taken += 1

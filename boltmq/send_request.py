@@ -180,3 +180,8 @@ def outcome_results(outcome: Outcome) -> list[SendResult]:
     if isinstance(outcome, BaseException):
         raise outcome
     return list(outcome)
+
+
+def with_unique_ids(results: list[SendResult], unique_ids: Sequence[str]) -> list[SendResult]:
+    """The results with each message's unique id (the broker's answers carry none)."""
+    return [r._replace(unique_id=u) for r, u in zip(results, unique_ids, strict=True)]

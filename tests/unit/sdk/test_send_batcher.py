@@ -228,6 +228,19 @@ def test_a_batch_takes_the_earliest_deadline_and_a_passed_one_still_calls() -> N
     assert call.requests[0][2] == 0.001
 
 
+def test_a_batch_takes_at_most_max_sends_sends() -> None:
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock, max_sends=2)
+    call = FakeCall()
+    first = start_in_flight(batcher, call, b"a")
+    others = queue_behind(batcher, call, b"b", b"c", b"d")
+    call.release.release()  # frees "a"; "b" and "c" leave (2 sends), "d" waits
+    call.started.acquire()
+    finish(call, [first, *others])
+    assert [r for r, _, _ in call.requests] == [b"a", b"bc", b"d"]
+
+
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match="must be positive"):
         SendBatcher(0, 1)
+    with pytest.raises(ValueError, match="must be positive"):
+        SendBatcher(1, 1, max_sends=0)
