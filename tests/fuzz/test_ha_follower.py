@@ -40,7 +40,7 @@ HA_SETTINGS = (
     "heartbeat_interval_ms=200",
     "housekeeping_interval_ms=2000",
     "reconnect_min_ms=20",
-    "reconnect_max_ms=200",
+    "reconnect_max_ms=40",
 )
 
 
