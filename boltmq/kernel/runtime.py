@@ -39,6 +39,7 @@ from grpc_reflection.v1alpha import reflection
 from boltmq.kernel import allocator, telemetry
 from boltmq.kernel.channels import MAX_MESSAGE_BYTES
 from boltmq.kernel.config import ServerSettings
+from boltmq.kernel.health_watches import EndingHealthServicer
 from boltmq.kernel.malformed_requests import MalformedRequests
 from boltmq.kernel.tls import ServerTLS, server_tls
 
@@ -212,7 +213,7 @@ async def create_server(
     port: int,
     tls: ServerTLS | None = None,
     reflection_on: bool = True,
-) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+) -> tuple[grpc.aio.Server, int, EndingHealthServicer]:
     """Build the server with every service, health and reflection (unless ``reflection_on``
     is false); bind; return the port.
 
@@ -232,7 +233,7 @@ async def create_server(
         interceptors=[MalformedRequests(), *telemetry.server_interceptors(), *own_interceptors],
         maximum_concurrent_rpcs=min(concurrency) if concurrency else None,
     )
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = EndingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names: list[str] = [health.SERVICE_NAME, reflection.SERVICE_NAME]
     for service in services:
@@ -358,6 +359,7 @@ async def serve(
         await stop.wait()
     log.info("%s stopping", service.name)
     await health_servicer.enter_graceful_shutdown()
+    await health_servicer.end_watches()  # they said NOT_SERVING: they must not hold the grace
     before_stop = getattr(service, "before_stop", None)
     if before_stop is not None:
         await before_stop()  # end endless streams, or they hold the whole grace period

@@ -173,12 +173,15 @@ def test_health_watchers_see_not_serving_when_shutdown_begins(
         for name in seen
     ]
 
+    ended: dict[str, object] = {}
+
     def follow(name: str, stream: grpc.Future) -> None:
         try:
             for answer in stream:
                 seen[name].append(int(answer.status))
-        except grpc.RpcError:
-            pass  # the server went away after its last word
+            ended[name] = stream.code()
+        except grpc.RpcError as exc:
+            ended[name] = exc  # the stream held the server's grace period and was cut
 
     threads = [
         threading.Thread(target=follow, args=(name, stream))
@@ -192,6 +195,9 @@ def test_health_watchers_see_not_serving_when_shutdown_begins(
         thread.join(DEADLINE_S)
     channel.close()
     assert seen == {LIVENESS_SERVICE: [SERVING, NOT_SERVING], "": [SERVING, NOT_SERVING]}
+    # Each watch was ended by the server once it had said NOT_SERVING: none held the
+    # shutdown's grace period (boltmq/kernel/health_watches.py).
+    assert ended == {LIVENESS_SERVICE: grpc.StatusCode.OK, "": grpc.StatusCode.OK}
 
 
 # ------------------------------------------------------------------ SIGTERM under load
