@@ -107,6 +107,7 @@ log = logging.getLogger(__name__)
 BATCH_MAX_BYTES = 4 * 1024 * 1024
 """Record bytes a natural batch of concurrent sends carries at most (a bigger send goes alone)."""
 RETRY_FIRST_WAIT_S = 0.05  # before a send's first retry; doubled for each further one, to 1 s
+UNSHARDED_LANES = 2  # natural batches of unsharded sends in flight to one broker at once
 
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -347,12 +348,13 @@ class Producer:
             if self._batcher is None:
                 results = outcome_results(call([part], self._send_timeout_s)[0])
             else:
-                # An unsharded send takes any queue of the broker: it joins the broker's batch of
-                # the topic, or of every topic when it takes several (boltmq.send_request).
+                # An unsharded send joins the broker's batch of its topic (any queue), or of
+                # every topic when it takes several (boltmq.send_request), in 2 lanes.
                 key: tuple[Any, ...] = (address, topic, queue.queue_id if pin else -1)
                 if pin is None and stream is not None and stream.takes_sections:
                     key = (address,)
-                results = send_batched(self._batcher, key, part, deadline, call)
+                lanes = 1 if pin else UNSHARDED_LANES  # a sharded send keeps its queue's order
+                results = send_batched(self._batcher, key, part, deadline, call, lanes)
         except grpc.RpcError as exc:
             attempts.tried.add(queue.broker_name)
             if is_retryable(exc):
@@ -545,8 +547,7 @@ class Producer:
                 log.warning("async send to %s failed: %s", topic, exc)
             return
         for (_, unique_id, future, callback), result in zip(batch, results, strict=False):
-            result = result._replace(unique_id=unique_id)
-            future.set_result(result)
+            future.set_result(result := result._replace(unique_id=unique_id))
             _call(callback, result, None)
 
 
@@ -592,9 +593,8 @@ def _pin(
 def _call(
     callback: SendCallback | None, result: SendResult | None, error: BaseException | None
 ) -> None:
-    if callback is None:
-        return
     try:
-        callback(result, error)
+        if callback is not None:
+            callback(result, error)
     except Exception:
         log.exception("send callback failed")

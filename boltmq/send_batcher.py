@@ -13,6 +13,10 @@ of several topics):
   order, and leave together as the key's next call when it returns: the first
   of them makes the call for all (the others wait), so one call per key is in
   flight at a time and the messages of one key keep their call order;
+- a key may be given more lanes (``lanes``): then a send that finds fewer calls
+  than that in flight and nobody queued leaves at once in another call, so the
+  next call is on its way while the last is still answered (the producer gives
+  its unsharded sends two: they keep no order but their own thread's);
 - a call takes at most ``max_messages`` messages, ``max_bytes`` of records and
   ``max_sends`` sends (one send bigger than that still goes, alone); the rest
   wait for the next.
@@ -95,7 +99,9 @@ class SendBatcher(Generic[P, R]):
         self._clock = clock
         self._lock = threading.Lock()
         self._waiting: dict[Hashable, list[_Send[P, R]]] = {}
-        """Key -> sends queued behind its call in flight; a key is here while busy."""
+        """Key -> sends queued behind its calls in flight; a key is here while busy."""
+        self._flying: dict[Hashable, int] = {}
+        """Key -> its calls in flight (while busy)."""
         self.calls = 0
         """Calls made (a batch is one)."""
 
@@ -112,15 +118,21 @@ class SendBatcher(Generic[P, R]):
         size: int,
         deadline: float,
         call: Call[P, R],
+        lanes: int = 1,
     ) -> Sequence[R]:
         """The results of ``part``'s ``count`` messages (``size`` bytes of records), sent
         alone or in a batch of ``key``; raises what their call raised, or what it answered
-        for this part."""
+        for this part. ``lanes``: the calls ``key`` may have in flight at once (1 keeps
+        the key's call order)."""
         me = _Send(part, count, size, deadline, call)
         with self._lock:
             queued = self._waiting.get(key)
             if queued is None:
                 self._waiting[key] = []
+                self._flying[key] = 1
+                me.batch = [me]
+            elif not queued and self._flying[key] < lanes:
+                self._flying[key] += 1
                 me.batch = [me]
             else:
                 queued.append(me)
@@ -162,7 +174,9 @@ class SendBatcher(Generic[P, R]):
         with self._lock:
             queued = self._waiting[key]
             if not queued:
-                del self._waiting[key]
+                self._flying[key] -= 1
+                if not self._flying[key]:
+                    del self._waiting[key], self._flying[key]
                 return None
             taken, messages, size = 0, 0, 0
             for send in queued:

@@ -165,11 +165,14 @@ def send_batched(
     part: SendPart,
     deadline: float,
     call: Call[SendPart, SendResult],
+    lanes: int = 1,
 ) -> list[SendResult]:
-    """``part``'s results, sent in ``key``'s natural batch; sent again alone when its
-    request of several topics was refused whole (:class:`SectionsRefused`)."""
+    """``part``'s results, sent in ``key``'s natural batch (``lanes`` calls of it in flight
+    at most); sent again alone when its request of several topics was refused whole
+    (:class:`SectionsRefused`)."""
+    size = len(part.records)
     try:
-        return list(batcher.send(key, part, part.record_count, len(part.records), deadline, call))
+        return list(batcher.send(key, part, part.record_count, size, deadline, call, lanes))
     except SectionsRefused:
         left = max(deadline - time.monotonic(), MIN_TIMEOUT_S)
         return outcome_results(call([part], left)[0])

@@ -1,8 +1,9 @@
 """The SDK's natural batches across topics: one SendRequest of sections, real processes.
 
-Concurrent sends of many topics to one broker that queue behind a call in flight
-leave together as one request (the broker said in SendStream's initial metadata that it
-takes sections), each send getting its own result; a request refused whole for one
+Concurrent sends of many topics to one broker that queue behind the calls in
+flight (two, the lanes of unsharded sends) leave together as one request (the
+broker said in SendStream's initial metadata that it takes sections), each send
+getting its own result; a request refused whole for one
 topic's sake (an access rule) sends the others again alone, so only that topic's sends
 fail and nothing is stored twice. Calls are held by freezing the broker (SIGSTOP),
 always thawed before the test ends.
@@ -92,20 +93,22 @@ def test_sends_of_many_topics_queued_behind_a_call_leave_as_one_request(
         calls, key = batcher.calls, (cluster.broker.address,)
         sends = Sends(producer)
         with Frozen(pid(cluster.broker)):
-            sends.start("Sec0", b"first")  # in flight while the broker is frozen
-            wait_until(lambda: batcher.calls == calls + 1, "the first call leaves")
+            for body in (b"first", b"second"):  # both lanes in flight, the broker frozen
+                sends.start("Sec0", body)
+            wait_until(lambda: batcher.calls == calls + 2, "the first two calls leave")
             for n in range(TOPICS):
                 sends.start(f"Sec{n}", b"queued-%d" % n)
             wait_until(lambda: batcher.queued(key) == TOPICS, "every other send queues")
         sends.join()
-    assert batcher.calls - calls == 2  # the first call, then one for all 12 topics
+    assert batcher.calls - calls == 3  # the first two calls, then one for all 12 topics
     for n in range(TOPICS):
         result = sends.results[b"queued-%d" % n]
         assert isinstance(result, SendResult), result
         assert result.status is SendStatus.SEND_OK and result.queue.topic == f"Sec{n}"
         stored = [bytes(m.body) for m in pull_everything(cluster, f"Sec{n}")]
         assert stored.count(b"queued-%d" % n) == 1
-    assert [bytes(m.body) for m in pull_everything(cluster, "Sec0")].count(b"first") == 1
+    first = [bytes(m.body) for m in pull_everything(cluster, "Sec0")]
+    assert first.count(b"first") == 1 and first.count(b"second") == 1
 
 
 def test_a_topic_without_pub_fails_alone_and_the_others_are_stored_once(
@@ -119,17 +122,18 @@ def test_a_topic_without_pub_fails_alone_and_the_others_are_stored_once(
         before, key = queue_end(acl_cluster, "orders"), (acl_cluster.broker.address,)
         calls, sends = batcher.calls, Sends(producer)
         with Frozen(pid(acl_cluster.broker)):
-            sends.start("orders", b"o-first")
-            wait_until(lambda: batcher.calls == calls + 1, "the first call leaves")
+            for body in (b"o-first", b"o-second"):  # both lanes in flight
+                sends.start("orders", body)
+            wait_until(lambda: batcher.calls == calls + 2, "the first two calls leave")
             sends.start("orders", b"o-1")
             sends.start("payments", b"p-1")  # orders-app has no PUB on payments
             sends.start("orders", b"o-2")
             wait_until(lambda: batcher.queued(key) == 3, "three sends queue")
         sends.join()
-    for body in (b"o-first", b"o-1", b"o-2"):
+    for body in (b"o-first", b"o-second", b"o-1", b"o-2"):
         result = sends.results[body]
         assert isinstance(result, SendResult) and result.status is SendStatus.SEND_OK, result
     refused = sends.results[b"p-1"]
     assert isinstance(refused, SendError), refused
     assert "PERMISSION_DENIED" in str(refused) and "'payments'" in str(refused)
-    assert queue_end(acl_cluster, "orders") == before + 3  # each stored once
+    assert queue_end(acl_cluster, "orders") == before + 4  # each stored once

@@ -57,17 +57,24 @@ class Sender(threading.Thread):
     """One thread's send; keeps its results or error."""
 
     def __init__(
-        self, batcher: SendBatcher[bytes, str], call: FakeCall, records: bytes, key: object = KEY
+        self,
+        batcher: SendBatcher[bytes, str],
+        call: FakeCall,
+        records: bytes,
+        key: object = KEY,
+        lanes: int = 1,
     ) -> None:
         super().__init__(daemon=True)
         self.batcher, self.call, self.records, self.key = batcher, call, records, key
+        self.lanes = lanes
         self.results: Sequence[str] | None = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
+            size = len(self.records)
             self.results = self.batcher.send(
-                self.key, self.records, len(self.records), len(self.records), 1000.0, self.call
+                self.key, self.records, size, size, 1000.0, self.call, self.lanes
             )
         except BaseException as exc:
             self.error = exc
@@ -237,6 +244,31 @@ def test_a_batch_takes_at_most_max_sends_sends() -> None:
     call.started.acquire()
     finish(call, [first, *others])
     assert [r for r, _, _ in call.requests] == [b"a", b"bc", b"d"]
+
+
+def test_a_key_of_two_lanes_has_a_second_call_in_flight_then_queues() -> None:
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    call.hold = True
+    senders = [Sender(batcher, call, b"a", lanes=2), Sender(batcher, call, b"b", lanes=2)]
+    for sender in senders:  # each leaves at once: two calls in flight
+        sender.start()
+        call.started.acquire()
+    assert batcher.queued(KEY) == 0
+    for index, chunk in enumerate((b"c", b"d")):  # both lanes busy: these queue
+        senders.append(Sender(batcher, call, chunk, lanes=2))
+        senders[-1].start()
+        wait_until(lambda n=index + 1: batcher.queued(KEY) == n, f"{index + 1} queued")
+    call.release.release()  # one call returns; "cd" leaves in its lane
+    call.started.acquire()
+    call.release.release()
+    finish(call, senders)
+    assert sorted(r for r, _, _ in call.requests[:2]) == [b"a", b"b"]
+    assert call.requests[2][0] == b"cd" and len(call.requests) == 3
+    assert [s.results for s in senders] == [["a"], ["b"], ["c"], ["d"]]
+    assert batcher.queued(KEY) == 0
+    call.hold = False
+    assert batcher.send(KEY, b"e", 1, 1, 1000.0, call, 2) == ["e"]  # the key is free again
 
 
 def test_limits_must_be_positive() -> None:
