@@ -91,15 +91,7 @@ class StoreClient(StoreChannel):
 
     async def append_records(self, batch: RecordBatch, born_host: str) -> store_pb2.AppendResponse:
         """Append client-encoded records (one ``bytes``) under the store's lock."""
-        return await self._append(
-            store_pb2.AppendRequest(
-                records=batch.records,
-                record_count=batch.count,
-                topic=batch.topic,
-                queue_id=batch.queue_id,
-                born_host=born_host,
-            )
-        )
+        return await self._append(_records_request(batch, born_host))
 
     async def append_records_many(
         self, batches: list[RecordBatch], born_host: str
@@ -108,16 +100,7 @@ class StoreClient(StoreChannel):
         (the store appends them in one call); each its response, or the error of that
         batch alone."""
         return await self._appends.append_many(
-            [
-                store_pb2.AppendRequest(
-                    records=batch.records,
-                    record_count=batch.count,
-                    topic=batch.topic,
-                    queue_id=batch.queue_id,
-                    born_host=born_host,
-                )
-                for batch in batches
-            ]
+            [_records_request(batch, born_host) for batch in batches]
         )
 
     async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
@@ -273,3 +256,14 @@ async def _send_interests(call: Any, interests: asyncio.Queue[store_pb2.QueueInt
             await call.write(message)
     except Exception:  # grpc's error type differs by where the call died
         return  # the stream's reader reports why it ended
+
+
+def _records_request(batch: RecordBatch, born_host: str) -> store_pb2.AppendRequest:
+    """The Append of client-encoded records (one ``bytes``), born at ``born_host``."""
+    return store_pb2.AppendRequest(
+        records=batch.records,
+        record_count=batch.count,
+        topic=batch.topic,
+        queue_id=batch.queue_id,
+        born_host=born_host,
+    )
