@@ -341,7 +341,7 @@ def tracing_on() -> bool:
     )
 
 
-def _tracer() -> trace.Tracer:
+def tracer() -> trace.Tracer:
     """BoltMQ's tracer from the installed provider (the API's proxy tracer was rejected:
     it keeps the first provider's tracer even after the provider is replaced)."""
     global _tracer_cache
@@ -453,7 +453,7 @@ def producer_span(topic: str, count: int, first_body: object) -> Iterator[Span |
         attributes["messaging.message.body.size"] = _body_size(first_body)
     else:
         attributes["messaging.batch.message_count"] = count
-    span = _tracer().start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attributes)
+    span = tracer().start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attributes)
     with trace.use_span(span, end_on_exit=True):
         yield span
 
@@ -500,7 +500,7 @@ def create_context(topic: str, body: object) -> dict[str, str]:
         return {}
     attributes = _messaging_attributes("create", topic)
     attributes["messaging.message.body.size"] = _body_size(body)
-    span = _tracer().start_span(f"create {topic}", kind=SpanKind.PRODUCER, attributes=attributes)
+    span = tracer().start_span(f"create {topic}", kind=SpanKind.PRODUCER, attributes=attributes)
     try:
         return message_context(span)
     finally:
@@ -523,7 +523,7 @@ def stream_message_span(method: str, traceparent: str) -> Iterator[Span | None]:
         yield None
         return
     parent = _MESSAGE_PROPAGATOR.extract({TRACEPARENT_PROPERTY: traceparent})
-    span = _tracer().start_span(method, context=parent, kind=SpanKind.SERVER)
+    span = tracer().start_span(method, context=parent, kind=SpanKind.SERVER)
     with trace.use_span(span, end_on_exit=True):
         yield span
 
@@ -559,7 +559,7 @@ def process_span(messages: Sequence[RecordView], group: str) -> Iterator[Span | 
     parent = (
         trace.set_span_in_context(NonRecordingSpan(contexts[0])) if contexts[0].is_valid else None
     )
-    span = _tracer().start_span(
+    span = tracer().start_span(
         f"process {first.topic}",
         context=parent,
         kind=SpanKind.CONSUMER,

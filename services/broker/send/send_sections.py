@@ -54,7 +54,6 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import grpc
-from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from boltmq.kernel import telemetry
@@ -166,8 +165,7 @@ def _section_span() -> contextlib.AbstractContextManager[object]:
     path describes its batch on the current span); nothing when tracing is off."""
     if not telemetry.tracing_on():
         return contextlib.nullcontext()
-    tracer = trace.get_tracer_provider().get_tracer("boltmq")
-    return tracer.start_as_current_span(SECTION_SPAN, kind=SpanKind.INTERNAL)
+    return telemetry.tracer().start_as_current_span(SECTION_SPAN, kind=SpanKind.INTERNAL)
 
 
 async def _answer(
