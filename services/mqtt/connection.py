@@ -193,12 +193,11 @@ class Connection:
         self.transport.close()
         if not self.client_id:
             return
-        if self.session_reader is not None:
-            await self.hub.call(self.session_reader.stop)
-        await self.hub.drop(self)
-        if self.hub.connections.get(self.client_id) is self:
-            self.hub.detach(self)
-            if self.session is not None:
+        async with self.hub.leaving(self) as attached:
+            if self.session_reader is not None:
+                await self.hub.call(self.session_reader.stop)
+            await self.hub.drop(self)
+            if attached and self.session is not None:
                 await self._save_session()
         if closing.will and self.will is not None:
             self._schedule_will(self.will)
@@ -255,6 +254,7 @@ class Connection:
         old = self.hub.attach(self)
         if old is not None:
             old.close_later(R.SESSION_TAKEN_OVER, "another connection took the client id")
+        await self.hub.settle(client_id)
         present = False
         if not connect.clean_start:
             try:

@@ -21,7 +21,8 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
 
 import mqtt5
@@ -38,6 +39,8 @@ from services.mqtt.topics import Filter, matches
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+CLOSE_WAIT_S = 5.0
+"""How long a CONNECT waits for the close of the client id's previous connection."""
 
 
 class Connection(Protocol):
@@ -77,6 +80,8 @@ class Hub:
         )
         self.dropped = 0
         """QoS 0 messages dropped for slow devices (their queue was full)."""
+        self.closing: dict[str, asyncio.Event] = {}
+        """Client ids whose connection is closing (its session not saved yet): set when done."""
         self.connected_ms: dict[str, int] = {}
         """When each live connection attached, by client id (takeovers compare it)."""
         self.takeovers = Takeovers(
@@ -128,10 +133,39 @@ class Hub:
         self.pool.submit(self.takeovers.announce, client_id, now_ms)  # other pods' old ones
         return old
 
-    def detach(self, connection: Connection) -> None:
-        if self.connections.get(connection.client_id) is connection:
-            del self.connections[connection.client_id]
-            self.connected_ms.pop(connection.client_id, None)
+    @asynccontextmanager
+    async def leaving(self, connection: Connection) -> AsyncIterator[bool]:
+        """Unregister ``connection`` for its close; yields whether it was its client id's
+        connection (then it saves the session, and a new CONNECT of the id waits meanwhile)."""
+        client_id = connection.client_id
+        if self.connections.get(client_id) is not connection:
+            yield False
+            return
+        del self.connections[client_id]
+        self.connected_ms.pop(client_id, None)
+        done = self.closing[client_id] = asyncio.Event()
+        try:
+            yield True
+        finally:
+            done.set()
+            if self.closing.get(client_id) is done:
+                del self.closing[client_id]
+
+    async def settle(self, client_id: str) -> None:
+        """Wait until the client id's previous connection has closed (its session saved, so
+        the new one reads it, not a save racing it), at most :data:`CLOSE_WAIT_S`."""
+        done = self.closing.get(client_id)
+        if done is None:
+            return
+        try:
+            await asyncio.wait_for(done.wait(), CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning(
+                "%s: the previous connection did not close in %s s", client_id, CLOSE_WAIT_S
+            )
+        will = self.wills.pop(client_id, None)
+        if will is not None:
+            will.cancel()  # scheduled by the closing connection: the device is back
 
     def _taken_over(self, client_id: str, announced_ms: int) -> None:
         """Another pod announced a connect of ``client_id``: close an older one here."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ SESSION_TOPIC = "MQTT_SESSIONS"
 SESSION_GROUP_PREFIX = "MQTT_S_"
 LOOKUP_MAX = 64
 """Records of one key asked of each broker group's index."""
+_stamps = threading.Lock()
+_last_ms_value = 0
 
 
 @dataclass
@@ -96,9 +99,18 @@ def session_key(client_id: str) -> str:
 
 def save(send: Callable[[Message], object], record: SessionRecord) -> None:
     """Write ``record`` with ``send`` (the gateway's producer's)."""
-    record.saved_ms = int(time.time() * 1000)
+    record.saved_ms = _stamp_ms()
     key = session_key(record.client_id)
     send(Message(topic=SESSION_TOPIC, body=record.encode(), keys=[key]))
+
+
+def _stamp_ms() -> int:
+    """The wall clock in ms, above every stamp this process gave before: of two records a
+    pod saves in one millisecond, the later is still the newer (``load`` keeps the newest)."""
+    global _last_ms_value
+    with _stamps:
+        _last_ms_value = max(int(time.time() * 1000), _last_ms_value + 1)
+        return _last_ms_value
 
 
 def load(client: ClientInstance, client_id: str) -> SessionRecord | None:

@@ -99,6 +99,23 @@ def test_a_persistent_session_keeps_subscriptions_and_messages_until_a_clean_con
         pub.close()
 
 
+def test_a_clean_connect_right_after_a_disconnect_ends_the_session(
+    mqtt_cluster: MqttCluster,
+) -> None:
+    """The gateway ends the closing connection (saving its session) before it serves the
+    next CONNECT of the client id, so a clean connect that comes at once still ends it."""
+    for n in range(8):
+        device = _device(mqtt_cluster, f"v311-quick-{n}", clean_start=False)
+        assert _granted(device, (f"devices/v311q{n}/#", 1)) == [1]
+        device.close()
+        _device(mqtt_cluster, f"v311-quick-{n}", clean_start=True).close()
+        again = _device(mqtt_cluster, f"v311-quick-{n}", clean_start=False)
+        try:
+            assert not again.flags.session_present, n
+        finally:
+            again.close()
+
+
 def test_a_shared_subscription_of_311_devices(mqtt_cluster: MqttCluster) -> None:
     members = [_device(mqtt_cluster, f"v311-worker-{n}") for n in range(2)]
     pub = _device(mqtt_cluster, "v311-jobs")
