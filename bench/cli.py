@@ -23,7 +23,17 @@ def bench() -> None:
     "scenarios",
     multiple=True,
     type=click.Choice(
-        ["batch", "raw", "raw-multi", "raw-split", "single", "get", "sync", "sync-threads"]
+        [
+            "batch",
+            "raw",
+            "raw-ids",
+            "raw-multi",
+            "raw-split",
+            "single",
+            "get",
+            "sync",
+            "sync-threads",
+        ]
         + ["recovery"]
     ),
     help="Scenarios to run (default: all).",
@@ -65,6 +75,7 @@ def bench_store(
     runs = {
         "batch": lambda: b.bench_batch(messages, body_bytes, batch_size, directory),
         "raw": lambda: b.bench_raw(messages, body_bytes, batch_size, directory),
+        "raw-ids": lambda: b.bench_raw(messages, body_bytes, batch_size, directory, True),
         "raw-multi": lambda: b.bench_raw_groups(messages, body_bytes, directory, together=True),
         "raw-split": lambda: b.bench_raw_groups(messages, body_bytes, directory, together=False),
         "single": lambda: b.bench_single(messages, body_bytes, directory),

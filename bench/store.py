@@ -4,7 +4,8 @@ Scenarios (1 KiB bodies, 16 queues, ASYNC_FLUSH unless named):
 - ``batch``: ``put_messages`` in batches (default 256), counted until the
   dispatcher has caught up;
 - ``raw``: ``put_messages`` of raw record batches (the broker's form), one
-  queue a batch, counted the same way;
+  queue a batch, counted the same way; ``raw-ids``: the same with a UNIQ_KEY
+  property on every record, as the SDK sends them;
 - ``raw-multi``: groups of 16 raw appends of 1-2 records, each to its own topic
   (what one AppendStream message of a busy broker holds), one
   ``put_record_batches`` call a group; ``raw-split``: the same appends one
@@ -90,11 +91,23 @@ def bench_batch(count: int, body_bytes: int, batch: int, directory: Path | None)
     return _result("batch", count, seconds, body_bytes, samples, f"batch={batch}, latency per call")
 
 
-def bench_raw(count: int, body_bytes: int, batch: int, directory: Path | None) -> BenchResult:
+def bench_raw(
+    count: int, body_bytes: int, batch: int, directory: Path | None, unique_ids: bool = False
+) -> BenchResult:
     """``put_messages`` of raw record batches, one queue a batch (queues in turn): what a
-    broker appends (the SDK encodes, the store checks and stamps)."""
-    record = encode_send_record("BenchRaw", b"x" * body_bytes)
-    batches = [RecordBatch(record * batch, batch, "BenchRaw", queue) for queue in range(QUEUES)]
+    broker appends (the SDK encodes, the store checks and stamps); ``unique_ids``: each
+    record with its own UNIQ_KEY (32 hex digits), as the SDK sends them."""
+    body = b"x" * body_bytes
+
+    def records(queue: int) -> bytes:
+        if not unique_ids:
+            return encode_send_record("BenchRaw", body) * batch
+        return b"".join(
+            encode_send_record("BenchRaw", body, properties={"UNIQ_KEY": f"{queue:016X}{n:016X}"})
+            for n in range(batch)
+        )
+
+    batches = [RecordBatch(records(queue), batch, "BenchRaw", queue) for queue in range(QUEUES)]
     samples = []
     calls = max(1, count // batch)
     with _store(directory) as store:
@@ -108,12 +121,13 @@ def bench_raw(count: int, body_bytes: int, batch: int, directory: Path | None) -
         store.wait_dispatched(600)
         seconds = time.perf_counter() - start
     return _result(
-        "raw",
+        "raw-ids" if unique_ids else "raw",
         calls * batch,
         seconds,
         body_bytes,
         samples,
-        f"raw records, batch={batch} to one queue, latency per call",
+        f"raw records{' with UNIQ_KEY' if unique_ids else ''}, batch={batch} to one queue, "
+        "latency per call",
     )
 
 
@@ -331,6 +345,7 @@ def bench_recovery(commitlog_bytes: int, body_bytes: int, directory: Path | None
 SCENARIOS: dict[str, Callable[..., BenchResult]] = {
     "batch": bench_batch,
     "raw": bench_raw,
+    "raw-ids": lambda *a: bench_raw(*a, unique_ids=True),
     "raw-multi": lambda *a: bench_raw_groups(*a, together=True),
     "raw-split": lambda *a: bench_raw_groups(*a, together=False),
     "single": bench_single,

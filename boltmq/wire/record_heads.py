@@ -33,6 +33,7 @@ from boltmq.wire.column_rows import ColumnRows
 from boltmq.wire.record import (
     HOST_V6_BITS,
     MAX_PROPERTIES_BYTES,
+    PROPERTY_UNIQ_KEY,
     SYS_FLAG_TRANSACTION_COMMIT,
     SYS_FLAG_TRANSACTION_MASK,
     CorruptRecord,
@@ -444,13 +445,17 @@ def _derive_all(
     if count >= SMALL_BATCH and bool((lengths == width).all()):
         data = np.frombuffer(records, dtype=np.uint8)
         sections = gather_rows(data, starts, width)
-        if bool((sections == sections[0]).all()):
-            first = int(starts[0])
+        differing = np.flatnonzero((sections != sections[0]).any(axis=0))
+        first = bytes(sections[0])
+        if not len(differing):
             try:
-                code, keys = derive_properties(bytes(records[first : first + width]))
+                code, keys = derive_properties(first)
             except CorruptRecord as exc:
                 return [0] * count, [()] * count, dict.fromkeys(range(count), exc)
             return [code] * count, [keys] * count, {}
+        varying = _unique_ids_only(sections, first, int(differing[0]), int(differing[-1]))
+        if varying is not None:
+            return varying
     codes: list[int] = []
     index_keys: list[tuple[str, ...]] = []
     corrupt: dict[int, CorruptRecord] = {}
@@ -463,6 +468,47 @@ def _derive_all(
         codes.append(code)
         index_keys.append(keys)
     return codes, index_keys, corrupt
+
+
+_UNIQ_NAME: Final = PROPERTY_UNIQ_KEY.encode()
+
+
+def _unique_ids_only(
+    sections: npt.NDArray[np.uint8], first: bytes, low: int, high: int
+) -> tuple[list[int], list[tuple[str, ...]], dict[int, CorruptRecord]] | None:
+    """``_derive_all`` of equal-width sections that differ only in columns ``low..high``,
+    when those lie inside the first section's UNIQ_KEY value (the SDK's batch: one
+    producer's tags and keys, a unique id per message) and hold no separator and no
+    byte above 0x7F in any section: every section then decodes as the first does,
+    but for its own UNIQ_KEY, the last index key. None otherwise (decode each)."""
+    span = _unique_id_span(first)
+    if span is None or not span[0] <= low <= high < span[1]:
+        return None
+    values = sections[:, span[0] : span[1]]
+    if bool(((values == 1) | (values == 2) | (values > 0x7F)).any()):
+        return None
+    try:
+        code, keys = derive_properties(first)
+    except CorruptRecord:
+        return None
+    width = span[1] - span[0]
+    text = np.ascontiguousarray(values).tobytes().decode("ascii")
+    shared = keys[:-1]
+    index_keys = [(*shared, text[at : at + width]) for at in range(0, len(text), width)]
+    return [code] * len(index_keys), index_keys, {}
+
+
+def _unique_id_span(properties: bytes) -> tuple[int, int] | None:
+    """Where the value of the UNIQ_KEY pair that decoding keeps (the last one) lies in an
+    encoded properties section; None without one."""
+    span = None
+    at = 0
+    for pair in properties.split(b"\x02"):
+        name, separator, _ = pair.partition(b"\x01")
+        if separator and name == _UNIQ_NAME:
+            span = (at + len(name) + 1, at + len(pair))
+        at += len(pair) + 1
+    return span
 
 
 def stamp_heads(

@@ -83,6 +83,9 @@ def key_hashes(topic: str, keys: Sequence[str]) -> list[int]:
     sum < 2^63, so uint64 holds it exactly before the modulo). Every message the SDK
     sends has a unique UNIQ_KEY, so a bulk append hashes a key per record; one at a
     time in Python that cost more than the rest of the append."""
+    same = _ascii_key_hashes(topic, keys)
+    if same is not None:
+        return same
     prefix = f"{topic}#"
     encoded = [(prefix + key).encode("utf-16-le") for key in keys]
     by_length: dict[int, list[int]] = {}
@@ -90,19 +93,52 @@ def key_hashes(topic: str, keys: Sequence[str]) -> list[int]:
         by_length.setdefault(len(text) // 2, []).append(at)
     out = [0] * len(encoded)
     for length, places in by_length.items():
-        powers = _POWERS.get(length)
-        if powers is None:
-            powers = np.array(
-                [pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64
-            )
-            if len(_POWERS) < 4096:
-                _POWERS[length] = powers
         codes = np.frombuffer(b"".join(encoded[at] for at in places), dtype="<u2")
-        sums = (codes.reshape(len(places), length).astype(np.uint64) * powers).sum(axis=1)
-        for at, h in zip(places, (sums & np.uint64(0xFFFFFFFF)).tolist(), strict=True):
-            # signed int32, then abs with Integer.MIN_VALUE -> 0 (key_hash's rule)
-            out[at] = 0 if h == 0x80000000 else (0x100000000 - h if h & 0x80000000 else h)
+        sums = (codes.reshape(len(places), length).astype(np.uint64) * _powers(length)).sum(axis=1)
+        for at, h in zip(places, _entry_hashes(sums), strict=True):
+            out[at] = h
     return out
+
+
+def _ascii_key_hashes(topic: str, keys: Sequence[str]) -> list[int] | None:
+    """:func:`key_hashes` of keys all ASCII and of one length (the SDK's unique ids: 32
+    hex digits), whose bytes are their UTF-16 code units: one matrix from one encode,
+    the topic's ``topic#`` prefix added as its hash times 31^length. None otherwise."""
+    if len(keys) < 2:
+        return None
+    length = len(keys[0])
+    joined = "".join(keys)
+    if not length or len(joined) != length * len(keys) or not joined.isascii():
+        return None
+    if any(len(key) != length for key in keys):
+        return None
+    codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(len(keys), length)
+    prefix = (java_string_hash(f"{topic}#") & 0xFFFFFFFF) * pow(31, length, 1 << 32)
+    sums = (codes.astype(np.uint64) * _powers(length)).sum(axis=1) + np.uint64(prefix & 0xFFFFFFFF)
+    return _entry_hashes(sums)
+
+
+def _powers(length: int) -> npt.NDArray[np.uint64]:
+    """31^(length-1) .. 31^0 modulo 2^32."""
+    powers = _POWERS.get(length)
+    if powers is None:
+        powers = np.array(
+            [pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64
+        )
+        if len(_POWERS) < 4096:
+            _POWERS[length] = powers
+    return powers
+
+
+def _entry_hashes(sums: npt.NDArray[np.uint64]) -> list[int]:
+    """Java hashes (as sums modulo 2^32) made entry hashes: the signed int32, then abs,
+    with Integer.MIN_VALUE as 0 (:func:`key_hash`'s rule)."""
+    h = sums & np.uint64(0xFFFFFFFF)
+    negative = (h & np.uint64(0x80000000)) != 0
+    out = np.where(negative, np.uint64(0x100000000) - h, h)
+    out[h == np.uint64(0x80000000)] = 0
+    hashes: list[int] = out.tolist()
+    return hashes
 
 
 def index_file_size(slots: int, entries: int) -> int:
