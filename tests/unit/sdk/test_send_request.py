@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import grpc
 import pytest
 
-from boltmq.message import SendStatus
+from boltmq.message import MessageQueue, SendResult, SendStatus
 from boltmq.send_batcher import SendBatcher
 from boltmq.send_request import (
     SECTIONS_MAX,
@@ -18,6 +18,7 @@ from boltmq.send_request import (
     part_outcomes,
     send_batched,
     send_parts,
+    with_unique_ids,
 )
 from boltmq.send_stream import StreamSendError
 from boltmq.v1 import broker_pb2, message_pb2
@@ -173,3 +174,17 @@ def test_a_stored_results_status_comes_through() -> None:
     (outcome,) = part_outcomes(stored("A", 1), parts, layout)
     assert [r.status for r in outcome_results(outcome)] == [SendStatus.SEND_OK]
     assert request.record_count == 1
+
+
+def test_each_result_gets_its_unique_id_and_keeps_every_other_field() -> None:
+    queue = MessageQueue("T", "b", 3)
+    results = [
+        SendResult(SendStatus.SEND_OK, f"MSG{n}", queue, n, 100 + n, "", "PUT_OK")
+        for n in range(3)
+    ]
+    with_ids = with_unique_ids(results, ["a", "b", "c"])
+    assert [r.unique_id for r in with_ids] == ["a", "b", "c"]
+    assert [r._replace(unique_id="") for r in with_ids] == results
+    assert all(type(r) is SendResult for r in with_ids)
+    with pytest.raises(ValueError):
+        with_unique_ids(results, ["a"])
