@@ -23,18 +23,8 @@ def bench() -> None:
     "scenarios",
     multiple=True,
     type=click.Choice(
-        [
-            "batch",
-            "raw",
-            "raw-ids",
-            "raw-multi",
-            "raw-split",
-            "single",
-            "get",
-            "sync",
-            "sync-threads",
-        ]
-        + ["recovery"]
+        ["batch", "raw", "raw-ids", "raw-multi", "raw-split", "single", "get", "sync"]
+        + ["sync-threads", "recovery"]
     ),
     help="Scenarios to run (default: all).",
 )

@@ -345,7 +345,7 @@ def bench_recovery(commitlog_bytes: int, body_bytes: int, directory: Path | None
 SCENARIOS: dict[str, Callable[..., BenchResult]] = {
     "batch": bench_batch,
     "raw": bench_raw,
-    "raw-ids": lambda *a: bench_raw(*a, unique_ids=True),
+    "raw-ids": lambda count, size, batch, directory: bench_raw(count, size, batch, directory, True),
     "raw-multi": lambda *a: bench_raw_groups(*a, together=True),
     "raw-split": lambda *a: bench_raw_groups(*a, together=False),
     "single": bench_single,

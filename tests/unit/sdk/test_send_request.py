@@ -179,8 +179,7 @@ def test_a_stored_results_status_comes_through() -> None:
 def test_each_result_gets_its_unique_id_and_keeps_every_other_field() -> None:
     queue = MessageQueue("T", "b", 3)
     results = [
-        SendResult(SendStatus.SEND_OK, f"MSG{n}", queue, n, 100 + n, "", "PUT_OK")
-        for n in range(3)
+        SendResult(SendStatus.SEND_OK, f"MSG{n}", queue, n, 100 + n, "", "PUT_OK") for n in range(3)
     ]
     with_ids = with_unique_ids(results, ["a", "b", "c"])
     assert [r.unique_id for r in with_ids] == ["a", "b", "c"]

@@ -18,21 +18,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from boltmq.wire.record import java_string_hash
 from services.store import MessageStore, PutResult, PutStatus, StoreMessage
-from services.store.index_file import (
-    IndexFile,
-    _entry_hashes,
-    index_file_name,
-    index_file_size,
-    key_hash,
-    key_hashes,
-)
+from services.store.index_file import IndexFile, index_file_name, index_file_size, key_hash
 from services.store.index_service import IndexService
 
 HEADER = struct.Struct(">qqqqii")  # docs/store-format.md: 40-byte header
@@ -597,27 +587,3 @@ def test_verify_entries_reports_a_garbled_slot_and_entry(make_rig: Callable[...,
     keys_in_slot = [k for k in rig.keys() if key_hash(TOPIC, k) % 8 == slot_of_3]
     for key in keys_in_slot:  # the chain walk stops at the loop instead of spinning
         assert set(rig.query(key)) <= set(rig.expected(key))
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    topic=st.text(min_size=1, max_size=12),
-    keys=st.lists(st.text(max_size=40), max_size=24)
-    | st.integers(1, 40).flatmap(
-        lambda n: st.lists(
-            st.text(alphabet=st.characters(max_codepoint=0x7F), min_size=n, max_size=n),
-            min_size=2,
-            max_size=40,
-        )
-    ),
-)
-def test_hashes_computed_together_are_each_keys_own(topic: str, keys: list[str]) -> None:
-    """Keys of one length in ASCII (the SDK's unique ids) take a shorter way than others;
-    both must give what key_hash gives one key at a time."""
-    assert key_hashes(topic, keys) == [key_hash(topic, key) for key in keys]
-
-
-def test_entry_hashes_of_sums_follow_key_hash_rule() -> None:
-    """Modulo 2^32, as a signed int32, abs, and Integer.MIN_VALUE as 0."""
-    sums = np.array([0x80000000, 0xFFFFFFFF, 5, 0x180000000, 0x7FFFFFFF], dtype=np.uint64)
-    assert _entry_hashes(sums) == [0, 1, 5, 0, 0x7FFFFFFF]
