@@ -59,6 +59,13 @@ assert SLOT.size == SLOT_SIZE
 ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE: Final = 20
 assert ENTRY.size == ENTRY_SIZE
+ENTRY_COLUMNS: Final = np.dtype(
+    [("hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]
+)
+"""ENTRY as a numpy record (packed, big-endian)."""
+assert ENTRY_COLUMNS.itemsize == ENTRY_SIZE
+COLUMNS_MIN: Final = 16
+"""Entries of one :meth:`IndexFile.put_many` from which they are written as arrays."""
 
 INT32_MAX: Final = 0x7FFFFFFF
 
@@ -280,15 +287,30 @@ class IndexFile:
         room = min(len(hashes), self.max_entries - number)
         if room <= 0:
             return 0
-        mm = self.mapped.mm
         if number == 1:
             self.begin_timestamp = store_ts
             self.begin_phy_offset = phy_offsets[0]
         diff = (store_ts - self.begin_timestamp) // 1000
         diff = 0 if diff < 0 else min(diff, INT32_MAX)
-        slots, entries_at = self.slots, self.entries_at
+        put = self._put_columns if room >= COLUMNS_MIN else self._put_each
+        put(hashes[:room], phy_offsets[:room], diff, number)
+        number += room
+        self.hash_slot_count += number - self.index_count
+        self.index_count = number
+        if store_ts > self.end_timestamp:
+            self.end_timestamp = store_ts
+        self.end_phy_offset = phy_offsets[room - 1]
+        self._write_header()
+        self.dirty = True
+        return room
+
+    def _put_each(
+        self, hashes: Sequence[int], phy_offsets: Sequence[int], diff: int, number: int
+    ) -> None:
+        """The entries of a small :meth:`put_many`, one at a time, numbered from ``number``."""
+        mm, slots, entries_at = self.mapped.mm, self.slots, self.entries_at
         read_slot, write_slot, write_entry = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
-        for h, phy_offset in zip(hashes[:room], phy_offsets[:room], strict=True):
+        for h, phy_offset in zip(hashes, phy_offsets, strict=True):
             slot_pos = HEADER_SIZE + (h % slots) * SLOT_SIZE
             prev = read_slot(mm, slot_pos)[0]
             if prev < 0 or prev >= number:
@@ -298,14 +320,41 @@ class IndexFile:
             write_entry(mm, entries_at + number * ENTRY_SIZE, h, phy_offset, diff, prev)
             write_slot(mm, slot_pos, number)
             number += 1
-        self.hash_slot_count += number - self.index_count
-        self.index_count = number
-        if store_ts > self.end_timestamp:
-            self.end_timestamp = store_ts
-        self.end_phy_offset = phy_offsets[room - 1]
-        self._write_header()
-        self.dirty = True
-        return room
+
+    def _put_columns(
+        self, hashes: Sequence[int], phy_offsets: Sequence[int], diff: int, number: int
+    ) -> None:
+        """The entries :meth:`put_many`'s loop writes, numbered from ``number``, as
+        arrays: every entry in one write, then the slots. An entry's ``prev_index`` is
+        the batch's previous entry of its slot, else the slot's value when valid (in
+        ``0 .. its own number - 1``, :meth:`_put_each`'s rule), else 0; each slot ends
+        pointing at the batch's last entry of it."""
+        count = len(hashes)
+        keys = np.asarray(hashes, dtype=np.int64)
+        slot_of = keys % self.slots
+        numbers = number + np.arange(count, dtype=np.int64)
+        table = np.ndarray((self.slots,), dtype=">i4", buffer=self.mapped.mm, offset=HEADER_SIZE)
+        try:
+            prev = table[slot_of].astype(np.int64)
+            prev[(prev < 0) | (prev >= numbers)] = 0  # garbage starts a fresh chain
+            order = np.argsort(slot_of, kind="stable")  # by slot, then in batch order
+            ordered = slot_of[order]
+            follows = ordered[1:] == ordered[:-1]
+            prev[order[1:][follows]] = numbers[order[:-1][follows]]
+            entries = np.empty(count, dtype=ENTRY_COLUMNS)
+            entries["hash"] = keys
+            entries["phy_offset"] = np.asarray(phy_offsets, dtype=np.int64)
+            entries["time_diff"] = diff
+            entries["prev"] = prev
+            start = self.entries_at + number * ENTRY_SIZE
+            # Entries first, then the slots: a concurrent reader that sees a new slot
+            # value finds a complete entry behind it.
+            self.mapped.mm[start : start + count * ENTRY_SIZE] = entries.tobytes()
+            last = np.ones(count, dtype=bool)
+            last[:-1] = ~follows
+            table[ordered[last]] = numbers[order[last]]
+        finally:
+            del table  # the mapping cannot close while a view of it lives
 
     def truncate_to(self, keep_entries: int) -> int:
         """Drop entries numbered above ``keep_entries``; returns how many were dropped.
