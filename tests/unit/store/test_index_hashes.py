@@ -55,7 +55,9 @@ def test_entry_hashes_of_sums_follow_key_hash_rule() -> None:
         st.integers(-3, 70) | st.integers(-(2**31), 2**31 - 1), min_size=9, max_size=9
     ),
     batches=st.lists(
-        st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=40), min_size=1, max_size=5
+        st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=2 * COLUMNS_MIN + 8),
+        min_size=1,
+        max_size=5,
     ),
 )
 def test_entries_put_as_arrays_are_the_bytes_of_puts_one_by_one(
