@@ -340,17 +340,3 @@ def bench_recovery(commitlog_bytes: int, body_bytes: int, directory: Path | None
         return outcome
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-SCENARIOS: dict[str, Callable[..., BenchResult]] = {
-    "batch": bench_batch,
-    "raw": bench_raw,
-    "raw-ids": lambda count, size, batch, directory: bench_raw(count, size, batch, directory, True),
-    "raw-multi": lambda *a: bench_raw_groups(*a, together=True),
-    "raw-split": lambda *a: bench_raw_groups(*a, together=False),
-    "single": bench_single,
-    "get": bench_get,
-    "sync": bench_sync,
-    "sync-threads": bench_sync_threads,
-    "recovery": bench_recovery,
-}
