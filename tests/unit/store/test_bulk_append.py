@@ -1,7 +1,7 @@
 """The bulk append of a raw batch (checked as columns, stamped with one numpy scatter,
 dispatched as one DispatchRun) against the record-by-record path.
 
-A batch of SMALL_BATCH records or more, all good and all fitting in the
+A batch of CHECK_COLUMNS_MIN records or more, all good and all fitting in the
 current segment, takes the bulk path; smaller batches, batches with a refused
 record and batches that cross a segment take the per-record one. Both must
 leave the same bytes on disk and the same consume-queue entries.
@@ -17,7 +17,7 @@ import pytest
 
 from boltmq.wire.record import TOTAL_SIZE_OFFSET
 from boltmq.wire.record_batch import MalformedBatch, frame_records
-from boltmq.wire.record_heads import HEAD_DTYPE, SMALL_BATCH, CheckedColumns, check_batch
+from boltmq.wire.record_heads import CHECK_COLUMNS_MIN, HEAD_DTYPE, CheckedColumns, check_batch
 from services.store import MessageStore
 from services.store.commitlog import AppendBatch
 from services.store.consume_queue import ENTRY_SIZE, ConsumeQueue
@@ -35,7 +35,7 @@ from tests.unit.store.test_record_batch import (
 MakeStore = Callable[..., MessageStore]
 COUNT = 40
 STORE_TIMESTAMP_OFFSET = HEAD_DTYPE.fields["store_timestamp"][1]  # the raw (IPv4) layout
-assert COUNT >= SMALL_BATCH
+assert COUNT >= CHECK_COLUMNS_MIN
 
 
 def varied(count: int = COUNT) -> list[bytes]:
@@ -92,10 +92,10 @@ def test_a_big_batch_is_checked_as_columns_and_a_small_one_record_by_record() ->
     records = varied()
     good, bad = check_batch(batch(*records), 48 * 1024, 64 * 1024)
     assert isinstance(good, CheckedColumns) and not bad
-    small, _ = check_batch(batch(*records[: SMALL_BATCH - 1]), 48 * 1024, 64 * 1024)
+    small, _ = check_batch(batch(*records[: CHECK_COLUMNS_MIN - 1]), 48 * 1024, 64 * 1024)
     assert not isinstance(small, CheckedColumns)
     # As a sequence the columns are the per-record tuples.
-    assert list(good)[: SMALL_BATCH - 1] == list(small)
+    assert list(good)[: CHECK_COLUMNS_MIN - 1] == list(small)
 
 
 def test_the_bulk_path_writes_what_the_record_by_record_path_writes(
@@ -107,12 +107,12 @@ def test_the_bulk_path_writes_what_the_record_by_record_path_writes(
     paths = {id(bulk): watch_appends(bulk), id(one_by_one): watch_appends(one_by_one)}
     results = bulk.put_messages(batch(*records), ("10.1.2.3", 4567))
     slow_results = []
-    for start in range(0, COUNT, SMALL_BATCH - 1):  # batches below SMALL_BATCH
+    for start in range(0, COUNT, CHECK_COLUMNS_MIN - 1):  # batches below CHECK_COLUMNS_MIN
         slow_results += one_by_one.put_messages(
-            batch(*records[start : start + SMALL_BATCH - 1]), ("10.1.2.3", 4567)
+            batch(*records[start : start + CHECK_COLUMNS_MIN - 1]), ("10.1.2.3", 4567)
         )
     assert paths[id(bulk)] == [DispatchRun]  # one append, the bulk one
-    assert paths[id(one_by_one)] == [list] * 3
+    assert paths[id(one_by_one)] == [list] * len(range(0, COUNT, CHECK_COLUMNS_MIN - 1))
     assert [r.status for r in results] == [PutStatus.PUT_OK] * COUNT
     assert [(r.commitlog_offset, r.queue_offset, r.wrote_bytes, r.msg_id) for r in results] == [
         (r.commitlog_offset, r.queue_offset, r.wrote_bytes, r.msg_id) for r in slow_results
@@ -152,9 +152,9 @@ def test_a_born_time_of_zero_becomes_the_store_time_in_bulk(make_store: MakeStor
 
 def test_bulk_batches_continue_a_queue_and_survive_a_restart(make_store: MakeStore) -> None:
     store = make_store()
-    first = store.put_messages(batch(*varied(20)))
-    second = store.put_messages(batch(*varied(20)))
-    assert [r.queue_offset for r in [*first, *second]] == list(range(40))
+    first = store.put_messages(batch(*varied(CHECK_COLUMNS_MIN)))
+    second = store.put_messages(batch(*varied(CHECK_COLUMNS_MIN)))
+    assert [r.queue_offset for r in [*first, *second]] == list(range(2 * CHECK_COLUMNS_MIN))
     root = store.config.root_dir
     store.shutdown()
     again = make_store(root)

@@ -23,6 +23,7 @@ from boltmq.wire.record import (
     SYS_FLAG_TRANSACTION_PREPARED,
 )
 from boltmq.wire.record_batch import RecordBatch
+from boltmq.wire.record_heads import CHECK_COLUMNS_MIN
 from services.store import MessageStore
 from services.store.dispatch_run import DispatchParts, DispatchRun
 from services.store.status import PutResult, PutStatus
@@ -50,7 +51,7 @@ def mixed_batches() -> list[tuple[RecordBatch, Born]]:
         (batch(record(b"pay", topic="Payments", born_timestamp_ms=1), topic="Payments"), V4),
         (batch(record(b"a", born_timestamp_ms=2), crc, record(b"b", born_timestamp_ms=3)), V4),
         (batch(other_topic, other_topic, topic="Orders", queue_id=2), V4),
-        (batch(*varied(20), queue_id=3), None),  # the bulk path; the default born host
+        (batch(*varied(CHECK_COLUMNS_MIN), queue_id=3), None),  # the bulk path; default born host
         (batch(record(b"c", born_timestamp_ms=4), prepared, record(b"d", born_timestamp_ms=5)), V4),
         (batch(*big, queue_id=0), V4),  # crosses the first segment's end
         (batch(*varied(2)), ("10.9.9.9", 1)),  # queue 1 of Orders again, after the cross
@@ -280,7 +281,7 @@ def test_one_hand_off_dispatches_runs_and_record_lists_alike(make_store: MakeSto
         forward(appended)
 
     store.commitlog.on_append = seen
-    together(store, [(batch(*varied(20)), V4), (batch(record(b"one")), V4)])
+    together(store, [(batch(*varied(CHECK_COLUMNS_MIN)), V4), (batch(record(b"one")), V4)])
     assert kinds == [[DispatchRun, list]]
     assert [e[0] for e in queue_entries(store)[("Orders", 1)]] == [
         r.commitlog_offset for r in store.get_messages("Orders", 1, 0, 100).messages

@@ -22,7 +22,7 @@ from boltmq.wire.record_batch import (
     frame_records,
 )
 from boltmq.wire.record_encoding import encode_topic
-from boltmq.wire.record_heads import SMALL_BATCH, check_heads, sections_contain
+from boltmq.wire.record_heads import CHECK_COLUMNS_MIN, check_heads, sections_contain
 from services.broker.delay.delay_message import DELAY_MARKERS
 from tests.unit.store.test_record_batch import TOPIC, bad_records, record
 
@@ -46,14 +46,14 @@ def vector(records: bytes, positions: list[int]) -> dict[int, str]:
     return {i: f"{type(exc).__name__}: {exc}" for i, exc in checked.refused.items()}
 
 
-@pytest.mark.parametrize("padding", [0, SMALL_BATCH], ids=["one by one", "numpy"])
+@pytest.mark.parametrize("padding", [0, CHECK_COLUMNS_MIN], ids=["one by one", "numpy"])
 def test_every_kind_of_bad_header_is_refused_as_check_header_refuses_it(padding: int) -> None:
     good = record(b"g" * 50, tags="t")
     cases = bad_records()
     bad = [raw for raw, _, _ in cases.values()]
     records = b"".join([good, *bad, *[good] * (padding + 1)])
     count = len(bad) + padding + 2
-    assert (count >= SMALL_BATCH) == bool(padding)
+    assert (count >= CHECK_COLUMNS_MIN) == bool(padding)
     positions = frame_records(records, count)
     found = vector(records, positions)
     assert found == scalar(records, positions)
@@ -64,7 +64,9 @@ def test_every_kind_of_bad_header_is_refused_as_check_header_refuses_it(padding:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    bodies=st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=3 * SMALL_BATCH),
+    bodies=st.lists(
+        st.binary(min_size=0, max_size=300), min_size=1, max_size=3 * CHECK_COLUMNS_MIN
+    ),
     flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=6),
 )
 def test_random_damage_is_refused_alike(bodies: list[bytes], flips: list[tuple[int, int]]) -> None:
@@ -80,7 +82,7 @@ def test_random_damage_is_refused_alike(bodies: list[bytes], flips: list[tuple[i
     assert vector(bytes(records), positions) == scalar(bytes(records), positions)
 
 
-@pytest.mark.parametrize("count", [2, SMALL_BATCH])
+@pytest.mark.parametrize("count", [2, CHECK_COLUMNS_MIN])
 def test_heads_are_the_raw_head_fields(count: int) -> None:
     records = b"".join(record(b"x" * (i + 1), tags="x", keys=[f"k{i}"]) for i in range(count))
     positions = frame_records(records, count)
@@ -92,7 +94,7 @@ def test_heads_are_the_raw_head_fields(count: int) -> None:
     assert sections == [f"TAGS\x01x\x02KEYS\x01k{i}\x02".encode() for i in range(count)]
 
 
-@pytest.mark.parametrize("copies", [1, SMALL_BATCH])
+@pytest.mark.parametrize("copies", [1, CHECK_COLUMNS_MIN])
 @pytest.mark.parametrize(
     ("keys", "expected"),
     [
