@@ -45,8 +45,6 @@ SESSION_TOPIC = "MQTT_SESSIONS"
 SESSION_GROUP_PREFIX = "MQTT_S_"
 LOOKUP_MAX = 64
 """Records of one key asked of each broker group's index."""
-_stamps = threading.Lock()
-_last_ms_value = 0
 
 
 @dataclass
@@ -104,13 +102,21 @@ def save(send: Callable[[Message], object], record: SessionRecord) -> None:
     send(Message(topic=SESSION_TOPIC, body=record.encode(), keys=[key]))
 
 
-def _stamp_ms() -> int:
+class _Stamps:
     """The wall clock in ms, above every stamp this process gave before: of two records a
     pod saves in one millisecond, the later is still the newer (``load`` keeps the newest)."""
-    global _last_ms_value
-    with _stamps:
-        _last_ms_value = max(int(time.time() * 1000), _last_ms_value + 1)
-        return _last_ms_value
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(int(time.time() * 1000), self._last + 1)
+            return self._last
+
+
+_stamp_ms = _Stamps().next
 
 
 def load(client: ClientInstance, client_id: str) -> SessionRecord | None:

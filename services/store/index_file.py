@@ -114,10 +114,10 @@ def _ascii_key_hashes(topic: str, keys: Sequence[str]) -> list[int] | None:
     if len(keys) < 2:
         return None
     length = len(keys[0])
-    joined = "".join(keys)
-    if not length or len(joined) != length * len(keys) or not joined.isascii():
+    if not length or any(len(key) != length for key in keys):
         return None
-    if any(len(key) != length for key in keys):
+    joined = "".join(keys)
+    if not joined.isascii():
         return None
     codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(len(keys), length)
     prefix = (java_string_hash(f"{topic}#") & 0xFFFFFFFF) * pow(31, length, 1 << 32)
@@ -254,31 +254,7 @@ class IndexFile:
     # ---------------------------------------------------------------- writes
     def put(self, h: int, phy_offset: int, store_ts: int) -> bool:
         """Add one entry; False when the file is full."""
-        number = self.index_count
-        if number >= self.max_entries:
-            return False
-        mm = self.mapped.mm
-        slot_pos = self._slot_pos(h)
-        prev = SLOT.unpack_from(mm, slot_pos)[0]
-        if prev < 0 or prev >= number:
-            prev = 0  # a slot pointing at garbage starts a fresh chain
-        if number == 1:
-            self.begin_timestamp = store_ts
-            self.begin_phy_offset = phy_offset
-        diff = (store_ts - self.begin_timestamp) // 1000
-        diff = 0 if diff < 0 else min(diff, INT32_MAX)
-        # Entry first, then the slot, then the header: a concurrent reader that
-        # sees the new slot value always finds a complete entry behind it.
-        ENTRY.pack_into(mm, self._entry_pos(number), h, phy_offset, diff, prev)
-        SLOT.pack_into(mm, slot_pos, number)
-        self.index_count = number + 1
-        self.hash_slot_count += 1
-        if store_ts > self.end_timestamp:
-            self.end_timestamp = store_ts
-        self.end_phy_offset = phy_offset
-        self._write_header()
-        self.dirty = True
-        return True
+        return self.put_many((h,), (phy_offset,), store_ts) == 1
 
     def put_many(self, hashes: Sequence[int], phy_offsets: Sequence[int], store_ts: int) -> int:
         """:meth:`put` of each ``(hash, offset)`` in order, the header written once at
