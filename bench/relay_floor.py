@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,23 +132,65 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], int]:
     return proc, int(proc.stdout.readline())
 
 
-def run(args: argparse.Namespace) -> str:
-    push = args.direction == "push"
-    batch_bytes = args.batch * args.size
+@dataclass(frozen=True)
+class Floor:
+    """What one run of the bare path measured."""
+
+    direction: str
+    call: str
+    producers: int
+    batch: int
+    size: int
+    messages: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    cpu_us: tuple[float, float, float]
+    """CPU microseconds a message of the relay, the sink and the client."""
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.seconds
+
+    def text(self) -> str:
+        """The one line ``python -m bench.relay_floor`` prints."""
+        relay, sink, client = self.cpu_us
+        return (
+            f"{self.direction} batch {self.batch} x {self.size} B, {self.producers} "
+            f"producer(s), {self.call} calls: {self.msgs_per_s:,.0f} msg/s, "
+            f"{self.msgs_per_s * self.size / 1e6:.1f} MB/s, p50 {self.p50_ms:.3f} ms, "
+            f"p99 {self.p99_ms:.3f} ms per call; CPU per message: relay {relay:.1f} us, "
+            f"sink {sink:.1f} us, client {client:.1f} us"
+        )
+
+
+def measure(
+    *,
+    producers: int = 1,
+    batch: int = 256,
+    size: int = 1024,
+    seconds: float = 5.0,
+    reply_bytes: int = 4096,
+    direction: str = "push",
+    call: str = "unary",
+) -> Floor:
+    """Start the sink and the relay, drive them for ``seconds`` after a warm-up, stop them."""
+    push = direction == "push"
+    batch_bytes = batch * size
     sink, sink_port = _start(
-        "--serve", "sink", "--reply-bytes", str(args.reply_bytes if push else batch_bytes)
+        "--serve", "sink", "--reply-bytes", str(reply_bytes if push else batch_bytes)
     )
     relay, relay_port = _start("--serve", "relay", "--sink-port", str(sink_port))
     try:
-        counts = [0] * args.producers
-        samples: list[list[int]] = [[] for _ in range(args.producers)]
+        counts = [0] * producers
+        samples: list[list[int]] = [[] for _ in range(producers)]
         stop_at = [0.0]
 
         def worker(n: int) -> None:
             with grpc.insecure_channel(f"127.0.0.1:{relay_port}", options=UNLIMITED) as channel:
                 send = (
                     stream_round_trip(channel, SEND_STREAM_METHOD)
-                    if args.call == "stream"
+                    if call == "stream"
                     else channel.unary_unary(SEND_METHOD, _bytes, _bytes)
                 )
                 pull = batch_bytes.to_bytes(8, "big")
@@ -155,27 +198,25 @@ def run(args: argparse.Namespace) -> str:
                     t0 = time.perf_counter_ns()
                     if push:
                         request = b"".join(
-                            time.perf_counter_ns().to_bytes(8, "big") + b"x" * (args.size - 8)
-                            for _ in range(args.batch)
+                            time.perf_counter_ns().to_bytes(8, "big") + b"x" * (size - 8)
+                            for _ in range(batch)
                         )
                         send(request)
                     else:
                         answer = send(pull)
-                        bodies = [
-                            answer[i : i + args.size] for i in range(0, len(answer), args.size)
-                        ]
-                        assert len(bodies) == args.batch
+                        bodies = [answer[i : i + size] for i in range(0, len(answer), size)]
+                        assert len(bodies) == batch
                     if stop_at[0]:
                         samples[n].append(time.perf_counter_ns() - t0)
-                        counts[n] += args.batch
+                        counts[n] += batch
 
-        threads = [threading.Thread(target=worker, args=(n,)) for n in range(args.producers)]
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(producers)]
         for t in threads:
             t.start()
         time.sleep(WARM_UP_S)
         cpu0 = (cpu_seconds(relay.pid), cpu_seconds(sink.pid), time.process_time())
         start = time.perf_counter()
-        stop_at[0] = time.monotonic() + args.seconds
+        stop_at[0] = time.monotonic() + seconds
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - start
@@ -186,13 +227,23 @@ def run(args: argparse.Namespace) -> str:
             proc.wait()
     messages = sum(counts)
     lat = [s for per in samples for s in per]
-    per_msg = [(b - a) / messages * 1e6 for a, b in zip(cpu0, cpu1, strict=True)]
-    return (
-        f"{args.direction} batch {args.batch} x {args.size} B, {args.producers} "
-        f"producer(s), {args.call} calls: {messages / elapsed:,.0f} msg/s, "
-        f"{messages * args.size / elapsed / 1e6:.1f} MB/s, p50 {percentile_ms(lat, 0.5)} "
-        f"ms, p99 {percentile_ms(lat, 0.99)} ms per call; CPU per message: relay "
-        f"{per_msg[0]:.1f} us, sink {per_msg[1]:.1f} us, client {per_msg[2]:.1f} us"
+    p50, p99 = percentile_ms(lat, 0.5), percentile_ms(lat, 0.99)
+    if not messages or p50 is None or p99 is None:
+        raise RuntimeError(f"the bare path moved no message in {seconds:g} s")
+    relay_us, sink_us, client_us = (
+        (b - a) / messages * 1e6 for a, b in zip(cpu0, cpu1, strict=True)
+    )
+    return Floor(
+        direction,
+        call,
+        producers,
+        batch,
+        size,
+        messages,
+        elapsed,
+        p50,
+        p99,
+        (relay_us, sink_us, client_us),
     )
 
 
@@ -227,7 +278,16 @@ def main() -> None:
     elif args.serve == "relay":
         asyncio.run(serve_relay(args.sink_port))
     else:
-        print(run(args), flush=True)
+        floor = measure(
+            producers=args.producers,
+            batch=args.batch,
+            size=args.size,
+            seconds=args.seconds,
+            reply_bytes=args.reply_bytes,
+            direction=args.direction,
+            call=args.call,
+        )
+        print(floor.text(), flush=True)
 
 
 if __name__ == "__main__":

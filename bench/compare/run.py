@@ -20,6 +20,7 @@ from pathlib import Path
 
 import click
 
+from bench import relay_floor
 from bench.compare import report
 from bench.compare.boltmq_peer import BoltMQPeer
 from bench.compare.nats_peer import NatsPeer
@@ -27,6 +28,7 @@ from bench.compare.peer import Peer, PeerFailed, PeerUnavailable
 from bench.compare.rabbitmq_peer import RabbitMQPeer
 from bench.compare.redis_peer import RedisPeer
 from bench.compare.workload import Row, Workload, run_round
+from bench.relay_floor import Floor
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 SYSTEMS = ("boltmq", "redis", "nats", "rabbitmq", "boltmq-unary")
@@ -43,6 +45,8 @@ class Comparison:
     rows: list[Row] = field(default_factory=list)
     durability: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    floor: Floor | None = None
+    """The bare two-hop streamed path, one message a call (when BoltMQ sent one at a time)."""
 
 
 def make_peer(system: str, install: bool) -> Peer:
@@ -81,6 +85,11 @@ def compare(
             finally:
                 peer.stop()
         result.durability[peer.name] = f"{peer.durability}; one topic = one {peer.topic_unit}"
+    if any(report.is_one_sender(row) for row in result.rows):
+        # Nothing else runs now: the floor is measured on the same machine, in the same run.
+        result.floor = relay_floor.measure(
+            batch=1, size=work.size, seconds=work.seconds, call="stream"
+        )
     return result
 
 
@@ -115,8 +124,9 @@ def section(result: Comparison, command: str) -> str:
         "",
         *report.markdown_table(result.rows),
         "",
-        "Side-by-side targets (BoltMQ / this column):",
-        *report.target_lines(result.rows),
+        *report.floor_lines(result.floor),
+        "Targets:",
+        *report.target_lines(result.rows, result.floor),
         "",
     ]
     return "\n".join(lines)

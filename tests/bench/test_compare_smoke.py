@@ -37,6 +37,8 @@ ROW = re.compile(
     r"(?P<rate>[\d,]+) \| [\d.]+ \| [^|]+ \| [^|]+ \| (?P<ratio>[\d.]+|-) \|$"
 )
 
+FLOOR = re.compile(r"two-hop streamed floor.*: ([\d,]+) msg/s, p50 ([\d.]+) ms, p99 [\d.]+ ms\.")
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
@@ -120,6 +122,21 @@ def test_only_the_side_by_side_section_is_replaced(run: tuple[Path, str]) -> Non
     drawn = {(r["scenario"].replace("+", "-"), r["mode"]) for r in rows_of(text)}
     assert charts == {f"compare-{scenario}-{mode}.png" for scenario, mode in drawn}
     assert "compare-produce-batched.png" in charts
+
+
+def test_the_floor_of_the_same_run_and_every_target_are_listed(run: tuple[Path, str]) -> None:
+    text = run[1]
+    floor = FLOOR.search(text)
+    assert floor is not None, text
+    assert int(floor.group(1).replace(",", "")) > 0
+    targets = text[text.index("Targets:") :].splitlines()[1:6]
+    assert [line.split(":")[0] for line in targets] == [
+        "- produce concurrent-sends, BoltMQ >= 1.5x Redis Streams",
+        "- produce batched, BoltMQ >= 1.2x Redis Streams",
+        "- consume batched, BoltMQ >= 1.5x Redis Streams",
+        f"- produce one-at-a-time, 1 producer, BoltMQ p50 <= 1.2x the floor's {floor.group(2)} ms",
+        "",
+    ]
 
 
 def test_section_is_appended_when_absent() -> None:
