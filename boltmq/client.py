@@ -36,6 +36,8 @@ LANGUAGE = "PYTHON"
 REPLICA_READS_S = 5.0
 """How long reads stay on a replica after the master failed to answer or suggested it."""
 DEFAULT_TOPIC = "TBW102"
+Targets = list[tuple[MessageQueue, str]]
+"""Writable queues, each with the address of its group's master."""
 """The auto-create template: a send to an unknown topic goes to the brokers that serve it."""
 
 __all__ = [
@@ -119,7 +121,9 @@ class ClientInstance:
         self.route_refresh_s = route_refresh_ms / 1000
         self.rpc_timeout_s = rpc_timeout_s
         self._routes: dict[str, tuple[registry_pb2.TopicRoute, float]] = {}
-        self._write_queues: dict[str, tuple[registry_pb2.TopicRoute, list[MessageQueue]]] = {}
+        self._write_queues: dict[
+            str, tuple[registry_pb2.TopicRoute, list[MessageQueue], Targets]
+        ] = {}
         """The last route each topic's writable queues were listed from, and that list."""
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
@@ -221,17 +225,33 @@ class ClientInstance:
         """Writable queues of the topic on brokers with a live master (a new list: the
         caller may change it; listed again only when the route changed)."""
         route = route or self.route(topic)
+        return list(self._listed(topic, route)[1])
+
+    def write_targets(self, topic: str) -> Targets:
+        """:meth:`write_queues`, each with its master's address (cached with them: the
+        caller must not change the list)."""
+        return self._listed(topic, self.route(topic))[2]
+
+    def _listed(
+        self, topic: str, route: registry_pb2.TopicRoute
+    ) -> tuple[registry_pb2.TopicRoute, list[MessageQueue], Targets]:
+        """The writable queues of ``route`` and their addresses, listed once per route."""
         listed = self._write_queues.get(topic)
         if listed is not None and listed[0] is route:
-            return list(listed[1])
-        queues = []
+            return listed
+        targets = []
         for data in sorted(route.queues, key=lambda q: q.broker_name):
-            if data.perm & PERM_WRITE and self.broker_address(route, data.broker_name):
-                queues += [
-                    MessageQueue(topic, data.broker_name, q) for q in range(data.write_queue_nums)
+            address = (
+                self.broker_address(route, data.broker_name) if data.perm & PERM_WRITE else None
+            )
+            if address:
+                targets += [
+                    (MessageQueue(topic, data.broker_name, q), address)
+                    for q in range(data.write_queue_nums)
                 ]
-        self._write_queues[topic] = (route, queues)
-        return list(queues)
+        listed = (route, [queue for queue, _ in targets], targets)
+        self._write_queues[topic] = listed
+        return listed
 
     def read_queues(self, topic: str) -> list[MessageQueue]:
         """Readable queues of the topic, sorted (the order rebalancing relies on)."""

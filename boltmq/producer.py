@@ -49,6 +49,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
@@ -96,7 +97,6 @@ from boltmq.send_request import (
     outcome_results,
     send_batched,
     send_parts,
-    with_unique_ids,
 )
 from boltmq.unique_id import record_unique_ids
 from boltmq.v1 import message_pb2
@@ -261,7 +261,7 @@ class Producer:
             return []
         check_messages(msgs)
         topic = msgs[0].topic
-        if any(m.topic != topic for m in msgs):
+        if len(msgs) > 1 and any(m.topic != topic for m in msgs):
             raise ValueError("every message of a batch must have the same topic")
         pin = _pin(sharding_key, selector, msgs[0], arg)
         born_ms = time.time_ns() // 1_000_000
@@ -271,9 +271,7 @@ class Producer:
             records = batch_records(
                 msgs, born_ms, context, unique_ids, self.options.compress_body_over
             )
-            results = with_unique_ids(
-                self._send_records(topic, records, len(msgs), pin), unique_ids
-            )
+            results = self._send_records(topic, records, len(msgs), pin, unique_ids)
             telemetry.record_send(span, results)
         return results
 
@@ -294,17 +292,20 @@ class Producer:
         if count <= 0 or not records:
             raise ValueError("send_records needs at least one record")
         with telemetry.producer_span(topic, count, None) as span:
-            results = self._send_records(topic, records, count, _pin(sharding_key, None))
-            results = with_unique_ids(results, record_unique_ids(records, count))
+            ids = record_unique_ids(records, count)
+            results = self._send_records(topic, records, count, _pin(sharding_key, None), ids)
             telemetry.record_send(span, results)
         return results
 
     def _send_records(
-        self, topic: str, records: bytes, count: int, pin: Pin | None
+        self, topic: str, records: bytes, count: int, pin: Pin | None, ids: Sequence[str]
     ) -> list[SendResult]:
+        """The results of ``count`` records (``ids``: their unique ids), retried as the
+        options say."""
+        part = SendPart(topic, -1, records, count, ids)  # the queue is picked per attempt
         attempts = _Attempts()
         try:  # the first attempt without tenacity's bookkeeping (most sends need one)
-            return self._send_once(topic, records, count, pin, attempts)
+            return self._send_once(part, pin, attempts)
         except _Retry as exc:
             if self.options.retry_times == 0:
                 raise SendError(f"send to {topic!r} failed after 1 attempts: {exc}") from None
@@ -318,23 +319,17 @@ class Producer:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._send_once(topic, records, count, pin, attempts)
+                    return self._send_once(part, pin, attempts)
         except _Retry as exc:
             raise SendError(
                 f"send to {topic!r} failed after {self.options.retry_times + 1} attempts: {exc}"
             ) from None
         raise AssertionError("unreachable")
 
-    def _send_once(
-        self,
-        topic: str,
-        records: bytes,
-        count: int,
-        pin: Pin | None,
-        attempts: _Attempts,
-    ) -> list[SendResult]:
+    def _send_once(self, part: SendPart, pin: Pin | None, attempts: _Attempts) -> list[SendResult]:
+        topic = part.topic
         queue, address, creating = self._pick(topic, pin, attempts)
-        part = SendPart(topic, queue.queue_id, records, count)  # the store writes the queue id
+        part = SendPart(topic, queue.queue_id, part.records, part.record_count, part.unique_ids)
         stream = self.client.send_stream(address) if self.options.send_path == "stream" else None
         sending = stream.send if stream else self.client.send_encoded(address)
 
@@ -382,6 +377,11 @@ class Producer:
     ) -> tuple[MessageQueue, str, bool]:
         """A queue, its broker's address, and whether the send creates the topic, which
         exists elsewhere, on a group the topic's route lacks (the module docstring)."""
+        if not (pin or attempts.tried or self.avoidance.avoiding or topic in self._creating):
+            with contextlib.suppress(TopicNotFound):  # the usual case: the route's next queue
+                targets = self.client.write_targets(topic)
+                if targets:
+                    return (*targets[next(self._counter) % len(targets)], False)
         uncreated: set[str] = set()  # groups the existing route lacks, from the template
         found = True
         try:
@@ -536,9 +536,8 @@ class Producer:
 
     def _send_accumulated(self, topic: str, batch: list[_Pending]) -> None:
         try:
-            results = self._send_records(
-                topic, b"".join([r for r, _, _, _ in batch]), len(batch), None
-            )
+            records, ids = b"".join([r for r, _, _, _ in batch]), [u for _, u, _, _ in batch]
+            results = self._send_records(topic, records, len(batch), None, ids)
         except BaseException as exc:  # every waiter must hear how its message ended
             for _, _, future, callback in batch:
                 future.set_exception(exc)
@@ -546,8 +545,8 @@ class Producer:
             if not any(cb for _, _, _, cb in batch):
                 log.warning("async send to %s failed: %s", topic, exc)
             return
-        for (_, unique_id, future, callback), result in zip(batch, results, strict=False):
-            future.set_result(result := result._replace(unique_id=unique_id))
+        for (_, _, future, callback), result in zip(batch, results, strict=False):
+            future.set_result(result)
             _call(callback, result, None)
 
 

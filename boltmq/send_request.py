@@ -48,6 +48,8 @@ class SendPart(NamedTuple):
     queue_id: int
     records: bytes
     record_count: int
+    unique_ids: Sequence[str] = ()
+    """Each record's ``UNIQ_KEY`` (the broker's answers carry none), put in its result."""
 
 
 class SectionsRefused(Exception):
@@ -107,7 +109,7 @@ def part_outcomes(
         StreamSendError(grpc.StatusCode.INTERNAL, "the broker's answer left this send out")
     ] * len(parts)
     if len(layout) == 1:
-        _split(send_results(response), parts, layout[0], outcomes)
+        _split(_results(response, parts, layout[0]), parts, layout[0], outcomes)
         return outcomes
     if len(response.sections) != len(layout):
         wrong = StreamSendError(
@@ -121,8 +123,20 @@ def part_outcomes(
             for index in indexes:
                 outcomes[index] = StreamSendError(code, answer.error)
         else:
-            _split(send_results(answer.response), parts, indexes, outcomes)
+            _split(_results(answer.response, parts, indexes), parts, indexes, outcomes)
     return outcomes
+
+
+def _results(
+    response: broker_pb2.SendResponse, parts: Sequence[SendPart], indexes: list[int]
+) -> list[SendResult]:
+    """The results of one answer, each with its part's unique id; without ids when the
+    count of results is not the parts' (the batcher then fails the parts it cannot fill)."""
+    if len(indexes) == 1:
+        ids = parts[indexes[0]].unique_ids
+    else:
+        ids = [unique_id for index in indexes for unique_id in parts[index].unique_ids]
+    return send_results(response, ids if len(ids) == len(response.statuses) else None)
 
 
 def _split(
@@ -183,11 +197,3 @@ def outcome_results(outcome: Outcome) -> list[SendResult]:
     if isinstance(outcome, BaseException):
         raise outcome
     return list(outcome)
-
-
-def with_unique_ids(results: list[SendResult], unique_ids: Sequence[str]) -> list[SendResult]:
-    """The results with each message's unique id (the broker's answers carry none); the
-    id is the last field (a new tuple of the others and the id: a quarter of the cost
-    of ``_replace``, which a batch pays per message)."""
-    make = SendResult._make
-    return [make((*r[:-1], u)) for r, u in zip(results, unique_ids, strict=True)]

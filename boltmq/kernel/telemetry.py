@@ -327,12 +327,8 @@ def meter(name: str, provider: metrics.MeterProvider | None = None) -> metrics.M
 
 def tracing_on() -> bool:
     """Whether a real tracer provider is installed (by :func:`configure` or the application).
-
-    Asked per message on the asynchronous send path, so it reads the API's
-    global directly (~0.1 us): ``trace.get_tracer_provider()`` looks up an
-    environment variable on every call while no provider is set (~1-3 us). The
-    pinned API version has the global; without it the public call decides.
-    """
+    Asked per send, so it reads the API's global (~0.1 us; the public call reads the
+    environment each time while no provider is set, ~1-3 us), if the API has it."""
     provider = getattr(trace, "_TRACER_PROVIDER", _NO_GLOBAL)
     if provider is _NO_GLOBAL:
         provider = trace.get_tracer_provider()
@@ -438,16 +434,20 @@ def _body_size(body: object) -> int:
     return len(body) if isinstance(body, bytes | bytearray | memoryview) else 0
 
 
-@contextlib.contextmanager
-def producer_span(topic: str, count: int, first_body: object) -> Iterator[Span | None]:
-    """A ``send <topic>`` PRODUCER span around one send of ``count`` messages (None: off).
+_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
-    The span is current inside, so the RPC's client span is its child; an
-    exception marks it failed.
-    """
-    if not tracing_on():
-        yield None
-        return
+
+def producer_span(
+    topic: str, count: int, first_body: object
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A ``send <topic>`` PRODUCER span around one send of ``count`` messages, current
+    inside (the RPC's client span is its child), failed by an exception. Tracing off:
+    None, from one shared empty context (a generator's cost a send ~5 us)."""
+    return _producer_span(topic, count, first_body) if tracing_on() else _NO_SPAN
+
+
+@contextlib.contextmanager
+def _producer_span(topic: str, count: int, first_body: object) -> Iterator[Span]:
     attributes = _messaging_attributes("send", topic)
     if count == 1:
         attributes["messaging.message.body.size"] = _body_size(first_body)

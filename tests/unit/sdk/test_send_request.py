@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import grpc
 import pytest
 
-from boltmq.message import MessageQueue, SendResult, SendStatus
-from boltmq.send_batcher import SendBatcher
+from boltmq.message import SendStatus
+from boltmq.send_batcher import BatchMismatch, SendBatcher
 from boltmq.send_request import (
     SECTIONS_MAX,
     SectionsRefused,
@@ -18,7 +18,6 @@ from boltmq.send_request import (
     part_outcomes,
     send_batched,
     send_parts,
-    with_unique_ids,
 )
 from boltmq.send_stream import StreamSendError
 from boltmq.v1 import broker_pb2, message_pb2
@@ -176,14 +175,42 @@ def test_a_stored_results_status_comes_through() -> None:
     assert request.record_count == 1
 
 
-def test_each_result_gets_its_unique_id_and_keeps_every_other_field() -> None:
-    queue = MessageQueue("T", "b", 3)
-    results = [
-        SendResult(SendStatus.SEND_OK, f"MSG{n}", queue, n, 100 + n, "", "PUT_OK") for n in range(3)
+def test_each_result_carries_its_parts_unique_id() -> None:
+    def with_ids(topic: str, ids: str, queue_id: int = -1) -> SendPart:
+        return SendPart(topic, queue_id, ids.encode(), len(ids), tuple(ids))
+
+    alone = [with_ids("A", "xyz")]
+    (outcome,) = part_outcomes(stored("A", 3), alone, batch_request("pg", 0, alone)[1])
+    assert [r.unique_id for r in outcome_results(outcome)] == ["x", "y", "z"]
+    assert [r.msg_id for r in outcome_results(outcome)] == [
+        f"7F000001{100 + n:016X}" for n in range(3)
     ]
-    with_ids = with_unique_ids(results, ["a", "b", "c"])
-    assert [r.unique_id for r in with_ids] == ["a", "b", "c"]
-    assert [r._replace(unique_id="") for r in with_ids] == results
-    assert all(type(r) is SendResult for r in with_ids)
-    with pytest.raises(ValueError):
-        with_unique_ids(results, ["a"])
+    one_topic = [with_ids("A", "ab"), with_ids("A", "c")]
+    outcomes = part_outcomes(stored("A", 3), one_topic, batch_request("pg", 0, one_topic)[1])
+    assert [[r.unique_id for r in outcome_results(o)] for o in outcomes] == [["a", "b"], ["c"]]
+    sections = [with_ids("A", "a"), with_ids("B", "bc"), with_ids("A", "d")]
+    response = broker_pb2.SendResponse(
+        sections=[
+            broker_pb2.SectionAnswer(response=stored("A", 2)),
+            broker_pb2.SectionAnswer(response=stored("B", 2)),
+        ]
+    )
+    outcomes = part_outcomes(response, sections, batch_request("pg", 0, sections)[1])
+    assert [[r.unique_id for r in outcome_results(o)] for o in outcomes] == [
+        ["a"],
+        ["b", "c"],
+        ["d"],
+    ]
+
+
+def test_an_answer_of_another_count_gives_no_ids_and_the_batcher_fails_the_send() -> None:
+    parts = [SendPart("A", -1, b"ab", 2, ("a", "b"))]
+    (outcome,) = part_outcomes(stored("A", 1), parts, [[0]])
+    assert [r.unique_id for r in outcome_results(outcome)] == [""]
+    batcher: SendBatcher[SendPart, object] = SendBatcher(256, 1 << 20)
+
+    def call(sent: Sequence[SendPart], timeout_s: float) -> list[object]:
+        return part_outcomes(stored("A", 1), sent, [[0]])  # type: ignore[return-value]
+
+    with pytest.raises(BatchMismatch, match="1 results for 2 messages"):
+        send_batched(batcher, ("b",), parts[0], 1e12, call)  # type: ignore[arg-type]
