@@ -36,9 +36,9 @@ LANGUAGE = "PYTHON"
 REPLICA_READS_S = 5.0
 """How long reads stay on a replica after the master failed to answer or suggested it."""
 DEFAULT_TOPIC = "TBW102"
+"""The auto-create template: a send to an unknown topic goes to the brokers that serve it."""
 Targets = list[tuple[MessageQueue, str]]
 """Writable queues, each with the address of its group's master."""
-"""The auto-create template: a send to an unknown topic goes to the brokers that serve it."""
 
 __all__ = [
     "BoltMQError",

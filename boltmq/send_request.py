@@ -6,7 +6,8 @@ all of one topic), their count, the topic and the queue its send picked.
 
 - Parts of one topic go as one raw SendRequest: their records joined, to the queue of
   the first part (an unsharded send takes any queue of the broker; a sharded send's key
-  holds only sends of its own queue). The results are split back by count.
+  holds only sends of its own queue). The results are split back by count, each with
+  its part's unique id; an answer of another count fails the parts (INTERNAL).
 - Parts of several topics (only to a broker that takes ``sections``; the send stream
   says so, :attr:`boltmq.send_stream.SendStream.takes_sections`) go as one SendRequest
   of ``sections``: a section per topic, in the order the topics first appear, holding the
@@ -109,7 +110,7 @@ def part_outcomes(
         StreamSendError(grpc.StatusCode.INTERNAL, "the broker's answer left this send out")
     ] * len(parts)
     if len(layout) == 1:
-        _split(_results(response, parts, layout[0]), parts, layout[0], outcomes)
+        _split(response, parts, layout[0], outcomes)
         return outcomes
     if len(response.sections) != len(layout):
         wrong = StreamSendError(
@@ -123,29 +124,32 @@ def part_outcomes(
             for index in indexes:
                 outcomes[index] = StreamSendError(code, answer.error)
         else:
-            _split(_results(answer.response, parts, indexes), parts, indexes, outcomes)
+            _split(answer.response, parts, indexes, outcomes)
     return outcomes
 
 
-def _results(
-    response: broker_pb2.SendResponse, parts: Sequence[SendPart], indexes: list[int]
-) -> list[SendResult]:
-    """The results of one answer, each with its part's unique id; without ids when the
-    count of results is not the parts' (the batcher then fails the parts it cannot fill)."""
-    if len(indexes) == 1:
-        ids = parts[indexes[0]].unique_ids
-    else:
-        ids = [unique_id for index in indexes for unique_id in parts[index].unique_ids]
-    return send_results(response, ids if len(ids) == len(response.statuses) else None)
-
-
 def _split(
-    results: list[SendResult],
+    response: broker_pb2.SendResponse,
     parts: Sequence[SendPart],
     indexes: list[int],
     outcomes: list[Outcome],
 ) -> None:
-    """Give each part of ``indexes`` its slice of ``results`` (the batcher checks counts)."""
+    """Give each part of ``indexes`` its slice of the answer's results, each with its
+    unique id; an answer of another count of results fails them all (INTERNAL)."""
+    expected = sum(parts[index].record_count for index in indexes)
+    if len(response.statuses) != expected:
+        wrong = StreamSendError(
+            grpc.StatusCode.INTERNAL,
+            f"the broker answered {len(response.statuses)} results for {expected} messages",
+        )
+        for index in indexes:
+            outcomes[index] = wrong
+        return
+    if len(indexes) == 1:
+        ids = parts[indexes[0]].unique_ids
+    else:
+        ids = [unique_id for index in indexes for unique_id in parts[index].unique_ids]
+    results = send_results(response, ids if len(ids) == expected else None)
     start = 0
     for index in indexes:
         count = parts[index].record_count

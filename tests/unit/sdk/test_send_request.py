@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from boltmq.message import SendStatus
-from boltmq.send_batcher import BatchMismatch, SendBatcher
+from boltmq.send_batcher import SendBatcher
 from boltmq.send_request import (
     SECTIONS_MAX,
     SectionsRefused,
@@ -203,14 +203,11 @@ def test_each_result_carries_its_parts_unique_id() -> None:
     ]
 
 
-def test_an_answer_of_another_count_gives_no_ids_and_the_batcher_fails_the_send() -> None:
-    parts = [SendPart("A", -1, b"ab", 2, ("a", "b"))]
-    (outcome,) = part_outcomes(stored("A", 1), parts, [[0]])
-    assert [r.unique_id for r in outcome_results(outcome)] == [""]
-    batcher: SendBatcher[SendPart, object] = SendBatcher(256, 1 << 20)
-
-    def call(sent: Sequence[SendPart], timeout_s: float) -> list[object]:
-        return part_outcomes(stored("A", 1), sent, [[0]])  # type: ignore[return-value]
-
-    with pytest.raises(BatchMismatch, match="1 results for 2 messages"):
-        send_batched(batcher, ("b",), parts[0], 1e12, call)  # type: ignore[arg-type]
+def test_an_answer_of_another_count_of_results_fails_the_parts() -> None:
+    for answered in (1, 3):
+        parts = [SendPart("A", -1, b"a", 1, ("a",)), SendPart("A", -1, b"b", 1, ("b",))]
+        outcomes = part_outcomes(stored("A", answered), parts, [[0, 1]])
+        for outcome in outcomes:
+            assert isinstance(outcome, StreamSendError)
+            assert outcome.code() is grpc.StatusCode.INTERNAL
+            assert outcome.details() == f"the broker answered {answered} results for 2 messages"
