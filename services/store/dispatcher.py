@@ -255,7 +255,9 @@ class Dispatcher:
         self.last_store_timestamp = run.store_timestamp
 
     def notify(self, touched: dict[tuple[str, int], None]) -> None:
-        """Tell the arrival listeners each touched queue's max offset now."""
+        """Note the touched queues for the flusher; tell the arrival listeners each
+        one's max offset now."""
+        self.queues.written(touched)
         if not self.listeners:
             return
         for topic, queue_id in touched:

@@ -9,9 +9,13 @@
 - After each round the CommitLog's page-cache window releases what fell behind it
   (:mod:`services.store.page_cache`).
 - :class:`ConsumeQueueFlusher` forces consume queues and the index every
-  ``flush_interval_consume_queue_ms`` and then writes the checkpoint; after each
-  round every consume queue's page-cache window releases what fell behind it, and so
-  does the index's (:mod:`services.store.index_window`).
+  ``flush_interval_consume_queue_ms`` and then writes the checkpoint: the queues the
+  dispatcher wrote since the last round, and every queue each
+  ``flush_consume_queue_thorough_interval_ms`` (the rounds whose dispatch timestamp
+  the checkpoint keeps). After each round the page-cache windows of the queues it
+  flushed, and of a share of the others in turn (each twice a sweep interval),
+  release what fell behind them, and so does the index's
+  (:mod:`services.store.index_window`).
 
 All fsyncs run on these threads (``os.fdatasync`` releases the GIL), never on
 an event loop.
@@ -27,9 +31,10 @@ from collections.abc import Callable
 from services.store.checkpoint import Checkpoint
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
-from services.store.consume_queue import ConsumeQueueTable
+from services.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from services.store.index_service import IndexService
 from services.store.offset_gate import OffsetGate
+from services.store.page_cache import SWEEP_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
@@ -158,10 +163,11 @@ class ConsumeQueueFlusher:
         self._thread: threading.Thread | None = None
         self._last_thorough = time.monotonic()
 
-    def flush_now(self, least_pages: int = 0) -> None:
-        """Flush queues and index, then record their timestamps in the checkpoint."""
+    def flush_now(self, least_pages: int = 0) -> list[ConsumeQueue]:
+        """Flush queues and index, then record their timestamps in the checkpoint; the
+        queues flushed."""
         logics_ts = self.dispatched_timestamp()  # taken before the flush: a lower bound
-        self.queues.flush(least_pages)
+        flushed = self.queues.flush(least_pages)
         # The index is always flushed whole, so everything dispatched before the
         # flush began is durably indexed: the dispatch timestamp is its bound too
         # (the newest entry's time would leave it at 0 for a store without keys,
@@ -173,6 +179,7 @@ class ConsumeQueueFlusher:
             if least_pages == 0:
                 state.logics_msg_timestamp = logics_ts
         self.checkpoint.flush()
+        return flushed
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="boltmq-flush-cq", daemon=True)
@@ -181,6 +188,7 @@ class ConsumeQueueFlusher:
     def _run(self) -> None:
         interval_s = self.config.flush_interval_consume_queue_ms / 1000
         thorough_s = self.config.flush_consume_queue_thorough_interval_ms / 1000
+        share = max(1, int(SWEEP_INTERVAL_S / 2 / interval_s)) if interval_s > 0 else 1
         while not self._stop.wait(interval_s):
             try:
                 now = time.monotonic()
@@ -189,9 +197,12 @@ class ConsumeQueueFlusher:
                     self._last_thorough = now
                 # The logics timestamp is only advanced by full flushes: a flush
                 # that skipped a queue with few dirty pages proves nothing.
-                self.flush_now(0 if thorough else self.config.flush_consume_queue_least_pages)
-                # Every round, as the CommitLog's window (sweeps reach what readers map).
-                self.queues.release_behind()
+                flushed = self.flush_now(
+                    0 if thorough else self.config.flush_consume_queue_least_pages
+                )
+                # Every round, as the CommitLog's window (sweeps reach what readers map):
+                # the queues flushed, and a share of all, each twice a sweep interval.
+                self.queues.release_behind(flushed, share)
                 self.index.release_behind()
             except Exception:
                 log.exception("consume-queue flush failed")

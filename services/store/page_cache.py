@@ -33,7 +33,9 @@ so without it a large backlog keeps 20 B a message mapped in the store
 A store may hold a thousand queues, so their windows release in smaller steps
 (:data:`CONSUME_QUEUE_RELEASE_ALIGN_BYTES`: at most that much more than the window
 stays mapped behind a queue's flushed end) and sweep at different rounds (each
-window's ``sweep_phase``), not all in the same one. A step that ends inside a
+window's ``sweep_phase``), not all in the same one. A round looks at the queues it
+flushed and at a share of the others in turn, each twice a sweep interval, so a
+queue's sweep comes at most half an interval late. A step that ends inside a
 larger folio unmaps its pages at once; the kernel drops the folio itself from the
 cache at the next sweep, which covers it whole.
 
