@@ -39,7 +39,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from boltmq.wire.record import java_string_hash
+from boltmq.wire.record import java_hash, java_string_hash
 from services.store.mapped_file import MappedFile
 
 HEADER = struct.Struct(">qqqqii")
@@ -76,7 +76,7 @@ class CorruptIndexFile(ValueError):
 
 def key_hash(topic: str, key: str) -> int:
     """The entry hash of ``topic#key``: abs of the Java hash, Integer.MIN_VALUE -> 0."""
-    h = java_string_hash(f"{topic}#{key}")
+    h = java_hash(f"{topic}#{key}")  # uncached: most keys are unique ids, seen once
     return 0 if h == -0x80000000 else abs(h)
 
 

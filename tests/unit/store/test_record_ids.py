@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from boltmq.wire.record import java_string_hash, make_msg_id, parse_msg_id, tags_code
+from boltmq.wire.record import java_hash, java_string_hash, make_msg_id, parse_msg_id, tags_code
 from boltmq.wire.record_encoding import encode_host
 from services.store import MessageStore, StoreMessage
 from tests.unit.store.record_spec import STORE_PORT, java_hash_reference
@@ -40,6 +40,7 @@ INT32_MIN = -(2**31)
 )
 def test_java_string_hash_known_values(text: str, expected: int) -> None:
     assert java_string_hash(text) == expected
+    assert java_hash(text) == expected
 
 
 def test_java_string_hash_counts_a_surrogate_pair_as_two_units() -> None:
@@ -53,9 +54,15 @@ def test_java_string_hash_counts_a_surrogate_pair_as_two_units() -> None:
 @given(st.text(max_size=60))
 def test_java_string_hash_matches_the_utf16_reference(text: str) -> None:
     h = java_string_hash(text)
-    assert h == java_hash_reference(text)
+    assert h == java_hash_reference(text) == java_hash(text)
     assert INT32_MIN <= h < 2**31
     assert tags_code(text) == (h if text else 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F), min_size=20, max_size=200))
+def test_java_hash_of_long_ascii_text_matches_the_reference(text: str) -> None:
+    assert java_hash(text) == java_hash_reference(text)
 
 
 def test_tags_code_is_zero_without_tags() -> None:
