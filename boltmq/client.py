@@ -124,7 +124,8 @@ class ClientInstance:
         self._write_queues: dict[
             str, tuple[registry_pb2.TopicRoute, list[MessageQueue], Targets]
         ] = {}
-        """The last route each topic's writable queues were listed from, and that list."""
+        """The last route each topic's writable queues were listed from, that list, and the
+        queues with their masters' addresses (:meth:`write_targets`)."""
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
         self._pulls: dict[str, grpc.UnaryUnaryMultiCallable] = {}

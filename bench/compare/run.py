@@ -28,7 +28,6 @@ from bench.compare.peer import Peer, PeerFailed, PeerUnavailable
 from bench.compare.rabbitmq_peer import RabbitMQPeer
 from bench.compare.redis_peer import RedisPeer
 from bench.compare.workload import Row, Workload, run_round
-from bench.relay_floor import Floor
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 SYSTEMS = ("boltmq", "redis", "nats", "rabbitmq", "boltmq-unary")
@@ -45,7 +44,7 @@ class Comparison:
     rows: list[Row] = field(default_factory=list)
     durability: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-    floor: Floor | None = None
+    floor: relay_floor.Floor | None = None
     """The bare two-hop streamed path, one message a call (when BoltMQ sent one at a time)."""
 
 
