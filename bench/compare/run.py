@@ -1,7 +1,9 @@
 """The ``python -m bench.compare`` command: run every system, then report.
 
 Systems run one after another (never two servers at once); each is started,
-given one round per topic count, and stopped before the next starts. A system
+given one round per topic count, and stopped before the next starts. With
+``--passes N`` the whole sequence runs N times, the systems alternating, and
+the report takes each scenario's median (:mod:`bench.compare.report`). A system
 that is not installed is skipped with its reason (``--install`` installs the
 Debian package first), so the table can hold BoltMQ and Redis alone.
 The peers: BoltMQ, Redis Streams, NATS JetStream and RabbitMQ (stream queues).
@@ -44,8 +46,9 @@ class Comparison:
     rows: list[Row] = field(default_factory=list)
     durability: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-    floor: relay_floor.Floor | None = None
-    """The bare two-hop streamed path, one message a call (when BoltMQ sent one at a time)."""
+    floors: list[relay_floor.Floor] = field(default_factory=list)
+    """The bare two-hop streamed path, one message a call, after each pass (when BoltMQ
+    sent one at a time)."""
 
 
 def make_peer(system: str, install: bool) -> Peer:
@@ -66,30 +69,55 @@ def compare(
     install: bool = False,
     progress: Callable[[Row], None] = lambda row: None,
     workdir: Path | None = None,
+    passes: int = 1,
 ) -> Comparison:
-    """Run ``work`` on each system in turn; PeerFailed if a started system fails."""
+    """Run ``work`` on each system in turn, ``passes`` times over; PeerFailed if a started
+    system fails."""
     result = Comparison(work)
-    for system in systems:
-        peer = make_peer(system, install)
-        with tempfile.TemporaryDirectory(prefix=f"compare-{system}-", dir=workdir) as tmp:
-            try:
-                peer.start(Path(tmp))
-            except PeerUnavailable as exc:
-                result.skipped[peer.name] = str(exc)
+    for index in range(passes):
+        rows = []
+        for system in systems:
+            if make_peer(system, install).name in result.skipped:
                 continue
-            try:
-                for count in work.topic_counts:
-                    topics = peer.create_topics(f"cmp{count}t", count)
-                    result.rows += run_round(peer, work, topics, progress)
-            finally:
-                peer.stop()
-        result.durability[peer.name] = f"{peer.durability}; one topic = one {peer.topic_unit}"
-    if any(report.is_one_sender(row) for row in result.rows):
-        # Nothing else runs now: the floor is measured on the same machine, in the same run.
-        result.floor = relay_floor.measure(
-            batch=1, size=work.size, seconds=work.seconds, call="stream"
-        )
+            rows += _run_system(result, system, work, install, progress, workdir)
+        for row in rows:
+            row.pass_index = index
+        result.rows += rows
+        if any(report.is_one_sender(row) for row in rows):
+            # Nothing else runs now: the floor is measured on the same machine, in the same
+            # pass.
+            result.floors.append(
+                relay_floor.measure(batch=1, size=work.size, seconds=work.seconds, call="stream")
+            )
     return result
+
+
+def _run_system(
+    result: Comparison,
+    system: str,
+    work: Workload,
+    install: bool,
+    progress: Callable[[Row], None],
+    workdir: Path | None,
+) -> list[Row]:
+    """Every round of ``work`` on ``system``, started and stopped here (none when it is not
+    installed: its reason goes to ``result.skipped``)."""
+    peer = make_peer(system, install)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix=f"compare-{system}-", dir=workdir) as tmp:
+        try:
+            peer.start(Path(tmp))
+        except PeerUnavailable as exc:
+            result.skipped[peer.name] = str(exc)
+            return rows
+        try:
+            for count in work.topic_counts:
+                topics = peer.create_topics(f"cmp{count}t", count)
+                rows += run_round(peer, work, topics, progress)
+        finally:
+            peer.stop()
+    result.durability[peer.name] = f"{peer.durability}; one topic = one {peer.topic_unit}"
+    return rows
 
 
 def section(result: Comparison, command: str) -> str:
@@ -110,7 +138,14 @@ def section(result: Comparison, command: str) -> str:
         "the CPU count means the figures are lower and noisier than on an idle machine. "
         f"Each timed run lasts {work.seconds:g} s; consume reads "
         f"{work.consume_messages:,} messages; batches are {work.batch} messages; bodies "
-        f"{work.size} bytes. Servers, producers and consumers all run on the same cores; "
+        f"{work.size} bytes. "
+        + (
+            f"Every system ran {report.passes(result.rows)} times, alternating; each row is "
+            "its median pass, and each target the median of its ratios within a pass. "
+            if report.passes(result.rows) > 1
+            else ""
+        )
+        + "Servers, producers and consumers all run on the same cores; "
         "every client is that system's Python client in one process. p50/p99 are per "
         "send call for produce (a whole batch when batched) and send-to-delivery for "
         "produce+consume.",
@@ -123,9 +158,9 @@ def section(result: Comparison, command: str) -> str:
         "",
         *report.markdown_table(result.rows),
         "",
-        *report.floor_lines(result.floor),
+        *report.floor_lines(result.floors),
         "Targets:",
-        *report.target_lines(result.rows, result.floor),
+        *report.target_lines(result.rows, result.floors),
         "",
     ]
     return "\n".join(lines)
@@ -184,6 +219,13 @@ def section(result: Comparison, command: str) -> str:
     show_default=True,
     help="Where compare-*.png go.",
 )
+@click.option(
+    "--passes",
+    type=click.IntRange(1, 9),
+    default=1,
+    show_default=True,
+    help="Run every system this many times, alternating; report each scenario's median.",
+)
 @click.option("--no-write", is_flag=True, help="Print the table only.")
 def main(
     quick: bool,
@@ -196,6 +238,7 @@ def main(
     install: bool,
     results: Path,
     charts_dir: Path,
+    passes: int,
     no_write: bool,
 ) -> None:
     """Run BoltMQ, Redis Streams, NATS JetStream and RabbitMQ through the same workload."""
@@ -208,7 +251,7 @@ def main(
         senders=senders or base.senders,
     )
     try:
-        result = compare(systems or DEFAULT_SYSTEMS, work, install, progress=_show)
+        result = compare(systems or DEFAULT_SYSTEMS, work, install, progress=_show, passes=passes)
     except PeerFailed as exc:
         raise click.ClickException(str(exc)) from None
     for name, reason in result.skipped.items():
@@ -218,7 +261,7 @@ def main(
     if not no_write and result.rows:
         report.write_section(results, text)
         charts_dir.mkdir(parents=True, exist_ok=True)
-        charts = report.draw_charts(result.rows, charts_dir)
+        charts = report.draw_charts(report.medians(result.rows), charts_dir)
         click.echo(f"wrote {results} and {len(charts)} charts in {charts_dir}")
 
 

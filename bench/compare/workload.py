@@ -76,6 +76,8 @@ class Row:
     size: int
     p50_ms: float | None = None
     p99_ms: float | None = None
+    pass_index: int = 0
+    """Which pass over every system measured it (``bench.compare --passes``), from 0."""
 
     @property
     def msgs_per_s(self) -> float:

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.compare import report
-from bench.compare.run import compare, main
+from bench.compare.run import compare, main, section
 from bench.compare.workload import Workload
 
 pytest.importorskip("redis", reason="redis-py is in the bench extra")
@@ -166,3 +166,27 @@ def test_a_missing_server_is_skipped_with_the_apt_command(monkeypatch: pytest.Mo
     result = compare(["nats"], Workload(seconds=0.1, topic_counts=(1,), producer_counts=(1,)))
     assert result.rows == []
     assert "apt-get install -y nats-server" in result.skipped["NATS JetStream"]
+
+
+def test_passes_alternate_the_systems_and_each_has_its_floor() -> None:
+    order: list[tuple[str, str]] = []
+    work = Workload(seconds=0.3, consume_messages=CONSUME, topic_counts=(1,), producer_counts=(1,))
+    result = compare(
+        ["boltmq", "redis"], work, progress=lambda r: order.append((r.system, r.scenario)), passes=2
+    )
+    assert not result.skipped
+    systems = [system for system, scenario in order if scenario == "consume"]
+    assert systems == ["BoltMQ", "Redis Streams", "BoltMQ", "Redis Streams"]
+    assert sorted({(r.system, r.pass_index) for r in result.rows}) == [
+        ("BoltMQ", 0),
+        ("BoltMQ", 1),
+        ("Redis Streams", 0),
+        ("Redis Streams", 1),
+    ]
+    assert len(result.floors) == 2 and all(f.messages > 0 for f in result.floors)
+    text = section(result, "python -m bench.compare --passes 2")
+    assert "Every system ran 2 times, alternating" in text
+    assert "p50 of each pass" in text
+    table = [line for line in text.splitlines() if line.startswith("| produce | batched |")]
+    each_pass = [line.rstrip(" |").rsplit("| ", 1)[1].split(", ") for line in table]
+    assert len(table) == 2 and all(len(rates) == 2 for rates in each_pass), table
