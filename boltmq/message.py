@@ -21,6 +21,7 @@ import enum
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import NamedTuple
 
 from boltmq.unique_id import new_unique_id
@@ -301,6 +302,35 @@ def send_results(
     ``unique_ids`` (one per message) when given."""
     queue = MessageQueue(response.topic, response.broker_name, response.queue_id)
     prefix = response.msg_id_prefix
+    offsets = list(response.commitlog_offsets)
+    count = len(offsets)
+    if (
+        not response.errors
+        and count
+        and (unique_ids is None or len(unique_ids) == count)
+        and list(response.statuses).count(_SEND_OK) == count
+        and list(response.put_statuses).count(_PUT_OK) == count
+        and min(offsets) >= 0
+        and len(response.queue_offsets) == count
+    ):
+        # Every message stored (the usual answer): the columns zipped in C, each msg_id
+        # cut from one hex string of every offset (together half the general path's cost).
+        hexed = struct.pack(f">{count}Q", *offsets).hex().upper()
+        new = tuple.__new__
+        return [
+            new(SendResult, fields)
+            for fields in zip(
+                repeat(SendStatus.SEND_OK, count),
+                [prefix + hexed[at : at + 16] for at in range(0, 16 * count, 16)],
+                repeat(queue, count),
+                response.queue_offsets,
+                offsets,
+                repeat("", count),
+                repeat("PUT_OK", count),
+                unique_ids if unique_ids is not None else repeat("", count),
+                strict=True,
+            )
+        ]
     errors = response.errors
     status_of = _SEND_STATUSES
     put_name = _PUT_STATUS_NAMES
@@ -333,6 +363,8 @@ def send_results(
 
 _SEND_STATUSES = {status.value: status for status in SendStatus}
 _PUT_STATUS_NAMES = {value: name for name, value in message_pb2.PutMessageStatus.items()}
+_SEND_OK = SendStatus.SEND_OK.value
+_PUT_OK = message_pb2.PutMessageStatus.Value("PUT_OK")
 
 
 class ConsumeResult(enum.Enum):

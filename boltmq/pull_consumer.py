@@ -33,7 +33,6 @@ from boltmq.kernel.tls import ClientTLS
 from boltmq.message import MessageQueue, ReceivedMessage
 from boltmq.message_selector import Selection, on_the_wire
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
-from boltmq.wire.body_compression import inflating
 from boltmq.wire.pull_answer import PULL_QUEUES_MAX, split_records
 from boltmq.wire.pulled_records import decode_pulled
 
@@ -87,7 +86,7 @@ def decode_records(data: bytes | memoryview) -> list[ReceivedMessage]:
     """Decode records laid back to back (a pull's ``records``); CorruptRecord if damaged.
     A compressed body is inflated when first read (:func:`boltmq.wire.body_compression.
     inflating`): one that does not inflate raises CorruptBody there, for that message."""
-    return inflating(decode_pulled(data, check_crc=True))
+    return decode_pulled(data, check_crc=True, inflate=True)
 
 
 def pull_queue(

@@ -19,12 +19,14 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from boltmq.wire.body_compression import InflatingRecordView, inflating
 from boltmq.wire.record import (
     FIXED_OVERHEAD_IPV4,
     HOST_V6_BITS,
     INT,
     MAGIC_MESSAGE,
     MESSAGE_MAGICS,
+    SYS_FLAG_COMPRESSED,
     CorruptRecord,
     RecordView,
     crc32,
@@ -170,7 +172,9 @@ def _vector_checks(
     return good, lengths, crcs
 
 
-def decode_pulled(data: bytes | memoryview, *, check_crc: bool = True) -> list[RecordView]:
+def decode_pulled(
+    data: bytes | memoryview, *, check_crc: bool = True, inflate: bool = False
+) -> list[RecordView]:
     """Every record of a pull's ``records`` (laid back to back), as :func:`decode_records`
     decodes them, with the checks in bulk.
 
@@ -181,11 +185,15 @@ def decode_pulled(data: bytes | memoryview, *, check_crc: bool = True) -> list[R
     views are made per record. Anything else (a short run, an IPv6 host, a long
     topic, several topics, a damaged record) goes to :func:`decode_records`,
     so a refusal is its CorruptRecord, word for word.
+
+    ``inflate``: compressed bodies are inflated when first read, as
+    :func:`~boltmq.wire.body_compression.inflating` makes them (the sys_flags
+    read with the heads, not once more per record).
     """
     view = memoryview(data)
     positions = _pulled_positions(view)
     if positions is None or len(positions) < SMALL_BATCH:
-        return decode_records(view, check_crc=check_crc)
+        return _one_by_one(view, check_crc, inflate)
     array = np.frombuffer(view, dtype=np.uint8)
     starts, ends = tile_bounds(positions, len(array))
     heads = gather_heads(array, starts)
@@ -197,26 +205,26 @@ def decode_pulled(data: bytes | memoryview, *, check_crc: bool = True) -> list[R
         & (body_ends >= body_starts)
         & (body_ends + 3 <= ends)
     ).all():
-        return decode_records(view, check_crc=check_crc)
+        return _one_by_one(view, check_crc, inflate)
     topic_lengths = array[body_ends].astype(np.int64)
     topic_length = int(topic_lengths[0])
     properties_at = body_ends + 1 + topic_lengths + 2
     if not ((topic_lengths == topic_length).all() and (properties_at <= ends).all()):
-        return decode_records(view, check_crc=check_crc)
+        return _one_by_one(view, check_crc, inflate)
     lengths = gather_rows(array, properties_at - 2, 2).astype(np.int64)
     topics = gather_rows(array, body_ends + 1, topic_length)
     if not (
         (properties_at + (lengths[:, 0] << 8) + lengths[:, 1] == ends).all()
         and (topics == topics[0]).all()
     ):
-        return decode_records(view, check_crc=check_crc)
+        return _one_by_one(view, check_crc, inflate)
     begins, finishes = body_starts.tolist(), body_ends.tolist()
     if check_crc:
         crcs = [crc32(view[b:e]) & 0x7FFFFFFF for b, e in zip(begins, finishes, strict=True)]
         if crcs != heads["body_crc"].tolist():
-            return decode_records(view, check_crc=check_crc)
+            return _one_by_one(view, check_crc, inflate)
     topic = topic_name(topics[0].tobytes())
-    return list(
+    records = list(
         map(
             RecordView,
             repeat(view),
@@ -227,6 +235,16 @@ def decode_pulled(data: bytes | memoryview, *, check_crc: bool = True) -> list[R
             properties_at.tolist(),
         )
     )
+    if inflate:
+        for index in np.flatnonzero(heads["sys_flag"] & SYS_FLAG_COMPRESSED).tolist():
+            records[index] = InflatingRecordView(records[index])
+    return records
+
+
+def _one_by_one(view: memoryview, check_crc: bool, inflate: bool) -> list[RecordView]:
+    """:func:`decode_pulled` for what the bulk checks do not take."""
+    records = decode_records(view, check_crc=check_crc)
+    return inflating(records) if inflate else records
 
 
 def _pulled_positions(view: memoryview) -> list[int] | None:

@@ -26,7 +26,14 @@ from boltmq.wire.body_compression import (
     inflate_body,
     inflating,
 )
-from boltmq.wire.record import SYS_FLAG_COMPRESSED, SYS_FLAG_OFFSET, body_crc, decode_records
+from boltmq.wire.pulled_records import decode_pulled
+from boltmq.wire.record import (
+    SYS_FLAG_COMPRESSED,
+    SYS_FLAG_OFFSET,
+    RecordView,
+    body_crc,
+    decode_records,
+)
 from boltmq.wire.record_batch import RecordBatch, send_record_parts
 from services.store import MessageStore
 from services.store.status import PutStatus
@@ -113,3 +120,20 @@ def test_a_body_that_does_not_inflate_is_a_corrupt_body(
 def test_the_compressed_bit_alone_means_zlib() -> None:
     assert inflate_body(zlib.compress(b"older writers"), SYS_FLAG_COMPRESSED) == b"older writers"
     assert inflate_body(b"plain", 0) == b"plain"
+
+
+@pytest.mark.parametrize("count", [3, 40])  # one record at a time, and checked in bulk
+def test_a_pull_decoded_with_inflate_wraps_only_its_compressed_records(count: int) -> None:
+    squeezed = {1, count - 1}
+    bodies = [LONG if n in squeezed else b"plain %d" % n for n in range(count)]
+    raw = b"".join(b"".join(send_record_parts(TOPIC, body, compress_over=4096)) for body in bodies)
+    records = decode_pulled(raw, inflate=True)
+    assert [type(r) is InflatingRecordView for r in records] == [
+        n in squeezed for n in range(count)
+    ]
+    assert [bytes(r.body) for r in records] == bodies
+    plain = decode_pulled(raw)
+    assert not any(type(r) is InflatingRecordView for r in plain)
+    assert len(bytes(plain[1].body)) < len(LONG)  # as stored
+    unsqueezed = b"".join(b"".join(send_record_parts(TOPIC, body)) for body in bodies)
+    assert all(type(r) is RecordView for r in decode_pulled(unsqueezed, inflate=True))
