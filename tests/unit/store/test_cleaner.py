@@ -24,7 +24,7 @@ from services.store import mapped_file as mapped_file_module
 from services.store.cleaner import Cleaner, CleanReport, disk_usage_percent, last_modified_ms
 from services.store.commitlog import CommitLog, DispatchRequest
 from services.store.config import StoreConfig
-from services.store.consume_queue import ENTRY_SIZE, ConsumeQueueTable
+from services.store.consume_queue import ENTRY_SIZE, ConsumeQueue, ConsumeQueueTable
 from services.store.mapped_file import file_name
 from services.store.message import StoreMessage
 
@@ -381,6 +381,34 @@ def test_consume_queue_min_offset_corrected_even_without_a_file_to_delete(rig: R
     )
     assert first_kept > 0
     assert cq.min_offset() == first_kept
+
+
+def test_the_queues_are_walked_only_when_the_commitlog_minimum_moved(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig.grow(4, OLD_MS)
+    rig.append(YOUNG_MS, queue_id=1)
+    walked: list[int] = []
+    delete_files_below = ConsumeQueue.delete_files_below
+
+    def spied(cq: ConsumeQueue, commitlog_min_offset: int, force_after_s: float) -> int:
+        walked.append(cq.queue_id)
+        return delete_files_below(cq, commitlog_min_offset, force_after_s)
+
+    monkeypatch.setattr(ConsumeQueue, "delete_files_below", spied)
+    cleaner = rig.cleaner()
+    assert cleaner.run_once().commitlog_files_deleted == 0  # not the delete hour
+    assert sorted(walked) == [0, 1]  # the first run walks every queue
+    walked.clear()
+    assert cleaner.run_once().consume_queue_files_deleted == 0 and walked == []
+    rig.now = DELETE_HOUR
+    report = cleaner.run_once()
+    assert report.commitlog_files_deleted == 3 and report.consume_queue_files_deleted >= 1
+    assert sorted(walked) == [0, 1]  # the minimum rose: every queue again
+    main = rig.queues.get("Topic", 0)
+    assert main is not None and main.min_offset() > 0
+    walked.clear()
+    assert cleaner.run_once().consume_queue_files_deleted == 0 and walked == []
 
 
 class RecordingIndex:
