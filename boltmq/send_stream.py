@@ -142,15 +142,12 @@ class _Open:
                 return
             if self.coalesce is None and first.id > 1:  # the first went: headers are due
                 self.learn_headers()
-            size = -1  # measured once something queued behind it (a large send's
-            # ByteSize encodes it whole)
+            size = first.ByteSize()
             while self.coalesce:
                 try:
                     queued = self.outgoing.get_nowait()
                 except queue.Empty:
                     break
-                if size < 0:
-                    size = first.ByteSize()
                 grown = size + queued.ByteSize() if queued is not None else 0
                 if queued is None or grown > COALESCE_MAX_BYTES:
                     held.append(queued)  # the end, or the first of the next message

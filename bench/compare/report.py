@@ -14,7 +14,7 @@ each result with a p50 at most 1.2x the two-hop streamed floor
 run after the systems.
 
 With several passes over the systems (``--passes``), the table holds each
-system's median pass of each scenario with the range of every pass, and a
+system's median pass of each scenario with every pass's msg/s, and a
 target is judged on the median of its ratios, each ratio taken within one pass
 (BoltMQ's row against the peer's of the same pass; the floor of the same pass):
 rows of the same code move by a third between runs on a shared machine.
@@ -68,7 +68,7 @@ def _ms(value: float | None) -> str:
 
 def markdown_table(rows: Sequence[Row]) -> list[str]:
     """The table as Markdown lines, one row per scenario and system (its median pass, with
-    the range of every pass in a last column when there were several)."""
+    every pass's msg/s in a last column when there were several)."""
     several = passes(rows) > 1
     chosen = medians(rows)
     lines = [

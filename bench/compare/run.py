@@ -77,9 +77,9 @@ def compare(
     for index in range(passes):
         rows = []
         for system in systems:
-            if make_peer(system, install).name in result.skipped:
-                continue
-            rows += _run_system(result, system, work, install, progress, workdir)
+            peer = make_peer(system, install)
+            if peer.name not in result.skipped:  # not installed: not tried again
+                rows += _run_system(result, peer, system, work, progress, workdir)
         for row in rows:
             row.pass_index = index
         result.rows += rows
@@ -94,15 +94,14 @@ def compare(
 
 def _run_system(
     result: Comparison,
+    peer: Peer,
     system: str,
     work: Workload,
-    install: bool,
     progress: Callable[[Row], None],
     workdir: Path | None,
 ) -> list[Row]:
-    """Every round of ``work`` on ``system``, started and stopped here (none when it is not
-    installed: its reason goes to ``result.skipped``)."""
-    peer = make_peer(system, install)
+    """Every round of ``work`` on ``peer`` (``system``), started and stopped here (none when
+    it is not installed: its reason goes to ``result.skipped``)."""
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix=f"compare-{system}-", dir=workdir) as tmp:
         try:

@@ -18,6 +18,8 @@ from bench.compare.peer import PeerFailed
         (["--producers", "65"], "--producers"),
         (["--senders", "0"], "--senders"),
         (["--consume-messages", "-1"], "--consume-messages"),
+        (["--passes", "0"], "--passes"),
+        (["--passes", "10"], "--passes"),
     ],
 )
 def test_bad_options_are_refused(args: list[str], words: str) -> None:
