@@ -55,8 +55,13 @@ def medians(rows: Sequence[Row]) -> list[Row]:
 def boltmq_ratio(row: Row, rows: Sequence[Row]) -> float | None:
     """BoltMQ's msg/s over ``row``'s for the same scenario and pass; None if either is
     missing or 0."""
+    return _over(row, [r for r in rows if r.pass_index == row.pass_index])
+
+
+def _over(row: Row, rows: Sequence[Row]) -> float | None:
+    """The msg/s of BoltMQ's row of ``row``'s scenario among ``rows`` over ``row``'s."""
     for other in rows:
-        if other.system == BOLTMQ and other.key == row.key and other.pass_index == row.pass_index:
+        if other.system == BOLTMQ and other.key == row.key:
             if row.msgs_per_s > 0 and other.msgs_per_s > 0:
                 return other.msgs_per_s / row.msgs_per_s
     return None
@@ -77,8 +82,7 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if several else ""),
     ]
     for row in sorted(chosen, key=lambda r: (r.topics, r.scenario, r.mode, r.producers)):
-        bolt = [r for r in chosen if r.system == BOLTMQ and r.key == row.key]
-        ratio = bolt[0].msgs_per_s / row.msgs_per_s if bolt and row.msgs_per_s > 0 else None
+        ratio = _over(row, chosen)  # the median passes: each system's may differ
         line = (
             f"| {row.scenario} | {row.mode} | {row.producers} | {row.topics} | {row.system} "
             f"| {row.messages:,} | {row.msgs_per_s:,.0f} | {row.mb_per_s:.1f} "
