@@ -126,13 +126,17 @@ class BoltMQPeer:
     )
     topic_unit = "RocketMQ-style topic of 4 queues"
 
-    def __init__(self, send_path: str = "stream") -> None:
+    def __init__(self, send_path: str = "stream", colocated: bool = False) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.registry = ""
         self.send_path = send_path
         """How the producers send (``ProducerOptions.send_path``)."""
         if send_path != "stream":
             self.name = f"BoltMQ {send_path}"  # its rows set beside the default path's
+        self.colocated = colocated
+        """The broker serves its store in one process (``boltmq dev --colocate``)."""
+        if colocated:
+            self.durability += "; the broker serving its store in one process (no hop between)"
 
     def start(self, workdir: Path) -> None:
         allocator.keep_freed_memory()  # as `python -m bench` does for its own process
@@ -160,6 +164,7 @@ class BoltMQPeer:
                 "--no-console",  # nor an MQTT gateway: BoltMQ alone, on no fixed port
                 "--mqtt-port",
                 "-1",
+                *(("--colocate",) if self.colocated else ()),
                 *DEV_SETTINGS,
             ],
             cwd=REPO_ROOT,

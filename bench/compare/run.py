@@ -51,11 +51,11 @@ class Comparison:
     sent one at a time)."""
 
 
-def make_peer(system: str, install: bool) -> Peer:
+def make_peer(system: str, install: bool, colocate: bool = False) -> Peer:
     if system == "boltmq":
-        return BoltMQPeer()
+        return BoltMQPeer(colocated=colocate)
     if system == "boltmq-unary":
-        return BoltMQPeer(send_path="unary")
+        return BoltMQPeer(send_path="unary", colocated=colocate)
     if system == "redis":
         return RedisPeer(install)
     if system == "rabbitmq":
@@ -70,14 +70,15 @@ def compare(
     progress: Callable[[Row], None] = lambda row: None,
     workdir: Path | None = None,
     passes: int = 1,
+    colocate: bool = False,
 ) -> Comparison:
     """Run ``work`` on each system in turn, ``passes`` times over; PeerFailed if a started
-    system fails."""
+    system fails. ``colocate``: BoltMQ's brokers serve their stores (``dev --colocate``)."""
     result = Comparison(work)
     for index in range(passes):
         rows = []
         for system in systems:
-            peer = make_peer(system, install)
+            peer = make_peer(system, install, colocate)
             if peer.name not in result.skipped:  # not installed: not tried again
                 rows += _run_system(result, peer, system, work, progress, workdir)
         for row in rows:
@@ -225,6 +226,11 @@ def section(result: Comparison, command: str) -> str:
     show_default=True,
     help="Run every system this many times, alternating; report each scenario's median.",
 )
+@click.option(
+    "--colocate",
+    is_flag=True,
+    help="BoltMQ's broker serves its store in one process (boltmq dev --colocate).",
+)
 @click.option("--no-write", is_flag=True, help="Print the table only.")
 def main(
     quick: bool,
@@ -238,6 +244,7 @@ def main(
     results: Path,
     charts_dir: Path,
     passes: int,
+    colocate: bool,
     no_write: bool,
 ) -> None:
     """Run BoltMQ, Redis Streams, NATS JetStream and RabbitMQ through the same workload."""
@@ -250,7 +257,14 @@ def main(
         senders=senders or base.senders,
     )
     try:
-        result = compare(systems or DEFAULT_SYSTEMS, work, install, progress=_show, passes=passes)
+        result = compare(
+            systems or DEFAULT_SYSTEMS,
+            work,
+            install,
+            progress=_show,
+            passes=passes,
+            colocate=colocate,
+        )
     except PeerFailed as exc:
         raise click.ClickException(str(exc)) from None
     for name, reason in result.skipped.items():

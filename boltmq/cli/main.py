@@ -128,6 +128,12 @@ def main() -> None:
 )
 @click.option("--no-console", is_flag=True, help="Do not start the web console.")
 @click.option(
+    "--colocate",
+    is_flag=True,
+    help="Each broker serves its store in its own process (serve broker --with-store): "
+    "no hop between them. Not with --replicas.",
+)
+@click.option(
     "--etcd",
     "etcd_endpoints",
     default="",
@@ -155,6 +161,7 @@ def dev(
     console_port: int,
     no_console: bool,
     etcd_endpoints: str,
+    colocate: bool,
 ) -> None:
     """Run a local cluster (registry; per broker group a store and a broker, replicas with
     HA) until Ctrl-C."""
@@ -178,6 +185,7 @@ def dev(
             ha_set,
             groups=broker_groups,
             mqtt_port=mqtt_port,
+            colocated=colocate,
         )
     except ValueError as exc:
         raise fail(exc) from None
@@ -403,6 +411,30 @@ def service_config(
     help="Kubernetes pod <statefulset>-<N>: run as member N of the broker group "
     "(store: SLAVE unless N is 0; broker: broker_id N). See docs/deploy.md.",
 )
+@click.option(
+    "--with-store",
+    is_flag=True,
+    help="broker only: serve its store in this process too (the broker calls it without "
+    "a hop; store_address is the store's). See docs/architecture.md.",
+)
+@click.option(
+    "--store-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --with-store: the store's TOML file.",
+)
+@click.option(
+    "--store-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="With --with-store: the store's port (listen_port; 0 picks a free one).",
+)
+@click.option(
+    "--store-set",
+    "store_settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --with-store: any setting of the store's config (repeatable).",
+)
 def serve(
     service: str,
     config_file: Path | None,
@@ -411,6 +443,10 @@ def serve(
     settings: tuple[str, ...],
     log_level: str,
     statefulset_pod: str | None,
+    with_store: bool,
+    store_config: Path | None,
+    store_port: int | None,
+    store_settings: tuple[str, ...],
 ) -> None:
     """Run one service in the foreground (what a Kubernetes pod runs)."""
     import asyncio
@@ -418,6 +454,10 @@ def serve(
     from boltmq.kernel import telemetry
     from boltmq.kernel.runtime import PortInUse, configure_logging
 
+    if not with_store and (store_config or store_port is not None or store_settings):
+        raise click.UsageError("--store-config, --store-port and --store-set need --with-store")
+    if with_store and service != "broker":
+        raise click.UsageError(f"--with-store serves a broker's store; not {service}'s")
     configure_logging(log_level)
     try:
         module, config = service_config(service, config_file, host, port, settings, statefulset_pod)
@@ -426,7 +466,15 @@ def serve(
             service, config, config.metrics_host or config.listen_host
         )
         try:
-            asyncio.run(module.serve(config))
+            if with_store:
+                from boltmq.cli import colocated
+
+                _, store = service_config(
+                    "store", store_config, host, store_port, store_settings, statefulset_pod
+                )
+                asyncio.run(colocated.serve(store, config))
+            else:
+                asyncio.run(module.serve(config))
         finally:
             observability.shutdown()
     except (PortInUse, *_USER_ERRORS) as exc:

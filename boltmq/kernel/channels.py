@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from boltmq.kernel import telemetry
+from boltmq.kernel import in_process, telemetry
 from boltmq.kernel.tls import ClientTLS
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -38,8 +38,13 @@ def channel(
 ) -> grpc.aio.Channel:
     """An aio channel to ``host:port`` with BoltMQ's size limits (TLS when ``tls`` is given).
 
-    ``interceptors`` run after the telemetry ones (e.g. an ACL request signer).
+    ``interceptors`` run after the telemetry ones (e.g. an ACL request signer). An address
+    this process serves itself (a broker served with its store) gets an in-process
+    channel: no hop, no TLS, no interceptors (:mod:`boltmq.kernel.in_process`).
     """
+    local = in_process.channel_to(address)
+    if local is not None:
+        return local  # the part of a Channel the callers use
     chosen = [*telemetry.aio_client_interceptors(), *interceptors]
     if tls is not None:
         return grpc.aio.secure_channel(

@@ -29,14 +29,15 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from boltmq.kernel import allocator, telemetry
+from boltmq.kernel import allocator, in_process, telemetry
 from boltmq.kernel.channels import MAX_MESSAGE_BYTES
 from boltmq.kernel.config import ServerSettings
 from boltmq.kernel.health_watches import EndingHealthServicer
@@ -213,9 +214,11 @@ async def create_server(
     port: int,
     tls: ServerTLS | None = None,
     reflection_on: bool = True,
+    table: in_process.HandlerTable | None = None,
 ) -> tuple[grpc.aio.Server, int, EndingHealthServicer]:
     """Build the server with every service, health and reflection (unless ``reflection_on``
-    is false); bind; return the port.
+    is false); bind; return the port. ``table`` also gets the services' and health's
+    handlers (for in-process calls: :mod:`boltmq.kernel.in_process`).
 
     ``tls`` makes the port a TLS one (mutual TLS when it names a client CA).
     A service may declare ``interceptors`` (run after the shared ones, e.g.
@@ -234,10 +237,11 @@ async def create_server(
         maximum_concurrent_rpcs=min(concurrency) if concurrency else None,
     )
     health_servicer = EndingHealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    registering = server if table is None else in_process.recording(server, table)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registering)
     names: list[str] = [health.SERVICE_NAME, reflection.SERVICE_NAME]
     for service in services:
-        service.add_to(server)
+        service.add_to(registering)
         names.extend(service.service_names)
         for service_name in service.service_names:
             await health_servicer.set(service_name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -329,6 +333,44 @@ async def serve(
     ``health_port`` > 0 also serves the health statuses in plaintext there, on
     ``health_host`` ("": ``host``). ``reflection_on`` false serves no gRPC reflection.
     """
+    part = Part(lambda _: service, host, port, grace_s, tls, health_port, health_host)
+    await serve_together([part], reflection_on)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One service of a process (:func:`serve_together`): how to build it, where it listens.
+
+    ``build`` gets the addresses of the parts started before it (a broker, its store's).
+    """
+
+    build: Callable[[Sequence[str]], Service]
+    host: str
+    port: int
+    grace_s: float = 10.0
+    tls: ServerTLS | None = None
+    health_port: int = 0
+    health_host: str = ""
+
+
+@dataclass
+class _Running:
+    service: Service
+    server: grpc.aio.Server
+    health_servicer: EndingHealthServicer
+    health_server: grpc.aio.Server | None
+    part: Part
+    address: str = ""
+
+
+async def serve_together(parts: Sequence[Part], reflection_on: bool = True) -> None:
+    """Start each part in turn (each SERVING and announced READY before the next is built),
+    run until SIGTERM/SIGINT, then stop them in reverse order.
+
+    With more than one part, each part's handlers answer the later parts' calls to its
+    address in process (:mod:`boltmq.kernel.in_process`): a broker served with its store
+    calls the store without a hop.
+    """
     allocator.keep_freed_memory()  # batch calls stop page-faulting their buffers in
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -336,10 +378,32 @@ async def serve(
         # Before the port opens: "liveness" says SERVING from then on, and a signal
         # during start-up (recovery) must end in a clean stop once it is done.
         loop.add_signal_handler(sig, stop.set)
-    server, bound, health_servicer = await create_server([service], host, port, tls, reflection_on)
+    running: list[_Running] = []
+    try:
+        for part in parts:
+            if not await _start_part(part, running, stop, reflection_on, len(parts) > 1):
+                break
+        else:
+            await stop.wait()
+    finally:
+        for started in reversed(running):
+            await _stop_part(started)
+
+
+async def _start_part(
+    part: Part, running: list[_Running], stop: asyncio.Event, reflection_on: bool, shared: bool
+) -> bool:
+    """Build, bind, start and announce one part; False when a signal came first."""
+    service = part.build([started.address for started in running])
+    table = in_process.HandlerTable() if shared else None
+    server, bound, health_servicer = await create_server(
+        [service], part.host, part.port, part.tls, reflection_on, table
+    )
     health_server = (
-        await start_health_listener(health_servicer, health_host or host, health_port)
-        if health_port
+        await start_health_listener(
+            health_servicer, part.health_host or part.host, part.health_port
+        )
+        if part.health_port
         else None
     )
     try:
@@ -350,25 +414,39 @@ async def serve(
         if health_server is not None:
             await health_server.stop(0)
         raise
+    address = f"{'127.0.0.1' if part.host in WILDCARD_HOSTS else part.host}:{bound}"
+    running.append(_Running(service, server, health_servicer, health_server, part, address))
+    if table is not None:
+        in_process.serve_here(address, table)
     allocator.settle_garbage_collector()  # recovered state out of the collector's walks
-    if not stop.is_set() and await _ready_unless_stopped(service, stop):
-        for service_name in (*service.service_names, ""):
-            await health_servicer.set(service_name, health_pb2.HealthCheckResponse.SERVING)
-        print(f"{READY_PREFIX} {service.name} {host}:{bound}", flush=True)
-        log.info("%s serving on %s:%d", service.name, host, bound)
-        await stop.wait()
+    if stop.is_set() or not await _ready_unless_stopped(service, stop):
+        return False
+    for service_name in (*service.service_names, ""):
+        await health_servicer.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+    print(f"{READY_PREFIX} {service.name} {part.host}:{bound}", flush=True)
+    log.info("%s serving on %s:%d", service.name, part.host, bound)
+    return True
+
+
+async def _stop_part(started: _Running) -> None:
+    """Drain and stop one part: health says NOT_SERVING, endless streams end, the server
+    drains its calls within the grace period, then the service stops."""
+    service = started.service
     log.info("%s stopping", service.name)
-    await health_servicer.enter_graceful_shutdown()
-    await health_servicer.end_watches()  # they said NOT_SERVING: they must not hold the grace
+    await started.health_servicer.enter_graceful_shutdown()
+    await (
+        started.health_servicer.end_watches()
+    )  # they said NOT_SERVING: they must not hold the grace
     before_stop = getattr(service, "before_stop", None)
     if before_stop is not None:
         await before_stop()  # end endless streams, or they hold the whole grace period
     try:
-        await server.stop(grace_s)
+        await started.server.stop(started.part.grace_s)
     finally:
+        in_process.withdraw(started.address)
         await service.stop()
-        if health_server is not None:
-            await health_server.stop(0)
+        if started.health_server is not None:
+            await started.health_server.stop(0)
     log.info("%s stopped", service.name)
 
 

@@ -51,12 +51,15 @@ class ServiceProcess:
         self.log_path = log_dir / f"{service}-{time.monotonic_ns()}.log"
         self.address = ""
         self.ports: dict[str, str] = {}
-        """Further listeners the READY line names (``READY mqtt H:P tls=H:P ws=H:P``)."""
+        """Further listeners the READY line names (``READY mqtt H:P tls=H:P ws=H:P``), and
+        the services served in the same process, each by the name of its own READY line
+        (``READY store H:P`` before ``READY broker H:P`` of ``serve broker --with-store``)."""
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> ServiceProcess:
         if self.proc is not None:
             self.stop(0)  # an earlier run (killed, or stopped): reaped, its pipe closed
+        self.ports = {}
         args = [
             *self.prefix,
             sys.executable,
@@ -91,7 +94,10 @@ class ServiceProcess:
                 line = self.proc.stdout.readline()
                 if line.startswith("READY "):
                     words = line.split()
-                    self.ports = dict(w.split("=", 1) for w in words[3:] if "=" in w)
+                    if words[1] != self.service:  # a service served with it (--with-store)
+                        self.ports[words[1]] = words[2]
+                        continue
+                    self.ports.update(dict(w.split("=", 1) for w in words[3:] if "=" in w))
                     return words[2]
                 if not line and self.proc.poll() is not None:
                     break
@@ -142,3 +148,33 @@ class ServiceProcess:
     def resume(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGCONT)
+
+
+class ServedAlongside:
+    """A service served in another's process (``serve broker --with-store``): its own
+    address (the process's READY line of it), the process's life (stopping or killing
+    it stops both)."""
+
+    def __init__(self, process: ServiceProcess, service: str) -> None:
+        self.process = process
+        self.service = service
+
+    @property
+    def address(self) -> str:
+        return self.process.ports.get(self.service, "")
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        return self.process.stop(timeout_s)
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def log(self) -> str:
+        return self.process.log()

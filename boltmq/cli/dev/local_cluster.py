@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from boltmq.cli.dev.certificates import DevCertificates
-from boltmq.cli.dev.launcher import ServiceProcess
+from boltmq.cli.dev.launcher import ServedAlongside, ServiceProcess
 
 BROKER_NAME = "broker-a"
 """The first group's name (the only one of a one-group cluster)."""
@@ -59,14 +59,16 @@ class Member:
 
     index: int
     data_dir: Path
-    store: ServiceProcess
+    store: ServiceProcess | ServedAlongside
+    """The store's process, or the broker's when the broker serves it (``colocated``)."""
     broker: ServiceProcess | None = None
     ha: ServiceProcess | None = None
     group: str = BROKER_NAME
 
     def processes(self) -> list[ServiceProcess]:
-        """Start order: store, HA, broker."""
-        return [p for p in (self.store, self.ha, self.broker) if p is not None]
+        """Start order: store, HA, broker (one process for a broker serving its store)."""
+        store = self.store if isinstance(self.store, ServiceProcess) else None
+        return [p for p in (store, self.ha, self.broker) if p is not None]
 
 
 @dataclass
@@ -95,11 +97,20 @@ class ClusterSpec:
     mqtt_port: int = -1
     """Port of the MQTT gateway started after the brokers (-1: none; 0: any free one)."""
     mqtt_settings: tuple[str, ...] = ()
+    colocated: bool = False
+    """Each broker serves its store in its own process (``serve broker --with-store``:
+    the broker calls the store without a hop); not with replicas, whose HA service
+    must start between the two."""
 
     def __post_init__(self) -> None:
         if type(self.groups) is not int or not 1 <= self.groups <= MAX_GROUPS:
             raise ValueError(
                 f"broker groups must be 1..{MAX_GROUPS} (broker-a .. broker-z), not {self.groups!r}"
+            )
+        if self.colocated and self.replicas:
+            raise ValueError(
+                "a broker serving its store (colocated) runs without replicas: each replica's "
+                "HA service starts between its store and its broker"
             )
         last = self.groups - 1
         for name in ("store_port", "broker_port", "ha_port")[: 3 if self.replicas else 2]:
@@ -209,19 +220,19 @@ class LocalCluster:
         first = index == 0
         data_dir = self.member_dir(index, group)
         store_role = role or (spec.master_role if first else "SLAVE")
+        store_settings = (
+            f"root_dir={data_dir}",
+            f"flush_disk_type={spec.flush}",
+            f"broker_role={store_role}",
+            *spec.store_identity(number),
+            *spec.store_settings,
+            *spec.tls_settings("store", group),
+        )
+        store_port = group_port(spec.store_port, number) if first else 0
+        if spec.colocated:
+            return self._start_colocated(index, group, data_dir, store_settings, store_port)
         store = self._launch(
-            ServiceProcess(
-                "store",
-                self.log_dir,
-                f"root_dir={data_dir}",
-                f"flush_disk_type={spec.flush}",
-                f"broker_role={store_role}",
-                *spec.store_identity(number),
-                *spec.store_settings,
-                *spec.tls_settings("store", group),
-                port=group_port(spec.store_port, number) if first else 0,
-                host=spec.host,
-            )
+            ServiceProcess("store", self.log_dir, *store_settings, port=store_port, host=spec.host)
         )
         member = Member(index, data_dir, store, group=group)
         if spec.replicas:
@@ -255,6 +266,32 @@ class LocalCluster:
             )
         )
         return member
+
+    def _start_colocated(
+        self, index: int, group: str, data_dir: Path, store_settings: tuple[str, ...], port: int
+    ) -> Member:
+        """One process: the broker serving its store (``ClusterSpec.colocated``)."""
+        spec = self.spec
+        assert self.registry is not None
+        number = spec.group_names().index(group)
+        flags: tuple[str, ...] = ("--with-store", "--store-port", str(port))
+        for setting in store_settings:
+            flags += ("--store-set", setting)
+        broker = self._launch(
+            ServiceProcess(
+                "broker",
+                self.log_dir,
+                f"registry_addresses={self.registry.address}",
+                f"broker_name={group}",
+                f"broker_id={index}",
+                *spec.broker_settings,
+                *spec.tls_settings("broker", group),
+                port=group_port(spec.broker_port, number) if index == 0 else 0,
+                host=spec.host,
+                flags=flags,
+            )
+        )
+        return Member(index, data_dir, ServedAlongside(broker, "store"), broker, group=group)
 
     def _launch(self, process: ServiceProcess) -> ServiceProcess:
         process.start()
