@@ -16,8 +16,9 @@ processes (registry, store, broker, HA: ``boltmq dev``'s children) and of this
 client process. CPU per message is the steadier figure on a loaded machine.
 
     .venv/bin/python -m bench.send_paths [--senders 1 --senders 64] [--seconds 3] [--rounds 2]
-        [--topics 64] [--mode stream]
+        [--topics 64] [--mode stream] [--colocate]
 
+``--colocate``: each broker serves its store in one process (``boltmq dev --colocate``).
 ``--topics``: the senders spread over that many topics (sender ``n`` on topic ``n``
 modulo the count): with more than one, concurrent sends of several topics share a
 request only on the default send stream (``sections``, :mod:`boltmq.send_request`).
@@ -132,12 +133,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--topics", type=int, default=1, help="topics the senders share")
     parser.add_argument("--mode", choices=MODES, action="append", help="default: all three")
+    parser.add_argument(
+        "--colocate", action="store_true", help="the broker serves its store (dev --colocate)"
+    )
     args = parser.parse_args()
     counts = args.senders or [1, 64]
     if min(counts) <= 0 or min(args.seconds, args.rounds, args.topics) <= 0:
         parser.error("--senders, --seconds, --rounds and --topics must be positive")
     modes = tuple(args.mode or MODES)
-    peer = BoltMQPeer()
+    peer = BoltMQPeer(colocated=args.colocate)
     with tempfile.TemporaryDirectory(prefix="send-paths-") as tmp:
         peer.start(Path(tmp))
         try:

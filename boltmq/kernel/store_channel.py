@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from boltmq.kernel.channels import channel
+from boltmq.kernel.in_process import InProcessChannel
 from boltmq.kernel.tls import ClientTLS
 from boltmq.v1 import store_pb2_grpc
 
@@ -24,6 +25,8 @@ class StoreChannel:
         self.address = address
         self._timeout_s = timeout_ms / 1000
         self._channel = channel(address, tls)
+        self.in_process = isinstance(self._channel, InProcessChannel)
+        """The store is served by this process (:mod:`boltmq.kernel.in_process`)."""
         self._stub = store_pb2_grpc.StoreServiceStub(self._channel)
 
     async def close(self) -> None:

@@ -190,3 +190,12 @@ def test_passes_alternate_the_systems_and_each_has_its_floor() -> None:
     table = [line for line in text.splitlines() if line.startswith("| produce | batched |")]
     each_pass = [line.rstrip(" |").rsplit("| ", 1)[1].split(", ") for line in table]
     assert len(table) == 2 and all(len(rates) == 2 for rates in each_pass), table
+
+
+def test_boltmq_runs_colocated_when_asked() -> None:
+    work = Workload(seconds=0.3, consume_messages=CONSUME, topic_counts=(1,), producer_counts=(1,))
+    result = compare(["boltmq"], work, colocate=True)
+    assert not result.skipped
+    assert {r.system for r in result.rows} == {"BoltMQ"}
+    assert len(result.rows) == 5 and all(r.messages > 0 for r in result.rows)
+    assert "the broker serving its store in one process" in result.durability["BoltMQ"]

@@ -6,7 +6,9 @@ a request the store calls malformed becomes :class:`InvalidArgument` with the
 store's own text (which names the field), anything else :class:`StoreFailed`
 with the store's code. Appends go over one long-lived AppendStream
 (:mod:`services.broker.store.append_stream`), except a traced one, which stays a
-unary Append so its trace shows the store's span.
+unary Append so its trace shows the store's span, and every one to a store served by
+the broker's own process (:mod:`boltmq.kernel.in_process`), where a unary Append is a
+call on the same event loop.
 """
 
 from __future__ import annotations
@@ -104,8 +106,10 @@ class StoreClient(StoreChannel):
         )
 
     async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
-        """On the append stream; a traced append as a unary call, so its trace shows the store."""
-        if trace.get_current_span().is_recording():
+        """On the append stream; a traced append as a unary call, so its trace shows the store;
+        every append to a store in this process as a unary call: a call on the same event
+        loop, where the stream costs three tasks' turns (writer, store, reader)."""
+        if self.in_process or trace.get_current_span().is_recording():
             response: store_pb2.AppendResponse = await self._call("Append", request)
             return response
         return await self._appends.append(request)
