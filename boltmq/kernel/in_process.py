@@ -149,53 +149,26 @@ class InProcessChannel:
         self._table = table
         self._closed = False
 
-    def unary_unary(
-        self,
-        method: str,
-        request_serializer: Any = None,
-        response_deserializer: Any = None,
-        **_: Any,
-    ) -> _UnaryUnary:
-        return _UnaryUnary(self._method(method), method, request_serializer, response_deserializer)
+    def unary_unary(self, method: str, *codecs: Any, **named: Any) -> _OneAnswer:
+        return _OneAnswer(*self._parts(method, codecs, named), request_streaming=False)
 
-    def unary_stream(
-        self,
-        method: str,
-        request_serializer: Any = None,
-        response_deserializer: Any = None,
-        **_: Any,
-    ) -> _Streaming:
-        return _Streaming(
-            self._method(method),
-            method,
-            request_serializer,
-            response_deserializer,
-            request_streaming=False,
-        )
+    def unary_stream(self, method: str, *codecs: Any, **named: Any) -> _Streaming:
+        return _Streaming(*self._parts(method, codecs, named), request_streaming=False)
 
-    def stream_stream(
-        self,
-        method: str,
-        request_serializer: Any = None,
-        response_deserializer: Any = None,
-        **_: Any,
-    ) -> _Streaming:
-        return _Streaming(
-            self._method(method),
-            method,
-            request_serializer,
-            response_deserializer,
-            request_streaming=True,
-        )
+    def stream_stream(self, method: str, *codecs: Any, **named: Any) -> _Streaming:
+        return _Streaming(*self._parts(method, codecs, named), request_streaming=True)
 
-    def stream_unary(
-        self,
-        method: str,
-        request_serializer: Any = None,
-        response_deserializer: Any = None,
-        **_: Any,
-    ) -> _StreamUnary:
-        return _StreamUnary(self._method(method), method, request_serializer, response_deserializer)
+    def stream_unary(self, method: str, *codecs: Any, **named: Any) -> _OneAnswer:
+        return _OneAnswer(*self._parts(method, codecs, named), request_streaming=True)
+
+    def _parts(
+        self, method: str, codecs: tuple[Any, ...], named: dict[str, Any]
+    ) -> tuple[Callable[[], grpc.RpcMethodHandler | None], str, Codec | None, Codec | None]:
+        """A multicallable's arguments from grpc's (``method, request_serializer,
+        response_deserializer``, by position or by name; the others ignored)."""
+        serialize = named.get("request_serializer", codecs[0] if codecs else None)
+        parse = named.get("response_deserializer", codecs[1] if len(codecs) > 1 else None)
+        return self._method(method), method, serialize, parse
 
     def _method(self, method: str) -> Callable[[], grpc.RpcMethodHandler | None]:
         def find() -> grpc.RpcMethodHandler | None:
@@ -350,6 +323,8 @@ class _Method:
         method: str,
         serialize: Codec | None,
         parse: Codec | None,
+        *,
+        request_streaming: bool,
     ) -> None:
         self._find = find
         self.method = method
@@ -357,6 +332,7 @@ class _Method:
         """The caller's request serializer; None: it hands bytes."""
         self._parse = parse
         """The caller's answer parser; None: it wants bytes."""
+        self._request_streaming = request_streaming
 
     def handler(self) -> grpc.RpcMethodHandler:
         found = self._find()
@@ -381,9 +357,11 @@ class _Method:
         return contextlib.nullcontext()
 
 
-class _UnaryUnary(_Method):
+class _OneAnswer(_Method):
+    """A call answered once (unary-unary, stream-unary), run in the caller's task."""
+
     def __call__(
-        self, request: Any, *, timeout: float | None = None, metadata: Any = None, **_: Any
+        self, request: Any = None, *, timeout: float | None = None, metadata: Any = None, **_: Any
     ) -> Any:
         return self._call(request, timeout, metadata)
 
@@ -396,34 +374,11 @@ class _UnaryUnary(_Method):
         try:
             with self.span():
                 async with asyncio.timeout(timeout):
-                    answer = await handler.unary_unary(self.request(handler, request), context)
-        except TimeoutError:
-            raise _error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-        except Exception as exc:
-            raise context.failure(exc) from None
-        finally:
-            context.run_done_callbacks()
-        failed = context.ended()
-        if failed is not None:
-            raise failed
-        return self.answer(handler, answer)
-
-
-class _StreamUnary(_Method):
-    def __call__(
-        self, requests: Any = None, *, timeout: float | None = None, metadata: Any = None, **_: Any
-    ) -> Any:
-        return self._call(requests, timeout, metadata)
-
-    async def _call(self, requests: Any, timeout: float | None, metadata: Any) -> Any:
-        await asyncio.sleep(0)  # as in _UnaryUnary._call
-        handler = self.handler()
-        context = _Context(metadata, timeout, None)
-        try:
-            async with asyncio.timeout(timeout):
-                answer = await handler.stream_unary(
-                    _parsed(self, handler, _each(requests)), context
-                )
+                    if self._request_streaming:
+                        requests = _parsed(self, handler, _each(request))
+                        answer = await handler.stream_unary(requests, context)
+                    else:
+                        answer = await handler.unary_unary(self.request(handler, request), context)
         except TimeoutError:
             raise _error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         except Exception as exc:
@@ -437,18 +392,6 @@ class _StreamUnary(_Method):
 
 
 class _Streaming(_Method):
-    def __init__(
-        self,
-        find: Callable[[], grpc.RpcMethodHandler | None],
-        method: str,
-        serialize: Codec | None,
-        parse: Codec | None,
-        *,
-        request_streaming: bool,
-    ) -> None:
-        super().__init__(find, method, serialize, parse)
-        self._request_streaming = request_streaming
-
     def __call__(
         self, request: Any = None, *, timeout: float | None = None, metadata: Any = None, **_: Any
     ) -> StreamCall:
