@@ -347,6 +347,12 @@ class ClientInstance:
                     self._stubs[address] = stub
         return stub
 
+    def await_broker(self, address: str) -> bool:
+        """Whether the channel to ``address`` connects within one reconnect backoff
+        (:func:`boltmq.kernel.channels.await_connected`)."""
+        self.broker(address)
+        return channels.await_connected(self._channels[address])
+
     def send_encoded(self, address: str) -> grpc.UnaryUnaryMultiCallable:
         """SendMessage on the broker at ``address``, taking the SendRequest already
         serialized: the signer digests those bytes and gRPC sends them as they are, so

@@ -2,7 +2,8 @@
 
 - ``send`` picks a writable queue round-robin (or by ``sharding_key``, so one
   key always lands in one queue and stays ordered) and retries a retriable
-  failure on the next queue of another broker (tenacity). A group whose send
+  failure on the next queue of another broker (tenacity); with none left, once
+  that broker's channel has reconnected or failed anew. A group whose send
   failed that way is avoided for ``fault_avoidance_ms`` by later sends
   (:mod:`boltmq.fault_avoidance`). A sharded send retries the queue its first
   attempt chose, never another: when that queue's group has no live master it
@@ -57,6 +58,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
@@ -130,14 +132,13 @@ class _Retry(Exception):
     """A failure worth another attempt on another queue."""
 
 
+@dataclass(slots=True)
 class _Attempts:
     """What the attempts of one send share: the groups tried, a sharded send's queue."""
 
-    __slots__ = ("tried", "pinned")
-
-    def __init__(self) -> None:
-        self.tried: set[str] = set()
-        self.pinned: MessageQueue | None = None
+    tried: set[str] = field(default_factory=set)
+    pinned: MessageQueue | None = None
+    waited: bool = False  # for the channel of a group already tried to connect again
 
 
 class Producer:
@@ -191,11 +192,10 @@ class Producer:
 
     # ---------------------------------------------------------------- lifecycle
     def start(self, topics: Iterable[str] = ()) -> Producer:
-        """Start sending. ``topics``: those this producer will send to, whose routes are
-        fetched now in one registry call; otherwise each topic's first send looks its
-        route up on its own (1,024 topics: ~1 s of lookups spread over the first sends).
-        A topic no broker serves yet is left to its first send, which may auto-create
-        it. RegistryUnavailable when topics are given and no registry answers."""
+        """Start sending. ``topics``: those this producer sends to, their routes fetched now
+        in one registry call (RegistryUnavailable if no registry answers); otherwise each
+        topic's first send looks its route up (1,024 topics: ~1 s of lookups spread over the
+        first sends). A topic no broker serves is left to its first send to auto-create."""
         self.client.routes(topics)
         self._running = True
         self._sender = threading.Thread(target=self._send_loop, name="boltmq-producer", daemon=True)
@@ -237,7 +237,6 @@ class Producer:
         arg: Any = None,
     ) -> SendResult:
         """Send one message and wait for the broker's answer; SendError if refused.
-
         ``selector(queues, msg, arg)`` chooses the queue (module docstring)."""
         result = self.send_batch([msg], sharding_key=sharding_key, selector=selector, arg=arg)[0]
         if result.status is SendStatus.SEND_FAILED:
@@ -329,6 +328,9 @@ class Producer:
     def _send_once(self, part: SendPart, pin: Pin | None, attempts: _Attempts) -> list[SendResult]:
         topic = part.topic
         queue, address, creating = self._pick(topic, pin, attempts)
+        if queue.broker_name in attempts.tried and not attempts.waited:  # no other group left
+            attempts.waited = True  # once: a channel that stays down is not waited for again
+            self.client.await_broker(address)
         part = SendPart(topic, queue.queue_id, part.records, part.record_count, part.unique_ids)
         stream = self.client.send_stream(address) if self.options.send_path == "stream" else None
         sending = stream.send if stream else self.client.send_encoded(address)
@@ -449,9 +451,7 @@ class Producer:
             if skip is not None:
                 self._creating.discard(topic)
                 return []
-            raise SendError(
-                f"topic {topic!r} does not exist and no broker auto-creates topics"
-            ) from None
+            raise SendError(f"topic {topic!r} does not exist and no broker auto-creates") from None
         template = self.client.write_queues(DEFAULT_TOPIC, route)
         brokers = sorted({q.broker_name for q in template} - (skip or set()))
         count = self.options.default_topic_queue_nums

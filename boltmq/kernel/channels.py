@@ -18,6 +18,11 @@ from boltmq.kernel.tls import ClientTLS
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest gRPC message a server or client accepts (a 256 x 256 KiB batch fits)."""
 
+RECONNECT_BACKOFF_MAX_MS = 1_000
+"""Longest wait between a channel's connection attempts (gRPC adds up to 20% jitter)."""
+RECONNECT_WAIT_S = RECONNECT_BACKOFF_MAX_MS * 1.2 / 1000 + 0.3
+"""Time for a channel in backoff to make its next attempt: the backoff, its jitter, a connect."""
+
 CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -27,7 +32,7 @@ CHANNEL_OPTIONS = (
     # and a broker would fail every store call for that long after the store is back.
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1_000),
+    ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
 )
 
 
@@ -60,3 +65,20 @@ def sync_channel(address: str, tls: ClientTLS | None = None) -> grpc.Channel:
             grpc.secure_channel(address, tls.credentials(), options=CHANNEL_OPTIONS)
         )
     return telemetry.traced_channel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+
+
+def await_connected(chan: grpc.Channel, timeout_s: float = RECONNECT_WAIT_S) -> bool:
+    """Whether ``chan`` connects within ``timeout_s`` (default: one reconnect backoff).
+
+    A channel that failed to connect fails every call at once while it backs off,
+    even when its peer is back sooner: a caller that waits here for the channel's
+    next attempt is answered by the peer as it is now, not by the failure cached
+    from before the peer restarted.
+    """
+    ready = grpc.channel_ready_future(chan)
+    try:
+        ready.result(timeout=max(timeout_s, 0.0))
+    except grpc.FutureTimeoutError:
+        ready.cancel()
+        return False
+    return True

@@ -83,9 +83,13 @@ class Cluster:
             port=port,
         )
 
-    def restart_broker(self, *, kill: bool = False) -> ServiceProcess:
-        """Stop (SIGTERM, or SIGKILL with ``kill``) and start the broker on its port."""
+    def restart_broker(
+        self, *, kill: bool = False, while_down: Callable[[], object] = lambda: None
+    ) -> ServiceProcess:
+        """Stop (SIGTERM, or SIGKILL with ``kill``) and start the broker on its port;
+        ``while_down()`` runs in between."""
         self._halt(self.broker, kill)
+        while_down()
         self.broker = self._start_broker(self.broker.port)
         return self.broker
 
