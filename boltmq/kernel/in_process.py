@@ -416,12 +416,18 @@ class StreamCall:
         self._outcome: grpc.aio.AioRpcError | None = None
         self._finished = False
         self._feeder: asyncio.Task[None] | None = None
+        try:  # found as the call starts: a channel closed later does not end it
+            self._handler: grpc.RpcMethodHandler | None = method.handler()
+        except grpc.aio.AioRpcError as exc:  # the caller's first read gets it
+            self._handler, self._unfound = None, exc
         self._task = asyncio.create_task(self._run(timeout), name=f"in-process {method.method}")
 
     async def _run(self, timeout: float | None) -> None:
         context = self._context
         try:
-            handler = self._method.handler()
+            handler = self._handler
+            if handler is None:
+                raise self._unfound
             behavior = handler.stream_stream or handler.unary_stream
             if handler.unary_stream is not None:
                 first = await self.requests.get()
@@ -477,7 +483,8 @@ class StreamCall:
             if self._outcome is not None:
                 raise self._outcome
             return grpc.aio.EOF
-        return self._method.answer(self._method.handler(), answer)
+        assert self._handler is not None  # an answer comes from the handler found
+        return self._method.answer(self._handler, answer)
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._each_answer()

@@ -8,8 +8,9 @@ the side that wants them; an abort, an unexpected exception, a deadline, an
 unknown method and a closed channel arrive as ``AioRpcError`` with grpc's
 code; a loop of calls answered at once still lets other tasks run; streams
 in both directions, their initial metadata, their end and their
-cancellation; and ``channels.channel`` picks the in-process channel only for
-an address this process serves.
+cancellation, and a stream under way finishing after its channel closes;
+and ``channels.channel`` picks the in-process channel only for an address
+this process serves.
 """
 
 from __future__ import annotations
@@ -270,6 +271,28 @@ def test_bidi_streams_answer_each_write_and_end_with_the_handler() -> None:
     assert echoed == [1, 2, 3] and end is grpc.aio.EOF
     assert statuses == [1, 2] and code == grpc.StatusCode.UNKNOWN
     assert total == 5
+
+
+def test_a_stream_under_way_when_its_channel_closes_finishes() -> None:
+    channel = in_process.InProcessChannel("test:1", _streaming_table())
+
+    async def scenario() -> tuple[list[int], Any, grpc.StatusCode]:
+        call = channel.stream_stream(
+            f"/{SERVICE}/Echo", Request.SerializeToString, Answer.FromString
+        )()
+        await call.write(Request(service="a"))
+        await channel.close()
+        await call.write(Request(service="bb"))
+        await call.done_writing()
+        echoed = [(await call.read()).status for _ in range(2)]
+        end = await call.read()
+        with pytest.raises(grpc.aio.AioRpcError) as later:
+            await channel.unary_unary(f"/{SERVICE}/Echo")(b"")
+        return echoed, end, later.value.code()
+
+    echoed, end, code = _run(scenario)
+    assert echoed == [1, 2] and end is grpc.aio.EOF
+    assert code == grpc.StatusCode.UNAVAILABLE
 
 
 def test_the_recorded_handlers_answer_alike_over_grpc_and_in_process() -> None:
