@@ -23,7 +23,6 @@ port back without polling.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import signal
@@ -85,13 +84,25 @@ class Service(Protocol):
     # before in-flight calls are drained (end endless streams, answer long polls).
 
 
-async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
-    """Cancel a background task and wait until it has finished (None: nothing to do)."""
-    if task is None:
+async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
+    """Cancel background tasks, all at once, and wait until each has finished (None:
+    skipped).
+
+    Only the caller's own cancellation escapes, never the tasks' ending: a stop or a
+    ``finally`` that raised a task's last error would hide the error it is handling
+    (a task that failed is logged here). ``await task`` could not tell the task's
+    cancellation from the caller's: a caller told to stop while it waited there
+    swallowed its own cancellation and ran on for good.
+    """
+    pending = [task for task in tasks if task is not None]
+    for task in pending:
+        task.cancel()
+    if not pending:
         return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await asyncio.wait(pending)
+    for task in pending:
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("%s ended with %r before it was cancelled", task.get_name(), task.exception())
 
 
 def answer_encoded(

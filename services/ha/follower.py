@@ -293,9 +293,10 @@ class Follower:
                 task.result()  # raises why the session ended
             return self._appended
         finally:
-            for task in (sender, answers, reporter):
-                await runtime.cancel_and_wait(task)
-            appends.cancel()
+            try:
+                await runtime.cancel_and_wait(sender, answers, reporter)
+            finally:
+                appends.cancel()
 
     async def _send_chunks(
         self,

@@ -99,8 +99,7 @@ class ScheduleService:
     async def stop(self) -> None:
         """Cancel every level's task (progress is saved by the persister)."""
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            await runtime.cancel_and_wait(task)
+        await runtime.cancel_and_wait(*tasks)
 
     async def _run(self, level: int) -> None:
         was_master = True

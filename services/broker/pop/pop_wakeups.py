@@ -12,9 +12,9 @@ waiting for the next.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 
+from boltmq.kernel import runtime
 from services.broker.arrivals.long_poll import ArrivalToken, LongPollHub
 
 GroupTopic = tuple[str, str]
@@ -65,6 +65,4 @@ class PopWakeups:
                 # the hub is full: wait for a change of the group's state only
                 await asyncio.wait((nudge,), timeout=timeout_s)
         finally:
-            arrival.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await arrival
+            await runtime.cancel_and_wait(arrival)
