@@ -84,7 +84,7 @@ class Service(Protocol):
     # before in-flight calls are drained (end endless streams, answer long polls).
 
 
-async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
+async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
     """Cancel background tasks, all at once, and wait until each has finished (None:
     skipped).
 
@@ -102,7 +102,7 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
     await asyncio.wait(pending)
     for task in pending:
         if not task.cancelled() and task.exception() is not None:
-            log.debug("%s ended with %r before it was cancelled", task.get_name(), task.exception())
+            log.debug("%r ended with %r before it was cancelled", task, task.exception())
 
 
 def answer_encoded(

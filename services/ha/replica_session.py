@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 
+from boltmq.kernel import runtime
 from boltmq.kernel.errors import ServiceError
 from boltmq.v1 import ha_pb2, store_pb2
 from services.ha.config import HAConfig
-from services.ha.errors import HAError, OffsetMismatch, StreamSilent
+from services.ha.errors import OffsetMismatch, StreamSilent
 from services.ha.progress import ProgressForwarder
 from services.ha.replicas import ConnectedReplicas
 from services.ha.resume import ResumePlan
@@ -133,9 +133,7 @@ class ReplicaSession:
                 self._replicas.note_master_max(chunk.master_max_offset)
                 yield chunk
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ServiceError):
-                await reader
+            await runtime.cancel_and_wait(reader)
             await chunks.aclose()
         error = self._ended.result() if self._ended.done() else None
         if error is not None:
@@ -165,9 +163,7 @@ class ReplicaSession:
             # Also when this stream is cancelled: the generator must not be left running
             # in the read, or closing it afterwards fails.
             if not read.done():
-                read.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, HAError):
-                    await read
+                await runtime.cancel_and_wait(read)
         if read.cancelled():
             return None
         try:

@@ -28,12 +28,12 @@ The stream ends when the client closes it, or at once when the broker stops.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from google.protobuf import duration_pb2
 
+from boltmq.kernel import runtime
 from boltmq.rocketmq.v2 import definition_pb2 as v2
 from boltmq.rocketmq.v2 import service_pb2 as service
 from boltmq.v1 import broker_pb2
@@ -191,11 +191,7 @@ class TelemetrySession:
                 reader.result()  # re-raises what ended the read
                 return
         finally:
-            for task in (reader, closing, *self._forwarders):
-                task.cancel()
-            for task in (reader, closing, *self._forwarders):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await runtime.cancel_and_wait(reader, closing, *self._forwarders)
             for channel in self._channels.values():
                 self._checks.close(channel)
 
