@@ -225,6 +225,8 @@ def measure(
         for proc in (relay, sink):
             proc.kill()
             proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
     messages = sum(counts)
     lat = [s for per in samples for s in per]
     p50, p99 = percentile_ms(lat, 0.5), percentile_ms(lat, 0.99)
