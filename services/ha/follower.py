@@ -289,8 +289,9 @@ class Follower:
         self._report_due.set()  # the state after the handshake, at once
         try:
             done, _ = await asyncio.wait((sender, answers), return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # raises why the session ended
+            for task in (answers, sender):  # a refusal by the store says most
+                if task in done:
+                    task.result()  # raises why the session ended
             return self._appended
         finally:
             try:
@@ -311,10 +312,13 @@ class Follower:
         still streaming) ends the session; the store would refuse it too.
         """
         while True:
-            chunk = await self._read(call, master_address)
+            try:
+                chunk = await self._read(call, master_address)
+            except MasterUnreachable:
+                await self._answered()  # the store's verdict on what was sent comes first
+                raise
             if chunk is None:
-                for _ in range(APPENDS_IN_FLIGHT):  # every chunk sent is answered first
-                    await self._window.acquire()
+                await self._answered()
                 return
             self.status.master_max_offset = chunk.master_max_offset
             # Passed on as it came: chunk.data is never read here (each read is a copy).
@@ -337,6 +341,11 @@ class Follower:
             await appends.send(chunk)
             self._sent.release()
             expected = chunk.end_offset
+
+    async def _answered(self) -> None:
+        """Until every chunk sent is answered (a refusal ends the session first)."""
+        for _ in range(APPENDS_IN_FLIGHT):
+            await self._window.acquire()
 
     async def _take_answers(self, appends: RawAppends, master_address: str) -> None:
         """Read the store's answers in order; the first refusal ends the session."""
