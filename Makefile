@@ -106,8 +106,12 @@ netns:
 		SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q iproute2; }
 
+# make test runs on TEST_WORKERS processes (pytest-xdist), each test file whole on one
+# of them, so its module fixtures start once; TEST_WORKERS=0 runs in pytest's process.
+TEST_WORKERS ?= 2
+
 test: install proto node rocketmq-clients console-assets chromium etcd netns mosquitto
-	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fault and fuzz suites at full length (make test runs them short):
 # kill/damage rounds, fuzz examples and the backlog benchmark's size, see

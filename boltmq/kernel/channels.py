@@ -20,6 +20,8 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 RECONNECT_BACKOFF_MAX_MS = 1_000
 """Longest wait between a channel's connection attempts (gRPC adds up to 20% jitter)."""
+HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check"
+"""Every BoltMQ service answers it (an empty request asks about the whole server)."""
 RECONNECT_WAIT_S = RECONNECT_BACKOFF_MAX_MS * 1.2 / 1000 + 0.3
 """Time for a channel in backoff to make its next attempt: the backoff, its jitter, a connect."""
 
@@ -73,12 +75,17 @@ def await_connected(chan: grpc.Channel, timeout_s: float = RECONNECT_WAIT_S) -> 
     A channel that failed to connect fails every call at once while it backs off,
     even when its peer is back sooner: a caller that waits here for the channel's
     next attempt is answered by the peer as it is now, not by the failure cached
-    from before the peer restarted.
+    from before the peer restarted. The wait is a health check that waits for the
+    connection (``wait_for_ready``); any answer, a refusal included, means connected.
+    (Not ``grpc.channel_ready_future``: its polling thread outlives the wait and
+    raises into the application when the channel closes meanwhile.)
     """
-    ready = grpc.channel_ready_future(chan)
+    check = chan.unary_unary(HEALTH_CHECK_METHOD)  # bytes in and out: no health stubs
     try:
-        ready.result(timeout=max(timeout_s, 0.0))
-    except grpc.FutureTimeoutError:
-        ready.cancel()
+        check(b"", timeout=max(timeout_s, 0.0), wait_for_ready=True)
+    except grpc.RpcError as exc:
+        code = exc.code() if hasattr(exc, "code") else None
+        return code not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+    except ValueError:  # the channel was closed
         return False
     return True
