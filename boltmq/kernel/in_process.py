@@ -418,8 +418,8 @@ class StreamCall:
         self._feeder: asyncio.Task[None] | None = None
         try:  # found as the call starts: a channel closed later does not end it
             self._handler: grpc.RpcMethodHandler | None = method.handler()
-        except grpc.aio.AioRpcError as exc:  # the caller's first read gets it
-            self._handler, self._unfound = None, exc
+        except grpc.aio.AioRpcError as exc:  # the call's outcome: the first read gets it
+            self._handler, self._outcome = None, exc
         self._task = asyncio.create_task(self._run(timeout), name=f"in-process {method.method}")
 
     async def _run(self, timeout: float | None) -> None:
@@ -427,7 +427,7 @@ class StreamCall:
         try:
             handler = self._handler
             if handler is None:
-                raise self._unfound
+                raise self._outcome or _error(grpc.StatusCode.UNIMPLEMENTED, self._method.method)
             behavior = handler.stream_stream or handler.unary_stream
             if handler.unary_stream is not None:
                 first = await self.requests.get()
