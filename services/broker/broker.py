@@ -1,9 +1,10 @@
 """The broker: builds its parts and runs their lifecycle, nothing more.
 
 Every part is built once, through its constructor, in dependency order: the
-store client; the metadata tables and their persister; the store's role and
-the registrar; the ACL and the metadata sync; the long-poll hub and its
-arrival watcher; the metrics; the processors; the servicer last. No part
+long-poll hub; the store client, which tells the hub of every append; the
+metadata tables and their persister; the store's role and the registrar; the
+ACL and the metadata sync; the hub's arrival watcher; the metrics; the
+processors; the servicer last. No part
 holds a reference back here, and nothing is assigned onto a part after it is
 built. Two pairs need each other, and get a callable or a small shared object
 instead of the other part:
@@ -83,7 +84,11 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         client_tls = tls.client_tls(config)  # the broker's own calls: store, registry, HA
-        self.store = StoreClient(config.store_address, config.store_timeout_ms, client_tls)
+        interests = QueueInterests()
+        self.hub = LongPollHub(config.long_poll_max_parked, on_wait=interests.name)
+        self.store = StoreClient(
+            config.store_address, config.store_timeout_ms, client_tls, on_written=self.hub.written
+        )
         self.topics = TopicConfigManager(
             config.cluster_name, config.broker_name, config.auto_create_topic_enable
         )
@@ -104,8 +109,6 @@ class Broker:
         self._build_cluster(config, client_tls)
         self.clients = ClientManager(config.client_expiry_ms)
         self.locks = QueueLockManager(config.queue_lock_expiry_ms)
-        interests = QueueInterests()
-        self.hub = LongPollHub(config.long_poll_max_parked, on_wait=interests.name)
         self.watcher = ArrivalWatcher(
             self.store, self.hub, interests, config.watch_reconnect_max_ms
         )

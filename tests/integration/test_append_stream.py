@@ -308,12 +308,16 @@ def test_appends_written_at_once_are_each_answered_and_fail_alone(
 ) -> None:
     """``append_records_many``: the batches of several topics written at once (the store
     appends them in one call), each with its own answer; a refused one fails alone, and a
-    store that went away fails each."""
+    store that went away fails each. Each batch's queue is told to ``on_written``, answered
+    or not."""
     store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
     topics = [f"Many{n}" for n in range(5)]
+    written: list[tuple[str, int]] = []
 
     async def scenario() -> tuple[list[object], list[object]]:
-        client = StoreClient(store.address, TIMEOUT_MS)
+        client = StoreClient(
+            store.address, TIMEOUT_MS, on_written=lambda *queue: written.append(queue)
+        )
         try:
             batches = [batch(t, t.encode()) for t in topics]
             bad = RecordBatch(batches[0].records, 1, "no such topic!", 0)
@@ -334,6 +338,8 @@ def test_appends_written_at_once_are_each_answered_and_fail_alone(
         assert isinstance(outcome, store_pb2.AppendResponse), outcome
         assert list(outcome.queue_offsets) == [0]  # each the first of its own topic
     assert all(isinstance(o, StoreUnavailable) for o in lost) and len(lost) == 2
+    many = [(t, 0) for t in topics]
+    assert written == [*many[:2], ("no such topic!", 0), *many[2:], *many[:2]]
     restart(store)
     for topic in topics:
         assert stored_bodies(store.address, topic) == [topic.encode()]

@@ -29,6 +29,15 @@ still holds; a PullQueues pass takes it instead of asking the store again
 (:meth:`LongPollHub.idle_answers`) and reads only the queues that may have news.
 An arrival (which the store also reports for a queue a replica's truncation
 shortened), a reconnect of the stream and :meth:`close` forget both.
+
+The store's report of an arrival travels on the watch stream, apart from the
+append's answer, and may come after it: a producer told "stored" could pull
+through this broker at once and be answered from a "nothing new" that no
+longer holds. So the broker's own appends count too (:meth:`LongPollHub.written`,
+told by the store client whether the append was answered or not): the queue's
+kept answer is forgotten and its arrival counter moves, so a read already in
+flight keeps nothing and a pull about to park pulls once more. Only the
+store's report wakes parked pulls and ends its watch.
 """
 
 from __future__ import annotations
@@ -137,6 +146,13 @@ class LongPollHub:
         else:
             del self._parked[key]
         return woken
+
+    def written(self, topic: str, queue_id: int) -> None:
+        """This broker appended to the queue (answered or not): the store's last "nothing
+        new" answer may be out of date before its arrival report comes (module docstring)."""
+        key = (topic, queue_id)
+        self._arrivals[key] = self._arrivals.get(key, 0) + 1
+        self._idle.pop(key, None)
 
     def wake(self, topic: str, queue_id: int) -> int:
         """Wake every pull parked on the queue to pull again (its offset was reset)."""

@@ -8,7 +8,10 @@ with the store's code. Appends go over one long-lived AppendStream
 (:mod:`services.broker.store.append_stream`), except a traced one, which stays a
 unary Append so its trace shows the store's span, and every one to a store served by
 the broker's own process (:mod:`boltmq.kernel.in_process`), where a unary Append is a
-call on the same event loop.
+call on the same event loop. Every append, answered or not (one that timed out
+may still have been written), is told to ``on_written`` per queue it wrote to:
+the broker's long-poll hub forgets what it kept of those queues
+(:meth:`services.broker.arrivals.long_poll.LongPollHub.written`).
 """
 
 from __future__ import annotations
@@ -45,8 +48,16 @@ _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 class StoreClient(StoreChannel):
     """Typed, deadline-bound calls to the StoreService at ``address``."""
 
-    def __init__(self, address: str, timeout_ms: int, tls: ClientTLS | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout_ms: int,
+        tls: ClientTLS | None = None,
+        on_written: Callable[[str, int], None] | None = None,
+    ) -> None:
         super().__init__(address, timeout_ms, tls)
+        self._on_written = on_written or _nobody
+        """``(topic, queue_id)``: an append to the queue was answered or failed."""
         self._pull_encoded = self._channel.unary_unary(
             PULL_METHOD, request_serializer=store_pb2.PullRequest.SerializeToString
         )
@@ -101,18 +112,31 @@ class StoreClient(StoreChannel):
         """:meth:`append_records` of several batches, written to the append stream at once
         (the store appends them in one call); each its response, or the error of that
         batch alone."""
-        return await self._appends.append_many(
-            [_records_request(batch, born_host) for batch in batches]
-        )
+        try:
+            return await self._appends.append_many(
+                [_records_request(batch, born_host) for batch in batches]
+            )
+        finally:
+            on_written = self._on_written
+            for batch in batches:
+                on_written(batch.topic, batch.queue_id)
 
     async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
         """On the append stream; a traced append as a unary call, so its trace shows the store;
         every append to a store in this process as a unary call: a call on the same event
         loop, where the stream costs three tasks' turns (writer, store, reader)."""
-        if self.in_process or trace.get_current_span().is_recording():
-            response: store_pb2.AppendResponse = await self._call("Append", request)
-            return response
-        return await self._appends.append(request)
+        try:
+            if self.in_process or trace.get_current_span().is_recording():
+                response: store_pb2.AppendResponse = await self._call("Append", request)
+                return response
+            return await self._appends.append(request)
+        finally:
+            on_written = self._on_written
+            if request.messages:
+                for topic, queue_id in {(m.topic, m.queue_id) for m in request.messages}:
+                    on_written(topic, queue_id)
+            else:
+                on_written(request.topic, request.queue_id)
 
     async def pull(self, request: store_pb2.PullRequest) -> store_pb2.PullResponse:
         """Read a consume queue from an offset."""
@@ -260,6 +284,10 @@ async def _send_interests(call: Any, interests: asyncio.Queue[store_pb2.QueueInt
             await call.write(message)
     except Exception:  # grpc's error type differs by where the call died
         return  # the stream's reader reports why it ended
+
+
+def _nobody(topic: str, queue_id: int) -> None:
+    """The default ``on_written``: nobody to tell."""
 
 
 def _records_request(batch: RecordBatch, born_host: str) -> store_pb2.AppendRequest:

@@ -154,3 +154,45 @@ def test_a_reset_queue_is_moved_until_the_group_pulls_from_the_reset_offset() ->
     assert len(resets) == 1  # only the other group's is left
     after = read([pull(0, 3)], store, hub, resets)
     assert after.answers[0].status == message_pb2.OFFSET_OVERFLOW_ONE
+
+
+def test_a_queue_this_broker_wrote_to_is_asked_again_before_the_store_reports_it() -> None:
+    """The store's arrival report comes on the watch stream, after the append's answer:
+    a pull right after a send must read the store, not the "nothing new" kept."""
+    store = RecordingStore({("t", 0): [b"a"], ("t", 1): []})
+    hub = LongPollHub(max_parked=10)
+    pulls = [pull(0, 1), pull(1, 0)]
+    first = read(pulls, store, hub)
+    watch(hub, pulls)
+    store.queues[("t", 0)].append(b"b")
+    hub.written("t", 0)  # the broker's append was answered; no arrival reported yet
+    answer = read(pulls, store, hub)
+    assert store.asked[-1] == [("t", 0, 1)]
+    assert [a.record_count for a in answer.answers] == [1, 0]
+    assert answer.answers[1] == first.answers[1]
+
+
+class WrittenDuringRead(RecordingStore):
+    """A store whose answer leaves before an append the broker makes meanwhile."""
+
+    def __init__(self, queues: dict[tuple[str, int], list[bytes]], hub: LongPollHub) -> None:
+        super().__init__(queues)
+        self.hub = hub
+
+    async def pull_queues_answer(self, request: store_pb2.PullQueuesRequest) -> QueuesAnswer:
+        answer = await super().pull_queues_answer(request)
+        if len(self.asked) == 1:
+            self.queues[("t", 0)].append(b"b")
+            self.hub.written("t", 0)
+        return answer
+
+
+def test_a_nothing_new_read_while_the_broker_wrote_is_not_kept() -> None:
+    hub = LongPollHub(max_parked=10)
+    store = WrittenDuringRead({("t", 0): [b"a"]}, hub)
+    pulls = [pull(0, 1)]
+    assert read(pulls, store, hub).answers[0].record_count == 0  # read before the write
+    watch(hub, pulls)
+    answer = read(pulls, store, hub)
+    assert len(store.asked) == 2  # the first answer was not kept
+    assert answer.answers[0].record_count == 1
