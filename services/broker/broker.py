@@ -4,10 +4,9 @@ Every part is built once, through its constructor, in dependency order: the
 long-poll hub; the store client, which tells the hub of every append; the
 metadata tables and their persister; the store's role and the registrar; the
 ACL and the metadata sync; the hub's arrival watcher; the metrics; the
-processors; the servicer last. No part
-holds a reference back here, and nothing is assigned onto a part after it is
-built. Two pairs need each other, and get a callable or a small shared object
-instead of the other part:
+processors; the servicer last. No part holds a reference back here, and
+nothing is assigned onto a part after it is built. Two pairs need each other,
+and get a callable or a small shared object instead of the other part:
 
 - the store's role re-registers when it changes, and the registrar asks the
   role for its id, epoch and demotion: the role gets ``on_change``, a callable
