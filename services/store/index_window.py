@@ -17,6 +17,9 @@ and the queues' windows (:meth:`MappedFile.drop_cached`: ``MADV_DONTNEED`` then
   writes a slot anywhere in the table, so the table is written all over and
   releasing it would only fault it straight back in. Entries written since the last
   flush are never released, nor the page holding the end of the flushed ones.
+  The kernel drops only cached folios wholly inside a released range: when it
+  caches the table's last page and the first entries as one large folio (up to
+  2 MiB), those entries stay with the table.
 - every older file, full and no longer written: all of it, slot table included,
   once it is flushed (the roll to a new file flushes it).
 
