@@ -3,8 +3,14 @@
 Off unless ``controller_endpoints`` is set (docs/ha.md, "Automatic failover").
 Every HA service of the group runs one; all their state is in etcd
 (:mod:`services.ha.group_keys`, the key layout). Each holds one etcd lease (its
-session), renewed every ``controller_lease_ms / 3`` (a *tick*), and announces its
-store's CommitLog end under it (``members/<ha address>``). Then, each tick:
+session) and announces its store's CommitLog end under it (``members/<ha
+address>``). The lease is renewed on a beat of its own, every TTL/6 (three renewals
+in the half TTL after which a master fences itself), each renewal in a task of its
+own: a step waiting on a slow store or on etcd writes, or one slow renewal, delays no
+other renewal, so only etcd itself not answering fences a master. A candidate whose
+store did not answer its last step stops renewing (its announced end goes with its
+lease: a dead store must not keep others from standing). Each *tick*
+(``controller_lease_ms / 3``):
 
 - **candidate** (not leading): a store that is a master although this
   service was not elected is demoted first (a restarted old master, or the
@@ -54,6 +60,8 @@ FENCE_AFTER_TTL_PART = 0.5
 """A master fences itself once the lease has gone unrenewed for this part of its TTL."""
 STORE_FAILURES_MAX = 2
 """Ticks in a row the master's store may not answer before the master resigns."""
+RENEWALS_PER_FENCE = 3
+"""Lease renewals sent within the time a master may go unrenewed before it fences."""
 
 
 def campaign_refusal(
@@ -138,6 +146,10 @@ class Controller:
         self.lease_id = 0
         """The session lease (0: none now; granted at the next step)."""
         self._lease_clock = LeaseClock(self._lease_s)
+        self.renew_s = self._lease_clock.fence_after_s / RENEWALS_PER_FENCE
+        """The renewal beat (module docstring)."""
+        self._renewals: set[asyncio.Task[None]] = set()
+        """Renewals in flight (a slow one does not hold up the next)."""
         self._roles = asyncio.Lock()
         """Held around every role change, so a fence never interleaves with a promotion."""
         self._announced = -1
@@ -152,16 +164,17 @@ class Controller:
         follower then refuses chunks of an older, deposed master)."""
 
     def start(self, own_address: str) -> None:
-        """Run the steps and the lease watchdog in the background."""
+        """Run the steps, the lease renewals and the lease watchdog in the background."""
         self.own_address = own_address
         self._tasks = [
             asyncio.create_task(self._run(), name="ha-controller"),
+            asyncio.create_task(self._keep_lease(), name="ha-lease-renewals"),
             asyncio.create_task(self._watchdog(), name="ha-lease-watchdog"),
         ]
 
     async def stop(self) -> None:
         """Stop; a master demotes its store; the lease is given up (a replica takes over)."""
-        tasks, self._tasks = self._tasks, []
+        tasks, self._tasks = [*self._tasks, *self._renewals], []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -179,6 +192,13 @@ class Controller:
                 # The loop must outlive a bug in one pass: without it nothing is elected.
                 log.exception("controller step failed")
             await asyncio.sleep(self.tick_s)
+
+    async def _keep_lease(self) -> None:
+        while True:
+            renewal = asyncio.create_task(self.renew_lease(), name="ha-lease-renewal")
+            self._renewals.add(renewal)
+            renewal.add_done_callback(self._renewals.discard)
+            await asyncio.sleep(self.renew_s)
 
     async def _watchdog(self) -> None:
         while True:
@@ -199,20 +219,20 @@ class Controller:
         try:
             info = await self._store.store_info()
         except HAError as exc:
-            # A candidate stops renewing (its announced end goes with its lease: a dead
-            # store must not keep others from standing); a master rides out one miss.
+            # A candidate's renewals stop meanwhile; a master rides out one miss.
             self._store_failures += 1
             if self.leading and self._store_failures >= STORE_FAILURES_MAX:
                 await self._resign(f"the store does not answer ({exc})")
-            elif self.leading:
-                await self._renew()
             raise
         self._store_failures = 0
         if info.role == MASTER and not self.leading:
             # Not elected (before etcd is even asked): it must not acknowledge meanwhile.
             info = await self._demote_unelected()
-        if not await self._renew():
-            return
+        if self.lease_id == 0:
+            sent_at = self._clock()
+            self.lease_id = await self.keys.grant(self._lease_s)
+            self._announced = -1
+            self._lease_clock.renewed(sent_at)
         if info.commitlog_max_offset != self._announced:
             await self.keys.announce(self.own_address, info.commitlog_max_offset, self.lease_id)
             self._announced = info.commitlog_max_offset
@@ -221,18 +241,27 @@ class Controller:
         else:
             await self._stand(info)
 
-    async def _renew(self) -> bool:
-        """Keep the session lease alive (grant one when there is none); False: it was lost."""
+    async def renew_lease(self) -> None:
+        """One renewal of the session lease (the renewal beat's); a lost lease fences.
+
+        Nothing is sent without a lease (the next step grants one) or for a candidate
+        whose store did not answer its last step."""
+        lease_id = self.lease_id
+        if lease_id == 0 or (self._store_failures and not self.leading):
+            return
         sent_at = self._clock()
-        if self.lease_id == 0:
-            self.lease_id = await self.keys.grant(self._lease_s)
-            self._announced = -1
-        elif not await self.keys.keep_alive(self.lease_id):
-            self.lease_id = 0
-            await self.fence("etcd no longer has the lease")
-            return False
-        self._lease_clock.renewed(sent_at)
-        return True
+        try:
+            alive = await self.keys.keep_alive(lease_id)
+        except HAError as exc:
+            self._note(f"renewing the lease failed: {exc}")
+            return
+        if lease_id != self.lease_id:
+            return  # given up (or lost and granted anew) meanwhile
+        if alive:
+            self._lease_clock.renewed(sent_at)
+            return
+        self.lease_id = 0
+        await self.fence("etcd no longer has the lease")
 
     async def _demote_unelected(self) -> store_pb2.StoreInfo:
         self._was_master = True

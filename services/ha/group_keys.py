@@ -3,7 +3,9 @@
 The controller (:mod:`services.ha.controller`) elects a group's master through
 etcd's v3 API (the ``aetcd`` client, gRPC); every call is here, with a
 deadline, and every failure is a :class:`~services.ha.errors.ControllerUnavailable`.
-With several endpoints, a failed call moves the next one to the next endpoint.
+With several endpoints, a failed call moves the next one to the next endpoint. Calls
+may run at once (the lease renewals beside a step): a failed call closes the
+connection, which cuts the others off, and each of those fails the same way.
 
 Keys, under ``<prefix>/<cluster>/<group>/`` (values UTF-8 JSON):
 
@@ -120,14 +122,20 @@ class GroupKeys:
     async def _run(self, what: str, call: Any) -> Any:
         """Await ``call(client)`` within the deadline; ControllerUnavailable on any failure."""
         client = self._connected()
+        endpoint = self._endpoints[self._next % len(self._endpoints)]
         try:
             return await asyncio.wait_for(call(client), self._timeout_s)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this call's own caller is cancelled
+            reason: object = "the connection was closed"  # by a call that failed beside it
         except (TimeoutError, aetcd.ClientError, OSError, ValueError) as exc:
-            endpoint = self._endpoints[self._next % len(self._endpoints)]
+            reason = type(exc).__name__ if isinstance(exc, TimeoutError) else exc
+        if self._client is client:  # the first failure on a connection moves on
             self._next += 1
             await self._drop_client()
-            reason = type(exc).__name__ if isinstance(exc, TimeoutError) else exc
-            raise ControllerUnavailable(f"etcd at {endpoint}: {what} failed: {reason}") from None
+        raise ControllerUnavailable(f"etcd at {endpoint}: {what} failed: {reason}")
 
     async def _drop_client(self) -> None:
         client, self._client = self._client, None

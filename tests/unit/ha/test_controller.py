@@ -1,8 +1,9 @@
 """The controller's election and fencing rules, step by step, over an in-memory etcd.
 
-The controller (:mod:`services.ha.controller`) is driven one ``step`` at a time
-with fakes of etcd (the group's keys, with leases) and of the store (its role,
-epoch and CommitLog end); time is a number the test moves. The same logic
+The controller (:mod:`services.ha.controller`) is driven one ``step`` (and one lease
+renewal) at a time with fakes of etcd (the group's keys, with leases) and of the store
+(its role, epoch and CommitLog end); time is a number the test moves, except where
+the controller's own loops run. The same logic
 against a real etcd and real processes: tests/integration/test_ha_controller.py.
 """
 
@@ -10,13 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from boltmq.v1 import store_pb2
 from services.ha.config import HAConfig
-from services.ha.controller import Controller, LeaseClock, campaign_refusal, next_epoch
+from services.ha.controller import (
+    RENEWALS_PER_FENCE,
+    Controller,
+    LeaseClock,
+    campaign_refusal,
+    next_epoch,
+)
 from services.ha.errors import ControllerUnavailable, StoreUnavailable
 from services.ha.group_keys import GroupState, MasterRecord
 
@@ -38,6 +47,9 @@ class FakeEtcd:
         self._ids = itertools.count(1)
         self._revisions = itertools.count(1)
         self.down = False
+        self.renewals = 0
+        self.writes_held: asyncio.Event | None = None
+        """When set, every write (announce, publish) waits for it: etcd slow to commit."""
 
     def expire(self, lease_id: int) -> None:
         self.leases.discard(lease_id)
@@ -84,15 +96,21 @@ class FakeKeys:
 
     async def keep_alive(self, lease_id: int) -> bool:
         self._up()
+        self.etcd.renewals += 1
         return lease_id in self.etcd.leases
 
-    async def announce(self, ha_address: str, end: int, lease_id: int) -> None:
+    async def _write(self) -> None:
         self._up()
+        if self.etcd.writes_held is not None:
+            await self.etcd.writes_held.wait()
+
+    async def announce(self, ha_address: str, end: int, lease_id: int) -> None:
+        await self._write()
         assert lease_id in self.etcd.leases
         self.etcd.members[ha_address] = (end, lease_id)
 
     async def publish_confirmed(self, offset: int) -> None:
-        self._up()
+        await self._write()
         self.etcd.confirmed = offset
 
     async def revoke(self, lease_id: int) -> None:
@@ -141,7 +159,11 @@ class Clock:
 
 
 def controller(
-    etcd: FakeEtcd, store: FakeStore, address: str, acked: dict[str, int] | None = None
+    etcd: FakeEtcd,
+    store: FakeStore,
+    address: str,
+    acked: dict[str, int] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Controller:
     config = HAConfig(
         controller_endpoints="127.0.0.1:2379",
@@ -153,7 +175,7 @@ def controller(
         store,  # type: ignore[arg-type]
         lambda: dict(acked or {}),
         keys=FakeKeys(etcd),  # type: ignore[arg-type]
-        clock=Clock(),
+        clock=clock or Clock(),
     )
     node.own_address = address
     return node
@@ -229,7 +251,7 @@ def test_a_lost_lease_fences_the_master_and_the_replica_in_sync_takes_the_next_e
         await a.step()  # the master publishes what its replica acknowledged
         assert etcd.confirmed == 900
         etcd.expire(a.lease_id)
-        await a.step()  # the renewal says the lease is gone: stop acknowledging
+        await a.renew_lease()  # the renewal says the lease is gone: stop acknowledging
         assert not a.leading and store_a.role == "REPLICA"
         await b.step()  # the last master gets one tick to come back first
         assert etcd.master is None
@@ -264,8 +286,7 @@ def test_a_master_cut_off_from_etcd_fences_itself_before_the_lease_can_expire() 
         await a.step()
         assert a.leading
         etcd.down = True
-        with pytest.raises(ControllerUnavailable):
-            await a.step()
+        await a.renew_lease()  # fails: the lease clock stays where the grant left it
         assert not a._lease_clock.must_fence(clock.now + 1.4)  # the watchdog's test
         clock.now += 1.5  # half the 3 s TTL since the grant was sent
         assert a._lease_clock.must_fence(clock.now)
@@ -293,6 +314,53 @@ def test_a_master_whose_store_stops_answering_resigns() -> None:
         with pytest.raises(StoreUnavailable):
             await a.step()
         assert not a.leading and etcd.master is None  # the lease is given up at once
+
+    asyncio.run(scenario())
+
+
+def test_a_master_whose_step_waits_on_slow_etcd_writes_keeps_renewing_and_stays_master() -> None:
+    """The controller's own loops, in real time: etcd answers renewals but its writes
+    stall, and the step waits on one longer than a master may go unrenewed."""
+
+    async def scenario() -> None:
+        etcd = FakeEtcd()
+        store_a = FakeStore("MASTER")
+        a = controller(etcd, store_a, "a:1", clock=time.monotonic)
+        await a.step()
+        assert a.leading
+        etcd.writes_held = asyncio.Event()
+        store_a.end = 500  # the next step announces it, and waits
+        renewals = etcd.renewals
+        a.start("a:1")
+        try:
+            await asyncio.sleep(a._lease_clock.fence_after_s * 1.5)
+            assert a.leading and store_a.role == "MASTER"
+            assert etcd.renewals - renewals >= RENEWALS_PER_FENCE
+            assert etcd.members["a:1"][0] == 0  # the step still waits to announce 500
+        finally:
+            await a.stop()
+        assert not a.leading and etcd.master is None  # a stop resigns
+
+    asyncio.run(scenario())
+
+
+def test_a_candidate_whose_store_does_not_answer_stops_renewing_its_lease() -> None:
+    async def scenario() -> None:
+        etcd = FakeEtcd()
+        store_b = FakeStore("REPLICA", end=300)
+        b = controller(etcd, store_b, "b:1")
+        await b.step()
+        await b.renew_lease()
+        assert etcd.renewals == 1 and etcd.members == {"b:1": (300, b.lease_id)}
+        store_b.down = True
+        with pytest.raises(StoreUnavailable):
+            await b.step()
+        await b.renew_lease()  # its announced end must go with the lease
+        assert etcd.renewals == 1
+        store_b.down = False
+        await b.step()
+        await b.renew_lease()
+        assert etcd.renewals == 2
 
     asyncio.run(scenario())
 
