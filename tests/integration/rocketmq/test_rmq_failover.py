@@ -155,6 +155,17 @@ def kill_broker_a_master(cluster: LocalCluster, topic: str) -> None:
     assert old_master.broker.address not in route_addresses(other.broker.address, topic)
 
 
+def controller_notes(cluster: LocalCluster) -> list[str]:
+    """Every HA service's controller log lines (elections, fences), for a failure's message:
+    a master that fenced itself shows here with its reason."""
+    return [
+        f"{path.name}: {line}"
+        for path in sorted(cluster.log_dir.glob("ha-*.log"))
+        for line in path.read_text(errors="replace").splitlines()
+        if "services.ha.controller" in line
+    ]
+
+
 def live_brokers(cluster: LocalCluster) -> str:
     """The official client's access points: every live broker, ``;``-separated."""
     return ";".join(
@@ -182,7 +193,7 @@ def test_the_official_client_sends_across_a_killed_master_and_every_acked_messag
 
     sent, failed = of(events, "sent"), of(events, "failed")
     assert sent and sent[-1]["t"] > SEND_S - 2  # it went on sending to the end
-    assert failed == []  # each retry went to broker-b
+    assert failed == [], controller_notes(cluster)  # each retry went to broker-b
     # After its route refresh the client sends to broker-a's new master too.
     assert replica.broker.address in {s["at"] for s in sent}
     assert old_master.broker.address in {s["at"] for s in sent}  # before the kill
