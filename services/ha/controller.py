@@ -157,7 +157,8 @@ class Controller:
         self._waited_for_last_master = False
         self._published = -1
         self._store_failures = 0
-        self._last_note = ""
+        self._last_notes: dict[str, str] = {}
+        """The last reason logged by the steps and by the renewals (each its own)."""
         self._tasks: list[asyncio.Task[None]] = []
         self.on_group_epoch: Callable[[int], None] | None = None
         """Called with the elected master's epoch each tick a candidate sees one (the
@@ -206,11 +207,11 @@ class Controller:
                 await self.fence("the lease was not renewed within half its TTL")
             await asyncio.sleep(self.tick_s / 4)
 
-    def _note(self, message: str) -> None:
+    def _note(self, message: str, source: str = "step") -> None:
         """Log a reason once while it stays the same (a step repeats every tick)."""
-        if message != self._last_note:
+        if message != self._last_notes.get(source):
             log.warning("%s", message)
-        self._last_note = message
+        self._last_notes[source] = message
 
     # ------------------------------------------------------------------ steps
     async def step(self) -> None:
@@ -253,12 +254,13 @@ class Controller:
         try:
             alive = await self.keys.keep_alive(lease_id)
         except HAError as exc:
-            self._note(f"renewing the lease failed: {exc}")
+            self._note(f"renewing the lease failed: {exc}", "renewal")
             return
         if lease_id != self.lease_id:
             return  # given up (or lost and granted anew) meanwhile
         if alive:
             self._lease_clock.renewed(sent_at)
+            self._last_notes.pop("renewal", None)  # the next failure is news again
             return
         self.lease_id = 0
         await self.fence("etcd no longer has the lease")
@@ -314,7 +316,7 @@ class Controller:
                 self.leading = False
                 await self._give_up_lease()
                 return
-        self._last_note = ""
+        self._last_notes.clear()
         log.warning("elected master of epoch %d: the store is promoted", epoch)
 
     async def _hold(self, info: store_pb2.StoreInfo) -> None:

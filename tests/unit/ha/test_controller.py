@@ -276,7 +276,9 @@ def test_a_replica_missing_confirmed_appends_never_stands() -> None:
     asyncio.run(scenario())
 
 
-def test_a_master_cut_off_from_etcd_fences_itself_before_the_lease_can_expire() -> None:
+def test_a_master_cut_off_from_etcd_fences_itself_before_the_lease_can_expire(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def scenario() -> None:
         etcd = FakeEtcd()
         store_a = FakeStore("MASTER")
@@ -287,6 +289,9 @@ def test_a_master_cut_off_from_etcd_fences_itself_before_the_lease_can_expire() 
         assert a.leading
         etcd.down = True
         await a.renew_lease()  # fails: the lease clock stays where the grant left it
+        await a.renew_lease()
+        failures = [r for r in caplog.records if "renewing the lease failed" in r.message]
+        assert len(failures) == 1  # logged once while the reason stays the same
         assert not a._lease_clock.must_fence(clock.now + 1.4)  # the watchdog's test
         clock.now += 1.5  # half the 3 s TTL since the grant was sent
         assert a._lease_clock.must_fence(clock.now)
