@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -16,18 +18,25 @@ from services.ha.errors import ControllerUnavailable
 from services.ha.group_keys import GroupKeys
 
 
+@asynccontextmanager
+async def silent_etcd(timeout_s: float) -> AsyncIterator[GroupKeys]:
+    """GroupKeys whose one endpoint accepts TCP and never answers."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        endpoint = f"127.0.0.1:{silent.getsockname()[1]}"
+        keys = GroupKeys((endpoint,), "/boltmq", "C", "g", timeout_s=timeout_s)
+        try:
+            yield keys
+        finally:
+            await keys.close()
+
+
 def test_a_call_cut_off_by_a_failing_call_beside_it_fails_as_etcd_unavailable() -> None:
     async def scenario() -> list[BaseException | object]:
-        with socket.create_server(("127.0.0.1", 0)) as silent:
-            endpoint = f"127.0.0.1:{silent.getsockname()[1]}"
-            keys = GroupKeys((endpoint,), "/boltmq", "C", "g", timeout_s=1.0)
-            try:
-                first = asyncio.create_task(keys.state())
-                await asyncio.sleep(0.3)
-                second = asyncio.create_task(keys.keep_alive(7))
-                return await asyncio.gather(first, second, return_exceptions=True)
-            finally:
-                await keys.close()
+        async with silent_etcd(1.0) as keys:
+            first = asyncio.create_task(keys.state())
+            await asyncio.sleep(0.3)
+            second = asyncio.create_task(keys.keep_alive(7))
+            return await asyncio.gather(first, second, return_exceptions=True)
 
     first, second = asyncio.run(scenario())
     assert isinstance(first, ControllerUnavailable)
@@ -38,16 +47,11 @@ def test_a_call_cut_off_by_a_failing_call_beside_it_fails_as_etcd_unavailable() 
 
 def test_a_cancelled_caller_is_cancelled_not_told_etcd_is_unavailable() -> None:
     async def scenario() -> None:
-        with socket.create_server(("127.0.0.1", 0)) as silent:
-            endpoint = f"127.0.0.1:{silent.getsockname()[1]}"
-            keys = GroupKeys((endpoint,), "/boltmq", "C", "g", timeout_s=5.0)
-            try:
-                call = asyncio.create_task(keys.state())
-                await asyncio.sleep(0.2)
-                call.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await call
-            finally:
-                await keys.close()
+        async with silent_etcd(5.0) as keys:
+            call = asyncio.create_task(keys.state())
+            await asyncio.sleep(0.2)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
 
     asyncio.run(scenario())
