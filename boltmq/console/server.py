@@ -56,16 +56,26 @@ class ConsoleServer:
 
     def start(self) -> ConsoleServer:
         """Serve in a daemon thread (no signal handlers there)."""
-
-        def serve() -> None:
-            asyncio.run(self.server.serve(sockets=[self.sock]))
-
-        self._thread = threading.Thread(target=serve, name="console", daemon=True)
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(self._serve(),), name="console", daemon=True
+        )
         self._thread.start()
         return self
 
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve(sockets=[self.sock])
+        finally:
+            # A stop waits for no connection (force_exit): a response still in flight,
+            # or a TLS close the client never answers, would outlive this loop with its
+            # socket open. They are cut before the loop ends.
+            for connection in list(self.server.server_state.connections):
+                connection.transport.abort()
+            await asyncio.sleep(0)  # the aborts close their sockets on this pass
+
     def stop(self) -> None:
-        """Stop serving at once: open connections (a browser's keep-alive) are not awaited."""
+        """Stop serving at once: open connections (a browser's keep-alive) are not awaited,
+        they are cut."""
         self.server.should_exit = True
         self.server.force_exit = True
         if self._thread is not None:

@@ -46,8 +46,9 @@ def test_without_login_every_page_sends_to_the_login_form_and_bad_logins_are_ref
             max_redirects=0,
         )
         assert answer.status == 403
-        with pytest.raises(urllib.error.HTTPError):
+        with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{world.console.url}/api/rates", timeout=10)
+        refused.value.close()  # the error holds the answer's connection
     finally:
         visitor.close()
 
