@@ -122,12 +122,11 @@ class NatsConsumer(_Loop):
                 f"{stream}.>", f"c{uuid.uuid4().hex[:8]}", stream=stream, config=config
             )
         )
-        self.errors = _nats().errors
 
     def poll(self) -> list[bytes]:
         try:
             messages = self.run(self.sub.fetch(FETCH_MESSAGES, timeout=FETCH_WAIT_S))
-        except self.errors.TimeoutError:
+        except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from fetch's deadline
             return []
         if messages:
             self.run(messages[-1].ack())
