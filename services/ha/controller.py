@@ -215,8 +215,9 @@ class Controller:
 
     # ------------------------------------------------------------------ steps
     async def step(self) -> None:
-        """One tick: renew the lease and announce the store's end; then hold the master
-        role, or stand for election when allowed."""
+        """One tick: grant a lease when there is none (the renewal beat keeps it) and
+        announce the store's end; then hold the master role, or stand for election when
+        allowed."""
         try:
             info = await self._store.store_info()
         except HAError as exc:
