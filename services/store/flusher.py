@@ -4,8 +4,10 @@
   ``flush_interval_commitlog_ms`` when ``flush_commitlog_least_pages`` pages are
   dirty, and fully every ``flush_commitlog_thorough_interval_ms``.
 - In SYNC_FLUSH mode it is a group commit: appenders call :meth:`wait_flushed`
-  with their end offset; the thread fsyncs everything written so far and wakes
-  every appender whose end is now durable, so one fsync serves many appends.
+  with their end offset; the thread fsyncs everything written so far, runs
+  ``on_flushed`` (the store dispatches what became durable, so an acknowledged
+  append is already in its consume queue: read-your-writes) and wakes every
+  appender whose end is now durable, so one fsync serves many appends.
 - After each round the CommitLog's page-cache window releases what fell behind it
   (:mod:`services.store.page_cache`).
 - :class:`ConsumeQueueFlusher` forces consume queues and the index every
@@ -47,7 +49,7 @@ class CommitLogFlusher:
         config: StoreConfig,
         commitlog: CommitLog,
         checkpoint: Checkpoint,
-        on_flushed: Callable[[], None] | None = None,
+        on_flushed: Callable[[], object] | None = None,
     ) -> None:
         self.config = config
         self.commitlog = commitlog
@@ -91,9 +93,12 @@ class CommitLogFlusher:
         if flushed >= target and store_ts:
             self.checkpoint.state.physic_msg_timestamp = store_ts
         if flushed > self.flushed_offset:
+            if self.on_flushed is not None:  # before the appends waiting here are answered
+                try:
+                    self.on_flushed()
+                except Exception:  # the bytes are durable: their appends still hear so
+                    log.exception("the work after a flush failed")
             self.gate.advance(flushed)
-            if self.on_flushed is not None:
-                self.on_flushed()
             if self.on_flush_seconds is not None:
                 self.on_flush_seconds(elapsed_s)
         return flushed

@@ -183,8 +183,12 @@ class MessageStore:
         self.commitlog.on_append = self.dispatcher.submit
         self.dispatcher.inline = not self.config.sync_flush
         self.dispatcher.wake_on_submit = not self.config.sync_flush
+        # Under SYNC_FLUSH nothing is dispatched before it is durable: the flusher
+        # dispatches each round's bytes itself before it answers their appends.
+        dispatcher = self.dispatcher
+        on_flushed = dispatcher.dispatch_once if self.config.sync_flush else dispatcher.wake
         self.flusher = CommitLogFlusher(
-            self.config, self.commitlog, self.checkpoint, on_flushed=self.dispatcher.wake
+            self.config, self.commitlog, self.checkpoint, on_flushed=on_flushed
         )
         self.flusher.on_flush_seconds = self.on_flush_seconds
         self.queue_flusher = ConsumeQueueFlusher(
@@ -250,7 +254,8 @@ class MessageStore:
     # ================================================================ writes
     def _dispatch_limit(self) -> int:
         flusher, limit = self.flusher, self.commitlog.max_offset
-        limit = flusher.flushed_offset if self.config.sync_flush and flusher else limit
+        if self.config.sync_flush and flusher:  # what is on disk, before its appends hear so
+            limit = self.commitlog.flushed_offset
         return self.confirm.cap(limit, self.role, self.config.read_confirmed_only)
 
     def _refusal(self) -> PutResult | None:

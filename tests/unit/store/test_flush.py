@@ -7,6 +7,7 @@ own decoder.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import threading
 import zlib
@@ -25,6 +26,7 @@ QUEUES = 8
 READ_BATCH = 32
 NEVER_MS = 3_600_000  # a flush interval no test lives long enough to reach
 TIMEOUT_ATTEMPTS_MAX = 200
+SEQUENTIAL_PUTS = 200
 
 # docs/store-format.md, IPv4 hosts: the fields the on-disk parser needs.
 TOTAL_AND_MAGIC = struct.Struct(">iI")
@@ -94,14 +96,14 @@ def parse_segments_on_disk(commitlog_dir: Path) -> dict[int, bytes]:
 
 def run_writers(
     store: MessageStore, writers: int, per_writer: int
-) -> tuple[list[list[tuple[PutResult, int]]], list[BaseException]]:
+) -> tuple[list[list[tuple[PutResult, int, int]]], list[BaseException]]:
     """``writers`` threads put ``per_writer`` messages each, all starting together.
 
-    Each result comes with the CommitLog's flushed offset seen right after the
-    put returned.
+    Each result comes with the CommitLog's flushed offset and the end of the
+    message's queue, both seen right after the put returned.
     """
     barrier = threading.Barrier(writers)
-    outcomes: list[list[tuple[PutResult, int]]] = [[] for _ in range(writers)]
+    outcomes: list[list[tuple[PutResult, int, int]]] = [[] for _ in range(writers)]
     errors: list[BaseException] = []
 
     def write(writer: int) -> None:
@@ -111,7 +113,8 @@ def run_writers(
                 result = store.put_message(
                     StoreMessage("T", body=body_of(writer, i), queue_id=writer % QUEUES)
                 )
-                outcomes[writer].append((result, store.commitlog.flushed_offset))
+                flushed = store.commitlog.flushed_offset
+                outcomes[writer].append((result, flushed, store.max_offset("T", writer % QUEUES)))
         except BaseException as exc:  # reported by the test, not lost in the thread
             errors.append(exc)
 
@@ -134,13 +137,15 @@ def test_sync_flush_group_commit_shares_fsyncs(make_store: Callable[..., Message
     fsyncs = store.flusher.fsync_count - fsyncs_before
     assert errors == []
     total = WRITERS * MESSAGES_PER_WRITER
-    results = [r for per_writer in outcomes for r, _ in per_writer]
+    results = [r for per_writer in outcomes for r, _, _ in per_writer]
     assert len(results) == total
     assert [r.status for r in results] == [PutStatus.PUT_OK] * total
-    # An acknowledged SYNC_FLUSH put is already flushed when put_message returns.
+    # An acknowledged SYNC_FLUSH put is already flushed when put_message returns, and
+    # already in its consume queue (read-your-writes).
     for per_writer in outcomes:
-        for result, flushed in per_writer:
+        for result, flushed, queue_end in per_writer:
             assert flushed >= result.commitlog_offset + result.wrote_bytes, result
+            assert queue_end > result.queue_offset, (result, queue_end)
     # Grouping: fewer fsync rounds than messages.
     assert 0 < fsyncs < total, fsyncs
     assert store.commitlog.max_offset > 3 * SEGMENT_BYTES
@@ -148,9 +153,8 @@ def test_sync_flush_group_commit_shares_fsyncs(make_store: Callable[..., Message
     # Every message is readable, at a distinct place, each queue without gaps.
     offsets = [r.commitlog_offset for r in results]
     assert len(set(offsets)) == total
-    store.wait_dispatched()
     for writer, per_writer in enumerate(outcomes):
-        for i, (result, _) in enumerate(per_writer):
+        for i, (result, _, _) in enumerate(per_writer):
             record = store.look_message(result.commitlog_offset)
             assert record is not None and bytes(record.body) == body_of(writer, i)
     for queue_id in range(QUEUES):
@@ -158,7 +162,7 @@ def test_sync_flush_group_commit_shares_fsyncs(make_store: Callable[..., Message
             (r.commitlog_offset, body_of(w, i)): r.queue_offset
             for w, per_writer in enumerate(outcomes)
             if w % QUEUES == queue_id
-            for i, (r, _) in enumerate(per_writer)
+            for i, (r, _, _) in enumerate(per_writer)
         }
         assert sorted(expected.values()) == list(range(len(expected)))
         served = read_queue(store, "T", queue_id)
@@ -166,9 +170,46 @@ def test_sync_flush_group_commit_shares_fsyncs(make_store: Callable[..., Message
         assert [expected[entry] for entry in served] == list(range(len(served)))
     # Within one writer, later puts land later in the log.
     for per_writer in outcomes:
-        mine = [r.commitlog_offset for r, _ in per_writer]
+        mine = [r.commitlog_offset for r, _, _ in per_writer]
         assert mine == sorted(mine)
     assert store.verify() == []
+
+
+def test_sync_flush_put_is_readable_from_its_queue_when_acknowledged(
+    make_store: Callable[..., MessageStore],
+) -> None:
+    """Under SYNC_FLUSH the flusher dispatches what an fsync made durable before it
+    answers the appends: a read right after each put finds it (both put paths)."""
+    store = make_store(flush_disk_type="SYNC_FLUSH")
+    for i in range(SEQUENTIAL_PUTS):
+        body = f"ryw-{i}".encode()
+        if i % 2:
+            result = asyncio.run(store.put_messages_async([StoreMessage("T", body=body)]))[0]
+        else:
+            result = store.put_message(StoreMessage("T", body=body))
+        assert result.status is PutStatus.PUT_OK
+        got = store.get_messages("T", 0, result.queue_offset, 1)
+        assert got.status is GetStatus.FOUND, (i, got.status)
+        assert [bytes(m.body) for m in got.messages] == [body]
+
+
+def test_sync_flush_acknowledges_a_durable_put_whose_dispatch_failed(
+    make_store: Callable[..., MessageStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The work after an fsync (dispatch) failing never turns a durable append into a
+    FLUSH_DISK_TIMEOUT: the flusher logs it and answers the append all the same."""
+    store = make_store(flush_disk_type="SYNC_FLUSH")
+    assert store.flusher is not None
+
+    def broken_dispatch() -> int:
+        raise OSError("no space left for the consume queue")
+
+    store.flusher.on_flushed = broken_dispatch
+    result = store.put_message(StoreMessage("T", body=b"durable"))
+    assert result.status is PutStatus.PUT_OK
+    assert store.commitlog.flushed_offset >= result.commitlog_offset + result.wrote_bytes
+    assert "the work after a flush failed" in caplog.text
+    assert "no space left for the consume queue" in caplog.text
 
 
 def test_flush_disk_timeout_still_stores_the_message(
