@@ -7,13 +7,14 @@ are observed through ``queued`` (no sleeps, no timing thresholds).
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Sequence
 
 import pytest
 
 from boltmq.send_batcher import BatchMismatch, SendBatcher
-from tests.waiting import wait_until
+from tests.waiting import WAIT_S, wait_until
 
 KEY = ("broker-a:10911", "Orders", -1)
 
@@ -131,6 +132,50 @@ def test_sends_queued_behind_a_call_leave_together_each_with_its_results() -> No
     assert first.results == ["a"]
     assert [s.results for s in others] == [["b", "c"], ["d"], ["e", "f"]]
     assert batcher.calls == 2 and batcher.queued(KEY) == 0
+
+
+class Interrupted(Exception):
+    """What the test's signal handler raises in the main thread."""
+
+
+def test_an_interrupted_send_wakes_the_sends_after_it_before_it_raises() -> None:
+    """Each woken send wakes the next of its batch: one that a signal interrupts while it
+    waits (an application's KeyboardInterrupt) waits on for its batch, wakes the send
+    after it, and only then raises; no later send is left asleep."""
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    first = start_in_flight(batcher, call, b"a")
+    (before,) = queue_behind(batcher, call, b"b")
+    after = Sender(batcher, call, b"d")
+    handled = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        handled.set()
+        raise Interrupted
+
+    def conduct() -> None:  # the main thread waits in its send meanwhile
+        wait_until(lambda: batcher.queued(KEY) == 2, "the main thread's send queued")
+        after.start()
+        wait_until(lambda: batcher.queued(KEY) == 3, "the send after it queued")
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+        handled.wait(WAIT_S)
+        finish(call, [])
+
+    conductor = threading.Thread(target=conduct, daemon=True)
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        conductor.start()
+        with pytest.raises(Interrupted):
+            batcher.send(KEY, b"c", 1, 1, 1000.0, call)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert handled.is_set()
+    conductor.join(WAIT_S)
+    for sender in (first, before, after):
+        sender.join(WAIT_S)
+        assert not sender.is_alive(), "a send of the batch was left asleep"
+    assert [r for r, _, _ in call.requests] == [b"a", b"bcd"]  # the main send's too
+    assert (first.results, before.results, after.results) == (["a"], ["b"], ["d"])
 
 
 def test_other_keys_do_not_wait_for_a_call_in_flight() -> None:
