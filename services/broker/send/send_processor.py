@@ -232,7 +232,7 @@ class SendProcessor:
             if ready is None:
                 alone.append(index)
             elif isinstance(ready[1], broker_pb2.SendResponse):
-                answers[index] = self._section_answer(ready[1], section)
+                answers[index] = self._section_answer(ready[1], ready[0])
             else:
                 together.append((index, ready[0], ready[1]))
         stored, answered_alone = await asyncio.gather(
@@ -248,7 +248,7 @@ class SendProcessor:
             except Exception as exc:  # that section alone: its code, or INTERNAL for a bug
                 answers[index] = section_failure(index, section.topic, exc)
                 continue
-            answers[index] = self._section_answer(response, section)
+            answers[index] = self._section_answer(response, checked)
         for index, section_answer in zip(alone, answered_alone, strict=True):
             answers[index] = section_answer
         done = [a for a in answers if a is not None]
@@ -274,9 +274,12 @@ class SendProcessor:
         return checked, storable(checked, self._config.broker_name)
 
     def _section_answer(
-        self, response: broker_pb2.SendResponse, section: broker_pb2.SendSection
+        self, response: broker_pb2.SendResponse, checked: CheckedBatch
     ) -> broker_pb2.SectionAnswer:
-        return broker_pb2.SectionAnswer(response=self._observed(response, len(section.records)))
+        """``response`` as the answer of the section ``checked`` came from (its records'
+        bytes counted from the batch: ``section.records`` would copy them again)."""
+        size = len(checked.batch.records)
+        return broker_pb2.SectionAnswer(response=self._observed(response, size))
 
     async def auto_create(self, topic: str, requested_queue_nums: int, field: str) -> TopicConfig:
         """Create ``topic`` from the template (auto_create_topic_enable, the creation limits)
