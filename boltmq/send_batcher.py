@@ -45,7 +45,10 @@ context switches from 4.3-4.6 to 3.0-3.9 a send and raised the rate 3-39 % in te
 alternated pairs (bench/history/side-by-side.md, "Waking a batch in a chain"). A
 waiting send that a signal interrupts (KeyboardInterrupt) therefore still waits for
 its batch to end, wakes the next and only then raises, so no later send of its batch
-is left asleep; the wait is bounded by the batch's deadline.
+is left asleep; the wait is bounded by the batch's deadline. Should a signal still
+break the chain (raised in the main thread's send between its queueing and its wait),
+each later send of the batch finds its batch ended at its next look
+(``WAKE_CHECK_S``) and goes on, waking the next.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ Clock = Callable[[], float]
 """Monotonic seconds."""
 
 MIN_TIMEOUT_S = 0.001
+WAKE_CHECK_S = 1.0
+"""How long a waiting send sleeps between looks at whether its batch has ended without
+its wake (a chain a signal broke); the wake itself comes at once."""
 """The timeout of a call whose earliest deadline has passed (the call then times out)."""
 
 
@@ -85,6 +91,7 @@ class _Send(Generic[P, R]):
         "error",
         "batch",
         "wake_next",
+        "ended",
     )
 
     def __init__(self, part: P, count: int, size: int, deadline: float, call: Call[P, R]) -> None:
@@ -104,16 +111,19 @@ class _Send(Generic[P, R]):
         self.wake_next: _Send[P, R] | None = None
         """The send of the same batch this one wakes once woken (set before the first
         of the batch is woken)."""
+        self.ended = False
+        """Its batch's call has returned and its outcome is set (before any wake)."""
 
 
 def _wait(me: _Send[P, R]) -> None:
-    """Until ``me`` is woken (its batch ended, or it is to make the next call); then wake
-    the send after it. An interruption while waiting is raised only after that."""
+    """Until ``me`` is woken (its batch ended, or it is to make the next call), or found
+    so without its wake; then wake the send after it. An interruption while waiting is
+    raised only after that."""
     interrupted: BaseException | None = None
     while True:
         try:
-            me.done.acquire()
-            break
+            if me.done.acquire(timeout=WAKE_CHECK_S) or me.ended or me.batch is not None:
+                break
         except BaseException as exc:  # a signal's handler raised: wait on, raise below
             interrupted = exc
     after = me.wake_next
@@ -211,6 +221,8 @@ class SendBatcher(Generic[P, R]):
         woken = batch[1:]
         for send, after in zip(woken, woken[1:], strict=False):  # the last wakes none
             send.wake_next = after
+        for send in woken:
+            send.ended = True
         if woken:
             woken[0].done.release()
 

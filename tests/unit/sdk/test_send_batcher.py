@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from boltmq import send_batcher
 from boltmq.send_batcher import BatchMismatch, SendBatcher
 from tests.waiting import WAIT_S, wait_until
 
@@ -176,6 +177,34 @@ def test_an_interrupted_send_wakes_the_sends_after_it_before_it_raises() -> None
         assert not sender.is_alive(), "a send of the batch was left asleep"
     assert [r for r, _, _ in call.requests] == [b"a", b"bcd"]  # the main send's too
     assert (first.results, before.results, after.results) == (["a"], ["b"], ["d"])
+
+
+def test_a_send_whose_wake_never_comes_goes_on_once_its_batch_has_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chain a signal broke (the send before it raised between queueing and waiting, so
+    it wakes nobody): the send after it finds its batch ended at its next look, returns
+    its own results and wakes the send after it in turn."""
+    real_wait = send_batcher._wait
+
+    def wait(me: send_batcher._Send[bytes, str]) -> None:
+        if me.part == b"c":
+            raise Interrupted  # as a signal's handler raising before the wait began
+        real_wait(me)
+
+    monkeypatch.setattr(send_batcher, "_wait", wait)
+    monkeypatch.setattr(send_batcher, "WAKE_CHECK_S", 0.01)
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    first = start_in_flight(batcher, call, b"a")
+    leader, broken, later, last = queue_behind(batcher, call, b"b", b"c", b"d", b"e")
+    finish(call, [first, leader, broken])
+    for sender in (later, last):
+        sender.join(WAIT_S)
+        assert not sender.is_alive(), "a send after the broken chain was left asleep"
+    assert [r for r, _, _ in call.requests] == [b"a", b"bcde"]
+    assert isinstance(broken.error, Interrupted) and broken.results is None
+    assert (leader.results, later.results, last.results) == (["b"], ["d"], ["e"])
 
 
 def test_other_keys_do_not_wait_for_a_call_in_flight() -> None:
