@@ -101,9 +101,10 @@ class _Send(Generic[P, R]):
         self.deadline = deadline
         self.call = call
         self.done = threading.Lock()
-        """Released (once) when this send ended, or when it is to make its batch's call
-        (``batch``); its thread waits by acquiring it: a bare lock costs a send less than
-        an Event (no Condition, no waiter list)."""
+        """Released (once) when this send is woken: its batch ended (by the thread that
+        made the call, or by the send before it in the batch), or it is to make its
+        batch's call (``batch``); its thread waits by acquiring it: a bare lock costs a
+        send less than an Event (no Condition, no waiter list)."""
         self.done.acquire()
         self.results: Sequence[R] = ()
         self.error: BaseException | None = None

@@ -1,4 +1,5 @@
-"""Flushing the CommitLog: group commit, flush timeouts, async catch-up, bytes on disk.
+"""Flushing the CommitLog: group commit (each acknowledged append already in its consume
+queue), flush timeouts, async catch-up, bytes on disk.
 
 The on-disk checks read the segment files with ``open()`` and parse them with
 the record layout of docs/store-format.md written out here, independently of the store's
