@@ -96,8 +96,7 @@ def test_store_and_broker_serve_their_metrics_to_prometheus(
         results = producer.send_batch([Message("Metered", b"m" * 100) for _ in range(SENT)])
     queue = results[0].queue
     with PullConsumer(registry.address, "metered-group") as consumer:
-        # Long-polled: the store's dispatcher thread builds the consume queue apart from
-        # the append's answer (under SYNC_FLUSH once the records are flushed).
+        # Long-polled, as a consumer pulls: the messages are there, so it answers at once.
         pulled = consumer.pull(queue, 0, PULLED, wait_ms=10_000)
         assert len(pulled.messages) == PULLED
         consumer.commit(queue, PULLED)
