@@ -17,9 +17,11 @@ Instrument                               Kind      Attributes / meaning
                                                    delay scheduler parks one per level)
 =======================================  ========  ======================================
 
-Counters are added once per request (a batch), never per message. The queue
-ends the lag is measured against are the last ones this broker saw, in a
-send's answer or a pull's ``max_offset``: a queue nobody sent to or pulled
+Counters are added once per request (a batch), never per message, as plain sums
+that observable counters report when collected
+(:class:`boltmq.kernel.summed_counter.SummedCounter`; an SDK counter's add costs
+~5 us). The queue ends the lag is measured against are the last ones this broker
+saw, in a send's answer or a pull's ``max_offset``: a queue nobody sent to or pulled
 from since the broker started has no lag reported yet (asking the store at
 collection time was rejected: collection runs on the scrape thread, which has
 no event loop to call the store with).
@@ -40,6 +42,7 @@ from collections.abc import Iterable
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from boltmq.kernel import telemetry
+from boltmq.kernel.summed_counter import SummedCounter
 from services.broker.arrivals.long_poll import LongPollHub
 from services.broker.metadata.consumer_offset import ConsumerOffsetManager
 from services.broker.stats.traffic_stats import TrafficStats
@@ -63,28 +66,36 @@ class BrokerMetrics:
         self._offsets = offsets
         self._queue_ends: dict[tuple[str, int], int] = {}
         meter = telemetry.meter(METER_NAME, meter_provider)
-        self._messages_in = meter.create_counter(
+        self._messages_in = SummedCounter(
+            meter,
             "boltmq.broker.in.messages",
-            unit="{message}",
-            description="Messages stored through this broker",
+            "{message}",
+            "Messages stored through this broker",
+            "topic",
         )
-        self._bytes_in = meter.create_counter(
+        self._bytes_in = SummedCounter(
+            meter,
             "boltmq.broker.in.bytes",
-            unit="By",
-            description="Encoded bytes of the messages sent to the store",
+            "By",
+            "Encoded bytes of the messages sent to the store",
+            "topic",
         )
-        self._requests_in = meter.create_counter(
+        self._requests_in = SummedCounter(
+            meter,
             "boltmq.broker.in.requests",
-            unit="{request}",
-            description="SendMessage calls that stored messages (a batch is one)",
+            "{request}",
+            "SendMessage calls that stored messages (a batch is one)",
+            "topic",
         )
-        self._messages_out = meter.create_counter(
+        self._messages_out = SummedCounter(
+            meter,
             "boltmq.broker.out.messages",
-            unit="{message}",
-            description="Messages returned to consumers' pulls",
+            "{message}",
+            "Messages returned to consumers' pulls",
+            "topic",
         )
-        self._bytes_out = meter.create_counter(
-            "boltmq.broker.out.bytes", unit="By", description="Bytes of the pull answers"
+        self._bytes_out = SummedCounter(
+            meter, "boltmq.broker.out.bytes", "By", "Bytes of the pull answers", "topic"
         )
         meter.create_observable_gauge(
             "boltmq.broker.consumer.lag",
@@ -103,11 +114,10 @@ class BrokerMetrics:
         self, topic: str, queue_id: int, stored: int, encoded_bytes: int, queue_end: int
     ) -> None:
         """One send request: ``stored`` messages, the queue now ends at ``queue_end``."""
-        attributes = {"topic": topic}
-        self._messages_in.add(stored, attributes)
+        self._messages_in.add(stored, topic)
         self.traffic.produced(topic, stored)
-        self._bytes_in.add(encoded_bytes, attributes)
-        self._requests_in.add(1, attributes)
+        self._bytes_in.add(encoded_bytes, topic)
+        self._requests_in.add(1, topic)
         if queue_end > 0:
             self._queue_ends[(topic, queue_id)] = queue_end
 
@@ -123,10 +133,9 @@ class BrokerMetrics:
         """One answered pull of ``group``: ``returned`` messages; the store said the queue
         ends here."""
         if returned:
-            attributes = {"topic": topic}
-            self._messages_out.add(returned, attributes)
+            self._messages_out.add(returned, topic)
             self.traffic.consumed(group, topic, returned)
-            self._bytes_out.add(answer_bytes, attributes)
+            self._bytes_out.add(answer_bytes, topic)
         if queue_end > 0:
             self._queue_ends[(topic, queue_id)] = queue_end
 

@@ -18,7 +18,9 @@ Instrument                             Kind       Meaning
 =====================================  =========  ==========================================
 
 Gauges read the live store when they are collected (on the scrape or export
-thread); the histograms get one value per batch or flush, never per message.
+thread); the histograms get one value per batch or flush, never per message; the
+counters are plain sums reported when collected
+(:class:`boltmq.kernel.summed_counter.SummedCounter`).
 Instruments come from the global meter provider unless one is passed.
 """
 
@@ -29,6 +31,7 @@ from collections.abc import Iterable
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from boltmq.kernel import telemetry
+from boltmq.kernel.summed_counter import SummedCounter
 from services.store.cleaner import disk_usage_percent
 from services.store.store import MessageStore
 
@@ -65,15 +68,14 @@ class StoreMetrics:
             description="Duration of one Append call",
             explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
         )
-        self._put_messages = meter.create_counter(
-            "boltmq.store.put.messages",
-            unit="{message}",
-            description="Messages given to Append calls",
+        self._put_messages = SummedCounter(
+            meter, "boltmq.store.put.messages", "{message}", "Messages given to Append calls"
         )
-        self._cold_pulls = meter.create_counter(
+        self._cold_pulls = SummedCounter(
+            meter,
             "boltmq.store.pull.cold",
-            unit="{call}",
-            description="Pull and PullQueues calls read on a cold-read thread",
+            "{call}",
+            "Pull and PullQueues calls read on a cold-read thread",
         )
         flush_duration = meter.create_histogram(
             "boltmq.store.flush.duration",
