@@ -30,6 +30,7 @@ import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
 from boltmq.wire.column_rows import ColumnRows
+from boltmq.wire.key_column import KeyColumn
 from boltmq.wire.record import (
     HOST_V6_BITS,
     MAX_PROPERTIES_BYTES,
@@ -148,7 +149,7 @@ class CheckedColumns(ColumnRows[Checked]):
         totals: Int64s,
         heads: npt.NDArray[np.void],
         codes: list[int],
-        index_keys: list[tuple[str, ...]],
+        index_keys: Sequence[tuple[str, ...]],
         consumable: npt.NDArray[np.bool_],
     ) -> None:
         super().__init__()
@@ -161,7 +162,8 @@ class CheckedColumns(ColumnRows[Checked]):
         self.codes = codes
         """Each good record's tags code."""
         self.index_keys = index_keys
-        """Each good record's IndexFile keys (mostly empty)."""
+        """Each good record's IndexFile keys (mostly empty; a :class:`KeyColumn` when
+        they differ only in the unique ids)."""
         self.consumable = consumable
         """Whether each good record goes to its consume queue (not a prepared half)."""
 
@@ -438,7 +440,7 @@ def _check_columns(
 
 def _derive_all(
     records: bytes | memoryview, starts: Int64s, ends: Int64s
-) -> tuple[list[int], list[tuple[str, ...]], dict[int, CorruptRecord]]:
+) -> tuple[list[int], Sequence[tuple[str, ...]], dict[int, CorruptRecord]]:
     """``derive_properties`` of every section ``records[starts[i]:ends[i]]``: tags codes,
     index keys, and the CorruptRecord of each section that does not decode (by position
     in ``starts``). Sections that are all the same bytes (one producer's tags, no keys:
@@ -481,7 +483,7 @@ _UNIQ_NAME: Final = PROPERTY_UNIQ_KEY.encode()
 
 def _unique_ids_only(
     sections: npt.NDArray[np.uint8], first: bytes, low: int, high: int
-) -> tuple[list[int], list[tuple[str, ...]], dict[int, CorruptRecord]] | None:
+) -> tuple[list[int], Sequence[tuple[str, ...]], dict[int, CorruptRecord]] | None:
     """``_derive_all`` of equal-width sections that differ only in columns ``low..high``,
     when those lie inside the first section's UNIQ_KEY value (the SDK's batch: one
     producer's tags and keys, a unique id per message) and hold no separator and no
@@ -497,10 +499,7 @@ def _unique_ids_only(
         code, keys = derive_properties(first)
     except CorruptRecord:
         return None
-    width = span[1] - span[0]
-    text = np.ascontiguousarray(values).tobytes().decode("ascii")
-    shared = keys[:-1]
-    index_keys = [(*shared, text[at : at + width]) for at in range(0, len(text), width)]
+    index_keys = KeyColumn(keys[:-1], np.ascontiguousarray(values))
     return [code] * len(index_keys), index_keys, {}
 
 

@@ -51,7 +51,7 @@ class DispatchRun(ColumnRows[DispatchTuple]):
         commitlog_offsets: npt.NDArray[np.int64],
         sizes: npt.NDArray[np.int64],
         tags_codes: list[int],
-        index_keys: list[tuple[str, ...]],
+        index_keys: Sequence[tuple[str, ...]],
         sys_flags: npt.NDArray[np.int32],
         store_timestamp: int,
     ) -> None:

@@ -119,7 +119,16 @@ def _ascii_key_hashes(topic: str, keys: Sequence[str]) -> list[int] | None:
     joined = "".join(keys)
     if not joined.isascii():
         return None
-    codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(len(keys), length)
+    return column_key_hashes(
+        topic, np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(len(keys), length)
+    )
+
+
+def column_key_hashes(topic: str, codes: npt.NDArray[np.uint8]) -> list[int]:
+    """:func:`key_hash` of every key of a ``count x length`` matrix of ASCII bytes, one key
+    a row (a :class:`boltmq.wire.key_column.KeyColumn`'s ids): the ``topic#`` prefix
+    added as its hash times 31^length."""
+    length = codes.shape[1]
     prefix = (java_string_hash(f"{topic}#") & 0xFFFFFFFF) * pow(31, length, 1 << 32)
     sums = (codes.astype(np.uint64) * _powers(length)).sum(axis=1) + np.uint64(prefix & 0xFFFFFFFF)
     return _entry_hashes(sums)

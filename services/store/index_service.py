@@ -19,16 +19,19 @@ fault released pages back in from the files.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from boltmq.wire.key_column import KeyColumn
 from services.store.config import StoreConfig
 from services.store.index_file import (
     CorruptIndexFile,
     IndexFile,
+    column_key_hashes,
     index_file_name,
     key_hash,
     key_hashes,
@@ -158,16 +161,22 @@ class IndexService:
         # Offsets rise through the run: only its first records can be below what the
         # files already hold (indexed before a restart).
         done = self._indexed_end()
-        flat: list[str] = []
-        offsets: list[int] = []
-        for keys, commitlog_offset in zip(keys_of_records, commitlog_offsets, strict=True):
-            if commitlog_offset <= done:
-                continue
-            for key in keys:
-                if key:
-                    flat.append(key)
-                    offsets.append(commitlog_offset)
-        hashes = key_hashes(topic, flat)
+        if isinstance(keys_of_records, KeyColumn) and not keys_of_records.shared:
+            # One key a record, its unique id: hashed from the batch's id column.
+            first = bisect.bisect_right(commitlog_offsets, done)
+            offsets = list(commitlog_offsets[first:])
+            hashes = column_key_hashes(topic, keys_of_records.ids[first:]) if offsets else []
+        else:
+            flat: list[str] = []
+            offsets = []
+            for keys, commitlog_offset in zip(keys_of_records, commitlog_offsets, strict=True):
+                if commitlog_offset <= done:
+                    continue
+                for key in keys:
+                    if key:
+                        flat.append(key)
+                        offsets.append(commitlog_offset)
+            hashes = key_hashes(topic, flat)
         while hashes:
             written = current.put_many(hashes, offsets, store_ts) if current is not None else 0
             if written < len(hashes):
