@@ -45,18 +45,22 @@ def to_send_response(
 ) -> broker_pb2.SendResponse:
     """The client's view of a batch's appends: stored statuses keep their meaning, the
     rest fail (with the store's reason, or its status name when it gave none)."""
-    send_status = SEND_STATUS_OF_STORED
-    statuses = [send_status.get(status, broker_pb2.SEND_FAILED) for status in response.statuses]
+    put_statuses = list(response.statuses)
     errors = dict(response.errors)
-    for index, status in enumerate(statuses):
-        if status == broker_pb2.SEND_FAILED and index not in errors:
-            errors[index] = (
-                f"store refused the message: "
-                f"{message_pb2.PutMessageStatus.Name(response.statuses[index])}"
-            )
+    if put_statuses.count(message_pb2.PUT_OK) == len(put_statuses):  # the usual answer
+        statuses = [broker_pb2.SEND_OK] * len(put_statuses)
+    else:
+        send_status = SEND_STATUS_OF_STORED
+        statuses = [send_status.get(status, broker_pb2.SEND_FAILED) for status in put_statuses]
+        for index, status in enumerate(statuses):
+            if status == broker_pb2.SEND_FAILED and index not in errors:
+                errors[index] = (
+                    f"store refused the message: "
+                    f"{message_pb2.PutMessageStatus.Name(put_statuses[index])}"
+                )
     return broker_pb2.SendResponse(
         statuses=statuses,
-        put_statuses=response.statuses,
+        put_statuses=put_statuses,
         queue_offsets=response.queue_offsets,
         commitlog_offsets=response.commitlog_offsets,
         topic=topic,

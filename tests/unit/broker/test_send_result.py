@@ -45,3 +45,25 @@ def test_the_store_s_own_reason_is_kept_per_message() -> None:
     result = to_send_response(appended, "t", 0, "b")
     assert list(result.statuses) == [broker_pb2.SEND_OK, broker_pb2.SEND_FAILED]
     assert dict(result.errors) == {1: "body too large"}
+
+
+@pytest.mark.parametrize(
+    "last",
+    [message_pb2.PUT_OK, message_pb2.FLUSH_DISK_TIMEOUT, message_pb2.OS_PAGE_CACHE_BUSY],
+)
+def test_a_batch_maps_every_status_whether_or_not_all_are_ok(
+    last: message_pb2.PutMessageStatus.ValueType,
+) -> None:
+    """An all-PUT_OK answer takes a shorter way than a mixed one; both map each status."""
+    count = 300
+    put = [message_pb2.PUT_OK] * (count - 1) + [last]
+    appended = store_pb2.AppendResponse(
+        statuses=put,
+        commitlog_offsets=list(range(count)),
+        queue_offsets=list(range(count)),
+    )
+    result = to_send_response(appended, "t", 0, "b")
+    assert list(result.statuses) == [STORED.get(s, broker_pb2.SEND_FAILED) for s in put]
+    assert list(result.put_statuses) == put
+    failed = STORED.get(last) is None
+    assert dict(result.errors).keys() == ({count - 1} if failed else set())
