@@ -122,3 +122,26 @@ def test_delay_names_are_found_in_properties_sections_only(
 def test_no_sections_contain_nothing() -> None:
     empty = np.array([], dtype=np.int64)
     assert not sections_contain(b"DELAY\x01", empty, empty, DELAY_MARKERS)
+
+
+def test_windows_are_the_overlapping_rows_of_the_data() -> None:
+    """Row i of the windows is data[i:i + width], for data laid out byte after byte
+    or not (read from a copy); read-only unless asked for and the data allows it."""
+    from boltmq.wire.record_heads import _windows
+
+    raw = bytearray(range(200))
+    writable = np.frombuffer(raw, dtype=np.uint8)
+    for data in (np.frombuffer(bytes(raw), dtype=np.uint8), writable, writable[::2]):
+        for width in (1, 7, len(data), len(data) + 5):
+            windows = _windows(data, width, writeable=False)
+            assert windows.shape == (max(len(data) - width + 1, 0), width)
+            for i in range(0, len(windows), 13):
+                assert bytes(windows[i]) == bytes(data[i : i + width])
+            assert not windows.flags.writeable
+    stamped = _windows(writable, 4, writeable=True)
+    stamped[10] = [9, 9, 9, 9]
+    assert raw[10:14] == b"\t\t\t\t"
+    with pytest.raises(ValueError, match="read-only"):
+        _windows(np.frombuffer(bytes(8), dtype=np.uint8), 4, writeable=True)
+    with pytest.raises(ValueError, match="byte after byte"):
+        _windows(writable[::2], 4, writeable=True)
