@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import NamedTuple
 
-from boltmq.unique_id import new_unique_id
+from boltmq.unique_id import new_unique_id, new_unique_ids
 from boltmq.v1 import broker_pb2, message_pb2
 from boltmq.wire.record import PROPERTY_UNIQ_KEY, InvalidMessage, RecordView
 from boltmq.wire.record_batch import send_record_parts
+from boltmq.wire.send_columns import COLUMNS_MIN, encode_plain_batch
 
 MAX_DELAY_LEVEL = 18
 """Delay levels a broker may have (queues of SCHEDULE_TOPIC_XXXX); the broker checks its own."""
@@ -225,6 +226,10 @@ def batch_records(
     (the bytes of ``to_record`` of each, joined; the same MessageError).
     ``unique_ids``: one per message (:meth:`Message.unique_id`), or none.
     ``compress_over``: as :meth:`Message.to_record`'s, for each message."""
+    if unique_ids is not None and not trace_context and len(msgs) >= COLUMNS_MIN:
+        plain = _plain_batch(msgs, born_timestamp_ms, unique_ids, compress_over)
+        if plain is not None:
+            return plain
     parts: list[bytes] = []
     extend = parts.extend
     if unique_ids is None:
@@ -234,6 +239,49 @@ def batch_records(
         for msg, unique_id in zip(msgs, unique_ids, strict=True):
             extend(msg.record_parts(born_timestamp_ms, trace_context, unique_id, compress_over))
     return b"".join(parts)
+
+
+def _plain_batch(
+    msgs: Sequence[Message], born_timestamp_ms: int, unique_ids: Sequence[str], compress_over: int
+) -> bytes | None:
+    """:func:`batch_records` of messages all of one topic and tags, with a bytes body and
+    nothing else (no keys, properties or delay; no body to compress) encoded as columns
+    (:mod:`boltmq.wire.send_columns`); None for any other batch."""
+    first = msgs[0]
+    topic, tags = first.topic, first.tags or None
+    if type(topic) is not str or not topic:
+        return None
+    bodies: list[bytes] = []
+    flags: list[int] = []
+    for msg in msgs:
+        body = msg.body
+        if (
+            type(body) is not bytes
+            or msg.topic != topic
+            or (msg.tags or None) != tags
+            or type(msg.keys) is not tuple
+            or msg.keys
+            or msg.properties
+            or type(msg.flag) is not int
+            or msg.delay_level
+            or msg.deliver_at_ms
+            or 0 < compress_over < len(body)
+        ):
+            return None
+        bodies.append(body)
+        flags.append(msg.flag)
+    try:
+        return encode_plain_batch(topic, tags, bodies, flags, born_timestamp_ms, unique_ids)
+    except (InvalidMessage, TypeError):
+        return None  # encoded one by one, the error names the message
+
+
+def message_unique_ids(msgs: Sequence[Message]) -> list[str]:
+    """:meth:`Message.unique_id` of each message, the new ones made together."""
+    fresh = new_unique_ids(len(msgs))
+    return [
+        msg.properties.get(PROPERTY_UNIQ_KEY) or made for msg, made in zip(msgs, fresh, strict=True)
+    ]
 
 
 @dataclass(frozen=True, order=True)

@@ -86,6 +86,7 @@ from boltmq.message import (
     SendStatus,
     batch_records,
     check_messages,
+    message_unique_ids,
 )
 from boltmq.message_lookup import find_by_unique_id
 from boltmq.options import ProducerOptions
@@ -266,7 +267,7 @@ class Producer:
         born_ms = time.time_ns() // 1_000_000
         with telemetry.producer_span(topic, len(msgs), msgs[0].body) as span:
             context = telemetry.message_context(span)  # {} without tracing
-            unique_ids = [m.unique_id() for m in msgs]  # before the first attempt
+            unique_ids = message_unique_ids(msgs)  # before the first attempt
             records = batch_records(
                 msgs, born_ms, context, unique_ids, self.options.compress_body_over
             )

@@ -70,6 +70,18 @@ class UniqueIds:
 
     def new(self, now_ms: int | None = None) -> str:
         """A new id (``now_ms``: the time to encode, ms since the epoch; default now)."""
+        tail = _TAIL.pack(self._elapsed(now_ms), next(self._counter) & 0xFFFF)
+        return self._prefix + tail.hex().upper()
+
+    def new_many(self, count: int, now_ms: int | None = None) -> list[str]:
+        """``count`` new ids, of one time (a batch's: one clock read, the counter's
+        next ``count`` values), as :meth:`new` makes them one by one."""
+        head = f"{self._prefix}{self._elapsed(now_ms):08X}"
+        counter = self._counter
+        return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(count)]
+
+    def _elapsed(self, now_ms: int | None) -> int:
+        """Milliseconds from the start of ``now_ms``'s month (default now), as 32 bits."""
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
         start, end = self._month
@@ -77,8 +89,7 @@ class UniqueIds:
             with self._lock:
                 start = _month_start_ms(now_ms)
                 self._month = (start, _month_start_ms(start + 32 * 86_400_000))
-        tail = _TAIL.pack((now_ms - start) & 0xFFFFFFFF, next(self._counter) & 0xFFFF)
-        return self._prefix + tail.hex().upper()
+        return (now_ms - start) & 0xFFFFFFFF
 
 
 _ids = UniqueIds()
@@ -87,6 +98,11 @@ _ids = UniqueIds()
 def new_unique_id() -> str:
     """A new unique message id (the module docstring)."""
     return _ids.new()
+
+
+def new_unique_ids(count: int) -> list[str]:
+    """``count`` new unique message ids, made together (a batch's)."""
+    return _ids.new_many(count)
 
 
 def record_unique_ids(records: bytes, count: int) -> list[str]:

@@ -124,6 +124,20 @@ no keys or other properties."""
 _TAILS_MAX: Final = 4096
 
 
+def plain_tail(topic: str, tags: str | None) -> tuple[bytes, bytes, bytes, int]:
+    """(tail, topic field, properties section, magic) of a record of ``topic`` with ``tags``
+    at most (no keys, no other properties), cached; InvalidMessage as
+    :func:`send_record_parts` raises it."""
+    cached = _tails.get((topic, tags))
+    if cached is None:
+        topic_field, magic = encode_topic(topic)
+        properties_raw = encode_properties(message_properties(tags, None, None))
+        cached = (_tail(topic_field, properties_raw), topic_field, properties_raw, magic)
+        if len(_tails) < _TAILS_MAX:
+            _tails[(topic, tags)] = cached
+    return cached
+
+
 def encode_send_record(
     topic: str,
     body: bytes,
@@ -167,14 +181,7 @@ def send_record_parts(
     else:
         # Most messages carry tags at most: the tail depends on (topic, tags) alone,
         # but for the unique id, appended as one more property.
-        cached = _tails.get((topic, tags))
-        if cached is None:
-            topic_field, magic = encode_topic(topic)
-            properties_raw = encode_properties(message_properties(tags, None, None))
-            cached = (_tail(topic_field, properties_raw), topic_field, properties_raw, magic)
-            if len(_tails) < _TAILS_MAX:
-                _tails[(topic, tags)] = cached
-        tail, topic_field, properties_raw, magic = cached
+        tail, topic_field, properties_raw, magic = plain_tail(topic, tags)
         if unique_id:
             properties_raw += _unique_id_pair(unique_id)
             tail = _tail(topic_field, properties_raw)

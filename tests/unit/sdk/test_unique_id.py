@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import re
 import threading
 
 import pytest
 
-from boltmq.message import Message, batch_records
-from boltmq.unique_id import UniqueIds, new_unique_id
+from boltmq.message import Message, batch_records, message_unique_ids
+from boltmq.unique_id import UniqueIds, new_unique_id, new_unique_ids
 from boltmq.wire.record import decode_records
 from boltmq.wire.record_batch import derive_properties, send_record_parts
 from boltmq.wire.record_encoding import InvalidMessage
@@ -87,3 +88,30 @@ def test_a_batch_gives_each_record_its_own_id() -> None:
 def test_a_unique_id_with_a_separator_is_refused() -> None:
     with pytest.raises(InvalidMessage):
         send_record_parts("T", b"x", unique_id="bad\x01id")
+
+
+def test_ids_made_together_are_those_made_one_by_one() -> None:
+    """new_many reads the clock once and takes the counter's next values: the ids new()
+    would make at that time, one after the other, month rollover included."""
+    for when in (
+        datetime.datetime(2026, 3, 5, 1, 2, 3, 4000, datetime.UTC),
+        datetime.datetime(2026, 2, 28, 23, 59, 59, 999000, datetime.UTC),
+        datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC),
+    ):
+        now_ms = int(when.timestamp() * 1000)
+        ids = UniqueIds()
+        together = ids.new_many(300, now_ms)
+        one_by_one = [ids.new(now_ms) for _ in range(300)]
+        assert all(HEX32.fullmatch(i) for i in together)
+        assert {i[:28] for i in together} == {i[:28] for i in one_by_one}  # prefix, time
+        counters = [int(i[28:], 16) for i in together + one_by_one]
+        assert [(b - a) % 65536 for a, b in itertools.pairwise(counters)] == [1] * 599
+    assert len(set(new_unique_ids(1000) + new_unique_ids(1000))) == 2000
+    assert new_unique_ids(0) == []
+
+
+def test_a_batch_keeps_the_ids_its_messages_carry() -> None:
+    own = Message(topic="T", body=b"x", properties={"UNIQ_KEY": "MINE"})
+    ids = message_unique_ids([Message(topic="T", body=b"a"), own, Message(topic="T", body=b"b")])
+    assert ids[1] == "MINE"
+    assert HEX32.fullmatch(ids[0]) and HEX32.fullmatch(ids[2]) and ids[0] != ids[2]
