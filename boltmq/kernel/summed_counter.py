@@ -21,21 +21,25 @@ and for the copy a collection reads.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+log = logging.getLogger(__name__)
 
 
 class SummedCounter:
     """Monotonic totals per value of one attribute (or one total when ``attribute`` is
     empty), reported as the observable counter ``name`` of ``meter``."""
 
-    __slots__ = ("_attribute", "_totals", "_lock")
+    __slots__ = ("_name", "_attribute", "_totals", "_lock")
 
     def __init__(
         self, meter: Meter, name: str, unit: str, description: str, attribute: str = ""
     ) -> None:
+        self._name = name
         self._attribute = attribute
         self._totals: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -44,9 +48,12 @@ class SummedCounter:
         )
 
     def add(self, amount: int, value: str = "") -> None:
-        """Count ``amount`` (not negative) for the attribute value ``value``."""
+        """Count ``amount`` for the attribute value ``value``. A negative amount is dropped
+        with a warning, as the SDK's counter drops it: a counter only goes up, and a
+        metric never fails the request it counts."""
         if amount < 0:
-            raise ValueError(f"a counter only goes up: add({amount})")
+            log.warning("counter %s: add(%d) dropped, a counter only goes up", self._name, amount)
+            return
         with self._lock:
             totals = self._totals
             totals[value] = totals.get(value, 0) + amount

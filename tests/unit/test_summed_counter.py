@@ -97,12 +97,18 @@ def test_nothing_is_reported_before_the_first_add(
     assert "idle" not in names
 
 
-def test_refuses_to_go_down(meter: Meter) -> None:
-    counter = SummedCounter(meter, "down", "{call}", "refuses negatives", "topic")
+def test_a_negative_add_is_dropped_with_a_warning(
+    meter: Meter, reader: InMemoryMetricReader, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the SDK's counter: the total never goes down, and the caller (a send being
+    answered) is not failed by its metric."""
+    counter = SummedCounter(meter, "down", "{call}", "drops negatives", "topic")
     counter.add(3, "A")
-    with pytest.raises(ValueError, match="only goes up"):
+    with caplog.at_level("WARNING", logger="boltmq.kernel.summed_counter"):
         counter.add(-1, "A")
     assert counter.total("A") == 3
+    assert _points(_metrics(reader)["down"]) == {(("topic", "A"),): 3}
+    assert "counter down: add(-1) dropped" in caplog.text
 
 
 def test_adds_from_many_threads_are_all_counted(meter: Meter, reader: InMemoryMetricReader) -> None:
