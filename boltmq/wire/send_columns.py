@@ -50,7 +50,6 @@ def encode_plain_batch(
     joined = "".join(unique_ids)
     if (
         not width
-        or len(joined) != width * count
         or any(len(unique_id) != width for unique_id in unique_ids)
         or not joined.isascii()
         or "\x01" in joined
