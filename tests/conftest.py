@@ -131,3 +131,27 @@ def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
         yield server
     finally:
         server.stop()
+
+
+LOG_TAIL_LINES = 80
+"""How much of each service log a failing test's report shows."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """A failing test's report ends with the tail of every service log in its ``tmp_path``.
+
+    Integration tests start real services whose stderr goes to ``*.log`` files there;
+    when a CI run fails on another machine those files are gone, and the report is
+    all that explains a timeout ("the replica to catch up") from the services' side.
+    """
+    report = yield
+    funcargs = getattr(item, "funcargs", {})
+    tmp_path = funcargs.get("tmp_path")
+    if report.failed and report.when == "call" and isinstance(tmp_path, Path):
+        for log_file in sorted(tmp_path.rglob("*.log")):
+            lines = log_file.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            if lines:
+                name = log_file.relative_to(tmp_path)
+                report.sections.append((f"service log {name}", "\n".join(lines)))
+    return report

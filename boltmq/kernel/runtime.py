@@ -105,6 +105,20 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
             log.debug("%r ended with %r before it was cancelled", task, task.exception())
 
 
+def cancelled_from_below() -> bool:
+    """Whether the CancelledError being handled came from below, not from a cancel of the
+    running task.
+
+    grpc.aio raises CancelledError out of a call that was cancelled locally (its
+    request iterator raised, or something else cancelled it), while nothing
+    cancelled the task awaiting it. A loop that must outlive one bad pass (a
+    watcher, a reconnecting stream) treats that as the pass failing and goes on;
+    its own cancellation (``Task.cancelling()``) it passes on.
+    """
+    task = asyncio.current_task()
+    return task is not None and not task.cancelling()
+
+
 def answer_encoded(
     server: grpc.aio.Server,
     service_name: str,

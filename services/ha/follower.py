@@ -126,7 +126,7 @@ class Follower:
         while True:
             retrying = AsyncRetrying(
                 wait=wait_exponential_jitter(
-                    initial=config.reconnect_min_ms / 1000,
+                    multiplier=config.reconnect_min_ms / 1000,
                     max=config.reconnect_max_ms / 1000,
                     jitter=config.reconnect_min_ms / 1000,
                 ),
@@ -139,7 +139,18 @@ class Follower:
                 reraise=True,
             )
             with contextlib.suppress(_Progressed):
-                await retrying(self._session)
+                await retrying(self._guarded_session)
+
+    async def _guarded_session(self) -> None:
+        """:meth:`_session`, where a CancelledError from below (a gRPC call cancelled
+        under it, not this task) fails the session like any error: it is retried, and
+        following goes on."""
+        try:
+            await self._session()
+        except asyncio.CancelledError:
+            if not runtime.cancelled_from_below():
+                raise
+            raise ReplicationBroken("a call of the session was cancelled under it") from None
 
     @staticmethod
     def _log_retry(state: object) -> None:

@@ -122,6 +122,10 @@ class HANode:
                 self._store_failing = False
             try:
                 await self._apply_role(info)
+            except asyncio.CancelledError:
+                if not runtime.cancelled_from_below():
+                    raise
+                log.exception("applying the store's role: a call was cancelled under it")
             except Exception:
                 # The watcher must outlive a bug in one pass: without it roles never change.
                 log.exception("applying the store's role failed")

@@ -92,6 +92,11 @@ class ProgressForwarder:
             try:
                 await self._store.report_replicas(self._stream())
                 return  # ended by stop()
+            except asyncio.CancelledError:
+                if not runtime.cancelled_from_below():
+                    raise
+                log.warning("replica progress stream to the store was cancelled; reopening")
+                failing = True
             except HAError as exc:
                 if self._delivered:
                     pause_s = REOPEN_MIN_S  # it worked for a while: a fresh break

@@ -28,7 +28,7 @@ from tests.integration.test_ha import (
     wait_until,
 )
 
-SLAVE_TIMEOUT_MS = 500
+SLAVE_TIMEOUT_MS = 2000
 
 
 @pytest.fixture

@@ -1,0 +1,153 @@
+"""The HA service's loops outlive a CancelledError that comes from below them.
+
+grpc.aio raises CancelledError out of a call that was cancelled locally, while
+nothing cancelled the task awaiting it. The role watcher, the follower and the
+progress forwarder must treat that as one failed pass and go on (a dead watcher
+never starts following; a dead follower never reconnects), and still stop when
+they themselves are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from boltmq.kernel import runtime
+from boltmq.v1 import store_pb2
+from services.ha.config import HAConfig
+from services.ha.follower import Follower
+from services.ha.node import HANode
+from services.ha.progress import ProgressForwarder
+
+CONFIG = HAConfig(
+    store_address="127.0.0.1:1",
+    master_address="127.0.0.1:2",
+    role_check_interval_ms=1,
+    reconnect_min_ms=1,
+    reconnect_max_ms=2,
+)
+
+
+async def cancelled_call() -> None:
+    """What awaiting a locally cancelled grpc.aio call does: a future that was cancelled."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+
+
+async def wait_for_count(counts: list[int], at_least: int) -> None:
+    async with asyncio.timeout(10):
+        while len(counts) < at_least:
+            await asyncio.sleep(0.001)
+
+
+def test_a_cancelled_call_is_from_below_and_a_cancelled_task_is_not() -> None:
+    seen: list[bool] = []
+
+    async def catch_below() -> None:
+        try:
+            await cancelled_call()
+        except asyncio.CancelledError:
+            seen.append(runtime.cancelled_from_below())
+
+    async def catch_own(started: asyncio.Event) -> None:
+        try:
+            started.set()
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            seen.append(runtime.cancelled_from_below())
+            raise
+
+    async def main() -> None:
+        await catch_below()
+        started = asyncio.Event()
+        task = asyncio.create_task(catch_own(started))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert seen == [True, False]
+
+
+def test_the_follower_retries_a_session_cancelled_from_below_and_stops_when_told() -> None:
+    follower = Follower(CONFIG, store=None, locator=None, own_address="r:1")  # type: ignore[arg-type]
+    sessions: list[int] = []
+
+    async def session() -> None:
+        sessions.append(1)
+        if len(sessions) < 3:
+            await cancelled_call()
+        await asyncio.sleep(10)
+
+    follower._session = session  # type: ignore[method-assign]
+
+    async def main() -> None:
+        follower.start()
+        await wait_for_count(sessions, 3)
+        assert follower.running
+        await follower.stop()
+        assert not follower.running
+
+    asyncio.run(main())
+    assert len(sessions) == 3
+
+
+class CancellingStore:
+    """A store client whose first ReportReplicas calls end cancelled from below."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.received: list[store_pb2.ReplicaProgress] = []
+
+    async def report_replicas(self, progress: AsyncIterator[store_pb2.ReplicaProgress]) -> None:
+        self.calls.append(1)
+        if len(self.calls) < 3:
+            await cancelled_call()
+        async for one in progress:
+            self.received.append(one)
+
+
+def test_the_forwarder_reopens_a_stream_cancelled_from_below_and_stops_cleanly() -> None:
+    store = CancellingStore()
+    forwarder = ProgressForwarder(store, lambda: {"r:1": 7})  # type: ignore[arg-type]
+
+    async def main() -> None:
+        forwarder.start()
+        await wait_for_count(store.calls, 3)
+        await wait_for_count(store.received, 1)  # type: ignore[arg-type]
+        forwarder.acked("r:1", 9)
+        await wait_for_count(store.received, 2)  # type: ignore[arg-type]
+        await forwarder.stop()
+        assert not forwarder.running
+
+    asyncio.run(main())
+    assert [p.acked_offset for p in store.received] == [7, 9]
+
+
+def test_the_role_watcher_outlives_a_pass_cancelled_from_below() -> None:
+    passes: list[int] = []
+
+    async def store_info() -> store_pb2.StoreInfo:
+        return store_pb2.StoreInfo(role="MASTER")
+
+    async def apply_role(info: store_pb2.StoreInfo) -> None:
+        passes.append(1)
+        if len(passes) < 3:
+            await cancelled_call()
+
+    async def main() -> None:
+        node = HANode(CONFIG)
+        node.store.store_info = store_info  # type: ignore[method-assign,assignment]
+        node._apply_role = apply_role  # type: ignore[method-assign]
+        watcher = asyncio.create_task(node._watch())
+        await wait_for_count(passes, 4)
+        assert not watcher.done()
+        await runtime.cancel_and_wait(watcher)
+        assert watcher.cancelled()
+        await node.store.close()
+
+    asyncio.run(main())
