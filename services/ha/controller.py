@@ -47,6 +47,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from boltmq.kernel import runtime
 from boltmq.v1 import store_pb2
 from services.ha.config import HAConfig
 from services.ha.errors import ControllerUnavailable, HAError
@@ -189,6 +190,10 @@ class Controller:
                 await self.step()
             except HAError as exc:
                 self._note(f"controller step failed: {exc}")
+            except asyncio.CancelledError:
+                if not runtime.cancelled_from_below():
+                    raise
+                log.exception("controller step: a call was cancelled under it")
             except Exception:
                 # The loop must outlive a bug in one pass: without it nothing is elected.
                 log.exception("controller step failed")

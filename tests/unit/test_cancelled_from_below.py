@@ -1,10 +1,11 @@
-"""The HA service's loops outlive a CancelledError that comes from below them.
+"""The services' background loops outlive a CancelledError that comes from below them.
 
 grpc.aio raises CancelledError out of a call that was cancelled locally, while
-nothing cancelled the task awaiting it. The role watcher, the follower and the
-progress forwarder must treat that as one failed pass and go on (a dead watcher
-never starts following; a dead follower never reconnects), and still stop when
-they themselves are cancelled.
+nothing cancelled the task awaiting it. The HA role watcher, follower, progress
+forwarder and controller, and the broker's registrar, must treat that as one
+failed pass and go on (a dead watcher never starts following; a dead follower
+never reconnects; a dead registrar lets the registries drop a running broker),
+and still stop when they themselves are cancelled.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import pytest
 
 from boltmq.kernel import runtime
 from boltmq.v1 import store_pb2
+from services.broker.cluster.registration import BrokerIdentity, Registrar
 from services.ha.config import HAConfig
 from services.ha.follower import Follower
 from services.ha.node import HANode
 from services.ha.progress import ProgressForwarder
+from tests.unit.ha.test_controller import FakeEtcd, FakeStore, controller
 
 CONFIG = HAConfig(
     store_address="127.0.0.1:1",
@@ -149,5 +152,60 @@ def test_the_role_watcher_outlives_a_pass_cancelled_from_below() -> None:
         await runtime.cancel_and_wait(watcher)
         assert watcher.cancelled()
         await node.store.close()
+
+    asyncio.run(main())
+
+
+def test_the_controller_outlives_a_step_cancelled_from_below_or_failing() -> None:
+    node = controller(FakeEtcd(), FakeStore("REPLICA"), "a:1")
+    steps: list[int] = []
+
+    async def step() -> None:
+        steps.append(1)
+        if len(steps) == 1:
+            await cancelled_call()
+        if len(steps) == 2:
+            raise RuntimeError("a bug in one pass")
+
+    node.step = step  # type: ignore[method-assign]
+    node.tick_s = 0.001
+
+    async def main() -> None:
+        loop = asyncio.create_task(node._run())
+        await wait_for_count(steps, 4)
+        assert not loop.done()
+        await runtime.cancel_and_wait(loop)
+        assert loop.cancelled()
+
+    asyncio.run(main())
+
+
+def test_the_registrar_outlives_a_round_cancelled_from_below_or_failing() -> None:
+    registrar = Registrar(
+        BrokerIdentity("DefaultCluster", "broker-a", ""),
+        role=None,  # type: ignore[arg-type]
+        registry_addresses=(),
+        topics=None,  # type: ignore[arg-type]
+        interval_ms=1,
+        timeout_ms=1000,
+    )
+    rounds: list[int] = []
+
+    async def register_all() -> int:
+        rounds.append(1)
+        if len(rounds) == 1:
+            await cancelled_call()
+        if len(rounds) == 2:
+            raise RuntimeError("a bug in one round")
+        return 1
+
+    registrar.register_all = register_all  # type: ignore[method-assign]
+
+    async def main() -> None:
+        loop = asyncio.create_task(registrar._run())
+        await wait_for_count(rounds, 4)
+        assert not loop.done()
+        await runtime.cancel_and_wait(loop)
+        assert loop.cancelled()
 
     asyncio.run(main())
