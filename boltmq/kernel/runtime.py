@@ -23,12 +23,13 @@ port back without polling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -117,6 +118,26 @@ def cancelled_from_below() -> bool:
     """
     task = asyncio.current_task()
     return task is not None and not task.cancelling()
+
+
+@contextlib.contextmanager
+def one_round(what: str, logger: logging.Logger = log) -> Iterator[None]:
+    """One round of a background loop that must outlive it (``with one_round(...):``
+    around the round's awaits).
+
+    An unexpected error, or a CancelledError from below (:func:`cancelled_from_below`),
+    is logged with ``what`` and swallowed: the loop goes on to its next round. The
+    task's own cancellation passes, so the loop still stops. Errors a round expects
+    (a store restarting) are handled inside it, with a message of their own.
+    """
+    try:
+        yield
+    except asyncio.CancelledError:
+        if not cancelled_from_below():
+            raise
+        logger.exception("%s: a call was cancelled under it", what)
+    except Exception:
+        logger.exception("%s failed", what)
 
 
 def answer_encoded(

@@ -303,10 +303,11 @@ class Broker:
         interval_s = self.config.client_scan_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            for group, client_id in self.clients.expire():
-                log.info("consumer %s of group %s expired", client_id, group)
-                self.locks.unlock_client(group, client_id)
-            self.locks.expire()
+            with runtime.one_round("client expiry", log):
+                for group, client_id in self.clients.expire():
+                    log.info("consumer %s of group %s expired", client_id, group)
+                    self.locks.unlock_client(group, client_id)
+                self.locks.expire()
 
 
 def _gate(config: BrokerConfig, acl: AclTable) -> BrokerGate:

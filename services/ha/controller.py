@@ -186,17 +186,12 @@ class Controller:
     # ------------------------------------------------------------------ loops
     async def _run(self) -> None:
         while True:
-            try:
-                await self.step()
-            except HAError as exc:
-                self._note(f"controller step failed: {exc}")
-            except asyncio.CancelledError:
-                if not runtime.cancelled_from_below():
-                    raise
-                log.exception("controller step: a call was cancelled under it")
-            except Exception:
-                # The loop must outlive a bug in one pass: without it nothing is elected.
-                log.exception("controller step failed")
+            # The loop must outlive a bug in one pass: without it nothing is elected.
+            with runtime.one_round("controller step", log):
+                try:
+                    await self.step()
+                except HAError as exc:
+                    self._note(f"controller step failed: {exc}")
             await asyncio.sleep(self.tick_s)
 
     async def _keep_lease(self) -> None:

@@ -120,15 +120,9 @@ class HANode:
             if self._store_failing:
                 log.info("the store at %s answers again", self.store.address)
                 self._store_failing = False
-            try:
+            # The watcher must outlive a bug in one pass: without it roles never change.
+            with runtime.one_round("applying the store's role", log):
                 await self._apply_role(info)
-            except asyncio.CancelledError:
-                if not runtime.cancelled_from_below():
-                    raise
-                log.exception("applying the store's role: a call was cancelled under it")
-            except Exception:
-                # The watcher must outlive a bug in one pass: without it roles never change.
-                log.exception("applying the store's role failed")
 
     async def _apply_role(self, info: store_pb2.StoreInfo) -> None:
         """Run the side that the store's role calls for, and only that one."""

@@ -209,3 +209,35 @@ def test_the_registrar_outlives_a_round_cancelled_from_below_or_failing() -> Non
         assert loop.cancelled()
 
     asyncio.run(main())
+
+
+def test_one_round_logs_and_swallows_a_failure_and_passes_the_tasks_own_cancel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def failing() -> None:
+        with runtime.one_round("the round"):
+            raise RuntimeError("a bug")
+
+    async def cancelled_below() -> None:
+        with runtime.one_round("the round"):
+            await cancelled_call()
+
+    async def main() -> bool:
+        await failing()
+        await cancelled_below()
+        started = asyncio.Event()
+
+        async def waiting() -> None:
+            with runtime.one_round("the round"):
+                started.set()
+                await asyncio.sleep(10)
+
+        task = asyncio.create_task(waiting())
+        await started.wait()
+        task.cancel()
+        await asyncio.wait([task])
+        return task.cancelled()
+
+    assert asyncio.run(main())
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == ["the round failed", "the round: a call was cancelled under it"]

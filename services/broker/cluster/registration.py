@@ -99,16 +99,10 @@ class Registrar:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            try:
+            # The loop must outlive a bug in one round: without it the registries drop
+            # this broker while it runs, and clients stop routing to it.
+            with runtime.one_round("registration round", log):
                 await self.register_all()
-            except asyncio.CancelledError:
-                if not runtime.cancelled_from_below():
-                    raise
-                log.exception("registration round: a call was cancelled under it")
-            except Exception:
-                # The loop must outlive a bug in one round: without it the registries
-                # drop this broker while it runs, and clients stop routing to it.
-                log.exception("registration round failed")
 
     async def register_all(self) -> int:
         """One registration round with every registry at once; return how many took it.

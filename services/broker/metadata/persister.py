@@ -120,14 +120,17 @@ class MetadataPersister:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            try:
-                await self.save_offsets()
-                await self.save_delay_offsets()
-                await self.save_pop_state()
-            except BrokerError as exc:
-                log.warning(
-                    "cannot save consumer offsets, delay offsets or POP state (will retry): %s", exc
-                )
+            # Without this loop no consumer offset would be saved again.
+            with runtime.one_round("saving offsets and POP state", log):
+                try:
+                    await self.save_offsets()
+                    await self.save_delay_offsets()
+                    await self.save_pop_state()
+                except BrokerError as exc:
+                    log.warning(
+                        "cannot save consumer offsets, delay offsets or POP state (will retry): %s",
+                        exc,
+                    )
 
     def documents(self) -> dict[str, bytes]:
         """Every table as the JSON document it is saved as, by file name."""

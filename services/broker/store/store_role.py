@@ -94,19 +94,21 @@ class StoreRole:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            try:
-                changed = await self.refresh()
-            except BrokerError:
-                continue  # the store is restarting: keep the last known role
-            if changed:
-                log.warning(
-                    "store role is now %s (epoch %d): registering as broker id %d",
-                    "MASTER" if self.is_master else "REPLICA",
-                    self.epoch,
-                    self.broker_id,
-                )
-                if self._on_change is not None:
-                    await self._on_change()
+            # Without this loop a failover would never reach the broker's registration.
+            with runtime.one_round("store role check", log):
+                try:
+                    changed = await self.refresh()
+                except BrokerError:
+                    continue  # the store is restarting: keep the last known role
+                if changed:
+                    log.warning(
+                        "store role is now %s (epoch %d): registering as broker id %d",
+                        "MASTER" if self.is_master else "REPLICA",
+                        self.epoch,
+                        self.broker_id,
+                    )
+                    if self._on_change is not None:
+                        await self._on_change()
 
     async def promote(self, max_lag_bytes: int) -> None:
         """Make the store the master; FailedPrecondition unless it is a caught-up replica."""

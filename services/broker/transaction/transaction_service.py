@@ -57,6 +57,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from boltmq.kernel import runtime
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
 from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK, SYS_FLAG_TRANSACTION_PREPARED
 from services.broker.access.acl_file import Perm
@@ -154,12 +155,11 @@ class TransactionService:
         interval_s = self._config.transaction_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            try:
-                await self.check_once()
-            except BrokerError as exc:
-                log.warning("transaction check round failed: %s", exc)
-            except Exception:
-                log.exception("transaction check round failed")
+            with runtime.one_round("transaction check round", log):
+                try:
+                    await self.check_once()
+                except BrokerError as exc:
+                    log.warning("transaction check round failed: %s", exc)
 
     # ---------------------------------------------------------------- prepare
     async def prepare(
