@@ -11,7 +11,8 @@ and still stop when they themselves are cancelled.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,25 @@ async def wait_for_count(counts: list[int], at_least: int) -> None:
     async with asyncio.timeout(10):
         while len(counts) < at_least:
             await asyncio.sleep(0.001)
+
+
+async def outlives_rounds(loop: Coroutine[Any, Any, None], rounds: list[int]) -> None:
+    """Run a background loop until it has begun four rounds (the first ones fail, by the
+    test's step), then cancel it: it must still have been running, and stop cancelled."""
+    task = asyncio.create_task(loop)
+    await wait_for_count(rounds, 4)
+    assert not task.done()
+    await runtime.cancel_and_wait(task)
+    assert task.cancelled()
+
+
+async def failing_round(rounds: list[int]) -> None:
+    """A round: the first is cancelled from below, the second raises, the rest pass."""
+    rounds.append(1)
+    if len(rounds) == 1:
+        await cancelled_call()
+    if len(rounds) == 2:
+        raise RuntimeError("a bug in one round")
 
 
 def test_a_cancelled_call_is_from_below_and_a_cancelled_task_is_not() -> None:
@@ -131,26 +151,17 @@ def test_the_forwarder_reopens_a_stream_cancelled_from_below_and_stops_cleanly()
     assert [p.acked_offset for p in store.received] == [7, 9]
 
 
-def test_the_role_watcher_outlives_a_pass_cancelled_from_below() -> None:
+def test_the_role_watcher_outlives_a_pass_cancelled_from_below_or_failing() -> None:
     passes: list[int] = []
 
     async def store_info() -> store_pb2.StoreInfo:
         return store_pb2.StoreInfo(role="MASTER")
 
-    async def apply_role(info: store_pb2.StoreInfo) -> None:
-        passes.append(1)
-        if len(passes) < 3:
-            await cancelled_call()
-
     async def main() -> None:
         node = HANode(CONFIG)
         node.store.store_info = store_info  # type: ignore[method-assign,assignment]
-        node._apply_role = apply_role  # type: ignore[method-assign]
-        watcher = asyncio.create_task(node._watch())
-        await wait_for_count(passes, 4)
-        assert not watcher.done()
-        await runtime.cancel_and_wait(watcher)
-        assert watcher.cancelled()
+        node._apply_role = lambda info: failing_round(passes)  # type: ignore[method-assign]
+        await outlives_rounds(node._watch(), passes)
         await node.store.close()
 
     asyncio.run(main())
@@ -159,25 +170,9 @@ def test_the_role_watcher_outlives_a_pass_cancelled_from_below() -> None:
 def test_the_controller_outlives_a_step_cancelled_from_below_or_failing() -> None:
     node = controller(FakeEtcd(), FakeStore("REPLICA"), "a:1")
     steps: list[int] = []
-
-    async def step() -> None:
-        steps.append(1)
-        if len(steps) == 1:
-            await cancelled_call()
-        if len(steps) == 2:
-            raise RuntimeError("a bug in one pass")
-
-    node.step = step  # type: ignore[method-assign]
+    node.step = lambda: failing_round(steps)  # type: ignore[method-assign]
     node.tick_s = 0.001
-
-    async def main() -> None:
-        loop = asyncio.create_task(node._run())
-        await wait_for_count(steps, 4)
-        assert not loop.done()
-        await runtime.cancel_and_wait(loop)
-        assert loop.cancelled()
-
-    asyncio.run(main())
+    asyncio.run(outlives_rounds(node._run(), steps))
 
 
 def test_the_registrar_outlives_a_round_cancelled_from_below_or_failing() -> None:
@@ -190,25 +185,8 @@ def test_the_registrar_outlives_a_round_cancelled_from_below_or_failing() -> Non
         timeout_ms=1000,
     )
     rounds: list[int] = []
-
-    async def register_all() -> int:
-        rounds.append(1)
-        if len(rounds) == 1:
-            await cancelled_call()
-        if len(rounds) == 2:
-            raise RuntimeError("a bug in one round")
-        return 1
-
-    registrar.register_all = register_all  # type: ignore[method-assign]
-
-    async def main() -> None:
-        loop = asyncio.create_task(registrar._run())
-        await wait_for_count(rounds, 4)
-        assert not loop.done()
-        await runtime.cancel_and_wait(loop)
-        assert loop.cancelled()
-
-    asyncio.run(main())
+    registrar.register_all = lambda: failing_round(rounds)  # type: ignore[assignment,method-assign,return-value]
+    asyncio.run(outlives_rounds(registrar._run(), rounds))
 
 
 def test_one_round_logs_and_swallows_a_failure_and_passes_the_tasks_own_cancel(
