@@ -251,7 +251,11 @@ class Broker:
                 self.persister,
             ),
             self.pop,
-            SendStreamer(send, config.send_stream_in_flight_max),
+            SendStreamer(
+                send,
+                config.send_stream_in_flight_max,
+                inline=lambda: self.store.in_process and not self.role.appends_wait,
+            ),
         )
 
     async def start(self, advertised_address: str) -> None:

@@ -172,6 +172,7 @@ def store_info(store: MessageStore, config: StoreConfig) -> store_pb2.StoreInfo:
         segment_bytes=config.mapped_file_size_commitlog,
         broker_role=role.broker_role,
         replicas=_replica_states(store, max_offset),
+        appends_wait=store.needs_async_wait,
     )
 
 

@@ -32,6 +32,12 @@ Rules, per stream:
   (:class:`~services.broker.access.stream_access.StreamAccess`: signature,
   client budget, rights); a refusal answers that message with the code a call
   would end with, and only a bad signature ends the stream;
+- a send alone on the stream (nothing else running, nothing in its ``more``) runs
+  in the stream's reader instead of a task of its own when ``inline`` says the
+  store answers appends at once (served in this process, no flush or replica to
+  wait for): a task costs the send a turn of the event loop. The reader reads
+  on once it is answered; anything that may wait gets a task, so a slow send
+  never holds up the stream;
 - at most ``in_flight_max`` sends run at once (``send_stream_in_flight_max``):
   a request beyond that is answered RESOURCE_EXHAUSTED at once, never queued
   (a client that does not bound itself cannot make the broker hold its
@@ -49,7 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -83,9 +89,16 @@ def refusal(message_id: int, code: grpc.StatusCode, error: str) -> broker_pb2.Se
 class SendStreamer:
     """Serves SendStream calls over the broker's SendProcessor (module docstring)."""
 
-    def __init__(self, send: SendProcessor, in_flight_max: int) -> None:
+    def __init__(
+        self,
+        send: SendProcessor,
+        in_flight_max: int,
+        inline: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._send = send
         self._in_flight_max = in_flight_max
+        self._inline = inline
+        """Whether a send alone may run in the reader (the module docstring)."""
         self._readers: set[asyncio.Task[None]] = set()
         """The request readers of the open streams (:meth:`close` stops them)."""
         self._closing = False
@@ -165,6 +178,12 @@ class SendStreamer:
                     refused = self._refused(message, access, len(running), inner=n > 0)
                     if isinstance(refused, broker_pb2.SendStreamResponse):
                         answers.put_nowait(refused)
+                        continue
+                    if not running and not carried.more and self._inline():
+                        try:
+                            await self._one(message, refused, peer_address, answers)
+                        finally:
+                            access.done()
                         continue
                     task = loop.create_task(self._one(message, refused, peer_address, answers))
                     running.add(task)

@@ -59,6 +59,9 @@ class StoreRole:
         self.epoch = 0
         self.store_broker_id = -1
         self.max_offset = 0
+        self.appends_wait = True
+        """Whether the store's appends wait for a flush or a replica (until its first info
+        says otherwise, they may)."""
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -77,6 +80,7 @@ class StoreRole:
         self.epoch = info.epoch
         self.store_broker_id = info.broker_id
         self.max_offset = info.commitlog_max_offset
+        self.appends_wait = info.appends_wait
         return before != (self.is_master, self.epoch, self.store_broker_id)
 
     async def refresh(self) -> bool:
