@@ -35,9 +35,12 @@ Rules, per stream:
 - a send alone on the stream (nothing else running, nothing in its ``more``) runs
   in the stream's reader instead of a task of its own when ``inline`` says the
   store answers appends at once (served in this process, no flush or replica to
-  wait for): a task costs the send a turn of the event loop. The reader reads
-  on once it is answered; anything that may wait gets a task, so a slow send
-  never holds up the stream;
+  wait for, as of the broker's last look at the store's role): a task costs the
+  send a turn of the event loop. The reader reads on once it is answered. With a
+  store that may make an append wait, every send gets a task, so a slow append
+  never holds up the stream; in the reader, only a send that auto-creates its
+  topic (the registries are told first) or meets a role change not seen yet
+  holds up the stream's next message, no longer than that send's own deadline;
 - at most ``in_flight_max`` sends run at once (``send_stream_in_flight_max``):
   a request beyond that is answered RESOURCE_EXHAUSTED at once, never queued
   (a client that does not bound itself cannot make the broker hold its
