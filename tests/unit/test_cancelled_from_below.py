@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Coroutine
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from boltmq.kernel import runtime
 from boltmq.v1 import store_pb2
+from services.broker.arrivals import arrival_watcher
+from services.broker.arrivals.arrival_watcher import ArrivalWatcher, QueueInterests
 from services.broker.cluster.registration import BrokerIdentity, Registrar
+from services.broker.delay import schedule_service
+from services.broker.delay.schedule_service import ScheduleService
 from services.ha.config import HAConfig
 from services.ha.follower import Follower
 from services.ha.node import HANode
@@ -187,6 +192,44 @@ def test_the_registrar_outlives_a_round_cancelled_from_below_or_failing() -> Non
     rounds: list[int] = []
     registrar.register_all = lambda: failing_round(rounds)  # type: ignore[assignment,method-assign,return-value]
     asyncio.run(outlives_rounds(registrar._run(), rounds))
+
+
+def test_a_delay_level_outlives_a_step_cancelled_from_below_or_failing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(schedule_service, "RETRY_PAUSE_S", 0.001)
+    service = ScheduleService(
+        SimpleNamespace(count=1),  # type: ignore[arg-type]
+        store=None,  # type: ignore[arg-type]
+        offsets=None,  # type: ignore[arg-type]
+        hub=None,  # type: ignore[arg-type]
+        role=SimpleNamespace(is_master=True),  # type: ignore[arg-type]
+    )
+    steps: list[int] = []
+
+    async def step(level: int) -> None:
+        await failing_round(steps)
+        await asyncio.sleep(0.001)  # a step that found nothing due waits
+
+    service._step = step  # type: ignore[method-assign]
+    asyncio.run(outlives_rounds(service._run(1), steps))
+
+
+def test_the_arrival_watcher_outlives_a_stream_cancelled_from_below_or_failing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(arrival_watcher, "RECONNECT_MIN_S", 0.001)
+    opened: list[int] = []
+
+    async def watch_queues(interests: object, on_open: object) -> AsyncIterator[object]:
+        await failing_round(opened)
+        return
+        yield  # an async generator that ends: the store ended the stream
+
+    store = SimpleNamespace(address="store:1", watch_queues=watch_queues)
+    hub = SimpleNamespace(wake_all=lambda: None)
+    watcher = ArrivalWatcher(store, hub, QueueInterests(), reconnect_max_ms=2)  # type: ignore[arg-type]
+    asyncio.run(outlives_rounds(watcher._run(), opened))
 
 
 def test_one_round_logs_and_swallows_a_failure_and_passes_the_tasks_own_cancel(

@@ -97,14 +97,17 @@ class ArrivalWatcher:
         failures = 0
         while True:
             interests: asyncio.Queue[store_pb2.QueueInterest] = asyncio.Queue()
-            try:
-                async for arrival in self._store.watch_queues(
-                    interests, functools.partial(self._open, interests)
-                ):
-                    self._hub.notify(arrival.topic, arrival.queue_id, arrival.max_offset)
-                reason = "the store ended the stream"
-            except BrokerError as exc:
-                reason = str(exc)
+            reason = "an error, logged above"
+            # Without this loop no long poll would be woken by an arrival again.
+            with runtime.one_round("arrival stream", log):
+                try:
+                    async for arrival in self._store.watch_queues(
+                        interests, functools.partial(self._open, interests)
+                    ):
+                        self._hub.notify(arrival.topic, arrival.queue_id, arrival.max_offset)
+                    reason = "the store ended the stream"
+                except BrokerError as exc:
+                    reason = str(exc)
             if self._interests.detach():  # it was open: start the backoff afresh
                 pause_s, failures = RECONNECT_MIN_S, 0
             self.connected.clear()

@@ -111,10 +111,15 @@ class ScheduleService:
             if not was_master:  # promoted: progress is the master's last copy (MetadataSync)
                 was_master = True
                 self._checking[level] = True
-            try:
-                await self._step(level)
-            except BrokerError as exc:
-                log.warning("delay level %d: %s (will retry)", level, exc)
+            stepped = False
+            # Without this loop the level's delayed messages would never be delivered.
+            with runtime.one_round(f"delay level {level}", log):
+                try:
+                    await self._step(level)
+                    stepped = True
+                except BrokerError as exc:
+                    log.warning("delay level %d: %s (will retry)", level, exc)
+            if not stepped:
                 await asyncio.sleep(RETRY_PAUSE_S)
 
     async def _step(self, level: int) -> None:
