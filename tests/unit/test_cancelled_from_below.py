@@ -21,6 +21,7 @@ from boltmq.kernel import runtime
 from boltmq.v1 import store_pb2
 from services.broker.arrivals import arrival_watcher
 from services.broker.arrivals.arrival_watcher import ArrivalWatcher, QueueInterests
+from services.broker.cluster.metadata_sync import MetadataSync
 from services.broker.cluster.registration import BrokerIdentity, Registrar
 from services.broker.delay import schedule_service
 from services.broker.delay.schedule_service import ScheduleService
@@ -230,6 +231,25 @@ def test_the_arrival_watcher_outlives_a_stream_cancelled_from_below_or_failing(
     hub = SimpleNamespace(wake_all=lambda: None)
     watcher = ArrivalWatcher(store, hub, QueueInterests(), reconnect_max_ms=2)  # type: ignore[arg-type]
     asyncio.run(outlives_rounds(watcher._run(), opened))
+
+
+def test_a_replicas_metadata_sync_outlives_a_round_cancelled_from_below_or_failing() -> None:
+    sync = MetadataSync(
+        "DefaultCluster",
+        "broker-a",
+        role=SimpleNamespace(is_master=False),  # type: ignore[arg-type]
+        registry_addresses=(),
+        persister=None,  # type: ignore[arg-type]
+        topics=None,  # type: ignore[arg-type]
+        groups=None,  # type: ignore[arg-type]
+        offsets=None,  # type: ignore[arg-type]
+        acl=None,  # type: ignore[arg-type]
+        interval_ms=1,
+        timeout_ms=1000,
+    )
+    rounds: list[int] = []
+    sync.sync_once = lambda: failing_round(rounds)  # type: ignore[method-assign]
+    asyncio.run(outlives_rounds(sync._run(), rounds))
 
 
 def test_one_round_logs_and_swallows_a_failure_and_passes_the_tasks_own_cancel(

@@ -133,17 +133,23 @@ class MetadataSync:
             await asyncio.sleep(self._interval_s)
             if self._role.is_master:
                 continue
-            try:
-                await self.sync_once()
-            except (BrokerError, RegistryError, grpc.aio.AioRpcError, ValueError) as exc:
-                kind = getattr(exc, "kind", None) or str(exc)
-                if kind != self._failing:  # logged once until the failure changes
-                    log.warning("cannot copy the master's metadata (will retry): %s", exc)
-                self._failing = kind
-                continue
-            if self._failing:
-                log.info("copying the master's metadata again")
-            self._failing = ""
+            # Without this loop a replica's metadata would stay as it was for good.
+            with runtime.one_round("copying the master's metadata", log):
+                await self._sync_round()
+
+    async def _sync_round(self) -> None:
+        """One copy from the master; a failure is logged once until it changes."""
+        try:
+            await self.sync_once()
+        except (BrokerError, RegistryError, grpc.aio.AioRpcError, ValueError) as exc:
+            kind = getattr(exc, "kind", None) or str(exc)
+            if kind != self._failing:  # logged once until the failure changes
+                log.warning("cannot copy the master's metadata (will retry): %s", exc)
+            self._failing = kind
+            return
+        if self._failing:
+            log.info("copying the master's metadata again")
+        self._failing = ""
 
     async def master_address(self) -> str | None:
         """The group's live master broker, from the registry."""
