@@ -2,10 +2,12 @@
 
 grpc.aio raises CancelledError out of a call that was cancelled locally, while
 nothing cancelled the task awaiting it. The HA role watcher, follower, progress
-forwarder and controller, and the broker's registrar, must treat that as one
-failed pass and go on (a dead watcher never starts following; a dead follower
-never reconnects; a dead registrar lets the registries drop a running broker),
-and still stop when they themselves are cancelled.
+forwarder and controller, and the broker's registrar, delay levels, arrival
+watcher and metadata sync must treat that, and any unexpected error, as one
+failed round and go on (a dead watcher never starts following; a dead follower
+never reconnects; a dead registrar lets the registries drop a running broker; a
+dead delay level never delivers), and still stop when they themselves are
+cancelled.
 """
 
 from __future__ import annotations
