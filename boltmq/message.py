@@ -341,7 +341,32 @@ def send_results(
 ) -> list[SendResult]:
     """One SendResult per message of a SendResponse (packed arrays, in order), with
     ``unique_ids`` (one per message) when given."""
-    queue = MessageQueue(response.topic, response.broker_name, response.queue_id)
+    offsets_field = response.commitlog_offsets
+    if len(offsets_field) == 1 and not response.errors:  # one message (a send alone)
+        offset = offsets_field[0]
+        if (
+            offset >= 0
+            and response.statuses[0] == _SEND_OK
+            and response.put_statuses[0] == _PUT_OK
+            and len(response.queue_offsets) == 1
+            and (unique_ids is None or len(unique_ids) == 1)
+        ):
+            return [
+                tuple.__new__(
+                    SendResult,
+                    (
+                        SendStatus.SEND_OK,
+                        f"{response.msg_id_prefix}{offset:016X}",
+                        _queue_of(response),
+                        response.queue_offsets[0],
+                        offset,
+                        "",
+                        "PUT_OK",
+                        unique_ids[0] if unique_ids is not None else "",
+                    ),
+                )
+            ]
+    queue = _queue_of(response)
     prefix = response.msg_id_prefix
     offsets = list(response.commitlog_offsets)
     count = len(offsets)
@@ -402,6 +427,20 @@ def send_results(
     ]
 
 
+def _queue_of(response: broker_pb2.SendResponse) -> MessageQueue:
+    """The queue a SendResponse answers for (the last few made are kept: a producer's
+    results name the same queues over and over)."""
+    key = (response.topic, response.broker_name, response.queue_id)
+    queue = _QUEUES.get(key)
+    if queue is None:
+        if len(_QUEUES) >= _QUEUES_MAX:
+            _QUEUES.clear()
+        queue = _QUEUES[key] = MessageQueue(*key)
+    return queue
+
+
+_QUEUES: dict[tuple[str, str, int], MessageQueue] = {}
+_QUEUES_MAX = 4096
 _SEND_STATUSES = {status.value: status for status in SendStatus}
 _PUT_STATUS_NAMES = {value: name for name, value in message_pb2.PutMessageStatus.items()}
 _SEND_OK = SendStatus.SEND_OK.value

@@ -106,12 +106,13 @@ def part_outcomes(
     """Each part's outcome from the answer to :func:`batch_request`'s request. An answer
     whose shape does not match the request gives the parts it cannot place a
     StreamSendError (INTERNAL) naming what is wrong."""
+    if len(layout) == 1:  # its one section holds every part: _split places each
+        placed: list[Outcome] = [()] * len(parts)
+        _split(response, parts, layout[0], placed)
+        return placed
     outcomes: list[Outcome] = [
         StreamSendError(grpc.StatusCode.INTERNAL, "the broker's answer left this send out")
     ] * len(parts)
-    if len(layout) == 1:
-        _split(response, parts, layout[0], outcomes)
-        return outcomes
     if len(response.sections) != len(layout):
         wrong = StreamSendError(
             grpc.StatusCode.INTERNAL,

@@ -7,8 +7,9 @@ beside it. Everything else, applications included, is refused
 
 RPCs                                                              | Callers
 ------------------------------------------------------------------+-------------
-Append, AppendStream, Get, Pull, PullQueues, QueryByKey,          | broker
-OffsetByTime, QueueRange, ListQueues, WatchArrivals, WatchQueues  |
+Append, AppendStream, AppendMany, Get, Pull, PullQueues,          | broker
+QueryByKey, OffsetByTime, QueueRange, ListQueues, WatchArrivals,  |
+WatchQueues                                                       |
 PutConfig, GetConfig (the metadata files, the ACL document among  | broker
 them: ``config/plain_acl.json`` holds every secret key)           |
 ReadCommitLog, AppendRaw, AppendRawStream, Truncate,              | ha
@@ -33,6 +34,7 @@ STORE_CALLERS: Final[dict[str, Rule | None]] = {
         (
             "Append",
             "AppendStream",
+            "AppendMany",
             "Get",
             "Pull",
             "PullQueues",

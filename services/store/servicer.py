@@ -183,6 +183,27 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             if waiting:
                 await asyncio.wait(waiting)
 
+    @answers_errors
+    async def AppendMany(
+        self, request: store_pb2.AppendStreamRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.AppendStreamResponse:
+        """One AppendStream message's appends as one unary call (see store.proto), each
+        answered as the stream answers it; the first answer, the others in its ``more``.
+
+        Appended together when the store answers at once; otherwise each append waits
+        (its fsync, its replica) in a task of its own, started in order, so group
+        commit sees them all at once as it does on the stream.
+        """
+        appends = [request, *request.more]
+        answers = None if self._store.needs_async_wait else self._append_together(appends, context)
+        if answers is None:
+            answers = await asyncio.gather(
+                *(self._append_outcome(a, context, n > 0) for n, a in enumerate(appends))
+            )
+        first = answers[0]
+        first.more.extend(answers[1:])
+        return first
+
     async def _append_outcome(
         self,
         request: store_pb2.AppendStreamRequest,

@@ -144,11 +144,7 @@ class AppendStream:
         return outcomes
 
     def _appended(self, response: store_pb2.AppendStreamResponse) -> store_pb2.AppendResponse:
-        """An append's answer; the caller's named error when the store refused it."""
-        if response.error_code:
-            code = _CODES.get(response.error_code, grpc.StatusCode.UNKNOWN)
-            raise self._translate(METHOD, code, response.error)
-        return response.append
+        return appended(response, self._translate)
 
     async def close(self) -> None:
         """Cancel the open call; appends waiting on it fail."""
@@ -240,6 +236,16 @@ class AppendStream:
             if not answered.done():
                 answered.set_exception(self._translate(METHOD, *failure))
                 answered.add_done_callback(_retrieved)
+
+
+def appended(
+    response: store_pb2.AppendStreamResponse, translate: Translate, method: str = METHOD
+) -> store_pb2.AppendResponse:
+    """An append's answer; the caller's named error when the store refused it."""
+    if response.error_code:
+        code = _CODES.get(response.error_code, grpc.StatusCode.UNKNOWN)
+        raise translate(method, code, response.error)
+    return response.append
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

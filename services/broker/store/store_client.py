@@ -7,8 +7,9 @@ store's own text (which names the field), anything else :class:`StoreFailed`
 with the store's code. Appends go over one long-lived AppendStream
 (:mod:`services.broker.store.append_stream`), except a traced one, which stays a
 unary Append so its trace shows the store's span, and every one to a store served by
-the broker's own process (:mod:`boltmq.kernel.in_process`), where a unary Append is a
-call on the same event loop. Every append, answered or not (one that timed out
+the broker's own process (:mod:`boltmq.kernel.in_process`), where a unary call runs on
+the same event loop in the caller's task: one Append, or one AppendMany for the appends
+of several topics written at once. Every append, answered or not (one that timed out
 may still have been written), is told to ``on_written`` per queue it wrote to:
 the broker's long-poll hub forgets what it kept of those queues
 (:meth:`services.broker.arrivals.long_poll.LongPollHub.written`).
@@ -37,7 +38,7 @@ from services.broker.errors import (
     StoreFailed,
     StoreUnavailable,
 )
-from services.broker.store.append_stream import AppendStream
+from services.broker.store.append_stream import AppendStream, appended
 
 STORE_SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_name
 PULL_METHOD = f"/{STORE_SERVICE_NAME}/Pull"
@@ -113,13 +114,42 @@ class StoreClient(StoreChannel):
         (the store appends them in one call); each its response, or the error of that
         batch alone."""
         try:
-            return await self._appends.append_many(
-                [_records_request(batch, born_host) for batch in batches]
-            )
+            requests = [_records_request(batch, born_host) for batch in batches]
+            if self.in_process and len(requests) > 1:
+                return await self._append_many(requests)
+            return await self._appends.append_many(requests)
         finally:
             on_written = self._on_written
             for batch in batches:
                 on_written(batch.topic, batch.queue_id)
+
+    async def _append_many(
+        self, requests: list[store_pb2.AppendRequest]
+    ) -> list[store_pb2.AppendResponse | Exception]:
+        """Several appends as one unary AppendMany (a store in this process: the call runs
+        in this task); each its response, or its own error (the call's when it failed)."""
+        message = store_pb2.AppendStreamRequest(id=0, append=requests[0])
+        more = message.more
+        for n, request in enumerate(requests[1:], 1):
+            more.add(id=n, append=request)
+        try:
+            response: store_pb2.AppendStreamResponse = await self._call("AppendMany", message)
+        except BrokerError as exc:
+            return [exc] * len(requests)
+        answers = [response, *response.more]
+        if [answer.id for answer in answers] != list(range(len(requests))):
+            failed = StoreFailed(
+                grpc.StatusCode.INTERNAL,
+                f"store AppendMany answered {len(answers)} appends for {len(requests)}",
+            )
+            return [failed] * len(requests)
+        outcomes: list[store_pb2.AppendResponse | Exception] = []
+        for answer in answers:
+            try:
+                outcomes.append(appended(answer, self.translate_status, "AppendMany"))
+            except BrokerError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
         """On the append stream; a traced append as a unary call, so its trace shows the store;

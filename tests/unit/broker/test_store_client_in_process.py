@@ -2,7 +2,8 @@
 store): a real MessageStore behind the real StoreService handlers, reached through
 boltmq.kernel.in_process. Appends go as unary calls (nothing is written on the append
 stream), what is stored reads back, and a refused append is the same named error a
-remote store's code gives. Every append, stored or refused, is told to ``on_written``
+remote store's code gives. Several appends written at once go as one unary AppendMany,
+each answered on its own. Every append, stored or refused, is told to ``on_written``
 for each queue it wrote to (the long-poll hub forgets what it kept of them).
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from boltmq.kernel import in_process
+from boltmq.message import Message
 from boltmq.v1 import message_pb2, store_pb2
 from boltmq.wire.record_batch import RecordBatch
 from services.broker.errors import InvalidArgument
@@ -65,3 +67,55 @@ def test_appends_to_a_store_in_this_process_are_calls_and_read_back(tmp_path: Pa
     assert bodies == [b"m0", b"m1", b"m2"]
     assert refusal == "records: empty, but record_count is 1"
     assert told == [("T", 1), ("U", 0), ("T", 1)]  # once per append, the refused one too
+
+
+def test_appends_written_at_once_to_a_store_in_this_process_are_one_call(
+    tmp_path: Path,
+) -> None:
+    told: list[tuple[str, int]] = []
+
+    def batch(topic: str, queue_id: int, *bodies: bytes) -> RecordBatch:
+        records = b"".join(Message(topic, body).to_record() for body in bodies)
+        return RecordBatch(records, len(bodies), topic, queue_id)
+
+    async def scenario() -> tuple[tuple[int, int], list, list[list[bytes]]]:
+        service = StoreService(StoreConfig(root_dir=str(tmp_path)))
+        table = in_process.HandlerTable()
+        service.add_to(table)
+        await service.start()
+        in_process.serve_here(ADDRESS, table)
+        client = StoreClient(
+            ADDRESS, timeout_ms=10_000, on_written=lambda *queue: told.append(queue)
+        )
+        try:
+            outcomes = await client.append_records_many(
+                [
+                    batch("A", 0, b"a0", b"a1"),
+                    batch("bad topic!", 0, b"x"),
+                    batch("B", 2, b"b0"),
+                    batch("A", 0, b"a2"),
+                ],
+                "127.0.0.1:9",
+            )
+            pulled = [
+                await client.pull(
+                    store_pb2.PullRequest(topic=t, queue_id=q, queue_offset=0, max_messages=10)
+                )
+                for t, q in (("A", 0), ("B", 2))
+            ]
+            return (
+                client.appends_written,
+                [str(o) if isinstance(o, Exception) else list(o.queue_offsets) for o in outcomes],
+                [[bytes(m.body) for m in p.messages] for p in pulled],
+            )
+        finally:
+            in_process.withdraw(ADDRESS)
+            await client.close()
+            await service.stop()
+
+    written, outcomes, bodies = asyncio.run(scenario())
+    assert written == (0, 0)  # no stream message: one AppendMany call
+    assert outcomes[0] == [0, 1] and outcomes[2] == [0] and outcomes[3] == [2]
+    assert outcomes[1].startswith("topic: ")  # that append alone refused, InvalidArgument
+    assert bodies == [[b"a0", b"a1", b"a2"], [b"b0"]]
+    assert told == [("A", 0), ("bad topic!", 0), ("B", 2), ("A", 0)]

@@ -1,11 +1,13 @@
 """A SendResponse read into one SendResult per message: the usual all-stored answer
-(its columns zipped at once) and an answer with failures give the same fields."""
+(its columns zipped at once), the answer to a send of one message (read field by field)
+and an answer with failures give the same fields."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from boltmq import message
 from boltmq.message import MessageQueue, SendResult, SendStatus, send_results
 from boltmq.v1 import broker_pb2, message_pb2
 
@@ -83,3 +85,29 @@ def test_a_failed_message_keeps_its_error_and_the_others_their_fields() -> None:
 
 def test_an_empty_answer_has_no_results() -> None:
     assert send_results(answer([])) == []
+
+
+def test_the_answer_to_one_message_gives_the_same_fields() -> None:
+    assert send_results(answer([2**40 + 7]), ["only"]) == [expected(2**40 + 7, 10, "only")]
+    assert send_results(answer([9])) == [expected(9, 10, "")]
+    failed = send_results(answer([9], failed={0: "too big"}), ["f"])[0]
+    assert (failed.status, failed.msg_id, failed.error, failed.unique_id) == (
+        SendStatus.SEND_FAILED,
+        "",
+        "too big",
+        "f",
+    )
+    stored_but_flagged = answer([9])
+    stored_but_flagged.statuses[0] = broker_pb2.SEND_FLUSH_DISK_TIMEOUT
+    flagged = send_results(stored_but_flagged)[0]
+    assert (flagged.status, flagged.msg_id) == (SendStatus.FLUSH_DISK_TIMEOUT, f"{PREFIX}{9:016X}")
+
+
+def test_results_name_their_queue_through_a_bounded_cache() -> None:
+    first = send_results(answer([1]))[0].queue
+    assert first == QUEUE and send_results(answer([2, 3]))[0].queue is first  # kept
+    for queue_id in range(message._QUEUES_MAX + 1):  # a full cache starts again
+        response = answer([1])
+        response.queue_id = queue_id
+        assert send_results(response)[0].queue == MessageQueue("T", "broker-a", queue_id)
+    assert len(message._QUEUES) <= message._QUEUES_MAX
