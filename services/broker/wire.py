@@ -46,8 +46,19 @@ def to_send_response(
     """The client's view of a batch's appends: stored statuses keep their meaning, the
     rest fail (with the store's reason, or its status name when it gave none)."""
     put_statuses = list(response.statuses)
+    if not response.errors and put_statuses.count(message_pb2.PUT_OK) == len(put_statuses):
+        return broker_pb2.SendResponse(  # the usual answer (no errors map to build)
+            statuses=[broker_pb2.SEND_OK] * len(put_statuses),
+            put_statuses=put_statuses,
+            queue_offsets=response.queue_offsets,
+            commitlog_offsets=response.commitlog_offsets,
+            topic=topic,
+            broker_name=broker_name,
+            queue_id=queue_id,
+            msg_id_prefix=response.msg_id_prefix,
+        )
     errors = dict(response.errors)
-    if put_statuses.count(message_pb2.PUT_OK) == len(put_statuses):  # the usual answer
+    if put_statuses.count(message_pb2.PUT_OK) == len(put_statuses):
         statuses = [broker_pb2.SEND_OK] * len(put_statuses)
     else:
         send_status = SEND_STATUS_OF_STORED

@@ -259,8 +259,8 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             results = store.put_record_batches([batch for _, batch in taken], borns)
             seconds = time.perf_counter() - started
             prefix = store.commitlog.msg_id_prefix
+            self.metrics.put(sum(len(stored) for stored in results), seconds)  # one call
             for (n, batch), stored in zip(taken, results, strict=True):
-                self.metrics.put(len(stored), seconds)
                 telemetry.annotate(batch.topic, batch.queue_id, len(stored), len(batch.records))
                 answers[n] = store_pb2.AppendStreamResponse(
                     id=appends[n].id, append=append_response(stored, prefix)

@@ -3,8 +3,9 @@ store): a real MessageStore behind the real StoreService handlers, reached throu
 boltmq.kernel.in_process. Appends go as unary calls (nothing is written on the append
 stream), what is stored reads back, and a refused append is the same named error a
 remote store's code gives. Several appends written at once go as one unary AppendMany,
-each answered on its own. Every append, stored or refused, is told to ``on_written``
-for each queue it wrote to (the long-poll hub forgets what it kept of them).
+each answered on its own, and the store counts it as one call in its put histogram.
+Every append, stored or refused, is told to ``on_written`` for each queue it wrote to
+(the long-poll hub forgets what it kept of them).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from boltmq.kernel import in_process
 from boltmq.message import Message
@@ -21,6 +24,7 @@ from boltmq.wire.record_batch import RecordBatch
 from services.broker.errors import InvalidArgument
 from services.broker.store.store_client import StoreClient
 from services.store.config import StoreConfig
+from services.store.metrics import StoreMetrics
 from services.store.server import StoreService
 
 ADDRESS = "127.0.0.1:1"  # nothing listens there: only the in-process handlers answer
@@ -78,8 +82,13 @@ def test_appends_written_at_once_to_a_store_in_this_process_are_one_call(
         records = b"".join(Message(topic, body).to_record() for body in bodies)
         return RecordBatch(records, len(bodies), topic, queue_id)
 
+    reader = InMemoryMetricReader()
+
     async def scenario() -> tuple[tuple[int, int], list, list[list[bytes]]]:
         service = StoreService(StoreConfig(root_dir=str(tmp_path)))
+        service.servicer.metrics = StoreMetrics(
+            service.store, MeterProvider(metric_readers=[reader])
+        )
         table = in_process.HandlerTable()
         service.add_to(table)
         await service.start()
@@ -119,3 +128,14 @@ def test_appends_written_at_once_to_a_store_in_this_process_are_one_call(
     assert outcomes[1].startswith("topic: ")  # that append alone refused, InvalidArgument
     assert bodies == [[b"a0", b"a1", b"a2"], [b"b0"]]
     assert told == [("A", 0), ("bad topic!", 0), ("B", 2), ("A", 0)]
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        metric.name: point
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        for point in metric.data.data_points
+    }
+    assert points["boltmq.store.put.duration"].count == 1  # one engine call
+    assert points["boltmq.store.put.messages"].value == 4
