@@ -84,6 +84,8 @@ from services.store.store import MessageStore
 log = logging.getLogger(__name__)
 
 APPEND_STREAM_WAITING_MAX: Final = 4_096
+APPEND_MANY_MAX: Final = APPEND_STREAM_WAITING_MAX
+"""Appends one AppendMany call may carry (a broker's request has at most 1,024 sections)."""
 """Appends of one AppendStream waiting for their fsync or replica at once (SYNC_FLUSH,
 SYNC_MASTER); the stream reads on when one of them is answered."""
 
@@ -167,11 +169,8 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             async for request in self._streams.each(requests):
                 appends = [request, *request.more]
                 if not self._store.needs_async_wait:
-                    answers = self._append_together(appends, context) or [
-                        await self._append_outcome(a, context, n > 0) for n, a in enumerate(appends)
-                    ]
-                    answers[0].more.extend(answers[1:])  # one stream message answers all
-                    if not await write(answers[0]):
+                    answers = await self._answered_at_once(appends, context)
+                    if not await write(_one_message(answers)):
                         return  # nobody reads the answers any more
                     continue
                 for n, append in enumerate(appends):
@@ -195,14 +194,28 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         commit sees them all at once as it does on the stream.
         """
         appends = [request, *request.more]
-        answers = None if self._store.needs_async_wait else self._append_together(appends, context)
-        if answers is None:
+        if len(appends) > APPEND_MANY_MAX:
+            raise BadRequest(
+                "more", f"{len(appends)} appends in one call, at most {APPEND_MANY_MAX}"
+            )
+        if self._store.needs_async_wait:
             answers = await asyncio.gather(
                 *(self._append_outcome(a, context, n > 0) for n, a in enumerate(appends))
             )
-        first = answers[0]
-        first.more.extend(answers[1:])
-        return first
+        else:
+            answers = await self._answered_at_once(appends, context)
+        return _one_message(answers)
+
+    async def _answered_at_once(
+        self,
+        appends: Sequence[store_pb2.AppendStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> list[store_pb2.AppendStreamResponse]:
+        """The answers of appends a store that waits for nothing takes in turn: in one
+        engine call when every one is of raw records, else one by one."""
+        return self._append_together(appends, context) or [
+            await self._append_outcome(a, context, n > 0) for n, a in enumerate(appends)
+        ]
 
     async def _append_outcome(
         self,
@@ -567,3 +580,9 @@ def _refused(
     return store_pb2.AppendStreamResponse(
         id=request.id, error_code=exc.code.value[0], error=str(exc)
     )
+
+
+def _one_message(answers: list[store_pb2.AppendStreamResponse]) -> store_pb2.AppendStreamResponse:
+    """Answers going back as one message: the first, the others in its ``more``."""
+    answers[0].more.extend(answers[1:])
+    return answers[0]

@@ -2,7 +2,8 @@
 store processes: the store appends them in one engine call, and every answer, every
 stored record and every queue offset equals what the same appends sent one per stream
 message give (refusals included, with the same code and text). The unary AppendMany
-takes the same message and answers it as the stream does, under SYNC_FLUSH too.
+takes the same message and answers it as the stream does, under SYNC_FLUSH too, and
+refuses one of more appends than its limit whole.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from boltmq.kernel.channels import sync_channel
 from boltmq.message import Message
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from services.store.servicer import APPEND_MANY_MAX
 from tests.integration.procs import ServiceProcess
 from tests.integration.test_append_stream import SMALL, OpenStream
 
@@ -245,3 +247,25 @@ def test_append_many_refuses_an_inner_more_and_appends_the_rest_in_order(
     assert "more" in answers[1].error
     assert [list(answers[i].append.queue_offsets) for i in (0, 2, 3)] == [[0], [1], [2, 3]]
     assert [r[4] for r in stored(store.address)] == [b"m1", b"m2", b"m3", b"m4"]
+
+
+def test_append_many_refuses_more_appends_than_its_limit_and_stores_none(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
+    one = raw("Many", b"x")
+    message = store_pb2.AppendStreamRequest(
+        id=0,
+        append=one,
+        more=[
+            store_pb2.AppendStreamRequest(id=n, append=one) for n in range(1, APPEND_MANY_MAX + 1)
+        ],
+    )
+    with sync_channel(store.address) as chan:
+        with pytest.raises(grpc.RpcError) as refused:
+            store_pb2_grpc.StoreServiceStub(chan).AppendMany(message, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == (
+        f"more: {APPEND_MANY_MAX + 1} appends in one call, at most {APPEND_MANY_MAX}"
+    )
+    assert stored(store.address) == []
