@@ -46,30 +46,20 @@ def to_send_response(
     """The client's view of a batch's appends: stored statuses keep their meaning, the
     rest fail (with the store's reason, or its status name when it gave none)."""
     put_statuses = list(response.statuses)
-    if not response.errors and put_statuses.count(message_pb2.PUT_OK) == len(put_statuses):
-        return broker_pb2.SendResponse(  # the usual answer (no errors map to build)
-            statuses=[broker_pb2.SEND_OK] * len(put_statuses),
-            put_statuses=put_statuses,
-            queue_offsets=response.queue_offsets,
-            commitlog_offsets=response.commitlog_offsets,
-            topic=topic,
-            broker_name=broker_name,
-            queue_id=queue_id,
-            msg_id_prefix=response.msg_id_prefix,
-        )
-    errors = dict(response.errors)
-    if put_statuses.count(message_pb2.PUT_OK) == len(put_statuses):
+    errors: dict[int, str] = {}
+    if put_statuses.count(message_pb2.PUT_OK) == len(put_statuses):  # the usual answer
         statuses = [broker_pb2.SEND_OK] * len(put_statuses)
     else:
         send_status = SEND_STATUS_OF_STORED
         statuses = [send_status.get(status, broker_pb2.SEND_FAILED) for status in put_statuses]
+        errors = dict(response.errors)
         for index, status in enumerate(statuses):
             if status == broker_pb2.SEND_FAILED and index not in errors:
                 errors[index] = (
                     f"store refused the message: "
                     f"{message_pb2.PutMessageStatus.Name(put_statuses[index])}"
                 )
-    return broker_pb2.SendResponse(
+    answer = broker_pb2.SendResponse(
         statuses=statuses,
         put_statuses=put_statuses,
         queue_offsets=response.queue_offsets,
@@ -78,5 +68,7 @@ def to_send_response(
         broker_name=broker_name,
         queue_id=queue_id,
         msg_id_prefix=response.msg_id_prefix,
-        errors=errors,
     )
+    if errors or response.errors:  # an empty map costs a message more to build than none
+        answer.errors.update(errors or response.errors)
+    return answer

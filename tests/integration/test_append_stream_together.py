@@ -68,6 +68,28 @@ def appends() -> list[store_pb2.AppendStreamRequest]:
     return [store_pb2.AppendStreamRequest(id=100 + n, append=r) for n, r in enumerate(requests)]
 
 
+def one_message() -> store_pb2.AppendStreamRequest:
+    """Every append of :func:`appends` in one stream message (the first, the rest in ``more``)."""
+    first, *more = appends()
+    return store_pb2.AppendStreamRequest(id=first.id, append=first.append, more=more)
+
+
+def stores(spawn: Spawn, tmp_path: Path, *names: str) -> list[ServiceProcess]:
+    """A store process for each name, its data under ``tmp_path / name``."""
+    return [spawn("store", f"root_dir={tmp_path / name}", *SMALL) for name in names]
+
+
+def on_a_stream(
+    address: str, message: store_pb2.AppendStreamRequest
+) -> store_pb2.AppendStreamResponse:
+    """The store's answer to ``message`` sent alone on an AppendStream."""
+    stream = OpenStream(address)
+    stream.send_message(message)
+    response = stream.receive()
+    stream.close()
+    return response
+
+
 def answered(response: store_pb2.AppendStreamResponse) -> tuple:
     """An answer without its store timestamp (and the store's own msg id prefix)."""
     append = response.append
@@ -112,14 +134,8 @@ def without_peer_ports(records: list[tuple]) -> list[tuple]:
 def test_appends_of_one_stream_message_store_what_they_store_one_per_message(
     spawn: Spawn, tmp_path: Path
 ) -> None:
-    together = spawn("store", f"root_dir={tmp_path / 'together'}", *SMALL)
-    separate = spawn("store", f"root_dir={tmp_path / 'separate'}", *SMALL)
-    first, *more = appends()
-    message = store_pb2.AppendStreamRequest(id=first.id, append=first.append, more=more)
-    stream = OpenStream(together.address)
-    stream.send_message(message)
-    response = stream.receive()
-    stream.close()
+    together, separate = stores(spawn, tmp_path, "together", "separate")
+    response = on_a_stream(together.address, one_message())
     got = [response, *response.more]
     assert len(got) == len(appends())  # answered in one stream message
     one_stream = OpenStream(separate.address)
@@ -194,16 +210,11 @@ def test_a_message_with_a_protobuf_append_is_appended_one_by_one_as_before(
 def test_append_many_answers_and_stores_as_one_stream_message_does(
     spawn: Spawn, tmp_path: Path
 ) -> None:
-    unary = spawn("store", f"root_dir={tmp_path / 'unary'}", *SMALL)
-    streamed = spawn("store", f"root_dir={tmp_path / 'streamed'}", *SMALL)
-    first, *more = appends()
-    message = store_pb2.AppendStreamRequest(id=first.id, append=first.append, more=more)
+    unary, streamed = stores(spawn, tmp_path, "unary", "streamed")
+    message = one_message()
     with sync_channel(unary.address) as chan:
         response = store_pb2_grpc.StoreServiceStub(chan).AppendMany(message, timeout=30)
-    stream = OpenStream(streamed.address)
-    stream.send_message(message)
-    expected = stream.receive()
-    stream.close()
+    expected = on_a_stream(streamed.address, message)
 
     got = [answered(a) for a in (response, *response.more)]
     assert got == [answered(a) for a in (expected, *expected.more)]

@@ -67,3 +67,17 @@ def test_a_batch_maps_every_status_whether_or_not_all_are_ok(
     assert list(result.put_statuses) == put
     failed = STORED.get(last) is None
     assert dict(result.errors).keys() == ({count - 1} if failed else set())
+
+
+def test_an_all_stored_answer_keeps_a_note_the_store_gave() -> None:
+    appended = store_pb2.AppendResponse(
+        statuses=[message_pb2.PUT_OK] * 2,
+        commitlog_offsets=[1, 2],
+        queue_offsets=[5, 6],
+        errors={1: "stored after a retry"},
+    )
+    result = to_send_response(appended, "t", 0, "b")
+    assert list(result.statuses) == [broker_pb2.SEND_OK] * 2
+    assert dict(result.errors) == {1: "stored after a retry"}
+    plain = store_pb2.AppendResponse(statuses=[message_pb2.PUT_OK], commitlog_offsets=[3])
+    assert dict(to_send_response(plain, "t", 0, "b").errors) == {}

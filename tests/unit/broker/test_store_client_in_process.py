@@ -11,6 +11,8 @@ Every append, stored or refused, is told to ``on_written`` for each queue it wro
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -30,19 +32,32 @@ from services.store.server import StoreService
 ADDRESS = "127.0.0.1:1"  # nothing listens there: only the in-process handlers answer
 
 
+@contextlib.asynccontextmanager
+async def served_store(
+    root: Path, told: list[tuple[str, int]], meters: MeterProvider | None = None
+) -> AsyncIterator[StoreClient]:
+    """A client of a store served in this process at ADDRESS (its metrics on ``meters``)."""
+    service = StoreService(StoreConfig(root_dir=str(root)))
+    if meters is not None:
+        service.servicer.metrics = StoreMetrics(service.store, meters)
+    table = in_process.HandlerTable()
+    service.add_to(table)
+    await service.start()
+    in_process.serve_here(ADDRESS, table)
+    client = StoreClient(ADDRESS, timeout_ms=10_000, on_written=lambda *queue: told.append(queue))
+    try:
+        yield client
+    finally:
+        in_process.withdraw(ADDRESS)
+        await client.close()
+        await service.stop()
+
+
 def test_appends_to_a_store_in_this_process_are_calls_and_read_back(tmp_path: Path) -> None:
     told: list[tuple[str, int]] = []
 
     async def scenario() -> tuple[bool, tuple[int, int], list[int], list[bytes], str]:
-        service = StoreService(StoreConfig(root_dir=str(tmp_path)))
-        table = in_process.HandlerTable()
-        service.add_to(table)
-        await service.start()
-        in_process.serve_here(ADDRESS, table)
-        client = StoreClient(
-            ADDRESS, timeout_ms=10_000, on_written=lambda *queue: told.append(queue)
-        )
-        try:
+        async with served_store(tmp_path, told) as client:
             stored = await client.append(
                 [message_pb2.Message(topic="T", queue_id=1, body=b"m%d" % n) for n in range(3)],
                 "127.0.0.1:9",
@@ -60,10 +75,6 @@ def test_appends_to_a_store_in_this_process_are_calls_and_read_back(tmp_path: Pa
                 [bytes(m.body) for m in pulled.messages],
                 str(refused.value),
             )
-        finally:
-            in_process.withdraw(ADDRESS)
-            await client.close()
-            await service.stop()
 
     in_process_, written, offsets, bodies, refusal = asyncio.run(scenario())
     assert in_process_ and written == (0, 0)  # no stream message: each append was a call
@@ -85,18 +96,7 @@ def test_appends_written_at_once_to_a_store_in_this_process_are_one_call(
     reader = InMemoryMetricReader()
 
     async def scenario() -> tuple[tuple[int, int], list, list[list[bytes]]]:
-        service = StoreService(StoreConfig(root_dir=str(tmp_path)))
-        service.servicer.metrics = StoreMetrics(
-            service.store, MeterProvider(metric_readers=[reader])
-        )
-        table = in_process.HandlerTable()
-        service.add_to(table)
-        await service.start()
-        in_process.serve_here(ADDRESS, table)
-        client = StoreClient(
-            ADDRESS, timeout_ms=10_000, on_written=lambda *queue: told.append(queue)
-        )
-        try:
+        async with served_store(tmp_path, told, MeterProvider(metric_readers=[reader])) as client:
             outcomes = await client.append_records_many(
                 [
                     batch("A", 0, b"a0", b"a1"),
@@ -117,10 +117,6 @@ def test_appends_written_at_once_to_a_store_in_this_process_are_one_call(
                 [str(o) if isinstance(o, Exception) else list(o.queue_offsets) for o in outcomes],
                 [[bytes(m.body) for m in p.messages] for p in pulled],
             )
-        finally:
-            in_process.withdraw(ADDRESS)
-            await client.close()
-            await service.stop()
 
     written, outcomes, bodies = asyncio.run(scenario())
     assert written == (0, 0)  # no stream message: one AppendMany call
