@@ -27,7 +27,9 @@ pages come from disk) returns at most ``max_transfer_count_on_message_in_disk``
 messages and ``max_transfer_bytes_on_message_in_disk`` bytes (one message
 always fits), RocketMQ's limits on a read "in disk": a consumer far behind
 moves on in small steps and cannot hold the store for long at a time
-(docs/store-reads.md). ``result.cold`` says the limits applied.
+(docs/store-reads.md); a pull of a PullQueues call may take its even share of
+the call's bytes instead when that is more (``cold_bytes``). ``result.cold``
+says the limits applied.
 
 A raw read of everything (``raw=True`` with a subscription that matches all)
 takes the bulk path: the entries as two columns, every record of a segment
@@ -98,12 +100,15 @@ class MessageReader:
         max_bytes: int | None = None,
         *,
         raw: bool = False,
+        cold_bytes: int = 0,
     ) -> GetResult:
         """Read up to ``max_count`` messages from ``queue_offset`` that match ``subscription``.
 
         With ``raw``, ``result.raw`` holds each record's bytes (views of the
         mapping, checked but not decoded) and ``result.messages`` stays empty:
-        what a server passing records on needs.
+        what a server passing records on needs. ``cold_bytes``: the bytes a cold read
+        may return when that is more than ``max_transfer_bytes_on_message_in_disk`` (a
+        PullQueues call's share of its budget, docs/store-reads.md).
         """
         self._require_running()
         cq = self.queues.get(topic, queue_id)
@@ -132,7 +137,7 @@ class MessageReader:
             result.status = GetStatus.OFFSET_OVERFLOW_BADLY
             result.next_begin_offset = min_offset if min_offset == 0 else max_offset
         else:
-            self._collect(cq, queue_offset, max_count, max_bytes, sub, result, raw)
+            self._collect(cq, queue_offset, max_count, max_bytes, sub, result, raw, cold_bytes)
         return result
 
     def is_cold(self, physical: int) -> bool:
@@ -151,14 +156,15 @@ class MessageReader:
         entry = cq.entry(queue_offset) if cq is not None else None
         return entry is not None and self.is_cold(entry[0])
 
-    def _limits(self, cold: bool, count: int, byte_limit: int) -> tuple[int, int]:
-        """A pull's ``(count, byte_limit)``, lowered to the cold limits for a cold read."""
+    def _limits(self, cold: bool, count: int, byte_limit: int, cold_bytes: int) -> tuple[int, int]:
+        """A pull's ``(count, byte_limit)``, lowered to the cold limits for a cold read (its
+        bytes to the larger of ``max_transfer_bytes_on_message_in_disk`` and ``cold_bytes``)."""
         if not cold:
             return count, byte_limit
         config = self.config
         return (
             min(count, config.max_transfer_count_on_message_in_disk),
-            min(byte_limit, config.max_transfer_bytes_on_message_in_disk),
+            min(byte_limit, max(config.max_transfer_bytes_on_message_in_disk, cold_bytes)),
         )
 
     def _hold_segment(self, physical: int) -> MappedFile | None:
@@ -188,6 +194,7 @@ class MessageReader:
         sub: Subscription,
         result: GetResult,
         raw: bool,
+        cold_bytes: int,
     ) -> None:
         """Read matching messages into ``result``; one segment reference per segment."""
         config = self.config
@@ -200,7 +207,7 @@ class MessageReader:
             config.max_transfer_bytes_on_message_in_memory if max_bytes is None else max_bytes
         )
         if raw and sub.matches_all:
-            self._collect_raw(cq, queue_offset, count, byte_limit, result)
+            self._collect_raw(cq, queue_offset, count, byte_limit, result, cold_bytes)
             return
         cold: bool | None = None  # decided at the first record read
         check_crc = config.check_crc_on_read
@@ -223,7 +230,7 @@ class MessageReader:
                     continue
                 if cold is None:
                     cold = result.cold = self.is_cold(physical)
-                    count, byte_limit = self._limits(cold, count, byte_limit)
+                    count, byte_limit = self._limits(cold, count, byte_limit, cold_bytes)
                 if not mf_from <= physical < mf_end:
                     self.commitlog.page_cache.read_ahead(physical, physical + size)
                     mf, mf_from, mf_end = self._next_segment(mf, physical)
@@ -256,7 +263,13 @@ class MessageReader:
             result.status = GetStatus.OFFSET_FOUND_NULL
 
     def _collect_raw(
-        self, cq: ConsumeQueue, queue_offset: int, count: int, byte_limit: int, result: GetResult
+        self,
+        cq: ConsumeQueue,
+        queue_offset: int,
+        count: int,
+        byte_limit: int,
+        result: GetResult,
+        cold_bytes: int,
     ) -> None:
         """Every record from ``queue_offset`` as raw bytes, checked in bulk per segment.
 
@@ -267,7 +280,7 @@ class MessageReader:
         physicals, sizes = cq.entry_columns(queue_offset, max(count, 1))
         if len(physicals):
             result.cold = self.is_cold(int(physicals[0]))
-            count, byte_limit = self._limits(result.cold, count, byte_limit)
+            count, byte_limit = self._limits(result.cold, count, byte_limit, cold_bytes)
         taken = _taken(sizes, count, byte_limit)
         if taken:
             self.commitlog.page_cache.read_ahead(

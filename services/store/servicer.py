@@ -382,11 +382,14 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         self, pulls: Sequence[store_pb2.PullRequest], limits: list[tuple[int, int]], left: int
     ) -> bytes:
         answers = []
+        share = left // len(pulls)  # what a cold read may take: its even share of the call
         for n, (pull, (max_messages, max_bytes)) in enumerate(zip(pulls, limits, strict=True)):
             if n and left <= 0:
                 break
             own = max_bytes if pull.max_bytes else PULL_BYTES_MAX
-            head, result = self._get(pull, max_messages, min(own, max(left, 1)), raw=True)
+            head, result = self._get(
+                pull, max_messages, min(own, max(left, 1)), raw=True, cold_bytes=share
+            )
             left -= sum(len(record) for record in result.raw)
             answers.append(pull_parts(head, result.raw))
         return encode_pull_queues(answers)
@@ -399,7 +402,13 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         return any(reader.starts_cold(p.topic, p.queue_id, p.queue_offset) for p in pulls)
 
     def _get(
-        self, request: store_pb2.PullRequest, max_messages: int, max_bytes: int, *, raw: bool
+        self,
+        request: store_pb2.PullRequest,
+        max_messages: int,
+        max_bytes: int,
+        *,
+        raw: bool,
+        cold_bytes: int = 0,
     ) -> tuple[store_pb2.PullResponse, GetResult]:
         """A checked pull read: its answer without messages or records, and what was read."""
         result = running_store(self._store).get_messages(
@@ -410,6 +419,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             request.subscription,
             max_bytes,
             raw=raw,
+            cold_bytes=cold_bytes,
         )
         return pull_head(result, raw=raw), result
 

@@ -472,15 +472,24 @@ class MessageStore:
         max_bytes: int | None = None,
         *,
         raw: bool = False,
+        cold_bytes: int = 0,
     ) -> GetResult:
         """Read up to ``max_count`` messages from ``queue_offset`` that match ``subscription``.
 
         With ``raw``, ``result.raw`` holds each record's bytes (views of the
         mapping, checked but not decoded) and ``result.messages`` stays empty:
-        what a server passing records on needs (:meth:`MessageReader.get_messages`).
+        what a server passing records on needs (:meth:`MessageReader.get_messages`,
+        which says what ``cold_bytes`` is).
         """
         return self.reader.get_messages(
-            topic, queue_id, queue_offset, max_count, subscription, max_bytes, raw=raw
+            topic,
+            queue_id,
+            queue_offset,
+            max_count,
+            subscription,
+            max_bytes,
+            raw=raw,
+            cold_bytes=cold_bytes,
         )
 
     def look_message(self, commitlog_offset: int) -> RecordView | None:
