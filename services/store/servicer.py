@@ -84,10 +84,10 @@ from services.store.store import MessageStore
 log = logging.getLogger(__name__)
 
 APPEND_STREAM_WAITING_MAX: Final = 4_096
-APPEND_MANY_MAX: Final = APPEND_STREAM_WAITING_MAX
-"""Appends one AppendMany call may carry (a broker's request has at most 1,024 sections)."""
 """Appends of one AppendStream waiting for their fsync or replica at once (SYNC_FLUSH,
 SYNC_MASTER); the stream reads on when one of them is answered."""
+APPEND_MANY_MAX: Final = APPEND_STREAM_WAITING_MAX
+"""Appends one AppendMany call may carry (a broker's request has at most 1,024 sections)."""
 
 
 class StoreServicer(store_pb2_grpc.StoreServiceServicer):
