@@ -204,6 +204,31 @@ def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO), handlers=[handler], force=True
     )
+    grpc_core = logging.getLogger(GRPC_CORE_LOGGER)
+    if _ENDED_CALLS not in grpc_core.filters:
+        grpc_core.addFilter(_ENDED_CALLS)
+
+
+GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
+
+
+class EndedCallAnswers(logging.Filter):
+    """grpc's aio server logs an ``ExecuteBatchError`` with its traceback, as an error,
+    when a handler's answer cannot be sent because the call already ended (the client
+    cancelled it, its deadline passed, or the connection went). Nothing of ours failed:
+    that record becomes one INFO line naming the method, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if type(exc).__name__ == "ExecuteBatchError" and record.levelno >= logging.ERROR:
+            method = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg, record.args = "answer of %s not sent: its call had ended", (method,)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_ENDED_CALLS = EndedCallAnswers()
 
 
 def check_port_free(host: str, port: int) -> None:

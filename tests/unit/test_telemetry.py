@@ -372,6 +372,25 @@ def test_text_logs_stay_one_plain_line(
     assert line.endswith(" DEBUG boltmq.test: plain")
 
 
+def test_grpc_s_error_for_an_answer_to_an_ended_call_is_one_info_line(
+    root_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from grpc._cython import cygrpc  # the error grpc's aio server raises and logs
+
+    runtime.configure_logging("INFO", "text")
+    runtime.configure_logging("INFO", "text")  # configured twice: one filter
+    core = logging.getLogger(runtime.GRPC_CORE_LOGGER)
+    for error in (cygrpc.ExecuteBatchError('Failed "execute_batch"'), ValueError("a bug")):
+        try:
+            raise error
+        except Exception:
+            core.exception("ExecuteBatchError raised in core by servicer method [%s]", "/S/M")
+    ended, bug, *rest = capsys.readouterr().err.split("\n", 2)
+    assert ended.endswith(" INFO grpc._cython.cygrpc: answer of /S/M not sent: its call had ended")
+    assert " ERROR grpc._cython.cygrpc: " in bug and rest[0].startswith("Traceback")
+    assert "ValueError: a bug" in rest[0]  # anything else keeps its traceback
+
+
 def test_a_body_of_the_wrong_type_is_still_the_messages_own_error(
     span_exporter: InMemorySpanExporter,
 ) -> None:
