@@ -94,7 +94,7 @@ class AppendStream:
             ) from None
         finally:
             opened.waiting.pop(request_id, None)
-        return self._appended(response)
+        return appended(response, self._translate)
 
     async def append_many(
         self, requests: list[store_pb2.AppendRequest]
@@ -138,13 +138,10 @@ class AppendStream:
                 outcomes.append(failure)
                 continue
             try:
-                outcomes.append(self._appended(answered.result()))
+                outcomes.append(appended(answered.result(), self._translate))
             except Exception as exc:  # the store's code for that append
                 outcomes.append(exc)
         return outcomes
-
-    def _appended(self, response: store_pb2.AppendStreamResponse) -> store_pb2.AppendResponse:
-        return appended(response, self._translate)
 
     async def close(self) -> None:
         """Cancel the open call; appends waiting on it fail."""

@@ -115,7 +115,7 @@ class StoreClient(StoreChannel):
         batch alone."""
         try:
             requests = [_records_request(batch, born_host) for batch in batches]
-            if self.in_process and len(requests) > 1:
+            if self.in_process and requests:
                 return await self._append_many(requests)
             return await self._appends.append_many(requests)
         finally:
