@@ -30,7 +30,7 @@ from services.store.commitlog import (
 )
 from services.store.consume_queue import ConsumeQueueTable
 from services.store.dispatch_run import DispatchParts, DispatchRun, DispatchTuple
-from services.store.index_service import IndexService
+from services.store.index_service import IndexEntry, IndexService
 
 log = logging.getLogger(__name__)
 
@@ -203,15 +203,31 @@ class Dispatcher:
     def _apply(
         self, requests: Iterable[DispatchTuple], touched: dict[tuple[str, int], None]
     ) -> None:
+        """Every request's consume-queue entry and index keys. The keys of records handed
+        over one by one (from disk, or the one-record sections of an append of many
+        topics) are indexed together at the end, or before a run's, in CommitLog order."""
+        keyed: list[IndexEntry] = []
+        self._apply_into(requests, touched, keyed)
+        if keyed:
+            self.index.build_index_many(keyed)
+
+    def _apply_into(
+        self,
+        requests: Iterable[DispatchTuple],
+        touched: dict[tuple[str, int], None],
+        keyed: list[IndexEntry],
+    ) -> None:
         if isinstance(requests, DispatchRun):
+            if keyed:  # the records before the run first: the index stays in CommitLog order
+                self.index.build_index_many(keyed)
+                keyed.clear()
             self._apply_run(requests, touched)
             return
         if isinstance(requests, DispatchParts):
             for part in requests.parts:
-                self._apply(part, touched)
+                self._apply_into(part, touched, keyed)
             return
         queues = self.queues
-        index = self.index
         last_ts = self.last_store_timestamp
         get_queue = queues.queues.get
         for (
@@ -231,7 +247,7 @@ class Dispatcher:
                 cq.put(queue_offset, physical, size, code, store_ts)
                 touched[key] = None
             if index_keys:
-                index.build_index(topic, index_keys, physical, store_ts)
+                keyed.append((topic, index_keys, physical, store_ts))
             last_ts = store_ts
         self.last_store_timestamp = last_ts
 

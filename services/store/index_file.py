@@ -80,6 +80,10 @@ def key_hash(topic: str, key: str) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
+_PREFIX_TERMS: dict[tuple[str, int], int] = {}
+""":func:`_prefix_term` by (topic, key length): a store's appends hash the same topics'
+unique ids (one length) over and over."""
+_PREFIX_TERMS_MAX: Final = 4096
 _POWERS: dict[int, npt.NDArray[np.uint64]] = {}
 """31^(n-1) .. 31^0 modulo 2^32, by string length n (in UTF-16 code units)."""
 
@@ -129,9 +133,39 @@ def column_key_hashes(topic: str, codes: npt.NDArray[np.uint8]) -> list[int]:
     a row (a :class:`boltmq.wire.key_column.KeyColumn`'s ids): the ``topic#`` prefix
     added as its hash times 31^length."""
     length = codes.shape[1]
-    prefix = (java_string_hash(f"{topic}#") & 0xFFFFFFFF) * pow(31, length, 1 << 32)
-    sums = (codes.astype(np.uint64) * _powers(length)).sum(axis=1) + np.uint64(prefix & 0xFFFFFFFF)
-    return _entry_hashes(sums)
+    sums = (codes.astype(np.uint64) * _powers(length)).sum(axis=1)
+    return _entry_hashes(sums + np.uint64(_prefix_term(topic, length)))
+
+
+def topics_key_hashes(topics: Sequence[str], keys: Sequence[str]) -> list[int]:
+    """:func:`key_hash` of each ``(topics[i], keys[i])``: the keys of the one-record
+    sections of an append of many topics, hashed together. Keys all ASCII of one
+    length (the SDK's unique ids) are one matrix whatever their topics, each row's
+    ``topic#`` prefix added as its hash times 31^length; any others one by one."""
+    if len(keys) < 2:
+        return [key_hash(topic, key) for topic, key in zip(topics, keys, strict=True)]
+    length = len(keys[0])
+    joined = "".join(keys)
+    if not length or any(len(key) != length for key in keys) or not joined.isascii():
+        return [key_hash(topic, key) for topic, key in zip(topics, keys, strict=True)]
+    terms = {topic: _prefix_term(topic, length) for topic in dict.fromkeys(topics)}
+    codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(len(keys), length)
+    sums = (codes.astype(np.uint64) * _powers(length)).sum(axis=1)
+    prefixes = np.fromiter(map(terms.__getitem__, topics), dtype=np.uint64, count=len(keys))
+    return _entry_hashes(sums + prefixes)
+
+
+def _prefix_term(topic: str, length: int) -> int:
+    """What ``topic#`` adds to the Java hash of ``topic#key`` for a key of ``length``
+    code units: its own hash times 31^length, modulo 2^32 (the last few kept)."""
+    term = _PREFIX_TERMS.get((topic, length))
+    if term is None:
+        term = (java_string_hash(f"{topic}#") & 0xFFFFFFFF) * pow(31, length, 1 << 32)
+        term &= 0xFFFFFFFF
+        if len(_PREFIX_TERMS) >= _PREFIX_TERMS_MAX:
+            _PREFIX_TERMS.clear()
+        _PREFIX_TERMS[(topic, length)] = term
+    return term
 
 
 def _powers(length: int) -> npt.NDArray[np.uint64]:

@@ -35,6 +35,7 @@ from services.store.index_file import (
     index_file_name,
     key_hash,
     key_hashes,
+    topics_key_hashes,
 )
 from services.store.index_window import IndexPageCacheWindow
 from services.store.mapped_file import fsync_dir
@@ -42,6 +43,8 @@ from services.store.mapped_file import fsync_dir
 log = logging.getLogger(__name__)
 
 INDEX_NAME_DIGITS = 17  # yyyyMMddHHmmssSSS
+IndexEntry = tuple[str, Sequence[str], int, int]
+"""One record's keys to index: (topic, keys, CommitLog offset, store timestamp)."""
 
 
 class IndexService:
@@ -156,8 +159,6 @@ class IndexService:
         store_ts: int,
     ) -> None:
         """:meth:`build_index` for every record of a bulk append, the keys hashed together."""
-        files = self.files
-        current = files[-1] if files else None
         # Offsets rise through the run: only its first records can be below what the
         # files already hold (indexed before a restart).
         done = self._indexed_end()
@@ -177,6 +178,35 @@ class IndexService:
                         flat.append(key)
                         offsets.append(commitlog_offset)
             hashes = key_hashes(topic, flat)
+        self._put(hashes, offsets, store_ts)
+
+    def build_index_many(self, entries: Sequence[IndexEntry]) -> None:
+        """:meth:`build_index` of several records of any topics, in CommitLog order (the
+        one-record sections of an append of many topics), their keys hashed together."""
+        done = self._indexed_end()
+        topics: list[str] = []
+        keys: list[str] = []
+        offsets: list[int] = []
+        stamps: list[int] = []
+        for topic, record_keys, commitlog_offset, store_ts in entries:
+            if commitlog_offset <= done:
+                continue  # indexed before a restart
+            for key in record_keys:
+                if key:
+                    topics.append(topic)
+                    keys.append(key)
+                    offsets.append(commitlog_offset)
+                    stamps.append(store_ts)
+        hashes = topics_key_hashes(topics, keys)
+        start = 0
+        for end in range(1, len(hashes) + 1):  # a put takes the entries of one store time
+            if end == len(hashes) or stamps[end] != stamps[start]:
+                self._put(hashes[start:end], offsets[start:end], stamps[start])
+                start = end
+
+    def _put(self, hashes: Sequence[int], offsets: Sequence[int], store_ts: int) -> None:
+        """Entries into the newest file, then into new ones as each fills."""
+        current = self.files[-1] if self.files else None
         while hashes:
             written = current.put_many(hashes, offsets, store_ts) if current is not None else 0
             if written < len(hashes):

@@ -2,11 +2,15 @@
 
 Keys of one length in ASCII (the SDK's unique ids) are hashed as one matrix of their
 bytes, other keys as UTF-16 code units grouped by length; both must give exactly what
-``key_hash`` gives one key at a time (the entry hash a Java reader computes). A batch
-of entries is written as arrays; the file must hold the bytes ``put`` of each writes.
+``key_hash`` gives one key at a time (the entry hash a Java reader computes), also when
+the keys are of many topics. A batch of entries is written as arrays; the file must hold
+the bytes ``put`` of each writes, and records indexed together the files of each record
+indexed alone.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +25,9 @@ from services.store.index_file import (
     _entry_hashes,
     key_hash,
     key_hashes,
+    topics_key_hashes,
 )
+from services.store.index_service import IndexEntry, IndexService
 
 
 @settings(max_examples=200, deadline=None)
@@ -92,3 +98,62 @@ def test_entries_put_as_arrays_are_the_bytes_of_puts_one_by_one(
     finally:
         for index_file in files:
             index_file.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pairs=st.lists(
+        st.tuples(st.sampled_from(["A", "Orders", "%RETRY%g", "TopicÄ"]), st.text(max_size=12)),
+        max_size=24,
+    )
+    | st.integers(1, 40).flatmap(
+        lambda n: st.lists(
+            st.tuples(
+                st.text(min_size=1, max_size=12),
+                st.text(alphabet=st.characters(max_codepoint=0x7F), min_size=n, max_size=n),
+            ),
+            min_size=2,
+            max_size=40,
+        )
+    ),
+)
+def test_hashes_of_keys_of_many_topics_are_each_keys_own(pairs: list[tuple[str, str]]) -> None:
+    """The keys of an append of many topics' one-record sections are hashed together,
+    each with its own topic; each must be what key_hash gives that topic and key."""
+    topics = [topic for topic, _ in pairs]
+    keys = [key for _, key in pairs]
+    assert topics_key_hashes(topics, keys) == [key_hash(t, k) for t, k in pairs]
+
+
+def test_keys_of_many_records_indexed_together_are_the_files_of_one_by_one(
+    tmp_path: Path,
+) -> None:
+    """build_index_many writes what build_index of each record writes: across files that
+    fill up, store times that change within the call, records without keys, and records
+    at or below what the files already hold (indexed before a restart: skipped)."""
+    base = 1_767_225_600_000
+    records: list[IndexEntry] = [
+        (f"T{n % 5}", (f"{n:032X}",) if n % 7 else (f"key{n}", "", f"{n:032X}"), 100 * n, base)
+        for n in range(1, 40)
+    ]
+    records[10:20] = [(t, k, o, base + 2_500) for t, k, o, _ in records[10:20]]
+    records[25] = (records[25][0], (), records[25][2], base + 2_500)
+    services = [
+        IndexService(tmp_path / name, max_hash_slot_num=7, max_index_num=16)
+        for name in ("together", "alone")
+    ]
+    together, alone = services
+    try:
+        for service in services:
+            service.build_index("T0", ["first"], 50, base)
+        together.build_index_many([(t, k, 20, s) for t, k, _, s in records[:3]])  # indexed
+        together.build_index_many(records[:12])
+        together.build_index_many(records[12:])
+        for topic, keys, offset, store_ts in records:
+            alone.build_index(topic, keys, offset, store_ts)
+        files = [sorted((tmp_path / name).iterdir()) for name in ("together", "alone")]
+        assert len(files[0]) == len(files[1]) > 2
+        assert [f.read_bytes() for f in files[0]] == [f.read_bytes() for f in files[1]]
+    finally:
+        for service in services:
+            service.close()
