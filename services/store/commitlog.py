@@ -79,6 +79,7 @@ from services.store.page_cache import PageCacheWindow
 from services.store.page_warmer import PageWarmer
 from services.store.record_copy import (
     RecordsAppend,
+    SegmentWrites,
     check_records,
     copy_batch,
     with_delivery_codes,
@@ -434,12 +435,11 @@ class CommitLog:
         self, batches: Sequence[RecordsAppend], now_ms: int
     ) -> tuple[list[Sequence[PutResult]], AppendBatch]:
         """Several checked batches appended in order under one lock: a result list per
-        batch and one AppendBatch for them all (one dispatch hand-off).
-
-        Each batch gets exactly what its own :meth:`append_records` would: queue
-        offsets continue per (topic, queue) in batch order, and a batch that finds
-        the segment full (its next one could not be created) fails on its own.
-        """
+        batch, one AppendBatch for them all (one dispatch hand-off), and one write a
+        segment of the records not stamped in bulk (:class:`SegmentWrites`). Each batch
+        gets exactly what its own :meth:`append_records` would: queue offsets continue
+        per (topic, queue) in batch order, and a batch that finds the segment full (its
+        next one could not be created) fails on its own."""
         if any(topic == SCHEDULE_TOPIC for _, _, topic, _, _ in batches):
             batches = [  # tag code = delivery time, known only now
                 (r, with_delivery_codes(r, c, now_ms) if t == SCHEDULE_TOPIC else c, t, q, h)
@@ -450,26 +450,28 @@ class CommitLog:
         files, queue_offsets, store_host = self.files, self.queue_offsets, self.store_host
         with self.lock:
             start_offset = files.max_offset
-            mf: MappedFile | None = None
+            writes: SegmentWrites | None = None
             for records, checked, topic, queue_id, born_host in batches:
-                if mf is None or mf.is_full():
+                if writes is None or writes.room() <= 0:
                     try:
                         mf = files.last_file_or_create(files.max_offset)
                     except OSError as exc:
                         results.append(create_failed(len(checked), exc))
                         continue
+                    writes = writes or SegmentWrites(files, mf, store_host, now_ms)
+                    writes.move_to(mf)  # the segment it wrote to is full, if it wrote
                 run = StoredRun(self._msg_id_prefix, now_ms)
                 key = (topic, queue_id)
                 fixed = (queue_id, born_host, store_host, now_ms)
-                copied = copy_batch(files, mf, records, checked, key, fixed, queue_offsets, run)
-                mf = copied.mf
+                copied = copy_batch(writes, records, checked, key, fixed, queue_offsets, run)
                 results.append([*run, *copied.failed] if copied.failed else run)
                 if copied.requests:
                     parts.append(copied.requests)
-            if mf is None:
+            if writes is None:
                 return results, AppendBatch(start_offset, start_offset, [])
+            writes.write()
             requests = parts[0] if len(parts) == 1 else DispatchParts(parts)
-            batch = self._appended(mf, start_offset, requests)
+            batch = self._appended(writes.mf, start_offset, requests)
         return results, batch
 
     def _appended(

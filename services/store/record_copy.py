@@ -14,16 +14,15 @@ The CommitLog then neither decodes nor re-encodes them:
      all of it fitting in the current segment; :func:`fits_bulk`): one copy,
      every head stamped with one numpy scatter, and the dispatch requests as
      one :class:`~services.store.dispatch_run.DispatchRun`;
-   - :func:`copy_records`, anything else: runs of adjacent records go into
-     the mapping with one slice assignment each, then every record is patched
-     in place with one ``pack_into`` (queue and physical offsets, hosts, store
-     time). A batch that reaches a segment's end closes it with a blank marker
-     and goes on in the next.
+   - :func:`copy_records`, anything else: the records are held in the call's
+     :class:`SegmentWrites`, and every batch of the call that lands in one
+     segment is written with it: runs of adjacent records copied into one
+     buffer, every record patched there with one ``pack_into`` (queue and
+     physical offsets, hosts, store time), one pwrite. A batch that reaches a
+     segment's end closes it with a blank marker and goes on in the next.
 
 Readers never see an unpatched record: the write position moves only after
-the patches. (Copying the request into a bytearray to patch it before the
-copy was rejected: one more copy of the whole batch; so was a slice
-assignment per record.)
+the patches, once for all the records of a call in a segment.
 """
 
 from __future__ import annotations
@@ -70,8 +69,6 @@ RecordsAppend = tuple[bytes, Sequence[Checked], str, int, bytes]
 class Copied(NamedTuple):
     """What a copy did (the CommitLog keeps the queue offset and dispatches the requests)."""
 
-    mf: MappedFile
-    """The segment written last."""
     next_queue_offset: int
     requests: Sequence[DispatchTuple]
     failed: list[PutResult]
@@ -131,8 +128,7 @@ def with_delivery_codes(records: bytes, checked: Sequence[Checked], now_ms: int)
 
 
 def copy_batch(
-    files: MappedFileQueue,
-    mf: MappedFile,
+    writes: SegmentWrites,
     records: bytes,
     checked: Sequence[Checked],
     key: tuple[str, int],
@@ -140,27 +136,30 @@ def copy_batch(
     queue_offsets: dict[tuple[str, int], int],
     run: StoredRun,
 ) -> Copied:
-    """One checked batch from ``mf`` on (under the append lock), stamped in bulk when
-    :func:`fits_bulk` else copied record by record; ``queue_offsets[key]`` moves on."""
+    """One checked batch at ``writes``' position (under the append lock), stamped in bulk
+    when :func:`fits_bulk` (what the call copied before is written first) else copied
+    record by record into ``writes``; ``queue_offsets[key]`` moves on."""
     first = queue_offsets.get(key, 0)
-    if fits_bulk(checked, records, mf):
-        copied = stamp_bulk(mf, records, checked, key, fixed, first, run)
+    if fits_bulk(checked, records, writes):
+        writes.write()
+        copied = stamp_bulk(writes.mf, records, checked, key, fixed, first, run)
+        writes.end = writes.mf.wrote_position
     else:
-        copied = copy_records(files, mf, records, checked, key, fixed, first, run)
+        copied = copy_records(writes, records, checked, key, fixed, first, run)
     queue_offsets[key] = copied.next_queue_offset
     return copied
 
 
 def fits_bulk(
-    checked: Sequence[Checked], records: bytes, mf: MappedFile
+    checked: Sequence[Checked], records: bytes, writes: SegmentWrites
 ) -> TypeGuard[CheckedColumns]:
     """Whether :func:`stamp_bulk` takes the batch: every record good and consumable, and
-    all of it fits in ``mf``."""
+    all of it fits in the segment after what ``writes`` holds."""
     return (
         isinstance(checked, CheckedColumns)
         and checked.tiles(len(records))
         and bool(checked.consumable.all())
-        and mf.wrote_position + len(records) + BLANK_MARKER_SIZE <= mf.file_size
+        and writes.end + len(records) + BLANK_MARKER_SIZE <= writes.mf.file_size
     )
 
 
@@ -206,12 +205,11 @@ def stamp_bulk(
         checked.heads["sys_flag"],
         now_ms,
     )
-    return Copied(mf, first + count, requests, [])
+    return Copied(first + count, requests, [])
 
 
 def copy_records(
-    files: MappedFileQueue,
-    mf: MappedFile,
+    writes: SegmentWrites,
     records: bytes,
     checked: Sequence[Checked],
     key: tuple[str, int],
@@ -219,43 +217,31 @@ def copy_records(
     first: int,
     run: StoredRun,
 ) -> Copied:
-    """Copy and patch ``checked`` from ``mf`` on, a segment at a time, into ``run``."""
+    """Add ``checked`` to ``writes``, a segment at a time (a full one closed with a blank
+    marker), each record's results into ``run``."""
     topic, queue_id = key
-    now_ms = fixed[3]
+    born_host, now_ms = fixed[1], fixed[3]
     physicals, queue_offsets, sizes = run.commitlog_offsets, run.queue_offsets, run.sizes
     failed: list[PutResult] = []
     requests: list[DispatchTuple] = []
     source = memoryview(records)
-    segment: _SegmentWrite | None = _SegmentWrite(mf, source, fixed)
-    position = mf.wrote_position
     queue_offset = first
     for source_position, total, head, code, index_keys, consumable in checked:
-        if total + BLANK_MARKER_SIZE > mf.file_size - position:
-            segment.finish(position, blank=True)  # type: ignore[union-attr]
+        if total + BLANK_MARKER_SIZE > writes.room():
             try:
-                mf = files.last_file_or_create()
+                writes.roll()
             except OSError as exc:
                 # Disk full or unwritable: what is written stays; the rest fails.
                 failed = create_failed(len(checked) - len(physicals), exc)
-                segment = None
                 break
-            segment = _SegmentWrite(mf, source, fixed)
-            position = mf.wrote_position
-        physical = mf.file_from_offset + position
         if consumable:
             this_offset = queue_offset
             queue_offset += 1
         else:
             this_offset = 0
-        segment.add(  # type: ignore[union-attr]
-            source_position,
-            total,
-            position,
-            head,
-            this_offset,
-            physical,
+        physical = writes.add(
+            source, source_position, total, head, this_offset, queue_id, born_host
         )
-        position += total
         physicals.append(physical)
         queue_offsets.append(this_offset)
         sizes.append(total)
@@ -272,60 +258,108 @@ def copy_records(
                 head[H_SYS_FLAG],
             )
         )
-    if segment is not None:
-        segment.finish(position, blank=False)
-    return Copied(mf, queue_offset, requests, failed)
+    return Copied(queue_offset, requests, failed)
 
 
-class _SegmentWrite:
-    """The raw records one append puts into one segment: copied run by run, then patched.
+class SegmentWrites:
+    """The records one append copies record by record, held until they are written.
 
-    Adjacent source records form one run (a refused record leaves a gap); the
-    write position moves once, after every record of the segment is patched.
+    The batches of one engine call add their records here in order; they are
+    assembled and patched in memory and written with one pwrite a segment
+    (:meth:`MappedFile.write_at`): when the segment fills (closed with a blank
+    marker), before a bulk stamp writes at the position, and at the call's end.
+    Adjacent records of one source form one run (a refused record leaves a gap).
+    The write position moves once a segment's records are written and patched, so
+    neither readers nor the dispatcher see part of a call's records in a segment.
+    (One pwrite a batch released the GIL for each of a call's one-record batches,
+    and published the position after each.)
     """
 
-    __slots__ = ("mf", "source", "fixed", "runs", "patches")
+    __slots__ = ("files", "mf", "store_host", "now_ms", "end", "runs", "patches")
 
-    def __init__(self, mf: MappedFile, source: memoryview, fixed: Fixed) -> None:
+    def __init__(
+        self, files: MappedFileQueue, mf: MappedFile, store_host: bytes, now_ms: int
+    ) -> None:
+        self.files = files
         self.mf = mf
-        self.source = source
-        self.fixed = fixed  # queue_id, born_host, store_host, now_ms
-        self.runs: list[list[int]] = []  # [at, from, to]
-        self.patches: list[tuple[int, int, int, int, int, int]] = []
+        """The segment written to."""
+        self.store_host = store_host
+        self.now_ms = now_ms
+        self.end = mf.wrote_position
+        """Where the next record goes in ``mf``."""
+        self.runs: list[list] = []  # [at, source, from, to]
+        self.patches: list[tuple[int, int, int, int, int, int, int, bytes]] = []
+
+    def room(self) -> int:
+        """Bytes left in the segment after what is held."""
+        return self.mf.file_size - self.end
 
     def add(
         self,
+        source: memoryview,
         source_position: int,
         total: int,
-        at: int,
         head: tuple,
         queue_offset: int,
-        physical: int,
-    ) -> None:
+        queue_id: int,
+        born_host: bytes,
+    ) -> int:
+        """Hold one record of ``source`` at the end; its CommitLog offset."""
+        at = self.end
         runs = self.runs
-        if runs and runs[-1][2] == source_position:
-            runs[-1][2] += total
+        if runs and runs[-1][1] is source and runs[-1][3] == source_position:
+            runs[-1][3] += total
         else:
-            runs.append([at, source_position, source_position + total])
+            runs.append([at, source, source_position, source_position + total])
+        physical = self.mf.file_from_offset + at
         self.patches.append(
-            (at, head[H_FLAG], queue_offset, physical, head[H_SYS_FLAG], head[H_BORN_TS])
+            (
+                at,
+                queue_id,
+                head[H_FLAG],
+                queue_offset,
+                physical,
+                head[H_SYS_FLAG],
+                head[H_BORN_TS],
+                born_host,
+            )
         )
+        self.end = at + total
+        return physical
 
-    def finish(self, end: int, *, blank: bool) -> None:
-        """Copy, patch, write, then publish up to ``end`` (and a blank marker when ``blank``).
+    def move_to(self, mf: MappedFile) -> None:
+        """Go on in ``mf`` (nothing held: the segment before was closed)."""
+        self.mf = mf
+        self.end = mf.wrote_position
 
-        The records are assembled and patched in memory and written with one
-        pwrite (:meth:`MappedFile.write`).
-        """
-        mf, source = self.mf, self.source
+    def roll(self) -> None:
+        """Write what is held with a blank marker closing the segment, and go on in the
+        next (OSError when it cannot be created: what was held is written)."""
+        self.write(blank=True)
+        self.move_to(self.files.last_file_or_create())
+
+    def write(self, *, blank: bool = False) -> None:
+        """Copy, patch, write, then publish what is held (and a blank marker when
+        ``blank``)."""
+        if not self.patches and not blank:
+            return
+        mf, end, now_ms, store_host = self.mf, self.end, self.now_ms, self.store_host
         base = self.runs[0][0] if self.runs else end
         tail = blank_marker(mf.file_size - end) if blank else b""
         buf = bytearray(end - base + len(tail))
-        for at, start, stop in self.runs:
+        for at, source, start, stop in self.runs:
             buf[at - base : at - base + stop - start] = source[start:stop]
-        queue_id, born_host, store_host, now_ms = self.fixed
         patch = PATCH.pack_into
-        for at, flag, queue_offset, physical, sys_flag, born_ts in self.patches:
+        for (
+            at,
+            queue_id,
+            flag,
+            queue_offset,
+            physical,
+            sys_flag,
+            born_ts,
+            born_host,
+        ) in self.patches:
             patch(
                 buf,
                 at - base + PATCH_OFFSET,
@@ -344,6 +378,8 @@ class _SegmentWrite:
             mf.write_at(base, buf)
         if blank:
             end = mf.file_size  # the segment is full
-        if self.patches or blank:
-            mf.wrote_position = mf.committed_position = end
-            mf.store_timestamp = now_ms
+        mf.wrote_position = mf.committed_position = end
+        mf.store_timestamp = now_ms
+        self.end = end
+        self.runs = []
+        self.patches = []

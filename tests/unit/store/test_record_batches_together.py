@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -286,3 +287,70 @@ def test_one_hand_off_dispatches_runs_and_record_lists_alike(make_store: MakeSto
     assert [e[0] for e in queue_entries(store)[("Orders", 1)]] == [
         r.commitlog_offset for r in store.get_messages("Orders", 1, 0, 100).messages
     ]
+
+
+def one_record_sections(count: int) -> list[tuple[RecordBatch, Born]]:
+    """A send of one message to each of ``count`` topics: a batch of one record each."""
+    return [
+        (batch(record(bytes([n]) * 100, topic=f"T{n}", born_timestamp_ms=n + 1), topic=f"T{n}"), V4)
+        for n in range(count)
+    ]
+
+
+def test_the_records_of_one_call_are_written_at_once_a_segment(
+    make_store: MakeStore, tmp_path: Path
+) -> None:
+    """The one-record batches of a call go to the segment in one write, published after
+    it: no reader or dispatch round sees part of the call."""
+    merged, separate = make_store(tmp_path / "merged"), make_store(tmp_path / "separate")
+    writes: list[tuple[int, int]] = []
+    published: list[int] = []
+    segment = merged.commitlog.files.last_file_or_create(0)
+    write_at = segment.write_at
+
+    def counted(position: int, data: bytes | bytearray | memoryview) -> None:
+        writes.append((position, len(data)))
+        published.append(segment.wrote_position)
+        write_at(position, data)
+
+    segment.write_at = counted  # type: ignore[method-assign]
+    batches = one_record_sections(8)
+    got = together(merged, batches)
+    expected = one_by_one(separate, batches)
+
+    assert writes == [(0, merged.commitlog.max_offset)]
+    assert published == [0]  # nothing of the call was visible before its write
+    assert [[outcome(r) for r in rs] for rs in got] == [[outcome(r) for r in rs] for rs in expected]
+    assert_same_store(merged, separate)
+
+
+def test_a_segment_that_cannot_be_created_fails_the_rest_of_the_call_alike(
+    make_store: MakeStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Disk full at a segment's end: what the call put before it is written and stored,
+    the records after it fail with CREATE_MAPPED_FILE_FAILED, as one by one."""
+    stores = make_store(tmp_path / "merged"), make_store(tmp_path / "separate")
+    filler = [record(b"f" * 3000 + bytes([i]), born_timestamp_ms=1) for i in range(25)]
+    batches = [
+        *one_record_sections(3),
+        (batch(*filler, queue_id=0), V4),  # reaches the first segment's end
+        *one_record_sections(2),
+    ]
+
+    def no_space(start_offset: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    for store in stores:  # the first segment exists; no other can be created
+        store.commitlog.files.last_file_or_create(0)
+        monkeypatch.setattr(store.commitlog.files, "create_file", no_space)
+    got = together(stores[0], batches)
+    expected = one_by_one(stores[1], batches)
+
+    assert [[outcome(r) for r in rs] for rs in got] == [[outcome(r) for r in rs] for rs in expected]
+    statuses = [r.status for rs in got for r in rs]
+    assert statuses[:3] == [PutStatus.PUT_OK] * 3
+    assert statuses[3] is PutStatus.PUT_OK  # the batch's records before the end are stored
+    assert statuses[27] is PutStatus.CREATE_MAPPED_FILE_FAILED  # and those past it fail
+    assert statuses[28:] == [PutStatus.CREATE_MAPPED_FILE_FAILED] * 2
+    assert "No space left" in got[-1][0].error
+    assert_same_store(*stores)
