@@ -136,6 +136,11 @@ class StoreConfig(CallerLimitSettings):
     cost this store ten times the CPU a message)."""
     max_transfer_bytes_on_message_in_disk: int = 64 * 1024
     """Bytes one cold pull returns at most (one message always fits)."""
+    max_cold_share_bytes: int = 4 * 1024 * 1024
+    """Bytes a cold pull of a PullQueues call may take at most as its even share of the
+    call's bytes, when that share is more than ``max_transfer_bytes_on_message_in_disk``
+    (a consumer of few queues far behind); 0: no share, every cold pull held to that
+    limit."""
     cold_read_threads: int = 1
     """Threads that serve the pulls starting behind the page-cache window (cold reads), so
     the event loop that serves the hot ones does not wait for them; 0: every pull on the
@@ -185,6 +190,10 @@ class StoreConfig(CallerLimitSettings):
         for name in _TRANSFER_LIMITS:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_cold_share_bytes < 0:
+            raise ConfigError(
+                f"max_cold_share_bytes must be at least 0, got {self.max_cold_share_bytes}"
+            )
 
     @property
     def consume_queue_file_size(self) -> int:

@@ -382,7 +382,8 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         self, pulls: Sequence[store_pb2.PullRequest], limits: list[tuple[int, int]], left: int
     ) -> bytes:
         answers = []
-        share = left // len(pulls)  # what a cold read may take: its even share of the call
+        # What a cold read may take: its even share of the call, up to the setting's cap.
+        share = min(left // len(pulls), self._config.max_cold_share_bytes)
         for n, (pull, (max_messages, max_bytes)) in enumerate(zip(pulls, limits, strict=True)):
             if n and left <= 0:
                 break

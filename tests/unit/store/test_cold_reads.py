@@ -9,7 +9,7 @@ inside it what it asked; a reader that walks the queue still gets every
 message exactly once, in order. The service (its servicer, in this process)
 reads a cold PullQueues on its cold-read thread and a hot one where it is called,
 and gives each cold pull of a PullQueues call its even share of the call's bytes
-when that is more than the cold byte limit.
+when that is more than the cold byte limit, up to ``max_cold_share_bytes`` (0: none).
 """
 
 from __future__ import annotations
@@ -198,36 +198,65 @@ def test_cold_read_threads_out_of_range_are_refused(tmp_path: Path, threads: int
         small_config(tmp_path, cold_read_threads=threads)
 
 
-def test_a_cold_pull_of_a_pull_queues_call_takes_its_share_of_the_call(
-    make_store: Callable[..., MessageStore],
-) -> None:
+def shared_store(make_store: Callable[..., MessageStore], **settings: int) -> MessageStore:
+    """Four queues whose oldest messages lie behind the window; cold pulls held to 4,096
+    bytes and 1,000 messages."""
     store = make_store(
         commitlog_page_cache_window_bytes=WINDOW,
         max_transfer_count_on_message_in_disk=1000,
         max_transfer_bytes_on_message_in_disk=4096,
+        **settings,
     )
     for n in range(MESSAGES):  # 150 a queue, the oldest of each behind the window
         store.put_message(StoreMessage(topic=TOPIC, queue_id=n % 4, body=body(n)))
+    return store
+
+
+def pull_queues(servicer: StoreServicer, queues: int, max_bytes: int) -> list[int]:
+    """The record count of each answer of a PullQueues of the first ``queues`` queues from
+    offset 0, the call asking ``max_bytes``."""
+    request = store_pb2.PullQueuesRequest(
+        pulls=[
+            store_pb2.PullRequest(topic=TOPIC, queue_id=q, queue_offset=0, max_messages=1000)
+            for q in range(queues)
+        ],
+        max_bytes=max_bytes,
+    )
+    encoded = asyncio.run(servicer.PullQueues(request, None))  # type: ignore[arg-type]
+    return [a.record_count for a in store_pb2.PullQueuesResponse.FromString(encoded).answers]
+
+
+def test_a_cold_pull_of_a_pull_queues_call_takes_its_share_of_the_call(
+    make_store: Callable[..., MessageStore],
+) -> None:
+    store = shared_store(make_store)
     record = len(store.get_messages(TOPIC, 0, 0, 1, raw=True).raw[0])
     servicer = StoreServicer(store, store.config)
-
-    def pull_queues(queues: int, max_bytes: int) -> list[int]:
-        request = store_pb2.PullQueuesRequest(
-            pulls=[
-                store_pb2.PullRequest(topic=TOPIC, queue_id=q, queue_offset=0, max_messages=1000)
-                for q in range(queues)
-            ],
-            max_bytes=max_bytes,
-        )
-        encoded = asyncio.run(servicer.PullQueues(request, None))  # type: ignore[arg-type]
-        return [a.record_count for a in store_pb2.PullQueuesResponse.FromString(encoded).answers]
-
     try:
-        assert pull_queues(2, 40_000) == [20_000 // record] * 2  # a share above the limit
-        assert pull_queues(4, 8_000)[0] == 4096 // record  # a share below it (2,000): the limit
+        assert pull_queues(servicer, 2, 40_000) == [20_000 // record] * 2  # above the limit
+        assert pull_queues(servicer, 4, 8_000)[0] == 4096 // record  # below it (2,000): the limit
         direct = store.get_messages(TOPIC, 1, 0, 1000, raw=True, cold_bytes=30_000)
         assert direct.cold and direct.raw_count == 30_000 // record
         hot = store.get_messages(TOPIC, 1, 140, 1000, raw=True, cold_bytes=1)
         assert not hot.cold and hot.raw_count == 10  # a hot read takes what it asked
     finally:
         servicer.close()
+
+
+@pytest.mark.parametrize(("cap", "allowed"), [(10_000, 10_000), (0, 4096)])
+def test_max_cold_share_bytes_caps_the_share_and_zero_turns_it_off(
+    make_store: Callable[..., MessageStore], cap: int, allowed: int
+) -> None:
+    """A share of 20,000 bytes a queue: capped at the setting, or the cold limit at 0."""
+    store = shared_store(make_store, max_cold_share_bytes=cap)
+    record = len(store.get_messages(TOPIC, 0, 0, 1, raw=True).raw[0])
+    servicer = StoreServicer(store, store.config)
+    try:
+        assert pull_queues(servicer, 2, 40_000) == [allowed // record] * 2
+    finally:
+        servicer.close()
+
+
+def test_a_negative_max_cold_share_bytes_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="max_cold_share_bytes must be at least 0, got -1"):
+        small_config(tmp_path, max_cold_share_bytes=-1)
