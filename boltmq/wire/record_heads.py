@@ -357,43 +357,71 @@ def check_batch(
     topic_field, magic = encode_topic(batch.topic)
     records = batch.records
     positions = frame_records(records, batch.count)
+    view = memoryview(records)  # slices of it are not copies (the bodies' CRC)
+    if batch.count == 1:  # a send of one message (one of many topics): no lists to build
+        end = len(records)
+        try:
+            head = check_header(records, 0, end, topic_field, magic, max_body_bytes)
+        except (InvalidMessage, CorruptRecord) as exc:
+            return [], {0: exc}
+        skip = RAW_HEAD.size + len(topic_field) + 2
+        one = _checked(records, view, 0, end, head, skip + head[H_BODY_LEN], max_record_bytes)
+        return ([], {0: one}) if isinstance(one, Exception) else ([one], {})
     checked = check_heads(records, positions, topic_field, magic, max_body_bytes)
     if checked.array is not None:
         return _check_columns(records, positions, checked, max_record_bytes)
-    view = memoryview(records)  # slices of it are not copies (the bodies' CRC)
     bad = checked.refused
     heads, ends, properties_starts = checked.heads(), checked.ends, checked.properties_starts
     good: list[Checked] = []
     for index, position in enumerate(positions):
         if index in bad:
             continue
-        end = ends[index]
-        total = end - position
-        if total > max_record_bytes:
-            bad[index] = _too_big(total)
-            continue
-        head = heads[index]
-        body_start = position + RAW_HEAD.size
-        if body_crc(view[body_start : body_start + head[H_BODY_LEN]]) != head[H_CRC]:
-            bad[index] = CorruptRecord("body CRC mismatch")
-            continue
-        try:
-            code, index_keys = derive_properties(bytes(records[properties_starts[index] : end]))
-        except CorruptRecord as exc:
-            bad[index] = exc
-            continue
-        kind = head[H_SYS_FLAG] & SYS_FLAG_TRANSACTION_MASK
-        good.append(
-            (
-                position,
-                total,
-                head,
-                code,
-                index_keys,
-                kind == 0 or kind == SYS_FLAG_TRANSACTION_COMMIT,
-            )
+        result = _checked(
+            records,
+            view,
+            position,
+            ends[index],
+            heads[index],
+            properties_starts[index],
+            max_record_bytes,
         )
+        if isinstance(result, Exception):
+            bad[index] = result
+        else:
+            good.append(result)
     return good, bad
+
+
+def _checked(
+    records: bytes | memoryview,
+    view: memoryview,
+    position: int,
+    end: int,
+    head: RecordHead,
+    properties_start: int,
+    max_record_bytes: int,
+) -> Checked | InvalidMessage | CorruptRecord:
+    """What only the store checks of a record whose header passed (its size, then its
+    body CRC, then its properties): the record's Checked, or why it is refused."""
+    total = end - position
+    if total > max_record_bytes:
+        return _too_big(total)
+    body_start = position + RAW_HEAD.size
+    if body_crc(view[body_start : body_start + head[H_BODY_LEN]]) != head[H_CRC]:
+        return CorruptRecord("body CRC mismatch")
+    try:
+        code, index_keys = derive_properties(bytes(records[properties_start:end]))
+    except CorruptRecord as exc:
+        return exc
+    kind = head[H_SYS_FLAG] & SYS_FLAG_TRANSACTION_MASK
+    return (
+        position,
+        total,
+        head,
+        code,
+        index_keys,
+        kind == 0 or kind == SYS_FLAG_TRANSACTION_COMMIT,
+    )
 
 
 def _too_big(total: int) -> InvalidMessage:

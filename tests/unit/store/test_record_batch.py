@@ -28,6 +28,7 @@ from boltmq.wire.record_batch import (
     encode_send_record,
     frame_records,
 )
+from boltmq.wire.record_heads import check_batch
 from services.store import MessageStore
 from services.store.status import PutStatus
 
@@ -200,6 +201,29 @@ def test_a_bad_record_is_refused_alone_and_nothing_of_it_lands(
     assert stored_bodies(store) == [b"before", b"after"]
     assert store.commitlog.max_offset == results[0].wrote_bytes + results[2].wrote_bytes
     assert store.verify() == []
+
+
+@pytest.mark.parametrize("case", ["good", *sorted(bad_records())])
+def test_a_batch_of_one_record_is_checked_as_one_of_many(case: str) -> None:
+    """A batch of one record takes a shorter way through the checks (a send of one
+    message to each of many topics): the same outcome as that record in a batch."""
+    alone = record(b"x" * 100) if case == "good" else bad_records()[case][0]
+    first = record(b"first")
+    limits = (48 * 1024, 64 * 1024)
+    single = check_batch(batch(alone), *limits)
+    among = check_batch(batch(first, alone), *limits)
+    if case == "good":
+        assert single[1] == among[1] == {}
+        ((position, *rest),) = single[0]
+        assert position == 0 and among[0][1] == (len(first), *rest)
+        small = (48 * 1024, len(alone) - 1)  # too big for a segment: refused the same way
+        assert str(check_batch(batch(alone), *small)[1][0]) == str(
+            check_batch(batch(first, alone), *small)[1][1]
+        )
+    else:
+        assert single[0] == [] and [type(e) for e in single[1].values()] == [type(among[1][1])]
+        assert list(single[1]) == [0] and str(single[1][0]) == str(among[1][1])
+        assert [c[0] for c in among[0]] == [0]  # the first record passes
 
 
 def test_a_batch_whose_records_cannot_be_told_apart_stores_nothing(make_store: MakeStore) -> None:

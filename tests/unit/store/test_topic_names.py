@@ -45,10 +45,37 @@ def test_invalid_topics(topic: str) -> None:
         validate_topic(topic)
 
 
-@pytest.mark.parametrize("topic", [None, 5, b"T"])
+@pytest.mark.parametrize("topic", [None, 5, b"T", ["T"]])
 def test_non_string_topics(topic: object) -> None:
     with pytest.raises(InvalidTopic):
         validate_topic(topic)
+
+
+class _Pretender(str):
+    """A str that passes for the valid name "Known" in a set (its hash, an equality that
+    says yes to everything)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("Known")
+
+
+def test_remembered_valid_names_let_no_bad_name_through() -> None:
+    """Valid names are remembered (a store checks every append's): a bad name is refused
+    every time, a str subclass is never taken for a remembered name, and past the
+    memory's bound every name is still checked."""
+    assert validate_topic("Known") == "Known"
+    for _ in range(2):
+        with pytest.raises(InvalidTopic):
+            validate_topic("a/b")
+    with pytest.raises(InvalidTopic):
+        validate_topic(_Pretender("a/b"))
+    names = [f"T{n}" for n in range(5000)]
+    assert [validate_topic(name) for name in names] == names
+    with pytest.raises(InvalidTopic):
+        validate_topic("../etc")
 
 
 @pytest.mark.parametrize("topic", ["..", "a/b", "abc\n"])
