@@ -288,7 +288,9 @@ class SegmentWrites:
         self.end = mf.wrote_position
         """Where the next record goes in ``mf``."""
         self.runs: list[list] = []  # [at, source, from, to]
-        self.patches: list[tuple[int, int, int, int, int, int, int, bytes]] = []
+        self.patches: list[tuple[int, tuple[int, int, int, int, int, int, bytes]]] = []
+        """Where each record is, and its PATCH fields up to the store's own (queue id, flag,
+        queue offset, physical offset, sys flag, born time, born host)."""
 
     def room(self) -> int:
         """Bytes left in the segment after what is held."""
@@ -312,18 +314,17 @@ class SegmentWrites:
         else:
             runs.append([at, source, source_position, source_position + total])
         physical = self.mf.file_from_offset + at
-        self.patches.append(
-            (
-                at,
-                queue_id,
-                head[H_FLAG],
-                queue_offset,
-                physical,
-                head[H_SYS_FLAG],
-                head[H_BORN_TS],
-                born_host,
-            )
+        born_ts = head[H_BORN_TS] or self.now_ms
+        fields = (
+            queue_id,
+            head[H_FLAG],
+            queue_offset,
+            physical,
+            head[H_SYS_FLAG],
+            born_ts,
+            born_host,
         )
+        self.patches.append((at, fields))
         self.end = at + total
         return physical
 
@@ -350,29 +351,8 @@ class SegmentWrites:
         for at, source, start, stop in self.runs:
             buf[at - base : at - base + stop - start] = source[start:stop]
         patch = PATCH.pack_into
-        for (
-            at,
-            queue_id,
-            flag,
-            queue_offset,
-            physical,
-            sys_flag,
-            born_ts,
-            born_host,
-        ) in self.patches:
-            patch(
-                buf,
-                at - base + PATCH_OFFSET,
-                queue_id,
-                flag,
-                queue_offset,
-                physical,
-                sys_flag,
-                born_ts or now_ms,
-                born_host,
-                now_ms,
-                store_host,
-            )
+        for at, fields in self.patches:
+            patch(buf, at - base + PATCH_OFFSET, *fields, now_ms, store_host)
         buf[end - base :] = tail
         if buf:
             mf.write_at(base, buf)
