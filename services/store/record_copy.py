@@ -330,6 +330,7 @@ class SegmentWrites:
 
     def move_to(self, mf: MappedFile) -> None:
         """Go on in ``mf`` (nothing held: the segment before was closed)."""
+        assert not self.patches, "records held for a segment left behind"
         self.mf = mf
         self.end = mf.wrote_position
 
