@@ -11,9 +11,9 @@ back with :class:`~boltmq.wire.record.InvalidMessage`.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Mapping
-from typing import Final
 
 from boltmq.wire.record import (
     BLANK,
@@ -41,23 +41,23 @@ from boltmq.wire.record import (
 def encode_topic(topic: str) -> tuple[bytes, int]:
     """``(topic length field + topic bytes, magic)`` choosing the long-topic form (the last
     few remembered: a store checks every append's topic, many a call of many topics)."""
-    encoded = _TOPIC_FIELDS.get(topic) if type(topic) is str else None
-    if encoded is None:
-        raw = _utf8(topic, "topic")
-        if len(raw) <= SHORT_TOPIC_MAX_BYTES:
-            encoded = bytes((len(raw),)) + raw, MAGIC_MESSAGE
-        elif len(raw) > LONG_TOPIC_MAX_BYTES:
-            raise InvalidMessage(f"topic is {len(raw)} bytes, at most {LONG_TOPIC_MAX_BYTES}")
-        else:
-            encoded = SHORT.pack(len(raw)) + raw, MAGIC_MESSAGE_LONG_TOPIC
-        if len(_TOPIC_FIELDS) >= _TOPIC_FIELDS_MAX:
-            _TOPIC_FIELDS.clear()
-        _TOPIC_FIELDS[topic] = encoded
-    return encoded
+    if type(topic) is str:
+        return _encoded_topic(topic)
+    return _encode_topic(topic)
 
 
-_TOPIC_FIELDS: dict[str, tuple[bytes, int]] = {}
-_TOPIC_FIELDS_MAX: Final = 4096
+@functools.lru_cache(maxsize=4096)
+def _encoded_topic(topic: str) -> tuple[bytes, int]:
+    return _encode_topic(topic)
+
+
+def _encode_topic(topic: str) -> tuple[bytes, int]:
+    raw = _utf8(topic, "topic")
+    if len(raw) <= SHORT_TOPIC_MAX_BYTES:
+        return bytes((len(raw),)) + raw, MAGIC_MESSAGE
+    if len(raw) > LONG_TOPIC_MAX_BYTES:
+        raise InvalidMessage(f"topic is {len(raw)} bytes, at most {LONG_TOPIC_MAX_BYTES}")
+    return SHORT.pack(len(raw)) + raw, MAGIC_MESSAGE_LONG_TOPIC
 
 
 def encode_tail(topic_field: bytes, properties_raw: bytes) -> bytes:

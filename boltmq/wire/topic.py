@@ -53,24 +53,25 @@ def is_group(name: object) -> bool:
 
 def validate_topic(topic: object) -> str:
     """Return ``topic`` when valid, else raise InvalidTopic with the reason (the last few
-    valid names remembered: a store checks every append's topic)."""
-    if type(topic) is str and topic in _VALID_TOPICS:
-        return topic
+    valid names remembered, a str only: a store checks every append's topic)."""
+    if type(topic) is str:
+        return _valid_topic(topic)
+    return _check_topic(topic)
+
+
+@lru_cache(maxsize=4096)
+def _valid_topic(topic: str) -> str:
+    return _check_topic(topic)  # a refusal raises: it is not remembered
+
+
+def _check_topic(topic: object) -> str:
     if not isinstance(topic, str) or not topic:
         raise InvalidTopic("a topic name is required")
     if len(topic) > TOPIC_MAX_LENGTH:
         raise InvalidTopic(f"topic is {len(topic)} characters, at most {TOPIC_MAX_LENGTH}")
     if not TOPIC_PATTERN.fullmatch(topic):
         raise InvalidTopic(f"topic {topic[:60]!r} may only use {NAME_CHARACTERS}")
-    if type(topic) is str:  # not a subclass, whose equality could be its own
-        if len(_VALID_TOPICS) >= _VALID_TOPICS_MAX:
-            _VALID_TOPICS.clear()
-        _VALID_TOPICS.add(topic)
     return topic
-
-
-_VALID_TOPICS: set[str] = set()
-_VALID_TOPICS_MAX = 4096
 
 
 def validate_group(group: object) -> str:

@@ -30,6 +30,7 @@ comes from its header and size, so a store can change its configuration.
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
 from collections.abc import Sequence
@@ -80,10 +81,6 @@ def key_hash(topic: str, key: str) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
-_PREFIX_TERMS: dict[tuple[str, int], int] = {}
-""":func:`_prefix_term` by (topic, key length): a store's appends hash the same topics'
-unique ids (one length) over and over."""
-_PREFIX_TERMS_MAX: Final = 4096
 _POWERS: dict[int, npt.NDArray[np.uint64]] = {}
 """31^(n-1) .. 31^0 modulo 2^32, by string length n (in UTF-16 code units)."""
 
@@ -155,17 +152,13 @@ def topics_key_hashes(topics: Sequence[str], keys: Sequence[str]) -> list[int]:
     return _entry_hashes(sums + prefixes)
 
 
+@functools.lru_cache(maxsize=4096)
 def _prefix_term(topic: str, length: int) -> int:
     """What ``topic#`` adds to the Java hash of ``topic#key`` for a key of ``length``
-    code units: its own hash times 31^length, modulo 2^32 (the last few kept)."""
-    term = _PREFIX_TERMS.get((topic, length))
-    if term is None:
-        term = (java_string_hash(f"{topic}#") & 0xFFFFFFFF) * pow(31, length, 1 << 32)
-        term &= 0xFFFFFFFF
-        if len(_PREFIX_TERMS) >= _PREFIX_TERMS_MAX:
-            _PREFIX_TERMS.clear()
-        _PREFIX_TERMS[(topic, length)] = term
-    return term
+    code units: its own hash times 31^length, modulo 2^32 (remembered: a store's appends
+    hash the same topics' unique ids, of one length, over and over)."""
+    term = (java_string_hash(f"{topic}#") & 0xFFFFFFFF) * pow(31, length, 1 << 32)
+    return term & 0xFFFFFFFF
 
 
 def _powers(length: int) -> npt.NDArray[np.uint64]:
