@@ -27,8 +27,11 @@ the patches, once for all the records of a call in a segment.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from typing import NamedTuple, TypeGuard
+
+import numpy as np
 
 from boltmq.wire.record import (
     BLANK_MARKER_SIZE,
@@ -52,7 +55,7 @@ from boltmq.wire.record_batch import (
     RecordBatch,
 )
 from boltmq.wire.record_encoding import blank_marker, encode_topic
-from boltmq.wire.record_heads import CheckedColumns, check_batch, stamp_heads
+from boltmq.wire.record_heads import CheckedColumns, Int64s, byte_windows, check_batch
 from boltmq.wire.topic import validate_topic
 from services.store.config import StoreConfig
 from services.store.dispatch_run import DispatchRun, DispatchTuple
@@ -364,3 +367,39 @@ class SegmentWrites:
         self.end = end
         self.runs = []
         self.patches = []
+
+
+def stamp_heads(
+    target: mmap.mmap | bytearray,
+    at: int,
+    physical_at: int,
+    checked: CheckedColumns,
+    queue_id: int,
+    first_queue_offset: int,
+    born_host: bytes,
+    store_host: bytes,
+    now_ms: int,
+) -> Int64s:
+    """Write the heads of ``checked``, copied to ``target[at:]`` as they lay in their
+    batch, with what the store decides (queue id and offsets, physical offsets, hosts,
+    store time; the born time when the producer left it 0): one scatter for the batch.
+    The physical offsets, ``physical_at`` being the physical offset of ``at``."""
+    heads = checked.heads
+    count = len(heads)
+    physicals = checked.positions + physical_at
+    heads["queue_id"] = queue_id
+    heads["queue_offset"] = np.arange(
+        first_queue_offset, first_queue_offset + count, dtype=np.int64
+    )
+    heads["commitlog_offset"] = physicals
+    born = heads["born_timestamp"]
+    born[born == 0] = now_ms
+    heads["born_host"] = np.void(born_host)
+    heads["store_timestamp"] = now_ms
+    heads["store_host"] = np.void(store_host)
+    size = int(checked.positions[-1] + checked.totals[-1])
+    data = np.frombuffer(target, dtype=np.uint8, count=size, offset=at)
+    byte_windows(data, RAW_HEAD.size, writeable=True)[checked.positions] = heads.view(
+        np.uint8
+    ).reshape(count, RAW_HEAD.size)
+    return physicals

@@ -110,8 +110,8 @@ def check_headers(
             [x for i, x in enumerate(column) if i not in refused] for column in (starts, ends)
         )
     delayed = sections_contain(batch.records, starts, ends, DELAY_MARKERS)
-    for index, sys_flag in enumerate(checked.sys_flags()):
-        if sys_flag & SYS_FLAG_TRANSACTION_MASK and index not in refused:
+    for index in checked.flagged(SYS_FLAG_TRANSACTION_MASK):
+        if index not in refused:
             # Half messages go through the transaction service, and markers are the
             # broker's own records: a client setting these bits would commit or
             # hide messages behind its back.

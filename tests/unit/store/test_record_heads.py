@@ -88,10 +88,25 @@ def test_heads_are_the_raw_head_fields(count: int) -> None:
     positions = frame_records(records, count)
     checked = check_heads(records, positions, TOPIC_FIELD, MAGIC, MAX_BODY)
     assert checked.heads() == [RAW_HEAD.unpack_from(records, p) for p in positions]
-    assert checked.sys_flags() == [h[H_SYS_FLAG] for h in checked.heads()]
     assert checked.ends == [*positions[1:], len(records)]
     sections = [records[a:b] for a, b in zip(checked.properties_starts, checked.ends, strict=True)]
     assert sections == [f"TAGS\x01x\x02KEYS\x01k{i}\x02".encode() for i in range(count)]
+
+
+@pytest.mark.parametrize("count", [2, CHECK_COLUMNS_MIN])
+def test_flagged_records_are_those_whose_sys_flag_has_a_bit_of_the_mask(count: int) -> None:
+    records = bytearray()
+    for i in range(count):  # sys flags 0..15 over and over (host bits left alone)
+        raw = bytearray(record(b"x" * (i + 1), tags="x"))
+        head = list(RAW_HEAD.unpack_from(raw, 0))
+        head[H_SYS_FLAG] = i % 16
+        RAW_HEAD.pack_into(raw, 0, *head)
+        records += raw
+    positions = frame_records(bytes(records), count)
+    checked = check_heads(bytes(records), positions, TOPIC_FIELD, MAGIC, MAX_BODY)
+    assert not checked.refused
+    for mask in (0x1, 0x4, 0xC, 0xF):
+        assert checked.flagged(mask) == [i for i in range(count) if i % 16 & mask]
 
 
 @pytest.mark.parametrize("copies", [1, CHECK_COLUMNS_MIN])
@@ -119,6 +134,25 @@ def test_delay_names_are_found_in_properties_sections_only(
     )
 
 
+@pytest.mark.parametrize("delayed_at", [None, 0, CHECK_COLUMNS_MIN - 1])
+def test_delay_names_are_found_in_sections_of_one_width(delayed_at: int | None) -> None:
+    """Sections all of one width (one producer's batch) are gathered as rows."""
+    plain = {"KEYS": "DELAY0"}  # as wide as the delay's section, the name only as a value
+    records = b"".join(
+        encode_send_record(
+            TOPIC, b"DELAY\x01" * 10, properties={"DELAY": "30000"} if i == delayed_at else plain
+        )
+        for i in range(CHECK_COLUMNS_MIN)
+    )
+    positions = frame_records(records, CHECK_COLUMNS_MIN)
+    checked = check_heads(records, positions, TOPIC_FIELD, MAGIC, MAX_BODY)
+    starts, ends = checked.properties_starts, checked.ends
+    widths = {end - start for start, end in zip(starts, ends, strict=True)}
+    assert len(widths) == 1
+    found = sections_contain(records, checked.properties_starts, checked.ends, DELAY_MARKERS)
+    assert found is (delayed_at is not None)
+
+
 def test_no_sections_contain_nothing() -> None:
     empty = np.array([], dtype=np.int64)
     assert not sections_contain(b"DELAY\x01", empty, empty, DELAY_MARKERS)
@@ -127,21 +161,21 @@ def test_no_sections_contain_nothing() -> None:
 def test_windows_are_the_overlapping_rows_of_the_data() -> None:
     """Row i of the windows is data[i:i + width], for data laid out byte after byte
     or not (read from a copy); read-only unless asked for and the data allows it."""
-    from boltmq.wire.record_heads import _windows
+    from boltmq.wire.record_heads import byte_windows
 
     raw = bytearray(range(200))
     writable = np.frombuffer(raw, dtype=np.uint8)
     for data in (np.frombuffer(bytes(raw), dtype=np.uint8), writable, writable[::2]):
         for width in (1, 7, len(data), len(data) + 5):
-            windows = _windows(data, width, writeable=False)
+            windows = byte_windows(data, width, writeable=False)
             assert windows.shape == (max(len(data) - width + 1, 0), width)
             for i in range(0, len(windows), 13):
                 assert bytes(windows[i]) == bytes(data[i : i + width])
             assert not windows.flags.writeable
-    stamped = _windows(writable, 4, writeable=True)
+    stamped = byte_windows(writable, 4, writeable=True)
     stamped[10] = [9, 9, 9, 9]
     assert raw[10:14] == b"\t\t\t\t"
     with pytest.raises(ValueError, match="read-only"):
-        _windows(np.frombuffer(bytes(8), dtype=np.uint8), 4, writeable=True)
+        byte_windows(np.frombuffer(bytes(8), dtype=np.uint8), 4, writeable=True)
     with pytest.raises(ValueError, match="byte after byte"):
-        _windows(writable[::2], 4, writeable=True)
+        byte_windows(writable[::2], 4, writeable=True)
