@@ -102,7 +102,7 @@ def key_hashes(topic: str, keys: Sequence[str]) -> list[int]:
     out = [0] * len(encoded)
     for length, places in by_length.items():
         codes = np.frombuffer(b"".join(encoded[at] for at in places), dtype="<u2")
-        sums = (codes.reshape(len(places), length).astype(np.uint64) * _powers(length)).sum(axis=1)
+        sums = codes.reshape(len(places), length).astype(np.uint64) @ _powers(length)
         for at, h in zip(places, _entry_hashes(sums), strict=True):
             out[at] = h
     return out
@@ -130,7 +130,7 @@ def column_key_hashes(topic: str, codes: npt.NDArray[np.uint8]) -> list[int]:
     a row (a :class:`boltmq.wire.key_column.KeyColumn`'s ids): the ``topic#`` prefix
     added as its hash times 31^length."""
     length = codes.shape[1]
-    sums = (codes.astype(np.uint64) * _powers(length)).sum(axis=1)
+    sums = codes.astype(np.uint64) @ _powers(length)
     return _entry_hashes(sums + np.uint64(_prefix_term(topic, length)))
 
 
@@ -147,7 +147,7 @@ def topics_key_hashes(topics: Sequence[str], keys: Sequence[str]) -> list[int]:
         return [key_hash(topic, key) for topic, key in zip(topics, keys, strict=True)]
     terms = {topic: _prefix_term(topic, length) for topic in dict.fromkeys(topics)}
     codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(len(keys), length)
-    sums = (codes.astype(np.uint64) * _powers(length)).sum(axis=1)
+    sums = codes.astype(np.uint64) @ _powers(length)
     prefixes = np.fromiter(map(terms.__getitem__, topics), dtype=np.uint64, count=len(keys))
     return _entry_hashes(sums + prefixes)
 
@@ -175,12 +175,10 @@ def _powers(length: int) -> npt.NDArray[np.uint64]:
 
 def _entry_hashes(sums: npt.NDArray[np.uint64]) -> list[int]:
     """Java hashes (as sums modulo 2^32) made entry hashes: the signed int32, then abs,
-    with Integer.MIN_VALUE as 0 (:func:`key_hash`'s rule)."""
-    h = sums & np.uint64(0xFFFFFFFF)
-    negative = (h & np.uint64(0x80000000)) != 0
-    out = np.where(negative, np.uint64(0x100000000) - h, h)
-    out[h == np.uint64(0x80000000)] = 0
-    hashes: list[int] = out.tolist()
+    with Integer.MIN_VALUE as 0 (:func:`key_hash`'s rule). The cast to uint32 keeps the
+    sums modulo 2^32; abs of MIN_VALUE wraps to itself, which the maximum makes 0."""
+    signed = sums.astype(np.uint32).view(np.int32)
+    hashes: list[int] = np.maximum(np.abs(signed), 0).tolist()
     return hashes
 
 
