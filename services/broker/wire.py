@@ -9,6 +9,7 @@ transactions, dead letters resent).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from boltmq.v1 import broker_pb2, message_pb2, registry_pb2, store_pb2
 from services.broker.metadata.topic_config import TopicConfig
@@ -22,6 +23,7 @@ SEND_STATUS_OF_STORED = {
 """Stored outcomes; every other PutMessageStatus means nothing was stored (SEND_FAILED)."""
 STORED = frozenset(SEND_STATUS_OF_STORED)
 """PutMessageStatuses under which the record is in the CommitLog."""
+assert message_pb2.PUT_OK == broker_pb2.SEND_OK == 0  # to_send_response's all-stored answer
 
 
 def topic_to_proto(config: TopicConfig) -> registry_pb2.TopicConfig:
@@ -45,10 +47,11 @@ def to_send_response(
 ) -> broker_pb2.SendResponse:
     """The client's view of a batch's appends: stored statuses keep their meaning, the
     rest fail (with the store's reason, or its status name when it gave none)."""
-    put_statuses = list(response.statuses)
+    put_statuses = response.statuses
     errors: dict[int, str] = {}
-    if put_statuses.count(message_pb2.PUT_OK) == len(put_statuses):  # the usual answer
-        statuses = [broker_pb2.SEND_OK] * len(put_statuses)
+    statuses: Any  # SendStatus values; the stored PUT_OK zeros are SEND_OK zeros
+    if not any(put_statuses):  # all PUT_OK, the usual answer: SEND_OK each, the same zeros
+        statuses = put_statuses  # copied field to field, not through a list
     else:
         send_status = SEND_STATUS_OF_STORED
         statuses = [send_status.get(status, broker_pb2.SEND_FAILED) for status in put_statuses]
