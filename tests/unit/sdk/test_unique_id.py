@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from boltmq.message import Message, batch_records, message_unique_ids
-from boltmq.unique_id import UniqueIds, new_unique_id, new_unique_ids
+from boltmq.unique_id import MANY_AS_ARRAY, UniqueIds, new_unique_id, new_unique_ids
 from boltmq.wire.record import decode_records
 from boltmq.wire.record_batch import derive_properties, send_record_parts
 from boltmq.wire.record_encoding import InvalidMessage
@@ -99,13 +99,18 @@ def test_ids_made_together_are_those_made_one_by_one() -> None:
         datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC),
     ):
         now_ms = int(when.timestamp() * 1000)
-        ids = UniqueIds()
-        together = ids.new_many(300, now_ms)
-        one_by_one = [ids.new(now_ms) for _ in range(300)]
-        assert all(HEX32.fullmatch(i) for i in together)
-        assert {i[:28] for i in together} == {i[:28] for i in one_by_one}  # prefix, time
-        counters = [int(i[28:], 16) for i in together + one_by_one]
-        assert [(b - a) % 65536 for a, b in itertools.pairwise(counters)] == [1] * 599
+        for count in (MANY_AS_ARRAY - 1, 300):  # formatted one by one, and as an array
+            ids = UniqueIds()
+            together = ids.new_many(count, now_ms)
+            one_by_one = [ids.new(now_ms) for _ in range(count)]
+            assert all(HEX32.fullmatch(i) for i in together)
+            assert {i[:28] for i in together} == {i[:28] for i in one_by_one}  # prefix, time
+            counters = [int(i[28:], 16) for i in together + one_by_one]
+            steps = [(b - a) % 65536 for a, b in itertools.pairwise(counters)]
+            assert steps == [1] * (2 * count - 1)
+    ids = UniqueIds()
+    ids._counter = itertools.count(65_530)  # the counter's low 16 bits wrap inside the batch
+    assert [int(i[28:], 16) for i in ids.new_many(20)] == [*range(65_530, 65_536), *range(14)]
     assert len(set(new_unique_ids(1000) + new_unique_ids(1000))) == 2000
     assert new_unique_ids(0) == []
 
