@@ -83,7 +83,7 @@ class UniqueIds:
         """``count`` new ids, of one time (a batch's: one clock read, the counter's
         next ``count`` values), as :meth:`new` makes them one by one. From
         :data:`MANY_AS_ARRAY` ids on, the counters' hex digits are one array and the ids
-        slices of one string: ~0.2 us an id against ~0.8 formatted one by one."""
+        slices of one string (256 ids: 0.45 us an id against 0.77 formatted one by one)."""
         head = f"{self._prefix}{self._elapsed(now_ms):08X}"
         counter = self._counter
         if count < MANY_AS_ARRAY:
@@ -91,8 +91,8 @@ class UniqueIds:
         # islice takes the counter's next values in one call: no other thread's between.
         values = np.fromiter(itertools.islice(counter, count), dtype=np.int64, count=count)
         matrix = np.empty((count, UNIQUE_ID_LENGTH), dtype=np.uint8)
-        matrix[:, :28] = np.frombuffer(head.encode("ascii"), dtype=np.uint8)
-        matrix[:, 28:] = _HEX_DIGITS[(values[:, None] >> _NIBBLE_SHIFTS) & 0xF]
+        matrix[:, : len(head)] = np.frombuffer(head.encode("ascii"), dtype=np.uint8)
+        matrix[:, len(head) :] = _HEX_DIGITS[(values[:, None] >> _NIBBLE_SHIFTS) & 0xF]
         text = matrix.tobytes().decode("ascii")
         return [text[at : at + UNIQUE_ID_LENGTH] for at in range(0, len(text), UNIQUE_ID_LENGTH)]
 

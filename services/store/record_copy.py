@@ -12,7 +12,7 @@ The CommitLog then neither decodes nor re-encodes them:
 
    - :func:`stamp_bulk`, the common batch (every record good and consumable,
      all of it fitting in the current segment; :func:`fits_bulk`): one copy,
-     every head stamped with one numpy scatter, and the dispatch requests as
+     every head stamped with one numpy scatter (:func:`stamp_heads`), and the dispatch requests as
      one :class:`~services.store.dispatch_run.DispatchRun`;
    - :func:`copy_records`, anything else: the records are held in the call's
      :class:`SegmentWrites`, and every batch of the call that lands in one
