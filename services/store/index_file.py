@@ -81,10 +81,6 @@ def key_hash(topic: str, key: str) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
-_POWERS: dict[int, npt.NDArray[np.uint64]] = {}
-"""31^(n-1) .. 31^0 modulo 2^32, by string length n (in UTF-16 code units)."""
-
-
 def key_hashes(topic: str, keys: Sequence[str]) -> list[int]:
     """:func:`key_hash` of every key, computed together: the keys of one length as a
     matrix of UTF-16 code units times the powers of 31 (each product < 2^48, a row's
@@ -161,16 +157,13 @@ def _prefix_term(topic: str, length: int) -> int:
     return term & 0xFFFFFFFF
 
 
+@functools.lru_cache(maxsize=4096)
 def _powers(length: int) -> npt.NDArray[np.uint64]:
-    """31^(length-1) .. 31^0 modulo 2^32."""
-    powers = _POWERS.get(length)
-    if powers is None:
-        powers = np.array(
-            [pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64
-        )
-        if len(_POWERS) < 4096:
-            _POWERS[length] = powers
-    return powers
+    """31^(length-1) .. 31^0 modulo 2^32, for strings of ``length`` UTF-16 code units
+    (kept by length: a store sees few key lengths). Callers only read the array."""
+    return np.array(
+        [pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64
+    )
 
 
 def _entry_hashes(sums: npt.NDArray[np.uint64]) -> list[int]:
