@@ -211,10 +211,12 @@ async def throughput(target: Target, messages: int, size: int, qos: int) -> dict
                     topic, payload, qos=mqtt5.QoS.AT_LEAST_ONCE, packet_id=packet_id
                 ).write()
             )
-        await asyncio.wait_for(acked.wait(), WAIT_S)
+        async with asyncio.timeout(WAIT_S):
+            await acked.wait()
     sent = time.perf_counter() - started
     try:
-        await asyncio.wait_for(done.wait(), 10 if qos == 0 else WAIT_S)
+        async with asyncio.timeout(10 if qos == 0 else WAIT_S):
+            await done.wait()
     except TimeoutError:
         pass  # QoS 0 may be dropped: report what arrived
     elapsed = time.perf_counter() - started
@@ -229,7 +231,8 @@ async def _warm(publisher: Device, subscriber: Device, topic: str) -> None:
     while time.monotonic() < deadline:
         publisher.writer.write(mqtt5.PublishPacket(topic, b"warm").write())
         try:
-            packet = await asyncio.wait_for(subscriber.packet(), 1.0)
+            async with asyncio.timeout(1.0):
+                packet = await subscriber.packet()
         except TimeoutError:
             continue
         if isinstance(packet, mqtt5.PublishPacket):
@@ -272,7 +275,8 @@ async def fanout(target: Target, subscribers: int, parallel: int) -> dict[str, f
         payload = f"t{time.perf_counter()!r}".encode()
         publisher.writer.write(mqtt5.PublishPacket(topic, payload).write())
         try:
-            await asyncio.wait_for(done.wait(), WAIT_S)
+            async with asyncio.timeout(WAIT_S):
+                await done.wait()
         finally:
             for device in devices:
                 if device.task is not None:

@@ -158,7 +158,8 @@ class RabbitConsumer(_Loop):
 
     async def _wait(self) -> None:
         try:
-            await asyncio.wait_for(self.arrived.wait(), POLL_WAIT_S)
+            async with asyncio.timeout(POLL_WAIT_S):
+                await self.arrived.wait()
         except TimeoutError:
             pass
 

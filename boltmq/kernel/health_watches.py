@@ -94,7 +94,8 @@ class EndingHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
         ) > 0:
             watch.wrote.clear()
             try:
-                await asyncio.wait_for(watch.wrote.wait(), left)
+                async with asyncio.timeout(left):
+                    await watch.wrote.wait()
             except TimeoutError:
                 break
         if watch.task is not None:

@@ -209,7 +209,8 @@ class Follower:
         """The next message from the master; None at the end of the stream."""
         silence_s = self._config.housekeeping_interval_ms / 1000
         try:
-            message = await asyncio.wait_for(call.read(), silence_s)
+            async with asyncio.timeout(silence_s):
+                message = await call.read()
         except TimeoutError:
             raise StreamSilent(
                 f"nothing from master {master_address} for {silence_s:g} s"
@@ -389,6 +390,7 @@ class Follower:
         with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
             while True:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._report_due.wait(), heartbeat_s)
+                    async with asyncio.timeout(heartbeat_s):
+                        await self._report_due.wait()
                 self._report_due.clear()
                 await call.write(self._report(self.status.store_max_offset))

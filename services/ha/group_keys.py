@@ -124,7 +124,8 @@ class GroupKeys:
         client = self._connected()
         endpoint = self._endpoints[self._next % len(self._endpoints)]
         try:
-            return await asyncio.wait_for(call(client), self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):
+                return await call(client)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -141,7 +142,8 @@ class GroupKeys:
         client, self._client = self._client, None
         if client is not None:
             try:
-                await asyncio.wait_for(client.close(), self._timeout_s)
+                async with asyncio.timeout(self._timeout_s):
+                    await client.close()
             except Exception:  # closing a broken channel may fail in many ways
                 log.debug("closing the etcd client failed", exc_info=True)
 

@@ -134,7 +134,8 @@ async def _first_report(
 ) -> ha_pb2.ReplicaReport | None:
     """The replica's first report; None when it hung up first."""
     try:
-        return await asyncio.wait_for(anext(reports), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            return await anext(reports)
     except StopAsyncIteration:
         return None
     except TimeoutError:

@@ -64,7 +64,8 @@ class ProgressForwarder:
         self._closing = True
         self._wake.set()
         try:
-            await asyncio.wait_for(asyncio.shield(task), REOPEN_MAX_S)
+            async with asyncio.timeout(REOPEN_MAX_S):
+                await asyncio.shield(task)
         except (TimeoutError, HAError):
             pass
         finally:

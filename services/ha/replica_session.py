@@ -178,7 +178,8 @@ class ReplicaSession:
         try:
             while True:
                 try:
-                    report = await asyncio.wait_for(anext(reports), silence_s)
+                    async with asyncio.timeout(silence_s):
+                        report = await anext(reports)
                 except StopAsyncIteration:
                     self._end(None)
                     return

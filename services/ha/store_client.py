@@ -47,7 +47,8 @@ class RawAppends:
     async def send(self, chunk: store_pb2.CommitLogChunk) -> None:
         """Queue the append of a chunk from the master, as it came (returns once gRPC took it)."""
         try:
-            await asyncio.wait_for(self._call.write(chunk), self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):
+                await self._call.write(chunk)
         except TimeoutError:
             raise StoreUnavailable(
                 f"store at {self._client.address} took no append for {self._timeout_s:g} s"
@@ -58,7 +59,8 @@ class RawAppends:
     async def answer(self) -> store_pb2.AppendRawResponse:
         """The answer to the oldest unanswered append (call only with one in flight)."""
         try:
-            response = await asyncio.wait_for(self._call.read(), self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):
+                response = await self._call.read()
         except TimeoutError:
             raise StoreUnavailable(
                 f"store at {self._client.address} did not answer an append "

@@ -100,12 +100,6 @@ class Connection:
         self._closing: Closing | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
     # ------------------------------------------------------------------ reading
     async def _packet(self, timeout_s: float | None) -> mqtt5.Packet:
         """The next packet; Closing on a bad one, the end of the stream or a timeout."""
@@ -145,7 +139,8 @@ class Connection:
             if left is not None and left <= 0:
                 raise Closing(R.KEEP_ALIVE_TIMEOUT, "keep alive timed out")
             try:
-                data = await asyncio.wait_for(self.transport.read(), left)
+                async with asyncio.timeout(left):
+                    data = await self.transport.read()
             except TimeoutError:
                 raise Closing(R.KEEP_ALIVE_TIMEOUT, "keep alive timed out") from None
             except (ConnectionError, OSError) as exc:
@@ -184,7 +179,8 @@ class Connection:
         log.debug("%s (%s): %s", self.client_id, self.transport.peer, closing)
         if self._tasks:  # what the device published before it went is sent all the same
             try:
-                await asyncio.wait_for(self._publishes_sent.wait(), PUBLISH_DRAIN_S)
+                async with asyncio.timeout(PUBLISH_DRAIN_S):
+                    await self._publishes_sent.wait()
             except TimeoutError:
                 log.warning("%s: publishes not sent within %s s", self.client_id, PUBLISH_DRAIN_S)
         self.outbox.close()

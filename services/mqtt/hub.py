@@ -158,7 +158,8 @@ class Hub:
         if done is None:
             return
         try:
-            await asyncio.wait_for(done.wait(), CLOSE_WAIT_S)
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await done.wait()
         except TimeoutError:
             log.warning(
                 "%s: the previous connection did not close in %s s", client_id, CLOSE_WAIT_S

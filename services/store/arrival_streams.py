@@ -139,7 +139,8 @@ class Waker:
     async def wait(self, timeout_s: float) -> None:
         """Until an arrival since :meth:`clear`, or ``timeout_s``."""
         try:
-            await asyncio.wait_for(self.event.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self.event.wait()
         except TimeoutError:
             pass
 

@@ -161,9 +161,7 @@ def _prefix_term(topic: str, length: int) -> int:
 def _powers(length: int) -> npt.NDArray[np.uint64]:
     """31^(length-1) .. 31^0 modulo 2^32, for strings of ``length`` UTF-16 code units
     (kept by length: a store sees few key lengths). Callers only read the array."""
-    return np.array(
-        [pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64
-    )
+    return np.array([pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64)
 
 
 def _entry_hashes(sums: npt.NDArray[np.uint64]) -> list[int]:

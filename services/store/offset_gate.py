@@ -87,7 +87,8 @@ class OffsetGate:
         if self._on_wait is not None:
             self._on_wait()
         try:
-            await asyncio.wait_for(asyncio.shield(future), max(timeout_s, 0.0))
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await asyncio.shield(future)
         except TimeoutError:
             with self._lock:
                 if entry in self._async_waiters:

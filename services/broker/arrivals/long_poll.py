@@ -221,7 +221,8 @@ class LongPollHub:
             entries.append((key, entry))
         self._parked_count += counted
         try:
-            return await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await future
         except TimeoutError:
             return False
         finally:

@@ -13,7 +13,8 @@ LONG_S = 60.0
 
 def run(coroutine: Awaitable[object]) -> object:
     async def main() -> object:
-        return await asyncio.wait_for(coroutine, LONG_S)
+        async with asyncio.timeout(LONG_S):
+            return await coroutine
 
     return asyncio.run(main())
 

@@ -35,7 +35,8 @@ def test_a_connect_waits_until_the_previous_connection_has_closed() -> None:
             for _ in range(5):
                 await asyncio.sleep(0)
             assert not waiting.done()  # the session is not saved yet
-        await asyncio.wait_for(waiting, 1)
+        async with asyncio.timeout(1):
+            await waiting
         assert hub.closing == {}
 
     asyncio.run(run())
@@ -49,7 +50,8 @@ def test_a_connection_taken_over_neither_saves_nor_holds_the_next_connect() -> N
         async with hub.leaving(old) as attached:  # type: ignore[arg-type]
             assert not attached
             assert hub.connections["dev-2"] is new
-            await asyncio.wait_for(hub.settle("dev-2"), 1)
+            async with asyncio.timeout(1):
+                await hub.settle("dev-2")
 
     asyncio.run(run())
 
@@ -64,7 +66,8 @@ def test_a_will_the_closing_connection_scheduled_is_cancelled_by_the_reconnect()
             waiting = asyncio.create_task(hub.settle("dev-3"))
             await asyncio.sleep(0)
         hub.wills["dev-3"] = will  # as the close schedules it, after its session is saved
-        await asyncio.wait_for(waiting, 1)
+        async with asyncio.timeout(1):
+            await waiting
         await asyncio.sleep(0)
         assert will.cancelled()
         assert "dev-3" not in hub.wills
