@@ -22,7 +22,7 @@ from pathlib import Path
 
 import click
 
-from bench import relay_floor
+from bench import python_speed, relay_floor
 from bench.compare import report
 from bench.compare.boltmq_peer import BoltMQPeer
 from bench.compare.nats_peer import NatsPeer
@@ -49,6 +49,8 @@ class Comparison:
     floors: list[relay_floor.Floor] = field(default_factory=list)
     """The bare two-hop streamed path, one message a call, after each pass (when BoltMQ
     sent one at a time)."""
+    probes: list[float] = field(default_factory=list)
+    """:func:`bench.python_speed.probe_us` at the start and end of each pass."""
 
 
 def make_peer(system: str, install: bool, colocate: bool = False) -> Peer:
@@ -76,11 +78,13 @@ def compare(
     system fails. ``colocate``: BoltMQ's brokers serve their stores (``dev --colocate``)."""
     result = Comparison(work)
     for index in range(passes):
+        result.probes.append(python_speed.probe_us())
         rows = []
         for system in systems:
             peer = make_peer(system, install, colocate)
             if peer.name not in result.skipped:  # not installed: not tried again
                 rows += _run_system(result, peer, system, work, progress, workdir)
+        result.probes.append(python_speed.probe_us())
         for row in rows:
             row.pass_index = index
         result.rows += rows
@@ -139,6 +143,7 @@ def section(result: Comparison, command: str) -> str:
         f"Each timed run lasts {work.seconds:g} s; consume reads "
         f"{work.consume_messages:,} messages; batches are {work.batch} messages; bodies "
         f"{work.size} bytes. "
+        + python_speed.probe_text(result.probes)
         + (
             f"Every system ran {report.passes(result.rows)} times, alternating; each row is "
             "its median pass, and each target the median of its ratios within a pass. "

@@ -184,8 +184,10 @@ def test_passes_alternate_the_systems_and_each_has_its_floor() -> None:
         ("Redis Streams", 1),
     ]
     assert len(result.floors) == 2 and all(f.messages > 0 for f in result.floors)
+    assert len(result.probes) == 4 and all(probe > 0 for probe in result.probes)
     text = section(result, "python -m bench.compare --passes 2")
     assert "Every system ran 2 times, alternating" in text
+    assert "Python's speed here: `sum(range(1000))` took " in text
     assert "p50 of each pass" in text
     table = [line for line in text.splitlines() if line.startswith("| produce | batched |")]
     each_pass = [line.rstrip(" |").rsplit("| ", 1)[1].split(", ") for line in table]
