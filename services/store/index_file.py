@@ -160,8 +160,10 @@ def _prefix_term(topic: str, length: int) -> int:
 @functools.lru_cache(maxsize=4096)
 def _powers(length: int) -> npt.NDArray[np.uint64]:
     """31^(length-1) .. 31^0 modulo 2^32, for strings of ``length`` UTF-16 code units
-    (kept by length: a store sees few key lengths). Callers only read the array."""
-    return np.array([pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64)
+    (kept by length: a store sees few key lengths; read-only, as every caller shares it)."""
+    powers = np.array([pow(31, length - 1 - i, 1 << 32) for i in range(length)], dtype=np.uint64)
+    powers.setflags(write=False)
+    return powers
 
 
 def _entry_hashes(sums: npt.NDArray[np.uint64]) -> list[int]:
