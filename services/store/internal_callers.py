@@ -7,7 +7,7 @@ beside it. Everything else, applications included, is refused
 
 RPCs                                                              | Callers
 ------------------------------------------------------------------+-------------
-Append, AppendStream, AppendMany, Get, Pull, PullQueues,          | broker
+Append, AppendStream, Get, Pull, PullQueues,                      | broker
 QueryByKey, OffsetByTime, QueueRange, ListQueues, WatchArrivals,  |
 WatchQueues                                                       |
 PutConfig, GetConfig (the metadata files, the ACL document among  | broker
@@ -34,7 +34,6 @@ STORE_CALLERS: Final[dict[str, Rule | None]] = {
         (
             "Append",
             "AppendStream",
-            "AppendMany",
             "Get",
             "Pull",
             "PullQueues",

@@ -5,9 +5,9 @@ Instrument                             Kind       Meaning
 =====================================  =========  ==========================================
 ``boltmq.store.put.duration``          histogram  seconds one Append call took (a batch,
                                                   flush and replica waits included; the
-                                                  appends of one AppendStream message or
-                                                  AppendMany call stored in one engine
-                                                  call count as one)
+                                                  appends of one AppendStream message
+                                                  stored in one engine call, and the runs
+                                                  of one Append, count as one)
 ``boltmq.store.put.messages``          counter    messages Append calls were given
 ``boltmq.store.pull.cold``             counter    Pull and PullQueues calls read on a
                                                   cold-read thread (docs/store-reads.md)

@@ -62,6 +62,7 @@ from services.store.proto_conversion import (
     queue_infos,
     store_info,
 )
+from services.store.queue_runs import append_runs, check_runs
 from services.store.replication import Replication
 from services.store.request_checks import (
     PULL_BYTES_MAX,
@@ -80,14 +81,13 @@ from services.store.request_checks import (
 )
 from services.store.status import GetResult
 from services.store.store import MessageStore
+from services.store.stream_appends import append_together, no_inner_more, one_message, refused
 
 log = logging.getLogger(__name__)
 
 APPEND_STREAM_WAITING_MAX: Final = 4_096
 """Appends of one AppendStream waiting for their fsync or replica at once (SYNC_FLUSH,
 SYNC_MASTER); the stream reads on when one of them is answered."""
-APPEND_MANY_MAX: Final = APPEND_STREAM_WAITING_MAX
-"""Appends one AppendMany call may carry (a broker's request has at most 1,024 sections)."""
 
 
 class StoreServicer(store_pb2_grpc.StoreServiceServicer):
@@ -170,7 +170,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
                 appends = [request, *request.more]
                 if not self._store.needs_async_wait:
                     answers = await self._answered_at_once(appends, context)
-                    if not await write(_one_message(answers)):
+                    if not await write(one_message(answers)):
                         return  # nobody reads the answers any more
                     continue
                 for n, append in enumerate(appends):
@@ -182,30 +182,6 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
             if waiting:
                 await asyncio.wait(waiting)
 
-    @answers_errors
-    async def AppendMany(
-        self, request: store_pb2.AppendStreamRequest, context: grpc.aio.ServicerContext
-    ) -> store_pb2.AppendStreamResponse:
-        """One AppendStream message's appends as one unary call (see store.proto), each
-        answered as the stream answers it; the first answer, the others in its ``more``.
-
-        Appended together when the store answers at once; otherwise each append waits
-        (its fsync, its replica) in a task of its own, started in order, so group
-        commit sees them all at once as it does on the stream.
-        """
-        appends = [request, *request.more]
-        if len(appends) > APPEND_MANY_MAX:
-            raise BadRequest(
-                "more", f"{len(appends)} appends in one call, at most {APPEND_MANY_MAX}"
-            )
-        if self._store.needs_async_wait:
-            answers = await asyncio.gather(
-                *(self._append_outcome(a, context, n > 0) for n, a in enumerate(appends))
-            )
-        else:
-            answers = await self._answered_at_once(appends, context)
-        return _one_message(answers)
-
     async def _answered_at_once(
         self,
         appends: Sequence[store_pb2.AppendStreamRequest],
@@ -213,7 +189,7 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
     ) -> list[store_pb2.AppendStreamResponse]:
         """The answers of appends a store that waits for nothing takes in turn: in one
         engine call when every one is of raw records, else one by one."""
-        return self._append_together(appends, context) or [
+        return append_together(self._store, self._config, self.metrics, appends, context) or [
             await self._append_outcome(a, context, n > 0) for n, a in enumerate(appends)
         ]
 
@@ -228,57 +204,11 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         The caller answers a request's ``more`` itself; an append that came in ``more``
         (``inner``) and carries a ``more`` of its own is refused, nothing of it appended."""
         try:
-            _no_inner_more(request, inner)
+            no_inner_more(request, inner)
             appended = await self._append(request.append, context)
         except ServiceError as exc:
-            return _refused(request, exc)
+            return refused(request, exc)
         return store_pb2.AppendStreamResponse(id=request.id, append=appended)
-
-    def _append_together(
-        self, appends: Sequence[store_pb2.AppendStreamRequest], context: grpc.aio.ServicerContext
-    ) -> list[store_pb2.AppendStreamResponse] | None:
-        """A stream message's appends (answered at once) in one engine call when every one
-        is of raw records; None when one is not (the caller appends them one by one).
-
-        Each append's fields are checked as :meth:`_append` checks them, a refusal
-        answered on its own; the valid ones go to ``put_record_batches`` together,
-        each answered with what its own append would give.
-        """
-        if not all(a.append.record_count and not a.append.messages for a in appends):
-            return None
-        started = time.perf_counter()
-        answers: list[store_pb2.AppendStreamResponse | None] = []
-        taken: list[tuple[int, RecordBatch]] = []
-        borns: list[tuple[str, int]] = []
-        peer: tuple[str, int] | None = None
-        max_queue_id = self._config.max_queue_id
-        for n, stream_request in enumerate(appends):
-            request = stream_request.append
-            try:
-                _no_inner_more(stream_request, n > 0)
-                batch = record_batch(request, request.records, max_queue_id)
-                if request.born_host:
-                    born = parse_host_port("born_host", request.born_host)
-                else:
-                    born = peer = peer or peer_host(context.peer())
-            except ServiceError as exc:
-                answers.append(_refused(stream_request, exc))
-                continue
-            answers.append(None)
-            taken.append((n, batch))
-            borns.append(born)
-        if taken:
-            store = self._store
-            results = store.put_record_batches([batch for _, batch in taken], borns)
-            seconds = time.perf_counter() - started
-            prefix = store.commitlog.msg_id_prefix
-            self.metrics.put(sum(len(stored) for stored in results), seconds)  # one call
-            for (n, batch), stored in zip(taken, results, strict=True):
-                telemetry.annotate(batch.topic, batch.queue_id, len(stored), len(batch.records))
-                answers[n] = store_pb2.AppendStreamResponse(
-                    id=appends[n].id, append=append_response(stored, prefix)
-                )
-        return [answer for answer in answers if answer is not None]
 
     async def _append(
         self, request: store_pb2.AppendRequest, context: grpc.aio.ServicerContext
@@ -293,13 +223,19 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         messages: Sequence[Any] | RecordBatch = request.messages
         check_message_count(request)
         records = request.records  # each access copies the bytes: once only
-        if records or request.record_count:
+        if request.runs:  # records of several queues (queue_runs.py)
+            check_runs(request, records)
+        elif records or request.record_count:
             messages = record_batch(request, records, self._config.max_queue_id)
         if request.born_host:
             born = parse_host_port("born_host", request.born_host)
         else:
             born = peer_host(context.peer())
         store = self._store
+        if request.runs:
+            answer = await append_runs(store, request, records, born)
+            self.metrics.put(request.record_count, time.perf_counter() - started)
+            return answer
         if store.needs_async_wait:
             results = await store.put_messages_async(messages, born)
         else:
@@ -576,24 +512,3 @@ class StoreServicer(store_pb2_grpc.StoreServiceServicer):
         if content is None:
             return store_pb2.GetConfigResponse(found=False)
         return store_pb2.GetConfigResponse(found=True, content=content)
-
-
-def _no_inner_more(request: store_pb2.AppendStreamRequest, inner: bool) -> None:
-    """BadRequest for an append that came in ``more`` (``inner``) with a ``more`` of its own."""
-    if inner and request.more:
-        raise BadRequest("more", "an append carried in `more` cannot carry more of its own")
-
-
-def _refused(
-    request: store_pb2.AppendStreamRequest, exc: ServiceError
-) -> store_pb2.AppendStreamResponse:
-    """A stream append's answer when it is refused: the code the unary call gets."""
-    return store_pb2.AppendStreamResponse(
-        id=request.id, error_code=exc.code.value[0], error=str(exc)
-    )
-
-
-def _one_message(answers: list[store_pb2.AppendStreamResponse]) -> store_pb2.AppendStreamResponse:
-    """Answers going back as one message: the first, the others in its ``more``."""
-    answers[0].more.extend(answers[1:])
-    return answers[0]

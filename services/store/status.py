@@ -155,3 +155,28 @@ class GetResult:
     cold: bool = False
     """The read started behind the CommitLog's page-cache window (a cold read: its pages
     come from disk), so the cold limits (``max_transfer_*_on_message_in_disk``) bounded it."""
+
+
+_COVERED_BY_REPLICA_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT}
+_FLUSH_TIMEOUT_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK}
+
+
+def mark_replica_status(results: Sequence[PutResult], status: PutStatus | None) -> None:
+    """Stored messages not covered by a replica get ``status`` (they stay stored)."""
+    if status is not None:
+        _mark(results, status, _COVERED_BY_REPLICA_MARK)
+
+
+def mark_flush_timeout(results: Sequence[PutResult]) -> None:
+    """Stored messages whose flush timed out get FLUSH_DISK_TIMEOUT (they stay stored)."""
+    _mark(results, PutStatus.FLUSH_DISK_TIMEOUT, _FLUSH_TIMEOUT_MARK)
+
+
+def _mark(results: Sequence[PutResult], status: PutStatus, unless: frozenset[PutStatus]) -> None:
+    """``status`` for every result whose status is not in ``unless``."""
+    if isinstance(results, StoredRun):
+        results.mark(status, unless)
+        return
+    for r in results:
+        if r.status not in unless:
+            r.status = status

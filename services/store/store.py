@@ -43,7 +43,13 @@ from services.store.recovery import RecoveryReport, finish_queue_offsets, recove
 from services.store.replica_tracker import ReplicaTracker
 from services.store.role import RoleChangeRefused, RoleFile, RoleState
 from services.store.role_changes import RoleChanges
-from services.store.status import GetResult, PutResult, PutStatus, StoredRun
+from services.store.status import (
+    GetResult,
+    PutResult,
+    PutStatus,
+    mark_flush_timeout,
+    mark_replica_status,
+)
 from services.store.verify import Snapshot, verify_store
 
 log = logging.getLogger(__name__)
@@ -289,12 +295,12 @@ class MessageStore:
         if end_offset and self.config.sync_flush:
             assert self.flusher is not None
             if not self.flusher.wait_flushed(end_offset, self.config.sync_flush_timeout_ms / 1000):
-                _mark_flush_timeout(results)
+                mark_flush_timeout(results)
         if end_offset and self.role.sync_master:
             status = self._replica_refusal(end_offset)
             if status is None and not self.replicas.gate.wait(end_offset, self._slave_timeout_s):
                 status = PutStatus.FLUSH_SLAVE_TIMEOUT
-            _mark_replica_status(results, status)
+            mark_replica_status(results, status)
         return merge(results)
 
     def put_record_batches(
@@ -302,19 +308,24 @@ class MessageStore:
     ) -> list[Sequence[PutResult]]:
         """Append client-encoded batches (any topics and queues; ``borns``: each one's born
         host) in one engine call: one result list per batch, each what ``put_messages``
-        would give it (:func:`services.store.record_appends.append_record_batches`).
-
-        Where appends wait for a flush or a replica, each batch goes on its own.
-        """
+        would give it (:func:`services.store.record_appends.append_record_batches`); each
+        on its own where appends wait (a flush, a replica: see the async form)."""
         if self.needs_async_wait:
             return [self.put_messages(b, born) for b, born in zip(batches, borns, strict=True)]
+        return self._append_batches(batches, borns)[0]
+
+    def _append_batches(
+        self, batches: Sequence[RecordBatch], borns: Sequence[tuple[str, int] | None]
+    ) -> tuple[list[Sequence[PutResult]], int]:
+        """The batches' results from one engine call, and the end offset (0: none written)."""
         refusal = self._refusal()
         if refusal is not None:
-            return [
-                [PutResult(refusal.status, error=refusal.error) for _ in range(b.count)]
-                for b in batches
-            ]
-        return append_record_batches(self.commitlog, batches, borns, self._append)
+            status, error = refusal.status, refusal.error
+            return [[PutResult(status, error=error) for _ in range(b.count)] for b in batches], 0
+        before = self.commitlog.max_offset
+        results = append_record_batches(self.commitlog, batches, borns, self._append)
+        end_offset = self.commitlog.max_offset
+        return results, end_offset if end_offset > before else 0
 
     async def put_messages_async(
         self, msgs: Sequence[MessageLike] | RecordBatch, born: tuple[str, int] | None = None
@@ -325,20 +336,36 @@ class MessageStore:
         flush round, so many concurrent writers cost one wake-up, not one each.
         """
         results, end_offset, merge = self._append(msgs, born)
+        await self._wait_stored(end_offset, (results,))
+        return merge(results)
+
+    async def put_record_batches_async(
+        self, batches: Sequence[RecordBatch], borns: Sequence[tuple[str, int] | None]
+    ) -> list[Sequence[PutResult]]:
+        """:meth:`put_record_batches` in one engine call whatever the store waits for, then
+        one wait (flush, replicas) for the last record of them all."""
+        results, end_offset = self._append_batches(batches, borns)
+        await self._wait_stored(end_offset, results)
+        return results
+
+    async def _wait_stored(self, end_offset: int, results: Sequence[Sequence[PutResult]]) -> None:
+        """Wait until ``end_offset`` (0: nothing written) is flushed and replicated as the
+        store's role asks; the stored ``results`` that waited too long say so."""
         if end_offset and self.config.sync_flush:
             assert self.flusher is not None
             if not await self.flusher.wait_flushed_async(
                 end_offset, self.config.sync_flush_timeout_ms / 1000
             ):
-                _mark_flush_timeout(results)
+                for part in results:
+                    mark_flush_timeout(part)
         if end_offset and self.role.sync_master:
             status = self._replica_refusal(end_offset)
             if status is None and not await self.replicas.gate.wait_async(
                 end_offset, self._slave_timeout_s
             ):
                 status = PutStatus.FLUSH_SLAVE_TIMEOUT
-            _mark_replica_status(results, status)
-        return merge(results)
+            for part in results:
+                mark_replica_status(part, status)
 
     @property
     def needs_async_wait(self) -> bool:
@@ -571,27 +598,3 @@ class MessageStore:
             snapshot = Snapshot.of(self.queues, self.dispatcher.reput_offset)
         snapshot.pause = self.dispatcher.paused
         return verify_store(self.commitlog, self.queues, self.index, snapshot)
-
-
-_COVERED_BY_REPLICA_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT}
-_FLUSH_TIMEOUT_MARK = frozenset(PutStatus) - {PutStatus.PUT_OK}
-
-
-def _mark_replica_status(results: Sequence[PutResult], status: PutStatus | None) -> None:
-    """Stored messages not covered by a replica get ``status`` (they stay stored)."""
-    if status is not None:
-        _mark(results, status, _COVERED_BY_REPLICA_MARK)
-
-
-def _mark_flush_timeout(results: Sequence[PutResult]) -> None:
-    _mark(results, PutStatus.FLUSH_DISK_TIMEOUT, _FLUSH_TIMEOUT_MARK)
-
-
-def _mark(results: Sequence[PutResult], status: PutStatus, unless: frozenset[PutStatus]) -> None:
-    """``status`` for every result whose status is not in ``unless``."""
-    if isinstance(results, StoredRun):
-        results.mark(status, unless)
-        return
-    for r in results:
-        if r.status not in unless:
-            r.status = status

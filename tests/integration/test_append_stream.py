@@ -306,10 +306,11 @@ def test_the_broker_coalesces_appends_that_queue_behind_a_write(
 def test_appends_written_at_once_are_each_answered_and_fail_alone(
     spawn: Spawn, tmp_path: Path
 ) -> None:
-    """``append_records_many``: the batches of several topics written at once (the store
-    appends them in one call), each with its own answer; a refused one fails alone, and a
-    store that went away fails each. Each batch's queue is told to ``on_written``, answered
-    or not."""
+    """``append_records_many``: the batches of several topics written at once, one Append
+    of runs on the stream (the store appends them in one call), each with its own share of
+    the answer; a batch of a topic no append may name is refused record by record, alone,
+    and a store that went away fails each. Each batch's queue is told to ``on_written``,
+    answered or not."""
     store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
     topics = [f"Many{n}" for n in range(5)]
     written: list[tuple[str, int]] = []
@@ -332,7 +333,9 @@ def test_appends_written_at_once_are_each_answered_and_fail_alone(
 
     outcomes, lost = asyncio.run(scenario())
     refused = outcomes.pop(2)
-    assert isinstance(refused, InvalidArgument) and str(refused).startswith("topic: ")
+    assert isinstance(refused, store_pb2.AppendResponse)
+    assert list(refused.statuses) == [message_pb2.MESSAGE_ILLEGAL]
+    assert "no such topic!" in refused.errors[0]
     assert len(outcomes) == len(topics)
     for outcome in outcomes:
         assert isinstance(outcome, store_pb2.AppendResponse), outcome

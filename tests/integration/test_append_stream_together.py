@@ -1,9 +1,7 @@
 """AppendStream messages whose ``more`` holds raw appends of several topics, against real
 store processes: the store appends them in one engine call, and every answer, every
 stored record and every queue offset equals what the same appends sent one per stream
-message give (refusals included, with the same code and text). The unary AppendMany
-takes the same message and answers it as the stream does, under SYNC_FLUSH too, and
-refuses one of more appends than its limit whole.
+message give (refusals included, with the same code and text).
 """
 
 from __future__ import annotations
@@ -12,12 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-import pytest
 
 from boltmq.kernel.channels import sync_channel
 from boltmq.message import Message
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
-from services.store.servicer import APPEND_MANY_MAX
 from tests.integration.procs import ServiceProcess
 from tests.integration.test_append_stream import SMALL, OpenStream
 
@@ -205,78 +201,3 @@ def test_a_message_with_a_protobuf_append_is_appended_one_by_one_as_before(
     assert answers[4].error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert answers[4].error.startswith("topic: ")
     assert [r[4] for r in stored(store.address)] == [b"r1", b"m1", b"r2"]
-
-
-def test_append_many_answers_and_stores_as_one_stream_message_does(
-    spawn: Spawn, tmp_path: Path
-) -> None:
-    unary, streamed = stores(spawn, tmp_path, "unary", "streamed")
-    message = one_message()
-    with sync_channel(unary.address) as chan:
-        response = store_pb2_grpc.StoreServiceStub(chan).AppendMany(message, timeout=30)
-    expected = on_a_stream(streamed.address, message)
-
-    got = [answered(a) for a in (response, *response.more)]
-    assert got == [answered(a) for a in (expected, *expected.more)]
-    assert [a[0] for a in got] == [100 + n for n in range(len(appends()))]  # by id, in order
-    assert [a[1] for a in got].count(grpc.StatusCode.INVALID_ARGUMENT.value[0]) == 3
-    records = stored(unary.address)
-    assert len(records) == 28
-    assert without_peer_ports(records) == without_peer_ports(stored(streamed.address))
-
-
-@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
-def test_append_many_refuses_an_inner_more_and_appends_the_rest_in_order(
-    spawn: Spawn, tmp_path: Path, flush: str
-) -> None:
-    store = spawn("store", f"root_dir={tmp_path / 's'}", f"flush_disk_type={flush}", *SMALL)
-    inner = store_pb2.AppendStreamRequest(
-        id=2,
-        append=raw("Many", b"never"),
-        more=[store_pb2.AppendStreamRequest(id=9, append=raw("Many", b"nested"))],
-    )
-    message = store_pb2.AppendStreamRequest(
-        id=1,
-        append=raw("Many", b"m1"),
-        more=[
-            inner,
-            store_pb2.AppendStreamRequest(
-                id=3,
-                append=store_pb2.AppendRequest(
-                    messages=[message_pb2.Message(topic="Many", body=b"m2")]
-                ),
-            ),
-            store_pb2.AppendStreamRequest(id=4, append=raw("Many", b"m3", b"m4")),
-        ],
-    )
-    with sync_channel(store.address) as chan:
-        response = store_pb2_grpc.StoreServiceStub(chan).AppendMany(message, timeout=30)
-
-    answers = [response, *response.more]
-    assert [a.id for a in answers] == [1, 2, 3, 4]
-    assert answers[1].error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert "more" in answers[1].error
-    assert [list(answers[i].append.queue_offsets) for i in (0, 2, 3)] == [[0], [1], [2, 3]]
-    assert [r[4] for r in stored(store.address)] == [b"m1", b"m2", b"m3", b"m4"]
-
-
-def test_append_many_refuses_more_appends_than_its_limit_and_stores_none(
-    spawn: Spawn, tmp_path: Path
-) -> None:
-    store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
-    one = raw("Many", b"x")
-    message = store_pb2.AppendStreamRequest(
-        id=0,
-        append=one,
-        more=[
-            store_pb2.AppendStreamRequest(id=n, append=one) for n in range(1, APPEND_MANY_MAX + 1)
-        ],
-    )
-    with sync_channel(store.address) as chan:
-        with pytest.raises(grpc.RpcError) as refused:
-            store_pb2_grpc.StoreServiceStub(chan).AppendMany(message, timeout=30)
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert refused.value.details() == (
-        f"more: {APPEND_MANY_MAX + 1} appends in one call, at most {APPEND_MANY_MAX}"
-    )
-    assert stored(store.address) == []

@@ -75,18 +75,26 @@ def check_records_request(
     """Return (topic, queue_id) of a well-formed raw request; raise naming the bad field."""
     if request.messages:
         raise InvalidArgument("records: send messages or records, not both")
-    count = request.record_count
+    check_producer(request)
+    return check_raw_fields(request, records, config)
+
+
+def check_raw_fields(
+    batch: broker_pb2.SendRequest | broker_pb2.SendSection, records: bytes, config: BrokerConfig
+) -> tuple[str, int]:
+    """Return (topic, queue_id) of a raw request's or a section's batch fields
+    (``record_count``, ``records``, ``topic``, ``queue_id``); raise naming the bad field."""
+    count = batch.record_count
     if not 0 < count <= config.max_batch_messages:
         raise InvalidArgument(
             f"record_count: {count} records in one batch; 1..{config.max_batch_messages}"
         )
     if not records:
         raise InvalidArgument(f"records: empty, but record_count is {count}")
-    check_producer(request)
-    topic = check_topic("topic", request.topic)
-    if request.queue_id < -1:
-        raise InvalidArgument(f"queue_id: {request.queue_id} is neither -1 nor a queue")
-    return topic, request.queue_id
+    topic = check_topic("topic", batch.topic)
+    if batch.queue_id < -1:
+        raise InvalidArgument(f"queue_id: {batch.queue_id} is neither -1 nor a queue")
+    return topic, batch.queue_id
 
 
 def check_headers(
@@ -112,11 +120,17 @@ def check_headers(
     delayed = sections_contain(batch.records, starts, ends, DELAY_MARKERS)
     for index in checked.flagged(SYS_FLAG_TRANSACTION_MASK):
         if index not in refused:
-            # Half messages go through the transaction service, and markers are the
-            # broker's own records: a client setting these bits would commit or
-            # hide messages behind its back.
-            refused[index] = (
-                f"records[{index}]: sys_flag has transaction bits; send "
-                f"transactional messages with TransactionProducer"
-            )
+            refused[index] = transaction_refusal(index)
     return refused, delayed
+
+
+def transaction_refusal(index: int) -> str:
+    """Why record ``index`` of a send is refused when its sys flag has transaction bits.
+
+    Half messages go through the transaction service, and markers are the
+    broker's own records: a client setting these bits would commit or hide
+    messages behind its back."""
+    return (
+        f"records[{index}]: sys_flag has transaction bits; send "
+        f"transactional messages with TransactionProducer"
+    )

@@ -14,15 +14,29 @@ send_sections`) both go through them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import grpc
 
 from boltmq.v1 import broker_pb2, message_pb2, store_pb2
-from boltmq.wire.record_batch import MalformedBatch, RecordBatch, frame_records, select
+from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK, CorruptRecord, InvalidMessage
+from boltmq.wire.record_batch import (
+    H_BODY_LEN,
+    H_SYS_FLAG,
+    RAW_HEAD,
+    MalformedBatch,
+    RecordBatch,
+    check_header,
+    frame_records,
+    select,
+)
+from boltmq.wire.record_encoding import encode_topic
+from boltmq.wire.record_heads import CHECK_COLUMNS_MIN
 from services.broker.config import BrokerConfig
+from services.broker.delay.delay_message import DELAY_MARKERS
 from services.broker.errors import StoreFailed
-from services.broker.send.batch_check import check_headers
+from services.broker.send.batch_check import check_headers, transaction_refusal
 from services.broker.wire import to_send_response
 
 
@@ -52,6 +66,58 @@ def checked_batch(
         )
     refused, delayed = check_headers(batch, positions, config)
     return CheckedBatch(batch, positions, refused, delayed)
+
+
+def checked_batches(
+    batches: Sequence[RecordBatch], config: BrokerConfig
+) -> list[CheckedBatch | None]:
+    """:func:`checked_batch` of each of many batches (the sections of a send) in one pass:
+    the same refusals with the same reasons, and None for a batch whose records cannot be
+    framed (it goes alone: its own raw request refuses every record).
+
+    A small batch's records are checked one by one (:func:`check_header`) and the
+    delay names searched for once in every good record's properties, then again in
+    each batch's only when found; a batch of :data:`CHECK_COLUMNS_MIN` records or
+    more is checked as columns (:func:`checked_batch`)."""
+    max_body_bytes = config.max_message_size_bytes
+    out: list[CheckedBatch | None] = []
+    searched: list[bytes] = []  # each small batch's good records' properties, joined
+    for batch in batches:
+        records, count = batch.records, batch.count
+        if count >= CHECK_COLUMNS_MIN:
+            whole = checked_batch(records, count, batch.topic, batch.queue_id, config)
+            out.append(whole if isinstance(whole, CheckedBatch) else None)
+            searched.append(b"")
+            continue
+        try:
+            positions = frame_records(records, count)
+        except MalformedBatch:
+            out.append(None)
+            searched.append(b"")
+            continue
+        topic_field, magic = encode_topic(batch.topic)
+        skip = RAW_HEAD.size + len(topic_field) + 2
+        ends = [*positions[1:], len(records)]
+        refused: dict[int, str] = {}
+        properties: list[bytes] = []
+        for index, (position, end) in enumerate(zip(positions, ends, strict=True)):
+            try:
+                head = check_header(
+                    records, position, end - position, topic_field, magic, max_body_bytes
+                )
+            except (InvalidMessage, CorruptRecord) as exc:
+                refused[index] = f"records[{index}]: {exc}"
+                continue
+            properties.append(records[position + skip + head[H_BODY_LEN] : end])
+            if head[H_SYS_FLAG] & SYS_FLAG_TRANSACTION_MASK:
+                refused[index] = transaction_refusal(index)
+        out.append(CheckedBatch(batch, positions, refused, False))
+        searched.append(b"".join(properties))
+    if any(marker in b"\x00".join(searched) for marker in DELAY_MARKERS):
+        for n, (checked, joined) in enumerate(zip(out, searched, strict=True)):
+            if checked is not None and any(marker in joined for marker in DELAY_MARKERS):
+                out[n] = checked._replace(delayed=True)
+    return out
 
 
 def storable(checked: CheckedBatch, broker_name: str) -> RecordBatch | broker_pb2.SendResponse:

@@ -50,13 +50,22 @@ from services.broker.metadata.topic_config import (
     TopicConfigManager,
 )
 from services.broker.metrics import BrokerMetrics
-from services.broker.send.batch_check import check_batch, check_records_request
-from services.broker.send.checked_batch import CheckedBatch, answer, checked_batch, storable
+from services.broker.send.batch_check import (
+    check_batch,
+    check_raw_fields,
+    check_records_request,
+)
+from services.broker.send.checked_batch import (
+    CheckedBatch,
+    answer,
+    checked_batch,
+    checked_batches,
+    storable,
+)
 from services.broker.send.send_sections import (
     check_creations,
     check_sections,
     section_failure,
-    section_request,
     send_sections,
     send_sections_alone,
 )
@@ -213,28 +222,37 @@ class SendProcessor:
     async def _send_sections(
         self, request: broker_pb2.SendRequest, peer_address: str
     ) -> broker_pb2.SendResponse:
-        """A checked request of sections: the batches of existing topics checked here and
-        stored together (one append of each, sent to the store at once, which appends
-        them in one call), every other section through the raw path on its own
+        """A checked request of sections: the batches of existing topics checked here in
+        one pass and stored together (one Append of runs, which the store appends in one
+        call), every other section through the raw path on its own
         (auto-creation, delays, spans when tracing: :mod:`.send_sections`)."""
         if telemetry.tracing_on():  # each section in a span of its own
             return await send_sections(request, peer_address, self._send_raw)
         answers: list[broker_pb2.SectionAnswer | None] = [None] * len(request.sections)
         alone: list[int] = []
+        known: list[tuple[int, RecordBatch]] = []
         together: list[tuple[int, CheckedBatch, RecordBatch]] = []
         broker_name = self._config.broker_name
         for index, section in enumerate(request.sections):
             try:
-                ready = self._section_batch(request, section)
+                batch = self._section_batch(section)
             except ServiceError as exc:
                 answers[index] = section_failure(index, section.topic, exc)
                 continue
-            if ready is None:
+            if batch is None:
                 alone.append(index)
-            elif isinstance(ready[1], broker_pb2.SendResponse):
-                answers[index] = self._section_answer(ready[1], ready[0])
             else:
-                together.append((index, ready[0], ready[1]))
+                known.append((index, batch))
+        checked_all = checked_batches([batch for _, batch in known], self._config)
+        for (index, _), checked in zip(known, checked_all, strict=True):
+            if checked is None or checked.delayed:  # unframeable, or a delay: alone
+                alone.append(index)
+                continue
+            ready = storable(checked, broker_name)
+            if isinstance(ready, broker_pb2.SendResponse):
+                answers[index] = self._section_answer(ready, checked)
+            else:
+                together.append((index, checked, ready))
         stored, answered_alone = await asyncio.gather(
             self._store.append_records_many([batch for _, _, batch in together], peer_address),
             send_sections_alone(request, alone, peer_address, self._send_raw),
@@ -255,23 +273,15 @@ class SendProcessor:
         assert len(done) == len(answers)  # every section answered, in its place
         return broker_pb2.SendResponse(sections=done)
 
-    def _section_batch(
-        self, request: broker_pb2.SendRequest, section: broker_pb2.SendSection
-    ) -> tuple[CheckedBatch, RecordBatch | broker_pb2.SendResponse] | None:
-        """A section checked as a raw request would be: its batch to store, or its answer
-        (every record refused); None when it goes alone (a topic to auto-create, a delay)."""
+    def _section_batch(self, section: broker_pb2.SendSection) -> RecordBatch | None:
+        """A section's batch, its fields checked as a raw request's would be, for the queue
+        the broker picks; None when it goes alone (a topic to auto-create)."""
         records = section.records  # each access copies the bytes: once only
-        fields = section_request(request, section, b"")  # the request's fields, no copy
-        topic, queue_id = check_records_request(fields, records, self._config)
+        topic, queue_id = check_raw_fields(section, records, self._config)
         known = self._known_queue(topic, queue_id, "topic")
         if known is None:
             return None
-        checked = checked_batch(records, section.record_count, topic, known, self._config)
-        if isinstance(checked, broker_pb2.SendResponse):
-            return None  # unframeable: alone, as a request of its own says it
-        if checked.delayed:
-            return None
-        return checked, storable(checked, self._config.broker_name)
+        return RecordBatch(records, section.record_count, topic, known)
 
     def _section_answer(
         self, response: broker_pb2.SendResponse, checked: CheckedBatch

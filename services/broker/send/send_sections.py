@@ -27,8 +27,9 @@ Rules:
   (:func:`section_request`) would be: the same checks, auto-creation, queue
   choice, delay rewrite, refusal of transaction bits, metrics and span
   attributes. The sections of existing topics without a delay are checked in
-  place and their batches go to the store together, one append each, written to
-  the append stream at once (the store appends them in one call); the others
+  one pass (:func:`services.broker.send.checked_batch.checked_batches`) and their
+  batches go to the store together, as one Append of runs (the store appends
+  them in one call: services/store/queue_runs.py); the others
   (a topic to auto-create, a delay, records that cannot be framed) run at once
   through the broker's raw send path, each on its own. While tracing is on,
   every section takes that path, in a ``send section`` span of its own, the

@@ -96,53 +96,6 @@ class AppendStream:
             opened.waiting.pop(request_id, None)
         return appended(response, self._translate)
 
-    async def append_many(
-        self, requests: list[store_pb2.AppendRequest]
-    ) -> list[store_pb2.AppendResponse | Exception]:
-        """The store's answer to each append, written at once (one stream message while
-        they fit): each the AppendResponse, or the caller's named error for that append
-        alone; one deadline for them all."""
-        if not requests:
-            return []
-        opened = self._current()
-        loop = asyncio.get_running_loop()
-        waiting: list[tuple[int, asyncio.Future[store_pb2.AppendStreamResponse]]] = []
-        for request in requests:
-            request_id = next(self._ids)
-            answered = loop.create_future()
-            opened.waiting[request_id] = answered
-            opened.outbox.put_nowait(store_pb2.AppendStreamRequest(id=request_id, append=request))
-            waiting.append((request_id, answered))
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                await asyncio.wait([answered for _, answered in waiting])
-        except TimeoutError:
-            pass  # the unanswered ones fail below, each on its own
-        finally:
-            for request_id, _ in waiting:
-                opened.waiting.pop(request_id, None)
-        outcomes: list[store_pb2.AppendResponse | Exception] = []
-        for _, answered in waiting:
-            if not answered.done():
-                answered.cancel()
-                outcomes.append(
-                    self._translate(
-                        METHOD,
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"no answer within {self._timeout_s:g} s",
-                    )
-                )
-                continue
-            failure = answered.exception()  # the call broke: _break's error
-            if isinstance(failure, Exception):
-                outcomes.append(failure)
-                continue
-            try:
-                outcomes.append(appended(answered.result(), self._translate))
-            except Exception as exc:  # the store's code for that append
-                outcomes.append(exc)
-        return outcomes
-
     async def close(self) -> None:
         """Cancel the open call; appends waiting on it fail."""
         opened, self._open = self._open, None

@@ -8,9 +8,11 @@ with the store's code. Appends go over one long-lived AppendStream
 (:mod:`services.broker.store.append_stream`), except a traced one, which stays a
 unary Append so its trace shows the store's span, and every one to a store served by
 the broker's own process (:mod:`boltmq.kernel.in_process`), where a unary call runs on
-the same event loop in the caller's task: one Append, or one AppendMany for the appends
-of several topics written at once. Every append, answered or not (one that timed out
-may still have been written), is told to ``on_written`` per queue it wrote to:
+the same event loop in the caller's task. The batches of several topics and queues
+that a request of sections stores together go as one Append of runs
+(services/store/queue_runs.py), each batch answered with its share of the store's
+answer. Every append, answered or not (one that timed out may still have been
+written), is told to ``on_written`` per queue it wrote to:
 the broker's long-poll hub forgets what it kept of those queues
 (:meth:`services.broker.arrivals.long_poll.LongPollHub.written`).
 """
@@ -38,7 +40,7 @@ from services.broker.errors import (
     StoreFailed,
     StoreUnavailable,
 )
-from services.broker.store.append_stream import AppendStream, appended
+from services.broker.store.append_stream import AppendStream
 
 STORE_SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["StoreService"].full_name
 PULL_METHOD = f"/{STORE_SERVICE_NAME}/Pull"
@@ -110,46 +112,16 @@ class StoreClient(StoreChannel):
     async def append_records_many(
         self, batches: list[RecordBatch], born_host: str
     ) -> list[store_pb2.AppendResponse | Exception]:
-        """:meth:`append_records` of several batches, written to the append stream at once
-        (the store appends them in one call); each its response, or the error of that
-        batch alone."""
+        """:meth:`append_records` of several batches (any topics and queues) as one Append
+        of runs (services/store/queue_runs.py: one request, one engine call); each batch's
+        share of the answer, or the call's error for every one."""
+        if not batches:
+            return []
         try:
-            requests = [_records_request(batch, born_host) for batch in batches]
-            if self.in_process and requests:
-                return await self._append_many(requests)
-            return await self._appends.append_many(requests)
-        finally:
-            on_written = self._on_written
-            for batch in batches:
-                on_written(batch.topic, batch.queue_id)
-
-    async def _append_many(
-        self, requests: list[store_pb2.AppendRequest]
-    ) -> list[store_pb2.AppendResponse | Exception]:
-        """Several appends as one unary AppendMany (a store in this process: the call runs
-        in this task); each its response, or its own error (the call's when it failed)."""
-        message = store_pb2.AppendStreamRequest(id=0, append=requests[0])
-        more = message.more
-        for n, request in enumerate(requests[1:], 1):
-            more.add(id=n, append=request)
-        try:
-            response: store_pb2.AppendStreamResponse = await self._call("AppendMany", message)
+            response = await self._append(_runs_request(batches, born_host))
         except BrokerError as exc:
-            return [exc] * len(requests)
-        answers = [response, *response.more]
-        if [answer.id for answer in answers] != list(range(len(requests))):
-            failed = StoreFailed(
-                grpc.StatusCode.INTERNAL,
-                f"store AppendMany answered {len(answers)} appends for {len(requests)}",
-            )
-            return [failed] * len(requests)
-        outcomes: list[store_pb2.AppendResponse | Exception] = []
-        for answer in answers:
-            try:
-                outcomes.append(appended(answer, self.translate_status, "AppendMany"))
-            except BrokerError as exc:
-                outcomes.append(exc)
-        return outcomes
+            return [exc] * len(batches)
+        return split_runs(response, batches)
 
     async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
         """On the append stream; a traced append as a unary call, so its trace shows the store;
@@ -165,6 +137,9 @@ class StoreClient(StoreChannel):
             if request.messages:
                 for topic, queue_id in {(m.topic, m.queue_id) for m in request.messages}:
                     on_written(topic, queue_id)
+            elif request.runs:
+                for run in request.runs:
+                    on_written(run.topic, run.queue_id)
             else:
                 on_written(request.topic, request.queue_id)
 
@@ -329,3 +304,54 @@ def _records_request(batch: RecordBatch, born_host: str) -> store_pb2.AppendRequ
         queue_id=batch.queue_id,
         born_host=born_host,
     )
+
+
+def _runs_request(batches: list[RecordBatch], born_host: str) -> store_pb2.AppendRequest:
+    """One Append of runs carrying every batch's records, born at ``born_host``."""
+    return store_pb2.AppendRequest(
+        records=b"".join(batch.records for batch in batches),
+        record_count=sum(batch.count for batch in batches),
+        runs=[
+            store_pb2.QueueRun(topic=b.topic, queue_id=b.queue_id, record_count=b.count)
+            for b in batches
+        ],
+        born_host=born_host,
+    )
+
+
+def split_runs(
+    response: store_pb2.AppendResponse, batches: list[RecordBatch]
+) -> list[store_pb2.AppendResponse | Exception]:
+    """Each batch's share of an Append of runs' answer (its entries, its errors by its own
+    indexes); StoreFailed for every batch when the answer has another number of entries."""
+    total = sum(batch.count for batch in batches)
+    if not len(response.statuses) == len(response.commitlog_offsets) == total:
+        failed = StoreFailed(
+            grpc.StatusCode.INTERNAL,
+            f"store answered {len(response.statuses)} results for {total} records",
+        )
+        return [failed] * len(batches)
+    statuses, physicals, offsets = (
+        response.statuses,
+        response.commitlog_offsets,
+        response.queue_offsets,
+    )
+    errors = response.errors
+    shares: list[store_pb2.AppendResponse | Exception] = []
+    start = 0
+    for batch in batches:
+        end = start + batch.count
+        shares.append(
+            store_pb2.AppendResponse(
+                statuses=statuses[start:end],
+                commitlog_offsets=physicals[start:end],
+                queue_offsets=offsets[start:end],
+                store_timestamp_ms=response.store_timestamp_ms,
+                msg_id_prefix=response.msg_id_prefix,
+                errors={i - start: errors[i] for i in errors if start <= i < end}
+                if errors
+                else None,
+            )
+        )
+        start = end
+    return shares
