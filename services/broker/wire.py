@@ -8,7 +8,7 @@ transactions, dead letters resent).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from boltmq.v1 import broker_pb2, message_pb2, registry_pb2, store_pb2
@@ -48,20 +48,7 @@ def to_send_response(
     """The client's view of a batch's appends: stored statuses keep their meaning, the
     rest fail (with the store's reason, or its status name when it gave none)."""
     put_statuses = response.statuses
-    errors: dict[int, str] = {}
-    statuses: Any  # SendStatus values; the stored PUT_OK zeros are SEND_OK zeros
-    if not any(put_statuses):  # all PUT_OK, the usual answer: SEND_OK each, the same zeros
-        statuses = put_statuses  # copied field to field, not through a list
-    else:
-        send_status = SEND_STATUS_OF_STORED
-        statuses = [send_status.get(status, broker_pb2.SEND_FAILED) for status in put_statuses]
-        errors = dict(response.errors)
-        for index, status in enumerate(statuses):
-            if status == broker_pb2.SEND_FAILED and index not in errors:
-                errors[index] = (
-                    f"store refused the message: "
-                    f"{message_pb2.PutMessageStatus.Name(put_statuses[index])}"
-                )
+    statuses, errors = send_statuses(put_statuses, response.errors)
     answer = broker_pb2.SendResponse(
         statuses=statuses,
         put_statuses=put_statuses,
@@ -72,6 +59,54 @@ def to_send_response(
         queue_id=queue_id,
         msg_id_prefix=response.msg_id_prefix,
     )
-    if errors or response.errors:  # an empty map costs a message more to build than none
-        answer.errors.update(errors or response.errors)
+    if errors:  # an empty map costs a message more to build than none
+        answer.errors.update(errors)
     return answer
+
+
+def fill_send_response(
+    answer: broker_pb2.SendResponse,
+    response: store_pb2.AppendResponse,
+    start: int,
+    end: int,
+    topic: str,
+    queue_id: int,
+    broker_name: str,
+) -> None:
+    """Fill ``answer`` (empty, in place: a section's answer inside the call's) with
+    :func:`to_send_response` of the entries ``start..end`` of an append's answer."""
+    put_statuses = response.statuses[start:end]
+    errors_in: Mapping[int, str] = response.errors
+    if errors_in:
+        errors_in = {i - start: e for i, e in errors_in.items() if start <= i < end}
+    statuses, errors = send_statuses(put_statuses, errors_in)
+    answer.statuses.extend(statuses)
+    answer.put_statuses.extend(put_statuses)
+    answer.queue_offsets.extend(response.queue_offsets[start:end])
+    answer.commitlog_offsets.extend(response.commitlog_offsets[start:end])
+    answer.topic = topic
+    answer.broker_name = broker_name
+    answer.queue_id = queue_id
+    answer.msg_id_prefix = response.msg_id_prefix
+    if errors:
+        answer.errors.update(errors)
+
+
+def send_statuses(
+    put_statuses: Any, stored_errors: Mapping[int, str]
+) -> tuple[Any, Mapping[int, str]]:
+    """The SendStatus of each PutMessageStatus (the stored keep their meaning, the rest
+    fail) and the errors of the answer: the store's, and for a failure it gave no reason
+    for, its status name. All PUT_OK, the usual answer: the same zeros, as they are."""
+    if not any(put_statuses):
+        return put_statuses, stored_errors
+    send_status = SEND_STATUS_OF_STORED
+    statuses = [send_status.get(status, broker_pb2.SEND_FAILED) for status in put_statuses]
+    errors = dict(stored_errors)
+    for index, status in enumerate(statuses):
+        if status == broker_pb2.SEND_FAILED and index not in errors:
+            errors[index] = (
+                f"store refused the message: "
+                f"{message_pb2.PutMessageStatus.Name(put_statuses[index])}"
+            )
+    return statuses, errors

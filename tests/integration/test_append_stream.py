@@ -306,41 +306,38 @@ def test_the_broker_coalesces_appends_that_queue_behind_a_write(
 def test_appends_written_at_once_are_each_answered_and_fail_alone(
     spawn: Spawn, tmp_path: Path
 ) -> None:
-    """``append_records_many``: the batches of several topics written at once, one Append
-    of runs on the stream (the store appends them in one call), each with its own share of
-    the answer; a batch of a topic no append may name is refused record by record, alone,
-    and a store that went away fails each. Each batch's queue is told to ``on_written``,
-    answered or not."""
+    """``append_runs``: the batches of several topics written at once, one Append of runs
+    on the stream (the store appends them in one call), answered with an entry a record
+    in order; a batch of a topic no append may name is refused record by record, alone,
+    and a store that went away fails the call. Each batch's queue is told to
+    ``on_written``, answered or not."""
     store = spawn("store", f"root_dir={tmp_path / 's'}", *SMALL)
     topics = [f"Many{n}" for n in range(5)]
     written: list[tuple[str, int]] = []
 
-    async def scenario() -> tuple[list[object], list[object]]:
+    async def scenario() -> tuple[store_pb2.AppendResponse, Exception | None]:
         client = StoreClient(
             store.address, TIMEOUT_MS, on_written=lambda *queue: written.append(queue)
         )
         try:
             batches = [batch(t, t.encode()) for t in topics]
             bad = RecordBatch(batches[0].records, 1, "no such topic!", 0)
-            outcomes: list[object] = list(
-                await client.append_records_many([*batches[:2], bad, *batches[2:]], "")
-            )
+            answer = await client.append_runs([*batches[:2], bad, *batches[2:]], "")
             store.kill()
-            lost = await client.append_records_many(batches[:2], "")
-            return outcomes, list(lost)
+            try:
+                await client.append_runs(batches[:2], "")
+            except Exception as exc:
+                return answer, exc
+            return answer, None
         finally:
             await client.close()
 
-    outcomes, lost = asyncio.run(scenario())
-    refused = outcomes.pop(2)
-    assert isinstance(refused, store_pb2.AppendResponse)
-    assert list(refused.statuses) == [message_pb2.MESSAGE_ILLEGAL]
-    assert "no such topic!" in refused.errors[0]
-    assert len(outcomes) == len(topics)
-    for outcome in outcomes:
-        assert isinstance(outcome, store_pb2.AppendResponse), outcome
-        assert list(outcome.queue_offsets) == [0]  # each the first of its own topic
-    assert all(isinstance(o, StoreUnavailable) for o in lost) and len(lost) == 2
+    answer, lost = asyncio.run(scenario())
+    ok, illegal = message_pb2.PUT_OK, message_pb2.MESSAGE_ILLEGAL
+    assert list(answer.statuses) == [ok, ok, illegal, ok, ok, ok]
+    assert list(answer.queue_offsets) == [0, 0, -1, 0, 0, 0]  # each the first of its topic
+    assert "no such topic!" in answer.errors[2]
+    assert isinstance(lost, StoreUnavailable)
     many = [(t, 0) for t in topics]
     assert written == [*many[:2], ("no such topic!", 0), *many[2:], *many[:2]]
     restart(store)

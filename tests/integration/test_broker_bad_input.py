@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from boltmq.v1 import broker_pb2, registry_pb2, store_pb2
+from boltmq.wire.record_batch import encode_send_record
 from tests.integration.broker_fixtures import Cluster, Spawn, failure, msg, queue_pull, upsert
 from tests.integration.broker_fixtures import cluster as cluster
 from tests.integration.broker_fixtures import stubs as stubs
@@ -284,6 +285,28 @@ def test_an_unreachable_store_is_unavailable_with_its_address(cluster: Cluster) 
     error = failure(cluster.stub.SendMessage, broker_pb2.SendRequest(messages=[msg("orders")]))
     assert error.code() == grpc.StatusCode.UNAVAILABLE
     assert f"store at {cluster.store.address}" in str(error.details())
+    cluster.broker.kill()  # a SIGTERM would wait out its store deadline to save offsets
+
+
+def test_with_its_store_gone_each_section_of_a_send_is_unavailable_with_its_address(
+    cluster: Cluster,
+) -> None:
+    for topic in ("orders", "payments"):
+        upsert(cluster.stub, topic)
+    cluster.store.kill()
+    request = broker_pb2.SendRequest(
+        sections=[
+            broker_pb2.SendSection(
+                topic=topic, queue_id=-1, records=encode_send_record(topic, b"b"), record_count=1
+            )
+            for topic in ("orders", "payments")
+        ]
+    )
+    answers = cluster.stub.SendMessage(request, timeout=60).sections
+    assert len(answers) == 2
+    for answer in answers:
+        assert answer.code == grpc.StatusCode.UNAVAILABLE.value[0]
+        assert f"store at {cluster.store.address}" in answer.error
     cluster.broker.kill()  # a SIGTERM would wait out its store deadline to save offsets
 
 

@@ -21,7 +21,7 @@ import pytest
 from boltmq.kernel.channels import sync_channel
 from boltmq.pull_consumer import decode_records
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
-from boltmq.wire.record import PROPERTY_DELAY
+from boltmq.wire.record import PROPERTY_DELAY, SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_MASK
 from boltmq.wire.record_batch import encode_send_record
 from services.broker.metadata.topic_config import SCHEDULE_TOPIC
 from tests.integration.broker_fixtures import RPC_TIMEOUT_S, pull, upsert
@@ -191,6 +191,44 @@ def test_a_refused_section_is_answered_alone_and_the_others_are_stored(
     assert queue_end(stub, SCHEDULE_TOPIC) == ends[SCHEDULE_TOPIC]
     assert queue_end(stub, "%RETRY%sec-g") == ends["%RETRY%sec-g"] == 0
     assert "Traceback" not in cluster.broker.log()
+
+
+def test_records_refused_inside_a_section_keep_their_places_and_the_rest_are_stored(
+    cluster: Cluster, stub: broker_pb2_grpc.BrokerServiceStub
+) -> None:
+    flagged = bytearray(encode_send_record("SecA", b"flagged"))
+    flagged[SYS_FLAG_OFFSET + 3] |= SYS_FLAG_TRANSACTION_MASK  # a client's transaction bits
+    mixed = broker_pb2.SendSection(
+        topic="SecA",
+        queue_id=1,
+        records=b"".join(
+            (
+                encode_send_record("SecA", b"kept 1"),
+                bytes(flagged),
+                encode_send_record("SecB", b"another topic's"),
+                encode_send_record("SecA", b"kept 2"),
+            )
+        ),
+        record_count=4,
+    )
+    request = sections_request(section("SecB", b"beside"), mixed)
+    answers = list(stub.SendMessage(request, timeout=RPC_TIMEOUT_S).sections)
+    check_stored(stub, answers[:1], [("SecB", [b"beside"])])
+    response = answers[1].response
+    assert answers[1].code == OK and response.queue_id == 1
+    assert list(response.statuses) == [
+        broker_pb2.SEND_OK,
+        broker_pb2.SEND_FAILED,
+        broker_pb2.SEND_FAILED,
+        broker_pb2.SEND_OK,
+    ]
+    assert list(response.put_statuses)[1:3] == [message_pb2.MESSAGE_ILLEGAL] * 2
+    assert "transaction bits" in response.errors[1] and "topic" in response.errors[2]
+    assert set(response.errors) == {1, 2}
+    first, _, _, last = response.queue_offsets
+    assert last == first + 1 and list(response.queue_offsets)[1:3] == [-1, -1]
+    assert list(response.commitlog_offsets)[1:3] == [-1, -1]
+    assert stored_at(stub, "SecA", 1, first, 2) == [b"kept 1", b"kept 2"]
 
 
 def test_a_delayed_section_goes_through_the_schedule_topic_as_a_raw_send_would(

@@ -37,7 +37,7 @@ from services.broker.config import BrokerConfig
 from services.broker.delay.delay_message import DELAY_MARKERS
 from services.broker.errors import StoreFailed
 from services.broker.send.batch_check import check_headers, transaction_refusal
-from services.broker.wire import to_send_response
+from services.broker.wire import fill_send_response, to_send_response
 
 
 class CheckedBatch(NamedTuple):
@@ -156,6 +156,36 @@ def answer(
             response, checked.refused, batch.count, batch.topic, batch.queue_id, broker_name
         )
     return to_send_response(response, batch.topic, batch.queue_id, broker_name)
+
+
+def answer_share(
+    into: broker_pb2.SendResponse,
+    checked: CheckedBatch,
+    stored: RecordBatch,
+    response: store_pb2.AppendResponse,
+    start: int,
+    broker_name: str,
+) -> None:
+    """Fill ``into`` (empty, in place) with the answer to the batch from its share of an
+    Append of runs' answer: the ``stored.count`` entries from ``start`` (the store's
+    results for ``stored``), the broker's refusals put back in their places."""
+    batch = checked.batch
+    end = start + stored.count
+    if not checked.refused:
+        fill_send_response(into, response, start, end, batch.topic, batch.queue_id, broker_name)
+        return
+    errors = response.errors
+    share = store_pb2.AppendResponse(
+        statuses=response.statuses[start:end],
+        commitlog_offsets=response.commitlog_offsets[start:end],
+        queue_offsets=response.queue_offsets[start:end],
+        store_timestamp_ms=response.store_timestamp_ms,
+        msg_id_prefix=response.msg_id_prefix,
+        errors={i - start: e for i, e in errors.items() if start <= i < end},
+    )
+    into.CopyFrom(
+        merge_refused(share, checked.refused, batch.count, batch.topic, batch.queue_id, broker_name)
+    )
 
 
 def merge_refused(

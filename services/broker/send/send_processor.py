@@ -34,7 +34,7 @@ import grpc
 
 from boltmq.kernel import telemetry
 from boltmq.kernel.errors import ServiceError
-from boltmq.v1 import broker_pb2
+from boltmq.v1 import broker_pb2, store_pb2
 from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK
 from boltmq.wire.record_batch import RecordBatch
 from boltmq.wire.topic import DLQ_PREFIX, RETRY_PREFIX
@@ -58,6 +58,7 @@ from services.broker.send.batch_check import (
 from services.broker.send.checked_batch import (
     CheckedBatch,
     answer,
+    answer_share,
     checked_batch,
     checked_batches,
     storable,
@@ -254,24 +255,47 @@ class SendProcessor:
             else:
                 together.append((index, checked, ready))
         stored, answered_alone = await asyncio.gather(
-            self._store.append_records_many([batch for _, _, batch in together], peer_address),
+            self._stored_together([batch for _, _, batch in together], peer_address),
             send_sections_alone(request, alone, peer_address, self._send_raw),
         )
-        for (index, checked, batch), outcome in zip(together, stored, strict=True):
-            section = request.sections[index]
-            try:
-                if isinstance(outcome, Exception):
-                    raise outcome
-                response = answer(checked, batch, outcome, broker_name)
-            except Exception as exc:  # that section alone: its code, or INTERNAL for a bug
-                answers[index] = section_failure(index, section.topic, exc)
-                continue
-            answers[index] = self._section_answer(response, checked)
         for index, section_answer in zip(alone, answered_alone, strict=True):
             answers[index] = section_answer
-        done = [a for a in answers if a is not None]
-        assert len(done) == len(answers)  # every section answered, in its place
-        return broker_pb2.SendResponse(sections=done)
+        shares: dict[int, tuple[int, CheckedBatch, RecordBatch]] = {}
+        start = 0
+        for index, checked, batch in together:
+            shares[index] = (start, checked, batch)
+            start += batch.count
+        out = broker_pb2.SendResponse()
+        sections = out.sections
+        for index, done in enumerate(answers):
+            if done is not None:
+                sections.append(done)
+                continue
+            topic = request.sections[index].topic
+            if isinstance(stored, Exception):
+                sections.append(section_failure(index, topic, stored))
+                continue
+            start, checked, batch = shares[index]  # answered in place: no copies of it
+            slot = sections.add()
+            try:
+                answer_share(slot.response, checked, batch, stored, start, broker_name)
+            except Exception as exc:  # that section alone: INTERNAL for a bug
+                slot.CopyFrom(section_failure(index, topic, exc))
+                continue
+            self._observed(slot.response, len(checked.batch.records))
+        return out
+
+    async def _stored_together(
+        self, batches: list[RecordBatch], peer_address: str
+    ) -> store_pb2.AppendResponse | Exception:
+        """The store's answer to the batches as one Append of runs, or the error that call
+        failed with (each of its sections answers it)."""
+        if not batches:
+            return store_pb2.AppendResponse()
+        try:
+            return await self._store.append_runs(batches, peer_address)
+        except ServiceError as exc:
+            return exc
 
     def _section_batch(self, section: broker_pb2.SendSection) -> RecordBatch | None:
         """A section's batch, its fields checked as a raw request's would be, for the queue

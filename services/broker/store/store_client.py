@@ -109,19 +109,20 @@ class StoreClient(StoreChannel):
         """Append client-encoded records (one ``bytes``) under the store's lock."""
         return await self._append(_records_request(batch, born_host))
 
-    async def append_records_many(
+    async def append_runs(
         self, batches: list[RecordBatch], born_host: str
-    ) -> list[store_pb2.AppendResponse | Exception]:
-        """:meth:`append_records` of several batches (any topics and queues) as one Append
-        of runs (services/store/queue_runs.py: one request, one engine call); each batch's
-        share of the answer, or the call's error for every one."""
-        if not batches:
-            return []
-        try:
-            response = await self._append(_runs_request(batches, born_host))
-        except BrokerError as exc:
-            return [exc] * len(batches)
-        return split_runs(response, batches)
+    ) -> store_pb2.AppendResponse:
+        """Several batches (any topics and queues) as one Append of runs
+        (services/store/queue_runs.py: one request, one engine call): the answer, an entry
+        per record in batch order; StoreFailed when it has another number of entries."""
+        response = await self._append(_runs_request(batches, born_host))
+        total = sum(batch.count for batch in batches)
+        if not len(response.statuses) == len(response.commitlog_offsets) == total:
+            raise StoreFailed(
+                grpc.StatusCode.INTERNAL,
+                f"store answered {len(response.statuses)} results for {total} records",
+            )
+        return response
 
     async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
         """On the append stream; a traced append as a unary call, so its trace shows the store;
@@ -317,41 +318,3 @@ def _runs_request(batches: list[RecordBatch], born_host: str) -> store_pb2.Appen
         ],
         born_host=born_host,
     )
-
-
-def split_runs(
-    response: store_pb2.AppendResponse, batches: list[RecordBatch]
-) -> list[store_pb2.AppendResponse | Exception]:
-    """Each batch's share of an Append of runs' answer (its entries, its errors by its own
-    indexes); StoreFailed for every batch when the answer has another number of entries."""
-    total = sum(batch.count for batch in batches)
-    if not len(response.statuses) == len(response.commitlog_offsets) == total:
-        failed = StoreFailed(
-            grpc.StatusCode.INTERNAL,
-            f"store answered {len(response.statuses)} results for {total} records",
-        )
-        return [failed] * len(batches)
-    statuses, physicals, offsets = (
-        response.statuses,
-        response.commitlog_offsets,
-        response.queue_offsets,
-    )
-    errors = response.errors
-    shares: list[store_pb2.AppendResponse | Exception] = []
-    start = 0
-    for batch in batches:
-        end = start + batch.count
-        shares.append(
-            store_pb2.AppendResponse(
-                statuses=statuses[start:end],
-                commitlog_offsets=physicals[start:end],
-                queue_offsets=offsets[start:end],
-                store_timestamp_ms=response.store_timestamp_ms,
-                msg_id_prefix=response.msg_id_prefix,
-                errors={i - start: errors[i] for i in errors if start <= i < end}
-                if errors
-                else None,
-            )
-        )
-        start = end
-    return shares

@@ -11,16 +11,13 @@ import pytest
 
 from boltmq.message import Message
 from boltmq.v1 import broker_pb2
-from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK
+from boltmq.wire.record import SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_MASK
 from boltmq.wire.record_batch import RecordBatch
 from boltmq.wire.record_heads import CHECK_COLUMNS_MIN
 from services.broker.config import BrokerConfig
 from services.broker.send.checked_batch import CheckedBatch, checked_batch, checked_batches
 
 CONFIG = BrokerConfig(max_message_size_bytes=1024)
-SYS_FLAG_AT = 36
-"""Where a record's sys_flag lies in its head (after size, magic, CRC, queue, flag and two
-offsets)."""
 
 
 def record(topic: str, body: bytes = b"body", **properties: str) -> bytes:
@@ -44,7 +41,7 @@ def sections() -> list[RecordBatch]:
         batch("A", good, record("A", b"x" * 2000), good),  # the body over the limit
         batch("B", record("B"), record("A")),  # a record of another topic
         batch("C", patched(record("C"), 4, ">I", 0xDEADBEEF)),  # a bad magic
-        batch("D", patched(record("D"), SYS_FLAG_AT, ">i", SYS_FLAG_TRANSACTION_MASK)),
+        batch("D", patched(record("D"), SYS_FLAG_OFFSET, ">i", SYS_FLAG_TRANSACTION_MASK)),
         batch("E", record("E"), record("E", DELAY="3")),  # a delay: goes alone
         batch("F", record("F", TIMER_DELIVER_MS="99"), queue_id=2),
         RecordBatch(record("G") + b"trailing", 1, "G", 0),  # cannot be framed

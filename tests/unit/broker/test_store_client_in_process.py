@@ -2,9 +2,10 @@
 store): a real MessageStore behind the real StoreService handlers, reached through
 boltmq.kernel.in_process. Appends go as unary calls (nothing is written on the append
 stream), what is stored reads back, and a refused append is the same named error a
-remote store's code gives. Several batches written at once go as one Append of runs, each
-answered with its share (a batch of a topic no append may name refused record by record,
-the others stored), and the store counts it as one call in its put histogram.
+remote store's code gives. Several batches written at once go as one Append of runs,
+answered with an entry a record in order (a batch of a topic no append may name refused
+record by record, the others stored), and the store counts it as one call in its put
+histogram; an answer with another number of entries is a store failure.
 Every append, stored or refused, is told to ``on_written`` for each queue it wrote to
 (the long-poll hub forgets what it kept of them).
 """
@@ -25,7 +26,7 @@ from boltmq.message import Message
 from boltmq.v1 import message_pb2, store_pb2
 from boltmq.wire.record_batch import RecordBatch
 from services.broker.errors import InvalidArgument, StoreFailed
-from services.broker.store.store_client import StoreClient, split_runs
+from services.broker.store.store_client import StoreClient
 from services.store.config import StoreConfig
 from services.store.metrics import StoreMetrics
 from services.store.server import StoreService
@@ -96,9 +97,9 @@ def test_appends_written_at_once_to_a_store_in_this_process_are_one_call(
 
     reader = InMemoryMetricReader()
 
-    async def scenario() -> tuple[tuple[int, int], list, list, list[list[bytes]]]:
+    async def scenario() -> tuple[tuple[int, int], store_pb2.AppendResponse, list[list[bytes]]]:
         async with served_store(tmp_path, told, MeterProvider(metric_readers=[reader])) as client:
-            outcomes = await client.append_records_many(
+            answer = await client.append_runs(
                 [
                     batch("A", 0, b"a0", b"a1"),
                     batch("bad topic!", 0, b"x"),
@@ -113,22 +114,18 @@ def test_appends_written_at_once_to_a_store_in_this_process_are_one_call(
                 )
                 for t, q in (("A", 0), ("B", 2))
             ]
-            assert not any(isinstance(o, Exception) for o in outcomes)
             return (
                 client.appends_written,
-                [list(o.queue_offsets) for o in outcomes],
-                [(list(o.statuses), dict(o.errors)) for o in outcomes],
+                answer,
                 [[bytes(m.body) for m in p.messages] for p in pulled],
             )
 
-    written, offsets, statuses, bodies = asyncio.run(scenario())
+    written, answer, bodies = asyncio.run(scenario())
     assert written == (0, 0)  # no stream message: one Append call
-    assert offsets[0] == [0, 1] and offsets[2] == [0] and offsets[3] == [2]
-    assert statuses[0] == ([message_pb2.PUT_OK] * 2, {})
-    assert statuses[1][0] == [message_pb2.MESSAGE_ILLEGAL]  # that batch alone refused
-    assert "bad topic!" in statuses[1][1][0]  # why, at its own index
-    assert statuses[2] == statuses[3] == ([message_pb2.PUT_OK], {})
-    assert offsets[1] == [-1]
+    assert list(answer.queue_offsets) == [0, 1, -1, 0, 2]  # an entry a record, in order
+    ok, illegal = message_pb2.PUT_OK, message_pb2.MESSAGE_ILLEGAL
+    assert list(answer.statuses) == [ok, ok, illegal, ok, ok]  # that batch alone refused
+    assert list(answer.errors) == [2] and "bad topic!" in answer.errors[2]  # why, at its place
     assert bodies == [[b"a0", b"a1", b"a2"], [b"b0"]]
     assert told == [("A", 0), ("bad topic!", 0), ("B", 2), ("A", 0)]
     data = reader.get_metrics_data()
@@ -144,30 +141,19 @@ def test_appends_written_at_once_to_a_store_in_this_process_are_one_call(
     assert points["boltmq.store.put.messages"].value == 5  # the refused one's result too
 
 
-def test_an_answer_of_runs_is_split_by_batch_with_errors_at_each_batchs_own_indexes() -> None:
-    batches = [RecordBatch(b"r", 2, "A", 0), RecordBatch(b"r", 1, "B", 1)]
-    answer = store_pb2.AppendResponse(
-        statuses=[message_pb2.PUT_OK, message_pb2.MESSAGE_ILLEGAL, message_pb2.MESSAGE_ILLEGAL],
-        commitlog_offsets=[100, -1, -1],
-        queue_offsets=[7, -1, -1],
-        store_timestamp_ms=5,
-        msg_id_prefix="P",
-        errors={1: "first's second", 2: "second's first"},
-    )
-    first, second = split_runs(answer, batches)
-    assert isinstance(first, store_pb2.AppendResponse)
-    assert isinstance(second, store_pb2.AppendResponse)
-    assert list(first.queue_offsets) == [7, -1] and dict(first.errors) == {1: "first's second"}
-    assert list(second.statuses) == [message_pb2.MESSAGE_ILLEGAL]
-    assert dict(second.errors) == {0: "second's first"}
-    assert first.msg_id_prefix == second.msg_id_prefix == "P"
+def test_an_answer_of_runs_with_another_number_of_entries_is_a_store_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches = [RecordBatch(Message("A", b"a").to_record(), 1, "A", 0)] * 2
 
+    async def short(request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
+        return store_pb2.AppendResponse(statuses=[0], commitlog_offsets=[1], queue_offsets=[0])
 
-def test_an_answer_of_runs_with_another_number_of_entries_fails_every_batch() -> None:
-    batches = [RecordBatch(b"r", 2, "A", 0), RecordBatch(b"r", 1, "B", 1)]
-    short = store_pb2.AppendResponse(
-        statuses=[0, 0], commitlog_offsets=[1, 2], queue_offsets=[0, 1]
-    )
-    outcomes = split_runs(short, batches)
-    assert all(isinstance(o, StoreFailed) for o in outcomes) and len(outcomes) == 2
-    assert "2 results for 3 records" in str(outcomes[0])
+    async def scenario() -> str:
+        async with served_store(tmp_path, []) as client:
+            monkeypatch.setattr(client, "_append", short)
+            with pytest.raises(StoreFailed) as failed:
+                await client.append_runs(batches, "")
+            return str(failed.value)
+
+    assert "1 results for 2 records" in asyncio.run(scenario())
