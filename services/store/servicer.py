@@ -12,6 +12,9 @@ few lines here over the modules that do the work:
   outcome is a value (``PutStatus``, ``GetStatus``) mapped to its proto enum
   once; a bad message in an Append batch is a MESSAGE_ILLEGAL result for that
   message, never an error for the call;
+- :mod:`services.store.queue_runs`: an Append of runs (the records of several
+  queues in one request); :mod:`services.store.stream_appends`: the appends one
+  AppendStream message carries, taken in one engine call;
 - :mod:`services.store.arrival_streams`: WatchArrivals and WatchQueues;
 - :mod:`services.store.replication`: ReadCommitLog, AppendRaw(Stream),
   Truncate, SetRole and ReportReplicas;

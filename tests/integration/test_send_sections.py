@@ -10,6 +10,7 @@ tests/integration/test_acl_send_sections.py.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from boltmq.kernel.channels import sync_channel
 from boltmq.pull_consumer import decode_records
 from boltmq.v1 import broker_pb2, broker_pb2_grpc, message_pb2
 from boltmq.wire.record import PROPERTY_DELAY, SYS_FLAG_OFFSET, SYS_FLAG_TRANSACTION_MASK
-from boltmq.wire.record_batch import encode_send_record
+from boltmq.wire.record_batch import RECORDS_MAX, encode_send_record
 from services.broker.metadata.topic_config import SCHEDULE_TOPIC
 from tests.integration.broker_fixtures import RPC_TIMEOUT_S, pull, upsert
 from tests.integration.conftest import Cluster
@@ -229,6 +230,33 @@ def test_records_refused_inside_a_section_keep_their_places_and_the_rest_are_sto
     assert last == first + 1 and list(response.queue_offsets)[1:3] == [-1, -1]
     assert list(response.commitlog_offsets)[1:3] == [-1, -1]
     assert stored_at(stub, "SecA", 1, first, 2) == [b"kept 1", b"kept 2"]
+
+
+def test_sections_of_more_records_than_one_store_append_takes_are_all_stored_in_order(
+    cluster: Cluster, stub: broker_pb2_grpc.BrokerServiceStub
+) -> None:
+    per_section = 3_500
+    count = RECORDS_MAX // per_section + 1  # more records than one Append may carry
+    sent = [[b"%d-%d" % (n, i) for i in range(per_section)] for n in range(count)]
+    topics = [("SecA", 1), ("SecB", 2)]
+    request = sections_request(
+        *(section(topics[n % 2][0], *b, queue_id=topics[n % 2][1]) for n, b in enumerate(sent))
+    )
+    answers = list(stub.SendMessage(request, timeout=RPC_TIMEOUT_S).sections)
+    assert count * per_section > RECORDS_MAX and len(answers) == count
+    firsts: dict[str, list[int]] = {"SecA": [], "SecB": []}
+    for n, (answer, bodies) in enumerate(zip(answers, sent, strict=True)):
+        response = answer.response
+        assert answer.code == OK and response.topic == topics[n % 2][0]
+        assert list(response.statuses) == [broker_pb2.SEND_OK] * per_section
+        first = response.queue_offsets[0]
+        assert list(response.queue_offsets) == list(range(first, first + per_section))
+        firsts[response.topic].append(first)
+        queue_id = response.queue_id
+        assert stored_at(stub, response.topic, queue_id, first, 3) == bodies[:3]
+        assert stored_at(stub, response.topic, queue_id, first + per_section - 2, 2) == bodies[-2:]
+    for offsets in firsts.values():  # a topic's sections one after another, in order
+        assert all(b - a == per_section for a, b in itertools.pairwise(offsets))
 
 
 def test_a_delayed_section_goes_through_the_schedule_topic_as_a_raw_send_would(

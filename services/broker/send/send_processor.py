@@ -36,7 +36,7 @@ from boltmq.kernel import telemetry
 from boltmq.kernel.errors import ServiceError
 from boltmq.v1 import broker_pb2, store_pb2
 from boltmq.wire.record import SYS_FLAG_TRANSACTION_MASK
-from boltmq.wire.record_batch import RecordBatch
+from boltmq.wire.record_batch import RECORDS_MAX, RecordBatch
 from boltmq.wire.topic import DLQ_PREFIX, RETRY_PREFIX
 from services.broker.access.creation_limits import CreationLimits
 from services.broker.cluster.topic_publisher import TopicPublisher
@@ -260,11 +260,10 @@ class SendProcessor:
         )
         for index, section_answer in zip(alone, answered_alone, strict=True):
             answers[index] = section_answer
-        shares: dict[int, tuple[int, CheckedBatch, RecordBatch]] = {}
-        start = 0
-        for index, checked, batch in together:
-            shares[index] = (start, checked, batch)
-            start += batch.count
+        shares = {
+            index: (outcome, start, checked, batch)
+            for (index, checked, batch), (outcome, start) in zip(together, stored, strict=True)
+        }
         out = broker_pb2.SendResponse()
         sections = out.sections
         for index, done in enumerate(answers):
@@ -272,13 +271,13 @@ class SendProcessor:
                 sections.append(done)
                 continue
             topic = request.sections[index].topic
-            if isinstance(stored, Exception):
-                sections.append(section_failure(index, topic, stored))
+            outcome, start, checked, batch = shares[index]
+            if isinstance(outcome, Exception):
+                sections.append(section_failure(index, topic, outcome))
                 continue
-            start, checked, batch = shares[index]  # answered in place: no copies of it
-            slot = sections.add()
+            slot = sections.add()  # answered in place: no copies of it
             try:
-                answer_share(slot.response, checked, batch, stored, start, broker_name)
+                answer_share(slot.response, checked, batch, outcome, start, broker_name)
             except Exception as exc:  # that section alone: INTERNAL for a bug
                 slot.CopyFrom(section_failure(index, topic, exc))
                 continue
@@ -287,15 +286,30 @@ class SendProcessor:
 
     async def _stored_together(
         self, batches: list[RecordBatch], peer_address: str
-    ) -> store_pb2.AppendResponse | Exception:
-        """The store's answer to the batches as one Append of runs, or the error that call
-        failed with (each of its sections answers it)."""
-        if not batches:
-            return store_pb2.AppendResponse()
-        try:
-            return await self._store.append_runs(batches, peer_address)
-        except ServiceError as exc:
-            return exc
+    ) -> list[tuple[store_pb2.AppendResponse | Exception, int]]:
+        """For each batch, the answer of the Append of runs that carried it (or the error
+        that call failed with) and where the batch's entries start in it. The batches go in
+        order, in as few Appends as the store takes (at most RECORDS_MAX records each)."""
+        chunks: list[list[RecordBatch]] = []
+        size = RECORDS_MAX
+        for batch in batches:
+            if size + batch.count > RECORDS_MAX:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(batch)
+            size += batch.count
+        placed: list[tuple[store_pb2.AppendResponse | Exception, int]] = []
+        for chunk in chunks:
+            outcome: store_pb2.AppendResponse | Exception
+            try:
+                outcome = await self._store.append_runs(chunk, peer_address)
+            except ServiceError as exc:
+                outcome = exc
+            start = 0
+            for batch in chunk:
+                placed.append((outcome, start))
+                start += batch.count
+        return placed
 
     def _section_batch(self, section: broker_pb2.SendSection) -> RecordBatch | None:
         """A section's batch, its fields checked as a raw request's would be, for the queue

@@ -29,7 +29,8 @@ Rules:
   attributes. The sections of existing topics without a delay are checked in
   one pass (:func:`services.broker.send.checked_batch.checked_batches`) and their
   batches go to the store together, as one Append of runs (the store appends
-  them in one call: services/store/queue_runs.py); the others
+  them in one call: services/store/queue_runs.py; a request of more records than
+  one Append takes, 16,384, in as few as it takes, one after another); the others
   (a topic to auto-create, a delay, records that cannot be framed) run at once
   through the broker's raw send path, each on its own. While tracing is on,
   every section takes that path, in a ``send section`` span of its own, the
