@@ -63,23 +63,52 @@ assert set(GET_STATUS_TO_PROTO) == set(GetStatus)
 
 def append_response(results: Sequence[PutResult], msg_id_prefix: str) -> store_pb2.AppendResponse:
     """The wire form of a batch's outcome (packed arrays, one entry per message)."""
+    return parts_response((results,), msg_id_prefix)
+
+
+def parts_response(
+    parts: Sequence[Sequence[PutResult]], msg_id_prefix: str
+) -> store_pb2.AppendResponse:
+    """The wire form of the outcomes of several batches appended in one call, one after
+    another (an Append of runs): an entry per message in order, ``errors`` indexed over
+    all of them. A :class:`StoredRun`'s columns go as they are."""
     to_proto = PUT_STATUS_TO_PROTO
-    if isinstance(results, StoredRun):  # raw records: the columns go as they are
+    if len(parts) == 1 and isinstance(parts[0], StoredRun):  # raw records: the columns
+        run = parts[0]
         return store_pb2.AppendResponse(
-            statuses=[to_proto[results.status]] * len(results),
-            commitlog_offsets=results.commitlog_offsets,
-            queue_offsets=results.queue_offsets,
-            store_timestamp_ms=results.store_timestamp,
+            statuses=[to_proto[run.status]] * len(run),
+            commitlog_offsets=run.commitlog_offsets,
+            queue_offsets=run.queue_offsets,
+            store_timestamp_ms=run.store_timestamp,
             msg_id_prefix=msg_id_prefix,
         )
-    stored_ts = max((r.store_timestamp for r in results), default=0)
+    statuses: list[message_pb2.PutMessageStatus.ValueType] = []
+    commitlog_offsets: list[int] = []
+    queue_offsets: list[int] = []
+    errors: dict[int, str] = {}
+    stored_ts = 0
+    for part in parts:
+        if isinstance(part, StoredRun):
+            statuses += [to_proto[part.status]] * len(part)
+            commitlog_offsets += part.commitlog_offsets
+            queue_offsets += part.queue_offsets
+            stored_ts = max(stored_ts, part.store_timestamp)
+            continue
+        at = len(statuses)
+        for n, result in enumerate(part):
+            statuses.append(to_proto[result.status])
+            commitlog_offsets.append(result.commitlog_offset)
+            queue_offsets.append(result.queue_offset)
+            stored_ts = max(stored_ts, result.store_timestamp)
+            if result.error:
+                errors[at + n] = result.error
     return store_pb2.AppendResponse(
-        statuses=[to_proto[r.status] for r in results],
-        commitlog_offsets=[r.commitlog_offset for r in results],
-        queue_offsets=[r.queue_offset for r in results],
+        statuses=statuses,
+        commitlog_offsets=commitlog_offsets,
+        queue_offsets=queue_offsets,
         store_timestamp_ms=stored_ts,
         msg_id_prefix=msg_id_prefix,
-        errors={i: r.error for i, r in enumerate(results) if r.error},
+        errors=errors,
     )
 
 

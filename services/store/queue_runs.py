@@ -30,12 +30,12 @@ from collections.abc import Sequence
 from typing import Final
 
 from boltmq.kernel import telemetry
-from boltmq.v1 import message_pb2, store_pb2
+from boltmq.v1 import store_pb2
 from boltmq.wire.record_batch import MalformedBatch, RecordBatch, frame_records
 from services.store.errors import BadRequest
-from services.store.proto_conversion import PUT_STATUS_TO_PROTO
+from services.store.proto_conversion import parts_response
 from services.store.request_checks import APPEND_MESSAGES_MAX
-from services.store.status import PutResult, PutStatus, StoredRun
+from services.store.status import PutResult, PutStatus
 from services.store.store import MessageStore
 
 RUNS_MAX: Final = 1024
@@ -108,40 +108,4 @@ async def append_runs(
     else:
         results = store.put_record_batches(batches, [born] * len(batches))
     telemetry.annotate(runs[0].topic, runs[0].queue_id, request.record_count, len(records))
-    return runs_response(results, store.commitlog.msg_id_prefix)
-
-
-def runs_response(
-    results: Sequence[Sequence[PutResult]], msg_id_prefix: str
-) -> store_pb2.AppendResponse:
-    """One AppendResponse over every run's results, in order (packed arrays; ``errors``
-    indexed over all the records)."""
-    to_proto = PUT_STATUS_TO_PROTO
-    statuses: list[message_pb2.PutMessageStatus.ValueType] = []
-    commitlog_offsets: list[int] = []
-    queue_offsets: list[int] = []
-    errors: dict[int, str] = {}
-    stored_ts = 0
-    for part in results:
-        if isinstance(part, StoredRun):  # the columns as they are
-            statuses += [to_proto[part.status]] * len(part)
-            commitlog_offsets += part.commitlog_offsets
-            queue_offsets += part.queue_offsets
-            stored_ts = max(stored_ts, part.store_timestamp)
-            continue
-        at = len(statuses)
-        for n, result in enumerate(part):
-            statuses.append(to_proto[result.status])
-            commitlog_offsets.append(result.commitlog_offset)
-            queue_offsets.append(result.queue_offset)
-            stored_ts = max(stored_ts, result.store_timestamp)
-            if result.error:
-                errors[at + n] = result.error
-    return store_pb2.AppendResponse(
-        statuses=statuses,
-        commitlog_offsets=commitlog_offsets,
-        queue_offsets=queue_offsets,
-        store_timestamp_ms=stored_ts,
-        msg_id_prefix=msg_id_prefix,
-        errors=errors,
-    )
+    return parts_response(results, store.commitlog.msg_id_prefix)

@@ -14,6 +14,8 @@ import pytest
 
 from boltmq.kernel.channels import sync_channel
 from boltmq.v1 import message_pb2, store_pb2, store_pb2_grpc
+from boltmq.wire.record_batch import RecordBatch
+from services.broker.store.store_client import runs_request
 from tests.integration.procs import ServiceProcess
 from tests.integration.test_append_stream import SMALL, OpenStream
 from tests.integration.test_append_stream_together import raw, stored, with_bad_crc
@@ -34,15 +36,9 @@ def batches() -> list[store_pb2.AppendRequest]:
 
 
 def of_runs(parts: list[store_pb2.AppendRequest]) -> store_pb2.AppendRequest:
-    return store_pb2.AppendRequest(
-        records=b"".join(p.records for p in parts),
-        record_count=sum(p.record_count for p in parts),
-        runs=[
-            store_pb2.QueueRun(topic=p.topic, queue_id=p.queue_id, record_count=p.record_count)
-            for p in parts
-        ],
-        born_host="10.0.0.7:4000",
-    )
+    """The parts as one Append of runs, built as the broker builds it."""
+    batches = [RecordBatch(p.records, p.record_count, p.topic, p.queue_id) for p in parts]
+    return runs_request(batches, "10.0.0.7:4000")
 
 
 def entries(answer: store_pb2.AppendResponse) -> tuple[list[int], list[int], list[int]]:

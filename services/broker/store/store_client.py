@@ -115,7 +115,7 @@ class StoreClient(StoreChannel):
         """Several batches (any topics and queues) as one Append of runs
         (services/store/queue_runs.py: one request, one engine call): the answer, an entry
         per record in batch order; StoreFailed when it has another number of entries."""
-        response = await self._append(_runs_request(batches, born_host))
+        response = await self._append(runs_request(batches, born_host))
         total = sum(batch.count for batch in batches)
         if not len(response.statuses) == len(response.commitlog_offsets) == total:
             raise StoreFailed(
@@ -307,7 +307,7 @@ def _records_request(batch: RecordBatch, born_host: str) -> store_pb2.AppendRequ
     )
 
 
-def _runs_request(batches: list[RecordBatch], born_host: str) -> store_pb2.AppendRequest:
+def runs_request(batches: list[RecordBatch], born_host: str) -> store_pb2.AppendRequest:
     """One Append of runs carrying every batch's records, born at ``born_host``."""
     return store_pb2.AppendRequest(
         records=b"".join(batch.records for batch in batches),

@@ -16,7 +16,8 @@ from boltmq.message import Message
 from boltmq.v1 import message_pb2, store_pb2
 from boltmq.wire.record_batch import RecordBatch
 from services.store.errors import BadRequest
-from services.store.queue_runs import RUNS_MAX, append_runs, check_runs, run_batches, runs_response
+from services.store.proto_conversion import parts_response
+from services.store.queue_runs import RUNS_MAX, append_runs, check_runs, run_batches
 from services.store.status import PutResult, PutStatus, StoredRun
 from services.store.store import MessageStore
 from tests.conftest import read_queue
@@ -167,14 +168,14 @@ def test_run_batches_split_the_records_by_run() -> None:
     assert batches[1].records == records("B", [b"b1"])
 
 
-def test_runs_response_joins_columns_and_lists_with_errors_at_their_place() -> None:
+def test_parts_response_joins_columns_and_lists_with_errors_at_their_place() -> None:
     stored = StoredRun("PREFIX", 77)
     stored.commitlog_offsets, stored.queue_offsets, stored.sizes = [10, 20], [0, 1], [10, 10]
     refused = [
         PutResult(PutStatus.PUT_OK, commitlog_offset=30, queue_offset=5, store_timestamp=78),
         PutResult(PutStatus.MESSAGE_ILLEGAL, error="why"),
     ]
-    answer = runs_response([stored, refused], "PREFIX")
+    answer = parts_response([stored, refused], "PREFIX")
     assert list(answer.statuses) == [
         message_pb2.PUT_OK,
         message_pb2.PUT_OK,
