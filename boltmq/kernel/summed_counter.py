@@ -51,12 +51,20 @@ class SummedCounter:
         """Count ``amount`` for the attribute value ``value``. A negative amount is dropped
         with a warning, as the SDK's counter drops it: a counter only goes up, and a
         metric never fails the request it counts."""
-        if amount < 0:
-            log.warning("counter %s: add(%d) dropped, a counter only goes up", self._name, amount)
-            return
+        self.add_each(((value, amount),))
+
+    def add_each(self, amounts: Iterable[tuple[str, int]]) -> None:
+        """:meth:`add` of each ``(value, amount)``, under one hold of the lock (the
+        sections of a send request, each its own topic)."""
         with self._lock:
             totals = self._totals
-            totals[value] = totals.get(value, 0) + amount
+            for value, amount in amounts:
+                if amount < 0:
+                    log.warning(
+                        "counter %s: add(%d) dropped, a counter only goes up", self._name, amount
+                    )
+                    continue
+                totals[value] = totals.get(value, 0) + amount
 
     def total(self, value: str = "") -> int:
         """What was added for ``value`` so far."""

@@ -30,6 +30,7 @@ import numpy.typing as npt
 from boltmq.wire.column_rows import ColumnRows
 from boltmq.wire.key_column import KeyColumn
 from boltmq.wire.record import (
+    FIXED_OVERHEAD_IPV4,
     HOST_V6_BITS,
     MAX_PROPERTIES_BYTES,
     PROPERTY_UNIQ_KEY,
@@ -365,17 +366,15 @@ def check_batch(
     """
     topic_field, magic = encode_topic(batch.topic)
     records = batch.records
+    end = len(records)
+    if (
+        batch.count == 1
+        and end >= FIXED_OVERHEAD_IPV4
+        and int.from_bytes(records[:4], "big", signed=True) == end
+    ):  # a send of one message (one of many topics), framed: no lists to build
+        return _check_one(records, topic_field, magic, max_body_bytes, max_record_bytes)
     positions = frame_records(records, batch.count)
     view = memoryview(records)  # slices of it are not copies (the bodies' CRC)
-    if batch.count == 1:  # a send of one message (one of many topics): no lists to build
-        end = len(records)
-        try:
-            head = check_header(records, 0, end, topic_field, magic, max_body_bytes)
-        except (InvalidMessage, CorruptRecord) as exc:
-            return [], {0: exc}
-        skip = RAW_HEAD.size + len(topic_field) + 2
-        one = _checked(records, view, 0, end, head, skip + head[H_BODY_LEN], max_record_bytes)
-        return ([], {0: one}) if isinstance(one, Exception) else ([one], {})
     checked = check_heads(records, positions, topic_field, magic, max_body_bytes)
     if checked.array is not None:
         return _check_columns(records, positions, checked, max_record_bytes)
@@ -399,6 +398,25 @@ def check_batch(
         else:
             good.append(result)
     return good, bad
+
+
+def _check_one(
+    records: bytes | memoryview,
+    topic_field: bytes,
+    magic: int,
+    max_body_bytes: int,
+    max_record_bytes: int,
+) -> tuple[Sequence[Checked], dict[int, InvalidMessage | CorruptRecord]]:
+    """:func:`check_batch` of a batch of one record whose total size is its bytes'."""
+    end = len(records)
+    try:
+        head = check_header(records, 0, end, topic_field, magic, max_body_bytes)
+    except (InvalidMessage, CorruptRecord) as exc:
+        return [], {0: exc}
+    skip = RAW_HEAD.size + len(topic_field) + 2
+    view = memoryview(records)
+    one = _checked(records, view, 0, end, head, skip + head[H_BODY_LEN], max_record_bytes)
+    return ([], {0: one}) if isinstance(one, Exception) else ([one], {})
 
 
 def _checked(

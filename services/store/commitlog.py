@@ -463,10 +463,8 @@ class CommitLog:
                 run = StoredRun(self._msg_id_prefix, now_ms)
                 key = (topic, queue_id)
                 fixed = (queue_id, born_host, store_host, now_ms)
-                copied = copy_batch(writes, records, checked, key, fixed, queue_offsets, run)
-                results.append([*run, *copied.failed] if copied.failed else run)
-                if copied.requests:
-                    parts.append(copied.requests)
+                failed = copy_batch(writes, records, checked, key, fixed, queue_offsets, run, parts)
+                results.append([*run, *failed] if failed else run)
             if writes is None:
                 return results, AppendBatch(start_offset, start_offset, [])
             writes.write()

@@ -99,15 +99,19 @@ def append_record_batches(
         waiting.clear()
 
     store_v4 = len(commitlog.store_host) == 8
+    last_born: tuple[str, int] | None = None
+    born_host = RAW_BORN_HOST_DEFAULT
     for index, (batch, born) in enumerate(zip(batches, borns, strict=True)):
-        try:
-            born_host = commitlog.encode_born_host(*born) if born is not None else None
-        except (InvalidMessage, ValueError) as exc:
-            out[index] = [
-                PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc)) for _ in range(batch.count)
-            ]
-            continue
-        born_host = born_host or RAW_BORN_HOST_DEFAULT
+        if born is None or born is not last_born:  # an Append of runs: one born for all
+            try:
+                encoded = commitlog.encode_born_host(*born) if born is not None else None
+            except (InvalidMessage, ValueError) as exc:
+                out[index] = [
+                    PutResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc)) for _ in range(batch.count)
+                ]
+                last_born = None
+                continue
+            born_host, last_born = encoded or RAW_BORN_HOST_DEFAULT, born
         if len(born_host) == 8 and store_v4:
             checked, rejected = commitlog.check_records(batch)
             if not checked:

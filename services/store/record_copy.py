@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Sequence
-from typing import NamedTuple, TypeGuard
+from typing import TypeGuard
 
 import numpy as np
 
@@ -69,15 +69,6 @@ RecordsAppend = tuple[bytes, Sequence[Checked], str, int, bytes]
 """One checked batch to append: (records, checked, topic, queue_id, born_host)."""
 
 
-class Copied(NamedTuple):
-    """What a copy did (the CommitLog keeps the queue offset and dispatches the requests)."""
-
-    next_queue_offset: int
-    requests: Sequence[DispatchTuple]
-    failed: list[PutResult]
-    """Results of the records left out when the next segment could not be created."""
-
-
 def check_records(
     batch: RecordBatch, config: StoreConfig, max_record_size: int
 ) -> tuple[Sequence[Checked], dict[int, PutResult]]:
@@ -98,6 +89,8 @@ def check_records(
         return [], {
             i: PutResult(PutStatus.MESSAGE_ILLEGAL, error=error) for i in range(batch.count)
         }
+    if not bad:
+        return good, {}
     rejected = {
         index: PutResult(
             PutStatus.PROPERTIES_SIZE_EXCEEDED
@@ -138,19 +131,30 @@ def copy_batch(
     fixed: Fixed,
     queue_offsets: dict[tuple[str, int], int],
     run: StoredRun,
-) -> Copied:
+    parts: list[Sequence[DispatchTuple]],
+) -> list[PutResult]:
     """One checked batch at ``writes``' position (under the append lock), stamped in bulk
     when :func:`fits_bulk` (what the call copied before is written first) else copied
-    record by record into ``writes``; ``queue_offsets[key]`` moves on."""
+    record by record into ``writes``; ``queue_offsets[key]`` moves on. Its dispatch
+    requests go to the end of ``parts``: a bulk stamp's as a DispatchRun of their own,
+    a record's into the last part when that is a list (the one-record batches of a
+    call's many queues make one list, which the dispatcher walks once). Returns the
+    results of the records left out when the next segment could not be created."""
     first = queue_offsets.get(key, 0)
-    if fits_bulk(checked, records, writes):
+    if type(checked) is not list and fits_bulk(checked, records, writes):
         writes.write()
-        copied = stamp_bulk(writes.mf, records, checked, key, fixed, first, run)
+        parts.append(stamp_bulk(writes.mf, records, checked, key, fixed, first, run))
         writes.end = writes.mf.wrote_position
-    else:
-        copied = copy_records(writes, records, checked, key, fixed, first, run)
-    queue_offsets[key] = copied.next_queue_offset
-    return copied
+        queue_offsets[key] = first + len(checked)
+        return []
+    if not parts or type(parts[-1]) is not list:
+        parts.append([])
+    requests = parts[-1]
+    assert isinstance(requests, list)
+    queue_offsets[key], failed = copy_records(
+        writes, records, checked, key, fixed, first, run, requests
+    )
+    return failed
 
 
 def fits_bulk(
@@ -174,8 +178,9 @@ def stamp_bulk(
     fixed: Fixed,
     first: int,
     run: StoredRun,
-) -> Copied:
-    """The bulk copy (see :func:`fits_bulk`): queue offsets ``first ..`` in ``run``."""
+) -> DispatchRun:
+    """The bulk copy (see :func:`fits_bulk`): queue offsets ``first ..`` in ``run``; the
+    records' dispatch requests."""
     queue_id, born_host, store_host, now_ms = fixed
     position = mf.wrote_position
     count = len(checked)
@@ -197,7 +202,7 @@ def stamp_bulk(
     run.commitlog_offsets = physicals.tolist()
     run.queue_offsets = list(range(first, first + count))
     run.sizes = checked.totals.tolist()
-    requests = DispatchRun(
+    return DispatchRun(
         key[0],
         queue_id,
         first,
@@ -208,7 +213,6 @@ def stamp_bulk(
         checked.heads["sys_flag"],
         now_ms,
     )
-    return Copied(first + count, requests, [])
 
 
 def copy_records(
@@ -219,14 +223,16 @@ def copy_records(
     fixed: Fixed,
     first: int,
     run: StoredRun,
-) -> Copied:
+    requests: list[DispatchTuple],
+) -> tuple[int, list[PutResult]]:
     """Add ``checked`` to ``writes``, a segment at a time (a full one closed with a blank
-    marker), each record's results into ``run``."""
+    marker), each record's results into ``run`` and its dispatch request to
+    ``requests``; the next queue offset, and the results of the records left out when
+    the next segment could not be created."""
     topic, queue_id = key
     born_host, now_ms = fixed[1], fixed[3]
     physicals, queue_offsets, sizes = run.commitlog_offsets, run.queue_offsets, run.sizes
     failed: list[PutResult] = []
-    requests: list[DispatchTuple] = []
     source = memoryview(records)
     queue_offset = first
     for source_position, total, head, code, index_keys, consumable in checked:
@@ -261,7 +267,7 @@ def copy_records(
                 head[H_SYS_FLAG],
             )
         )
-    return Copied(queue_offset, requests, failed)
+    return queue_offset, failed
 
 
 class SegmentWrites:

@@ -137,3 +137,21 @@ def test_without_a_provider_it_still_counts() -> None:
     counter.add(4, "A")
     assert counter.total("A") == 4
     assert counter.total("B") == 0
+
+
+def test_add_each_counts_what_an_add_of_each_counts(
+    meter: Meter, reader: InMemoryMetricReader, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One hold of the lock for a send request's sections, the same totals; a negative
+    amount among them is dropped alone."""
+    each = SummedCounter(meter, "each", "{message}", "added together", "topic")
+    one = SummedCounter(meter, "one", "{message}", "added one by one", "topic")
+    amounts = [("A", 3), ("B", 1), ("A", 4), ("C", 0)]
+    with caplog.at_level("WARNING", logger="boltmq.kernel.summed_counter"):
+        each.add_each([*amounts, ("B", -2)])
+    for topic, amount in amounts:
+        one.add(amount, topic)
+    metrics = _metrics(reader)
+    assert _points(metrics["each"]) == _points(metrics["one"])
+    assert (each.total("A"), each.total("B"), each.total("C")) == (7, 1, 0)
+    assert "counter each: add(-2) dropped" in caplog.text

@@ -49,7 +49,7 @@ from services.broker.metadata.topic_config import (
     TopicConfig,
     TopicConfigManager,
 )
-from services.broker.metrics import BrokerMetrics
+from services.broker.metrics import BrokerMetrics, SentSection
 from services.broker.send.batch_check import (
     check_batch,
     check_raw_fields,
@@ -128,16 +128,10 @@ class SendProcessor:
         ``size``: the records' bytes, or the request's for protobuf messages
         (``ByteSize`` of a raw request would cost a copy of its records, ~13 us).
         """
-        statuses, offsets = response.statuses, response.queue_offsets
-        telemetry.annotate(response.topic, response.queue_id, len(statuses), size)
-        if offsets:
-            self._metrics.sent(
-                response.topic,
-                response.queue_id,
-                len(statuses) - len(response.errors),
-                size,
-                offsets[-1] + 1,
-            )
+        telemetry.annotate(response.topic, response.queue_id, len(response.statuses), size)
+        sent = sent_counts(response, size)
+        if sent is not None:
+            self._metrics.sent(*sent)
         return response
 
     async def _send_messages(
@@ -266,6 +260,7 @@ class SendProcessor:
         }
         out = broker_pb2.SendResponse()
         sections = out.sections
+        sent: list[SentSection] = []  # counted together (no span here to describe them on)
         for index, done in enumerate(answers):
             if done is not None:
                 sections.append(done)
@@ -281,7 +276,11 @@ class SendProcessor:
             except Exception as exc:  # that section alone: INTERNAL for a bug
                 slot.CopyFrom(section_failure(index, topic, exc))
                 continue
-            self._observed(slot.response, len(checked.batch.records))
+            counts = sent_counts(slot.response, len(checked.batch.records))
+            if counts is not None:
+                sent.append(counts)
+        if sent:
+            self._metrics.sent_each(sent)
         return out
 
     async def _stored_together(
@@ -361,3 +360,13 @@ class SendProcessor:
                 f"{config.name!r}"
             )
         return queue_id
+
+
+def sent_counts(response: broker_pb2.SendResponse, size: int) -> SentSection | None:
+    """What the metrics count of an answered send (``size``: its records' bytes, or its
+    request's); None when it stored nothing."""
+    offsets = response.queue_offsets
+    if not offsets:
+        return None
+    stored = len(response.statuses) - len(response.errors)
+    return (response.topic, response.queue_id, stored, size, offsets[-1] + 1)

@@ -14,7 +14,7 @@ millisecond clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -62,6 +62,12 @@ class TrafficStats:
         """``count`` messages of ``topic`` stored."""
         self._add(self._produced, topic, count)
 
+    def produced_each(self, counts: Iterable[tuple[str, int]]) -> None:
+        """:meth:`produced` of each ``(topic, count)``, at one reading of the clock."""
+        now = self._clock_ms()
+        for topic, count in counts:
+            self._add(self._produced, topic, count, now)
+
     def consumed(self, group: str, topic: str, count: int) -> None:
         """``count`` messages of ``topic`` returned to a pull of ``group``."""
         self._add(self._consumed, (group, topic), count)
@@ -103,10 +109,13 @@ class TrafficStats:
         parts = sorted(per_topic.items())
         return Traffic(produced, _sum(parts), tuple(parts))
 
-    def _add(self, counters: dict[K, RollingCounter], key: K, count: int) -> None:
+    def _add(
+        self, counters: dict[K, RollingCounter], key: K, count: int, now: int | None = None
+    ) -> None:
         if count <= 0:
             return
-        now = self._clock_ms()
+        if now is None:
+            now = self._clock_ms()
         counter = counters.get(key)
         if counter is None:
             counter = counters[key] = RollingCounter()

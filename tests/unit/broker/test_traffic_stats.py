@@ -64,3 +64,15 @@ def test_everything_sums_the_counted_topics_with_a_part_per_topic(clock: ManualC
     assert stats.everything(lambda topic: False).produced == Counts()
     clock.advance(2 * MINUTE_MS)
     assert stats.everything(lambda topic: True).produced == Counts(0, 20)
+
+
+def test_produced_each_counts_what_produced_of_each_counts(clock: ManualClock) -> None:
+    together, one_by_one = TrafficStats(clock), TrafficStats(clock)
+    counts = [("orders", 3), ("refunds", 1), ("orders", 4), ("idle", 0)]
+    together.produced_each(counts)
+    for topic, count in counts:
+        one_by_one.produced(topic, count)
+    for topic in ("orders", "refunds"):
+        assert together.topic(topic) == one_by_one.topic(topic)
+    assert together.topic("orders").produced == Counts(7, 7)
+    assert not together.knows_topic("idle")  # nothing stored: nothing kept

@@ -234,6 +234,12 @@ def test_a_batch_whose_records_cannot_be_told_apart_stores_nothing(make_store: M
         (good + good[:-1], 2),
         (good + good, 3),
         (good + good + b"!", 2),
+        # One record: its total size must be all the bytes (a shorter way checks that).
+        (patched(good, TOTAL_SIZE_OFFSET, len(good) + 5), 1),
+        (patched(good, TOTAL_SIZE_OFFSET, len(good) - 1), 1),
+        (good + b"!", 1),
+        (good[:-1], 1),
+        (good[:40], 1),
     ):
         results = store.put_messages(RecordBatch(records, count, TOPIC, 1))
         assert [r.status for r in results] == [PutStatus.MESSAGE_ILLEGAL] * count
