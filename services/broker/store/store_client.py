@@ -115,7 +115,8 @@ class StoreClient(StoreChannel):
         """Several batches (any topics and queues) as one Append of runs
         (services/store/queue_runs.py: one request, one engine call): the answer, an entry
         per record in batch order; StoreFailed when it has another number of entries."""
-        response = await self._append(runs_request(batches, born_host))
+        written = [(batch.topic, batch.queue_id) for batch in batches]
+        response = await self._append(runs_request(batches, born_host), written)
         total = sum(batch.count for batch in batches)
         if not len(response.statuses) == len(response.commitlog_offsets) == total:
             raise StoreFailed(
@@ -124,10 +125,16 @@ class StoreClient(StoreChannel):
             )
         return response
 
-    async def _append(self, request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
+    async def _append(
+        self,
+        request: store_pb2.AppendRequest,
+        written: Iterable[tuple[str, int]] | None = None,
+    ) -> store_pb2.AppendResponse:
         """On the append stream; a traced append as a unary call, so its trace shows the store;
         every append to a store in this process as a unary call: a call on the same event
-        loop, where the stream costs three tasks' turns (writer, store, reader)."""
+        loop, where the stream costs three tasks' turns (writer, store, reader).
+        ``written``: the queues it writes, when the caller knows them (else read from the
+        request)."""
         try:
             if self.in_process or trace.get_current_span().is_recording():
                 response: store_pb2.AppendResponse = await self._call("Append", request)
@@ -135,12 +142,12 @@ class StoreClient(StoreChannel):
             return await self._appends.append(request)
         finally:
             on_written = self._on_written
-            if request.messages:
+            if written is not None:
+                for topic, queue_id in written:
+                    on_written(topic, queue_id)
+            elif request.messages:
                 for topic, queue_id in {(m.topic, m.queue_id) for m in request.messages}:
                     on_written(topic, queue_id)
-            elif request.runs:
-                for run in request.runs:
-                    on_written(run.topic, run.queue_id)
             else:
                 on_written(request.topic, request.queue_id)
 
@@ -309,12 +316,12 @@ def _records_request(batch: RecordBatch, born_host: str) -> store_pb2.AppendRequ
 
 def runs_request(batches: list[RecordBatch], born_host: str) -> store_pb2.AppendRequest:
     """One Append of runs carrying every batch's records, born at ``born_host``."""
-    return store_pb2.AppendRequest(
+    request = store_pb2.AppendRequest(
         records=b"".join(batch.records for batch in batches),
         record_count=sum(batch.count for batch in batches),
-        runs=[
-            store_pb2.QueueRun(topic=b.topic, queue_id=b.queue_id, record_count=b.count)
-            for b in batches
-        ],
         born_host=born_host,
     )
+    add = request.runs.add  # built in place: a QueueRun made apart is copied in
+    for batch in batches:
+        add(topic=batch.topic, queue_id=batch.queue_id, record_count=batch.count)
+    return request

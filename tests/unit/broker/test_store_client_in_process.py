@@ -146,7 +146,9 @@ def test_an_answer_of_runs_with_another_number_of_entries_is_a_store_failure(
 ) -> None:
     batches = [RecordBatch(Message("A", b"a").to_record(), 1, "A", 0)] * 2
 
-    async def short(request: store_pb2.AppendRequest) -> store_pb2.AppendResponse:
+    async def short(
+        request: store_pb2.AppendRequest, written: object = None
+    ) -> store_pb2.AppendResponse:
         return store_pb2.AppendResponse(statuses=[0], commitlog_offsets=[1], queue_offsets=[0])
 
     async def scenario() -> str:
