@@ -248,10 +248,13 @@ class SendProcessor:
                 answers[index] = self._section_answer(ready, checked)
             else:
                 together.append((index, checked, ready))
-        stored, answered_alone = await asyncio.gather(
-            self._stored_together([batch for _, _, batch in together], peer_address),
-            send_sections_alone(request, alone, peer_address, self._send_raw),
-        )
+        storing = self._stored_together([batch for _, _, batch in together], peer_address)
+        if alone:
+            stored, answered_alone = await asyncio.gather(
+                storing, send_sections_alone(request, alone, peer_address, self._send_raw)
+            )
+        else:  # the usual request: no tasks to make for a gather
+            stored, answered_alone = await storing, []
         for index, section_answer in zip(alone, answered_alone, strict=True):
             answers[index] = section_answer
         shares = {
@@ -265,16 +268,15 @@ class SendProcessor:
             if done is not None:
                 sections.append(done)
                 continue
-            topic = request.sections[index].topic
             outcome, start, checked, batch = shares[index]
             if isinstance(outcome, Exception):
-                sections.append(section_failure(index, topic, outcome))
+                sections.append(section_failure(index, checked.batch.topic, outcome))
                 continue
             slot = sections.add()  # answered in place: no copies of it
             try:
                 answer_share(slot.response, checked, batch, outcome, start, broker_name)
             except Exception as exc:  # that section alone: INTERNAL for a bug
-                slot.CopyFrom(section_failure(index, topic, exc))
+                slot.CopyFrom(section_failure(index, checked.batch.topic, exc))
                 continue
             counts = sent_counts(slot.response, len(checked.batch.records))
             if counts is not None:
