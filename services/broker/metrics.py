@@ -7,7 +7,9 @@ Instrument                               Kind      Attributes / meaning
 ``boltmq.broker.in.bytes``               counter   ``topic``: encoded bytes of the send
                                                    requests' messages passed to the store
 ``boltmq.broker.in.requests``            counter   ``topic``: SendMessage calls that stored
-                                                   something (a batch is one)
+                                                   something (a batch is one, and so
+                                                   is each section of a request of
+                                                   several topics)
 ``boltmq.broker.out.messages``           counter   ``topic``: messages pulls returned
 ``boltmq.broker.out.bytes``              counter   ``topic``: bytes of those pull answers
 ``boltmq.broker.consumer.lag``           gauge     ``consumer_group``, ``topic``,
@@ -17,8 +19,10 @@ Instrument                               Kind      Attributes / meaning
                                                    delay scheduler parks one per level)
 =======================================  ========  ======================================
 
-Counters are added once per request (a batch), never per message, as plain sums
-that observable counters report when collected
+Counters are added once per request (a batch; a request of several topics' sections
+once per section, all of its sections under one hold of each counter's lock:
+:meth:`BrokerMetrics.sent_each`), never per message, as plain sums that observable
+counters report when collected
 (:class:`boltmq.kernel.summed_counter.SummedCounter`; an SDK counter's add costs
 ~5 us). The queue ends the lag is measured against are the last ones this broker
 saw, in a send's answer or a pull's ``max_offset``: a queue nobody sent to or pulled

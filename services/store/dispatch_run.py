@@ -10,8 +10,10 @@ per record. Anything else that reads an append's requests sees a sequence of
 ``DispatchTuple`` (made the first time it is iterated or indexed).
 
 Several appends made under one lock hold (``CommitLog.append_record_batches``)
-hand their requests over as one :class:`DispatchParts`: each append's requests
-as they are (a DispatchRun stays columns), in CommitLog order.
+hand their requests over together, in CommitLog order: one list when every batch
+was copied record by record (the one-record batches of a request of many topics:
+the dispatcher walks one list, not a part a batch), else one :class:`DispatchParts`
+of those lists and each bulk append's DispatchRun (which stays columns).
 """
 
 from __future__ import annotations
