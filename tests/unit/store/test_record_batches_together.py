@@ -298,6 +298,22 @@ def one_record_sections(count: int) -> list[tuple[RecordBatch, Born]]:
     ]
 
 
+def test_one_record_batches_of_one_call_hand_dispatch_one_list(
+    make_store: MakeStore, tmp_path: Path
+) -> None:
+    """A request of many topics' one-record sections: its records' dispatch requests go
+    over as one list, in CommitLog order, and dispatch as they do one call a batch."""
+    merged, separate = make_store(tmp_path / "merged"), make_store(tmp_path / "separate")
+    kinds = watch_appends(merged)
+    batches = one_record_sections(6)
+    got = together(merged, batches)
+    one_by_one(separate, batches)
+    assert kinds == [list]
+    assert queue_entries(merged) == queue_entries(separate)
+    assert [r.queue_offset for rs in got for r in rs] == [0] * 6
+    assert_same_store(merged, separate)
+
+
 def test_the_records_of_one_call_are_written_at_once_a_segment(
     make_store: MakeStore, tmp_path: Path
 ) -> None:
