@@ -59,6 +59,25 @@ def clients_of(shown: str) -> dict[str, list[re.Match[str]]]:
     return listed
 
 
+def listed_on_both(cluster: LocalCluster, kind: str, group: str) -> list[re.Match[str]]:
+    """Wait until ``admin connections KIND GROUP`` lists one client under each master;
+    return those two lines, from the listing that showed them."""
+    shown: list[str] = []
+
+    def one_each() -> bool:
+        answer = cli(cluster, "connections", kind, group)
+        shown[:] = [answer.stdout]
+        listed = clients_of(answer.stdout) if answer.returncode == 0 else {}
+        return sorted(listed) == ["broker-a", "broker-b"] and all(
+            len(v) == 1 for v in listed.values()
+        )
+
+    wait_until(one_each, f"the {kind} group {group} listed once on both masters")
+    lines = [line for lines in clients_of(shown[0]).values() for line in lines]
+    assert len(lines) == 2, shown[0]
+    return lines
+
+
 def test_producers_and_consumers_are_listed_on_every_master(two_groups: LocalCluster) -> None:  # noqa: F811
     create_topic(two_groups, TOPIC)
     producer = Producer(registry_of(two_groups), "conn-pg").start([TOPIC])
@@ -67,30 +86,10 @@ def test_producers_and_consumers_are_listed_on_every_master(two_groups: LocalClu
     try:
         send_batch(producer, TOPIC, "c", 4)
 
-        def listed(kind: str, group: str) -> dict[str, list[re.Match[str]]]:
-            shown = cli(two_groups, "connections", kind, group)
-            return clients_of(shown.stdout) if shown.returncode == 0 else {}
-
-        wait_until(
-            lambda: (
-                all(len(v) == 1 for v in listed("producer", "conn-pg").values())
-                and len(listed("producer", "conn-pg")) == 2
-            ),
-            "the producer listed on both masters",
-        )
-        for matches in listed("producer", "conn-pg").values():
-            (line,) = matches
+        for line in listed_on_both(two_groups, "producer", "conn-pg"):
             assert line["id"] == producer.client.client_id
             assert line["version"] == boltmq.__version__
-        wait_until(
-            lambda: (
-                len(listed("consumer", "conn-cg")) == 2
-                and all(len(v) == 1 for v in listed("consumer", "conn-cg").values())
-            ),
-            "the consumer listed on both masters",
-        )
-        for matches in listed("consumer", "conn-cg").values():
-            (line,) = matches
+        for line in listed_on_both(two_groups, "consumer", "conn-cg"):
             assert line["id"] == consumer.client.client_id
             assert line["rest"] == f"  CLUSTERING  %RETRY%conn-cg:*, {TOPIC}:*"
     finally:
@@ -109,19 +108,8 @@ class _Commit:
 def test_a_transaction_producer_is_listed_before_it_sends(two_groups: LocalCluster) -> None:  # noqa: F811
     producer = TransactionProducer(registry_of(two_groups), "conn-tx", _Commit()).start()
     try:
-
-        def listed() -> dict[str, list[re.Match[str]]]:
-            shown = cli(two_groups, "connections", "producer", "conn-tx")
-            return clients_of(shown.stdout) if shown.returncode == 0 else {}
-
-        wait_until(
-            lambda: (
-                sorted(listed()) == ["broker-a", "broker-b"]
-                and all(len(v) == 1 for v in listed().values())
-            ),
-            "the transaction producer listed on both masters (the masters of its checks)",
-        )
-        for (line,) in listed().values():
+        # the masters of its check streams, heartbeated before any send
+        for line in listed_on_both(two_groups, "producer", "conn-tx"):
             assert line["id"] == producer.producer.client.client_id
     finally:
         producer.shutdown()
