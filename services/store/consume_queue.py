@@ -76,6 +76,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.files = MappedFileQueue(root / topic / str(queue_id), file_size)
+        self.files.deferred_create = True  # made in the dispatch, on the event loop
         # Sweeps spread over the interval by a hash of the queue's name.
         phase = zlib.crc32(f"{topic}/{queue_id}".encode()) % 1024 / 1024
         self.page_cache = PageCacheWindow(

@@ -10,9 +10,21 @@ for fresh pages, and reads them through the mapping.
 
 Files are created the durable way: a ``.tmp`` file is sized, fsynced, renamed
 to its final name and the directory fsynced, so a crash never leaves a file of
-the wrong size under a real name. Flushing uses ``os.fdatasync`` on the file
+the wrong size under a real name. A consume queue's files are the exception
+(:class:`~services.store.mapped_file_queue.MappedFileQueue`'s ``deferred_create``):
+sized under their name without waiting for the disk, made durable by the queue's
+next flush. Flushing uses ``os.fdatasync`` on the file
 descriptor (it writes back pages dirtied through the mapping and releases the
 GIL, where ``mmap.flush`` would hold it for the whole msync).
+
+A file just made empty and written through its mapping from its start (a
+consume queue's) is mapped ``fresh_random``: its mapping is advised
+``MADV_RANDOM`` until :meth:`MappedFile.settle` (called once it is full), so the
+first write's page fault allocates the page it touches instead of reading
+ahead the whole fresh file (6 MB of unwritten space: 1.5-1.8 ms a new queue on
+the event loop, against tens of microseconds a page; bench/history/side-by-side.md,
+"A new queue's first file"). Every page of such a file is written before it is
+read, so readahead has nothing to bring in until the file is full.
 
 Readers take a reference (:meth:`hold` / :meth:`release`); :meth:`destroy`
 unlinks the file at once (Linux keeps the pages of a deleted file alive while
@@ -58,8 +70,11 @@ def create_sized_file(path: Path, size: int) -> None:
     fsync_dir(path.parent)
 
 
-def prepare_sized_file(tmp: Path, size: int) -> None:
-    """Write a sized, allocated, fsynced ``.tmp`` file (step one of creation)."""
+def prepare_sized_file(tmp: Path, size: int, *, sync: bool = True) -> None:
+    """Write a sized, allocated, fsynced ``.tmp`` file (step one of creation).
+
+    Without ``sync``: not fsynced (a consume queue's file, made under its own name,
+    whose next flush makes it durable)."""
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fd, size)
@@ -67,7 +82,8 @@ def prepare_sized_file(tmp: Path, size: int) -> None:
         # into the file system's block allocator (6x faster appends), and a full
         # disk fails here with ENOSPC instead of SIGBUS on a later page write.
         os.posix_fallocate(fd, 0, size)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     except OSError:
         os.close(fd)
         tmp.unlink(missing_ok=True)
@@ -78,7 +94,9 @@ def prepare_sized_file(tmp: Path, size: int) -> None:
 class MappedFile:
     """A fixed-size file of a MappedFileQueue, mapped read-write."""
 
-    def __init__(self, path: Path, file_size: int, *, create: bool = False) -> None:
+    def __init__(
+        self, path: Path, file_size: int, *, create: bool = False, fresh_random: bool = False
+    ) -> None:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name)
@@ -90,6 +108,10 @@ class MappedFile:
         self._fd = os.open(path, os.O_RDWR)
         self.mm = mmap.mmap(self._fd, file_size, access=mmap.ACCESS_WRITE)
         self.view = memoryview(self.mm)
+        self.random_access = fresh_random
+        """Advised MADV_RANDOM until :meth:`settle` (module docstring)."""
+        if self.random_access:
+            self.mm.madvise(mmap.MADV_RANDOM)
         self.wrote_position = 0
         self.committed_position = 0
         self.flushed_position = 0
@@ -117,6 +139,16 @@ class MappedFile:
 
     def dirty_pages(self) -> int:
         return (self.committed_position // PAGE_SIZE) - (self.flushed_position // PAGE_SIZE)
+
+    def settle(self) -> None:
+        """Give a ``fresh_random`` file back the kernel's normal readahead (it is full:
+        from now on it is only read, and readers behind the page-cache window want it)."""
+        if self.random_access and self.hold():
+            try:
+                self.mm.madvise(mmap.MADV_NORMAL)
+                self.random_access = False
+            finally:
+                self.release()
 
     # ---------------------------------------------------------------- writes
     def write(self, data: bytes | bytearray | memoryview) -> int:

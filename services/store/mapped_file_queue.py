@@ -40,6 +40,16 @@ class MappedFileQueue:
         self.lock = threading.RLock()
         self.preallocate = False
         """Prepare the next file in the background after each creation (CommitLog)."""
+        self.deferred_create = False
+        """Create files without waiting for the disk (consume queues): sized under their
+        own name with no fsync, mapped ``fresh_random`` (settled when the next is made),
+        their directory entries made durable by the next :meth:`flush` before any of
+        their data counts as flushed (the checkpoint only trusts flushed data, and
+        recovery re-dispatches the rest from the CommitLog). A new queue's first file
+        is made in the dispatch, on the store's event loop."""
+        self._unsynced_dirs: set[Path] = set()
+        """Directories whose new entries (a deferred file, a new directory) await a
+        :meth:`flush` (guarded by :attr:`lock`)."""
         self._preallocator: threading.Thread | None = None
         self.torn: list[Path] = []
         """Files :meth:`load` found shorter than ``file_size`` and extended with zeros."""
@@ -147,15 +157,42 @@ class MappedFileQueue:
                 raise CorruptFileLayout(
                     f"new file at {start_offset} does not follow {last.file_end_offset}"
                 )
-            self.directory.mkdir(parents=True, exist_ok=True)
-            if self._preallocator is not None:
-                self._preallocator.join()
-                self._preallocator = None
-            mf = MappedFile(self.directory / file_name(start_offset), self.file_size, create=True)
+            if self.deferred_create:
+                mf = self._create_deferred(self.directory / file_name(start_offset))
+            else:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                if self._preallocator is not None:
+                    self._preallocator.join()
+                    self._preallocator = None
+                path = self.directory / file_name(start_offset)
+                mf = MappedFile(path, self.file_size, create=True)
+            if last is not None:
+                last.settle()
             self.files = [*self.files, mf]
             if self.preallocate:
                 self._start_preallocation(mf.file_end_offset)
             return mf
+
+    def _create_deferred(self, path: Path) -> MappedFile:
+        """``path`` sized and allocated, not fsynced (:attr:`deferred_create`); under
+        :attr:`lock`. A file made before it whose name is not durable yet is made so
+        first, so a crash never leaves a later file without the one before it."""
+        if self._unsynced_dirs:
+            self._sync_dirs()
+        made = _make_dirs(self.directory)
+        prepare_sized_file(path, self.file_size, sync=False)
+        self._unsynced_dirs.update([self.directory, *(d.parent for d in made)])
+        return MappedFile(path, self.file_size, fresh_random=True)
+
+    def _sync_dirs(self) -> None:
+        """fsync every directory with entries not durable yet, deepest first; under
+        :attr:`lock`. One removed since (its queue deleted) has nothing to keep."""
+        for directory in sorted(self._unsynced_dirs, key=lambda d: len(d.parts), reverse=True):
+            try:
+                fsync_dir(directory)
+            except FileNotFoundError:
+                pass
+        self._unsynced_dirs.clear()
 
     def _start_preallocation(self, start_offset: int) -> None:
         tmp = self.directory / (file_name(start_offset) + ".tmp")
@@ -182,10 +219,17 @@ class MappedFileQueue:
 
     # ---------------------------------------------------------------- flush
     def flush(self, least_pages: int = 0) -> int:
-        """Flush dirty files oldest first; returns the flushed offset."""
-        for mf in self.files:
+        """Flush dirty files oldest first; returns the flushed offset.
+
+        The names of files made since the last flush (:attr:`deferred_create`) are made
+        durable first: the files flushed are those listed before that."""
+        files = self.files
+        if self._unsynced_dirs:
+            with self.lock:
+                self._sync_dirs()
+        for mf in files:
             if mf.committed_position > mf.flushed_position:
-                mf.flush(least_pages if mf is self.files[-1] else 0)
+                mf.flush(least_pages if mf is files[-1] else 0)
         return self.flushed_offset
 
     def dirty_pages(self) -> int:
@@ -245,3 +289,19 @@ class MappedFileQueue:
                 self._preallocator = None
             for mf in self.files:
                 mf.close()
+
+
+def _make_dirs(directory: Path) -> list[Path]:
+    """Create ``directory`` and the parents it lacks; returns those created, outermost first."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    made = []
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue  # made beside us meanwhile: its creator makes it durable
+        made.append(path)
+    return made

@@ -1,12 +1,14 @@
 """Recovery (docs/store-format.md) of consume queues and the index from the CommitLog.
 
-Lost, zeroed or short consume-queue files are rebuilt byte for byte; entries
+Lost, zeroed, short or emptied consume-queue files (a queue's files are made
+without waiting for the disk, durable at its next flush) are rebuilt byte for byte; entries
 past the CommitLog's end are removed after a crash and on a clean start; with
 queues and index both gone, re-dispatch recreates them equal to the originals.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from collections.abc import Callable
@@ -34,7 +36,7 @@ def queue_files(root: Path) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("damage", ["delete", "zero", "cut_short"])
+@pytest.mark.parametrize("damage", ["delete", "zero", "cut_short", "emptied"])
 def test_lost_consume_queues_are_rebuilt_from_the_commitlog(
     make_store: Callable[..., MessageStore], damage: str
 ) -> None:
@@ -54,6 +56,8 @@ def test_lost_consume_queues_are_rebuilt_from_the_commitlog(
             patch_file(path, 0, bytes(path.stat().st_size))
         elif damage == "cut_short":  # the last 10 entries never reached the disk
             patch_file(path, 30 * 20, bytes(10 * 20))
+        elif damage == "emptied":  # its name reached the disk, its size did not
+            os.truncate(path, 0)
 
     store = make_store()
     report = store.recovery
