@@ -120,6 +120,8 @@ def _queue_lines(queues: ConsumeQueueTable) -> Iterator[str]:
             f"  {cq.topic}/{cq.queue_id}: queue offsets {low}..{high} "
             f"({high - low} entries), {len(cq.files.files)} files"
         )
+    for skipped in queues.skipped_torn:
+        yield f"  {skipped}"
 
 
 def _index_lines(index) -> Iterator[str]:

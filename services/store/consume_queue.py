@@ -378,6 +378,8 @@ class ConsumeQueueTable:
         self._written: dict[tuple[str, int], None] = {}
         """Queues written since the flusher's last round took them (:meth:`written`)."""
         self._turn = 0
+        self.skipped_torn: list[str] = []
+        """Queues :meth:`load` left out for a torn file (``skip_torn``), with why."""
         """Where the next share of the queues starts (:meth:`release_behind`)."""
 
     @classmethod
@@ -402,11 +404,14 @@ class ConsumeQueueTable:
                     self.queues = {**self.queues, (topic, queue_id): cq}
         return cq
 
-    def load(self, *, repair_torn: bool = False) -> list[str]:
+    def load(self, *, repair_torn: bool = False, skip_torn: bool = False) -> list[str]:
         """Map every queue directory; names that are not valid topics are set aside.
 
         ``repair_torn``: see :meth:`MappedFileQueue.load`; :attr:`torn` then
-        tells whether entries were lost with a torn file.
+        tells whether entries were lost with a torn file. ``skip_torn`` (a reader
+        that changes nothing): a queue with a file shorter than ``file_size`` (a
+        crash before the queue's flush made it durable) is not loaded, and
+        :attr:`skipped_torn` names it.
         """
         notes: list[str] = []
         if not self.root.exists():
@@ -421,9 +426,23 @@ class ConsumeQueueTable:
                 if not queue_dir.name.isdigit():
                     notes.append(f"ignored {queue_dir}: not a queue id")
                     continue
+                if skip_torn and (short := self._short_file(queue_dir)) is not None:
+                    self.skipped_torn.append(
+                        f"{short} is {short.stat().st_size} of {self.file_size} bytes (torn: "
+                        f"a store's start extends it and re-dispatches its entries): "
+                        f"queue not read"
+                    )
+                    continue
                 cq = self.get_or_create(topic_dir.name, int(queue_dir.name))
                 notes.extend(cq.load(repair_torn=repair_torn))
         return notes
+
+    def _short_file(self, queue_dir: Path) -> Path | None:
+        """The first file of ``queue_dir`` shorter than ``file_size``, if any."""
+        for path in sorted(queue_dir.iterdir()):
+            if path.name.isdigit() and path.stat().st_size < self.file_size:
+                return path
+        return None
 
     @property
     def torn(self) -> bool:

@@ -12,8 +12,8 @@ Files are created the durable way: a ``.tmp`` file is sized, fsynced, renamed
 to its final name and the directory fsynced, so a crash never leaves a file of
 the wrong size under a real name. A consume queue's files are the exception
 (:class:`~services.store.mapped_file_queue.MappedFileQueue`'s ``deferred_create``):
-sized under their name without waiting for the disk, made durable by the queue's
-next flush. Flushing uses ``os.fdatasync`` on the file
+sized and renamed without waiting for the disk, made durable by the queue's next
+flush. Flushing uses ``os.fdatasync`` on the file
 descriptor (it writes back pages dirtied through the mapping and releases the
 GIL, where ``mmap.flush`` would hold it for the whole msync).
 
@@ -73,8 +73,8 @@ def create_sized_file(path: Path, size: int) -> None:
 def prepare_sized_file(tmp: Path, size: int, *, sync: bool = True) -> None:
     """Write a sized, allocated, fsynced ``.tmp`` file (step one of creation).
 
-    Without ``sync``: not fsynced (a consume queue's file, made under its own name,
-    whose next flush makes it durable)."""
+    Without ``sync``: not fsynced (a consume queue's file, whose queue's next flush
+    makes it durable)."""
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fd, size)

@@ -41,8 +41,8 @@ class MappedFileQueue:
         self.preallocate = False
         """Prepare the next file in the background after each creation (CommitLog)."""
         self.deferred_create = False
-        """Create files without waiting for the disk (consume queues): sized under their
-        own name with no fsync, mapped ``fresh_random`` (settled when the next is made),
+        """Create files without waiting for the disk (consume queues): sized and renamed
+        with no fsync, mapped ``fresh_random`` (settled when the next is made),
         their directory entries made durable by the next :meth:`flush` before any of
         their data counts as flushed (the checkpoint only trusts flushed data, and
         recovery re-dispatches the rest from the CommitLog). A new queue's first file
@@ -174,13 +174,19 @@ class MappedFileQueue:
             return mf
 
     def _create_deferred(self, path: Path) -> MappedFile:
-        """``path`` sized and allocated, not fsynced (:attr:`deferred_create`); under
-        :attr:`lock`. A file made before it whose name is not durable yet is made so
+        """``path`` sized and allocated as a ``.tmp`` and renamed, nothing fsynced
+        (:attr:`deferred_create`); under :attr:`lock`. The file systems this runs on
+        (ext4, xfs) journal the sizing before the rename, so a crash leaves the name
+        whole or absent (absent: recovery re-dispatches the entries, which no
+        checkpoint covers yet; short, on another file system: rebuilt from the first
+        segment). A file made before it whose name is not durable yet is made so
         first, so a crash never leaves a later file without the one before it."""
         if self._unsynced_dirs:
             self._sync_dirs()
         made = _make_dirs(self.directory)
-        prepare_sized_file(path, self.file_size, sync=False)
+        tmp = path.with_name(path.name + ".tmp")
+        prepare_sized_file(tmp, self.file_size, sync=False)
+        os.replace(tmp, path)
         self._unsynced_dirs.update([self.directory, *(d.parent for d in made)])
         return MappedFile(path, self.file_size, fresh_random=True)
 

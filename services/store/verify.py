@@ -213,7 +213,8 @@ def verify_directory(root: Path, config: StoreConfig | None = None) -> list[str]
     with offline_lock(root):
         commitlog, queues, index = open_offline(root, cfg)
         try:
-            return verify_store(commitlog, queues, index, Snapshot.of(queues, commitlog.max_offset))
+            snapshot = Snapshot.of(queues, commitlog.max_offset)
+            return queues.skipped_torn + verify_store(commitlog, queues, index, snapshot)
         finally:
             commitlog.close()
             queues.close()
@@ -247,10 +248,11 @@ def open_offline(
     """Map a store's files read-only in spirit: positions from the data, nothing cut.
 
     Segment and queue file sizes are taken from the files themselves, so the
-    caller needs no configuration.
+    caller needs no configuration. A queue with a torn file (shorter than the
+    others: a crash before its flush) is not read; ``queues.skipped_torn`` names it.
     """
     segment_size = _file_size(root / "commitlog") or config.mapped_file_size_commitlog
-    queue_size = _first_queue_file_size(root / "consumequeue") or config.consume_queue_file_size
+    queue_size = _queue_file_size(root / "consumequeue") or config.consume_queue_file_size
     cfg = StoreConfig(
         root_dir=root,
         mapped_file_size_commitlog=segment_size,
@@ -262,7 +264,7 @@ def open_offline(
     commitlog.files.load()
     _set_commitlog_end(commitlog)
     queues = ConsumeQueueTable(root / "consumequeue", queue_size)
-    queues.load()
+    queues.load(skip_torn=True)
     for cq in queues:
         cq.scan_positions()
         cq.min_logic_offset = cq.files.min_offset // 20
@@ -318,12 +320,19 @@ def _file_size(directory: Path) -> int:
     return 0
 
 
-def _first_queue_file_size(root: Path) -> int:
+def _queue_file_size(root: Path) -> int:
+    """The size of the consume-queue files: the largest (a torn file is shorter)."""
     if not root.is_dir():
         return 0
-    for topic_dir in sorted(root.iterdir()):
-        for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
-            size = _file_size(queue_dir)
-            if size:
-                return size
-    return 0
+    return max(
+        (
+            path.stat().st_size
+            for topic_dir in root.iterdir()
+            if topic_dir.is_dir()
+            for queue_dir in topic_dir.iterdir()
+            if queue_dir.is_dir()
+            for path in queue_dir.iterdir()
+            if path.name.isdigit()
+        ),
+        default=0,
+    )

@@ -7,8 +7,8 @@ loop. The advice is read back from the kernel (``VmFlags`` ``rr`` of the mapping
 /proc/self/smaps) and its effect from the page cache (mincore(2),
 tests/page_residency.py); a full file gets normal readahead back for its readers.
 
-The file is sized under its own name with no fsync (it is made in the dispatch, on the
-store's event loop); the queue's next flush makes its name durable, directories first,
+The file is sized as a ``.tmp`` and renamed with no fsync (it is made in the dispatch, on
+the store's event loop); the queue's next flush makes its name durable, directories first,
 before its data's fdatasync (the system calls are recorded as the kernel is asked for
 them).
 """
@@ -136,6 +136,7 @@ def test_a_new_queue_waits_for_no_disk_and_its_next_flush_makes_its_names_durabl
     (made,) = cq.files.files
     assert made.path == root / "T" / "3" / "00000000000000000000"
     assert made.path.stat().st_size == FILE_BYTES
+    assert sorted(p.name for p in made.path.parent.iterdir()) == [made.path.name]  # no .tmp
 
     cq.flush(0)
     dirs = [path for kind, path in synced if kind == "fsync"]

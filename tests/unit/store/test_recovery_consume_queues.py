@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from boltmq.cli.inspect_store import inspect_directory
 from services.store import MessageStore
 from services.store.mapped_file import file_name
+from services.store.verify import verify_directory
 from tests.unit.store.recovery_helpers import (
     assert_served_exactly,
     crash,
@@ -143,4 +145,37 @@ def test_queues_and_index_rebuilt_from_the_commitlog_equal_the_originals(
     for w in written:
         found = store.query_messages(w.msg.topic, w.msg.keys[0])
         assert [m.commitlog_offset for m in found] == [w.offset], w.msg.keys[0]
+    assert store.verify() == []
+
+
+def test_a_crash_before_a_new_queues_flush_is_named_offline_and_rebuilt_on_start(
+    make_store: Callable[..., MessageStore],
+) -> None:
+    """A queue made since the last flush may be left empty or short by a crash: the
+    offline reader names it and reads the other queues (the size of the queue files is
+    taken from the files that are whole), the store's start extends and rebuilds it."""
+    store = make_store()
+    written = put_all(store, [message(i) for i in range(120)])
+    root = store.root
+    crash(store)
+    (root / "checkpoint").unlink()
+    emptied = root / "consumequeue" / "T" / "0" / file_name(0)
+    os.truncate(emptied, 0)
+    short = root / "consumequeue" / "T" / "1" / file_name(0)
+    os.truncate(short, 100)
+
+    problems = verify_directory(root)
+    size = (root / "consumequeue" / "T" / "2" / file_name(0)).stat().st_size
+    assert problems[:2] == [
+        f"{emptied} is 0 of {size} bytes (torn: a store's start extends it and "
+        f"re-dispatches its entries): queue not read",
+        f"{short} is 100 of {size} bytes (torn: a store's start extends it and "
+        f"re-dispatches its entries): queue not read",
+    ]
+    shown = "\n".join(inspect_directory(root, 0, None))
+    assert "  T/2: queue offsets 0..40 (40 entries), 1 files" in shown
+    assert f"  {emptied} is 0 of {size} bytes" in shown
+
+    store = make_store()
+    assert_served_exactly(store, written)
     assert store.verify() == []
