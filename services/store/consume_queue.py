@@ -378,9 +378,9 @@ class ConsumeQueueTable:
         self._written: dict[tuple[str, int], None] = {}
         """Queues written since the flusher's last round took them (:meth:`written`)."""
         self._turn = 0
+        """Where the next share of the queues starts (:meth:`release_behind`)."""
         self.skipped_torn: list[str] = []
         """Queues :meth:`load` left out for a torn file (``skip_torn``), with why."""
-        """Where the next share of the queues starts (:meth:`release_behind`)."""
 
     @classmethod
     def of_store(cls, config: StoreConfig) -> ConsumeQueueTable:

@@ -13,9 +13,9 @@ to its final name and the directory fsynced, so a crash never leaves a file of
 the wrong size under a real name. A consume queue's files are the exception
 (:class:`~services.store.mapped_file_queue.MappedFileQueue`'s ``deferred_create``):
 sized and renamed without waiting for the disk, made durable by the queue's next
-flush. Flushing uses ``os.fdatasync`` on the file
-descriptor (it writes back pages dirtied through the mapping and releases the
-GIL, where ``mmap.flush`` would hold it for the whole msync).
+flush. Flushing uses ``os.fdatasync`` on the file descriptor (it writes back
+pages dirtied through the mapping and releases the GIL, where ``mmap.flush``
+would hold it for the whole msync).
 
 A file just made empty and written through its mapping from its start (a
 consume queue's) is mapped ``fresh_random``: its mapping is advised
