@@ -188,11 +188,14 @@ def index_file_name(now_ms: int) -> str:
 class IndexFile:
     """One index file, mapped read-write."""
 
-    def __init__(self, path: Path, slots: int, entries: int, *, create: bool = False) -> None:
+    def __init__(
+        self, path: Path, slots: int, entries: int, *, create: bool = False, durable: bool = True
+    ) -> None:
         self.path = path
         self.slots = slots
         self.max_entries = entries
-        self.mapped = MappedFile(path, index_file_size(slots, entries), create=create)
+        size = index_file_size(slots, entries)
+        self.mapped = MappedFile(path, size, create=create, durable=durable)
         self.entries_at = HEADER_SIZE + slots * SLOT_SIZE
         """Where entry 0 would begin: the slot table lies before it."""
         self.dirty = False

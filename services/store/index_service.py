@@ -58,6 +58,9 @@ class IndexService:
         self.max_index_num = max_index_num
         self.files: list[IndexFile] = []
         self._lock = threading.Lock()
+        self._dir_unsynced = False
+        """A file was made since the last :meth:`flush` synced the directory (under
+        :attr:`_lock`)."""
         self.page_cache = IndexPageCacheWindow(window_bytes)
         """Releases the pages behind the newest ``window_bytes`` of flushed entries (0: off)."""
 
@@ -223,33 +226,54 @@ class IndexService:
         return -1
 
     def _roll(self) -> IndexFile:
-        """Start a new file (the previous one, if any, is full)."""
+        """Start a new file (the previous one, if any, is full).
+
+        It runs in the dispatch, on the store's event loop, so it waits for no disk:
+        the file is made without an fsync (``durable=False``) and the full one is left
+        to the next :meth:`flush`, which syncs the directory before any file. A crash
+        before that flush loses a file begun after the checkpoint, which recovery
+        drops anyway and re-dispatches (module docstring)."""
         self.index_dir.mkdir(parents=True, exist_ok=True)
         now_ms = time.time_ns() // 1_000_000
         path = self.index_dir / index_file_name(now_ms)
         while path.exists():  # two files in one millisecond
             now_ms += 1
             path = self.index_dir / index_file_name(now_ms)
-        previous = self.files[-1] if self.files else None
-        if previous is not None:
-            previous.flush()
-        created = IndexFile(path, self.max_hash_slot_num, self.max_index_num, create=True)
-        fsync_dir(self.index_dir)
+        created = IndexFile(
+            path, self.max_hash_slot_num, self.max_index_num, create=True, durable=False
+        )
         with self._lock:
             self.files.append(created)
+            self._dir_unsynced = True
         return created
 
     def flush(self) -> int:
-        """Force every changed file to disk; returns the newest end timestamp flushed."""
+        """Force every changed file to disk, the directory's new names first; returns the
+        newest end timestamp flushed."""
         newest = 0
-        for f in self._held():
-            try:
+        files = self._held()
+        try:
+            self._sync_dir()
+            for f in files:
                 end = f.end_timestamp  # read before the flush: a lower bound
                 f.flush()
                 newest = max(newest, end)
-            finally:
+        finally:
+            for f in files:
                 f.release()
         return newest
+
+    def _sync_dir(self) -> None:
+        """fsync the directory when a file was made since the last time."""
+        with self._lock:
+            unsynced, self._dir_unsynced = self._dir_unsynced, False
+        if unsynced:
+            try:
+                fsync_dir(self.index_dir)
+            except BaseException:
+                with self._lock:
+                    self._dir_unsynced = True  # the next flush tries again
+                raise
 
     def release_behind(self) -> int:
         """Release the pages behind the index's page-cache window (flushed ones only: call

@@ -10,9 +10,11 @@ for fresh pages, and reads them through the mapping.
 
 Files are created the durable way: a ``.tmp`` file is sized, fsynced, renamed
 to its final name and the directory fsynced, so a crash never leaves a file of
-the wrong size under a real name. A consume queue's files are the exception
-(:class:`~services.store.mapped_file_queue.MappedFileQueue`'s ``deferred_create``):
-sized and renamed without waiting for the disk, made durable by the queue's next
+the wrong size under a real name. A consume queue's files and index files are
+the exception (``durable=False``: :class:`~services.store.mapped_file_queue.
+MappedFileQueue`'s ``deferred_create``, :class:`~services.store.index_service.
+IndexService`'s roll): made in the dispatch, on the store's event loop, they are
+sized and renamed without waiting for the disk and made durable by their next
 flush. Flushing uses ``os.fdatasync`` on the file descriptor (it writes back
 pages dirtied through the mapping and releases the GIL, where ``mmap.flush``
 would hold it for the whole msync).
@@ -57,24 +59,27 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def create_sized_file(path: Path, size: int) -> None:
+def create_sized_file(path: Path, size: int, *, durable: bool = True) -> None:
     """Create ``path`` of ``size`` zero bytes via tmp -> fsync -> rename -> fsync(dir).
 
     A ``.tmp`` of the right size left by :func:`prepare_sized_file` (the
-    background pre-allocation) is used as it is.
+    background pre-allocation) is used as it is. Not ``durable``: tmp -> rename,
+    nothing fsynced (derived files made on a hot path, whose owner's next flush
+    fsyncs the directory before their data; ext4 and xfs journal the sizing
+    before the rename, so a crash leaves the name whole or absent).
     """
     tmp = path.with_name(path.name + ".tmp")
     if not (tmp.exists() and tmp.stat().st_size == size):
-        prepare_sized_file(tmp, size)
+        prepare_sized_file(tmp, size, sync=durable)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def prepare_sized_file(tmp: Path, size: int, *, sync: bool = True) -> None:
     """Write a sized, allocated, fsynced ``.tmp`` file (step one of creation).
 
-    Without ``sync``: not fsynced (a consume queue's file, whose queue's next flush
-    makes it durable)."""
+    Without ``sync``: not fsynced (:func:`create_sized_file` not ``durable``)."""
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fd, size)
@@ -95,13 +100,19 @@ class MappedFile:
     """A fixed-size file of a MappedFileQueue, mapped read-write."""
 
     def __init__(
-        self, path: Path, file_size: int, *, create: bool = False, fresh_random: bool = False
+        self,
+        path: Path,
+        file_size: int,
+        *,
+        create: bool = False,
+        durable: bool = True,
+        fresh_random: bool = False,
     ) -> None:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name)
         if create:
-            create_sized_file(path, file_size)
+            create_sized_file(path, file_size, durable=durable)
         actual = path.stat().st_size
         if actual != file_size:
             raise ValueError(f"{path} is {actual} bytes, expected {file_size}")

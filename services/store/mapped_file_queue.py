@@ -184,11 +184,9 @@ class MappedFileQueue:
         if self._unsynced_dirs:
             self._sync_dirs()
         made = _make_dirs(self.directory)
-        tmp = path.with_name(path.name + ".tmp")
-        prepare_sized_file(tmp, self.file_size, sync=False)
-        os.replace(tmp, path)
+        mf = MappedFile(path, self.file_size, create=True, durable=False, fresh_random=True)
         self._unsynced_dirs.update([self.directory, *(d.parent for d in made)])
-        return MappedFile(path, self.file_size, fresh_random=True)
+        return mf
 
     def _sync_dirs(self) -> None:
         """fsync every directory with entries not durable yet, deepest first; under
