@@ -10,12 +10,11 @@ for fresh pages, and reads them through the mapping.
 
 Files are created the durable way: a ``.tmp`` file is sized, fsynced, renamed
 to its final name and the directory fsynced, so a crash never leaves a file of
-the wrong size under a real name. A consume queue's files and index files are
-the exception (``durable=False``: :class:`~services.store.mapped_file_queue.
-MappedFileQueue`'s ``deferred_create``, :class:`~services.store.index_service.
-IndexService`'s roll): made in the dispatch, on the store's event loop, they are
-sized and renamed without waiting for the disk and made durable by their next
-flush. Flushing uses ``os.fdatasync`` on the file descriptor (it writes back
+the wrong size under a real name. Consume-queue and index files are the
+exception (``durable=False``; ``MappedFileQueue.deferred_create`` and
+``IndexService._roll``): made in the dispatch, on the store's event loop, they
+are sized and renamed without waiting for the disk and made durable by their
+next flush. Flushing uses ``os.fdatasync`` on the file descriptor (it writes back
 pages dirtied through the mapping and releases the GIL, where ``mmap.flush``
 would hold it for the whole msync).
 
