@@ -15,8 +15,7 @@ them).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ import pytest
 from services.store.consume_queue import ENTRY_SIZE, ConsumeQueue, ConsumeQueueTable
 from services.store.mapped_file import MappedFile
 from tests.page_residency import resident_pages
+from tests.sync_calls import record_syncs
 
 PER_FILE = 100_000
 """Entries per file: 2,000,000 bytes (488 pages and a bit)."""
@@ -118,17 +118,7 @@ def test_settle_is_once_and_a_file_mapped_without_the_flag_reads_normally(
 def test_a_new_queue_waits_for_no_disk_and_its_next_flush_makes_its_names_durable(
     table: ConsumeQueueTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    synced: list[tuple[str, Path]] = []
-
-    def recording(kind: str, real: Callable[[int], None]) -> Callable[[int], None]:
-        def call(fd: int) -> None:
-            synced.append((kind, Path(os.readlink(f"/proc/self/fd/{fd}"))))
-            real(fd)
-
-        return call
-
-    monkeypatch.setattr(os, "fsync", recording("fsync", os.fsync))
-    monkeypatch.setattr(os, "fdatasync", recording("fdatasync", os.fdatasync))
+    synced = record_syncs(monkeypatch)
     root = table.root
     cq = table.get_or_create("T", 3)
     put(cq, 0, 5)
@@ -158,14 +148,7 @@ def test_a_queues_next_file_follows_a_durable_name(
     root = table.root
     cq = table.get_or_create("T", 0)
     put(cq, 0, 1)
-    synced: list[Path] = []
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = record_syncs(monkeypatch)
     put(cq, 1, PER_FILE)  # no flush between: the second file is made
     assert len(cq.files.files) == 2
-    assert sorted(synced) == sorted([root / "T" / "0", root / "T", root])
+    assert sorted(synced) == sorted(("fsync", d) for d in (root / "T" / "0", root / "T", root))

@@ -11,38 +11,26 @@ re-dispatches its entries.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from services.store import MessageStore
 from services.store.index_service import IndexService
+from tests.sync_calls import SyncCalls, record_syncs
 from tests.unit.store.recovery_helpers import assert_served_exactly, crash, message, put_all
 
 SLOTS, ENTRIES = 10, 40
 
 
 @pytest.fixture
-def synced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Path]]]:
-    """Every fsync and fdatasync from now on: (which, the path of the descriptor)."""
-    calls: list[tuple[str, Path]] = []
-
-    def recording(kind: str, real: Callable[[int], None]) -> Callable[[int], None]:
-        def call(fd: int) -> None:
-            calls.append((kind, Path(os.readlink(f"/proc/self/fd/{fd}"))))
-            real(fd)
-
-        return call
-
-    monkeypatch.setattr(os, "fsync", recording("fsync", os.fsync))
-    monkeypatch.setattr(os, "fdatasync", recording("fdatasync", os.fdatasync))
-    yield calls
+def synced(monkeypatch: pytest.MonkeyPatch) -> SyncCalls:
+    return record_syncs(monkeypatch)
 
 
 def test_a_roll_waits_for_no_disk_and_the_next_flush_syncs_the_directory_first(
-    tmp_path: Path, synced: list[tuple[str, Path]]
+    tmp_path: Path, synced: SyncCalls
 ) -> None:
     index = IndexService(tmp_path / "index", SLOTS, ENTRIES)
     try:
