@@ -67,10 +67,10 @@ Clock = Callable[[], float]
 """Monotonic seconds."""
 
 MIN_TIMEOUT_S = 0.001
+"""The timeout of a call whose earliest deadline has passed (the call then times out)."""
 WAKE_CHECK_S = 1.0
 """How long a waiting send sleeps between looks at whether its batch has ended without
 its wake (a chain a signal broke); the wake itself comes at once."""
-"""The timeout of a call whose earliest deadline has passed (the call then times out)."""
 
 
 class BatchMismatch(Exception):
@@ -177,25 +177,49 @@ class SendBatcher(Generic[P, R]):
         alone or in a batch of ``key``; raises what their call raised, or what it answered
         for this part. ``lanes``: the calls ``key`` may have in flight at once (1 keeps
         the key's call order)."""
-        me = _Send(part, count, size, deadline, call)
         with self._lock:
             queued = self._waiting.get(key)
-            if queued is None:
+            if queued is None:  # the key is free: this send leaves at once, alone
                 self._waiting[key] = []
                 self._flying[key] = 1
-                me.batch = [me]
-            elif not queued and self._flying[key] < lanes:
+                alone = True
+            elif not queued and self._flying[key] < lanes:  # another lane is free
                 self._flying[key] += 1
-                me.batch = [me]
+                alone = True
             else:
+                alone = False
+                me = _Send(part, count, size, deadline, call)
                 queued.append(me)
-        if me.batch is None:
-            _wait(me)
+            if alone:
+                self.calls += 1
+        if alone:
+            return self._call_alone(key, part, count, deadline, call)
+        _wait(me)
         if me.batch is not None:  # this send makes the call, for its whole batch
             self._call(key, me.batch)
         if me.error is not None:
             raise me.error
         return me.results
+
+    def _call_alone(
+        self, key: Hashable, part: P, count: int, deadline: float, call: Call[P, R]
+    ) -> Sequence[R]:
+        """The call of a send that found a lane of its key free: it carries that send
+        alone (nothing to wait for or wake but the next batch)."""
+        try:
+            outcomes = call((part,), max(deadline - self._clock(), MIN_TIMEOUT_S))
+        finally:
+            leader = self._next(key)
+            if leader is not None:
+                leader.done.release()
+        if len(outcomes) != 1:
+            raise BatchMismatch(f"{len(outcomes)} outcomes for 1 sends")
+        outcome = outcomes[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if len(outcome) != count:
+            raise BatchMismatch(f"{len(outcome)} results for {count} messages")
+        return outcome
 
     def _call(self, key: Hashable, batch: list[_Send[P, R]]) -> None:
         timeout = max(min(s.deadline for s in batch) - self._clock(), MIN_TIMEOUT_S)

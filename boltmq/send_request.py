@@ -70,16 +70,20 @@ def batch_request(
 ) -> tuple[broker_pb2.SendRequest, list[list[int]]]:
     """The request carrying ``parts`` and its layout: the parts of each section (one
     entry, every part, for a request of one topic). At most :data:`SECTIONS_MAX` topics."""
-    layout = _layout(parts)
+    layout = [[0]] if len(parts) == 1 else _layout(parts)
     if len(layout) > SECTIONS_MAX:
         raise ValueError(f"{len(layout)} topics in one request; at most {SECTIONS_MAX}")
     if len(layout) == 1:
         first = parts[0]
-        records = first.records if len(parts) == 1 else b"".join(p.records for p in parts)
+        if len(parts) == 1:
+            records, count = first.records, first.record_count
+        else:
+            records = b"".join(p.records for p in parts)
+            count = sum(p.record_count for p in parts)
         request = broker_pb2.SendRequest(
             producer_group=group,
             records=records,
-            record_count=sum(p.record_count for p in parts),
+            record_count=count,
             topic=first.topic,
             queue_id=first.queue_id,
             default_topic_queue_nums=default_queue_nums,
@@ -137,7 +141,12 @@ def _split(
 ) -> None:
     """Give each part of ``indexes`` its slice of the answer's results, each with its
     unique id; an answer of another count of results fails them all (INTERNAL)."""
-    expected = sum(parts[index].record_count for index in indexes)
+    if len(indexes) == 1:
+        part = parts[indexes[0]]
+        expected, ids = part.record_count, part.unique_ids
+    else:
+        expected = sum(parts[index].record_count for index in indexes)
+        ids = [unique_id for index in indexes for unique_id in parts[index].unique_ids]
     if len(response.statuses) != expected:
         wrong = StreamSendError(
             grpc.StatusCode.INTERNAL,
@@ -146,11 +155,10 @@ def _split(
         for index in indexes:
             outcomes[index] = wrong
         return
-    if len(indexes) == 1:
-        ids = parts[indexes[0]].unique_ids
-    else:
-        ids = [unique_id for index in indexes for unique_id in parts[index].unique_ids]
     results = send_results(response, ids if len(ids) == expected else None)
+    if len(indexes) == 1:
+        outcomes[indexes[0]] = results
+        return
     start = 0
     for index in indexes:
         count = parts[index].record_count

@@ -104,11 +104,20 @@ class _Waiter:
     __slots__ = ("signal", "done", "answer", "error")
 
     def __init__(self) -> None:
-        self.signal = threading.Event()
-        """Set when the send ended (``done``) or when it is to read next."""
+        self.signal: threading.Event | None = None
+        """Set when the send ended (``done``) or when it is to read next; made (under the
+        stream's lock) only when the send first waits: a send that reads its own answer
+        never needs one, and an Event costs a send several microseconds."""
         self.done = False
         self.answer: broker_pb2.SendStreamResponse | None = None
         self.error: StreamSendError | None = None
+
+    def wake(self) -> None:
+        """Wake the send if it waits (its state, changed under the stream's lock, is
+        what a send that has not waited yet finds when it looks)."""
+        signal = self.signal
+        if signal is not None:
+            signal.set()
 
 
 class _Open:
@@ -142,12 +151,11 @@ class _Open:
                 return
             if self.coalesce is None and first.id > 1:  # the first went: headers are due
                 self.learn_headers()
-            size = first.ByteSize()
-            while self.coalesce:
-                try:
-                    queued = self.outgoing.get_nowait()
-                except queue.Empty:
-                    break
+            size = -1  # measured once another send is queued behind it
+            while self.coalesce and not self.outgoing.empty():
+                queued = self.outgoing.get_nowait()  # this thread alone takes from it
+                if size < 0:
+                    size = first.ByteSize()
                 grown = size + queued.ByteSize() if queued is not None else 0
                 if queued is None or grown > COALESCE_MAX_BYTES:
                     held.append(queued)  # the end, or the first of the next message
@@ -225,15 +233,24 @@ class SendStream:
         self._credentials = credentials
         self._client_id = client_id
         self._target = target
-        self._slots = threading.BoundedSemaphore(in_flight_max)
         self.in_flight_max = in_flight_max
         self._lock = threading.Lock()
+        self._in_flight = 0
+        """Sends between their place taken and their end (at most ``in_flight_max``)."""
+        self._room = threading.Condition(self._lock)
+        """Notified as a send ends while others wait for a place."""
+        self._room_waiters = 0
         self._open: _Open | None = None
         self._closed = False
         self.opened = 0
         """Streams opened so far (a reconnect opens another)."""
         self.written = [0, 0]
         """[stream messages, sends] written so far: their ratio is the coalescing."""
+
+    @property
+    def in_flight(self) -> int:
+        """Sends that hold a place on this stream now (at most ``in_flight_max``)."""
+        return self._in_flight
 
     @property
     def takes_sections(self) -> bool:
@@ -246,20 +263,38 @@ class SendStream:
         """The broker's answer to the serialized SendRequest ``request``; StreamSendError
         with the code a unary call would have ended with otherwise."""
         deadline = time.monotonic() + timeout_s
-        if not self._slots.acquire(timeout=max(timeout_s, 0.0)):
+        waiter = _Waiter()
+        traceparent = telemetry.current_traceparent()
+        with self._lock:
+            while self._in_flight >= self.in_flight_max:
+                self._await_room(deadline)
+            self._in_flight += 1
+        try:
+            return self._send(request, deadline, waiter, traceparent)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                if self._room_waiters:
+                    self._room.notify()
+
+    def _await_room(self, deadline: float) -> None:
+        """Wait (under the lock) for a send to end; DEADLINE_EXCEEDED past ``deadline``."""
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise StreamSendError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"no free place on the send stream ({self.in_flight_max} sends in flight) "
                 "before the send's deadline",
             )
+        self._room_waiters += 1
         try:
-            return self._send(request, deadline)
+            self._room.wait(left)
         finally:
-            self._slots.release()
+            self._room_waiters -= 1
 
-    def _send(self, request: bytes, deadline: float) -> broker_pb2.SendResponse:
-        waiter = _Waiter()
-        traceparent = telemetry.current_traceparent()
+    def _send(
+        self, request: bytes, deadline: float, waiter: _Waiter, traceparent: str
+    ) -> broker_pb2.SendResponse:
         with self._lock:  # ids enter the queue in the order they are given: they must grow
             if self._closed:
                 raise StreamSendError(grpc.StatusCode.CANCELLED, "the client is closed")
@@ -306,12 +341,16 @@ class SendStream:
                 if lead:
                     opened.reading = True
                     opened.read_deadline = deadline
-                waiter.signal.clear()
+                elif waiter.signal is None:
+                    waiter.signal = signal = threading.Event()
+                else:
+                    signal = waiter.signal
+                    signal.clear()
             if lead:
                 self._lead(opened, waiter)
                 return
             left = deadline - time.monotonic()
-            if left <= 0 or not waiter.signal.wait(left):
+            if left <= 0 or not signal.wait(left):
                 self._give_up(opened, waiter, message_id)
                 return
 
@@ -330,7 +369,7 @@ class SendStream:
             if not opened.reading:
                 successor = next((w for w in opened.pending.values() if not w.done), None)
         if successor is not None:
-            successor.signal.set()
+            successor.wake()
 
     def _lead(self, opened: _Open, mine: _Waiter) -> None:
         """Read answers, handing each to its send, until ``mine`` ended; then pass the
@@ -343,8 +382,9 @@ class SendStream:
                 if opened.coalesce is None:  # answered: the headers came before
                     opened.learn_headers()
                 ended = []
+                more = carried.more
                 with self._lock:
-                    for answer in (carried, *carried.more):
+                    for answer in (carried, *more) if more else (carried,):
                         waiter = opened.pending.pop(answer.id, None)
                         if waiter is not None:
                             waiter.answer = answer
@@ -352,7 +392,7 @@ class SendStream:
                             ended.append(waiter)
                 for waiter in ended:
                     if waiter is not mine:
-                        waiter.signal.set()
+                        waiter.wake()
         except StopIteration:
             self._break(opened, "the broker ended the send stream", grpc.StatusCode.UNAVAILABLE)
         except grpc.RpcError as exc:
@@ -364,9 +404,13 @@ class SendStream:
         finally:
             with self._lock:
                 opened.reading = False
-                successor = next((w for w in opened.pending.values() if not w.done), None)
+                successor = (
+                    next((w for w in opened.pending.values() if not w.done), None)
+                    if opened.pending
+                    else None
+                )
             if successor is not None:
-                successor.signal.set()
+                successor.wake()
 
     def _break(self, opened: _Open, why: str, code: grpc.StatusCode) -> None:
         """The stream is over: every send waiting on it fails with ``code``."""
@@ -381,7 +425,7 @@ class SendStream:
                 waiter.done = True
         opened.outgoing.put(None)  # ends gRPC's request thread
         for waiter in waiting.values():
-            waiter.signal.set()
+            waiter.wake()
 
     def _current(self) -> _Open:
         """The open stream, opened now when there is none (under the lock)."""

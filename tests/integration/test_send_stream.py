@@ -138,7 +138,7 @@ def test_the_sdk_waits_for_a_place_on_its_stream_up_to_the_sends_deadline(
         with Frozen(cluster):
             held = threading.Thread(target=lambda: answers.append(stream.send(request, 20.0)))
             held.start()
-            _wait_for(lambda: stream._slots._value == 0)  # the only place is taken
+            _wait_for(lambda: stream.in_flight == 1)  # the only place is taken
             with pytest.raises(grpc.RpcError) as info:
                 stream.send(send_request("SdkBound", b"no place"), 0.3)
         held.join()
@@ -146,6 +146,32 @@ def test_the_sdk_waits_for_a_place_on_its_stream_up_to_the_sends_deadline(
         assert "no free place on the send stream (1 sends in flight)" in info.value.details()
         assert len(answers) == 1 and answers[0].statuses == [broker_pb2.SEND_OK]
         assert stream.opened == 1
+
+
+def test_a_send_waiting_for_a_place_on_its_stream_takes_the_one_freed(
+    cluster: Cluster,
+) -> None:
+    options = ProducerOptions(stream_in_flight_max=1)
+    with Producer(cluster.registry.address, "freed-pg", options=options) as producer:
+        producer.send(Message("SdkFreed", b"warm"))
+        stream = producer.client.send_stream(cluster.broker.address)
+        answers: dict[bytes, broker_pb2.SendResponse] = {}
+
+        def send(body: bytes) -> None:
+            answers[body] = stream.send(send_request("SdkFreed", body), 20.0)
+
+        senders = [threading.Thread(target=send, args=(body,)) for body in (b"one", b"two")]
+        with Frozen(cluster):
+            senders[0].start()
+            _wait_for(lambda: stream.in_flight == 1)
+            senders[1].start()  # waits for the place the first holds
+            time.sleep(0.3)
+            assert stream.in_flight == 1 and not answers
+        for sender in senders:
+            sender.join()
+        assert sorted(answers) == [b"one", b"two"]
+        assert all(a.statuses == [broker_pb2.SEND_OK] for a in answers.values())
+        assert stream.in_flight == 0 and stream.opened == 1
 
 
 def test_a_stream_that_stops_answering_is_given_up_and_the_next_send_reconnects(
