@@ -286,6 +286,18 @@ def test_each_send_gets_its_own_outcome_and_a_refused_part_fails_alone() -> None
     assert [s.error for s in others] == [None, refusal, None]
 
 
+def test_a_send_alone_whose_part_is_refused_raises_that_and_frees_its_key() -> None:
+    batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
+    call = FakeCall()
+    refusal = PermissionError("topic of 'x' not writable")
+    call.refused[b"x"] = refusal
+    with pytest.raises(PermissionError) as info:
+        batcher.send(KEY, b"x", 1, 1, 1000.0, call)
+    assert info.value is refusal
+    assert batcher.send(KEY, b"y", 1, 1, 1000.0, call) == ["y"]  # alone again: the key is free
+    assert batcher.calls == 2 and batcher.queued(KEY) == 0
+
+
 def test_a_call_leaving_a_send_out_or_short_fails_only_what_it_cannot_place() -> None:
     batcher: SendBatcher[bytes, str] = SendBatcher(256, 1 << 20, clock)
     call = FakeCall()
