@@ -10,6 +10,7 @@ test ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -23,6 +24,7 @@ import pytest
 from boltmq import AsyncProducer, Message, Producer, ProducerOptions, PullConsumer, PullStatus
 from boltmq.message import MessageQueue
 from boltmq.producer import SendError
+from boltmq.send_stream import SendStream
 from boltmq.v1 import broker_pb2
 from tests.integration.conftest import Cluster
 from tests.integration.sdk_fixtures import pull_everything
@@ -126,13 +128,19 @@ def test_sends_beyond_the_streams_in_flight_bound_are_refused_at_once(
     assert sorted(held) == [2, 3] and all(a.code == OK for a in held.values())
 
 
+@contextlib.contextmanager
+def _stream_of_one_place(cluster: Cluster, group: str, topic: str) -> Iterator[SendStream]:
+    """The send stream of an SDK Producer that keeps one send in flight, opened."""
+    options = ProducerOptions(stream_in_flight_max=1)
+    with Producer(cluster.registry.address, group, options=options) as producer:
+        producer.send(Message(topic, b"warm"))
+        yield producer.client.send_stream(cluster.broker.address)
+
+
 def test_the_sdk_waits_for_a_place_on_its_stream_up_to_the_sends_deadline(
     cluster: Cluster,
 ) -> None:
-    options = ProducerOptions(stream_in_flight_max=1)
-    with Producer(cluster.registry.address, "bound-pg", options=options) as producer:
-        producer.send(Message("SdkBound", b"warm"))
-        stream = producer.client.send_stream(cluster.broker.address)
+    with _stream_of_one_place(cluster, "bound-pg", "SdkBound") as stream:
         request = send_request("SdkBound", b"held")
         answers: list[broker_pb2.SendResponse] = []
         with Frozen(cluster):
@@ -151,10 +159,7 @@ def test_the_sdk_waits_for_a_place_on_its_stream_up_to_the_sends_deadline(
 def test_a_send_waiting_for_a_place_on_its_stream_takes_the_one_freed(
     cluster: Cluster,
 ) -> None:
-    options = ProducerOptions(stream_in_flight_max=1)
-    with Producer(cluster.registry.address, "freed-pg", options=options) as producer:
-        producer.send(Message("SdkFreed", b"warm"))
-        stream = producer.client.send_stream(cluster.broker.address)
+    with _stream_of_one_place(cluster, "freed-pg", "SdkFreed") as stream:
         answers: dict[bytes, broker_pb2.SendResponse] = {}
 
         def send(body: bytes) -> None:
