@@ -1,7 +1,9 @@
 """IndexService: the ordered set of index files under ``<root>/index/``.
 
 The newest file takes new entries until it is full, then a new file named by
-the current time starts (format in :mod:`services.store.index_file`). Entries
+the current time starts (format in :mod:`services.store.index_file`); a store's
+index makes that file in the background once the newest is half full
+(:mod:`services.store.index_spare`). Entries
 are added in CommitLog order, so a record at or below the ``end_phy_offset`` of
 the newest file holding entries is already indexed; re-dispatch after recovery
 relies on that to add nothing twice.
@@ -29,14 +31,18 @@ from pathlib import Path
 from boltmq.wire.key_column import KeyColumn
 from services.store.config import StoreConfig
 from services.store.index_file import (
+    HEADER_SIZE,
+    SLOT_SIZE,
     CorruptIndexFile,
     IndexFile,
     column_key_hashes,
     index_file_name,
+    index_file_size,
     key_hash,
     key_hashes,
     topics_key_hashes,
 )
+from services.store.index_spare import IndexSpare
 from services.store.index_window import IndexPageCacheWindow
 from services.store.mapped_file import fsync_dir
 
@@ -51,7 +57,13 @@ class IndexService:
     """Builds and queries the hash index over CommitLog records."""
 
     def __init__(
-        self, index_dir: Path, max_hash_slot_num: int, max_index_num: int, window_bytes: int = 0
+        self,
+        index_dir: Path,
+        max_hash_slot_num: int,
+        max_index_num: int,
+        window_bytes: int = 0,
+        *,
+        make_ahead: bool = False,
     ) -> None:
         self.index_dir = index_dir
         self.max_hash_slot_num = max_hash_slot_num
@@ -63,6 +75,17 @@ class IndexService:
         :attr:`_lock`)."""
         self.page_cache = IndexPageCacheWindow(window_bytes)
         """Releases the pages behind the newest ``window_bytes`` of flushed entries (0: off)."""
+        self.spare = (
+            IndexSpare(
+                index_dir,
+                index_file_size(max_hash_slot_num, max_index_num),
+                HEADER_SIZE + max_hash_slot_num * SLOT_SIZE,
+            )
+            if make_ahead
+            else None
+        )
+        """The next file, made in the background once the newest is half full (a store's
+        index; :mod:`services.store.index_spare`)."""
 
     @classmethod
     def of_store(cls, config: StoreConfig) -> IndexService:
@@ -72,6 +95,7 @@ class IndexService:
             config.max_hash_slot_num,
             config.max_index_num,
             config.index_page_cache_window_bytes,
+            make_ahead=True,
         )
 
     # ---------------------------------------------------------------- loading
@@ -153,6 +177,8 @@ class IndexService:
             if current is None or not current.put(h, commitlog_offset, store_ts):
                 current = self._roll()
                 current.put(h, commitlog_offset, store_ts)
+        if current is not None:
+            self._ahead(current)
 
     def build_index_run(
         self,
@@ -215,6 +241,13 @@ class IndexService:
             if written < len(hashes):
                 current = self._roll()
             hashes, offsets = hashes[written:], offsets[written:]
+        if current is not None:
+            self._ahead(current)
+
+    def _ahead(self, newest: IndexFile) -> None:
+        """Start making the next file once the newest is half full."""
+        if self.spare is not None and 2 * newest.entry_count >= newest.max_entries:
+            self.spare.prepare()
 
     def _indexed_end(self) -> int:
         """The CommitLog offset of the newest entry (-1: none). After a crash the newest
@@ -229,7 +262,8 @@ class IndexService:
         """Start a new file (the previous one, if any, is full).
 
         It runs in the dispatch, on the store's event loop, so it waits for no disk:
-        the file is made without an fsync (``durable=False``) and the full one is left
+        the file is the one made ahead when it is ready (:attr:`spare`), or is made
+        here, without an fsync either way (``durable=False``), and the full one is left
         to the next :meth:`flush`, which syncs the directory before any file. A crash
         before that flush loses a file begun after the checkpoint, which recovery
         drops anyway and re-dispatches (module docstring)."""
@@ -239,6 +273,8 @@ class IndexService:
         while path.exists():  # two files in one millisecond
             now_ms += 1
             path = self.index_dir / index_file_name(now_ms)
+        if self.spare is not None:  # the file made ahead, when it is ready
+            self.spare.take(path.with_name(path.name + ".tmp"))
         created = IndexFile(
             path, self.max_hash_slot_num, self.max_index_num, create=True, durable=False
         )
@@ -348,12 +384,16 @@ class IndexService:
         return len(doomed)
 
     def destroy_all(self) -> None:
+        if self.spare is not None:
+            self.spare.discard()
         with self._lock:
             doomed, self.files = self.files, []
         for f in doomed:
             f.destroy(0)
 
     def close(self) -> None:
+        if self.spare is not None:
+            self.spare.discard()
         with self._lock:
             files, self.files = self.files, []
         for f in files:
