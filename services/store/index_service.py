@@ -16,7 +16,14 @@ before that time, so they come back). Loading never deletes anything when
 
 Only the newest flushed entries stay in memory: after each flush round the index's
 page-cache window releases the rest (:mod:`services.store.index_window`); lookups
-fault released pages back in from the files.
+fault released pages back in from the files. A store's index maps its files for
+random reads (``random_reads``, ``MADV_RANDOM``): a lookup reads a slot and a chain of
+entries scattered over a file, and with normal advice each of its faults read the
+disk's whole read-ahead around the page (``read_ahead_kb``, 8 MiB on this machine)
+(bench/history/side-by-side.md, "Key lookups over released index pages"). The puts
+write the newest file's slot table all over, so after a load that table is asked of the
+disk in one request (``POSIX_FADV_WILLNEED``) rather than a page a fault; a new file's
+table is fresh space, or was read into the page cache with the file made ahead.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ class IndexService:
         window_bytes: int = 0,
         *,
         make_ahead: bool = False,
+        random_reads: bool = False,
     ) -> None:
         self.index_dir = index_dir
         self.max_hash_slot_num = max_hash_slot_num
@@ -86,6 +94,8 @@ class IndexService:
         )
         """The next file, made in the background once the newest is half full (a store's
         index; :mod:`services.store.index_spare`)."""
+        self.random_reads = random_reads
+        """Map every file for random reads (a store's index; module docstring)."""
 
     @classmethod
     def of_store(cls, config: StoreConfig) -> IndexService:
@@ -96,6 +106,7 @@ class IndexService:
             config.max_index_num,
             config.index_page_cache_window_bytes,
             make_ahead=True,
+            random_reads=True,
         )
 
     # ---------------------------------------------------------------- loading
@@ -122,6 +133,12 @@ class IndexService:
                     notes[-1] += "; set aside as .corrupt"
         if not last_exit_ok and repair:
             notes.extend(self._cut_after(checkpoint_index_ts_ms))
+        if self.random_reads and self.files:
+            for f in self.files:
+                f.mapped.read_randomly()
+            # The newest file's puts write its slot table all over: read it in one
+            # request instead of a fault (a disk read) a page.
+            self.files[-1].mapped.read_ahead(0, self.files[-1].entries_at)
         return notes
 
     def _cut_after(self, timestamp_ms: int) -> list[str]:
@@ -278,6 +295,8 @@ class IndexService:
         created = IndexFile(
             path, self.max_hash_slot_num, self.max_index_num, create=True, durable=False
         )
+        if self.random_reads:
+            created.mapped.read_randomly()
         with self._lock:
             self.files.append(created)
             self._dir_unsynced = True

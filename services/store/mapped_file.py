@@ -25,7 +25,9 @@ first write's page fault allocates the page it touches instead of reading
 ahead the whole fresh file (6 MB of unwritten space: 1.5-1.8 ms a new queue on
 the event loop, against tens of microseconds a page; bench/history/side-by-side.md,
 "A new queue's first file"). Every page of such a file is written before it is
-read, so readahead has nothing to bring in until the file is full.
+read, so readahead has nothing to bring in until the file is full. A full index
+file is advised the same way for good (:meth:`MappedFile.read_randomly`): lookups
+read it at scattered points only.
 
 Readers take a reference (:meth:`hold` / :meth:`release`); :meth:`destroy`
 unlinks the file at once (Linux keeps the pages of a deleted file alive while
@@ -119,7 +121,8 @@ class MappedFile:
         self.mm = mmap.mmap(self._fd, file_size, access=mmap.ACCESS_WRITE)
         self.view = memoryview(self.mm)
         self.random_access = fresh_random
-        """Advised MADV_RANDOM until :meth:`settle` (module docstring)."""
+        """Advised MADV_RANDOM: made ``fresh_random`` until :meth:`settle` (module
+        docstring), or from :meth:`read_randomly` on."""
         if self.random_access:
             self.mm.madvise(mmap.MADV_RANDOM)
         self.wrote_position = 0
@@ -157,6 +160,17 @@ class MappedFile:
             try:
                 self.mm.madvise(mmap.MADV_NORMAL)
                 self.random_access = False
+            finally:
+                self.release()
+
+    def read_randomly(self) -> None:
+        """Advise ``MADV_RANDOM`` from now on (a file read only at scattered points: a
+        full index file's lookups), so a fault reads the page it needs, not the disk's
+        read-ahead around it."""
+        if not self.random_access and self.hold():
+            try:
+                self.mm.madvise(mmap.MADV_RANDOM)
+                self.random_access = True
             finally:
                 self.release()
 
