@@ -3,7 +3,8 @@
 Run: .venv/bin/python -m bench.index_roll [--rounds 6] [--slots 5000000] [--entries 20000000]
 
 Each round makes an IndexService of the given geometry (the store's default: 420 MB
-files) in a fresh directory beside the checkout, starts its first file, then times the
+files) in a fresh directory beside the checkout, its files mapped for random reads as a
+store's are (``random_reads``), starts its first file, then times the
 roll to a second file and the puts after it (random keys, one a put, as the SDK's unique
 ids): alternately with the next file made ahead in the background
 (services/store/index_spare.py) and made by the roll itself. It prints each round and the
@@ -29,7 +30,7 @@ LATER_PUTS = 2_000
 
 def one_round(directory: Path, slots: int, entries: int, ahead: bool, seed: int) -> list[float]:
     """(roll, first puts, later puts) in ms, for one service in ``directory``."""
-    index = IndexService(directory, slots, entries, make_ahead=ahead)
+    index = IndexService(directory, slots, entries, make_ahead=ahead, random_reads=True)
     try:
         index.load(True, 0)
         index.build_index("T", ["first"], 100, 1_000)  # the first file

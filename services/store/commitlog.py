@@ -48,9 +48,7 @@ from boltmq.wire.record import (
     InvalidMessage,
     RecordView,
     body_crc,
-    decode_record,
     scheduled_tags_code,
-    store_timestamp_of,
     tags_code,
 )
 from boltmq.wire.record_batch import (
@@ -77,6 +75,7 @@ from services.store.mapped_file_queue import MappedFileQueue
 from services.store.message import MessageLike
 from services.store.page_cache import PageCacheWindow
 from services.store.page_warmer import PageWarmer
+from services.store.point_reads import record_at, store_time_at
 from services.store.record_copy import (
     RecordsAppend,
     SegmentWrites,
@@ -547,7 +546,7 @@ class CommitLog:
         if mf is None or offset - mf.file_from_offset >= mf.wrote_position or not mf.hold():
             return None
         try:
-            return decode_record(mf.view, offset - mf.file_from_offset, check_crc=check_crc)
+            return record_at(mf, offset - mf.file_from_offset, check_crc=check_crc)
         finally:
             mf.release()
 
@@ -557,7 +556,7 @@ class CommitLog:
         if mf is None or not mf.hold():
             return None
         try:
-            return store_timestamp_of(mf.view, offset - mf.file_from_offset)
+            return store_time_at(mf, offset - mf.file_from_offset)
         finally:
             mf.release()
 

@@ -202,6 +202,13 @@ class MappedFile:
             view = view[written:]
             position += written
 
+    def read_at(self, position: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``position``, read through the file (pread), not the
+        mapping: a lone small read of pages not cached reads those pages, where a fault
+        on the mapping reads the disk's read-ahead around them (point reads,
+        :mod:`services.store.point_reads`)."""
+        return os.pread(self._fd, length, position)
+
     def flush(self, least_pages: int = 0) -> int:
         """fdatasync when at least ``least_pages`` pages are dirty; returns flushed_position."""
         target = self.committed_position
