@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from bench.arm_rounds import percentile, print_medians, read_bytes
 from services.store.index_service import IndexService
 
 FILL_CHUNK = 200_000
@@ -46,15 +46,6 @@ def fill(directory: Path, slots: int, entries: int, count: int) -> None:
             )
     finally:
         index.close()
-
-
-def read_bytes() -> int:
-    """Bytes this process has had read from the disk."""
-    with open("/proc/self/io") as io:
-        for line in io:
-            if line.startswith("read_bytes:"):
-                return int(line.split()[1])
-    raise RuntimeError("no read_bytes in /proc/self/io")
 
 
 def one_round(
@@ -90,11 +81,6 @@ def one_round(
         return took, read
     finally:
         index.close()
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -137,15 +123,11 @@ def main(argv: list[str] | None = None) -> None:
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    medians = {
-        kind: [statistics.median(column) for column in zip(*rows, strict=True)]
-        for kind, rows in kinds.items()
-    }
-    rand, normal = medians[True], medians[False]
-    print(f"medians of {args.rounds} rounds each (random reads / normal advice):")
-    for name, at in (("p50 ms", 0), ("p90 ms", 1), ("p99 ms", 2), ("MiB read", 3)):
-        ratio = rand[at] / normal[at] if normal[at] else float("nan")
-        print(f"  {name:9} {rand[at]:8.2f} / {normal[at]:8.2f} = {ratio:.2f}x")
+    print_medians(
+        ("p50 ms", "p90 ms", "p99 ms", "MiB read"),
+        ("random reads", kinds[True]),
+        ("normal advice", kinds[False]),
+    )
 
 
 if __name__ == "__main__":

@@ -17,11 +17,11 @@ import argparse
 import os
 import random
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from bench.arm_rounds import print_medians
 from services.store.index_service import IndexService
 
 FIRST_PUTS = 50
@@ -81,14 +81,11 @@ def main(argv: list[str] | None = None) -> None:
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    medians = {
-        kind: [statistics.median(column) for column in zip(*rows, strict=True)]
-        for kind, rows in kinds.items()
-    }
-    cold, early = medians["made by the roll"], medians["made ahead"]
-    print(f"medians of {args.rounds} rounds each (made ahead / made by the roll):")
-    for name, at in (("roll", 0), (f"first {FIRST_PUTS} puts", 1), (f"next {LATER_PUTS:,}", 2)):
-        print(f"  {name:16} {early[at]:6.2f} / {cold[at]:6.2f} ms = {early[at] / cold[at]:.2f}x")
+    print_medians(
+        ("roll ms", f"first {FIRST_PUTS} puts ms", f"next {LATER_PUTS:,} puts ms"),
+        ("made ahead", kinds["made ahead"]),
+        ("made by the roll", kinds["made by the roll"]),
+    )
 
 
 if __name__ == "__main__":

@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.index_lookups import percentile, read_bytes
+from bench.arm_rounds import percentile, print_medians, read_bytes
 from boltmq.wire.record import RecordView, decode_record, store_timestamp_of
 from services.store import MessageStore, StoreConfig, StoreMessage
 
@@ -144,16 +143,11 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         store.shutdown()
         shutil.rmtree(root, ignore_errors=True)
-    medians = {
-        kind: [statistics.median(column) for column in zip(*rows, strict=True)]
-        for kind, rows in kinds.items()
-    }
-    via_file, via_map = medians[True], medians[False]
-    print(f"medians of {args.rounds} rounds each (through the file / through the map):")
-    names = ("lookup p50 ms", "lookup p99 ms", "MiB read", "by time ms", "by time MiB")
-    for at, name in enumerate(names):
-        ratio = via_file[at] / via_map[at] if via_map[at] else float("nan")
-        print(f"  {name:14} {via_file[at]:8.2f} / {via_map[at]:8.2f} = {ratio:.2f}x")
+    print_medians(
+        ("lookup p50 ms", "lookup p99 ms", "MiB read", "by time ms", "by time MiB"),
+        ("through the file", kinds[True]),
+        ("through the map", kinds[False]),
+    )
 
 
 if __name__ == "__main__":
