@@ -15,7 +15,7 @@ the roll renames it without one) and reads its header, slot table and first
 (``pread`` releases the GIL; ``POSIX_FADV_WILLNEED`` left most of them out). The
 roll then :meth:`takes <IndexSpare.take>` it under its ``.tmp`` name, and
 :func:`~services.store.mapped_file.create_sized_file` renames it to the new file's
-name: a puts' page faults find their pages cached, with no read-around. A spare
+name: the puts after the roll find the slot table cached. A spare
 still being made, or whose making failed (a full disk), is not waited for: the roll
 makes its file itself, as before, and the spare serves the roll after it. One
 attempt a roll, so a full disk is not retried at every put.

@@ -25,9 +25,9 @@ first write's page fault allocates the page it touches instead of reading
 ahead the whole fresh file (6 MB of unwritten space: 1.5-1.8 ms a new queue on
 the event loop, against tens of microseconds a page; bench/history/side-by-side.md,
 "A new queue's first file"). Every page of such a file is written before it is
-read, so readahead has nothing to bring in until the file is full. A full index
-file is advised the same way for good (:meth:`MappedFile.read_randomly`): lookups
-read it at scattered points only.
+read, so readahead has nothing to bring in until the file is full. A store's index
+files are advised the same way for good (:meth:`MappedFile.read_randomly`): lookups
+read them at scattered points, and puts write their slot tables all over.
 
 Readers take a reference (:meth:`hold` / :meth:`release`); :meth:`destroy`
 unlinks the file at once (Linux keeps the pages of a deleted file alive while
@@ -164,9 +164,9 @@ class MappedFile:
                 self.release()
 
     def read_randomly(self) -> None:
-        """Advise ``MADV_RANDOM`` from now on (a file read only at scattered points: a
-        full index file's lookups), so a fault reads the page it needs, not the disk's
-        read-ahead around it."""
+        """Advise ``MADV_RANDOM`` from now on (a file read at scattered points: a store's
+        index files), so a fault reads the page it needs, not the disk's read-ahead
+        around it."""
         if not self.random_access and self.hold():
             try:
                 self.mm.madvise(mmap.MADV_RANDOM)
